@@ -1,0 +1,31 @@
+# The README's two commands: `make demo` and `make test`. Everything they need is set up here.
+PYTHON ?= python3
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed-stamp
+
+.PHONY: demo test venv k8s-binaries bench clean
+
+venv: $(STAMP)
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[test]'
+	touch $@
+
+# etcd, kube-apiserver and kubectl, built once from their Go modules into ~/.cache/migops/k8s/.
+k8s-binaries:
+	hack/k8s-binaries.sh >/dev/null
+
+test: venv k8s-binaries
+	$(PY) -m pytest
+
+demo: venv
+	$(PY) -m migops.demo
+
+bench: venv
+	$(PY) bench/run.py
+
+clean:
+	rm -rf $(VENV) .pytest_cache .hypothesis

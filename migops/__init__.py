@@ -1,0 +1,1 @@
+"""migops: declarative, GitOps-managed NVIDIA MIG partitioning for Kubernetes."""

@@ -1,0 +1,5 @@
+import sys
+
+from migops.cli import main
+
+sys.exit(main())

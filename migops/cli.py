@@ -1,0 +1,44 @@
+"""The `migops` command line: one argparse tree, each command group registered by its own module."""
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+from migops import commands_mig, local_cli
+
+# Exit codes shared by every command (documented in the README).
+EXIT_OK = 0
+EXIT_INVALID = 1
+EXIT_USAGE = 2
+
+
+class UsageError(Exception):
+    """Bad invocation (unknown GPU, missing file, ...): exit 2 with the message."""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="migops",
+        description="Validate, plan and apply NVIDIA MIG geometries, the GitOps way.",
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    commands_mig.register(sub)
+    local_cli.register(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.func(args))
+    except UsageError as exc:
+        print(f"migops {args.command}: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except BrokenPipeError:
+        return EXIT_OK
+
+
+if __name__ == "__main__":
+    sys.exit(main())
