@@ -6,15 +6,7 @@ import sys
 from collections.abc import Sequence
 
 from migops import commands_mig, local_cli
-
-# Exit codes shared by every command (documented in the README).
-EXIT_OK = 0
-EXIT_INVALID = 1
-EXIT_USAGE = 2
-
-
-class UsageError(Exception):
-    """Bad invocation (unknown GPU, missing file, ...): exit 2 with the message."""
+from migops.usage import EXIT_OK, EXIT_USAGE, UsageError
 
 
 def build_parser() -> argparse.ArgumentParser:
