@@ -1,0 +1,212 @@
+"""The GPU catalogue: MIG-capable models keyed by PCI device ID, loaded once from mig/data/gpus.yaml."""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from functools import cache
+from importlib import resources
+
+import yaml
+
+from mig.devices import DeviceId, DeviceIdSyntaxError, parse_device_id
+from mig.profile import MigProfile, parse_profile
+
+_Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+class UnknownGpuError(LookupError):
+    """A GPU named on the command line or in a label that the catalogue does not know."""
+
+
+@dataclass(frozen=True)
+class Engines:
+    copy: int
+    decoder: int
+    encoder: int
+    jpeg: int
+    ofa: int
+
+
+@dataclass(frozen=True)
+class GiProfile:
+    """One GPU-instance profile of one profile table."""
+
+    name: str
+    profile: MigProfile
+    compute_slices: int
+    memory_slices: int
+    max_count: int
+    starts: tuple[int, ...]
+    sms: int | None
+    memory_mib: int | None
+    engines: Engines | None
+    nvml_profile: int | None  # NVML GPU_INSTANCE_PROFILE_* enum index (what CreateGpuInstance takes)
+    smi_id: int | None  # the ID nvidia-smi prints: a different number space from nvml_profile
+    aliases: tuple[str, ...] = ()
+
+    @property
+    def has_media_extensions(self) -> bool:
+        return self.profile.has_media_extensions
+
+
+@dataclass(frozen=True)
+class ProfileTable:
+    """A MIG geometry shared by several GPUs: slice counts and the profiles with their valid starts."""
+
+    id: str
+    compute_slices: int
+    memory_slices: int
+    naming_memory_gib: int
+    profiles: tuple[GiProfile, ...]
+    inferred: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class GpuModel:
+    """One PCI device ID with its MIG profile table and the values GFD publishes for it."""
+
+    device_id: str  # "0x233010DE"
+    name: str
+    product: str  # nvidia.com/gpu.product value
+    architecture: str
+    compute_capability: str
+    memory_mib: int
+    table: ProfileTable
+    inferred: tuple[str, ...]
+    in_default_config: bool
+
+    @property
+    def pci(self) -> DeviceId:
+        return parse_device_id(self.device_id)
+
+    @property
+    def profiles(self) -> tuple[GiProfile, ...]:
+        return self.table.profiles
+
+    def find_profile(self, profile: MigProfile) -> tuple[GiProfile, bool] | None:
+        """The GI profile a profile string names on this GPU, and whether it matched only by alias.
+
+        Matching is mig-parted's: G, GB and the attribute set; the C part only picks a compute instance.
+        """
+        return _profile_index(self.table).get(_gi_key(profile))
+
+    def label(self) -> str:
+        return f"{self.name} ({self.device_id})"
+
+
+def _gi_key(profile: MigProfile) -> tuple[int, int, tuple[str, ...], bool]:
+    return (profile.gpu, profile.memory_gb, profile.attributes, profile.negative)
+
+
+@cache
+def _profile_index(table: ProfileTable) -> dict[tuple, tuple[GiProfile, bool]]:
+    index: dict[tuple, tuple[GiProfile, bool]] = {}
+    for gi in table.profiles:
+        for alias in gi.aliases:
+            index.setdefault(_gi_key(parse_profile(alias)), (gi, True))
+        index[_gi_key(gi.profile)] = (gi, False)
+    return index
+
+
+@dataclass(frozen=True)
+class Catalogue:
+    gpus: tuple[GpuModel, ...]
+    tables: tuple[ProfileTable, ...]
+
+    def by_device_id(self, device: DeviceId | str) -> GpuModel | None:
+        key = device.primary if isinstance(device, DeviceId) else device.upper().replace("0X", "0x", 1)
+        return _device_index(self).get(key)
+
+    def resolve(self, text: str) -> GpuModel:
+        """A GPU given by a person: PCI device ID (`0x233010DE`, `0x2330`, with an optional subsystem
+        part) or a GFD product label value (`NVIDIA-H100-80GB-HBM3`), case-insensitive."""
+        candidate = text.strip()
+        try:
+            pci = parse_device_id(candidate.split(":")[0])
+            if pci.vendor != 0x10DE and pci.device == 0 and pci.vendor <= 0xFFFF:
+                pci = DeviceId(pci.vendor, 0x10DE)  # short form 0x2330 means device 0x2330 of NVIDIA
+            found = self.by_device_id(pci)
+            if found:
+                return found
+        except DeviceIdSyntaxError:
+            pass
+        found = _product_index(self).get(candidate.lower())
+        if found:
+            return found
+        raise UnknownGpuError(
+            f"unknown GPU {text!r}: give a PCI device ID such as 0x233010DE or a GFD product such as "
+            "NVIDIA-H100-80GB-HBM3 (see `migops gpus`)")
+
+
+@cache
+def _device_index(cat: Catalogue) -> dict[str, GpuModel]:
+    return {gpu.device_id: gpu for gpu in cat.gpus}
+
+
+@cache
+def _product_index(cat: Catalogue) -> dict[str, GpuModel]:
+    index: dict[str, GpuModel] = {}
+    for gpu in cat.gpus:
+        index.setdefault(gpu.product.lower(), gpu)
+        index.setdefault(gpu.name.lower(), gpu)
+    return index
+
+
+def _read_data(name: str) -> str:
+    return resources.files("mig").joinpath("data", name).read_text(encoding="utf-8")
+
+
+def raw_catalogue() -> dict:
+    """The data file as loaded (for the schema test and `migops gpus -o json`)."""
+    return yaml.load(_read_data("gpus.yaml"), Loader=_Loader)
+
+
+def catalogue_schema() -> dict:
+    return json.loads(_read_data("gpus.schema.json"))
+
+
+def _build_table(table_id: str, raw: dict) -> ProfileTable:
+    profiles = tuple(
+        GiProfile(
+            name=p["name"],
+            profile=parse_profile(p["name"]),
+            compute_slices=p["c"],
+            memory_slices=p["m"],
+            max_count=p["max"],
+            starts=tuple(p["starts"]),
+            sms=p["sms"],
+            memory_mib=p["memory_mib"],
+            engines=Engines(**p["engines"]) if p["engines"] else None,
+            nvml_profile=p["nvml"],
+            smi_id=p["smi"],
+            aliases=tuple(p.get("aliases", ())),
+        )
+        for p in raw["profiles"]
+    )
+    return ProfileTable(table_id, raw["compute_slices"], raw["memory_slices"], raw["naming_memory_gib"],
+                        profiles, tuple(raw["inferred"]))
+
+
+def build_catalogue(raw: dict) -> Catalogue:
+    tables = {tid: _build_table(tid, t) for tid, t in raw["profile_tables"].items()}
+    gpus = tuple(
+        GpuModel(
+            device_id=g["device_id"],
+            name=g["name"],
+            product=g["product"],
+            architecture=g["architecture"],
+            compute_capability=g["compute_capability"],
+            memory_mib=g["memory_mib"],
+            table=tables[g["table"]],
+            inferred=tuple(g.get("inferred", ())),
+            in_default_config=g.get("in_default_config", True),
+        )
+        for g in raw["gpus"]
+    )
+    return Catalogue(gpus, tuple(tables.values()))
+
+
+@cache
+def catalogue() -> Catalogue:
+    """The packaged catalogue, loaded once per process."""
+    return build_catalogue(raw_catalogue())
