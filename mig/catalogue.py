@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cache
 from importlib import resources
 
@@ -27,7 +27,9 @@ class Engines:
     ofa: int
 
 
-@dataclass(frozen=True)
+# Catalogue objects are built once and compared by identity (eq=False): they are dict keys on hot
+# paths (placement requests, per-table caches), where hashing every field would dominate the cost.
+@dataclass(frozen=True, eq=False)
 class GiProfile:
     """One GPU-instance profile of one profile table."""
 
@@ -49,7 +51,7 @@ class GiProfile:
         return self.profile.has_media_extensions
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class ProfileTable:
     """A MIG geometry shared by several GPUs: slice counts and the profiles with their valid starts."""
 
@@ -59,9 +61,17 @@ class ProfileTable:
     naming_memory_gib: int
     profiles: tuple[GiProfile, ...]
     inferred: tuple[str, ...]
+    # (G, GB, attributes, negative) -> (profile, matched by alias): mig-parted's Matches() as a lookup.
+    index: dict = field(default_factory=dict, repr=False)
+
+    def __post_init__(self) -> None:
+        for gi in self.profiles:
+            for alias in gi.aliases:
+                self.index.setdefault(gi_key(parse_profile(alias)), (gi, True))
+            self.index[gi_key(gi.profile)] = (gi, False)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class GpuModel:
     """One PCI device ID with its MIG profile table and the values GFD publishes for it."""
 
@@ -74,10 +84,10 @@ class GpuModel:
     table: ProfileTable
     inferred: tuple[str, ...]
     in_default_config: bool
+    pci: DeviceId = field(init=False, repr=False)
 
-    @property
-    def pci(self) -> DeviceId:
-        return parse_device_id(self.device_id)
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "pci", parse_device_id(self.device_id))
 
     @property
     def profiles(self) -> tuple[GiProfile, ...]:
@@ -88,30 +98,24 @@ class GpuModel:
 
         Matching is mig-parted's: G, GB and the attribute set; the C part only picks a compute instance.
         """
-        return _profile_index(self.table).get(_gi_key(profile))
+        return self.table.index.get(gi_key(profile))
 
     def label(self) -> str:
         return f"{self.name} ({self.device_id})"
 
 
-def _gi_key(profile: MigProfile) -> tuple[int, int, tuple[str, ...], bool]:
+def gi_key(profile: MigProfile) -> tuple[int, int, tuple[str, ...], bool]:
     return (profile.gpu, profile.memory_gb, profile.attributes, profile.negative)
 
 
-@cache
-def _profile_index(table: ProfileTable) -> dict[tuple, tuple[GiProfile, bool]]:
-    index: dict[tuple, tuple[GiProfile, bool]] = {}
-    for gi in table.profiles:
-        for alias in gi.aliases:
-            index.setdefault(_gi_key(parse_profile(alias)), (gi, True))
-        index[_gi_key(gi.profile)] = (gi, False)
-    return index
-
-
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class Catalogue:
     gpus: tuple[GpuModel, ...]
     tables: tuple[ProfileTable, ...]
+
+    def gpus_with_profile(self, profile: MigProfile) -> tuple[GpuModel, ...]:
+        """Every GPU on which a profile string resolves (used for "exists on ..." hints)."""
+        return _profile_owners(self).get(gi_key(profile), ())
 
     def by_device_id(self, device: DeviceId | str) -> GpuModel | None:
         key = device.primary if isinstance(device, DeviceId) else device.upper().replace("0X", "0x", 1)
@@ -136,6 +140,15 @@ class Catalogue:
         raise UnknownGpuError(
             f"unknown GPU {text!r}: give a PCI device ID such as 0x233010DE or a GFD product such as "
             "NVIDIA-H100-80GB-HBM3 (see `migops gpus`)")
+
+
+@cache
+def _profile_owners(cat: Catalogue) -> dict[tuple, tuple[GpuModel, ...]]:
+    owners: dict[tuple, list[GpuModel]] = {}
+    for gpu in cat.gpus:
+        for key in gpu.table.index:
+            owners.setdefault(key, []).append(gpu)
+    return {key: tuple(gpus) for key, gpus in owners.items()}
 
 
 @cache

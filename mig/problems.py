@@ -6,6 +6,7 @@ rule it breaks, so a person, a webhook denial and a test can all point at the sa
 from __future__ import annotations
 
 import re
+from functools import lru_cache
 from dataclasses import dataclass
 from typing import Literal
 
@@ -14,6 +15,7 @@ Severity = Literal["error", "warning"]
 _PLAIN_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_-]*$")
 
 
+@lru_cache(maxsize=65536)
 def key_path(parent: str, key: object) -> str:
     """Append a mapping key to a path, quoting keys that are not plain words (dots, spaces, ...)."""
     text = str(key)
