@@ -1,8 +1,226 @@
-"""`migops local ...`: the local control plane (filled in by the local-stack work)."""
+"""`migops local up|down|status|env`: a real local control plane that looks like a GPU cluster.
+
+`up` starts etcd + kube-apiserver (see migops.local.controlplane), seeds GPU nodes and the
+GPU Operator's ClusterPolicy, leaves the servers running detached, and records them under
+$MIGOPS_HOME/local/. Nodes cycle through the given GPU models: node i gets
+`gpus[i % len(gpus)]`, with `--gpus-per-node` GPUs each.
+"""
 from __future__ import annotations
 
 import argparse
+import shlex
+import shutil
+import sys
+import time
+from pathlib import Path
+
+from migops.usage import EXIT_INVALID, EXIT_OK, UsageError
+
+DEFAULT_GPU = "0x233010DE"  # H100 SXM5 80GB
+DEFAULT_STRATEGY = "single"
+DEFAULT_GPUS_PER_NODE = 8
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # noqa: SLF001 - argparse's own type
-    """Placeholder registration, replaced by the local control plane commands."""
+    """Add `migops local ...` to the command tree."""
+    local = sub.add_parser(
+        "local", help="run a local Kubernetes control plane with GPU nodes",
+        description="A real etcd + kube-apiserver on loopback, seeded with GPU nodes "
+                    "(state under $MIGOPS_HOME, default ~/.migops).")
+    cmds = local.add_subparsers(dest="local_command", metavar="SUBCOMMAND", required=True)
+
+    up = cmds.add_parser("up", help="start the control plane and seed GPU nodes")
+    up.add_argument("--nodes", type=int, default=1, metavar="N", help="number of nodes (default 1)")
+    up.add_argument("--gpu", action="append", metavar="GPU",
+                    help="GPU model: PCI device ID (0x233010DE) or GFD product name; repeat for "
+                         f"several models, nodes cycle through them (default {DEFAULT_GPU})")
+    up.add_argument("--gpus-per-node", type=int, default=DEFAULT_GPUS_PER_NODE, metavar="N",
+                    help=f"GPUs on each node (default {DEFAULT_GPUS_PER_NODE})")
+    up.add_argument("--strategy", choices=("none", "single", "mixed"), default=DEFAULT_STRATEGY,
+                    help=f"the GPU Operator's MIG strategy (default {DEFAULT_STRATEGY})")
+    up.set_defaults(func=_up)
+
+    cmds.add_parser("down", help="stop the control plane and delete its data").set_defaults(func=_down)
+    cmds.add_parser("status", help="is it running; API server URL; nodes").set_defaults(func=_status)
+    cmds.add_parser("env", help='shell exports for kubectl: eval "$(migops local env)"').set_defaults(
+        func=_env)
+
+
+def _home() -> Path:
+    from migops.local.state import migops_home
+
+    return migops_home()
+
+
+def _say(message: str) -> None:
+    print(f"migops local: {message}", file=sys.stderr, flush=True)
+
+
+# --------------------------------------------------------------------------- up
+def _up(args: argparse.Namespace) -> int:
+    if args.nodes < 1:
+        raise UsageError("--nodes must be at least 1")
+    if args.gpus_per_node < 1:
+        raise UsageError("--gpus-per-node must be at least 1")
+    gpus = _resolve_gpus(args.gpu or [DEFAULT_GPU])
+
+    from migops.local import cluster, state
+    from migops.local.binaries import BinariesUnavailable, locate
+    from migops.local.controlplane import ControlPlane, ControlPlaneError
+
+    nodes = cluster.plan_nodes(args.nodes, gpus, args.gpus_per_node, args.strategy)
+    home = _home()
+    with state.locked(home):
+        current = state.load(home)
+        if current is not None and current.running():
+            _say(f"already up at {current.api_url} (state in {state.local_dir(home)}); nothing "
+                 "to do. Run `migops local down` first to change nodes, GPUs or strategy.")
+            return EXIT_OK
+        _clean(home)  # stale state from a crash or reboot: start from scratch
+        try:
+            binaries = locate(echo_build=True)
+        except BinariesUnavailable as exc:
+            _say(str(exc))
+            return EXIT_INVALID
+        plane = ControlPlane(binaries, state.local_dir(home), watchdog=True)
+        began = time.monotonic()
+        try:
+            plane.start()
+            with plane.api_client() as api:
+                cluster.seed(api, nodes, args.strategy)
+            state.save(home, state.LocalState(
+                api_url=plane.url, kubeconfig=str(plane.admin_kubeconfig),
+                bin_dir=str(binaries.directory), workdir=str(plane.workdir),
+                strategy=args.strategy, processes=plane.processes,
+                nodes=[state.NodeRecord(n.name, n.gpu.product, n.gpu.device_id, n.gpus)
+                       for n in nodes],
+                ready_seconds=plane.ready_seconds))
+            plane.detach()
+        except ControlPlaneError as exc:
+            plane.stop()
+            _say(f"failed to start: {exc}\n(logs kept in {plane.logs})")
+            return EXIT_INVALID
+        except BaseException:
+            plane.stop()
+            raise
+    elapsed = time.monotonic() - began
+    models = ", ".join(sorted({f"{g.product} ({g.device_id})" for g in gpus}))
+    print(f"migops local: up at {plane.url} in {elapsed:.1f}s "
+          f"(API server ready after {plane.ready_seconds:.1f}s)")
+    print(f"  nodes:      {', '.join(n.name for n in nodes)}: {args.gpus_per_node} x {models}")
+    print(f"  strategy:   {args.strategy} (ClusterPolicy cluster-policy)")
+    print(f"  kubeconfig: {plane.admin_kubeconfig}")
+    print('  next:       eval "$(migops local env)"; kubectl get nodes --show-labels')
+    return EXIT_OK
+
+
+def _resolve_gpus(names: list[str]) -> list:
+    from mig.catalogue import UnknownGpuError, catalogue
+
+    cat = catalogue()
+    try:
+        return [cat.resolve(n) for n in names]
+    except UnknownGpuError as exc:
+        raise UsageError(str(exc)) from None
+
+
+# --------------------------------------------------------------------------- down
+def _down(args: argparse.Namespace) -> int:
+    from migops.local import state
+
+    home = _home()
+    with state.locked(home):
+        if not state.local_dir(home).exists():
+            _say(f"not running (nothing under {state.local_dir(home)})")
+            return EXIT_OK
+        survivors = _clean(home)
+    if survivors:
+        _say(f"could not stop pids {', '.join(map(str, survivors))}")
+        return EXIT_INVALID
+    print(f"migops local: down; no etcd or kube-apiserver left, {state.local_dir(home)} removed")
+    return EXIT_OK
+
+
+def _clean(home: Path) -> list[int]:
+    """Stop every server of this home (recorded or found by command line); delete its dir."""
+    from migops.local import state
+    from migops.local.controlplane import identifying_arguments
+    from migops.local.process import find_by_argument, is_alive, stop
+
+    workdir = state.local_dir(home)
+    recorded = state.load(home)
+    refs = list(recorded.processes.values())[::-1] if recorded else []
+    for arg in identifying_arguments(workdir):
+        refs += [r for r in find_by_argument(arg) if r not in refs]
+    for ref in refs:
+        try:
+            stop(ref, timeout=15.0)
+        except RuntimeError:
+            pass
+    survivors = [r.pid for r in refs if is_alive(r)]
+    if not survivors:
+        shutil.rmtree(workdir, ignore_errors=True)
+    return survivors
+
+
+# --------------------------------------------------------------------------- status / env
+def _status(args: argparse.Namespace) -> int:
+    from migops.local import state
+
+    home = _home()
+    current = state.load(home)
+    if current is None:
+        print(f"migops local: down (nothing under {state.local_dir(home)})")
+        return EXIT_INVALID
+    if not current.running():
+        print(f"migops local: down, stale state in {state.local_dir(home)} (servers gone); "
+              "`migops local down` cleans up, `migops local up` starts afresh")
+        return EXIT_INVALID
+    print(f"migops local: up at {current.api_url}")
+    print(f"  home:       {home}")
+    print(f"  kubeconfig: {current.kubeconfig}")
+    print(f"  binaries:   {current.bin_dir}")
+    print(f"  strategy:   {current.strategy}")
+    for name, ref in current.processes.items():
+        print(f"  {name + ':':<15} pid {ref.pid}")
+    print("  nodes:")
+    for line in _node_lines(Path(current.kubeconfig)):
+        print(f"    {line}")
+    return EXIT_OK
+
+
+def _node_lines(kubeconfig_path: Path) -> list[str]:
+    """Live node summary from the API server (labels change as migops works)."""
+    from kubernetes import client as k8s
+    from kubernetes import config
+
+    try:
+        with config.new_client_from_config(config_file=str(kubeconfig_path)) as api:
+            items = k8s.CoreV1Api(api).list_node(_request_timeout=10).items
+    except Exception as exc:  # noqa: BLE001 - status must report, not crash
+        return [f"(could not list nodes: {exc})"]
+    lines = []
+    for node in items:
+        labels = node.metadata.labels or {}
+        lines.append("  ".join([
+            node.metadata.name,
+            labels.get("nvidia.com/gpu.product", "-"),
+            f"x{labels.get('nvidia.com/gpu.count', '?')}",
+            labels.get("migops.io/gpu.device-id", "-"),
+            f"mig.config={labels.get('nvidia.com/mig.config', '-')}",
+        ]))
+    return lines or ["(none)"]
+
+
+def _env(args: argparse.Namespace) -> int:
+    from migops.local import state
+
+    current = state.load(_home())
+    if current is None or not current.running():
+        _say("not running; start it with `migops local up`")
+        return EXIT_INVALID
+    # Our kubectl first: the one on PATH may be another version, or not kubectl at all.
+    print(f'export PATH={shlex.quote(current.bin_dir)}:"$PATH"')
+    print(f"export KUBECONFIG={shlex.quote(current.kubeconfig)}")
+    print('# eval "$(migops local env)"')
+    return EXIT_OK

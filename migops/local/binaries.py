@@ -1,0 +1,93 @@
+"""Locate etcd, kube-apiserver and kubectl: built by hack/k8s-binaries.sh, never committed.
+
+The script is the only place that knows the pinned versions and the cache layout; this module
+runs it (instant when the binaries are cached) and takes the directory from its last line of
+stdout. `MIGOPS_K8S_BIN` points at a ready directory instead, for machines that bring their own.
+"""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+BIN_ENV = "MIGOPS_K8S_BIN"
+NAMES = ("etcd", "kube-apiserver", "kubectl")
+# hack/ sits next to the migops package in the repository (editable installs and CI clones).
+SCRIPT = Path(__file__).resolve().parents[2] / "hack" / "k8s-binaries.sh"
+
+
+class BinariesUnavailable(RuntimeError):
+    """The binaries are missing and could not be built; the message carries the reason."""
+
+
+@dataclass(frozen=True)
+class Binaries:
+    """Absolute paths of the three binaries, all in `directory`."""
+
+    directory: Path
+
+    @property
+    def etcd(self) -> Path:
+        return self.directory / "etcd"
+
+    @property
+    def kube_apiserver(self) -> Path:
+        return self.directory / "kube-apiserver"
+
+    @property
+    def kubectl(self) -> Path:
+        return self.directory / "kubectl"
+
+    def missing(self) -> list[str]:
+        """Names of the binaries not present and executable in `directory`."""
+        return [n for n in NAMES if not os.access(self.directory / n, os.X_OK)]
+
+
+def locate(*, echo_build: bool = False) -> Binaries:
+    """Return the binaries, building them first if needed (minutes on a cold machine).
+
+    With `echo_build` the script's progress goes to our stderr as it happens (the CLI);
+    otherwise it is captured and only shown in the error if the build fails (tests).
+    """
+    override = os.environ.get(BIN_ENV)
+    if override:
+        found = Binaries(Path(override).resolve())
+        if found.missing():
+            raise BinariesUnavailable(
+                f"${BIN_ENV}={override} lacks executable {', '.join(found.missing())}"
+            )
+        return found
+    if not SCRIPT.is_file():
+        raise BinariesUnavailable(
+            f"{SCRIPT} not found (an installed copy without the repository?); "
+            f"build the binaries with the repository's hack/k8s-binaries.sh and set ${BIN_ENV}"
+        )
+    proc = subprocess.run(
+        ["bash", str(SCRIPT)],
+        stdout=subprocess.PIPE,
+        stderr=None if echo_build else subprocess.PIPE,
+        text=True,
+        check=False,
+    )
+    lines = proc.stdout.strip().splitlines()
+    if proc.returncode != 0 or not lines:
+        detail = (proc.stderr or "").strip()[-4000:] if not echo_build else "(see above)"
+        raise BinariesUnavailable(
+            f"{SCRIPT} failed with exit code {proc.returncode}; its output:\n{detail}"
+        )
+    found = Binaries(Path(lines[-1]).resolve())
+    if found.missing():
+        raise BinariesUnavailable(
+            f"{SCRIPT} reported {found.directory} but it lacks {', '.join(found.missing())}"
+        )
+    return found
+
+
+if __name__ == "__main__":  # `python -m migops.local.binaries`: print the directory
+    try:
+        print(locate(echo_build=True).directory)
+    except BinariesUnavailable as exc:
+        print(exc, file=sys.stderr)
+        sys.exit(1)

@@ -1,0 +1,144 @@
+"""Make a bare API server look like a cluster running the NVIDIA GPU Operator.
+
+Seeds GPU Nodes labelled as GPU Feature Discovery would label them (the label values come
+from `mig.gfd`, the only place that knows GPU and MIG rules), the labels the GPU Operator adds
+to MIG-capable nodes, the ClusterPolicy CRD and a `cluster-policy` object with the chosen
+MIG strategy, and the `gpu-operator` namespace.
+
+Field managers mirror who owns what in a real cluster: GFD's labels belong to
+`gpu-feature-discovery`, `nvidia.com/mig.config` and the deploy label to `gpu-operator`. A
+migops reconciler that applies `nvidia.com/mig.config` therefore meets the same ownership
+conflict it would meet on a real cluster.
+"""
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from importlib import resources
+from typing import Any, Protocol
+
+import yaml
+from kubernetes import client as k8s
+from kubernetes.client import ApiClient
+
+APPLY = "application/apply-patch+yaml"
+GFD_MANAGER = "gpu-feature-discovery"
+OPERATOR_MANAGER = "gpu-operator"
+OPERATOR_NAMESPACE = "gpu-operator"
+CLUSTER_POLICY = "cluster-policy"
+CRD_NAME = "clusterpolicies.nvidia.com"
+STRATEGIES = ("none", "single", "mixed")
+MIG_CONFIG_LABEL = "nvidia.com/mig.config"
+MIG_CAPABLE_LABEL = "nvidia.com/mig.capable"
+DEPLOY_MIG_MANAGER_LABEL = "nvidia.com/gpu.deploy.mig-manager"
+NODE_PREFIX = "gpu-node-"
+
+
+class Gpu(Protocol):
+    """What this module needs from a `mig.catalogue` entry."""
+
+    device_id: str
+    product: str
+
+
+@dataclass(frozen=True)
+class NodeSpec:
+    """A Node to seed: its name, GPU model and count, and the labels each owner applies."""
+
+    name: str
+    gpu: Gpu
+    gpus: int
+    gfd_labels: dict[str, str]
+    operator_labels: dict[str, str]
+
+
+def plan_nodes(count: int, gpus: Sequence[Gpu], gpus_per_node: int, strategy: str) -> list[NodeSpec]:
+    """Nodes `gpu-node-1..count`; node i carries `gpus_per_node` GPUs of model gpus[i % len]."""
+    from mig.gfd import DEVICE_ID_LABEL, node_labels_without_mig
+
+    if not gpus:
+        raise ValueError("at least one GPU model is needed")
+    nodes = []
+    for i in range(count):
+        gpu = gpus[i % len(gpus)]
+        gfd = dict(node_labels_without_mig(gpu, count=gpus_per_node, strategy=strategy))
+        gfd[DEVICE_ID_LABEL] = gpu.device_id
+        # The GPU Operator's node-labelling controller: only MIG-capable nodes get these.
+        operator = ({MIG_CONFIG_LABEL: "all-disabled", DEPLOY_MIG_MANAGER_LABEL: "true"}
+                    if gfd.get(MIG_CAPABLE_LABEL) == "true" else {})
+        nodes.append(NodeSpec(f"{NODE_PREFIX}{i + 1}", gpu, gpus_per_node, gfd, operator))
+    return nodes
+
+
+def seed(api: ApiClient, nodes: Sequence[NodeSpec], strategy: str) -> None:
+    """Install everything, idempotently (server-side apply throughout)."""
+    if strategy not in STRATEGIES:
+        raise ValueError(f"strategy must be one of {', '.join(STRATEGIES)}, not {strategy!r}")
+    core = k8s.CoreV1Api(api)
+    core.patch_namespace(
+        OPERATOR_NAMESPACE, {"apiVersion": "v1", "kind": "Namespace",
+                             "metadata": {"name": OPERATOR_NAMESPACE}},
+        field_manager=OPERATOR_MANAGER, _content_type=APPLY)
+    install_clusterpolicy_crd(api)
+    apply_cluster_policy(api, strategy)
+    for node in nodes:
+        apply_node(api, node)
+
+
+def apply_node(api: ApiClient, node: NodeSpec) -> None:
+    """Create/update the Node: GFD labels, operator labels, and `nvidia.com/gpu` capacity."""
+    core = k8s.CoreV1Api(api)
+    for manager, labels in ((GFD_MANAGER, node.gfd_labels), (OPERATOR_MANAGER, node.operator_labels)):
+        body = {"apiVersion": "v1", "kind": "Node",
+                "metadata": {"name": node.name, "labels": labels}}
+        core.patch_node(node.name, body, field_manager=manager, _content_type=APPLY)
+    # What the device plugin would advertise for GPUs with MIG disabled: one per GPU.
+    gpus = node.gfd_labels.get("nvidia.com/gpu.count", str(node.gpus))
+    core.patch_node_status(
+        node.name,
+        {"apiVersion": "v1", "kind": "Node", "metadata": {"name": node.name},
+         "status": {"capacity": {"nvidia.com/gpu": gpus}, "allocatable": {"nvidia.com/gpu": gpus}}},
+        field_manager="nvidia-device-plugin", _content_type=APPLY)
+
+
+def clusterpolicy_crd() -> dict[str, Any]:
+    """The ClusterPolicy CRD shipped in migops/local/data/."""
+    text = resources.files("migops.local").joinpath("data/clusterpolicy-crd.yaml").read_text()
+    return yaml.load(text, Loader=yaml.CSafeLoader)
+
+
+def install_clusterpolicy_crd(api: ApiClient, *, timeout: float = 30.0) -> None:
+    """Apply the CRD and wait until it is Established (before that, CRs are rejected)."""
+    ext = k8s.ApiextensionsV1Api(api)
+    ext.patch_custom_resource_definition(CRD_NAME, clusterpolicy_crd(),
+                                         field_manager=OPERATOR_MANAGER, _content_type=APPLY)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        crd = ext.read_custom_resource_definition(CRD_NAME)
+        conditions = (crd.status.conditions or []) if crd.status else []
+        if any(c.type == "Established" and c.status == "True" for c in conditions):
+            return
+        time.sleep(0.1)
+    raise TimeoutError(f"CRD {CRD_NAME} not Established after {timeout:.0f}s")
+
+
+def apply_cluster_policy(api: ApiClient, strategy: str) -> None:
+    """The `cluster-policy` object with the MIG strategy and a default-enabled MIG manager."""
+    body = {
+        "apiVersion": "nvidia.com/v1",
+        "kind": "ClusterPolicy",
+        "metadata": {"name": CLUSTER_POLICY},
+        "spec": {
+            "mig": {"strategy": strategy},
+            "migManager": {
+                "enabled": True,
+                "config": {"name": "default-mig-parted-config", "default": "all-disabled"},
+                "gpuClientsConfig": {"name": ""},
+                "env": [{"name": "WITH_REBOOT", "value": "false"}],
+            },
+        },
+    }
+    k8s.CustomObjectsApi(api).patch_cluster_custom_object(
+        "nvidia.com", "v1", "clusterpolicies", CLUSTER_POLICY, body,
+        field_manager=OPERATOR_MANAGER, _content_type=APPLY)

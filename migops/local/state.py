@@ -1,0 +1,107 @@
+"""What `migops local up` leaves behind for `down`, `status` and `env`, under $MIGOPS_HOME.
+
+Layout: `$MIGOPS_HOME/local/` is the control plane's workdir (certificates, etcd data, logs,
+kubeconfigs) and `state.json` in it records the servers (pid + start time), the API server
+URL and the seeded nodes. `down` removes the whole directory.
+"""
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from migops.local.process import ProcessRef, is_alive
+
+HOME_ENV = "MIGOPS_HOME"
+
+
+def migops_home() -> Path:
+    """$MIGOPS_HOME, default ~/.migops (absolute, so state never depends on the cwd)."""
+    return Path(os.environ.get(HOME_ENV) or Path.home() / ".migops").expanduser().resolve()
+
+
+def local_dir(home: Path) -> Path:
+    return home / "local"
+
+
+def state_file(home: Path) -> Path:
+    return local_dir(home) / "state.json"
+
+
+@dataclass(frozen=True)
+class NodeRecord:
+    """One seeded node, as `status` shows it."""
+
+    name: str
+    product: str
+    device_id: str
+    gpus: int
+
+
+@dataclass(frozen=True)
+class LocalState:
+    """A running (or crashed) local control plane started by `migops local up`."""
+
+    api_url: str
+    kubeconfig: str
+    bin_dir: str
+    workdir: str
+    strategy: str
+    processes: dict[str, ProcessRef]
+    nodes: list[NodeRecord] = field(default_factory=list)
+    ready_seconds: float | None = None
+
+    def running(self) -> bool:
+        """All servers alive (the very processes we started, not recycled pids)."""
+        return bool(self.processes) and all(is_alive(r) for r in self.processes.values())
+
+    def to_json(self) -> dict:
+        data = asdict(self)
+        data["processes"] = {k: v.to_json() for k, v in self.processes.items()}
+        return data
+
+    @classmethod
+    def from_json(cls, data: dict) -> LocalState:
+        return cls(
+            api_url=data["api_url"],
+            kubeconfig=data["kubeconfig"],
+            bin_dir=data["bin_dir"],
+            workdir=data["workdir"],
+            strategy=data["strategy"],
+            processes={k: ProcessRef.from_json(v) for k, v in data["processes"].items()},
+            nodes=[NodeRecord(**n) for n in data.get("nodes", [])],
+            ready_seconds=data.get("ready_seconds"),
+        )
+
+
+def load(home: Path) -> LocalState | None:
+    """The recorded state, or None when nothing was started (or the file is unreadable)."""
+    try:
+        return LocalState.from_json(json.loads(state_file(home).read_text()))
+    except (FileNotFoundError, ValueError, KeyError, TypeError):
+        return None
+
+
+def save(home: Path, state: LocalState) -> None:
+    """Write atomically: a concurrent `status` never reads half a file."""
+    path = state_file(home)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(state.to_json(), indent=2) + "\n")
+    tmp.replace(path)
+
+
+@contextlib.contextmanager
+def locked(home: Path) -> Iterator[None]:
+    """Serialise `up` and `down` on one home (two `up`s must not start two clusters)."""
+    home.mkdir(parents=True, exist_ok=True)
+    with (home / ".local.lock").open("w") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
