@@ -82,11 +82,16 @@ def _parse_attributes(text: str) -> tuple[str, ...]:
     return tuple(sorted(attributes))
 
 
-@lru_cache(maxsize=4096)
 def parse_profile(text: str) -> MigProfile:
     """Parse a profile string exactly as mig-parted does; raises ProfileSyntaxError."""
+    # Checked before the cache: an unhashable argument (a list) would otherwise raise TypeError.
     if not isinstance(text, str):
         raise ProfileSyntaxError(f"profile must be a string, not {type(text).__name__}")
+    return _parse_profile(text)
+
+
+@lru_cache(maxsize=4096)
+def _parse_profile(text: str) -> MigProfile:
     if text == "":
         raise ProfileSyntaxError("profile is the empty string")
     plus = text.split("+", 1)
