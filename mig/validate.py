@@ -25,6 +25,7 @@ from mig.spec import MigConfigEntry, MigPartedConfig
 
 Strategy = Literal["none", "single", "mixed"]
 STRATEGIES: tuple[str, ...] = ("none", "single", "mixed")
+MAX_GPUS_PER_NODE = 16  # HGX boards carry 8; no MIG-capable system puts more than 16 GPUs in one node
 
 # A Kubernetes label value: the config name must be one to be selectable via nvidia.com/mig.config.
 _LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
@@ -423,7 +424,13 @@ def validate_against_catalogue(config: MigPartedConfig, name: str, strategy: Str
         models = [g for g in cat.gpus if g.device_id in named]
     else:
         models = list(cat.gpus)
-    size = max([max(e.indices, default=-1) + 1 for e in entries if e.indices is not None] + [1])
+    # A node of each model, as large as the highest index asks for (no node has more than 16 GPUs).
+    highest = max([max(e.indices, default=-1) + 1 for e in entries if e.indices is not None] + [1])
+    size = min(highest, MAX_GPUS_PER_NODE)
+    if highest > MAX_GPUS_PER_NODE:
+        findings.append(_Finding(key_path("mig-configs", name), "device-index-out-of-range",
+                                 f"GPU index {highest - 1} is beyond the {MAX_GPUS_PER_NODE} GPUs any known node has",
+                                 "warning"))
     fits: list[GpuModel] = []
     filtered_paths = tuple(e.raw.path for e in entries if e.raw.device_filter)
 
