@@ -137,9 +137,11 @@ class Catalogue:
         found = _product_index(self).get(candidate.lower())
         if found:
             return found
+        near = [g for g in self.gpus if candidate and candidate.lower() in (g.product + " " + g.name).lower()]
+        hint = ("; matching models: " + ", ".join(f"{g.product} ({g.device_id})" for g in near[:6])) if near else ""
         raise UnknownGpuError(
             f"unknown GPU {text!r}: give a PCI device ID such as 0x233010DE or a GFD product such as "
-            "NVIDIA-H100-80GB-HBM3 (see `migops gpus`)")
+            f"NVIDIA-H100-80GB-HBM3 (see `migops gpus`){hint}")
 
 
 @cache

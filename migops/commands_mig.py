@@ -85,17 +85,25 @@ def _emit_json(doc: object) -> None:
     sys.stdout.write("\n")
 
 
-def _parse_or_report(source: str, data: bytes, output: str) -> MigPartedConfig | None:
+def _report_invalid(source: str, problems: Sequence[Problem], output: str, listing: str) -> None:
+    """A file that cannot be checked further (parse errors, unknown -c): problems, and nothing else."""
+    if output == "json":
+        _emit_json({"source": source, "valid": False, "problems": [p.as_dict() for p in problems], listing: []})
+    else:
+        print(f"{source}: INVALID")
+        _print_problems(problems)
+
+
+def _load(args: argparse.Namespace, listing: str) -> tuple[str, list[GpuModel], MigPartedConfig | None]:
+    """Read and parse FILE and resolve --gpu; usage errors raise, an unparseable file is reported."""
+    data = read_input(args.file)
+    node = resolve_gpus(args.gpu)
+    source = "<stdin>" if args.file == "-" else args.file
     try:
-        return parse_config(data)
+        return source, node, parse_config(data)
     except MigError as exc:
-        if output == "json":
-            _emit_json({"source": source, "valid": False, "problems": [p.as_dict() for p in exc.problems],
-                        "configs": []})
-        else:
-            print(f"{source}: INVALID")
-            _print_problems(exc.problems)
-        return None
+        _report_invalid(source, exc.problems, args.output, listing)
+        return source, node, None
 
 
 # ------------------------------------------------------------------------------------------- validate
@@ -150,10 +158,7 @@ def node_text(node: Sequence[GpuModel]) -> str:
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
-    data = read_input(args.file)
-    node = resolve_gpus(args.gpu)
-    source = "<stdin>" if args.file == "-" else args.file
-    config = _parse_or_report(source, data, args.output)
+    source, node, config = _load(args, "configs")
     if config is None:
         return EXIT_INVALID
     names = None
@@ -161,12 +166,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
         try:
             config.select(args.config)
         except MigError as exc:
-            if args.output == "json":
-                _emit_json({"source": source, "valid": False, "problems": [p.as_dict() for p in exc.problems],
-                            "configs": []})
-            else:
-                print(f"{source}: INVALID")
-                _print_problems(exc.problems)
+            _report_invalid(source, exc.problems, args.output, "configs")
             return EXIT_INVALID
         names = [args.config]
     reports = validate(config, names, node or None, args.strategy)
@@ -214,20 +214,13 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
-    data = read_input(args.file)
-    node = resolve_gpus(args.gpu)
-    source = "<stdin>" if args.file == "-" else args.file
-    config = _parse_or_report(source, data, args.output)
+    source, node, config = _load(args, "gpus")
     if config is None:
         return EXIT_INVALID
     try:
         name, _ = config.select(args.config)
     except MigError as exc:
-        if args.output == "json":
-            _emit_json({"source": source, "valid": False, "problems": [p.as_dict() for p in exc.problems], "gpus": []})
-        else:
-            print(f"{source}: cannot plan")
-            _print_problems(exc.problems)
+        _report_invalid(source, exc.problems, args.output, "gpus")
         return EXIT_INVALID
     (report,) = validate(config, [name], node, args.strategy)
     if args.output == "json":
