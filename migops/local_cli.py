@@ -152,9 +152,12 @@ def _clean(home: Path) -> list[int]:
     refs = list(recorded.processes.values())[::-1] if recorded else []
     for arg in identifying_arguments(workdir):
         refs += [r for r in find_by_argument(arg) if r not in refs]
+    # A half-dead control plane (one server crashed) has nothing to shut down gracefully, and
+    # kube-apiserver without its etcd would sit out the whole grace period.
+    grace = 15.0 if all(is_alive(r) for r in refs) else 3.0
     for ref in refs:
         try:
-            stop(ref, timeout=15.0)
+            stop(ref, timeout=grace)
         except RuntimeError:
             pass
     survivors = [r.pid for r in refs if is_alive(r)]
@@ -194,6 +197,8 @@ def _node_lines(kubeconfig_path: Path) -> list[str]:
     from kubernetes import client as k8s
     from kubernetes import config
 
+    from mig.gfd import DEVICE_ID_LABEL, MIG_CONFIG_LABEL
+
     try:
         with config.new_client_from_config(config_file=str(kubeconfig_path)) as api:
             items = k8s.CoreV1Api(api).list_node(_request_timeout=10).items
@@ -206,8 +211,8 @@ def _node_lines(kubeconfig_path: Path) -> list[str]:
             node.metadata.name,
             labels.get("nvidia.com/gpu.product", "-"),
             f"x{labels.get('nvidia.com/gpu.count', '?')}",
-            labels.get("migops.io/gpu.device-id", "-"),
-            f"mig.config={labels.get('nvidia.com/mig.config', '-')}",
+            labels.get(DEVICE_ID_LABEL, "-"),
+            f"mig.config={labels.get(MIG_CONFIG_LABEL, '-')}",
         ]))
     return lines or ["(none)"]
 

@@ -22,6 +22,8 @@ import yaml
 from kubernetes import client as k8s
 from kubernetes.client import ApiClient
 
+from mig.gfd import DEVICE_ID_LABEL, MIG_CONFIG_LABEL, node_labels_without_mig
+
 APPLY = "application/apply-patch+yaml"
 GFD_MANAGER = "gpu-feature-discovery"
 OPERATOR_MANAGER = "gpu-operator"
@@ -29,7 +31,6 @@ OPERATOR_NAMESPACE = "gpu-operator"
 CLUSTER_POLICY = "cluster-policy"
 CRD_NAME = "clusterpolicies.nvidia.com"
 STRATEGIES = ("none", "single", "mixed")
-MIG_CONFIG_LABEL = "nvidia.com/mig.config"
 MIG_CAPABLE_LABEL = "nvidia.com/mig.capable"
 DEPLOY_MIG_MANAGER_LABEL = "nvidia.com/gpu.deploy.mig-manager"
 NODE_PREFIX = "gpu-node-"
@@ -55,15 +56,13 @@ class NodeSpec:
 
 def plan_nodes(count: int, gpus: Sequence[Gpu], gpus_per_node: int, strategy: str) -> list[NodeSpec]:
     """Nodes `gpu-node-1..count`; node i carries `gpus_per_node` GPUs of model gpus[i % len]."""
-    from mig.gfd import DEVICE_ID_LABEL, node_labels_without_mig
-
     if not gpus:
         raise ValueError("at least one GPU model is needed")
     nodes = []
     for i in range(count):
         gpu = gpus[i % len(gpus)]
         gfd = dict(node_labels_without_mig(gpu, count=gpus_per_node, strategy=strategy))
-        gfd[DEVICE_ID_LABEL] = gpu.device_id
+        gfd[DEVICE_ID_LABEL] = gpu.device_id  # mig.gfd sets it too; the issue requires it
         # The GPU Operator's node-labelling controller: only MIG-capable nodes get these.
         operator = ({MIG_CONFIG_LABEL: "all-disabled", DEPLOY_MIG_MANAGER_LABEL: "true"}
                     if gfd.get(MIG_CAPABLE_LABEL) == "true" else {})
@@ -93,13 +92,19 @@ def apply_node(api: ApiClient, node: NodeSpec) -> None:
         body = {"apiVersion": "v1", "kind": "Node",
                 "metadata": {"name": node.name, "labels": labels}}
         core.patch_node(node.name, body, field_manager=manager, _content_type=APPLY)
-    # What the device plugin would advertise for GPUs with MIG disabled: one per GPU.
+    # What the device plugin would advertise for GPUs with MIG disabled: one per GPU. And a
+    # Ready condition, so `kubectl get nodes` reads like a cluster; no node-lifecycle
+    # controller runs here to flip it to Unknown, and the message says it is simulated.
     gpus = node.gfd_labels.get("nvidia.com/gpu.count", str(node.gpus))
     core.patch_node_status(
         node.name,
         {"apiVersion": "v1", "kind": "Node", "metadata": {"name": node.name},
-         "status": {"capacity": {"nvidia.com/gpu": gpus}, "allocatable": {"nvidia.com/gpu": gpus}}},
-        field_manager="nvidia-device-plugin", _content_type=APPLY)
+         "status": {
+             "capacity": {"nvidia.com/gpu": gpus}, "allocatable": {"nvidia.com/gpu": gpus},
+             "conditions": [{"type": "Ready", "status": "True", "reason": "Simulated",
+                             "message": "migops local: no kubelet runs; this node is simulated"}],
+         }},
+        field_manager="migops-local", _content_type=APPLY)
 
 
 def clusterpolicy_crd() -> dict[str, Any]:
