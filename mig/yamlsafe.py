@@ -63,6 +63,21 @@ def _check_nodes(root: yaml.Node, limits: Limits) -> None:
                 stack.append((item, depth + 1, index_path(path, i)))
 
 
+def _check_depth(text: str, limits: Limits) -> None:
+    """Bound the nesting before composing. The C composer recurses once per level and crashes the
+    process (SIGSEGV) on ~500k levels (`- - - ... x` fits in 1 MiB), and libyaml's scanner does
+    O(flow depth) work per token, so a 1 MiB `[[[[...]]]]` takes minutes to compose. The event
+    stream is produced iteratively and lazily: stop at the first collection past the limit."""
+    depth = 0
+    for event in yaml.parse(text, Loader=_Loader):
+        if isinstance(event, (yaml.SequenceStartEvent, yaml.MappingStartEvent)):
+            depth += 1
+            if depth > limits.max_depth:
+                raise _fail("yaml-too-deep", f"document is nested deeper than {limits.max_depth} levels")
+        elif isinstance(event, (yaml.SequenceEndEvent, yaml.MappingEndEvent)):
+            depth -= 1
+
+
 def load_yaml(text: str | bytes, limits: Limits = DEFAULT_LIMITS) -> object:
     """Load one YAML (or JSON) document; raises MigError naming the rule it breaks."""
     size = len(text)
@@ -73,6 +88,10 @@ def load_yaml(text: str | bytes, limits: Limits = DEFAULT_LIMITS) -> object:
             text = text.decode("utf-8")
         except UnicodeDecodeError as exc:
             raise _fail("not-utf8", f"input is not UTF-8 text: {exc}") from None
+    try:
+        _check_depth(text, limits)
+    except yaml.YAMLError as exc:
+        raise _fail("yaml-syntax", f"not valid YAML: {' '.join(str(exc).split())}") from None
     loader = _Loader(text)
     try:
         node = loader.get_single_node()
