@@ -64,6 +64,8 @@ def _up(args: argparse.Namespace) -> int:
         raise UsageError("--gpus-per-node must be at least 1")
     gpus = _resolve_gpus(args.gpu or [DEFAULT_GPU])
 
+    from kubernetes.client.exceptions import ApiException
+
     from migops.local import cluster, state
     from migops.local.binaries import BinariesUnavailable, locate
     from migops.local.controlplane import ControlPlane, ControlPlaneError
@@ -99,6 +101,10 @@ def _up(args: argparse.Namespace) -> int:
         except ControlPlaneError as exc:
             plane.stop()
             _say(f"failed to start: {exc}\n(logs kept in {plane.logs})")
+            return EXIT_INVALID
+        except (ApiException, TimeoutError) as exc:
+            plane.stop()
+            _say(f"API server up, but seeding the cluster failed: {exc}\n(logs kept in {plane.logs})")
             return EXIT_INVALID
         except BaseException:
             plane.stop()

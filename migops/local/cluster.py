@@ -144,6 +144,13 @@ def apply_cluster_policy(api: ApiClient, strategy: str) -> None:
             },
         },
     }
-    k8s.CustomObjectsApi(api).patch_cluster_custom_object(
+    objects = k8s.CustomObjectsApi(api)
+    objects.patch_cluster_custom_object(
         "nvidia.com", "v1", "clusterpolicies", CLUSTER_POLICY, body,
+        field_manager=OPERATOR_MANAGER, _content_type=APPLY)
+    # What a healthy operator reports; tools that wait for the operator see it ready.
+    objects.patch_cluster_custom_object_status(
+        "nvidia.com", "v1", "clusterpolicies", CLUSTER_POLICY,
+        {"apiVersion": "nvidia.com/v1", "kind": "ClusterPolicy", "metadata": {"name": CLUSTER_POLICY},
+         "status": {"state": "ready", "namespace": OPERATOR_NAMESPACE}},
         field_manager=OPERATOR_MANAGER, _content_type=APPLY)

@@ -40,6 +40,7 @@ def test_seeded_cluster_has_policy_crd_and_labelled_nodes(admin) -> None:  # noq
         "nvidia.com", "v1", "clusterpolicies", "cluster-policy")
     assert policy["spec"]["mig"]["strategy"] == "single"
     assert policy["spec"]["migManager"]["config"]["default"] == "all-disabled"
+    assert policy["status"] == {"state": "ready", "namespace": "gpu-operator"}
 
     core = k8s.CoreV1Api(admin)
     expected = node_labels_without_mig(gpus[0], count=8, strategy="single")
