@@ -418,6 +418,8 @@ def validate_against_catalogue(config: MigPartedConfig, name: str, strategy: Str
     cat = cat or catalogue()
     ctx = ctx or _Context(cat)
     findings, entries = _prepare(name, config.entries(name), cat)
+    # Entry-level errors (a malformed filter, a duplicate index) hold on every model: it fits none.
+    entry_errors = any(f.severity == "error" for f in findings)
     filtered = all(e.raw.device_filter for e in entries)
     if filtered:
         named = {f.primary for e in entries for f in e.filters}
@@ -435,8 +437,10 @@ def validate_against_catalogue(config: MigPartedConfig, name: str, strategy: Str
     filtered_paths = tuple(e.raw.path for e in entries if e.raw.device_filter)
 
     def is_pinned(f: _Finding) -> bool:
-        """A finding of a filtered entry on a model its filter names: always a real problem."""
-        return any(f.path == p or f.path.startswith(p + ".") or f.path.startswith(p + "[") for p in filtered_paths)
+        """A finding of a filtered entry on a model its filter names: always a real problem. When every
+        entry is filtered, every model evaluated is one a filter names, so node-level findings
+        (strategy-mismatch at the config's path) are real too."""
+        return filtered or any(f.path == p or f.path.startswith(p + ".") or f.path.startswith(p + "[") for p in filtered_paths)
 
     def credit(findings: Sequence[_Finding], members: Sequence[GpuModel]) -> list[_Finding]:
         return [f if f.gpu is None else _Finding(f.path, f.rule, f.message, f.severity, gpu.name)
@@ -471,6 +475,8 @@ def validate_against_catalogue(config: MigPartedConfig, name: str, strategy: Str
                 findings.extend(credit(fs, members))
         findings.append(_Finding(key_path("mig-configs", name), "fits-no-gpu",
                                  "the config fits no known GPU model (see the problems above for the closest ones)"))
+    if entry_errors:
+        fits.clear()
     fits.sort(key=models.index)
     return ConfigReport(name, _merge(findings), fits=tuple(fits))
 

@@ -506,6 +506,33 @@ def test_catalogue_mode_overlap_with_index_lists():
     assert not report.valid and "overlapping-entries" in rules(report, "error")
 
 
+def test_catalogue_mode_strategy_on_filtered_config():
+    # all-balanced is filtered on every entry; under `single` it is invalid on every model it names
+    (report,) = validate(DEFAULT, names=["all-balanced"], strategy="single")
+    assert not report.valid and report.fits == ()
+    assert set(rules(report, "error")) == {"strategy-mismatch"}
+    (report,) = validate(DEFAULT, names=["all-balanced"], strategy="mixed")
+    assert report.valid and len(report.fits) == len(FILTERED["all-balanced"])
+    (report,) = validate(DEFAULT, names=["all-1g.10gb"], strategy="single")
+    assert report.valid
+
+
+def test_catalogue_mode_strategy_whole_default_config():
+    single = {r.name for r in validate(DEFAULT, strategy="single") if not r.valid}
+    assert single == {"all-balanced", "all-enabled"}
+    assert all(r.valid for r in validate(DEFAULT, strategy="mixed"))
+    none = {r.name for r in validate(DEFAULT, strategy="none") if not r.valid}
+    assert none == set(DEFAULT.names()) - {"all-disabled", "all-enabled"}
+
+
+def test_catalogue_mode_entry_error_fits_nothing():
+    (report,) = validate(cfg(disabled(), {"devices": "all", "mig-enabled": False, "device-filter": "0x123410DE"}))
+    assert not report.valid and rules(report, "error") == ["device-filter-unknown"]
+    assert report.fits == ()
+    (report,) = validate(cfg(enabled({"1g.10gb": 7}, devices=[0, 0])))
+    assert rules(report, "error") == ["duplicate-device-index"] and report.fits == ()
+
+
 def test_validate_with_node_and_names():
     reports = validate(DEFAULT, names=["all-1g.10gb", "all-1g.5gb"], node=[H100])
     assert [(r.name, r.valid) for r in reports] == [("all-1g.10gb", True), ("all-1g.5gb", False)]

@@ -1,0 +1,177 @@
+"""Robustness: untrusted input reaches the parser and validator from a webhook, so nothing but MigError
+(or, for profiles, ProfileSyntaxError) may escape, whatever the input."""
+from __future__ import annotations
+
+import json
+
+import yaml
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from mig.catalogue import catalogue
+from mig.gfd import advertise
+from mig.problems import MigError
+from mig.profile import ProfileSyntaxError, parse_profile
+from mig.spec import parse_config
+from mig.validate import STRATEGIES, validate, validate_on_node
+
+CAT = catalogue()
+FUZZ = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+# --- building blocks ---------------------------------------------------------------------------------
+
+PROFILE_NAMES = sorted({gi.name for t in CAT.tables for gi in t.profiles}
+                       | {a for t in CAT.tables for gi in t.profiles for a in gi.aliases}
+                       | {"1c.3g.20gb", "2c.7g.80gb", "5c.7g.40gb", "1c.1g.10gb", "9g.99gb", "0g.0gb", "1g.10gb+gfx",
+                          "1g.10gb-me", "1g.24gb+me,gfx", "bad", "", " 1g.10gb", "1g.10gb+"})
+DEVICE_IDS = [g.device_id for g in CAT.gpus] + ["0x123410DE", "0xZZZ", "MODEL", "0x233010DE:0x16C110DE",
+                                                "0x2330", "", "99999999999999999999", "-1", "0x"]
+KEYS = ["version", "mig-configs", "devices", "mig-enabled", "mig-devices", "device-filter", "config.yaml",
+        "data", "kind", "apiVersion", "ConfigMap", "v1", "all", "1g.10gb", "x"]
+
+scalars = st.one_of(st.none(), st.booleans(), st.integers(-10, 10), st.integers(), st.floats(allow_nan=True),
+                    st.text(max_size=12), st.sampled_from(KEYS + PROFILE_NAMES + DEVICE_IDS))
+json_like = st.recursive(
+    scalars,
+    lambda children: st.one_of(st.lists(children, max_size=5),
+                               st.dictionaries(st.one_of(st.sampled_from(KEYS), st.text(max_size=8)), children,
+                                               max_size=5)),
+    max_leaves=30)
+
+
+def _entry():
+    devices = st.one_of(st.just("all"), st.lists(st.integers(-2, 40), max_size=4), st.sampled_from(["0", "some"]))
+    device_filter = st.one_of(st.sampled_from(DEVICE_IDS), st.lists(st.sampled_from(DEVICE_IDS), max_size=3))
+    mig_devices = st.dictionaries(st.sampled_from(PROFILE_NAMES), st.integers(-1, 9), max_size=4)
+    return st.fixed_dictionaries(
+        {"devices": devices, "mig-enabled": st.booleans()},
+        optional={"device-filter": device_filter, "mig-devices": st.one_of(mig_devices, st.none())})
+
+
+config_docs = st.fixed_dictionaries({
+    "version": st.just("v1"),
+    "mig-configs": st.dictionaries(st.one_of(st.sampled_from(["all-balanced", "c", "Bad Name!", "a" * 70]),
+                                             st.text(max_size=6)),
+                                   st.lists(_entry(), min_size=1, max_size=4), min_size=1, max_size=3),
+})
+
+
+# Errors that do not depend on the GPU model.
+ENTRY_RULES = {"device-filter-syntax", "device-filter-unknown", "duplicate-device-index", "negative-device-index"}
+
+
+def _parse_or_none(text):
+    try:
+        return parse_config(text)
+    except MigError as exc:
+        assert exc.problems and all(p.rule and isinstance(p.path, str) for p in exc.problems)
+        return None
+
+
+# --- parser ------------------------------------------------------------------------------------------
+
+
+@FUZZ
+@given(st.text(max_size=300))
+def test_parse_arbitrary_text(text):
+    _parse_or_none(text)
+
+
+@FUZZ
+@given(st.binary(max_size=200))
+def test_parse_arbitrary_bytes(data):
+    _parse_or_none(data)
+
+
+@FUZZ
+@given(st.lists(st.sampled_from(["[", "]", "{", "}", ":", ",", "-", " ", "\n", "&a", "*a", "? ", "!!binary",
+                                 "'", '"', "a", "1", "#", "|", ">", "<<:", "---", "\t"]), max_size=80))
+def test_parse_yaml_punctuation_soup(tokens):
+    _parse_or_none("".join(tokens))
+
+
+@FUZZ
+@given(json_like)
+def test_parse_arbitrary_nested_objects(doc):
+    _parse_or_none(yaml.safe_dump(doc))
+    _parse_or_none(json.dumps(doc))
+
+
+@FUZZ
+@given(json_like)
+def test_parse_arbitrary_configmap(payload):
+    manifest = {"apiVersion": "v1", "kind": "ConfigMap", "data": {"config.yaml": payload}}
+    _parse_or_none(yaml.safe_dump(manifest))
+    if isinstance(payload, (dict, list)):
+        manifest["data"]["config.yaml"] = yaml.safe_dump(payload)
+        _parse_or_none(yaml.safe_dump(manifest))
+
+
+# --- validator ---------------------------------------------------------------------------------------
+
+
+@FUZZ
+@given(config_docs, st.lists(st.sampled_from(CAT.gpus), min_size=1, max_size=4),
+       st.sampled_from((None,) + STRATEGIES))
+def test_validate_never_raises(doc, node, strategy):
+    config = _parse_or_none(yaml.safe_dump(doc))
+    if config is None:
+        return
+    for report in validate(config, strategy=strategy):
+        assert report.valid == (not report.errors)
+        assert set(report.fits) <= set(CAT.gpus)
+        if report.valid:
+            assert report.fits, "a valid config fits some model"
+        if {p.rule for p in report.errors} & ENTRY_RULES:
+            assert report.fits == (), "an entry-level error holds on every model"
+    for report in validate(config, node=node, strategy=strategy):
+        assert len(report.gpus) == len(node)
+        for result in report.gpus:
+            if report.valid and result.mig_enabled:
+                assert result.layout is not None
+        if strategy is not None:
+            advertise(report.gpus, strategy)
+
+
+@FUZZ
+@given(json_like)
+def test_validate_whatever_parses(doc):
+    config = _parse_or_none(yaml.safe_dump({"version": "v1", "mig-configs": {"c": doc}}))
+    if config is None:
+        return
+    validate(config)
+    validate_on_node(config, "c", [CAT.gpus[0], CAT.gpus[-1]], "mixed")
+
+
+# --- profile grammar ---------------------------------------------------------------------------------
+
+
+@FUZZ
+@given(st.text(max_size=30))
+def test_parse_profile_arbitrary_text(text):
+    try:
+        profile = parse_profile(text)
+    except ProfileSyntaxError:
+        return
+    # anything accepted round-trips through its canonical form
+    assert parse_profile(str(profile)) == profile
+
+
+@FUZZ
+@given(st.text(alphabet="0123456789cgb.+-,meal x", max_size=20))
+def test_parse_profile_near_miss_text(text):
+    try:
+        profile = parse_profile(text)
+    except ProfileSyntaxError:
+        return
+    assert parse_profile(str(profile)) == profile
+    assert profile.gpu >= 0 and profile.compute >= 0 and profile.memory_gb >= 0
+
+
+@FUZZ
+@given(scalars)
+def test_parse_profile_arbitrary_values(value):
+    try:
+        parse_profile(value)
+    except ProfileSyntaxError:
+        pass
