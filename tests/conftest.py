@@ -22,10 +22,16 @@ import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import FrameType
+from typing import TYPE_CHECKING
 
 import pytest
 
-ClientFactory = Callable[[Path], "ApiClient"]  # noqa: F821
+if TYPE_CHECKING:
+    from kubernetes.client import ApiClient
+
+    from migops.local.controlplane import ControlPlane
+
+ClientFactory = Callable[[Path], "ApiClient"]
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -36,7 +42,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 
 @pytest.fixture(scope="session")
-def control_plane() -> Iterator["ControlPlane"]:  # noqa: F821
+def control_plane() -> Iterator[ControlPlane]:
     from migops.local.binaries import BinariesUnavailable, locate
     from migops.local.controlplane import ControlPlane
 
@@ -78,29 +84,29 @@ def _stop_on_signals(stop: Callable[[], None]) -> Callable[[], None]:
 
 
 @pytest.fixture(scope="session")
-def admin(control_plane) -> Iterator["ApiClient"]:  # noqa: F821, ANN001
+def admin(control_plane: ControlPlane) -> Iterator[ApiClient]:
     with control_plane.api_client() as api:
         yield api
 
 
 @pytest.fixture(scope="session")
-def kubeconfig_for(control_plane) -> Callable[..., Path]:  # noqa: ANN001
+def kubeconfig_for(control_plane: ControlPlane) -> Callable[..., Path]:
     """`kubeconfig_for(user, groups=())`: a client-certificate kubeconfig, no permissions."""
     return control_plane.kubeconfig_for
 
 
 @pytest.fixture(scope="session")
-def service_account_kubeconfig(control_plane) -> Callable[[str, str], Path]:  # noqa: ANN001
+def service_account_kubeconfig(control_plane: ControlPlane) -> Callable[[str, str], Path]:
     """`service_account_kubeconfig(namespace, name)`: creates the SA, returns a token kubeconfig."""
     return control_plane.kubeconfig_for_service_account
 
 
 @pytest.fixture
-def client_for(control_plane) -> Iterator[ClientFactory]:  # noqa: ANN001
+def client_for(control_plane: ControlPlane) -> Iterator[ClientFactory]:
     """`client_for(kubeconfig_path)`: an ApiClient for that identity, closed after the test."""
     clients = []
 
-    def make(path: Path) -> "ApiClient":  # noqa: F821
+    def make(path: Path) -> ApiClient:
         api = control_plane.api_client(path)
         clients.append(api)
         return api
@@ -117,7 +123,7 @@ def _unique(request: pytest.FixtureRequest, prefix: str) -> str:
 
 
 @pytest.fixture
-def namespace(admin, request: pytest.FixtureRequest) -> Iterator[str]:  # noqa: ANN001
+def namespace(admin: ApiClient, request: pytest.FixtureRequest) -> Iterator[str]:
     """A fresh namespace. Deleted afterwards; without a controller-manager it stays Terminating."""
     from kubernetes import client as k8s
 
@@ -129,7 +135,7 @@ def namespace(admin, request: pytest.FixtureRequest) -> Iterator[str]:  # noqa: 
 
 
 @pytest.fixture
-def node(admin, request: pytest.FixtureRequest) -> Iterator[str]:  # noqa: ANN001
+def node(admin: ApiClient, request: pytest.FixtureRequest) -> Iterator[str]:
     """A fresh Node object with no labels (nothing runs on it: there is no kubelet)."""
     from kubernetes import client as k8s
 
