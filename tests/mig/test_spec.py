@@ -107,7 +107,8 @@ def test_rule_1_missing_version():
                                   "version: 1\nmig-configs: {a: [{devices: all, mig-enabled: false}]}\n",
                                   "version: V1\nmig-configs: {a: [{devices: all, mig-enabled: false}]}\n"])
 def test_rule_2_unknown_version(text):
-    the_problem(text, "unknown-version", "version", "unknown version: ")
+    p = the_problem(text, "unknown-version", "version", "unknown version: ")
+    assert text.split()[1] in p.message
 
 
 @pytest.mark.parametrize("text", ["", "   \n", "# only a comment\n", "{}", "null", "~"])

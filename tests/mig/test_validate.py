@@ -495,6 +495,15 @@ def test_catalogue_mode_filtered_entry_pinned_problem():
     assert not report.valid and rules(report, "error") == ["count-exceeds-max"]
 
 
+def test_catalogue_mode_fits_lists_models_where_it_is_valid():
+    # one filtered entry broken on A100-40GB, one fine on H100: invalid overall, fits H100 only
+    (report,) = validate(cfg(enabled({"1g.10gb": 7}, device_filter="0x20B010DE"),
+                             enabled({"1g.10gb": 7}, device_filter="0x233010DE")))
+    assert not report.valid and rules(report, "error") == ["count-exceeds-max"]
+    assert "A100-SXM4-40GB" in report.errors[0].message
+    assert [g.device_id for g in report.fits] == ["0x233010DE"]
+
+
 def test_catalogue_mode_drift_warning_shown():
     (report,) = validate(DEFAULT, names=["all-7g.189gb"])
     assert report.valid and rules(report) == ["profile-name-drift"]
