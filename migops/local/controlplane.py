@@ -265,13 +265,13 @@ class ControlPlane:
         shutil.rmtree(self.workdir / "etcd", ignore_errors=True)
         argv = [
             str(self.binaries.etcd),
-            "--name=default",
+            "--name=migops-local",
             f"--data-dir={self.workdir / 'etcd'}",
             f"--listen-client-urls={client}",
             f"--advertise-client-urls={client}",
             f"--listen-peer-urls={peer}",
             f"--initial-advertise-peer-urls={peer}",
-            f"--initial-cluster=default={peer}",
+            f"--initial-cluster=migops-local={peer}",
             f"--cert-file={p / 'etcd.crt'}",
             f"--key-file={p / 'etcd.key'}",
             f"--trusted-ca-file={p / 'etcd-ca.crt'}",
