@@ -30,10 +30,13 @@ class DeviceId:
         return f"{self.primary}:0x{self.subsystem_device:04X}{self.subsystem_vendor:04X}"
 
     def matches(self, gpu: DeviceId) -> bool:
-        """Filter semantics: without a subsystem part match device+vendor, with one match all four."""
+        """Filter semantics: without a subsystem part match device+vendor, with one match all four.
+
+        A GPU whose subsystem is unknown (catalogue models and node labels carry only the primary ID)
+        is taken to match: the filter names that model, so its entry must be checked on it."""
         if (self.device, self.vendor) != (gpu.device, gpu.vendor):
             return False
-        if self.subsystem_device is None:
+        if self.subsystem_device is None or gpu.subsystem_device is None:
             return True
         return (self.subsystem_device, self.subsystem_vendor) == (gpu.subsystem_device, gpu.subsystem_vendor)
 

@@ -46,5 +46,6 @@ def test_matching():
     assert parse_device_id("0x233010DE:0x16C110DE").matches(gpu)
     assert not parse_device_id("0x233010DE:0x16C210DE").matches(gpu)
     assert not parse_device_id("0x233110DE").matches(gpu)
-    # a filter with a subsystem part needs the GPU's subsystem to match; unknown means no match
-    assert not parse_device_id("0x233010DE:0x16C110DE").matches(DeviceId(0x2330, 0x10DE))
+    # a GPU whose subsystem is unknown (a catalogue model) is the model the filter names
+    assert parse_device_id("0x233010DE:0x16C110DE").matches(DeviceId(0x2330, 0x10DE))
+    assert not parse_device_id("0x233110DE:0x16C110DE").matches(DeviceId(0x2330, 0x10DE))

@@ -39,13 +39,33 @@ json_like = st.recursive(
     max_leaves=30)
 
 
+def _grammatical(name: str) -> bool:
+    try:
+        parse_profile(name)
+    except ProfileSyntaxError:
+        return False
+    return True
+
+
+GRAMMATICAL = [n for n in PROFILE_NAMES if _grammatical(n)]
+
+
 def _entry():
-    devices = st.one_of(st.just("all"), st.lists(st.integers(-2, 40), max_size=4), st.sampled_from(["0", "some"]))
+    """Mostly entries that parse (so the validator gets exercised), some that break a parse rule."""
+    devices = st.one_of(st.just("all"), st.lists(st.integers(-2, 20), max_size=4))
     device_filter = st.one_of(st.sampled_from(DEVICE_IDS), st.lists(st.sampled_from(DEVICE_IDS), max_size=3))
-    mig_devices = st.dictionaries(st.sampled_from(PROFILE_NAMES), st.integers(-1, 9), max_size=4)
-    return st.fixed_dictionaries(
-        {"devices": devices, "mig-enabled": st.booleans()},
-        optional={"device-filter": device_filter, "mig-devices": st.one_of(mig_devices, st.none())})
+    enabled = st.fixed_dictionaries(
+        {"devices": devices, "mig-enabled": st.just(True),
+         "mig-devices": st.dictionaries(st.sampled_from(GRAMMATICAL), st.integers(0, 8), max_size=4)},
+        optional={"device-filter": device_filter})
+    disabled = st.fixed_dictionaries({"devices": devices, "mig-enabled": st.just(False)},
+                                     optional={"device-filter": device_filter})
+    loose = st.fixed_dictionaries(
+        {"devices": st.one_of(devices, st.sampled_from(["0", "some"])), "mig-enabled": st.booleans()},
+        optional={"device-filter": device_filter,
+                  "mig-devices": st.one_of(st.dictionaries(st.sampled_from(PROFILE_NAMES), st.integers(-1, 9),
+                                                           max_size=4), st.none())})
+    return st.one_of(enabled, enabled, enabled, disabled, loose)
 
 
 config_docs = st.fixed_dictionaries({
@@ -175,3 +195,19 @@ def test_parse_profile_arbitrary_values(value):
         parse_profile(value)
     except ProfileSyntaxError:
         pass
+
+
+@FUZZ
+@given(config_docs.map(lambda doc: {**doc, "mig-configs": {
+    name: [{**e, "devices": "all"} for e in entries] for name, entries in doc["mig-configs"].items()}}),
+    st.sampled_from((None,) + STRATEGIES))
+def test_catalogue_mode_agrees_with_node_mode(doc, strategy):
+    """With `devices: all` everywhere, catalogue mode's `fits` is exactly the set of models on which a
+    one-GPU node validates."""
+    config = _parse_or_none(yaml.safe_dump(doc))
+    if config is None:
+        return
+    for report in validate(config, strategy=strategy):
+        on_node = {g.device_id for g in CAT.gpus
+                   if validate_on_node(config, report.name, [g], strategy).valid}
+        assert {g.device_id for g in report.fits} == on_node, report.problems

@@ -252,10 +252,20 @@ def test_device_filter_unknown():
 
 
 def test_device_filter_with_subsystem():
-    report = on([H100], enabled({"1g.10gb": 7}, device_filter="0x233010DE:0x16C110DE"))
-    # the node's GPU has no subsystem ID in the catalogue, so the 4-part filter does not select it
-    assert rules(report, "error") == ["gpu-not-covered"]
-    assert on([H100], enabled({"1g.10gb": 7}, device_filter="0x233010DE")).valid
+    # the node's GPU is known by its primary ID only: a filter with a subsystem part naming that model
+    # selects it, and its geometry is checked
+    assert on([H100], enabled({"1g.10gb": 7}, device_filter="0x233010DE:0x16C110DE")).valid
+    report = on([H100], enabled({"1g.10gb": 9}, device_filter="0x233010DE:0x16C110DE"))
+    assert rules(report, "error") == ["count-exceeds-max"]
+    assert rules(on([H100], enabled({"1g.10gb": 7}, device_filter="0x233110DE:0x16C110DE")), "error") == [
+        "gpu-not-covered"]
+
+
+def test_catalogue_mode_device_filter_with_subsystem():
+    (report,) = validate(cfg(enabled({"1g.10gb": 9}, device_filter="0x233010DE:0x16C110DE")))
+    assert not report.valid and rules(report, "error") == ["count-exceeds-max"] and report.fits == ()
+    (report,) = validate(cfg(enabled({"1g.10gb": 7}, device_filter="0x233010DE:0x16C110DE")))
+    assert report.valid and [g.device_id for g in report.fits] == ["0x233010DE"]
 
 
 def test_device_filter_decimal_and_lowercase():
