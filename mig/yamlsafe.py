@@ -98,7 +98,12 @@ def load_yaml(text: str | bytes, limits: Limits = DEFAULT_LIMITS) -> object:
         if node is None:
             return None
         _check_nodes(node, limits)
-        return loader.construct_document(node)
+        try:
+            return loader.construct_document(node)
+        except (ValueError, TypeError, LookupError, AttributeError, ArithmeticError) as exc:
+            # A scalar that matches a YAML type but cannot be built: `2001-02-30`, `!!bool x`, an int of more
+            # than 4300 digits, `!!timestamp 99999-01-01`. PyYAML lets these escape as plain errors.
+            raise _fail("yaml-syntax", f"not valid YAML: a value cannot be constructed: {exc}") from None
     except yaml.YAMLError as exc:
         raise _fail("yaml-syntax", f"not valid YAML: {' '.join(str(exc).split())}") from None
     except RecursionError:

@@ -127,6 +127,25 @@ def test_parse_arbitrary_configmap(payload):
         _parse_or_none(yaml.safe_dump(manifest))
 
 
+TRICKY_SCALARS = ["2001-02-30", "2001-13-01", "2001-02-03", "2001-02-03T04:05:06Z", "99999-01-01", "9" * 5000,
+                  "0x" + "f" * 40, "1_000", "0o17", "0b1", "1e400", ".inf", ".nan", "~", "null", "yes", "no", "on",
+                  "off", "=", "<<", "!!bool", "!!int", "!!float", "!!timestamp", "!!binary", "!!set", "!!omap",
+                  "!!pairs", "!!str", "!!null", "!!map", "!!seq", "!custom", "&a", "*a", "'", '"', "|", ">"]
+
+
+@FUZZ
+@given(st.lists(st.one_of(st.sampled_from(TRICKY_SCALARS), st.text(max_size=6)), min_size=1, max_size=3),
+       st.sampled_from(["devices", "mig-enabled", "device-filter", "version", "mig-devices"]))
+def test_parse_tricky_scalars_in_place(parts, field):
+    """Typed YAML scalars (dates, huge ints, explicit tags) where the parser reads a value."""
+    value = " ".join(parts)
+    entry = {"devices": "all", "mig-enabled": "false", "mig-devices": "{}"}
+    entry[field] = value
+    text = ("version: " + (value if field == "version" else "v1") + "\nmig-configs:\n  c:\n    - "
+            + "\n      ".join(f"{k}: {v}" for k, v in entry.items() if k != "version") + "\n")
+    _parse_or_none(text)
+
+
 # --- validator ---------------------------------------------------------------------------------------
 
 

@@ -288,6 +288,15 @@ def test_not_utf8():
     the_problem(b"version: v1\n\xff\xfe", "not-utf8", "")
 
 
+@pytest.mark.parametrize("value", ["2001-02-30", "2001-13-01", "!!timestamp 99999-01-01", "9" * 5000,
+                                   "!!int " + "9" * 5000, "!!bool maybe", "!!float x", "!!int x",
+                                   "!!binary zz", "!!omap [1]", "!!str [1]"])
+def test_scalar_that_cannot_be_constructed(value):
+    # PyYAML raises ValueError/KeyError/AttributeError for these: they must come out as MigError
+    text = f"version: v1\nmig-configs:\n  c:\n    - devices: {value}\n      mig-enabled: false\n"
+    the_problem(text, "yaml-syntax", "")
+
+
 def test_yaml_syntax_error():
     the_problem("version: v1\nmig-configs: {a: [\n", "yaml-syntax", "")
     the_problem("version: v1\n---\nversion: v1\n", "yaml-syntax", "")
