@@ -88,6 +88,11 @@ def load_yaml(text: str | bytes, limits: Limits = DEFAULT_LIMITS) -> object:
             text = text.decode("utf-8")
         except UnicodeDecodeError as exc:
             raise _fail("not-utf8", f"input is not UTF-8 text: {exc}") from None
+    else:
+        try:  # a lone surrogate (e.g. from a JSON "\ud800" escape) makes libyaml raise UnicodeEncodeError
+            text.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            raise _fail("not-utf8", f"input is not valid Unicode text: {exc}") from None
     try:
         _check_depth(text, limits)
     except yaml.YAMLError as exc:

@@ -98,6 +98,13 @@ def test_parse_arbitrary_text(text):
 
 
 @FUZZ
+@given(st.text(alphabet=st.characters(categories=["Cs", "Cc", "Zs", "Lu", "Nd", "Po"]), max_size=50))
+def test_parse_text_with_surrogates_and_controls(text):
+    _parse_or_none(text)
+    _parse_or_none("version: v1\nmig-configs:\n  " + text + ":\n    - devices: all\n      mig-enabled: false\n")
+
+
+@FUZZ
 @given(st.binary(max_size=200))
 def test_parse_arbitrary_bytes(data):
     _parse_or_none(data)

@@ -286,6 +286,8 @@ def test_json_input():
 
 def test_not_utf8():
     the_problem(b"version: v1\n\xff\xfe", "not-utf8", "")
+    # a str with a lone surrogate, as json.loads makes from a "\ud800" escape
+    the_problem(json.loads('"version: v1\\nx: \\ud800"'), "not-utf8", "")
 
 
 @pytest.mark.parametrize("value", ["2001-02-30", "2001-13-01", "!!timestamp 99999-01-01", "9" * 5000,
