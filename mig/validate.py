@@ -205,7 +205,7 @@ def _did_you_mean(profile: MigProfile, gpu: GpuModel, cat: Catalogue) -> str:
     if elsewhere:
         more = f" and {len(elsewhere) - 4} more" if len(elsewhere) > 4 else ""
         hint += f" ({profile.gi_name} exists on {', '.join(elsewhere[:4])}{more})"
-    return f"profile {str(profile)!r} does not exist on {gpu.name} (has: {', '.join(names)}){hint}"
+    return f"profile {str(profile)!r} does not exist on this GPU (it has: {', '.join(names)}){hint}"
 
 
 def _geometry(entry: MigConfigEntry, gpu: GpuModel, cat: Catalogue) -> _Geometry:
@@ -254,7 +254,7 @@ def _geometry(entry: MigConfigEntry, gpu: GpuModel, cat: Catalogue) -> _Geometry
     for gi, count in request.items():
         if count > gi.max_count:
             findings.append(_Finding(key_path(devices_path, first_key[gi]), "count-exceeds-max",
-                                     f"{count} x {gi.name} requested; {name} allows at most {gi.max_count}",
+                                     f"{count} x {gi.name} requested; the GPU allows at most {gi.max_count}",
                                      gpu=name))
     media = sum(c for gi, c in request.items() if gi.has_media_extensions)
     if media > 1:
@@ -276,11 +276,11 @@ def _why_infeasible(gpu: GpuModel, request: dict[GiProfile, int]) -> str:
     memory = sum(gi.memory_slices * c for gi, c in request.items())
     compute = sum(gi.compute_slices * c for gi, c in request.items())
     if memory > table.memory_slices:
-        return f"{wanted} needs {memory} memory slices; {gpu.name} has {table.memory_slices}"
+        return f"{wanted} needs {memory} memory slices; the GPU has {table.memory_slices}"
     if compute > table.compute_slices:
-        return f"{wanted} needs {compute} compute slices; {gpu.name} has {table.compute_slices}"
+        return f"{wanted} needs {compute} compute slices; the GPU has {table.compute_slices}"
     starts = "; ".join(f"{gi.name} starts at {'/'.join(map(str, gi.starts))}" for gi in request)
-    return f"{wanted} cannot be placed without overlap on {gpu.name} ({starts})"
+    return f"{wanted} cannot be placed without overlap ({starts})"
 
 
 # --------------------------------------------------------------------------------------------------
@@ -383,7 +383,9 @@ def _evaluate_node(name: str, entries: Sequence[_Entry], node: Sequence[GpuModel
             results.append(GpuResult(index, gpu, last.path, False))
             continue
         geometry = ctx.geometry(last, gpu)
-        findings.extend(geometry.findings)
+        # Geometries are cached per profile table; credit the findings to this GPU's model.
+        findings.extend(f if f.gpu in (None, gpu.name) else _Finding(f.path, f.rule, f.message, f.severity, gpu.name)
+                        for f in geometry.findings)
         results.append(GpuResult(index, gpu, last.path, True, geometry.layout, geometry.mig_devices))
     findings.extend(_strategy_findings(config_path, results, strategy, entry_paths))
     return findings, tuple(results)

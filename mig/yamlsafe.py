@@ -81,6 +81,8 @@ def _check_depth(text: str, limits: Limits) -> None:
 def load_yaml(text: str | bytes, limits: Limits = DEFAULT_LIMITS) -> object:
     """Load one YAML (or JSON) document; raises MigError naming the rule it breaks."""
     size = len(text)
+    if isinstance(text, str) and size <= limits.max_bytes:
+        size = len(text.encode("utf-8", "surrogatepass"))  # the limit is in bytes, as a ConfigMap's is
     if size > limits.max_bytes:
         raise _fail("input-too-large", f"input is {size} bytes; the limit is {limits.max_bytes} bytes")
     if isinstance(text, bytes):
