@@ -16,7 +16,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
-from mig.catalogue import Catalogue, GiProfile, GpuModel, catalogue
+from mig.catalogue import Catalogue, GiProfile, GpuModel, catalogue, gi_key
 from mig.devices import DeviceIdSyntaxError, parse_device_id
 from mig.placement import Placement, place
 from mig.problems import Problem, Severity, index_path, key_path
@@ -127,14 +127,19 @@ class _Entry:
     raw: MigConfigEntry
     filters: tuple  # parsed DeviceIds (unparseable ones dropped: they match nothing, as in mig-parted)
     indices: frozenset[int] | None  # None: devices: all
+    # Device IDs the filter names; None without a filter. Catalogue GPUs carry no subsystem ID, so a
+    # filter with a subsystem part is taken to match its device (see docs/config-rules.md).
+    primaries: frozenset[str] | None = None
 
     def selects(self, index: int, gpu: GpuModel) -> bool:
         if self.indices is not None and index not in self.indices:
             return False
-        if not self.raw.device_filter:
-            return True
-        pci = gpu.pci
-        return any(f.matches(pci) for f in self.filters)
+        return self.primaries is None or gpu.device_id in self.primaries
+
+    def resolves_on(self, gpu: GpuModel) -> bool:
+        """Cheap pre-check: every profile name of the entry exists (or is an alias) on this GPU."""
+        index = gpu.table.index
+        return all(gi_key(item.profile) in index for item in self.raw.mig_devices)
 
 
 def _prepare_entry(entry: MigConfigEntry, cat: Catalogue, out: list[_Finding]) -> _Entry:
@@ -175,7 +180,8 @@ def _prepare_entry(entry: MigConfigEntry, cat: Catalogue, out: list[_Finding]) -
                                 "a count of 0 creates nothing, and mig-parted then never sees the config as "
                                 "applied (it compares map sizes), so it reconfigures the GPU every time",
                                 "warning"))
-    return _Entry(entry, tuple(filters), indices)
+    primaries = frozenset(f.primary for f in filters) if entry.device_filter else None
+    return _Entry(entry, tuple(filters), indices, primaries)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -452,19 +458,33 @@ def validate_against_catalogue(config: MigPartedConfig, name: str, strategy: Str
     # one of them and credit the findings to all.
     groups: dict[tuple, list[GpuModel]] = {}
     for gpu in models:
-        selecting = tuple(i for i, e in enumerate(entries)
-                          if not e.raw.device_filter or any(f.matches(gpu.pci) for f in e.filters))
+        selecting = tuple(i for i, e in enumerate(entries) if e.primaries is None or gpu.device_id in e.primaries)
         groups.setdefault((gpu.table.id, selecting), []).append(gpu)
     loose: list[tuple[list[GpuModel], list[_Finding], int]] = []
-    for members in groups.values():
+
+    def evaluate(members: list[GpuModel]) -> None:
         node_findings, _ = _evaluate_node(name, entries, [members[0]] * size, strategy, False, ctx)
         errors = sum(f.severity == "error" for f in node_findings)
         if not errors:
             fits.extend(members)
-        if not node_findings:
-            continue
-        findings.extend(credit([f for f in node_findings if is_pinned(f)], members))
-        loose.append((members, [f for f in node_findings if not is_pinned(f)], errors))
+        if node_findings:
+            findings.extend(credit([f for f in node_findings if is_pinned(f)], members))
+            loose.append((members, [f for f in node_findings if not is_pinned(f)], errors))
+
+    # A group where only unfiltered entries apply and one of them names a profile the GPU lacks cannot
+    # fit, and its findings only matter if no model fits: evaluate it only then.
+    deferred: list[list[GpuModel]] = []
+    for (_, selecting), members in groups.items():
+        chosen = [entries[i] for i in selecting]
+        if (not filtered and all(e.primaries is None for e in chosen)
+                and any(e.raw.mig_enabled and (e.indices is None or any(i < size for i in e.indices))
+                        and not e.resolves_on(members[0]) for e in chosen)):
+            deferred.append(members)
+        else:
+            evaluate(members)
+    if not fits:
+        for members in deferred:
+            evaluate(members)
     if fits:
         # Warnings (name drift, ...) on the models it fits are still worth showing.
         for members, fs, errors in loose:
