@@ -6,12 +6,10 @@ from dataclasses import dataclass, field
 from functools import cache
 from importlib import resources
 
-import yaml
-
 from mig.devices import DeviceId, DeviceIdSyntaxError, parse_device_id
 from mig.profile import MigProfile, parse_profile
+from mig.yamlsafe import load_yaml
 
-_Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
 class UnknownGpuError(LookupError):
@@ -173,7 +171,7 @@ def _read_data(name: str) -> str:
 
 def raw_catalogue() -> dict:
     """The data file as loaded (for the schema test and `migops gpus -o json`)."""
-    return yaml.load(_read_data("gpus.yaml"), Loader=_Loader)
+    return load_yaml(_read_data("gpus.yaml"))  # type: ignore[return-value]
 
 
 def catalogue_schema() -> dict:

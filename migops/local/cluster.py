@@ -18,11 +18,11 @@ from dataclasses import dataclass
 from importlib import resources
 from typing import Any, Protocol
 
-import yaml
 from kubernetes import client as k8s
 from kubernetes.client import ApiClient
 
 from mig.gfd import DEVICE_ID_LABEL, MIG_CONFIG_LABEL, node_labels_without_mig
+from mig.yamlsafe import load_yaml
 
 APPLY = "application/apply-patch+yaml"
 GFD_MANAGER = "gpu-feature-discovery"
@@ -110,7 +110,7 @@ def apply_node(api: ApiClient, node: NodeSpec) -> None:
 def clusterpolicy_crd() -> dict[str, Any]:
     """The ClusterPolicy CRD shipped in migops/local/data/."""
     text = resources.files("migops.local").joinpath("data/clusterpolicy-crd.yaml").read_text()
-    return yaml.load(text, Loader=yaml.CSafeLoader)
+    return load_yaml(text)  # type: ignore[return-value]
 
 
 def install_clusterpolicy_crd(api: ApiClient, *, timeout: float = 30.0) -> None:
