@@ -58,6 +58,15 @@ def public_key_pem(private_key_pem: bytes) -> bytes:
     )
 
 
+def _key_usage(*, signs_certificates: bool) -> x509.KeyUsage:
+    """ECDSA keys only sign: TLS handshakes always, certificates and CRLs only for a CA."""
+    return x509.KeyUsage(
+        digital_signature=True, key_cert_sign=signs_certificates, crl_sign=signs_certificates,
+        content_commitment=False, key_encipherment=False, data_encipherment=False,
+        key_agreement=False, encipher_only=False, decipher_only=False,
+    )
+
+
 def create_ca(common_name: str, *, valid_for: dt.timedelta = DEFAULT_VALIDITY) -> KeyPair:
     """A self-signed CA that may sign leaf certificates only (path length 0)."""
     key = ec.generate_private_key(ec.SECP256R1())
@@ -65,14 +74,7 @@ def create_ca(common_name: str, *, valid_for: dt.timedelta = DEFAULT_VALIDITY) -
     builder = (
         _base_builder(name, name, key.public_key(), valid_for)
         .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
-        .add_extension(
-            x509.KeyUsage(
-                digital_signature=True, key_cert_sign=True, crl_sign=True,
-                content_commitment=False, key_encipherment=False, data_encipherment=False,
-                key_agreement=False, encipher_only=False, decipher_only=False,
-            ),
-            critical=True,
-        )
+        .add_extension(_key_usage(signs_certificates=True), critical=True)
         .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
     )
     cert = builder.sign(key, hashes.SHA256())
@@ -125,14 +127,7 @@ def _issue(
     builder = (
         _base_builder(subject, ca_cert.subject, key.public_key(), valid_for)
         .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-        .add_extension(
-            x509.KeyUsage(
-                digital_signature=True, key_encipherment=False, key_cert_sign=False,
-                crl_sign=False, content_commitment=False, data_encipherment=False,
-                key_agreement=False, encipher_only=False, decipher_only=False,
-            ),
-            critical=True,
-        )
+        .add_extension(_key_usage(signs_certificates=False), critical=True)
         .add_extension(x509.ExtendedKeyUsage([usage]), critical=False)
         .add_extension(
             x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_cert.public_key()), critical=False
