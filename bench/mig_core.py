@@ -10,15 +10,12 @@ import sys
 import time
 from pathlib import Path
 
+import migops.mig.placement as placement
+from migops.mig.catalogue import catalogue
+from migops.mig.spec import parse_config
+from migops.mig.validate import validate
+
 ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
-
-import mig.placement as placement  # noqa: E402
-from mig.catalogue import catalogue  # noqa: E402
-from mig.spec import parse_config  # noqa: E402
-from mig.validate import validate  # noqa: E402
-
 DEFAULT_CONFIG = ROOT / "examples" / "nvidia-default-config.yaml"
 ns = time.perf_counter_ns
 

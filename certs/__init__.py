@@ -6,7 +6,7 @@ admission webhook for its own serving certificate. Everything is ECDSA P-256: sm
 fast to generate, accepted by Go's crypto/tls and by kube-apiserver for service-account
 token signing (ES256).
 """
-from certs.pki import (
+from migops.certs.pki import (
     KeyPair,
     create_ca,
     issue_client,

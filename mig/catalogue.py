@@ -6,9 +6,9 @@ from dataclasses import dataclass, field
 from functools import cache
 from importlib import resources
 
-from mig.devices import DeviceId, DeviceIdSyntaxError, parse_device_id
-from mig.profile import MigProfile, parse_profile
-from mig.yamlsafe import load_yaml
+from migops.mig.devices import DeviceId, DeviceIdSyntaxError, parse_device_id
+from migops.mig.profile import MigProfile, parse_profile
+from migops.mig.yamlsafe import load_yaml
 
 
 
@@ -166,7 +166,7 @@ def _product_index(cat: Catalogue) -> dict[str, GpuModel]:
 
 
 def _read_data(name: str) -> str:
-    return resources.files("mig").joinpath("data", name).read_text(encoding="utf-8")
+    return resources.files("migops.mig").joinpath("data", name).read_text(encoding="utf-8")
 
 
 def raw_catalogue() -> dict:

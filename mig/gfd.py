@@ -10,9 +10,9 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from mig.catalogue import GiProfile, GpuModel
-from mig.profile import parse_profile
-from mig.validate import GpuResult, Strategy
+from migops.mig.catalogue import GiProfile, GpuModel
+from migops.mig.profile import parse_profile
+from migops.mig.validate import GpuResult, Strategy
 
 PREFIX = "nvidia.com/"
 DEVICE_ID_LABEL = "migops.io/gpu.device-id"  # ours: the PCI device ID, which GFD does not publish

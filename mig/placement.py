@@ -11,7 +11,7 @@ from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from mig.catalogue import GiProfile, ProfileTable
+from migops.mig.catalogue import GiProfile, ProfileTable
 
 
 @dataclass(frozen=True, order=True)

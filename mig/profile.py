@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 from functools import lru_cache
 
-from mig.problems import MigError, Problem
+from migops.mig.problems import MigError, Problem
 
 
 class ProfileSyntaxError(ValueError):

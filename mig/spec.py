@@ -9,9 +9,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from mig.problems import MigError, Problem, index_path, key_path
-from mig.profile import MigProfile, ProfileSyntaxError, parse_profile
-from mig.yamlsafe import DEFAULT_LIMITS, Limits, load_yaml
+from migops.mig.problems import MigError, Problem, index_path, key_path
+from migops.mig.profile import MigProfile, ProfileSyntaxError, parse_profile
+from migops.mig.yamlsafe import DEFAULT_LIMITS, Limits, load_yaml
 
 CONFIGMAP_KEY = "config.yaml"
 _TOP_FIELDS = ("version", "mig-configs")

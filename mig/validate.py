@@ -16,12 +16,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
-from mig.catalogue import Catalogue, GiProfile, GpuModel, catalogue, gi_key
-from mig.devices import DeviceIdSyntaxError, parse_device_id
-from mig.placement import Placement, place
-from mig.problems import Problem, Severity, index_path, key_path
-from mig.profile import MigProfile, compute_subprofile_allowed
-from mig.spec import MigConfigEntry, MigPartedConfig
+from migops.mig.catalogue import Catalogue, GiProfile, GpuModel, catalogue, gi_key
+from migops.mig.devices import DeviceIdSyntaxError, parse_device_id
+from migops.mig.placement import Placement, place
+from migops.mig.problems import Problem, Severity, index_path, key_path
+from migops.mig.profile import MigProfile, compute_subprofile_allowed
+from migops.mig.spec import MigConfigEntry, MigPartedConfig
 
 Strategy = Literal["none", "single", "mixed"]
 STRATEGIES: tuple[str, ...] = ("none", "single", "mixed")

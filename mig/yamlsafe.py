@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import yaml
 
-from mig.problems import MigError, Problem, index_path, key_path
+from migops.mig.problems import MigError, Problem, index_path, key_path
 
 _Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 

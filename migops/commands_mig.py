@@ -10,11 +10,11 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from mig.catalogue import GpuModel, UnknownGpuError, catalogue, raw_catalogue
-from mig.gfd import advertise
-from mig.problems import MigError, Problem
-from mig.spec import MigPartedConfig, parse_config
-from mig.validate import STRATEGIES, ConfigReport, Strategy, validate
+from migops.mig.catalogue import GpuModel, UnknownGpuError, catalogue, raw_catalogue
+from migops.mig.gfd import advertise
+from migops.mig.problems import MigError, Problem
+from migops.mig.spec import MigPartedConfig, parse_config
+from migops.mig.validate import STRATEGIES, ConfigReport, Strategy, validate
 from migops.render import draw_layout, table
 from migops.usage import EXIT_INVALID, EXIT_OK, UsageError
 

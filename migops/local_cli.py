@@ -121,7 +121,7 @@ def _up(args: argparse.Namespace) -> int:
 
 
 def _resolve_gpus(names: list[str]) -> list:
-    from mig.catalogue import UnknownGpuError, catalogue
+    from migops.mig.catalogue import UnknownGpuError, catalogue
 
     cat = catalogue()
     try:
@@ -203,7 +203,7 @@ def _node_lines(kubeconfig_path: Path) -> list[str]:
     from kubernetes import client as k8s
     from kubernetes import config
 
-    from mig.gfd import DEVICE_ID_LABEL, MIG_CONFIG_LABEL
+    from migops.mig.gfd import DEVICE_ID_LABEL, MIG_CONFIG_LABEL
 
     try:
         with config.new_client_from_config(config_file=str(kubeconfig_path)) as api:

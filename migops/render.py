@@ -3,8 +3,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from mig.catalogue import GpuModel
-from mig.placement import Placement
+from migops.mig.catalogue import GpuModel
+from migops.mig.placement import Placement
 
 
 def _centered(text: str, width: int) -> str:

@@ -1,7 +1,7 @@
 """Make a bare API server look like a cluster running the NVIDIA GPU Operator.
 
 Seeds GPU Nodes labelled as GPU Feature Discovery would label them (the label values come
-from `mig.gfd`, the only place that knows GPU and MIG rules), the labels the GPU Operator adds
+from `migops.mig.gfd`, the only place that knows GPU and MIG rules), the labels the GPU Operator adds
 to MIG-capable nodes, the ClusterPolicy CRD and a `cluster-policy` object with the chosen
 MIG strategy, and the `gpu-operator` namespace.
 
@@ -21,8 +21,8 @@ from typing import Any, Protocol
 from kubernetes import client as k8s
 from kubernetes.client import ApiClient
 
-from mig.gfd import DEVICE_ID_LABEL, MIG_CONFIG_LABEL, node_labels_without_mig
-from mig.yamlsafe import load_yaml
+from migops.mig.gfd import DEVICE_ID_LABEL, MIG_CONFIG_LABEL, node_labels_without_mig
+from migops.mig.yamlsafe import load_yaml
 
 APPLY = "application/apply-patch+yaml"
 GFD_MANAGER = "gpu-feature-discovery"
@@ -37,7 +37,7 @@ NODE_PREFIX = "gpu-node-"
 
 
 class Gpu(Protocol):
-    """What this module needs from a `mig.catalogue` entry."""
+    """What this module needs from a `migops.mig.catalogue` entry."""
 
     device_id: str
     product: str
@@ -62,7 +62,7 @@ def plan_nodes(count: int, gpus: Sequence[Gpu], gpus_per_node: int, strategy: st
     for i in range(count):
         gpu = gpus[i % len(gpus)]
         gfd = dict(node_labels_without_mig(gpu, count=gpus_per_node, strategy=strategy))
-        gfd[DEVICE_ID_LABEL] = gpu.device_id  # mig.gfd sets it too; the issue requires it
+        gfd[DEVICE_ID_LABEL] = gpu.device_id  # migops.mig.gfd sets it too; the issue requires it
         # The GPU Operator's node-labelling controller: only MIG-capable nodes get these.
         operator = ({MIG_CONFIG_LABEL: "all-disabled", DEPLOY_MIG_MANAGER_LABEL: "true"}
                     if gfd.get(MIG_CAPABLE_LABEL) == "true" else {})

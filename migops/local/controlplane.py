@@ -26,7 +26,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING
 
-import certs
+from migops import certs
 from migops.local import kubeconfig
 from migops.local.binaries import Binaries
 from migops.local.ports import LOOPBACK, free_ports

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import yaml
 
-from certs import KeyPair
+from migops.certs import KeyPair
 
 CONTEXT = "migops-local"
 CLUSTER = "migops-local"

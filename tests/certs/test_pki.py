@@ -10,7 +10,7 @@ import pytest
 from cryptography import x509
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-import certs
+from migops import certs
 
 
 def test_client_certificate_carries_user_as_cn_and_groups_as_o() -> None:

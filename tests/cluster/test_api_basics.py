@@ -39,7 +39,7 @@ def test_admin_kubeconfig_is_self_contained(control_plane) -> None:  # noqa: ANN
 
 def test_serving_certificate_is_verified_not_trusted_blindly(control_plane, tmp_path) -> None:  # noqa: ANN001
     """TLS is real: a client pinning another CA is refused; the right CA gets through."""
-    import certs
+    from migops import certs
 
     (tmp_path / "other.crt").write_bytes(certs.create_ca("other").cert_pem)
     wrong = ssl.create_default_context(cafile=str(tmp_path / "other.crt"))

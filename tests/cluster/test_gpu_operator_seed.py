@@ -7,8 +7,8 @@ import pytest
 from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 
-from mig.catalogue import catalogue
-from mig.gfd import DEVICE_ID_LABEL, MIG_CONFIG_LABEL, node_labels_without_mig
+from migops.mig.catalogue import catalogue
+from migops.mig.gfd import DEVICE_ID_LABEL, MIG_CONFIG_LABEL, node_labels_without_mig
 from migops.local import cluster
 
 H100 = "0x233010DE"

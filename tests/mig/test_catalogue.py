@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 from jsonschema import Draft202012Validator
 
-from mig.catalogue import UnknownGpuError, catalogue, catalogue_schema, raw_catalogue
-from mig.profile import memory_gb_for_fraction, parse_profile
+from migops.mig.catalogue import UnknownGpuError, catalogue, catalogue_schema, raw_catalogue
+from migops.mig.profile import memory_gb_for_fraction, parse_profile
 
 CAT = catalogue()
 RAW = raw_catalogue()

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from mig.devices import DeviceId, DeviceIdSyntaxError, parse_device_id
+from migops.mig.devices import DeviceId, DeviceIdSyntaxError, parse_device_id
 
 
 @pytest.mark.parametrize("text,device,vendor", [

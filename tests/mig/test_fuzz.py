@@ -8,12 +8,12 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from mig.catalogue import catalogue
-from mig.gfd import advertise
-from mig.problems import MigError
-from mig.profile import ProfileSyntaxError, parse_profile
-from mig.spec import parse_config
-from mig.validate import STRATEGIES, validate, validate_on_node
+from migops.mig.catalogue import catalogue
+from migops.mig.gfd import advertise
+from migops.mig.problems import MigError
+from migops.mig.profile import ProfileSyntaxError, parse_profile
+from migops.mig.spec import parse_config
+from migops.mig.validate import STRATEGIES, validate, validate_on_node
 
 CAT = catalogue()
 FUZZ = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -5,10 +5,10 @@ from pathlib import Path
 
 import pytest
 
-from mig.catalogue import catalogue
-from mig.gfd import DEVICE_ID_LABEL, advertise, node_labels_without_mig, resource_name
-from mig.spec import parse_config
-from mig.validate import validate_on_node
+from migops.mig.catalogue import catalogue
+from migops.mig.gfd import DEVICE_ID_LABEL, advertise, node_labels_without_mig, resource_name
+from migops.mig.spec import parse_config
+from migops.mig.validate import validate_on_node
 
 CAT = catalogue()
 H100 = CAT.by_device_id("0x233010DE")

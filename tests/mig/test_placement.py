@@ -14,9 +14,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import mig.placement as placement
-from mig.catalogue import catalogue
-from mig.placement import ChangePlan, Placement, place, plan_change
+import migops.mig.placement as placement
+from migops.mig.catalogue import catalogue
+from migops.mig.placement import ChangePlan, Placement, place, plan_change
 
 CAT = catalogue()
 TABLES = {t.id: t for t in CAT.tables}

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from mig.profile import (MigProfile, ProfileSyntaxError, compute_subprofile_allowed, memory_gb_for_fraction,
+from migops.mig.profile import (MigProfile, ProfileSyntaxError, compute_subprofile_allowed, memory_gb_for_fraction,
                          parse_profile, profile_problem)
 
 

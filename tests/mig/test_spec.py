@@ -7,10 +7,10 @@ import textwrap
 import pytest
 import yaml
 
-from mig.problems import MigError
-from mig.profile import parse_profile
-from mig.spec import parse_config, parse_config_object
-from mig.yamlsafe import Limits, load_yaml
+from migops.mig.problems import MigError
+from migops.mig.profile import parse_profile
+from migops.mig.spec import parse_config, parse_config_object
+from migops.mig.yamlsafe import Limits, load_yaml
 
 VALID = textwrap.dedent("""\
     version: v1

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from mig.catalogue import catalogue
-from mig.spec import parse_config
-from mig.validate import validate, validate_against_catalogue, validate_on_node
+from migops.mig.catalogue import catalogue
+from migops.mig.spec import parse_config
+from migops.mig.validate import validate, validate_against_catalogue, validate_on_node
 
 CAT = catalogue()
 ROOT = Path(__file__).resolve().parents[2]
