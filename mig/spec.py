@@ -6,6 +6,8 @@ and rule. Rule numbers in comments refer to mig-hardware.md section 1.3; the mes
 """
 from __future__ import annotations
 
+import hashlib
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -58,6 +60,23 @@ class MigPartedConfig:
             if config_name == name:
                 return entries
         raise KeyError(name)
+
+    def digest(self, name: str) -> str:
+        """A content hash of one named config, as the node sees it: the same for any spelling of the
+        same entries (key order, YAML style, other configs in the file), different when what the
+        GPUs become changes. The agent records it on the Node when it applies a config, so the
+        reconciler can tell "success" for this content from "success" for an earlier one."""
+        canonical = [
+            {
+                "devices": entry.devices if entry.devices == "all" else sorted(set(entry.devices)),
+                "device-filter": sorted(entry.device_filter),
+                "mig-enabled": entry.mig_enabled,
+                "mig-devices": sorted((str(item.profile), item.count) for item in entry.mig_devices if item.count),
+            }
+            for entry in self.entries(name)
+        ]
+        text = json.dumps(canonical, sort_keys=True, separators=(",", ":"))
+        return "sha256:" + hashlib.sha256(text.encode()).hexdigest()
 
     def select(self, name: str | None) -> tuple[str, tuple[MigConfigEntry, ...]]:
         """mig-parted's GetSelectedMigConfig: `-c` is required unless the file holds exactly one config."""

@@ -411,3 +411,16 @@ def test_duplicate_keys(text, path):
     (p,) = info.value.problems
     assert (p.rule, p.path) == ("duplicate-key", path)
     assert "twice" in p.message
+
+
+def test_digest_ignores_spelling_and_other_configs_but_not_content() -> None:
+    a = parse_config("version: v1\nmig-configs:\n  x:\n  - devices: [1, 0]\n    mig-enabled: true\n"
+                     "    mig-devices: {1g.10gb: 2, 2g.20gb: 1}\n  y: [{devices: all, mig-enabled: false}]\n")
+    b = parse_config('{"version": "v1", "mig-configs": {"x": [{"mig-enabled": true, "devices": [0, 1], '
+                     '"mig-devices": {"2g.20gb": 1, "1g.10gb": 2}}]}}')
+    c = parse_config("version: v1\nmig-configs:\n  x:\n  - devices: [0, 1]\n    mig-enabled: true\n"
+                     "    mig-devices: {1g.10gb: 3, 2g.20gb: 1}\n")
+    assert a.digest("x") == b.digest("x")
+    assert a.digest("x").startswith("sha256:")
+    assert a.digest("x") != c.digest("x")
+    assert a.digest("x") != a.digest("y")
