@@ -78,6 +78,7 @@ class ControlPlane:
         start_timeout: float = 90.0,
         stop_timeout: float = 15.0,
         watchdog: bool = True,
+        apiserver_args: Sequence[str] = (),
     ) -> None:
         self.binaries = binaries
         self._own_workdir = workdir is None
@@ -85,6 +86,7 @@ class ControlPlane:
         self.start_timeout = start_timeout
         self.stop_timeout = stop_timeout
         self._use_watchdog = watchdog
+        self._apiserver_args = tuple(apiserver_args)  # extra flags, e.g. for tests of watch expiry
         self._watchdog: subprocess.Popen[str] | None = None
         self._procs: dict[str, tuple[subprocess.Popen[bytes] | None, ProcessRef]] = {}
         self.ports: Ports | None = None
@@ -315,6 +317,7 @@ class ControlPlane:
             # The `kubernetes` Service endpoint would be 127.0.0.1, which endpoint validation
             # rejects; nothing here routes to it anyway.
             "--endpoint-reconciler-type=none",
+            *self._apiserver_args,
         ]
         self._launch("kube-apiserver", argv)
         ctx = _tls_context(p / "ca.crt", p / "admin.crt", p / "admin.key")

@@ -1,0 +1,159 @@
+"""migops.kube against the real API server: apply, informer (list, watch, resume, 410), events."""
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterator
+
+import pytest
+from kubernetes import client as k8s
+from kubernetes.client import ApiClient
+from kubernetes.client.exceptions import ApiException
+
+from migops.kube import events, ssa
+from migops.kube.clusterpolicy import read_settings
+from migops.kube.informer import Informer
+from migops.local.binaries import locate
+from migops.local.cluster import apply_cluster_policy, install_clusterpolicy_crd
+from migops.local.controlplane import ControlPlane
+
+
+def _until(check: Callable[[], bool], timeout: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if check():
+            return
+        time.sleep(0.05)
+    raise AssertionError("condition not met in time")
+
+
+def _cm(name: str, ns: str, data: dict) -> dict:
+    return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name, "namespace": ns}, "data": data}
+
+
+def test_apply_owns_only_what_it_sends_and_conflicts_without_force(admin: ApiClient, node: str) -> None:
+    label = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": node, "labels": {"a": "1"}}}
+    ssa.apply(admin, label, field_manager="one")
+    ssa.apply(admin, {**label, "metadata": {"name": node, "labels": {"b": "2"}}}, field_manager="two")
+    got = k8s.CoreV1Api(admin).read_node(node).metadata.labels
+    assert got["a"] == "1" and got["b"] == "2"
+    with pytest.raises(ApiException) as conflict:
+        ssa.apply(admin, {**label, "metadata": {"name": node, "labels": {"a": "x"}}}, field_manager="two")
+    assert conflict.value.status == 409
+    ssa.apply(admin, {**label, "metadata": {"name": node, "labels": {"a": "x"}}}, field_manager="two", force=True)
+    ssa.apply(admin, {"apiVersion": "v1", "kind": "Node", "metadata": {"name": node, "labels": {}}},
+              field_manager="one")  # "one" owns nothing any more
+    assert k8s.CoreV1Api(admin).read_node(node).metadata.labels["a"] == "x"
+
+
+def test_apply_dry_run_writes_nothing(admin: ApiClient, namespace: str) -> None:
+    out = ssa.apply(admin, _cm("dry", namespace, {"k": "v"}), field_manager="t", dry_run=True)
+    assert out["data"] == {"k": "v"}
+    with pytest.raises(ApiException) as missing:
+        k8s.CoreV1Api(admin).read_namespaced_config_map("dry", namespace)
+    assert missing.value.status == 404
+
+
+def test_informer_lists_then_follows_changes(admin: ApiClient, namespace: str) -> None:
+    core = k8s.CoreV1Api(admin)
+    ssa.apply(admin, _cm("before", namespace, {"k": "1"}), field_manager="t")
+    seen: list[tuple[str, str]] = []
+    lock = threading.Lock()
+
+    def handler(kind: str, obj: dict) -> None:
+        with lock:
+            seen.append((kind, obj["metadata"]["name"]))
+
+    with Informer(core.list_namespaced_config_map, namespace, handler=handler, watch_timeout=1) as inf:
+        assert inf.wait_synced(20)
+        assert f"{namespace}/before" in inf.items()
+        assert "managedFields" not in inf.get(f"{namespace}/before")["metadata"]
+        ssa.apply(admin, _cm("after", namespace, {"k": "2"}), field_manager="t")
+        ssa.apply(admin, _cm("before", namespace, {"k": "3"}), field_manager="t")
+        core.delete_namespaced_config_map("after", namespace)
+        # watch_timeout=1: the server ends the watch every second; each is resumed, not re-listed.
+        time.sleep(2.5)
+        _until(lambda: inf.get(f"{namespace}/before")["data"] == {"k": "3"} and f"{namespace}/after" not in inf.items())
+        assert inf.lists == 1
+    with lock:
+        assert ("ADDED", "before") in seen and ("ADDED", "after") in seen
+        assert ("MODIFIED", "before") in seen and ("DELETED", "after") in seen
+
+
+def test_informer_field_selector(admin: ApiClient, node: str, namespace: str) -> None:
+    core = k8s.CoreV1Api(admin)
+    with Informer(core.list_node, field_selector=f"metadata.name={node}", watch_timeout=5) as inf:
+        assert inf.wait_synced(20)
+        assert list(inf.items()) == [node]
+
+
+@pytest.fixture(scope="module")
+def compacting_plane() -> Iterator[ControlPlane]:
+    """A control plane that forgets history fast: no watch cache (watches are served by etcd) and a
+    compaction every second, so an old resourceVersion really expires (410 Gone), as it does after a
+    long disconnect in a real cluster."""
+    with ControlPlane(locate(), apiserver_args=("--watch-cache=false", "--etcd-compaction-interval=1s")) as plane:
+        yield plane
+
+
+def test_informer_lists_again_when_its_resource_version_expires(compacting_plane: ControlPlane) -> None:
+    with compacting_plane.api_client() as api:
+        core = k8s.CoreV1Api(api)
+        ssa.apply(api, _cm("first", "default", {}), field_manager="t")
+        inf = Informer(core.list_namespaced_config_map, "default", watch_timeout=1, backoff=(0.05, 0.2))
+        with inf:
+            assert inf.wait_synced(20)
+            stale = inf.resource_version
+            for i in range(5):  # move etcd's revision on, then let the compactor pass it
+                ssa.apply(api, _cm(f"churn-{i}", "default", {}), field_manager="t")
+        # The compactor passes the stale revision within a few of its 1 s ticks; until then the watch
+        # from it still works (and ends after watch_timeout). Then it must report "list again".
+        deadline = time.monotonic() + 60
+        expired = False
+        probe = Informer(core.list_namespaced_config_map, "default", watch_timeout=1)  # never started
+        while not expired and time.monotonic() < deadline:
+            probe.resource_version = stale
+            expired = probe._watch_once() is False  # noqa: SLF001 - the 410 path itself
+        assert expired
+        with Informer(core.list_namespaced_config_map, "default", watch_timeout=1, backoff=(0.05, 0.2)) as again:
+            assert again.wait_synced(20)
+            again.resource_version = stale  # as if it had been disconnected for long
+            _until(lambda: again.lists >= 2)
+            ssa.apply(api, _cm("after-expiry", "default", {}), field_manager="t")
+            _until(lambda: "default/after-expiry" in again.items())
+
+
+def test_informer_relists_after_the_connection_breaks(admin: ApiClient, namespace: str) -> None:
+    core = k8s.CoreV1Api(admin)
+    with Informer(core.list_namespaced_config_map, namespace, watch_timeout=60, backoff=(0.05, 0.2)) as inf:
+        assert inf.wait_synced(20)
+        _until(lambda: inf._response is not None)  # noqa: SLF001
+        inf._response.shutdown()  # noqa: SLF001 - a dropped connection
+        ssa.apply(admin, _cm("later", namespace, {}), field_manager="t")
+        _until(lambda: f"{namespace}/later" in inf.items())
+        assert inf.lists >= 2
+
+
+def test_informer_stop_is_prompt_during_a_long_watch(admin: ApiClient, namespace: str) -> None:
+    inf = Informer(k8s.CoreV1Api(admin).list_namespaced_config_map, namespace, watch_timeout=300).start()
+    assert inf.wait_synced(20)
+    _until(lambda: inf._response is not None)  # noqa: SLF001
+    inf.stop(timeout=10)
+    assert not inf._thread.is_alive()  # noqa: SLF001
+
+
+def test_event_is_recorded_and_never_raises(admin: ApiClient, node: str) -> None:
+    obj = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": node}}
+    assert events.record(admin, obj, "MigConfigApplied", "applied all-1g.10gb", controller="migops.io/test")
+    found = k8s.CoreV1Api(admin).list_namespaced_event("default", field_selector=f"involvedObject.name={node}")
+    assert [(e.reason, e.message, e.type) for e in found.items] == [("MigConfigApplied", "applied all-1g.10gb", "Normal")]
+    # Best effort: a failure (here, a namespace that does not exist) is reported, never raised.
+    assert not events.record(admin, {"kind": "ConfigMap", "metadata": {"name": "x", "namespace": "no-such-ns-4f2a"}},
+                             "X", "y", controller="migops.io/test")
+
+
+def test_read_settings_from_the_cluster_policy(admin: ApiClient) -> None:
+    install_clusterpolicy_crd(admin)
+    apply_cluster_policy(admin, "mixed")
+    settings = read_settings(admin)
+    assert settings.strategy == "mixed" and settings.configmap == ("gpu-operator", "default-mig-parted-config")
