@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Build etcd, kube-apiserver and kubectl from their Go modules into a cache outside the repo.
+# Build etcd, kube-apiserver, kube-scheduler and kubectl from their Go modules into a cache outside the repo.
 # Idempotent: does nothing when the binaries for the pinned versions are already there.
 # Prints the directory holding the binaries on its last line of stdout.
 set -euo pipefail
@@ -12,18 +12,18 @@ cache=${MIGOPS_K8S_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/migops/k8s}
 out="$cache/$K-etcd$E"
 log() { echo "k8s-binaries: $*" >&2; }
 
-have_all() { [ -x "$out/etcd" ] && [ -x "$out/kube-apiserver" ] && [ -x "$out/kubectl" ]; }
+have_all() { [ -x "$out/etcd" ] && [ -x "$out/kube-apiserver" ] && [ -x "$out/kube-scheduler" ] && [ -x "$out/kubectl" ]; }
 # A directory of ready binaries (built elsewhere) replaces the cache and the build.
 if [ -n "${MIGOPS_K8S_BIN:-}" ]; then
   out=$(cd "$MIGOPS_K8S_BIN" && pwd)
-  have_all || { log "MIGOPS_K8S_BIN=$MIGOPS_K8S_BIN lacks an executable etcd, kube-apiserver or kubectl"; exit 1; }
+  have_all || { log "MIGOPS_K8S_BIN=$MIGOPS_K8S_BIN lacks an executable etcd, kube-apiserver, kube-scheduler or kubectl"; exit 1; }
   echo "$out"; exit 0
 fi
 if have_all; then echo "$out"; exit 0; fi
 
 command -v go >/dev/null || {
-  log "Go is required to build etcd $E and kube-apiserver/kubectl $K (no 'go' on PATH)."
-  log "Install Go >= 1.26, or build them elsewhere and set MIGOPS_K8S_BIN=<dir with etcd, kube-apiserver, kubectl>."
+  log "Go is required to build etcd $E and kube-apiserver/kube-scheduler/kubectl $K (no 'go' on PATH)."
+  log "Install Go >= 1.26, or build them elsewhere and set MIGOPS_K8S_BIN=<dir with etcd, kube-apiserver, kube-scheduler, kubectl>."
   exit 1
 }
 mkdir -p "$out"
@@ -48,8 +48,8 @@ if [ ! -x "$out/etcd" ]; then
   mv "$out/etcd.tmp" "$out/etcd"
 fi
 
-if [ ! -x "$out/kube-apiserver" ] || [ ! -x "$out/kubectl" ]; then
-  log "building kube-apiserver and kubectl $K"
+if [ ! -x "$out/kube-apiserver" ] || [ ! -x "$out/kube-scheduler" ] || [ ! -x "$out/kubectl" ]; then
+  log "building kube-apiserver, kube-scheduler and kubectl $K"
   S=v0.${K#v1.}; MINOR=$(echo "$K" | cut -d. -f2)
   mkdir -p "$work/kas"; cd "$work/kas"
   go mod init tmp/kas >/dev/null 2>&1
@@ -60,15 +60,23 @@ if [ ! -x "$out/kube-apiserver" ] || [ ! -x "$out/kubectl" ]; then
   done
   go mod edit -go="$(sed -n 's/^go //p' "$KMOD")"
   grep '^godebug' "$KMOD" >> go.mod || true
-  go get "k8s.io/kubernetes/cmd/kube-apiserver@$K" "k8s.io/kubernetes/cmd/kubectl@$K" >&2
+  go get "k8s.io/kubernetes/cmd/kube-apiserver@$K" "k8s.io/kubernetes/cmd/kube-scheduler@$K" \
+    "k8s.io/kubernetes/cmd/kubectl@$K" >&2
   LD='-s -w'
   for p in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
     LD="$LD -X $p.gitVersion=$K -X $p.gitMajor=1 -X $p.gitMinor=$MINOR -X $p.gitTreeState=clean"
   done
-  go build -trimpath -tags selinux,notest -ldflags="$LD" -o "$out/kube-apiserver.tmp" k8s.io/kubernetes/cmd/kube-apiserver >&2
-  mv "$out/kube-apiserver.tmp" "$out/kube-apiserver"
-  go build -trimpath -ldflags="$LD" -o "$out/kubectl.tmp" k8s.io/kubernetes/cmd/kubectl >&2
-  mv "$out/kubectl.tmp" "$out/kubectl"
+  if [ ! -x "$out/kube-apiserver" ]; then
+    go build -trimpath -tags selinux,notest -ldflags="$LD" -o "$out/kube-apiserver.tmp" k8s.io/kubernetes/cmd/kube-apiserver >&2
+    mv "$out/kube-apiserver.tmp" "$out/kube-apiserver"
+  fi
+  # The scheduler binds Pods to Nodes by their allocatable resources: where MIG workloads land.
+  for cmd in kube-scheduler kubectl; do
+    if [ ! -x "$out/$cmd" ]; then
+      go build -trimpath -ldflags="$LD" -o "$out/$cmd.tmp" "k8s.io/kubernetes/cmd/$cmd" >&2
+      mv "$out/$cmd.tmp" "$out/$cmd"
+    fi
+  done
 fi
 
 "$out/etcd" --version >&2

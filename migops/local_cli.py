@@ -90,6 +90,7 @@ def _up(args: argparse.Namespace) -> int:
             plane.start()
             with plane.api_client() as api:
                 cluster.seed(api, nodes, args.strategy)
+            plane.start_scheduler()  # binds Pods to the GPU nodes by their allocatable resources
             state.save(home, state.LocalState(
                 api_url=plane.url, kubeconfig=str(plane.admin_kubeconfig),
                 bin_dir=str(binaries.directory), workdir=str(plane.workdir),

@@ -1,4 +1,4 @@
-"""Locate etcd, kube-apiserver and kubectl: built by hack/k8s-binaries.sh, never committed.
+"""Locate etcd, kube-apiserver, kube-scheduler and kubectl: built by hack/k8s-binaries.sh, never committed.
 
 The script is the only place that knows the pinned versions and the cache layout; this module
 runs it (instant when the binaries are cached) and takes the directory from its last line of
@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 BIN_ENV = "MIGOPS_K8S_BIN"
-NAMES = ("etcd", "kube-apiserver", "kubectl")
+NAMES = ("etcd", "kube-apiserver", "kube-scheduler", "kubectl")
 # hack/ sits next to the migops package in the repository (editable installs and CI clones).
 SCRIPT = Path(__file__).resolve().parents[2] / "hack" / "k8s-binaries.sh"
 
@@ -24,7 +24,7 @@ class BinariesUnavailable(RuntimeError):
 
 @dataclass(frozen=True)
 class Binaries:
-    """Absolute paths of the three binaries, all in `directory`."""
+    """Absolute paths of the binaries, all in `directory`."""
 
     directory: Path
 
@@ -35,6 +35,10 @@ class Binaries:
     @property
     def kube_apiserver(self) -> Path:
         return self.directory / "kube-apiserver"
+
+    @property
+    def kube_scheduler(self) -> Path:
+        return self.directory / "kube-scheduler"
 
     @property
     def kubectl(self) -> Path:

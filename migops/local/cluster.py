@@ -21,6 +21,7 @@ from typing import Any, Protocol
 from kubernetes import client as k8s
 from kubernetes.client import ApiClient
 
+from migops.kube.names import LOCAL_MANAGER
 from migops.mig.gfd import DEVICE_ID_LABEL, MIG_CONFIG_LABEL, node_labels_without_mig
 from migops.mig.yamlsafe import load_yaml
 
@@ -34,6 +35,9 @@ STRATEGIES = ("none", "single", "mixed")
 MIG_CAPABLE_LABEL = "nvidia.com/mig.capable"
 DEPLOY_MIG_MANAGER_LABEL = "nvidia.com/gpu.deploy.mig-manager"
 NODE_PREFIX = "gpu-node-"
+NODE_RESOURCES = {"cpu": "128", "memory": "2Ti", "pods": "110", "ephemeral-storage": "1Ti"}
+NOT_READY_TAINT = "node.kubernetes.io/not-ready"
+
 
 
 class Gpu(Protocol):
@@ -92,19 +96,33 @@ def apply_node(api: ApiClient, node: NodeSpec) -> None:
         body = {"apiVersion": "v1", "kind": "Node",
                 "metadata": {"name": node.name, "labels": labels}}
         core.patch_node(node.name, body, field_manager=manager, _content_type=APPLY)
-    # What the device plugin would advertise for GPUs with MIG disabled: one per GPU. And a
-    # Ready condition, so `kubectl get nodes` reads like a cluster; no node-lifecycle
-    # controller runs here to flip it to Unknown, and the message says it is simulated.
+    # What the device plugin would advertise for GPUs with MIG disabled: one per GPU.
     gpus = node.gfd_labels.get("nvidia.com/gpu.count", str(node.gpus))
+    mark_ready(api, node.name, {"nvidia.com/gpu": gpus})
+
+
+def mark_ready(api: ApiClient, name: str, extended: dict[str, str] | None = None) -> None:
+    """Do for a Node what its kubelet and the node-lifecycle controller would: report CPU, memory
+    and a pod budget (the scheduler places nothing on a node without `pods` allocatable), optional
+    extended resources, a Ready condition (no controller runs here to flip it to Unknown; the
+    message says the node is simulated), and lift the `not-ready` taint that the API server's
+    TaintNodesByCondition admission puts on every new Node."""
+    resources = {**NODE_RESOURCES, **(extended or {})}
+    core = k8s.CoreV1Api(api)
     core.patch_node_status(
-        node.name,
-        {"apiVersion": "v1", "kind": "Node", "metadata": {"name": node.name},
+        name,
+        {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name},
          "status": {
-             "capacity": {"nvidia.com/gpu": gpus}, "allocatable": {"nvidia.com/gpu": gpus},
+             "capacity": resources, "allocatable": resources,
              "conditions": [{"type": "Ready", "status": "True", "reason": "Simulated",
                              "message": "migops local: no kubelet runs; this node is simulated"}],
          }},
-        field_manager="migops-local", _content_type=APPLY)
+        field_manager=LOCAL_MANAGER, _content_type=APPLY)
+    taints = core.read_node(name).spec.taints or []
+    kept = [t.to_dict() for t in taints if t.key != NOT_READY_TAINT]
+    if len(kept) != len(taints):
+        core.patch_node(name, [{"op": "replace", "path": "/spec/taints", "value": kept}],
+                        _content_type="application/json-patch+json")
 
 
 def clusterpolicy_crd() -> dict[str, Any]:

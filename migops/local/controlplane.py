@@ -2,8 +2,9 @@
 
 What runs: etcd (TLS, client certificates required, `--unsafe-no-fsync`) and kube-apiserver
 (TLS on a free loopback port, x509 client-certificate authentication, RBAC authorization,
-service-account token signing). No controller-manager, scheduler or kubelet: namespaces never
-finish terminating, nothing garbage-collects, and Nodes are plain objects that tests create.
+service-account token signing), and on request kube-scheduler (`start_scheduler`). No
+controller-manager or kubelet: namespaces never finish terminating, nothing garbage-collects, Nodes
+are plain objects, and a Pod the scheduler binds is never run.
 
 Three CAs keep trust separate: `ca` signs the API server's serving certificate (the one
 kubeconfigs pin), `client-ca` signs user certificates (any user kubeconfig we mint), and
@@ -38,6 +39,7 @@ if TYPE_CHECKING:
 
 ADMIN_USER = "admin"
 ADMIN_GROUPS = ("system:masters",)
+SCHEDULER_USER = "system:kube-scheduler"
 SERVICE_CLUSTER_IP_RANGE = "10.0.0.0/24"
 # The first address of the service range is the `kubernetes` Service; put it in the SANs so a
 # future in-cluster style client verifying the serving certificate does not trip over it.
@@ -91,6 +93,7 @@ class ControlPlane:
         self._procs: dict[str, tuple[subprocess.Popen[bytes] | None, ProcessRef]] = {}
         self.ports: Ports | None = None
         self.ready_seconds: float | None = None
+        self.scheduler_port: int | None = None
         self._user_serial = 0
 
     # ----------------------------------------------------------------- paths and values
@@ -158,8 +161,49 @@ class ControlPlane:
         self.ready_seconds = time.monotonic() - began
         return self
 
+    def start_scheduler(self) -> None:
+        """Start kube-scheduler against this API server (idempotent); return once it is healthy.
+
+        It authenticates as `system:kube-scheduler`, the identity the bootstrap RBAC policy grants
+        exactly what a scheduler needs, so nothing here runs with more than its own rights. Without a
+        kubelet it binds Pods to Nodes by their allocatable resources, labels and taints, and records
+        why a Pod cannot be placed: where MIG workloads would land. Stopped by stop() with the rest.
+        """
+        if "kube-scheduler" in self._procs:
+            return
+        if not self._procs:
+            raise ControlPlaneError("control plane not started")
+        identity = self.kubeconfig_for(SCHEDULER_USER)
+        for attempt in range(1, _START_ATTEMPTS + 1):
+            (port,) = free_ports(1)
+            argv = [
+                str(self.binaries.kube_scheduler),
+                f"--kubeconfig={identity}",
+                f"--authentication-kubeconfig={identity}",
+                f"--authorization-kubeconfig={identity}",
+                f"--bind-address={LOOPBACK}",
+                f"--secure-port={port}",
+                f"--cert-dir={self.workdir / 'scheduler'}",
+                "--leader-elect=false",
+            ]
+            self._launch("kube-scheduler", argv)
+            insecure = ssl.create_default_context()
+            insecure.check_hostname = False
+            insecure.verify_mode = ssl.CERT_NONE  # its self-signed serving cert; /healthz carries no secret
+            try:
+                self._wait("kube-scheduler", f"https://{LOOPBACK}:{port}/healthz", insecure,
+                           ready=lambda body: body.strip() == "ok")
+                self.scheduler_port = port
+                return
+            except _PortClash:
+                popen, ref = self._procs.pop("kube-scheduler")
+                stop(ref, timeout=self.stop_timeout, popen=popen)
+                if attempt == _START_ATTEMPTS:
+                    raise ControlPlaneError("kube-scheduler: ports kept clashing; giving up") from None
+
     def stop(self) -> None:
-        """Stop kube-apiserver, then etcd; wait until both are gone. Safe to call twice."""
+        """Stop the servers in reverse start order (scheduler, kube-apiserver, etcd); wait until all are
+        gone. Safe to call twice."""
         try:
             self._stop_servers()
         finally:
@@ -409,12 +453,13 @@ class ControlPlane:
                          kubeconfig.build(self.url, self.ca_pem, ADMIN_USER, client=admin))
 
 
-def identifying_arguments(workdir: Path) -> tuple[str, str]:
+def identifying_arguments(workdir: Path) -> tuple[str, ...]:
     """One argument each server of the control plane in `workdir` is started with, and no other.
 
     Lets `migops local down` and tests find leftover servers by their command line.
     """
-    return (f"--data-dir={workdir / 'etcd'}", f"--cert-dir={workdir / 'apiserver'}")
+    return (f"--data-dir={workdir / 'etcd'}", f"--cert-dir={workdir / 'apiserver'}",
+            f"--cert-dir={workdir / 'scheduler'}")
 
 
 class _PortClash(Exception):

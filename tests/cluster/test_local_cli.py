@@ -83,9 +83,10 @@ def test_up_env_kubectl_status_down(home: Path) -> None:
     status = _run(home, "status")
     assert status.returncode == 0
     assert "up at https://127.0.0.1:" in status.stdout and "gpu-node-3" in status.stdout
+    assert "kube-scheduler:" in status.stdout
 
     servers = [r for a in identifying_arguments(home / "local") for r in find_by_argument(a)]
-    assert len(servers) == 2
+    assert len(servers) == 3  # etcd, kube-apiserver, kube-scheduler
 
     down = _run(home, "down")
     assert down.returncode == 0, down.stderr

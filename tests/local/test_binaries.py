@@ -23,8 +23,8 @@ def test_no_go_and_no_cache_fails_with_the_scripts_reason(tmp_path: Path, monkey
     assert "MIGOPS_K8S_BIN" in str(err.value)
 
 
-def test_override_directory_must_hold_all_three(tmp_path: Path, monkeypatch) -> None:  # noqa: ANN001
-    for name in ("etcd", "kube-apiserver"):
+def test_override_directory_must_hold_all_four(tmp_path: Path, monkeypatch) -> None:  # noqa: ANN001
+    for name in ("etcd", "kube-apiserver", "kube-scheduler"):
         (tmp_path / name).write_text("#!/bin/sh\n")
         (tmp_path / name).chmod(0o755)
     monkeypatch.setenv(binaries.BIN_ENV, str(tmp_path))

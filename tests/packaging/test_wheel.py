@@ -7,6 +7,7 @@ package from the wheel: the test walks the tree and checks that each one is ther
 """
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
 import zipfile
@@ -22,7 +23,12 @@ NOT_INSTALLED = {"tests", "bench", "hack", "docs", "examples", "manifests", ".gi
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory: pytest.TempPathFactory) -> zipfile.ZipFile:
     out = tmp_path_factory.mktemp("wheel")
-    result = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(out), str(ROOT)],
+    # Build from a copy: setuptools writes build/ into the source tree, which would leave stale module
+    # copies in the checkout.
+    source = tmp_path_factory.mktemp("source") / "migops"
+    shutil.copytree(ROOT, source, ignore=shutil.ignore_patterns(".git", ".venv", "build", "dist", "*.egg-info",
+                                                                  "__pycache__", ".pytest_cache", ".hypothesis"))
+    result = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(out), str(source)],
                             capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr
     (path,) = out.glob("migops-*.whl")
