@@ -40,6 +40,9 @@ def register(sub: argparse._SubParsersAction) -> None:  # noqa: SLF001
                    "as 0x233010DE or GFD product such as NVIDIA-H100-80GB-HBM3")
     v.add_argument("--strategy", choices=STRATEGIES, help="the cluster's MIG strategy (ClusterPolicy mig.strategy)")
     v.add_argument("-c", "--selected-config", dest="config", metavar="NAME", help="check only this named config")
+    v.add_argument("--skip-unrelated", action="store_true",
+                   help="skip named files that hold no MIG config (neither a Kubernetes manifest nor a file that "
+                   "mentions mig-configs), as a directory search does: for pre-commit and CI on changed files")
     v.add_argument("-o", "--output", choices=("text", "json", "github", "sarif"), default="text",
                    help="text (default), json, github (GitHub Actions annotations), sarif (SARIF 2.1.0)")
     v.set_defaults(func=cmd_validate)
@@ -141,7 +144,10 @@ def check_source(file: str, source: ConfigSource, node: Sequence[GpuModel], stra
     return Checked(file, source.object, source.line, True, tuple(problems + whole), placed)
 
 
-def check(inputs: Sequence[str], node: Sequence[GpuModel], strategy: str | None, selected: str | None) -> Run:
+def check(inputs: Sequence[str], node: Sequence[GpuModel], strategy: str | None, selected: str | None,
+          skip_unrelated: bool = False) -> Run:
+    """Read and validate every input; a file found in a directory (or named, with skip_unrelated) that is
+    neither a manifest stream nor mentions mig-configs is not a MIG config and is only counted."""
     checked: list[Checked] = []
     skipped = []
     ignored = []
@@ -150,7 +156,7 @@ def check(inputs: Sequence[str], node: Sequence[GpuModel], strategy: str | None,
         data = read_input(name)
         file = "<stdin>" if name == "-" else name
         contents = read_file(data)
-        if walked and not contents.manifests and b"mig-configs" not in data:
+        if (walked or skip_unrelated) and not contents.manifests and b"mig-configs" not in data:
             ignored.append(file)  # a YAML file of the repository that is not a MIG config
             continue
         files += 1
@@ -191,7 +197,7 @@ def _load_one(args: argparse.Namespace, listing: str) -> tuple[str, list[GpuMode
 
 def cmd_validate(args: argparse.Namespace) -> int:
     node = resolve_gpus(args.gpu)
-    run = check(args.inputs, node, args.strategy, args.config)
+    run = check(args.inputs, node, args.strategy, args.config, args.skip_unrelated)
     if args.output == "json":
         emit_json(report.as_json(run))
     elif args.output == "sarif":

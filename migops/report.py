@@ -150,7 +150,7 @@ def text(run: Run, out=None) -> None:  # noqa: ANN001
         shown = ", ".join(f"{s.kind} {s.name}" + (f" ({s.reason})" if s.reason else "") for _, s in run.skipped[:8])
         more = f" and {len(run.skipped) - 8} more" if len(run.skipped) > 8 else ""
         say(f"{len(run.skipped)} object(s) skipped, holding no MIG config: {shown}{more}")
-    if len(run.checked) != 1 or run.files != 1:
+    if len(run.checked) != 1 or run.files != 1 or run.ignored_files:
         configs = sum(len(c.reports) for c in run.checked)
         bad = sum(not c.valid for c in run.checked)
         ignored = f"; {len(run.ignored_files)} file(s) without a MIG config ignored" if run.ignored_files else ""
