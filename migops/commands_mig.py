@@ -43,8 +43,9 @@ def register(sub: argparse._SubParsersAction) -> None:  # noqa: SLF001
     v.add_argument("--skip-unrelated", action="store_true",
                    help="skip named files that hold no MIG config (neither a Kubernetes manifest nor a file that "
                    "mentions mig-configs), as a directory search does: for pre-commit and CI on changed files")
-    v.add_argument("-o", "--output", choices=("text", "json", "github", "sarif"), default="text",
-                   help="text (default), json, github (GitHub Actions annotations), sarif (SARIF 2.1.0)")
+    v.add_argument("-o", "--output", choices=("text", "json", "github", "gitlab", "sarif"), default="text",
+                   help="text (default), json, github (GitHub Actions annotations), gitlab (GitLab Code Quality "
+                   "report), sarif (SARIF 2.1.0)")
     v.set_defaults(func=cmd_validate)
 
     p = sub.add_parser("plan", help="show where each MIG instance will be placed",
@@ -204,6 +205,8 @@ def cmd_validate(args: argparse.Namespace) -> int:
         emit_json(report.sarif(run, _version()))
     elif args.output == "github":
         report.github(run)
+    elif args.output == "gitlab":
+        emit_json(report.gitlab(run))
     else:
         report.text(run)
     return EXIT_OK if run.valid else EXIT_INVALID

@@ -1,5 +1,5 @@
 """How `migops validate` shows its verdicts: for a person (text), for programs (json), and for CI
-(GitHub Actions workflow commands, SARIF 2.1.0 for GitHub code scanning and GitLab).
+(GitHub Actions workflow commands, GitLab's Code Quality report, SARIF 2.1.0 for code scanning).
 
 Every problem is shown at `file:line:col`, the place its path points at in the file (for a config inside
 a ConfigMap, the line within the whole file).
@@ -245,6 +245,29 @@ def github(run: Run, out=None) -> None:  # noqa: ANN001
     out.write(f"migops validate: {len(run.checked)} MIG config source(s) in {run.files} file(s): "
               f"{len(run.checked) - bad} valid, {bad} invalid ({errors} error(s), {warnings} warning(s)); "
               f"{len(run.skipped)} object(s) skipped\n")
+
+
+# -------------------------------------------------------------------------------------------- gitlab
+
+
+def gitlab(run: Run) -> list[dict[str, object]]:
+    """GitLab's Code Quality report (the subset of the Code Climate format its merge request widget reads):
+    one issue per problem, errors `major` and warnings `minor`, with a fingerprint that stays the same
+    when lines above the problem move."""
+    import hashlib
+
+    issues = []
+    for c in run.checked:
+        for name, p in c.all_problems():
+            key = "\0".join((c.file, c.object or "", name or "", p.path, p.rule, p.message))
+            issues.append({
+                "description": _message(name, p),
+                "check_name": f"migops/{p.rule}",
+                "fingerprint": hashlib.sha256(key.encode()).hexdigest()[:32],
+                "severity": "major" if p.severity == "error" else "minor",
+                "location": {"path": _uri(c.file), "lines": {"begin": p.line or 1}},
+            })
+    return issues
 
 
 # --------------------------------------------------------------------------------------------- sarif

