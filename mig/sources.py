@@ -8,7 +8,7 @@ A file is one of two things, decided by its first document that is not empty:
   object is skipped (and counted);
 * a bare mig-parted config otherwise, read exactly as mig-parted reads it: the first document only.
 
-A ConfigMap holds a MIG config when its `config.yaml` has a `mig-configs` key, or when it is named
+A ConfigMap holds a MIG config when its `config.yaml` mentions `mig-configs`, or when it is named
 `default-mig-parted-config` (the GPU Operator's) or labelled `migops.io/mig-config: "true"` (then a
 missing key is an error). Locations inside a ConfigMap's `config.yaml: |` block are lines of the whole
 file. Pure functions: text in, sources out.
@@ -62,8 +62,8 @@ def _object_name(obj: Mapping) -> str:
 
 
 def _is_mig_configmap(obj: Mapping) -> tuple[bool, bool]:
-    """(holds a MIG config, is declared one): declared by name or label, held when config.yaml has
-    mig-configs (a payload that is not even YAML counts when it mentions mig-configs)."""
+    """(holds a MIG config, is declared one): declared by name or label; held when its config.yaml
+    mentions mig-configs (then it is read, and what it holds is reported, broken or not)."""
     meta = obj.get("metadata")
     meta = meta if isinstance(meta, Mapping) else {}
     labels = meta.get("labels")
@@ -71,13 +71,7 @@ def _is_mig_configmap(obj: Mapping) -> tuple[bool, bool]:
         isinstance(labels, Mapping) and labels.get(MIG_CONFIG_LABEL) == "true")
     data = obj.get("data")
     payload = data.get(CONFIGMAP_KEY) if isinstance(data, Mapping) else None
-    if not isinstance(payload, str):
-        return False, declared
-    try:
-        value = read_first(payload).value
-    except MigError:
-        return "mig-configs" in payload, declared
-    return isinstance(value, Mapping) and "mig-configs" in value, declared
+    return isinstance(payload, str) and "mig-configs" in payload, declared
 
 
 def _stream(text: str, docs: list[Document], limits: Limits) -> FileContents:

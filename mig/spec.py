@@ -230,7 +230,11 @@ def _parse_devices(ctx: _Context, value: object, path: str) -> str | tuple[int, 
         return "all"
     if isinstance(value, list):
         out = []
+        plain = not ctx.surprises  # nothing written oddly anywhere: ints need no per-item look-up
         for i, item in enumerate(value):
+            if plain and type(item) is int and -(1 << 63) <= item < 1 << 63:
+                out.append(item)
+                continue
             n = _int_field(ctx, index_path(path, i), item, "GPU index")
             if n is None:
                 ctx.error(path, "invalid-devices", f"devices must be 'all' or a list of integer GPU indices; "

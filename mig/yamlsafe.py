@@ -29,6 +29,7 @@ import re
 import struct
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import NamedTuple
 from decimal import Decimal
 
 import yaml
@@ -50,9 +51,9 @@ class Limits:
 DEFAULT_LIMITS = Limits()
 
 
-@dataclass(frozen=True)
-class Location:
-    """1-based line and column (in characters) of a key, a sequence item or a document."""
+class Location(NamedTuple):
+    """1-based line and column (in characters) of a key, a sequence item or a document (a tuple: one is
+    made per node, and a tuple is several times cheaper to make than a frozen dataclass)."""
 
     line: int
     column: int
@@ -460,7 +461,13 @@ class _Composer:
         stack: list[_Node] = []
         root: _Node | None = None
         max_depth = self.limits.max_depth
-        get = self._event
+        try:
+            return self._compose(anchors, stack, root, max_depth)
+        except yaml.YAMLError as exc:
+            raise _syntax(exc, self.text) from None
+
+    def _compose(self, anchors: dict[str, _Node], stack: list[_Node], root: _Node | None, max_depth: int) -> _Node:
+        get = self.loader.get_event
         while True:
             event = get()
             etype = type(event)
@@ -472,7 +479,8 @@ class _Composer:
                 node = _Node("scalar", event.tag or "", mark.line, mark.column)
                 node.value = event.value
                 node.plain = event.implicit[0]
-                node.style = event.style or ""
+                if event.style:
+                    node.style = event.style
             elif etype is yaml.MappingStartEvent or etype is yaml.SequenceStartEvent:
                 if len(stack) >= max_depth:
                     raise _fail("yaml-too-deep", f"document is nested deeper than {max_depth} levels",
@@ -620,10 +628,17 @@ class _Decoder:
         if kind == "seq":
             out_list = []
             locations = self.locations
+            append = out_list.append
             for i, item in enumerate(node.value):  # type: ignore[arg-type]
-                item_path = index_path(path, i)
+                item_path = f"{path}[{i}]"
                 locations[item_path] = Location(item.line + 1, item.col + 1)
-                out_list.append(self.decode(item, item_path, depth + 1))
+                if item.kind == "scalar" and item.plain and not item.tag and not self.alias_depth \
+                        and depth < self.limits.max_depth and _DECIMAL.match(item.value) and self.budget[0] > 0:
+                    self.count += 1  # a plain decimal int64: the common case, as decode() would do it
+                    self.budget[0] -= 1
+                    append(int(item.value))
+                    continue
+                append(self.decode(item, item_path, depth + 1))
             return out_list
         out: dict[str, object] = {}
         self.mapping(node, path, depth, out, {}, False)
