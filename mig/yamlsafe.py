@@ -557,6 +557,12 @@ class _Decoder:
             raise _fail("yaml-too-large", f"document expands to more than {self.limits.max_nodes} nodes "
                         "(aliases count each time they are used)", mark=_Mark(node))
 
+    def _not_recursive(self, alias: _Node, path: str) -> None:
+        """go-yaml refuses an alias met again while its own value is being decoded."""
+        if id(alias) in self.active:
+            raise _fail("yaml-syntax", f"not valid YAML: anchor '{alias.anchor}' value contains itself",
+                        path, _Mark(alias))
+
     def scalar(self, node: _Node, path: str) -> tuple[str, object]:
         """(resolved tag, value) of a scalar node, as go-yaml decodes it into interface{}."""
         text: str = node.value  # type: ignore[assignment]
@@ -615,9 +621,7 @@ class _Decoder:
         if kind == "alias":
             target = node.target
             assert target is not None
-            if id(node) in self.active:
-                raise _fail("yaml-syntax", f"not valid YAML: anchor '{node.anchor}' value contains itself",
-                            path, _Mark(node))
+            self._not_recursive(node, path)
             self.active.add(id(node))
             self.alias_depth += 1
             try:
@@ -649,9 +653,7 @@ class _Decoder:
         self._tick(node)
         target = node
         if node.kind == "alias":
-            if id(node) in self.active:
-                raise _fail("yaml-syntax", f"not valid YAML: anchor '{node.anchor}' value contains itself",
-                            path, _Mark(node))
+            self._not_recursive(node, path)
             target = node.target  # type: ignore[assignment]
             self.alias_depth += 1
             self._tick(target)
@@ -727,9 +729,7 @@ class _Decoder:
             self._tick(item)
             target = item
             if item.kind == "alias":
-                if id(item) in self.active:
-                    raise _fail("yaml-syntax", f"not valid YAML: anchor '{item.anchor}' value contains itself",
-                                path, _Mark(item))
+                self._not_recursive(item, path)
                 target = item.target  # type: ignore[assignment]
                 if target.kind != "map":
                     raise want_map()

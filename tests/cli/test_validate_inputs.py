@@ -207,13 +207,10 @@ def test_github_annotations(capsys, tmp_path) -> None:  # noqa: ANN001
     assert lines[-1].startswith("migops validate: 1 MIG config source(s) in 1 file(s): 0 valid, 1 invalid")
 
 
-def test_gitlab_code_quality_report(capsys, tmp_path) -> None:  # noqa: ANN001
+def test_gitlab_code_quality_report(capsys, tmp_path, monkeypatch) -> None:  # noqa: ANN001
     root = repo(tmp_path)
-    os.chdir(root)
-    try:
-        code, out, _ = run(capsys, "validate", "-o", "gitlab", ".")
-    finally:
-        os.chdir(ROOT)
+    monkeypatch.chdir(root)  # relative paths, as a CI job in the repository root gives them
+    code, out, _ = run(capsys, "validate", "-o", "gitlab", ".")
     assert code == 1
     issues = json.loads(out)
     assert issues and len({i["fingerprint"] for i in issues}) == len(issues)
@@ -238,14 +235,11 @@ def sarif_validator() -> jsonschema.protocols.Validator:
     return cls(schema, format_checker=cls.FORMAT_CHECKER)
 
 
-def test_sarif_is_valid_against_the_schema(capsys, tmp_path) -> None:  # noqa: ANN001
+def test_sarif_is_valid_against_the_schema(capsys, tmp_path, monkeypatch) -> None:  # noqa: ANN001
     root = repo(tmp_path)
     (root / "mig" / "config.yaml").write_text(GOOD.replace("mig-enabled: false", "mig-enabled: n"))
-    os.chdir(root)  # relative paths, as a CI job in the repository root gives them
-    try:
-        code, out, _ = run(capsys, "validate", "-o", "sarif", ".")
-    finally:
-        os.chdir(ROOT)
+    monkeypatch.chdir(root)
+    code, out, _ = run(capsys, "validate", "-o", "sarif", ".")
     assert code == 1
     log = json.loads(out)
     validator = sarif_validator()
