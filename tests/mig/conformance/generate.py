@@ -431,6 +431,15 @@ def bounds() -> None:
     add("bound-alias-budget-valid", "a list of 1,100 GPU indices aliased by 95 entries: ~106,000 nodes, "
         "98% of them from aliases (under go-yaml's 99% limit)",
         doc("  c:\n    - devices: &d [" + ",".join(["0"] * 1100) + "]\n      mig-enabled: false\n" + entries))
+    entry = "{devices: [" + ",".join(["0"] * 20) + "], mig-enabled: false}"
+    for name, configs, padding in (("over", 60, 0), ("under", 12, 150)):
+        body = ("  a: &l\n    - &e " + entry + "\n" + "    - *e\n" * 49
+                + "".join(f"  c{i}: *l\n" for i in range(configs)))
+        if padding:  # written first: go-yaml checks the ratio as it decodes
+            body = "  d:\n    - mig-enabled: false\n      devices: [" + ",".join(["1"] * padding) + "]\n" + body
+        add(f"bound-alias-ratio-{name}", f"{configs} valid configs aliasing a list of 50 aliased entries"
+            + (f", and a {padding}-item list written out" if padding else "")
+            + f": go-yaml's limit of 99% of decoded nodes from aliases ({name})", doc(body))
     add_pattern("bound-many-nodes-valid", "a devices list of 100,001 indices (no aliases)",
                 doc("  c:\n    - mig-enabled: false\n      devices: ["), "0,", 100_000, "0]\n")
     add_pattern("bound-alias-budget", "more than 100,000 nodes after alias expansion, mostly not aliases",
