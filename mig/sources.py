@@ -41,7 +41,7 @@ class Skipped:
     """An object of a manifest stream that holds no MIG config."""
 
     kind: str
-    name: str
+    name: str  # namespace/name, name, or "" (a Kustomization has none)
     line: int | None
     reason: str = ""
 
@@ -56,9 +56,9 @@ class FileContents:
 def _object_name(obj: Mapping) -> str:
     meta = obj.get("metadata")
     meta = meta if isinstance(meta, Mapping) else {}
-    name = meta.get("name") if isinstance(meta.get("name"), str) else "(no name)"
+    name = meta.get("name") if isinstance(meta.get("name"), str) else ""
     namespace = meta.get("namespace")
-    return f"{namespace}/{name}" if isinstance(namespace, str) and namespace else str(name)
+    return f"{namespace}/{name}" if isinstance(namespace, str) and namespace and name else str(name)
 
 
 def _is_mig_configmap(obj: Mapping) -> tuple[bool, bool]:
@@ -94,7 +94,7 @@ def _stream(text: str, docs: list[Document], limits: Limits) -> FileContents:
         for prefix, obj in objects:
             loc = doc.locate(prefix) or doc.start
             kind = obj.get("kind") if isinstance(obj.get("kind"), str) else "(no kind)"
-            label = f"{kind} {_object_name(obj)}"
+            label = f"{kind} {_object_name(obj) or f'(no name, line {loc.line})'}"
             if kind != "ConfigMap":
                 skipped.append(Skipped(str(kind), _object_name(obj), loc.line))
                 continue

@@ -147,7 +147,8 @@ def text(run: Run, out=None) -> None:  # noqa: ANN001
         whole = "; the file itself is INVALID" if any(p.severity == "error" for p in c.problems) else ""
         say(f"{len(c.reports) - bad} valid, {bad} invalid{whole}")
     if run.skipped:
-        shown = ", ".join(f"{s.kind} {s.name}" + (f" ({s.reason})" if s.reason else "") for _, s in run.skipped[:8])
+        shown = ", ".join(f"{s.kind} {s.name or f'{f}:{s.line}'}" + (f" ({s.reason})" if s.reason else "")
+                          for f, s in run.skipped[:8])
         more = f" and {len(run.skipped) - 8} more" if len(run.skipped) > 8 else ""
         say(f"{len(run.skipped)} object(s) skipped, holding no MIG config: {shown}{more}")
     if len(run.checked) != 1 or run.files != 1 or run.ignored_files:
