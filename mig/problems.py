@@ -1,13 +1,16 @@
 """Problems found in MIG input, and the one exception type the core raises.
 
 Every problem names the place (a path such as `mig-configs.custom[1].mig-devices."1g.10gb"`) and the
-rule it breaks, so a person, a webhook denial and a test can all point at the same thing.
+rule it breaks, so a person, a webhook denial and a test can all point at the same thing. Where the
+text is known, a problem also carries the line and column (1-based) of the offending key or value; the
+core's validator works on parsed values and leaves them out, and callers that hold the text attach them
+by looking the path up in the reader's location index (`MigPartedConfig.locate`).
 """
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass, replace
 from functools import lru_cache
-from dataclasses import dataclass
 from typing import Literal
 
 Severity = Literal["error", "warning"]
@@ -27,6 +30,30 @@ def index_path(parent: str, index: int) -> str:
     return f"{parent}[{index}]"
 
 
+def parent_path(path: str) -> str | None:
+    """The path one level up (`a.b[2]` -> `a.b`, `a."x.y"` -> `a`, `a` -> ""); None above the root."""
+    if not path:
+        return None
+    if path.endswith("]"):
+        return path[: path.rindex("[")]
+    if path.endswith('"'):
+        # a quoted key: find its opening quote (quotes inside are escaped with a backslash)
+        i = len(path) - 2
+        while i >= 0:
+            if path[i] == '"':
+                slashes = 0
+                j = i - 1
+                while j >= 0 and path[j] == "\\":
+                    slashes += 1
+                    j -= 1
+                if slashes % 2 == 0:
+                    break
+            i -= 1
+        return path[: max(i - 1, 0)]
+    dot = path.rfind(".")
+    return path[:dot] if dot >= 0 else ""
+
+
 @dataclass(frozen=True)
 class Problem:
     """One finding: where, which rule, what is wrong; errors make the input invalid, warnings do not."""
@@ -35,13 +62,26 @@ class Problem:
     rule: str
     message: str
     severity: Severity = "error"
+    line: int | None = None  # 1-based, in the whole file (also inside a ConfigMap's block scalar)
+    column: int | None = None  # 1-based, in characters
 
     def __str__(self) -> str:
         where = self.path or "(document)"
         return f"{where}: {self.message} [{self.rule}]"
 
-    def as_dict(self) -> dict[str, str]:
-        return {"path": self.path, "rule": self.rule, "message": self.message, "severity": self.severity}
+    def at(self, line: int | None, column: int | None) -> Problem:
+        """The same problem with a location (kept if it already has one)."""
+        if self.line is not None or line is None:
+            return self
+        return replace(self, line=line, column=column)
+
+    def as_dict(self) -> dict[str, object]:
+        out: dict[str, object] = {"path": self.path, "rule": self.rule, "message": self.message,
+                                  "severity": self.severity}
+        if self.line is not None:
+            out["line"] = self.line
+            out["column"] = self.column
+        return out
 
 
 class MigError(Exception):

@@ -61,6 +61,8 @@ def _parse_field(text: str, suffix: str) -> int:
     digits = text[: -len(suffix)]
     if not digits.isascii() or not digits.isdigit():
         raise ProfileSyntaxError(f"{digits!r} in {text!r} is not a number")
+    if len(digits.lstrip("0")) > 19 or int(digits) >= 1 << 63:  # Go's strconv.Atoi: a 64-bit int
+        raise ProfileSyntaxError(f"{digits!r} in {text!r} is out of range (more than 64 bits)")
     return int(digits)
 
 

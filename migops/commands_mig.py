@@ -1,36 +1,51 @@
 """`migops validate`, `migops plan`, `migops gpus`: the MIG core on the command line.
 
-Exit codes: 0 valid, 1 invalid (every problem printed with its path and rule), 2 usage error.
+`migops validate` takes files, directories and stdin; each file is a bare mig-parted config or a
+Kubernetes manifest stream whose MIG ConfigMaps are checked (see migops.mig.sources). Every problem is
+shown at file:line:col. Exit codes: 0 valid, 1 invalid (any input), 2 usage error.
 """
 from __future__ import annotations
 
 import argparse
-import json
+import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from dataclasses import replace
+from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
+from migops import report
 from migops.mig.catalogue import GpuModel, UnknownGpuError, catalogue, raw_catalogue
-from migops.mig.gfd import advertise
-from migops.mig.problems import MigError, Problem
-from migops.mig.spec import MigPartedConfig, parse_config
-from migops.mig.validate import STRATEGIES, ConfigReport, Strategy, validate
+from migops.mig.problems import MigError, Problem, key_path
+from migops.mig.sources import ConfigSource, read_file
+from migops.mig.spec import MigPartedConfig, no_config_problems
+from migops.mig.validate import STRATEGIES, validate
 from migops.render import draw_layout, table
+from migops.report import Checked, Run, emit_json, node_text, problem_line
 from migops.usage import EXIT_INVALID, EXIT_OK, UsageError
+
+SUFFIXES = (".yaml", ".yml", ".json")
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # noqa: SLF001
-    v = sub.add_parser("validate", help="check a mig-parted config (or a ConfigMap holding one)",
-                       description="Check a mig-parted config against the GPU catalogue: syntax (mig-parted's "
-                       "13 rules) and what mig-parted skips (profiles per GPU model, counts, placement, "
-                       "device filters, coverage, MIG strategy). Exit 0 valid, 1 invalid, 2 usage error.")
-    v.add_argument("file", metavar="FILE|-", help="YAML/JSON config or ConfigMap manifest; - reads stdin")
+    v = sub.add_parser("validate", help="check mig-parted configs: files, directories, manifest streams, stdin",
+                       description="Check mig-parted configs against the GPU catalogue: syntax (read exactly as "
+                       "mig-parted reads it) and what mig-parted skips (profiles per GPU model, counts, placement, "
+                       "device filters, coverage, MIG strategy). An input is a file, a directory (searched for "
+                       "*.yaml, *.yml, *.json) or - for stdin; a file is a bare config or a Kubernetes manifest "
+                       "stream whose MIG ConfigMaps are checked. Exit 0 valid, 1 invalid, 2 usage error.")
+    v.add_argument("inputs", nargs="+", metavar="INPUT", help="file, directory, or - (stdin)")
     v.add_argument("--gpu", action="append", default=[], metavar="GPU",
                    help="a GPU of the target node, in index order (repeat for each GPU): PCI device ID such "
                    "as 0x233010DE or GFD product such as NVIDIA-H100-80GB-HBM3")
     v.add_argument("--strategy", choices=STRATEGIES, help="the cluster's MIG strategy (ClusterPolicy mig.strategy)")
     v.add_argument("-c", "--selected-config", dest="config", metavar="NAME", help="check only this named config")
-    v.add_argument("-o", "--output", choices=("text", "json"), default="text")
+    v.add_argument("--skip-unrelated", action="store_true",
+                   help="skip named files that hold no MIG config (neither a Kubernetes manifest nor a file that "
+                   "mentions mig-configs), as a directory search does: for pre-commit and CI on changed files")
+    v.add_argument("-o", "--output", choices=("text", "json", "github", "gitlab", "sarif"), default="text",
+                   help="text (default), json, github (GitHub Actions annotations), gitlab (GitLab Code Quality "
+                   "report), sarif (SARIF 2.1.0)")
     v.set_defaults(func=cmd_validate)
 
     p = sub.add_parser("plan", help="show where each MIG instance will be placed",
@@ -67,6 +82,24 @@ def read_input(name: str) -> bytes:
         raise UsageError(f"{name}: {exc.strerror}") from None
 
 
+def expand_inputs(names: Sequence[str]) -> Iterator[tuple[str, bool]]:
+    """(file name, found by walking a directory) for each input: files as given, directories searched
+    recursively (sorted, hidden entries skipped) for *.yaml, *.yml and *.json, `-` for stdin."""
+    for name in names:
+        if name != "-" and Path(name).is_dir():
+            found = False
+            for root, dirs, files in os.walk(name):
+                dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+                for f in sorted(files):
+                    if f.endswith(SUFFIXES) and not f.startswith("."):
+                        found = True
+                        yield os.path.join(root, f), True
+            if not found:
+                raise UsageError(f"{name}: no *.yaml, *.yml or *.json file in this directory")
+        else:
+            yield name, False
+
+
 def resolve_gpus(names: Sequence[str]) -> list[GpuModel]:
     cat = catalogue()
     try:
@@ -75,154 +108,128 @@ def resolve_gpus(names: Sequence[str]) -> list[GpuModel]:
         raise UsageError(str(exc)) from None
 
 
-def _print_problems(problems: Sequence[Problem], indent: str = "  ") -> None:
+def _print_problems(problems: Sequence[Problem], file: str, indent: str = "  ") -> None:
     for p in problems:
-        print(f"{indent}{'error' if p.severity == 'error' else 'warning'}: {p}")
+        print(f"{indent}{problem_line(file, p)}")
 
 
-def _emit_json(doc: object) -> None:
-    json.dump(doc, sys.stdout, indent=2)
-    sys.stdout.write("\n")
+def _split_notes(config: MigPartedConfig, names: Sequence[str]) -> tuple[list[Problem], dict[str, list[Problem]]]:
+    """Reading notes of the whole source, and those that belong to one config (by path)."""
+    prefixes = {name: key_path("mig-configs", name) for name in names}
+    whole: list[Problem] = []
+    per: dict[str, list[Problem]] = {name: [] for name in names}
+    for note in config.notes:
+        owner = next((n for n, pre in prefixes.items()
+                      if note.path == pre or note.path.startswith((pre + ".", pre + "["))), None)
+        (per[owner] if owner else whole).append(note)
+    return whole, per
 
 
-def _report_invalid(source: str, problems: Sequence[Problem], output: str, listing: str) -> None:
-    """A file that cannot be checked further (parse errors, unknown -c): problems, and nothing else."""
-    if output == "json":
-        _emit_json({"source": source, "valid": False, "problems": [p.as_dict() for p in problems], listing: []})
-    else:
-        print(f"{source}: INVALID")
-        _print_problems(problems)
+def check_source(file: str, source: ConfigSource, node: Sequence[GpuModel], strategy: str | None,
+                 selected: str | None) -> Checked:
+    """Validate one config source; every problem located in the file."""
+    config = source.config
+    if config is None:
+        return Checked(file, source.object, source.line, False, source.problems)
+    names = list(config.names())
+    problems: list[Problem] = list(no_config_problems(config))
+    if selected is not None:
+        try:
+            config.select(selected)
+            names = [selected]
+        except MigError as exc:
+            return Checked(file, source.object, source.line, True, tuple(problems) + exc.problems)
+    whole, per = _split_notes(config, names)
+    reports = validate(config, names, node or None, strategy)  # type: ignore[arg-type]
+    placed = tuple(replace(r, problems=config.place(tuple(per.get(r.name, ())) + r.problems)) for r in reports)
+    return Checked(file, source.object, source.line, True, tuple(problems + whole), placed)
 
 
-def _load(args: argparse.Namespace, listing: str) -> tuple[str, list[GpuModel], MigPartedConfig | None]:
-    """Read and parse FILE and resolve --gpu; usage errors raise, an unparseable file is reported."""
+def check(inputs: Sequence[str], node: Sequence[GpuModel], strategy: str | None, selected: str | None,
+          skip_unrelated: bool = False) -> Run:
+    """Read and validate every input; a file found in a directory (or named, with skip_unrelated) that is
+    neither a manifest stream nor mentions mig-configs is not a MIG config and is only counted."""
+    checked: list[Checked] = []
+    skipped = []
+    ignored = []
+    files = 0
+    for name, walked in expand_inputs(inputs):
+        data = read_input(name)
+        file = "<stdin>" if name == "-" else name
+        contents = read_file(data)
+        if (walked or skip_unrelated) and not contents.manifests and b"mig-configs" not in data:
+            ignored.append(file)  # a YAML file of the repository that is not a MIG config
+            continue
+        files += 1
+        skipped += [(file, s) for s in contents.skipped]
+        for source in contents.sources:
+            checked.append(check_source(file, source, node, strategy, selected))
+    return Run(tuple(checked), tuple(skipped), files, tuple(node), strategy, tuple(ignored))
+
+
+def _version() -> str:
+    try:
+        return version("migops")
+    except PackageNotFoundError:  # pragma: no cover - running from a source tree without installing
+        return "0"
+
+
+def _load_one(args: argparse.Namespace, listing: str) -> tuple[str, list[GpuModel], MigPartedConfig | None]:
+    """`plan`: one file with exactly one config source; usage errors raise, an unparseable one is reported."""
     data = read_input(args.file)
     node = resolve_gpus(args.gpu)
-    source = "<stdin>" if args.file == "-" else args.file
-    try:
-        return source, node, parse_config(data)
-    except MigError as exc:
-        _report_invalid(source, exc.problems, args.output, listing)
-        return source, node, None
+    file = "<stdin>" if args.file == "-" else args.file
+    contents = read_file(data)
+    if len(contents.sources) != 1:
+        raise UsageError(f"{file}: holds {len(contents.sources)} MIG configs (ConfigMaps); plan needs exactly one")
+    (source,) = contents.sources
+    if source.config is None:
+        if args.output == "json":
+            emit_json({"source": file, "valid": False, "problems": [p.as_dict() for p in source.problems], listing: []})
+        else:
+            print(f"{file}: INVALID")
+            _print_problems(source.problems, file)
+        return file, node, None
+    return file, node, source.config
 
 
 # ------------------------------------------------------------------------------------------- validate
 
 
-def _advertises(report: ConfigReport, strategies: Sequence[Strategy]) -> dict[str, object]:
-    out: dict[str, object] = {}
-    for s in strategies:
-        ad = advertise(report.gpus, s)
-        out[s] = {"resources": ad.resources, "labels": ad.labels, "invalid_reason": ad.invalid_reason}
-    return out
-
-
-def _fits_text(report: ConfigReport) -> str:
-    if len(report.fits) == len(catalogue().gpus):
-        return "every GPU model"
-    names = list(dict.fromkeys(g.name for g in report.fits))
-    return ", ".join(names)
-
-
-def _gpu_state(r) -> str:
-    if r.mig_enabled is None:
-        return "not covered"
-    if not r.mig_enabled:
-        return "MIG disabled"
-    if r.layout is None:
-        return "invalid geometry"
-    counts: dict[str, int] = {}
-    for d in r.mig_devices:
-        counts[d] = counts.get(d, 0) + 1
-    return " + ".join(f"{c}x {d}" for d, c in counts.items()) or "MIG enabled, no instances"
-
-
-def _runs(items: Sequence[str]) -> list[tuple[int, int, str]]:
-    """Consecutive equal items as (first index, last index, item)."""
-    runs: list[tuple[int, int, str]] = []
-    for i, item in enumerate(items):
-        if runs and runs[-1][2] == item:
-            runs[-1] = (runs[-1][0], i, item)
-        else:
-            runs.append((i, i, item))
-    return runs
-
-
-def _summary(report: ConfigReport) -> str:
-    return "; ".join(f"GPU {a}: {s}" if a == b else f"GPU {a}-{b}: {s}"
-                     for a, b, s in _runs([_gpu_state(r) for r in report.gpus]))
-
-
-def node_text(node: Sequence[GpuModel]) -> str:
-    return ", ".join(f"{b - a + 1} x {label}" for a, b, label in _runs([g.label() for g in node]))
-
-
 def cmd_validate(args: argparse.Namespace) -> int:
-    source, node, config = _load(args, "configs")
-    if config is None:
-        return EXIT_INVALID
-    names = None
-    if args.config is not None:
-        try:
-            config.select(args.config)
-        except MigError as exc:
-            _report_invalid(source, exc.problems, args.output, "configs")
-            return EXIT_INVALID
-        names = [args.config]
-    reports = validate(config, names, node or None, args.strategy)
-    valid = all(r.valid for r in reports)
-    strategies: tuple[Strategy, ...] = (args.strategy,) if args.strategy else STRATEGIES  # type: ignore[assignment]
+    node = resolve_gpus(args.gpu)
+    run = check(args.inputs, node, args.strategy, args.config, args.skip_unrelated)
     if args.output == "json":
-        _emit_json({
-            "source": source,
-            "valid": valid,
-            "strategy": args.strategy,
-            "node": [g.device_id for g in node],
-            "problems": [],
-            "configs": [
-                {
-                    "name": r.name,
-                    "valid": r.valid,
-                    "problems": [p.as_dict() for p in r.problems],
-                    **({"gpus": [g.as_dict() for g in r.gpus]} if node else
-                       {"fits": [g.device_id for g in r.fits]}),
-                    **({"advertises": _advertises(r, strategies)} if node and r.valid else {}),
-                }
-                for r in reports
-            ],
-        })
-        return EXIT_OK if valid else EXIT_INVALID
-    where = f" on a node with {node_text(node)}" if node else " against the GPU catalogue"
-    strategy = f", MIG strategy {args.strategy}" if args.strategy else ""
-    print(f"{source}: {len(reports)} config(s) checked{where}{strategy}")
-    width = max(len(r.name) for r in reports) if reports else 0
-    for r in reports:
-        mark = "valid  " if r.valid else "INVALID"
-        detail = _summary(r) if node else (f"fits: {_fits_text(r)}" if r.fits else "")
-        print(f"  {mark} {r.name.ljust(width)}  {detail}".rstrip())
-        _print_problems(r.problems, "      ")
-        if node and r.valid and args.strategy:
-            ad = advertise(r.gpus, args.strategy)
-            shown = ", ".join(f"{k}={v}" for k, v in ad.resources.items()) or "nothing"
-            print(f"      advertises ({args.strategy}): {shown}")
-    bad = sum(not r.valid for r in reports)
-    print(f"{len(reports) - bad} valid, {bad} invalid")
-    return EXIT_OK if valid else EXIT_INVALID
+        emit_json(report.as_json(run))
+    elif args.output == "sarif":
+        emit_json(report.sarif(run, _version()))
+    elif args.output == "github":
+        report.github(run)
+    elif args.output == "gitlab":
+        emit_json(report.gitlab(run))
+    else:
+        report.text(run)
+    return EXIT_OK if run.valid else EXIT_INVALID
 
 
 # ----------------------------------------------------------------------------------------------- plan
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
-    source, node, config = _load(args, "gpus")
+    file, node, config = _load_one(args, "gpus")
     if config is None:
         return EXIT_INVALID
     try:
         name, _ = config.select(args.config)
     except MigError as exc:
-        _report_invalid(source, exc.problems, args.output, "gpus")
+        if args.output == "json":
+            emit_json({"source": file, "valid": False, "problems": [p.as_dict() for p in exc.problems], "gpus": []})
+        else:
+            print(f"{file}: INVALID")
+            _print_problems(exc.problems, file)
         return EXIT_INVALID
-    (report,) = validate(config, [name], node, args.strategy)
+    (found,) = validate(config, [name], node, args.strategy)
+    found = replace(found, problems=config.place(found.problems))
     if args.output == "json":
         doc: dict[str, object] = {
             "gpus": [
@@ -233,21 +240,21 @@ def cmd_plan(args: argparse.Namespace) -> int:
                     "mig_enabled": r.mig_enabled,
                     "instances": [p.as_dict() for p in r.layout or ()],
                 }
-                for r in report.gpus
+                for r in found.gpus
             ]
         }
-        if not report.valid or report.problems:
-            doc["problems"] = [p.as_dict() for p in report.problems]
-        doc["valid"] = report.valid
-        _emit_json(doc)
-        return EXIT_OK if report.valid else EXIT_INVALID
-    if not report.valid:
+        if not found.valid or found.problems:
+            doc["problems"] = [p.as_dict() for p in found.problems]
+        doc["valid"] = found.valid
+        emit_json(doc)
+        return EXIT_OK if found.valid else EXIT_INVALID
+    if not found.valid:
         print(f"{name}: cannot be laid out on {node_text(node)}")
-        _print_problems(report.problems)
+        _print_problems(found.problems, file)
         return EXIT_INVALID
     print(f"config {name} on {len(node)} GPU(s)")
-    _print_problems(report.problems)
-    for r in report.gpus:
+    _print_problems(found.problems, file)
+    for r in found.gpus:
         head = f"GPU {r.index}  {r.gpu.label()}"
         if r.mig_enabled is None:
             print(f"{head}: not selected by any entry (left as it is)")
@@ -268,7 +275,7 @@ def cmd_gpus(args: argparse.Namespace) -> int:
     if args.output == "json":
         raw = raw_catalogue()
         tables = raw["profile_tables"]
-        _emit_json({"gpus": [{**g, "profiles": tables[g["table"]]["profiles"],
+        emit_json({"gpus": [{**g, "profiles": tables[g["table"]]["profiles"],
                               "compute_slices": tables[g["table"]]["compute_slices"],
                               "memory_slices": tables[g["table"]]["memory_slices"],
                               "inferred": sorted(set(g.get("inferred", [])) | set(tables[g["table"]]["inferred"]))}

@@ -49,7 +49,7 @@ def test_usage_errors_exit_2(capsys, tmp_path) -> None:  # noqa: ANN001
     code, _, err = run(capsys, "plan", "--gpu", "0xFFFF10DE", "-c", "all-balanced", DEFAULT)
     assert code == 2 and "unknown GPU" in err
     code, _, err = run(capsys, "validate", str(tmp_path))
-    assert code == 2 and "is a directory" in err
+    assert code == 2 and "no *.yaml, *.yml or *.json file in this directory" in err
     with pytest.raises(SystemExit) as exc:
         main(["validate", "--strategy", "sometimes", DEFAULT])
     assert exc.value.code == 2
@@ -75,15 +75,18 @@ def test_validate_json_contract(capsys) -> None:  # noqa: ANN001
     code, out, _ = run(capsys, "validate", "--gpu", H100, "--strategy", "mixed", "-o", "json", INVALID)
     doc = json.loads(out)
     assert code == 1 and doc["valid"] is False and doc["node"] == [H100] and doc["strategy"] == "mixed"
-    names = [c["name"] for c in doc["configs"]]
+    (source,) = doc["sources"]
+    assert (source["file"], source["object"], source["parsed"], source["valid"]) == (INVALID, None, True, False)
+    names = [c["name"] for c in source["configs"]]
     assert names == ["wrong-model-profile", "too-many", "over-capacity", "typo-filter", "overlap"]
-    for config in doc["configs"]:
+    for config in source["configs"]:
         assert config["valid"] is False
         for problem in config["problems"]:
-            assert set(problem) == {"path", "rule", "message", "severity"}
+            assert set(problem) == {"path", "rule", "message", "severity", "line", "column"}
             assert problem["path"].startswith("mig-configs.")
+            assert problem["line"] > 3 and problem["column"] >= 1
     code, out, _ = run(capsys, "validate", "--gpu", H100, "-o", "json", "-c", "all-balanced", DEFAULT)
-    (config,) = json.loads(out)["configs"]
+    (config,) = json.loads(out)["sources"][0]["configs"]
     assert code == 0 and config["valid"] is True
     assert config["gpus"][0]["instances"] == [
         {"profile": "1g.10gb", "start": 0, "size": 1}, {"profile": "1g.10gb", "start": 1, "size": 1},
@@ -101,7 +104,14 @@ def test_unparseable_input_is_reported_not_raised(capsys, tmp_path) -> None:  # 
         assert code == 1, payload
         assert "INVALID" in out and "[" in out
     code, out, _ = run(capsys, "validate", "-o", "json", str(bad))
-    assert json.loads(out)["problems"][0]["rule"] == "unknown-version"
+    (source,) = json.loads(out)["sources"]
+    assert source["parsed"] is True and source["configs"] == []  # mig-parted reads an empty file...
+    assert [p["rule"] for p in source["problems"]] == ["no-configs"]  # ...but no node can select a config
+    bad.write_bytes(b"version: v1\nmig-configs: [")
+    code, out, _ = run(capsys, "validate", "-o", "json", str(bad))
+    (source,) = json.loads(out)["sources"]
+    assert source["parsed"] is False and source["problems"][0]["rule"] == "yaml-syntax"
+    assert (source["problems"][0]["line"], source["problems"][0]["column"]) == (2, 15)  # just after "["
 
 
 def test_unknown_config_name(capsys) -> None:  # noqa: ANN001

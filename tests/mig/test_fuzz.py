@@ -12,7 +12,8 @@ from migops.mig.catalogue import catalogue
 from migops.mig.gfd import advertise
 from migops.mig.problems import MigError
 from migops.mig.profile import ProfileSyntaxError, parse_profile
-from migops.mig.spec import parse_config
+from migops.mig.sources import read_file
+from migops.mig.spec import parse_config, parse_config_object
 from migops.mig.validate import STRATEGIES, validate, validate_on_node
 
 CAT = catalogue()
@@ -151,6 +152,85 @@ def test_parse_tricky_scalars_in_place(parts, field):
     text = ("version: " + (value if field == "version" else "v1") + "\nmig-configs:\n  c:\n    - "
             + "\n      ".join(f"{k}: {v}" for k, v in entry.items() if k != "version") + "\n")
     _parse_or_none(text)
+
+
+def _spellings(n: int) -> st.SearchStrategy[str]:
+    """The ways YAML 1.1 (go-yaml v2) can write an integer, and some it reads as floats or strings."""
+    sign = "-" if n < 0 else ""
+    m = abs(n)
+    return st.sampled_from([str(n), f"{sign}0x{m:x}", f"{sign}0o{m:o}", f"{sign}0b{m:b}", f"{sign}0{m:o}",
+                            f"{n}.0", f"{n}e0", f"{n:_}", f"+{m}", f"{n}.5", f"{sign}{m}e20", f'"{n}"'])
+
+
+huge_ints = st.one_of(st.integers(-(2**64) - 5, 2**64 + 5), st.integers(-(10**40), 10**40),
+                      st.sampled_from([2**63 - 1, 2**63, -(2**63), -(2**63) - 1, 2**64 - 1, 2**64, 10**21, 10**20]))
+
+
+@FUZZ
+@given(huge_ints.flatmap(_spellings), st.sampled_from(["count", "device", "name", "profile-key", "version"]))
+def test_parse_huge_integers_anywhere(number, place):
+    """An integer of any size, in any spelling, where the parser reads a number, a name or a key: a
+    verdict or MigError, never an OverflowError or a count beyond mig-parted's int64."""
+    count, device, name, key = "1", "0", "c", "1g.10gb"
+    if place == "count":
+        count = number
+    elif place == "device":
+        device = number
+    elif place == "name":
+        name = number
+    elif place == "profile-key":
+        key = number
+    version = number if place == "version" else "v1"
+    text = (f"version: {version}\nmig-configs:\n  {name}:\n    - devices: [{device}]\n      mig-enabled: true\n"
+            f"      mig-devices:\n        {key}: {count}\n")
+    cfg = _parse_or_none(text)
+    if cfg is not None:
+        for _, entries in cfg.configs:
+            for entry in entries:
+                assert all(-(2**63) <= d < 2**63 for d in entry.devices)
+                assert all(0 <= item.count < 2**63 for item in entry.mig_devices)
+
+
+@FUZZ
+@given(st.lists(st.one_of(st.text(max_size=40), st.sampled_from(["---\n", "apiVersion: v1\n", "kind: ConfigMap\n",
+                                                                  "kind: List\n", "data:\n  config.yaml: |\n",
+                                                                  "    mig-configs: {}\n", "items:\n  - ", "...\n"])),
+                max_size=12))
+def test_read_any_stream(parts):
+    """Whatever a file holds, reading it gives sources (problems located inside the file), never an exception."""
+    text = "".join(parts)
+    contents = read_file(text)
+    lines = text.count("\n") + 2
+    for source in contents.sources:
+        assert source.config is not None or source.problems
+        for p in source.problems:
+            assert p.line is None or 1 <= p.line <= lines, (p, text)
+
+
+@FUZZ
+@given(config_docs)
+def test_every_entry_is_located_on_its_first_key(doc):
+    text = yaml.safe_dump(doc, sort_keys=False)
+    cfg = _parse_or_none(text)
+    if cfg is None:
+        return
+    lines = text.split("\n")
+    for name, entries in cfg.configs:
+        for entry in entries:
+            loc = cfg.locate(entry.path)
+            assert loc is not None
+            index = int(entry.path.rsplit("[", 1)[1][:-1])
+            first = next(iter(doc["mig-configs"][name][index]))  # the entry's first key, as dumped
+            assert lines[loc.line - 1][loc.column - 1:].startswith(first), (entry.path, loc, text)
+
+
+@FUZZ
+@given(json_like)
+def test_parse_config_object_of_anything(doc):
+    try:
+        parse_config_object(doc)
+    except MigError as exc:
+        assert exc.problems
 
 
 # --- validator ---------------------------------------------------------------------------------------

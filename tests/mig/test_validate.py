@@ -232,7 +232,7 @@ def test_all_disabled_valid_under_every_strategy():
 # --- device selection --------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("text", ["0xZZZ", "MODEL", "0x2330 10DE", "", "+0x233010DE"])
+@pytest.mark.parametrize("text", ["0xZZZ", "MODEL", "0x2330 10DE", [""], "+0x233010DE"])
 def test_device_filter_syntax(text):
     report = on([H100], enabled({"1g.10gb": 7}, device_filter=text))
     assert "device-filter-syntax" in rules(report, "error")
