@@ -8,7 +8,7 @@ Argo CD or Flux are never touched.
 """
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from kubernetes import client as k8s
@@ -60,3 +60,21 @@ def apply(api: k8s.ApiClient, body: Mapping[str, Any], *, field_manager: str, fo
         header_params={"Content-Type": APPLY_CONTENT_TYPE, "Accept": "application/json"},
         response_types_map={200: "object", 201: "object"}, auth_settings=["BearerToken"], _return_http_data_only=True,
     )
+
+
+def owned_keys(obj: Mapping[str, Any], manager: str, path: Sequence[str], *, subresource: str | None = None,
+               operation: str = "Apply") -> set[str]:
+    """Keys of the map at `path` (e.g. ("metadata", "labels")) that `manager` owns in `obj`'s
+    managedFields. A manager that applies must send every field it owns each time (a field left out
+    is removed); a restarted process learns here what its predecessor owned, so its first apply does
+    not drop them."""
+    keys: set[str] = set()
+    for entry in (obj.get("metadata") or {}).get("managedFields") or ():
+        if (entry.get("manager") != manager or entry.get("operation") != operation
+                or (entry.get("subresource") or None) != subresource):
+            continue
+        fields = entry.get("fieldsV1") or {}
+        for part in path:
+            fields = fields.get(f"f:{part}") or {}
+        keys.update(k[2:] for k in fields if k.startswith("f:"))
+    return keys
