@@ -121,6 +121,11 @@ class Agent:
             log.info("no ClusterPolicy CRD in this cluster: the GPU Operator's defaults apply")
         self.kube.start_pod_watch()
 
+    def shutdown(self) -> None:
+        """Stop soon (a signal handler calls it): a run in progress restores the clients and ends."""
+        self.stop.set()
+        self.wake.set()
+
     def stop_watches(self) -> None:
         for inf in (self.nodes, self.policies, self.configmaps, self.kube.pods):
             if inf is not None:

@@ -229,6 +229,7 @@ class Reconfigure:
         changing = [p for p in plans if p.mode_change]
         for p in changing:
             self._execute(run, p, ("destroy_ci", "destroy_gi"))
+            log.info("GPU %d: MIG mode -> %s", p.index, "enabled" if desired[p.index].mig_enabled else "disabled")
             self.backend.set_mig_mode(p.index, bool(desired[p.index].mig_enabled))
             run.touched.add(p.index)
             run.steps += 1
@@ -236,6 +237,7 @@ class Reconfigure:
         if not pending:
             return None
         reset_error = ""
+        log.info("resetting GPU %s for the MIG mode change", ", ".join(map(str, pending)))
         try:
             self.backend.reset(pending)
             run.steps += 1

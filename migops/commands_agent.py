@@ -106,7 +106,7 @@ def cmd_agent(args: argparse.Namespace) -> int:
                       destroy_in_use=args.destroy_in_use, publish_gfd=publish)
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda *_: stop.set())
+        signal.signal(sig, lambda *_: stop.set())  # until the agent exists; then agent.shutdown
     api = api_client(args.kubeconfig)
     try:
         check_identity(api, args.node)
@@ -120,6 +120,8 @@ def cmd_agent(args: argparse.Namespace) -> int:
     agent = Agent(api, args.node, backend, flow, kube, overrides=overrides,
                   retry=Retry(args.retry_base, args.retry_max), resync=args.resync,
                   simulated_reboot=simulated_reboot)
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: agent.shutdown())
     logging.getLogger(__name__).info("agent for node %s, backend %s, GPUs %s", args.node, backend.name,
                                      ",".join(d.device_id for d in backend.devices()))
     try:

@@ -25,7 +25,16 @@ _CLUSTER_SCOPED = frozenset({
 
 
 def plural(kind: str) -> str:
-    return _PLURALS.get(kind, kind.lower() + "s")
+    """The resource name of a kind, by the API machinery's rule (UnsafeGuessKindToResource):
+    ...y -> ...ies (after a consonant), ...s/x/z/ch/sh -> ...es, else ...s."""
+    if kind in _PLURALS:
+        return _PLURALS[kind]
+    lower = kind.lower()
+    if lower.endswith("y") and lower[-2:-1] not in ("a", "e", "i", "o", "u"):
+        return lower[:-1] + "ies"
+    if lower.endswith(("s", "x", "z", "ch", "sh")):
+        return lower + "es"
+    return lower + "s"
 
 
 def object_path(api_version: str, kind: str, name: str | None = None, namespace: str | None = None) -> str:
