@@ -22,7 +22,22 @@ from migops.local.binaries import locate
 from migops.local.cluster import apply_cluster_policy, install_clusterpolicy_crd
 from migops.local.controlplane import ControlPlane
 
-DEFAULT_CONFIG = (ROOT / "examples" / "nvidia-default-config.yaml").read_text()
+# NVIDIA's default config plus configs the tests select; the agents see only their own config's
+# content (its digest), so adding or editing another config never disturbs a node.
+EXTRA_CONFIGS = """
+  gpu3-differs:
+    - devices: [0, 1, 2, 4, 5, 6, 7]
+      mig-enabled: true
+      mig-devices: {"1g.10gb": 2, "2g.20gb": 1, "3g.40gb": 1}
+    - devices: [3]
+      mig-enabled: true
+      mig-devices: {"1g.10gb": 4, "3g.40gb": 1}
+  too-many:
+    - devices: all
+      mig-enabled: true
+      mig-devices: {"1g.10gb": 8}
+"""
+DEFAULT_CONFIG = (ROOT / "examples" / "nvidia-default-config.yaml").read_text().rstrip("\n") + EXTRA_CONFIGS
 
 
 def kustomize(binaries_dir: Path, path: Path) -> list[dict]:

@@ -64,3 +64,91 @@ def test_label_reconfigures_many_nodes_with_gfd_labels_and_allocatable(agent_adm
     # The simulated GPUs hold what the labels say.
     gpus = nodes[1].gpu_state()["gpus"]
     assert all(g["mig"]["current"] and len(g["instances"]) == 7 for g in gpus)
+
+
+def _client_pod(api, node: str, name: str, app: str = "nvidia-device-plugin-daemonset") -> None:  # noqa: ANN001
+    """What the device plugin's DaemonSet runs on the node (no kubelet runs: just the object)."""
+    k8s.CoreV1Api(api).create_namespaced_pod("gpu-operator", {
+        "metadata": {"name": name, "labels": {"app": app},
+                     "ownerReferences": [{"apiVersion": "apps/v1", "kind": "DaemonSet", "name": app,
+                                          "uid": "00000000-0000-0000-0000-000000000001"}]},
+        "spec": {"nodeName": node, "nodeSelector": {"nvidia.com/gpu.deploy.device-plugin": "true"},
+                 "containers": [{"name": "c", "image": "nvcr.io/nvidia/k8s-device-plugin"}]}})
+
+
+def _delete_pod(api, name: str) -> None:  # noqa: ANN001
+    k8s.CoreV1Api(api).delete_namespaced_pod(name, "gpu-operator", grace_period_seconds=0)
+
+
+def test_invalid_config_fails_before_anything_is_paused(agent_admin, agents) -> None:
+    agent = agents("invalid-1")
+    _success_for(agent_admin, agent.node, "all-disabled")
+    before = agent.ops()
+    seen: set[str] = set()
+    set_config(agent_admin, agent.node, "too-many")
+
+    def failed() -> bool:
+        got = labels(agent_admin, agent.node)
+        seen.update(v for k, v in got.items() if k.startswith("nvidia.com/gpu.deploy."))
+        seen.add(got.get("nvidia.com/mig.config.state", ""))
+        return got.get("nvidia.com/mig.config.state") == "failed"
+    until(failed, 60, "state failed")
+    assert "paused-for-mig-change" not in seen and "pending" not in seen
+    reason = annotations(agent_admin, agent.node)["migops.io/mig.config.reason"]
+    assert "too-many" in reason and "count-exceeds-max" in reason and "at most 7" in reason
+    assert agent.ops() == before  # no driver call
+    warnings = [e for e in node_events(agent_admin, agent.node) if e.reason == "MigConfigFailed"]
+    assert warnings and warnings[0].type == "Warning" and "at most 7" in warnings[0].message
+    # A config name the ConfigMap lacks: failed too, with the names it has.
+    set_config(agent_admin, agent.node, "no-such-config")
+    until(lambda: "no-such-config" in annotations(agent_admin, agent.node).get("migops.io/mig.config.reason", ""),
+          60, "reason names the missing config")
+    assert state(agent_admin, agent.node) == "failed"
+    assert agent.ops() == before
+
+
+def test_client_pod_that_never_goes_times_out_restores_clients_and_is_retried(agent_admin, agents) -> None:
+    agent = agents("stuck-1", "8x0x233010DE", "--pod-timeout", "2")
+    _success_for(agent_admin, agent.node, "all-disabled")
+    _client_pod(agent_admin, agent.node, "nvidia-device-plugin-daemonset-stuck1")
+    seen: list[str] = []
+    set_config(agent_admin, agent.node, "all-1g.10gb")
+
+    def failed() -> bool:
+        got = labels(agent_admin, agent.node)
+        seen.append(got.get("nvidia.com/gpu.deploy.device-plugin", ""))
+        return got.get("nvidia.com/mig.config.state") == "failed"
+    until(failed, 60, "state failed after the pod wait timed out")
+    reason = annotations(agent_admin, agent.node)["migops.io/mig.config.reason"]
+    assert "timed out after 2s" in reason and "nvidia-device-plugin-daemonset-stuck1" in reason
+    got = labels(agent_admin, agent.node)
+    assert got["nvidia.com/gpu.deploy.device-plugin"] == "true"  # restored, not left paused
+    assert got["nvidia.com/gpu.deploy.gpu-feature-discovery"] == "true"
+    assert got["nvidia.com/gpu.deploy.dcgm-exporter"] == "false"  # a false stays false
+    assert all(not g["mig"]["current"] for g in agent.gpu_state()["gpus"])  # the GPUs were not touched
+    # The DaemonSet controller finally removes its pod: the retry (no label change) goes through.
+    _delete_pod(agent_admin, "nvidia-device-plugin-daemonset-stuck1")
+    _success_for(agent_admin, agent.node, "all-1g.10gb")
+    assert labels(agent_admin, agent.node)["nvidia.com/gpu.deploy.device-plugin"] == "true"
+    assert "migops.io/mig.config.reason" not in annotations(agent_admin, agent.node)
+
+
+def test_pods_that_go_when_paused_let_the_change_through(agent_admin, agents) -> None:
+    agent = agents("paused-1")
+    _success_for(agent_admin, agent.node, "all-disabled")
+    _client_pod(agent_admin, agent.node, "nvidia-device-plugin-daemonset-p1")
+    _client_pod(agent_admin, agent.node, "gpu-feature-discovery-p1", app="gpu-feature-discovery")
+    _client_pod(agent_admin, agent.node, "nvidia-cuda-validator-p1", app="nvidia-cuda-validator")
+    set_config(agent_admin, agent.node, "all-3g.40gb")
+    # The DaemonSet controller's part: pods go once their deploy label is paused.
+    until(lambda: labels(agent_admin, agent.node).get("nvidia.com/gpu.deploy.device-plugin") ==
+          "paused-for-mig-change", 60, "device plugin paused")
+    assert state(agent_admin, agent.node) == "pending"
+    _delete_pod(agent_admin, "nvidia-device-plugin-daemonset-p1")
+    _delete_pod(agent_admin, "gpu-feature-discovery-p1")
+    _success_for(agent_admin, agent.node, "all-3g.40gb")
+    pods = k8s.CoreV1Api(agent_admin).list_namespaced_pod("gpu-operator",
+                                                          field_selector=f"spec.nodeName={agent.node}").items
+    # The validator was deleted so it re-runs (no kubelet here to finish the graceful deletion).
+    assert [p.metadata.name for p in pods] == ["nvidia-cuda-validator-p1"] and pods[0].metadata.deletion_timestamp
+    assert labels(agent_admin, agent.node)["nvidia.com/gpu.deploy.device-plugin"] == "true"
