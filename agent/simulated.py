@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -30,6 +31,7 @@ from migops.mig.placement import Placement
 from migops.mig.profile import compute_subprofile_allowed
 
 STATE_VERSION = 1
+_REPEAT = re.compile(r"^([1-9][0-9]*)x(.+)$")
 OPS = ("set_mig_mode", "reset", "create_gpu_instance", "create_compute_instance",
        "destroy_compute_instance", "destroy_gpu_instance")
 
@@ -42,8 +44,9 @@ def parse_gpus(text: str) -> list[GpuModel]:
     for part in (p.strip() for p in text.split(",")):
         if not part:
             raise ValueError(f"empty GPU in {text!r}")
-        count, sep, name = part.partition("x")
-        if sep and count.isdigit() and name:
+        repeat = _REPEAT.match(part)  # "8x<GPU>"; a bare "0x2330..." is a device ID, not a count
+        if repeat:
+            count, name = repeat.groups()
             if not 1 <= int(count) <= 16:
                 raise ValueError(f"{part!r}: a node holds 1 to 16 GPUs")
             models.extend([cat.resolve(name)] * int(count))
