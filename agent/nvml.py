@@ -33,10 +33,13 @@ def load_pynvml() -> Any:
 
 
 def error_code(nvml: Any, exc: BaseException) -> str:
-    """NVML's name for an NVMLError (`IN_USE`, `NOT_SUPPORTED`, ...)."""
+    """NVML's name for an NVMLError (`IN_USE`, `NOT_SUPPORTED`, ...). The codes are NVML's, the same in
+    every binding, so pynvml's own table names them."""
+    import pynvml
+
     value = getattr(exc, "value", None)
-    for name in dir(nvml):
-        if name.startswith("NVML_ERROR_") and getattr(nvml, name) == value:
+    for name in dir(pynvml):
+        if name.startswith("NVML_ERROR_") and getattr(pynvml, name) == value:
             return name[len("NVML_ERROR_"):]
     return f"NVML_ERROR_{value}"
 

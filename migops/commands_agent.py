@@ -155,3 +155,26 @@ def _backend(args: argparse.Namespace, work: Path):  # noqa: ANN202
         return NvmlBackend(reset=HostCommands(args.host_root)), None
     except GpuError as exc:
         raise UsageError(f"NVML: {exc}") from None
+
+
+def cmd_probe(args: argparse.Namespace, nvml: object = None) -> int:
+    """`migops gpus --probe`: NVML's view of this machine's GPUs next to the catalogue. Read-only.
+    Exit 0 when every GPU matches its catalogue entry, 1 on differences or without an NVIDIA driver."""
+    import json
+
+    from migops.agent.probe import probe, render
+
+    if nvml is None:
+        import pynvml as nvml
+    try:
+        driver, gpus = probe(nvml)
+    except nvml.NVMLError as exc:  # type: ignore[attr-defined]
+        print(f"migops gpus --probe: NVML is not available here ({exc}): no NVIDIA driver or GPU", file=sys.stderr)
+        return EXIT_INVALID
+    if args.output == "json":
+        json.dump({"driver": driver, "gpus": [g.as_dict() for g in gpus]}, sys.stdout, indent=2)
+        sys.stdout.write("\n")
+    else:
+        for line in render(driver, gpus):
+            print(line)
+    return EXIT_INVALID if any(g.differences for g in gpus) else EXIT_OK
