@@ -80,6 +80,7 @@ class AgentProc:
     kubeconfig: Path
     gpus: str = "8x0x233010DE"
     extra: list[str] = field(default_factory=list)
+    env: dict[str, str] | None = None
     proc: subprocess.Popen | None = None
 
     @property
@@ -99,7 +100,8 @@ class AgentProc:
         argv = [sys.executable, "-m", "migops", "agent", "--node", self.node, "--backend", "simulated",
                 "--gpus", self.gpus, "--state-file", str(self.state_file), "--work-dir", str(self.workdir),
                 "--kubeconfig", str(self.kubeconfig), *FAST, *self.extra]
-        env = {k: v for k, v in os.environ.items() if k not in ("KUBECONFIG", "WITH_REBOOT", "NODE_NAME")}
+        env = {k: v for k, v in (self.env or os.environ).items()
+               if k not in ("KUBECONFIG", "WITH_REBOOT", "NODE_NAME")}
         with self.log.open("ab") as out:
             self.proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                          env=env, cwd=ROOT)

@@ -79,13 +79,14 @@ def agents(agent_plane: ControlPlane, agent_admin: ApiClient, tmp_path: Path,
     stopped (and their Nodes deleted) after the test; a failing test prints their logs."""
     started: list[AgentProc] = []
 
-    def make(node: str, gpus: str = "8x0x233010DE", *extra: str, seed: bool = True, start: bool = True) -> AgentProc:
+    def make(node: str, gpus: str = "8x0x233010DE", *extra: str, seed: bool = True, start: bool = True,
+             env: dict[str, str] | None = None) -> AgentProc:
         model, _, count = gpus.partition("x")[2], None, gpus.partition("x")[0]
         if seed:
             seed_node(agent_admin, node, model.split(",")[0], int(count) if count.isdigit() else 1)
         kc = bound_token_kubeconfig(agent_admin, agent_plane.url, agent_plane.ca_pem, node,
                                     tmp_path / f"{node}.kubeconfig")
-        proc = AgentProc(node, tmp_path / node, kc, gpus, list(extra))
+        proc = AgentProc(node, tmp_path / node, kc, gpus, list(extra), env)
         started.append(proc)
         return proc.start() if start else proc
 

@@ -200,3 +200,27 @@ def test_strategy_from_the_cluster_policy_decides_labels_and_resources(agent_adm
         assert "nvidia.com/gpu" not in allocatable(agent_admin, agent.node)
     finally:
         strategy("mixed")
+
+
+def test_host_gpu_clients_are_stopped_and_started_kubelet_only_for_mode_changes(agent_admin, agents, tmp_path) -> None:
+    from fake_host import calls, make_host, unit_state
+
+    root = tmp_path / "host"
+    env = make_host(root, {"nvsm.service": "active", "nvidia-dcgm.service": "active",
+                           "dcgm-exporter.service": "inactive", "kubelet.service": "active"})
+    clients = tmp_path / "clients.yaml"
+    clients.write_text("version: v1\nsystemd-services: [nvsm.service, nvidia-dcgm.service, dcgm-exporter.service]\n")
+    agent = agents("host-1", "8x0x233010DE", "--host-gpu-clients", "--gpu-clients-file", str(clients),
+                   "--host-root", "/host", env=env)
+    _applied(agent_admin, agent.node, "all-disabled")
+    assert not [c for c in calls(root) if c.startswith("stop")]  # already applied: nothing stopped
+    set_config(agent_admin, agent.node, "all-balanced")  # a MIG mode change
+    _applied(agent_admin, agent.node, "all-balanced")
+    stops = [c for c in calls(root) if c.startswith("stop")]
+    assert stops == ["stop -- nvsm.service", "stop -- nvidia-dcgm.service", "stop -- kubelet.service"]
+    assert all(unit_state(root, u) == "active" for u in ("nvsm.service", "nvidia-dcgm.service", "kubelet.service"))
+    assert unit_state(root, "dcgm-exporter.service") == "inactive"  # was not running: not started either
+    set_config(agent_admin, agent.node, "all-1g.10gb")  # geometry only: the kubelet keeps running
+    _applied(agent_admin, agent.node, "all-1g.10gb")
+    stops = [c for c in calls(root) if c.startswith("stop")][3:]
+    assert stops == ["stop -- nvsm.service", "stop -- nvidia-dcgm.service"]
