@@ -152,3 +152,17 @@ def test_pods_that_go_when_paused_let_the_change_through(agent_admin, agents) ->
     # The validator was deleted so it re-runs (no kubelet here to finish the graceful deletion).
     assert [p.metadata.name for p in pods] == ["nvidia-cuda-validator-p1"] and pods[0].metadata.deletion_timestamp
     assert labels(agent_admin, agent.node)["nvidia.com/gpu.deploy.device-plugin"] == "true"
+
+
+def test_agent_stopped_while_waiting_restores_clients_instead_of_leaving_pending(agent_admin, agents) -> None:
+    agent = agents("sigterm-1", "8x0x233010DE", "--pod-timeout", "120")
+    _success_for(agent_admin, agent.node, "all-disabled")
+    _client_pod(agent_admin, agent.node, "nvidia-device-plugin-daemonset-st1")
+    set_config(agent_admin, agent.node, "all-7g.80gb")
+    until(lambda: state(agent_admin, agent.node) == "pending", 60, "pending")
+    assert agent.stop() == 0  # SIGTERM (a DaemonSet rollout): the run ends, restoring what it paused
+    got = labels(agent_admin, agent.node)
+    assert got["nvidia.com/mig.config.state"] == "failed"
+    assert got["nvidia.com/gpu.deploy.device-plugin"] == "true"
+    assert "interrupted" in annotations(agent_admin, agent.node)["migops.io/mig.config.reason"]
+    _delete_pod(agent_admin, "nvidia-device-plugin-daemonset-st1")
