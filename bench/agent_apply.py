@@ -93,13 +93,19 @@ def counted(backend) -> Counter:  # noqa: ANN001
     return total
 
 
+def node_at(tmp: str, config, models, start: str) -> SimulatedBackend:  # noqa: ANN001
+    """Simulated GPUs with MIG on and config `start` applied."""
+    b = SimulatedBackend(Path(tmp) / "gpus.json", models)
+    for i in range(len(models)):
+        b.set_mig_mode(i, True)
+    b.reset(list(range(len(models))))
+    run_plan(b, desired(config, start, models))
+    return b
+
+
 def trial(config, models, start: str, goal: str, approach) -> tuple[Counter, int, set[int]]:  # noqa: ANN001
     with tempfile.TemporaryDirectory() as tmp:
-        b = SimulatedBackend(Path(tmp) / "gpus.json", models)
-        for i in range(8):
-            b.set_mig_mode(i, True)
-        b.reset(list(range(8)))
-        run_plan(b, desired(config, start, models))
+        b = node_at(tmp, config, models, start)
         before_ids = {(i, inst.id) for i in range(8) for inst in b.read(i).instances}
         before = counted(b)
         target = desired(config, goal, models)
@@ -121,13 +127,8 @@ def main() -> int:
     print(header)
     totals = Counter()
     for start, goal in CHANGES:
-        states_goal = desired(config, goal, models)
         with tempfile.TemporaryDirectory() as tmp:
-            b = SimulatedBackend(Path(tmp) / "gpus.json", models)
-            for i in range(8):
-                b.set_mig_mode(i, True)
-            b.reset(list(range(8)))
-            run_plan(b, desired(config, start, models))
+            b = node_at(tmp, config, models, start)
             states = [b.read(i) for i in range(8)]
         times = []
         for _ in range(60):
@@ -147,7 +148,6 @@ def main() -> int:
         ratio = f"{(d_t + c_t) / (d_o + c_o):.2f}x" if d_o + c_o else "-"
         print(f"  {start + ' -> ' + goal:<34} {statistics.median(times):>8.2f}/{q[-1]:<8.2f}  "
               f"{d_o:>4}/{c_o:<5} {kept_ours:>4}  {d_t:>7}/{c_t:<6} {kept_theirs:>4}  {ratio:>11}")
-        del states_goal
     print(f"\n  all changes: migops {totals['ours']} driver calls, {totals['kept_ours']} GPU instances kept; "
           f"mig-parted approach {totals['theirs']} calls, {totals['kept_theirs']} kept "
           f"({totals['theirs'] / totals['ours']:.2f}x the calls)")
