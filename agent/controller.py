@@ -232,6 +232,10 @@ class Agent:
             assert self.nodes is not None
             while not self.stop.is_set() and not self.nodes.wait_synced(1.0):
                 pass
+            try:
+                self.flow.publish_inventory()
+            except Exception as exc:  # noqa: BLE001 - reported again by the first run if it persists
+                log.warning("could not publish the node's GPUs: %s", exc)
             prior: str | None = None
             while not self.stop.is_set():
                 self.wake.clear()

@@ -123,6 +123,14 @@ class Reconfigure:
         self._sleep = sleep
 
     # ------------------------------------------------------------------------------ entry
+    def publish_inventory(self) -> None:
+        """The node's GPUs (`migops.io/gpus`, `migops.io/gpu.device-id`), from the driver, at start:
+        the webhook and the reconciler validate configs on exactly these GPUs, before any config runs."""
+        models = node_models(self.backend.devices())
+        if models:
+            self.kube.apply({DEVICE_ID_LABEL: models[0].device_id},
+                            {GPUS_ANNOTATION: ",".join(m.device_id for m in models)})
+
     def run(self, request: Request, node: dict[str, Any]) -> Outcome:
         run = _Run(request, node)
         try:

@@ -166,3 +166,13 @@ def test_agent_stopped_while_waiting_restores_clients_instead_of_leaving_pending
     assert got["nvidia.com/gpu.deploy.device-plugin"] == "true"
     assert "interrupted" in annotations(agent_admin, agent.node)["migops.io/mig.config.reason"]
     _delete_pod(agent_admin, "nvidia-device-plugin-daemonset-st1")
+
+
+def test_gpus_are_published_at_start_without_a_config_label(agent_admin, agents) -> None:
+    agent = agents("inventory-1", "2x0x233010DE,1x0x20B710DE", start=False)
+    k8s.CoreV1Api(agent_admin).patch_node(agent.node, {"metadata": {"labels": {"nvidia.com/mig.config": None}}})
+    agent.start()
+    until(lambda: annotations(agent_admin, agent.node).get("migops.io/gpus") == "0x233010DE,0x233010DE,0x20B710DE",
+          60, "migops.io/gpus published")
+    assert labels(agent_admin, agent.node)["migops.io/gpu.device-id"] == "0x233010DE"
+    assert "nvidia.com/mig.config.state" not in labels(agent_admin, agent.node)  # no config: nothing to do
