@@ -21,7 +21,7 @@ def _success_for(api, node: str, name: str):  # noqa: ANN001, ANN202
 
 
 def test_label_reconfigures_many_nodes_with_gfd_labels_and_allocatable(agent_admin, agents) -> None:
-    nodes = [agents(f"flow-{i}") for i in range(3)]
+    nodes = [agents(f"flow-{i}") for i in range(3)] + [agents("flow-3", "4x0x20B010DE")]  # + 4 x A100-40GB
     for agent in nodes:  # the operator's default config: all-disabled, already true of fresh GPUs
         _success_for(agent_admin, agent.node, "all-disabled")
     watch = k8s.CoreV1Api(agent_admin)
@@ -29,6 +29,7 @@ def test_label_reconfigures_many_nodes_with_gfd_labels_and_allocatable(agent_adm
     set_config(agent_admin, "flow-0", "all-balanced")
     set_config(agent_admin, "flow-1", "all-1g.10gb")
     set_config(agent_admin, "flow-2", "all-3g.40gb")
+    set_config(agent_admin, "flow-3", "all-balanced")
 
     def states() -> bool:
         s = state(agent_admin, "flow-0")
@@ -37,7 +38,7 @@ def test_label_reconfigures_many_nodes_with_gfd_labels_and_allocatable(agent_adm
         return s == "success" and annotations(agent_admin, "flow-0").get("migops.io/mig.config.applied") == "all-balanced"
     until(states, 90, "flow-0 applied")
     assert "pending" in seen or len(seen) == 1  # pending may pass between two polls; it never stays
-    for agent, name in ((nodes[1], "all-1g.10gb"), (nodes[2], "all-3g.40gb")):
+    for agent, name in ((nodes[1], "all-1g.10gb"), (nodes[2], "all-3g.40gb"), (nodes[3], "all-balanced")):
         _success_for(agent_admin, agent.node, name)
 
     # Mixed strategy (the ClusterPolicy's): one resource per profile, as the GPU Operator docs show.
@@ -52,6 +53,9 @@ def test_label_reconfigures_many_nodes_with_gfd_labels_and_allocatable(agent_adm
     assert allocatable(agent_admin, "flow-0") == {
         "nvidia.com/mig-1g.10gb": "16", "nvidia.com/mig-2g.20gb": "8", "nvidia.com/mig-3g.40gb": "8"}
     assert allocatable(agent_admin, "flow-1") == {"nvidia.com/mig-1g.10gb": "56"}
+    assert allocatable(agent_admin, "flow-3") == {  # the same config name, A100-40GB's profiles
+        "nvidia.com/mig-1g.5gb": "8", "nvidia.com/mig-2g.10gb": "4", "nvidia.com/mig-3g.20gb": "4"}
+    assert labels(agent_admin, "flow-3")["nvidia.com/mig-3g.20gb.product"] == "NVIDIA-A100-SXM4-40GB-MIG-3g.20gb"
     assert "nvidia.com/mig-1g.10gb.count" not in labels(agent_admin, "flow-2")  # stale GFD labels go
     ann = annotations(agent_admin, "flow-0")
     layout = json.loads(ann["migops.io/mig.layout"])
