@@ -137,6 +137,9 @@ class Reconfigure:
             return self._run(run)
         except (Failure, GpuError, HostError, ApiException, TimeoutError, InterruptedError, MigError) as exc:
             return self._fail(run, _describe(exc))
+        except Exception as exc:  # noqa: BLE001 - a bug must still restore the clients, never leave pending
+            log.exception("unexpected error")
+            return self._fail(run, f"internal error: {type(exc).__name__}: {exc}")
 
     def _run(self, run: _Run) -> Outcome:
         request = run.request

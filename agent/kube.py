@@ -22,8 +22,8 @@ from kubernetes.client.exceptions import ApiException
 
 from migops.kube import events, ssa
 from migops.kube.informer import Informer
-from migops.kube.names import (AGENT_CONTROLLER, AGENT_MANAGER, DEPLOY_LABEL_PREFIX, MIG_CONFIG_STATE_LABEL,
-                               PAUSED_FOR_MIG_CHANGE)
+from migops.kube.names import (AGENT_CONTROLLER, AGENT_MANAGER, DEPLOY_LABEL_PREFIX, DEVICE_ID_LABEL,
+                               MIG_CONFIG_STATE_LABEL, PAUSED_FOR_MIG_CHANGE)
 
 log = logging.getLogger(__name__)
 
@@ -37,8 +37,6 @@ OPERATOR_VALIDATOR_APP = "nvidia-operator-validator"
 
 def is_gfd_label(key: str) -> bool:
     """Labels GFD (and the agent in its place, for simulated GPUs) owns as a set."""
-    from migops.kube.names import DEVICE_ID_LABEL
-
     if key.startswith(DEPLOY_LABEL_PREFIX) or key.startswith("nvidia.com/mig.config"):
         return False
     return key.startswith(("nvidia.com/gpu.", "nvidia.com/mig-", "nvidia.com/mig.")) or key == DEVICE_ID_LABEL

@@ -15,6 +15,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from migops.agent.backend import ComputeInstance, Device, GpuError, GpuInstance, GpuState
+from migops.agent.plan import gi_profile
 from migops.mig.catalogue import GiProfile, GpuModel, catalogue
 
 # NVML_COMPUTE_INSTANCE_PROFILE_<N>_SLICE enum by compute slices.
@@ -233,7 +234,7 @@ class NvmlBackend:
 
     def _gi_profile(self, index: int, name: str) -> GiProfile:
         model = self.model(index)
-        for gi in (model.profiles if model else ()):
-            if gi.name == name:
-                return gi
-        raise GpuError("create_gpu_instance", index, "NOT_SUPPORTED", f"{name} is not a profile of this GPU")
+        found = gi_profile(model, name) if model else None
+        if found is None:
+            raise GpuError("create_gpu_instance", index, "NOT_SUPPORTED", f"{name} is not a profile of this GPU")
+        return found

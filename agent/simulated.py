@@ -26,7 +26,8 @@ from pathlib import Path
 from typing import Any
 
 from migops.agent.backend import ComputeInstance, Device, GpuError, GpuInstance, GpuState
-from migops.mig.catalogue import GiProfile, GpuModel, UnknownGpuError, catalogue
+from migops.agent.plan import gi_profile
+from migops.mig.catalogue import GpuModel, UnknownGpuError, catalogue
 from migops.mig.placement import Placement
 from migops.mig.profile import compute_subprofile_allowed
 
@@ -168,14 +169,14 @@ class SimulatedBackend:
         model = self._models[index]
         if not g["mig"]["current"]:
             raise GpuError("create_gpu_instance", index, "NOT_SUPPORTED", "MIG mode is disabled")
-        gi = _profile(model, profile)
+        gi = gi_profile(model, profile)
         if gi is None:
             raise GpuError("create_gpu_instance", index, "NOT_SUPPORTED", f"{model.name} has no profile {profile}")
         if start not in gi.starts:
             raise GpuError("create_gpu_instance", index, "INVALID_ARGUMENT",
                            f"{profile} cannot start at slice {start} (valid: {','.join(map(str, gi.starts))})")
         new = Placement(start, gi.memory_slices, gi.name)
-        existing = [(_profile(model, i["profile"]), Placement(i["start"], i["size"], i["profile"]))
+        existing = [(gi_profile(model, i["profile"]), Placement(i["start"], i["size"], i["profile"]))
                     for i in g["instances"]]
         clash = [p for _, p in existing if p.mask & new.mask]
         if clash:
@@ -199,7 +200,7 @@ class SimulatedBackend:
     def create_compute_instance(self, index: int, gi: int, slices: int) -> int:
         g = self._begin("create_compute_instance", index)
         inst = self._instance(g, index, gi, "create_compute_instance")
-        profile = _profile(self._models[index], inst["profile"])
+        profile = gi_profile(self._models[index], inst["profile"])
         assert profile is not None
         if not compute_subprofile_allowed(slices, profile.compute_slices):
             raise GpuError("create_compute_instance", index, "NOT_SUPPORTED",
@@ -285,10 +286,3 @@ class SimulatedBackend:
         tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
         tmp.write_text(json.dumps(self._state, indent=1, sort_keys=True))
         tmp.replace(self.path)
-
-
-def _profile(model: GpuModel, name: str) -> GiProfile | None:
-    for gi in model.profiles:
-        if gi.name == name:
-            return gi
-    return None
