@@ -62,6 +62,8 @@ def register(sub: argparse._SubParsersAction) -> None:  # noqa: SLF001
 
     g = sub.add_parser("gpus", help="list the MIG-capable GPU catalogue")
     g.add_argument("-o", "--output", choices=("text", "json"), default="text")
+    g.add_argument("--probe", action="store_true",
+                   help="read this machine's GPUs through NVML (read-only) and compare them with the catalogue")
     g.set_defaults(func=cmd_gpus)
 
 
@@ -271,6 +273,10 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
 
 def cmd_gpus(args: argparse.Namespace) -> int:
+    if args.probe:
+        from migops.commands_agent import cmd_probe
+
+        return cmd_probe(args)
     cat = catalogue()
     if args.output == "json":
         raw = raw_catalogue()

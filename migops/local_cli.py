@@ -66,7 +66,7 @@ def _up(args: argparse.Namespace) -> int:
 
     from kubernetes.client.exceptions import ApiException
 
-    from migops.local import cluster, state
+    from migops.local import agents, cluster, state
     from migops.local.binaries import BinariesUnavailable, locate
     from migops.local.controlplane import ControlPlane, ControlPlaneError
 
@@ -90,6 +90,9 @@ def _up(args: argparse.Namespace) -> int:
             plane.start()
             with plane.api_client() as api:
                 cluster.seed(api, nodes, args.strategy)
+                agents.seed_mig_config(api)  # the simulated agents, one per node (migops.local.agents)
+                agents.start(plane.workdir, plane.admin_kubeconfig, [(n.name, n.gpu.device_id, n.gpus) for n in nodes])
+                slow = agents.wait_ready(api, [n.name for n in nodes])
             plane.start_scheduler()  # binds Pods to the GPU nodes by their allocatable resources
             state.save(home, state.LocalState(
                 api_url=plane.url, kubeconfig=str(plane.admin_kubeconfig),
@@ -116,6 +119,7 @@ def _up(args: argparse.Namespace) -> int:
           f"(API server ready after {plane.ready_seconds:.1f}s)")
     print(f"  nodes:      {', '.join(n.name for n in nodes)}: {args.gpus_per_node} x {models}")
     print(f"  strategy:   {args.strategy} (ClusterPolicy cluster-policy)")
+    print(f"  agents:     one simulated MIG agent per node{' (not reporting yet: ' + ', '.join(slow) + ')' if slow else ''}")
     print(f"  kubeconfig: {plane.admin_kubeconfig}")
     print('  next:       eval "$(migops local env)"; kubectl get nodes --show-labels')
     return EXIT_OK
@@ -154,7 +158,10 @@ def _clean(home: Path) -> list[int]:
     from migops.local.controlplane import identifying_arguments
     from migops.local.process import find_by_argument, is_alive, stop
 
+    from migops.local import agents
+
     workdir = state.local_dir(home)
+    leftover = agents.stop_all(workdir)  # before the API server they talk to
     recorded = state.load(home)
     refs = list(recorded.processes.values())[::-1] if recorded else []
     for arg in identifying_arguments(workdir):
@@ -167,7 +174,7 @@ def _clean(home: Path) -> list[int]:
             stop(ref, timeout=grace)
         except RuntimeError:
             pass
-    survivors = [r.pid for r in refs if is_alive(r)]
+    survivors = [r.pid for r in refs if is_alive(r)] + leftover
     if not survivors:
         shutil.rmtree(workdir, ignore_errors=True)
     return survivors
@@ -193,6 +200,9 @@ def _status(args: argparse.Namespace) -> int:
     print(f"  strategy:   {current.strategy}")
     for name, ref in current.processes.items():
         print(f"  {name + ':':<15} pid {ref.pid}")
+    from migops.local import agents
+
+    print(f"  agents:         {len(agents.running(Path(current.workdir)))} of {len(current.nodes)} running")
     print("  nodes:")
     for line in _node_lines(Path(current.kubeconfig)):
         print(f"    {line}")

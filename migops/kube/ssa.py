@@ -8,7 +8,7 @@ Argo CD or Flux are never touched.
 """
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from kubernetes import client as k8s
@@ -25,7 +25,16 @@ _CLUSTER_SCOPED = frozenset({
 
 
 def plural(kind: str) -> str:
-    return _PLURALS.get(kind, kind.lower() + "s")
+    """The resource name of a kind, by the API machinery's rule (UnsafeGuessKindToResource):
+    ...y -> ...ies (after a consonant), ...s/x/z/ch/sh -> ...es, else ...s."""
+    if kind in _PLURALS:
+        return _PLURALS[kind]
+    lower = kind.lower()
+    if lower.endswith("y") and lower[-2:-1] not in ("a", "e", "i", "o", "u"):
+        return lower[:-1] + "ies"
+    if lower.endswith(("s", "x", "z", "ch", "sh")):
+        return lower + "es"
+    return lower + "s"
 
 
 def object_path(api_version: str, kind: str, name: str | None = None, namespace: str | None = None) -> str:
@@ -60,3 +69,21 @@ def apply(api: k8s.ApiClient, body: Mapping[str, Any], *, field_manager: str, fo
         header_params={"Content-Type": APPLY_CONTENT_TYPE, "Accept": "application/json"},
         response_types_map={200: "object", 201: "object"}, auth_settings=["BearerToken"], _return_http_data_only=True,
     )
+
+
+def owned_keys(obj: Mapping[str, Any], manager: str, path: Sequence[str], *, subresource: str | None = None,
+               operation: str = "Apply") -> set[str]:
+    """Keys of the map at `path` (e.g. ("metadata", "labels")) that `manager` owns in `obj`'s
+    managedFields. A manager that applies must send every field it owns each time (a field left out
+    is removed); a restarted process learns here what its predecessor owned, so its first apply does
+    not drop them."""
+    keys: set[str] = set()
+    for entry in (obj.get("metadata") or {}).get("managedFields") or ():
+        if (entry.get("manager") != manager or entry.get("operation") != operation
+                or (entry.get("subresource") or None) != subresource):
+            continue
+        fields = entry.get("fieldsV1") or {}
+        for part in path:
+            fields = fields.get(f"f:{part}") or {}
+        keys.update(k[2:] for k in fields if k.startswith("f:"))
+    return keys

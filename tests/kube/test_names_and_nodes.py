@@ -21,6 +21,16 @@ def test_object_paths() -> None:
         object_path("v1", "ConfigMap", "c")
 
 
+def test_plurals_follow_the_api_machinery() -> None:
+    assert object_path("admissionregistration.k8s.io/v1", "ValidatingAdmissionPolicy", "p") == \
+        "/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicies/p"
+    assert object_path("scheduling.k8s.io/v1", "PriorityClass", "x") == "/apis/scheduling.k8s.io/v1/priorityclasses/x"
+    assert object_path("networking.k8s.io/v1", "Ingress", "i", "ns") == \
+        "/apis/networking.k8s.io/v1/namespaces/ns/ingresses/i"
+    assert object_path("apps/v1", "DaemonSet", "d", "ns") == "/apis/apps/v1/namespaces/ns/daemonsets/d"
+    assert object_path("v1", "ServiceAccount", "sa", "ns") == "/api/v1/namespaces/ns/serviceaccounts/sa"
+
+
 def _policy(name: str, created: str, **spec: object) -> dict:
     return {"metadata": {"name": name, "creationTimestamp": created}, "spec": spec}
 

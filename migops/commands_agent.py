@@ -1,0 +1,180 @@
+"""`migops agent`: the node agent (agent/), one process per GPU node.
+
+    migops agent --node NAME --backend nvml|simulated [--gpus 8x0x233010DE] [--state-file F] [--kubeconfig F]
+
+Environment variables mig-manager users know are read as defaults: NODE_NAME, WITH_REBOOT,
+WITH_SHUTDOWN_HOST_GPU_CLIENTS, GPU_CLIENTS_FILE, DEFAULT_GPU_CLIENTS_NAMESPACE, KUBECONFIG.
+"""
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import signal
+import sys
+import threading
+from pathlib import Path
+
+from migops.usage import EXIT_INVALID, EXIT_OK, UsageError
+
+DEFAULT_WORK_DIR = "/var/lib/migops-agent"
+
+
+def _env_bool(name: str) -> bool:
+    return os.environ.get(name, "").strip().lower() in ("1", "true", "yes", "on")
+
+
+def register(sub: argparse._SubParsersAction) -> None:  # noqa: SLF001
+    a = sub.add_parser(
+        "agent", help="run the node agent: apply the node's MIG config to its GPUs",
+        description="Watch this node's nvidia.com/mig.config label and the MIG ConfigMap; validate, pause GPU "
+                    "clients, apply the geometry as a diff at explicit placements, report "
+                    "nvidia.com/mig.config.state. See docs/agent.md.")
+    a.add_argument("--node", default=os.environ.get("NODE_NAME"), help="this node's name (env NODE_NAME)")
+    a.add_argument("--backend", choices=("nvml", "simulated"), required=True)
+    a.add_argument("--gpus", metavar="SPEC", help="simulated GPUs, index order: 8x0x233010DE or "
+                   "0x233010DE,0x20B510DE (needed when the state file does not exist yet)")
+    a.add_argument("--state-file", metavar="F", help=f"simulated GPUs' state (default {DEFAULT_WORK_DIR}/gpus.json)")
+    a.add_argument("--faults-file", metavar="F", help="simulated fault injection (default <state-file>.faults)")
+    a.add_argument("--kubeconfig", metavar="F", help="default: $KUBECONFIG, else the pod's service account")
+    a.add_argument("--work-dir", default=DEFAULT_WORK_DIR, metavar="D",
+                   help=f"where the agent keeps its journal (default {DEFAULT_WORK_DIR})")
+    a.add_argument("--config-map", metavar="NS/NAME", help="MIG ConfigMap (default: the ClusterPolicy's)")
+    a.add_argument("--strategy", choices=("none", "single", "mixed"), help="default: the ClusterPolicy's")
+    a.add_argument("--clients-namespace", default=os.environ.get("DEFAULT_GPU_CLIENTS_NAMESPACE"), metavar="NS",
+                   help="namespace of the GPU Operator's client pods (default: the ClusterPolicy's namespace)")
+    a.add_argument("--pod-timeout", type=float, default=300.0, metavar="S",
+                   help="how long to wait for GPU client pods to leave (default 300)")
+    a.add_argument("--retry-base", type=float, default=10.0, metavar="S", help="first retry delay (default 10)")
+    a.add_argument("--retry-max", type=float, default=600.0, metavar="S", help="longest retry delay (default 600)")
+    a.add_argument("--resync", type=float, default=0.0, metavar="S",
+                   help="re-check an applied config every S seconds and repair drift (default 0: off)")
+    a.add_argument("--with-reboot", action="store_true", default=_env_bool("WITH_REBOOT"),
+                   help="reboot the node when a MIG mode change cannot take effect otherwise (env WITH_REBOOT)")
+    a.add_argument("--host-gpu-clients", action="store_true", default=_env_bool("WITH_SHUTDOWN_HOST_GPU_CLIENTS"),
+                   help="stop the host's systemd GPU clients while reconfiguring (env WITH_SHUTDOWN_HOST_GPU_CLIENTS)")
+    a.add_argument("--gpu-clients-file", default=os.environ.get("GPU_CLIENTS_FILE"), metavar="F",
+                   help="the GPU Operator's gpu-clients file (version: v1, systemd-services: [...])")
+    a.add_argument("--host-root", default="/host", metavar="DIR", help="the host's / (default /host)")
+    a.add_argument("--mode-change-settle", type=float, default=30.0, metavar="S",
+                   help="pause after stopping host clients before a MIG mode change (default 30)")
+    a.add_argument("--destroy-in-use", action="store_true",
+                   help="go ahead when instances the change removes have running processes (the driver may "
+                        "still refuse); default: refuse, before pausing anything")
+    gfd = a.add_mutually_exclusive_group()
+    gfd.add_argument("--publish-gfd", dest="publish_gfd", action="store_true", default=None,
+                     help="publish GFD labels and extended resources (default with --backend simulated)")
+    gfd.add_argument("--no-publish-gfd", dest="publish_gfd", action="store_false")
+    a.add_argument("--log-level", default="INFO", choices=("DEBUG", "INFO", "WARNING", "ERROR"))
+    a.set_defaults(func=cmd_agent)
+
+
+def _split_configmap(text: str | None) -> tuple[str, str] | None:
+    if not text:
+        return None
+    ns, sep, name = text.partition("/")
+    if not sep or not ns or not name:
+        raise UsageError(f"--config-map {text!r}: expected NAMESPACE/NAME")
+    return ns, name
+
+
+def cmd_agent(args: argparse.Namespace) -> int:
+    if not args.node:
+        raise UsageError("--node (or NODE_NAME) is required")
+    logging.basicConfig(level=getattr(logging, args.log_level), stream=sys.stderr,
+                        format=f"%(asctime)s %(levelname)s agent[{args.node}] %(name)s: %(message)s")
+    from migops.agent.controller import Agent, IdentityError, Overrides, Retry, check_identity
+    from migops.agent.flow import Options, Reconfigure
+    from migops.agent.host import HostCommands, Systemd, parse_gpu_clients
+    from migops.agent.kube import NodeIO
+    from migops.kube.client import api_client
+
+    work = Path(args.work_dir)
+    overrides = Overrides(_split_configmap(args.config_map), args.strategy, args.clients_namespace)
+    services: tuple[str, ...] = ()
+    if args.gpu_clients_file:
+        try:
+            services = parse_gpu_clients(Path(args.gpu_clients_file).read_text(), args.gpu_clients_file)
+        except (OSError, ValueError) as exc:
+            raise UsageError(str(exc)) from None
+    backend, simulated_reboot = _backend(args, work)
+    host = HostCommands(args.host_root)
+    systemd = Systemd(host, journal=work / "stopped-services.json") if args.host_gpu_clients else None
+    publish = args.publish_gfd if args.publish_gfd is not None else args.backend == "simulated"
+    options = Options(pod_timeout=args.pod_timeout, with_reboot=args.with_reboot, host_clients=args.host_gpu_clients,
+                      host_services=services, mode_change_settle=args.mode_change_settle,
+                      destroy_in_use=args.destroy_in_use, publish_gfd=publish)
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())  # until the agent exists; then agent.shutdown
+    api = api_client(args.kubeconfig)
+    try:
+        check_identity(api, args.node)
+    except IdentityError as exc:
+        print(f"migops agent: {exc}", file=sys.stderr)
+        return EXIT_INVALID
+    kube = NodeIO(api, args.node)
+    kube.load()
+    reboot = (lambda: None) if simulated_reboot else Systemd(host).reboot
+    flow = Reconfigure(backend, kube, options=options, systemd=systemd, reboot=reboot, stop=stop)
+    agent = Agent(api, args.node, backend, flow, kube, overrides=overrides,
+                  retry=Retry(args.retry_base, args.retry_max), resync=args.resync,
+                  simulated_reboot=simulated_reboot)
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: agent.shutdown())
+    logging.getLogger(__name__).info("agent for node %s, backend %s, GPUs %s", args.node, backend.name,
+                                     ",".join(d.device_id for d in backend.devices()))
+    try:
+        agent.run()
+    finally:
+        backend.close()
+        api.close()
+    return EXIT_OK
+
+
+def _backend(args: argparse.Namespace, work: Path):  # noqa: ANN202
+    from migops.agent.backend import GpuError
+    from migops.agent.host import HostCommands
+    from migops.mig.catalogue import UnknownGpuError
+
+    if args.backend == "simulated":
+        from migops.agent.simulated import SimulatedBackend, parse_gpus
+
+        try:
+            models = parse_gpus(args.gpus) if args.gpus else None
+            backend = SimulatedBackend(args.state_file or work / "gpus.json", models, node=args.node,
+                                       faults_file=args.faults_file)
+        except (UnknownGpuError, ValueError) as exc:
+            raise UsageError(str(exc)) from None
+        return backend, backend.reboot
+    if args.gpus or args.state_file or args.faults_file:
+        raise UsageError("--gpus, --state-file and --faults-file are for --backend simulated")
+    from migops.agent.nvml import NvmlBackend
+
+    try:
+        return NvmlBackend(reset=HostCommands(args.host_root)), None
+    except GpuError as exc:
+        raise UsageError(f"NVML: {exc}") from None
+
+
+def cmd_probe(args: argparse.Namespace, nvml: object = None) -> int:
+    """`migops gpus --probe`: NVML's view of this machine's GPUs next to the catalogue. Read-only.
+    Exit 0 when every GPU matches its catalogue entry, 1 on differences or without an NVIDIA driver."""
+    import json
+
+    from migops.agent.probe import probe, render
+
+    if nvml is None:
+        import pynvml as nvml
+    try:
+        driver, gpus = probe(nvml)
+    except nvml.NVMLError as exc:  # type: ignore[attr-defined]
+        print(f"migops gpus --probe: NVML is not available here ({exc}): no NVIDIA driver or GPU", file=sys.stderr)
+        return EXIT_INVALID
+    if args.output == "json":
+        json.dump({"driver": driver, "gpus": [g.as_dict() for g in gpus]}, sys.stdout, indent=2)
+        sys.stdout.write("\n")
+    else:
+        for line in render(driver, gpus):
+            print(line)
+    return EXIT_INVALID if any(g.differences for g in gpus) else EXIT_OK

@@ -1,0 +1,107 @@
+"""`migops local up` runs one simulated agent per node (separate processes); `down` stops them.
+
+Each agent gets the node's GPUs as simulated GPUs (state under `<workdir>/agents/<node>/`), so
+labelling a node `nvidia.com/mig.config=<name>` reconfigures them and the node's state label, GFD
+labels and allocatable resources follow, as on a GPU Operator cluster. The agents use the admin
+kubeconfig (the local cluster installs no migops manifests). The GPU Operator's default MIG
+ConfigMap is seeded too, if absent, since the agents read their configs from it.
+
+The seeded `nvidia.com/gpu` capacity (field manager `migops-local`) is taken over by each agent on
+its first run: it applies the resources it computes with force as `migops-agent` and removes stale
+ones, so nothing is left owned twice.
+"""
+from __future__ import annotations
+
+import json
+import sys
+import time
+from collections.abc import Iterable, Sequence
+from importlib import resources
+from pathlib import Path
+
+from kubernetes import client as k8s
+from kubernetes.client import ApiClient
+from kubernetes.client.exceptions import ApiException
+
+from migops.local.process import ProcessRef, find_by_argument, is_alive, spawn, stop
+
+REFS = "agents.json"
+MIG_CONFIGMAP = ("gpu-operator", "default-mig-parted-config")
+
+
+def agent_dir(workdir: Path, node: str) -> Path:
+    return workdir / "agents" / node
+
+
+def seed_mig_config(api: ApiClient) -> None:
+    """NVIDIA's default MIG config, as the GPU Operator installs it (left alone if one exists)."""
+    text = resources.files("migops.local").joinpath("data/default-mig-parted-config.yaml").read_text()
+    namespace, name = MIG_CONFIGMAP
+    try:
+        k8s.CoreV1Api(api).create_namespaced_config_map(namespace, {
+            "metadata": {"name": name, "labels": {"app.kubernetes.io/managed-by": "migops-local"}},
+            "data": {"config.yaml": text}}, field_manager="migops-local")
+    except ApiException as exc:
+        if exc.status != 409:
+            raise
+
+
+def start(workdir: Path, kubeconfig: Path, nodes: Iterable[tuple[str, str, int]]) -> dict[str, ProcessRef]:
+    """One agent per (node, device ID, GPU count); their refs are saved for `stop_all`."""
+    refs: dict[str, ProcessRef] = {}
+    for node, device_id, count in nodes:
+        work = agent_dir(workdir, node)
+        argv = [sys.executable, "-m", "migops", "agent", "--node", node, "--backend", "simulated",
+                "--gpus", f"{count}x{device_id}", "--state-file", str(work / "gpus.json"),
+                f"--work-dir={work}", "--kubeconfig", str(kubeconfig),
+                "--pod-timeout", "60", "--retry-base", "2", "--retry-max", "60", "--mode-change-settle", "0"]
+        _, refs[node] = spawn(argv, workdir / "logs" / f"agent-{node}.log")
+        _save(workdir, refs)
+    return refs
+
+
+def wait_ready(api: ApiClient, names: Sequence[str], timeout: float = 90.0) -> list[str]:
+    """Wait until every node's agent has reported a state; the names of those that did not."""
+    core = k8s.CoreV1Api(api)
+    deadline = time.monotonic() + timeout
+    waiting = list(names)
+    while waiting and time.monotonic() < deadline:
+        waiting = [n for n in waiting
+                   if "nvidia.com/mig.config.state" not in (core.read_node(n).metadata.labels or {})]
+        if waiting:
+            time.sleep(0.3)
+    return waiting
+
+
+def running(workdir: Path) -> dict[str, ProcessRef]:
+    return {n: r for n, r in _load(workdir).items() if is_alive(r)}
+
+
+def stop_all(workdir: Path) -> list[int]:
+    """Stop the recorded agents and any other agent of this workdir; the pids that survived."""
+    refs = list(_load(workdir).values())
+    base = workdir / "agents"
+    if base.exists():
+        for node_dir in base.iterdir():
+            refs += [r for r in find_by_argument(f"--work-dir={node_dir}") if r not in refs]
+    survivors = []
+    for ref in refs:
+        try:
+            stop(ref, timeout=10.0)
+        except RuntimeError:
+            survivors.append(ref.pid)
+    return survivors
+
+
+def _save(workdir: Path, refs: dict[str, ProcessRef]) -> None:
+    path = workdir / REFS
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps({n: r.to_json() for n, r in refs.items()}, indent=2))
+    tmp.replace(path)
+
+
+def _load(workdir: Path) -> dict[str, ProcessRef]:
+    try:
+        return {n: ProcessRef.from_json(r) for n, r in json.loads((workdir / REFS).read_text()).items()}
+    except (FileNotFoundError, ValueError, KeyError, TypeError):
+        return {}

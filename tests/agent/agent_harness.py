@@ -1,0 +1,164 @@
+"""Run simulated agents as separate processes against a real API server, and watch what they do.
+
+Each agent authenticates exactly as in a cluster: with a service-account token bound to a Pod object
+on its Node (TokenRequest with boundObjectRef), under the RBAC and the own-node admission policy of
+manifests/base/agent/ applied to the API server.
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from kubernetes import client as k8s
+from kubernetes.client import ApiClient
+
+from migops.local import kubeconfig
+from migops.local.cluster import NodeSpec, apply_node, plan_nodes
+from migops.mig.catalogue import catalogue
+
+ROOT = Path(__file__).resolve().parents[2]
+AGENT_NS = "migops-system"
+AGENT_SA = "migops-agent"
+FAST = ["--pod-timeout", "3", "--retry-base", "0.5", "--retry-max", "2", "--mode-change-settle", "0"]
+
+
+def until(check: Callable[[], Any], timeout: float = 60.0, what: str = "condition") -> Any:
+    """Poll until `check()` is truthy; generous timeouts (2 shared cores), never a speed assertion."""
+    deadline = time.monotonic() + timeout
+    last = None
+    while time.monotonic() < deadline:
+        last = check()
+        if last:
+            return last
+        time.sleep(0.1)
+    raise AssertionError(f"{what} not met after {timeout:.0f}s (last: {last!r})")
+
+
+def seed_node(api: ApiClient, name: str, gpu: str = "0x233010DE", count: int = 8, strategy: str = "mixed") -> NodeSpec:
+    """A GPU node labelled as `migops local` labels it (GFD + operator labels, nvidia.com/gpu capacity)."""
+    spec = plan_nodes(1, [catalogue().resolve(gpu)], count, strategy)[0]
+    spec = NodeSpec(name, spec.gpu, spec.gpus, spec.gfd_labels,
+                    {**spec.operator_labels, "nvidia.com/gpu.deploy.device-plugin": "true",
+                     "nvidia.com/gpu.deploy.gpu-feature-discovery": "true",
+                     "nvidia.com/gpu.deploy.dcgm-exporter": "false"})
+    apply_node(api, spec)
+    return spec
+
+
+def bound_token_kubeconfig(api: ApiClient, url: str, ca_pem: bytes, node: str, out: Path) -> Path:
+    """A Pod of the agent's ServiceAccount bound to `node`, and a token bound to that Pod."""
+    core = k8s.CoreV1Api(api)
+    pod_name = f"migops-agent-{node}"
+    try:
+        pod = core.read_namespaced_pod(pod_name, AGENT_NS)
+    except k8s.exceptions.ApiException:
+        pod = core.create_namespaced_pod(AGENT_NS, {
+            "metadata": {"name": pod_name, "labels": {"app.kubernetes.io/name": "migops-agent"}},
+            "spec": {"nodeName": node, "serviceAccountName": AGENT_SA,
+                     "containers": [{"name": "agent", "image": "ghcr.io/migops/migops:0.1.0"}]}})
+    token = core.create_namespaced_service_account_token(AGENT_SA, AGENT_NS, {
+        "spec": {"expirationSeconds": 3600,
+                 "boundObjectRef": {"kind": "Pod", "apiVersion": "v1", "name": pod_name, "uid": pod.metadata.uid}}})
+    return kubeconfig.write(out, kubeconfig.build(url, ca_pem, f"system:serviceaccount:{AGENT_NS}:{AGENT_SA}",
+                                                  token=token.status.token))
+
+
+@dataclass
+class AgentProc:
+    """One `migops agent --backend simulated` process for one node."""
+
+    node: str
+    workdir: Path
+    kubeconfig: Path
+    gpus: str = "8x0x233010DE"
+    extra: list[str] = field(default_factory=list)
+    env: dict[str, str] | None = None
+    proc: subprocess.Popen | None = None
+
+    @property
+    def state_file(self) -> Path:
+        return self.workdir / "gpus.json"
+
+    @property
+    def faults_file(self) -> Path:
+        return self.workdir / "gpus.json.faults"
+
+    @property
+    def log(self) -> Path:
+        return self.workdir / "agent.log"
+
+    def start(self) -> AgentProc:
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        argv = [sys.executable, "-m", "migops", "agent", "--node", self.node, "--backend", "simulated",
+                "--gpus", self.gpus, "--state-file", str(self.state_file), "--work-dir", str(self.workdir),
+                "--kubeconfig", str(self.kubeconfig), *FAST, *self.extra]
+        env = {k: v for k, v in (self.env or os.environ).items()
+               if k not in ("KUBECONFIG", "WITH_REBOOT", "NODE_NAME")}
+        with self.log.open("ab") as out:
+            self.proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                         env=env, cwd=ROOT)
+        return self
+
+    def faults(self, **faults: Any) -> None:
+        tmp = self.faults_file.with_suffix(".tmp")
+        tmp.write_text(json.dumps(faults))
+        tmp.replace(self.faults_file)
+
+    def gpu_state(self) -> dict[str, Any]:
+        return json.loads(self.state_file.read_text())
+
+    def ops(self) -> list[dict[str, int]]:
+        return [g["ops"] for g in self.gpu_state()["gpus"]]
+
+    def stop(self, timeout: float = 20.0) -> int | None:
+        if self.proc is None or self.proc.poll() is not None:
+            return self.proc.returncode if self.proc else None
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            return self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            return self.proc.wait(10)
+
+    def kill(self) -> None:
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait(10)
+
+    def log_text(self) -> str:
+        return self.log.read_text(errors="replace") if self.log.exists() else ""
+
+
+def labels(api: ApiClient, node: str) -> dict[str, str]:
+    return k8s.CoreV1Api(api).read_node(node).metadata.labels or {}
+
+
+def annotations(api: ApiClient, node: str) -> dict[str, str]:
+    return k8s.CoreV1Api(api).read_node(node).metadata.annotations or {}
+
+
+def allocatable(api: ApiClient, node: str) -> dict[str, str]:
+    status = k8s.CoreV1Api(api).read_node(node).status
+    return dict(status.allocatable or {}) if status else {}
+
+
+def set_config(api: ApiClient, node: str, name: str) -> None:
+    """What a person or the reconciler does: label the node with a config name."""
+    k8s.CoreV1Api(api).patch_node(node, {"metadata": {"labels": {"nvidia.com/mig.config": name}}})
+
+
+def state(api: ApiClient, node: str) -> str | None:
+    return labels(api, node).get("nvidia.com/mig.config.state")
+
+
+def node_events(api: ApiClient, node: str) -> list[Any]:
+    items = k8s.CoreV1Api(api).list_namespaced_event("default", field_selector=f"involvedObject.name={node}").items
+    return [e for e in items if e.reporting_component == "migops.io/agent"]

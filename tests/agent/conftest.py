@@ -1,0 +1,111 @@
+"""A control plane of the agent tests' own, set up as a GPU Operator cluster with migops installed.
+
+Its own (not the session's shared one): the agents watch the cluster-wide ClusterPolicy, and other
+tests leave theirs behind. Seeded once: the gpu-operator namespace, the ClusterPolicy CRD and object,
+the MIG ConfigMap with NVIDIA's default config, and manifests/base (the agent's RBAC and own-node
+admission policy) applied from `kubectl kustomize`.
+"""
+from __future__ import annotations
+
+import subprocess
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+import yaml
+from kubernetes import client as k8s
+from kubernetes.client import ApiClient
+
+from agent_harness import ROOT, AgentProc, bound_token_kubeconfig, seed_node
+from migops.kube import ssa
+from migops.local.binaries import locate
+from migops.local.cluster import apply_cluster_policy, install_clusterpolicy_crd
+from migops.local.controlplane import ControlPlane
+
+# NVIDIA's default config plus configs the tests select; the agents see only their own config's
+# content (its digest), so adding or editing another config never disturbs a node.
+EXTRA_CONFIGS = """
+  gpu3-differs:
+    - devices: [0, 1, 2, 4, 5, 6, 7]
+      mig-enabled: true
+      mig-devices: {"1g.10gb": 2, "2g.20gb": 1, "3g.40gb": 1}
+    - devices: [3]
+      mig-enabled: true
+      mig-devices: {"1g.10gb": 4, "3g.40gb": 1}
+  too-many:
+    - devices: all
+      mig-enabled: true
+      mig-devices: {"1g.10gb": 8}
+"""
+DEFAULT_CONFIG = (ROOT / "examples" / "nvidia-default-config.yaml").read_text().rstrip("\n") + EXTRA_CONFIGS
+
+
+def kustomize(binaries_dir: Path, path: Path) -> list[dict]:
+    out = subprocess.run([str(binaries_dir / "kubectl"), "kustomize", str(path)], capture_output=True, text=True,
+                         check=True, timeout=120).stdout
+    return [d for d in yaml.safe_load_all(out) if d]
+
+
+def mig_configmap(text: str = DEFAULT_CONFIG) -> dict:
+    return {"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "default-mig-parted-config", "namespace": "gpu-operator"},
+            "data": {"config.yaml": text}}
+
+
+@pytest.fixture(scope="session")
+def agent_plane() -> Iterator[ControlPlane]:
+    binaries = locate()
+    with ControlPlane(binaries) as plane:
+        with plane.api_client() as api:
+            k8s.CoreV1Api(api).create_namespace({"metadata": {"name": "gpu-operator"}})
+            install_clusterpolicy_crd(api)
+            apply_cluster_policy(api, "mixed")
+            for doc in kustomize(binaries.directory, ROOT / "manifests" / "base"):
+                ssa.apply(api, doc, field_manager="test-install")
+            ssa.apply(api, mig_configmap(), field_manager="test-install")
+        yield plane
+
+
+@pytest.fixture(scope="session")
+def agent_admin(agent_plane: ControlPlane) -> Iterator[ApiClient]:
+    with agent_plane.api_client() as api:
+        yield api
+
+
+@pytest.fixture
+def agents(agent_plane: ControlPlane, agent_admin: ApiClient, tmp_path: Path,
+           request: pytest.FixtureRequest) -> Iterator[Callable[..., AgentProc]]:
+    """`agents(node, gpus="8x0x233010DE", *extra)`: seed the Node, start an agent for it. All are
+    stopped (and their Nodes deleted) after the test; a failing test prints their logs."""
+    started: list[AgentProc] = []
+
+    def make(node: str, gpus: str = "8x0x233010DE", *extra: str, seed: bool = True, start: bool = True,
+             env: dict[str, str] | None = None) -> AgentProc:
+        model, _, count = gpus.partition("x")[2], None, gpus.partition("x")[0]
+        if seed:
+            seed_node(agent_admin, node, model.split(",")[0], int(count) if count.isdigit() else 1)
+        kc = bound_token_kubeconfig(agent_admin, agent_plane.url, agent_plane.ca_pem, node,
+                                    tmp_path / f"{node}.kubeconfig")
+        proc = AgentProc(node, tmp_path / node, kc, gpus, list(extra), env)
+        started.append(proc)
+        return proc.start() if start else proc
+
+    yield make
+    failed = getattr(request.node, "rep_call", None)
+    for proc in started:
+        proc.stop()
+        if failed is not None and failed.failed:
+            print(f"--- agent {proc.node} log ---\n{proc.log_text()[-6000:]}")
+    core = k8s.CoreV1Api(agent_admin)
+    for proc in started:
+        try:
+            core.delete_node(proc.node)
+        except k8s.exceptions.ApiException:
+            pass
+
+
+@pytest.hookimpl(hookwrapper=True, tryfirst=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Iterator[None]:
+    outcome = yield
+    rep = outcome.get_result()
+    setattr(item, f"rep_{rep.when}", rep)

@@ -1,0 +1,58 @@
+"""`migops local up` runs one simulated agent per node: labelling a node reconfigures its GPUs;
+`down` stops the agents."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from kubernetes import client as k8s
+from kubernetes import config
+
+from agent_harness import until
+from migops.local.process import find_by_argument
+
+pytestmark = pytest.mark.cluster
+MIGOPS = Path(sys.executable).parent / "migops"
+
+
+def _run(home: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([str(MIGOPS), "local", *args], env={**os.environ, "MIGOPS_HOME": str(home)},
+                          capture_output=True, text=True, timeout=240, check=False)
+
+
+def test_local_up_runs_an_agent_per_node(agent_plane, tmp_path: Path) -> None:  # agent_plane: binaries built
+    home = tmp_path / "home"
+    try:
+        up = _run(home, "up", "--nodes", "2", "--gpu", "0x233010DE", "--gpus-per-node", "2", "--strategy", "mixed")
+        assert up.returncode == 0, up.stderr
+        assert "one simulated MIG agent per node" in up.stdout and "not reporting" not in up.stdout
+        status = _run(home, "status")
+        assert "agents:         2 of 2 running" in status.stdout
+        api = config.new_client_from_config(config_file=str(home / "local" / "admin.kubeconfig"))
+        core = k8s.CoreV1Api(api)
+        assert core.read_node("gpu-node-1").metadata.labels["nvidia.com/mig.config.state"] == "success"
+        core.patch_node("gpu-node-2", {"metadata": {"labels": {"nvidia.com/mig.config": "all-balanced"}}})
+
+        def applied() -> dict | None:
+            node = core.read_node("gpu-node-2")
+            done = (node.metadata.labels.get("nvidia.com/mig.config.state") == "success" and
+                    node.metadata.annotations.get("migops.io/mig.config.applied") == "all-balanced")
+            return dict(node.status.allocatable) if done else None
+        allocatable = until(applied, 90, "gpu-node-2 reconfigured")
+        # What `kubectl get node gpu-node-2 -o jsonpath='{.status.allocatable}'` shows under mixed; the
+        # seeded nvidia.com/gpu (field manager migops-local) was taken over and removed.
+        assert allocatable == {"nvidia.com/mig-1g.10gb": "4", "nvidia.com/mig-2g.20gb": "2",
+                               "nvidia.com/mig-3g.40gb": "2"}
+        managers = {m.manager for m in core.read_node("gpu-node-2").metadata.managed_fields
+                    if m.subresource == "status"}
+        assert "migops-agent" in managers
+        api.close()
+    finally:
+        down = _run(home, "down")
+    assert down.returncode == 0, down.stderr
+    agents = home / "local" / "agents"
+    assert not find_by_argument(f"--work-dir={agents / 'gpu-node-1'}")
+    assert not find_by_argument(f"--work-dir={agents / 'gpu-node-2'}")

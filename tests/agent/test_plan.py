@@ -1,0 +1,86 @@
+"""The per-GPU diff: what stays, what goes, what is created where."""
+from __future__ import annotations
+
+from migops.agent.backend import ComputeInstance, GpuInstance, GpuState
+from migops.agent.plan import desired_from_result, gfd_advertisement, matches, observed_results, plan_gpu
+from migops.mig.catalogue import catalogue
+from migops.mig.spec import parse_config
+from migops.mig.validate import validate_on_node
+
+H100 = catalogue().resolve("0x233010DE")
+
+
+def _desired(devices: str, enabled: bool = True):  # noqa: ANN202
+    text = f"version: v1\nmig-configs:\n  c:\n    - devices: all\n      mig-enabled: {str(enabled).lower()}\n"
+    if enabled:
+        text += f"      mig-devices: {{{devices}}}\n"
+    report = validate_on_node(parse_config(text), "c", [H100])
+    assert report.valid, report.problems
+    return desired_from_result(report.gpus[0])
+
+
+def _gi(id_: int, profile: str, start: int, size: int, cis: tuple[int, ...], pids: tuple[int, ...] = ()) -> GpuInstance:
+    return GpuInstance(id_, profile, start, size, tuple(ComputeInstance(i, c) for i, c in enumerate(cis)), pids)
+
+
+BALANCED = GpuState(0, True, True, (_gi(1, "1g.10gb", 0, 1, (1,)), _gi(2, "1g.10gb", 1, 1, (1,)),
+                                    _gi(3, "2g.20gb", 2, 2, (2,)), _gi(4, "3g.40gb", 4, 4, (3,))))
+
+
+def test_compute_subprofiles_are_packed_into_gpu_instances() -> None:
+    d = _desired('"1c.3g.40gb": 3, "3g.40gb": 1')
+    assert sorted(ci for _, ci in d.instances) == [(1, 1, 1), (3,)]
+    assert sorted(p.start for p, _ in d.instances) == [0, 4]
+
+
+def test_unchanged_gpu_has_no_step_even_at_other_placements() -> None:
+    d = _desired('"1g.10gb": 2, "2g.20gb": 1, "3g.40gb": 1')
+    assert matches(BALANCED, d)
+    moved = GpuState(0, True, True, (_gi(1, "2g.20gb", 0, 2, (2,)), _gi(2, "1g.10gb", 2, 1, (1,)),
+                                     _gi(3, "1g.10gb", 3, 1, (1,)), _gi(4, "3g.40gb", 4, 4, (3,))))
+    assert matches(moved, d)
+    assert not plan_gpu(moved, d).touches
+
+
+def test_instances_that_can_stay_stay() -> None:
+    plan = plan_gpu(BALANCED, _desired('"1g.10gb": 4, "3g.40gb": 1'))
+    assert not plan.mode_change
+    assert [i.id for i in plan.keep] == [1, 2, 4]
+    assert [i.id for i in plan.must_go] == [3]
+    assert [str(s) for s in plan.steps] == ["GPU 0: destroy_ci 2g.20gb@2 ci=0", "GPU 0: destroy_gi 2g.20gb@2",
+                                            "GPU 0: create_gi 1g.10gb@2", "GPU 0: create_ci 1g.10gb@2 1c",
+                                            "GPU 0: create_gi 1g.10gb@3", "GPU 0: create_ci 1g.10gb@3 1c"]
+
+
+def test_repartitioned_gpu_instance_keeps_its_gi() -> None:
+    plan = plan_gpu(BALANCED, _desired('"1g.10gb": 2, "2g.20gb": 1, "1c.3g.40gb": 3'))
+    assert [i.id for i in plan.keep] == [1, 2, 3]
+    assert [s.op for s in plan.steps] == ["destroy_ci", "create_ci", "create_ci", "create_ci"]
+    assert all(s.gi == 4 for s in plan.steps)
+
+
+def test_busy_instances_are_reported() -> None:
+    busy = GpuState(0, True, True, BALANCED.instances[:2] + (_gi(3, "2g.20gb", 2, 2, (2,), (77,)),)
+                    + BALANCED.instances[3:])
+    plan = plan_gpu(busy, _desired('"1g.10gb": 4, "3g.40gb": 1'))
+    assert [(i.id, i.pids) for i in plan.busy] == [(3, (77,))]
+    assert not plan_gpu(busy, _desired('"1g.10gb": 2, "2g.20gb": 1, "3g.40gb": 1')).busy
+
+
+def test_mode_changes() -> None:
+    off = GpuState(0, False, False, ())
+    plan = plan_gpu(off, _desired('"7g.80gb": 1'))
+    assert plan.mode_change and [s.op for s in plan.steps] == ["create_gi", "create_ci"]
+    plan = plan_gpu(BALANCED, _desired("", enabled=False))
+    assert plan.mode_change and sum(s.op == "destroy_gi" for s in plan.steps) == 4
+    assert not plan_gpu(off, _desired("", enabled=False)).touches
+    pending = GpuState(0, False, True, ())  # enable requested, not yet reset
+    assert not matches(pending, _desired("", enabled=False))
+
+
+def test_what_gfd_sees_comes_from_the_gpus() -> None:
+    results = observed_results([H100], [BALANCED])
+    assert sorted(results[0].mig_devices) == ["1g.10gb", "1g.10gb", "2g.20gb", "3g.40gb"]
+    ad = gfd_advertisement([H100], [BALANCED], "mixed")
+    assert ad.resources == {"nvidia.com/mig-1g.10gb": 2, "nvidia.com/mig-2g.20gb": 1, "nvidia.com/mig-3g.40gb": 1}
+    assert gfd_advertisement([H100], [BALANCED], "single").labels["nvidia.com/gpu.product"].endswith("MIG-INVALID")
