@@ -146,8 +146,9 @@ def annotations(api: ApiClient, node: str) -> dict[str, str]:
 
 
 def allocatable(api: ApiClient, node: str) -> dict[str, str]:
+    """The node's GPU resources (`nvidia.com/...`); CPU, memory and pods are the seeding's."""
     status = k8s.CoreV1Api(api).read_node(node).status
-    return dict(status.allocatable or {}) if status else {}
+    return {k: v for k, v in (status.allocatable or {}).items() if k.startswith("nvidia.com/")} if status else {}
 
 
 def set_config(api: ApiClient, node: str, name: str) -> None:

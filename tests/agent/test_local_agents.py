@@ -40,10 +40,12 @@ def test_local_up_runs_an_agent_per_node(agent_plane, tmp_path: Path) -> None:  
             node = core.read_node("gpu-node-2")
             done = (node.metadata.labels.get("nvidia.com/mig.config.state") == "success" and
                     node.metadata.annotations.get("migops.io/mig.config.applied") == "all-balanced")
-            return dict(node.status.allocatable) if done else None
+            gpu = {k: v for k, v in node.status.allocatable.items() if k.startswith("nvidia.com/")}
+            return gpu if done else None
         allocatable = until(applied, 90, "gpu-node-2 reconfigured")
-        # What `kubectl get node gpu-node-2 -o jsonpath='{.status.allocatable}'` shows under mixed; the
-        # seeded nvidia.com/gpu (field manager migops-local) was taken over and removed.
+        # What `kubectl get node gpu-node-2 -o jsonpath='{.status.allocatable}'` shows under mixed (beside
+        # the seeded CPU, memory and pods); the seeded nvidia.com/gpu (field manager migops-local) was taken
+        # over and removed.
         assert allocatable == {"nvidia.com/mig-1g.10gb": "4", "nvidia.com/mig-2g.20gb": "2",
                                "nvidia.com/mig-3g.40gb": "2"}
         managers = {m.manager for m in core.read_node("gpu-node-2").metadata.managed_fields
