@@ -90,10 +90,12 @@ def _up(args: argparse.Namespace) -> int:
             plane.start()
             with plane.api_client() as api:
                 cluster.seed(api, nodes, args.strategy)
+                from migops.local import webhook as local_webhook  # the admission webhook (issue 6)
+                hook = local_webhook.start(api, plane.workdir, plane.admin_kubeconfig, log=plane.logs / "webhook.log")
             state.save(home, state.LocalState(
                 api_url=plane.url, kubeconfig=str(plane.admin_kubeconfig),
                 bin_dir=str(binaries.directory), workdir=str(plane.workdir),
-                strategy=args.strategy, processes=plane.processes,
+                strategy=args.strategy, processes={**plane.processes, "webhook": hook.ref},
                 nodes=[state.NodeRecord(n.name, n.gpu.product, n.gpu.device_id, n.gpus)
                        for n in nodes],
                 ready_seconds=plane.ready_seconds))
@@ -102,7 +104,7 @@ def _up(args: argparse.Namespace) -> int:
             plane.stop()
             _say(f"failed to start: {exc}\n(logs kept in {plane.logs})")
             return EXIT_INVALID
-        except (ApiException, TimeoutError) as exc:
+        except (ApiException, TimeoutError, RuntimeError) as exc:
             plane.stop()
             _say(f"API server up, but seeding the cluster failed: {exc}\n(logs kept in {plane.logs})")
             return EXIT_INVALID
@@ -116,6 +118,7 @@ def _up(args: argparse.Namespace) -> int:
     print(f"  nodes:      {', '.join(n.name for n in nodes)}: {args.gpus_per_node} x {models}")
     print(f"  strategy:   {args.strategy} (ClusterPolicy cluster-policy)")
     print(f"  kubeconfig: {plane.admin_kubeconfig}")
+    print(f"  webhook:    {hook.url} (registered as migops-webhook)")
     print('  next:       eval "$(migops local env)"; kubectl get nodes --show-labels')
     return EXIT_OK
 
@@ -156,7 +159,9 @@ def _clean(home: Path) -> list[int]:
     workdir = state.local_dir(home)
     recorded = state.load(home)
     refs = list(recorded.processes.values())[::-1] if recorded else []
-    for arg in identifying_arguments(workdir):
+    from migops.local import webhook as local_webhook
+
+    for arg in (*local_webhook.identifying_arguments(workdir), *identifying_arguments(workdir)):
         refs += [r for r in find_by_argument(arg) if r not in refs]
     # A half-dead control plane (one server crashed) has nothing to shut down gracefully, and
     # kube-apiserver without its etcd would sit out the whole grace period.
