@@ -120,9 +120,9 @@ def validate(req: Request, snap: Snapshot) -> Verdict:
         if report.valid and report.fits:
             cannot = [n for n in snap.gpu_nodes if n.config != name and any(m not in report.fits for m in n.models)]
             if cannot:
-                fits = ", ".join(dict.fromkeys(g.name for g in report.fits[:3])) + (" ..." if len(report.fits) > 3 else "")
+                fits = ", ".join(dict.fromkeys(g.name for g in report.fits[:2])) + (" ..." if len(report.fits) > 2 else "")
                 warnings.append(("fits-some-gpus", key_path("mig-configs", name),
-                                 f"fits {fits}; cannot serve {node_names(cannot, 3)}"))
+                                 f"cannot serve {node_names(cannot, 3)} (fits only {fits})"))
     if findings:
         return deny(subject, findings, warnings=merge_warnings(warnings))
     return allow(merge_warnings(warnings))

@@ -146,3 +146,17 @@ def unregister(api: k8s.ApiClient) -> None:
         except k8s.exceptions.ApiException as exc:
             if exc.status != 404:
                 raise
+
+
+def render() -> str:
+    """manifests/base/webhook/webhook-configurations.yaml."""
+    import yaml
+
+    head = ("# Generated from migops.webhook.registration.in_cluster(): edit that, then regenerate with\n"
+            "#   python -m migops.webhook.registration > manifests/base/webhook/webhook-configurations.yaml\n"
+            "# (tests/webhook/test_manifests.py fails when the two differ). caBundle: set by migops certs rotate.\n")
+    return head + yaml.safe_dump_all(in_cluster(), sort_keys=False, width=1000)
+
+
+if __name__ == "__main__":
+    print(render(), end="")
