@@ -58,7 +58,7 @@ def parse_review(doc: object) -> Request:
     if not isinstance(kind, dict) or not isinstance(kind.get("kind"), str) or not isinstance(kind.get("group", ""), str):
         raise BadReview("request.kind: must be an object with group, version and kind")
     operation = req.get("operation")
-    if operation not in OPERATIONS:
+    if not isinstance(operation, str) or operation not in OPERATIONS:
         raise BadReview(f"request.operation: must be one of {', '.join(sorted(OPERATIONS))}, not {_short(operation)}")
     obj, old = req.get("object"), req.get("oldObject")
     for field_name, value in (("object", obj), ("oldObject", old)):
