@@ -6,11 +6,15 @@ must leave nothing to diff. Only these annotations are written, never a field of
   migops.io/validated-strategy  the MIG strategy it was checked under
   migops.io/validated-gpus    the PCI device IDs of the GPU models of the nodes that select its configs
                               (`catalogue` when no node does, or for a ConfigMap not in force)
-An annotation the request itself sets to a new value is the user's, and left alone; an absent or
-unchanged one is (re)computed, and when it already holds the computed value, no patch is sent.
+Whose an annotation is, the object itself says: the API server records in metadata.managedFields which
+field manager set each field, and the webhook's own additions belong to no manager. So an annotation
+that some manager owns (it is in the user's manifest, or someone edited it) is the user's and never
+touched; an unowned or absent one is (re)computed, and when it already holds the computed value no
+patch is sent, so the second apply of the same object changes nothing.
 """
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from migops.webhook import checks
@@ -24,9 +28,22 @@ GPUS_ANNOTATION = "migops.io/validated-gpus"
 OURS = (DIGEST_ANNOTATION, STRATEGY_ANNOTATION, GPUS_ANNOTATION)
 
 
+def owned(obj: Mapping[str, Any] | None) -> frozenset[str]:
+    """Annotation keys some field manager owns (fieldsV1: f:metadata -> f:annotations -> f:<key>)."""
+    meta = (obj or {}).get("metadata")
+    entries = meta.get("managedFields") if isinstance(meta, dict) else None
+    keys: set[str] = set()
+    for entry in entries if isinstance(entries, list) else ():
+        fields = entry.get("fieldsV1") if isinstance(entry, dict) else None
+        found = ((fields or {}).get("f:metadata") or {}).get("f:annotations") if isinstance(fields, dict) else None
+        if isinstance(found, dict):
+            keys.update(k[2:] for k in found if isinstance(k, str) and k.startswith("f:"))
+    return frozenset(keys)
+
+
 def cache_key(req: Request) -> tuple:
-    new, old = annotations(req.object), annotations(req.old_object)
-    return tuple((new.get(k), old.get(k)) for k in OURS)
+    have = annotations(req.object)
+    return tuple(have.get(k) for k in OURS), owned(req.object) & frozenset(OURS)
 
 
 def wanted(req: Request, snap: Snapshot) -> dict[str, str]:
@@ -49,17 +66,10 @@ def mutate(req: Request, snap: Snapshot) -> Verdict:
     want = wanted(req, snap)
     if not want:
         return ALLOW
-    have, before = annotations(req.object), annotations(req.old_object)
+    have, theirs = annotations(req.object), owned(req.object)
     meta = (req.object or {}).get("metadata")
     ops: list[dict[str, Any]] = []
-    base = {}
-    for key, value in want.items():
-        current = have.get(key)
-        if current == value:
-            continue
-        if key in have and (req.operation == "CREATE" or current != before.get(key)):
-            continue  # written by this request: the user's value, not ours to change
-        base[key] = value
+    base = {k: v for k, v in want.items() if k not in theirs and have.get(k) != v}
     if not base:
         return ALLOW
     if isinstance(meta, dict) and isinstance(meta.get("annotations"), dict):
