@@ -22,7 +22,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # noqa: SLF001
     w.add_argument("--bind-address", default="0.0.0.0", metavar="ADDR", help="address (default 0.0.0.0)")
     w.add_argument("--kubeconfig", metavar="FILE", help="kubeconfig (default $KUBECONFIG, else the service account)")
     w.add_argument("--workers", type=int, default=1, metavar="N", help="worker processes (default 1)")
-    w.add_argument("--threads", type=int, default=4, metavar="N", help="threads per worker (default 4)")
+    w.add_argument("--threads", type=int, default=16, metavar="N", help="threads per worker (default 16: at least the connections the API server keeps open)")
     w.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"))
     w.set_defaults(func=cmd_webhook)
 

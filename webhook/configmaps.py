@@ -62,9 +62,18 @@ def cache_key(req: Request) -> tuple:
     """What a verdict depends on besides the cluster state (the uid and dryRun never matter)."""
     obj = req.old_object if req.operation == "DELETE" else req.object
     binary = (obj or {}).get("binaryData")
-    return (req.namespace, req.name, req.operation, labels(obj).get(MIG_CONFIGMAP_LABEL),
-            _text_key(obj), _text_key(req.old_object) if req.operation == "UPDATE" else "",
+    new = _text_key(obj)
+    old = ""
+    if req.operation == "UPDATE":  # a re-apply sends the same text twice: hash it once
+        old = "same" if _text(obj) is not None and _text(obj) == _text(req.old_object) else _text_key(req.old_object)
+    return (req.namespace, req.name, req.operation, labels(obj).get(MIG_CONFIGMAP_LABEL), new, old,
             isinstance(binary, dict) and CONFIGMAP_KEY in binary)
+
+
+def _text(obj: Mapping[str, Any] | None) -> str | None:
+    data = (obj or {}).get("data")
+    text = data.get(CONFIGMAP_KEY) if isinstance(data, dict) else None
+    return text if isinstance(text, str) else None
 
 
 def _names(obj: Mapping[str, Any] | None) -> set[str]:

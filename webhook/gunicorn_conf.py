@@ -2,7 +2,7 @@
 
 The same settings as `migops webhook` (migops.webhook.server.gunicorn_options), from the environment:
 MIGOPS_WEBHOOK_TLS_CERT / _TLS_KEY (default /etc/migops/tls/tls.crt, tls.key: the mounted Secret),
-MIGOPS_WEBHOOK_PORT (8443), MIGOPS_WEBHOOK_WORKERS (2), MIGOPS_WEBHOOK_THREADS (4), MIGOPS_WEBHOOK_TMP
+MIGOPS_WEBHOOK_PORT (8443), MIGOPS_WEBHOOK_WORKERS (2), MIGOPS_WEBHOOK_THREADS (16), MIGOPS_WEBHOOK_TMP
 (a writable emptyDir when the root filesystem is read-only), and KUBECONFIG (in-cluster when unset).
 """
 import os
@@ -17,7 +17,7 @@ globals().update(gunicorn_options(
     tls_key=os.environ.get("MIGOPS_WEBHOOK_TLS_KEY", "/etc/migops/tls/tls.key"),
     port=int(os.environ.get("MIGOPS_WEBHOOK_PORT", str(DEFAULT_PORT))),
     workers=_workers,
-    threads=int(os.environ.get("MIGOPS_WEBHOOK_THREADS", "4")),
+    threads=int(os.environ.get("MIGOPS_WEBHOOK_THREADS", "16")),
     log_level=os.environ.get("MIGOPS_WEBHOOK_LOG_LEVEL", "info"),
 ))
 wsgi_app = "migops.webhook.wsgi:app"

@@ -21,7 +21,7 @@ DEFAULT_PORT = 8443
 
 
 def gunicorn_options(*, tls_cert: str, tls_key: str, bind: str = "0.0.0.0", port: int = DEFAULT_PORT,
-                     workers: int = 1, threads: int = 4, log_level: str = "info") -> dict[str, Any]:
+                     workers: int = 1, threads: int = 16, log_level: str = "info") -> dict[str, Any]:
     """The gunicorn settings, one place for `migops webhook` and the container's config."""
     return {
         "bind": [f"{bind}:{port}"],

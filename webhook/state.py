@@ -197,6 +197,7 @@ class ClusterState:
         self.configmap: Informer | None = None
         self._configmap_target: tuple[str, str] | None = None
         self._started = False
+        self._settings_cache: tuple[int, clusterpolicy.MigSettings] | None = None
 
     # --------------------------------------------------------------------------- lifecycle
     def start(self) -> ClusterState:
@@ -258,7 +259,13 @@ class ClusterState:
 
     # --------------------------------------------------------------------------- events
     def _settings(self) -> clusterpolicy.MigSettings:
-        return clusterpolicy.settings_from_policies(self.policies.items().values())
+        """The ClusterPolicy's settings, recomputed only when the policies changed (read per review)."""
+        version = self.policies.version
+        cached = self._settings_cache
+        if cached is None or cached[0] != version:
+            cached = (version, clusterpolicy.settings_from_policies(self.policies.items().values()))
+            self._settings_cache = cached
+        return cached[1]
 
     def _handler(self, source: str) -> Callable[[str, Obj], None]:
         def handle(kind: str, obj: Obj) -> None:
