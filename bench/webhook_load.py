@@ -64,7 +64,9 @@ def review_body(text: str) -> bytes:
 
 def vegeta(binary: str, url: str, body: Path, ca: Path, *, rate: int | None, duration: str = DURATION) -> dict:
     target = f"POST {url}\nContent-Type: application/json\n@{body}\n"
-    rate_args = [f"-rate={rate}/s"] if rate else ["-rate=0", "-max-workers=8", "-workers=8"]
+    # At most 16 connections, as an API server keeps to one webhook: gthread needs a thread per
+    # busy keep-alive connection (beyond that, requests wait; see docs/webhook.md).
+    rate_args = [f"-rate={rate}/s", "-max-workers=16"] if rate else ["-rate=0", "-max-workers=8", "-workers=8"]
     attack = subprocess.run([binary, "attack", f"-duration={duration}", f"-root-certs={ca}", "-keepalive=true",
                              *rate_args], input=target.encode(), capture_output=True, check=True)
     report = subprocess.run([binary, "report", "-type=json"], input=attack.stdout, capture_output=True, check=True)
