@@ -4,7 +4,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-stamp
 
-.PHONY: demo test venv k8s-binaries bench clean
+.PHONY: demo test venv k8s-binaries bench bench-tools clean
 
 venv: $(STAMP)
 
@@ -24,7 +24,11 @@ test: venv k8s-binaries
 demo: venv
 	$(PY) -m migops.demo
 
-bench: venv
+# The load generator of bench/webhook_load.py (vegeta), built once into ~/.cache/migops/bench-bin.
+bench-tools:
+	hack/bench-tools.sh >/dev/null
+
+bench: venv k8s-binaries bench-tools
 	$(PY) bench/run.py
 
 clean:

@@ -1,10 +1,11 @@
-"""A tiny PKI for loopback TLS: certificate authorities, serving and client certificates.
+"""A tiny PKI for loopback TLS and the admission webhook.
 
-Used by the local control plane (API server and etcd serving certificates, client
-certificates that carry a Kubernetes user name and groups) and meant to be reused by the
-admission webhook for its own serving certificate. Everything is ECDSA P-256: small keys,
-fast to generate, accepted by Go's crypto/tls and by kube-apiserver for service-account
-token signing (ES256).
+`pki`: certificate authorities, serving and client certificates (the local control plane's API server
+and etcd certificates; user certificates carrying a Kubernetes user name and groups). `rotation`: the
+webhook's CA and serving certificate, created and rotated before expiry without dropping requests.
+`publish`: the caBundle in the webhook configurations and the Secret the webhook's pods mount.
+Everything is ECDSA P-256: small keys, fast to generate, accepted by Go's crypto/tls and by
+kube-apiserver for service-account token signing (ES256).
 """
 from migops.certs.pki import (
     KeyPair,

@@ -90,6 +90,8 @@ def _up(args: argparse.Namespace) -> int:
             plane.start()
             with plane.api_client() as api:
                 cluster.seed(api, nodes, args.strategy)
+                from migops.local import webhook as local_webhook  # the admission webhook (issue 6)
+                hook = local_webhook.start(api, plane.workdir, plane.admin_kubeconfig, log=plane.logs / "webhook.log")
                 agents.seed_mig_config(api)  # the simulated agents, one per node (migops.local.agents)
                 agents.start(plane.workdir, plane.admin_kubeconfig, [(n.name, n.gpu.device_id, n.gpus) for n in nodes])
                 slow = agents.wait_ready(api, [n.name for n in nodes])
@@ -97,7 +99,7 @@ def _up(args: argparse.Namespace) -> int:
             state.save(home, state.LocalState(
                 api_url=plane.url, kubeconfig=str(plane.admin_kubeconfig),
                 bin_dir=str(binaries.directory), workdir=str(plane.workdir),
-                strategy=args.strategy, processes=plane.processes,
+                strategy=args.strategy, processes={**plane.processes, "webhook": hook.ref},
                 nodes=[state.NodeRecord(n.name, n.gpu.product, n.gpu.device_id, n.gpus)
                        for n in nodes],
                 ready_seconds=plane.ready_seconds))
@@ -106,7 +108,7 @@ def _up(args: argparse.Namespace) -> int:
             plane.stop()
             _say(f"failed to start: {exc}\n(logs kept in {plane.logs})")
             return EXIT_INVALID
-        except (ApiException, TimeoutError) as exc:
+        except (ApiException, TimeoutError, RuntimeError) as exc:
             plane.stop()
             _say(f"API server up, but seeding the cluster failed: {exc}\n(logs kept in {plane.logs})")
             return EXIT_INVALID
@@ -121,6 +123,7 @@ def _up(args: argparse.Namespace) -> int:
     print(f"  strategy:   {args.strategy} (ClusterPolicy cluster-policy)")
     print(f"  agents:     one simulated MIG agent per node{' (not reporting yet: ' + ', '.join(slow) + ')' if slow else ''}")
     print(f"  kubeconfig: {plane.admin_kubeconfig}")
+    print(f"  webhook:    {hook.url} (registered as migops-webhook)")
     print('  next:       eval "$(migops local env)"; kubectl get nodes --show-labels')
     return EXIT_OK
 
@@ -164,7 +167,9 @@ def _clean(home: Path) -> list[int]:
     leftover = agents.stop_all(workdir)  # before the API server they talk to
     recorded = state.load(home)
     refs = list(recorded.processes.values())[::-1] if recorded else []
-    for arg in identifying_arguments(workdir):
+    from migops.local import webhook as local_webhook
+
+    for arg in (*local_webhook.identifying_arguments(workdir), *identifying_arguments(workdir)):
         refs += [r for r in find_by_argument(arg) if r not in refs]
     # A half-dead control plane (one server crashed) has nothing to shut down gracefully, and
     # kube-apiserver without its etcd would sit out the whole grace period.

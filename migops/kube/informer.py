@@ -3,7 +3,9 @@
 The Python client has no informer (client-go's reflector + store): this is the small one migops needs.
 One thread per informer lists, then watches from the list's resourceVersion; a watch that ends is
 resumed from the last resourceVersion seen; 410 Gone (the version fell out of etcd's window) and any
-connection or server error lead to a fresh list after a backoff. Each list replaces the cache and
+connection or server error lead to a fresh list after a backoff. With `missing_ok`, a 404 on the list
+(the kind's CRD is not installed, e.g. no GPU Operator yet) counts as an empty, synced list, checked
+again every `backoff[1]` seconds until the kind appears. Each list replaces the cache and
 reports the differences as ordinary events, so handlers never miss a change across a gap.
 
 Objects are kept as plain dicts (optionally trimmed by `transform`, e.g. dropping managedFields): the
@@ -55,7 +57,7 @@ class Informer:
     def __init__(self, list_fn: Callable[..., Any], *args: Any, name: str = "", handler: Handler | None = None,
                  transform: Callable[[Obj], Obj] = drop_managed_fields, watch_timeout: int = 290,
                  read_timeout: float | None = None, backoff: tuple[float, float] = (0.2, 10.0),
-                 **kwargs: Any) -> None:
+                 missing_ok: bool = False, **kwargs: Any) -> None:
         self._list_fn = list_fn
         self._args = args
         self._kwargs = kwargs
@@ -67,6 +69,8 @@ class Informer:
         # a read that waits much longer than that means the peer is gone.
         self._read_timeout = read_timeout if read_timeout is not None else watch_timeout + 30.0
         self._backoff = backoff
+        self._missing_ok = missing_ok
+        self.missing = False  # with missing_ok: the last list answered 404
         self._items: dict[str, Obj] = {}
         self._lock = threading.Lock()
         self._synced = threading.Event()
@@ -132,6 +136,18 @@ class Informer:
                 while not self._stop.is_set():
                     if not self._watch_once():
                         break  # 410 Gone: list again
+            except ApiException as exc:
+                if self._stop.is_set():
+                    break
+                if self._missing_ok and exc.status == 404:
+                    self._replace({}, None)  # the kind does not exist (yet): nothing of it exists
+                    self.missing = True
+                    self._stop.wait(self._backoff[1])
+                    continue
+                self.last_error = _describe(exc)
+                log.warning("informer %s: %s; listing again in %.1fs", self.name, self.last_error, delay)
+                self._stop.wait(delay * (0.5 + random.random()))
+                delay = min(delay * 2, self._backoff[1])
             except Exception as exc:  # noqa: BLE001 - any failure: back off, then list again
                 if self._stop.is_set():
                     break
@@ -151,9 +167,14 @@ class Informer:
         for obj in doc.get("items") or ():
             obj = self._transform(obj)
             fresh[object_key(obj)] = obj
+        self.missing = False
+        self._replace(fresh, (doc.get("metadata") or {}).get("resourceVersion"))
+
+    def _replace(self, fresh: dict[str, Obj], resource_version: str | None) -> None:
+        """Make `fresh` the cache (a list's result) and report the differences as events."""
         with self._lock:
             old, self._items = self._items, fresh
-            self.resource_version = (doc.get("metadata") or {}).get("resourceVersion")
+            self.resource_version = resource_version
             self.version += 1
             self.lists += 1
         self.last_error = None

@@ -156,6 +156,10 @@ def apply_cluster_policy(api: ApiClient, strategy: str) -> None:
             "mig": {"strategy": strategy},
             "migManager": {
                 "enabled": True,
+                # The image a GPU Operator install names (values.yaml); nothing pulls it here.
+                "repository": "nvcr.io/nvidia/cloud-native",
+                "image": "k8s-mig-manager",
+                "version": "v0.15.0",
                 "config": {"name": "default-mig-parted-config", "default": "all-disabled"},
                 "gpuClientsConfig": {"name": ""},
                 "env": [{"name": "WITH_REBOOT", "value": "false"}],

@@ -157,3 +157,31 @@ def test_read_settings_from_the_cluster_policy(admin: ApiClient) -> None:
     apply_cluster_policy(admin, "mixed")
     settings = read_settings(admin)
     assert settings.strategy == "mixed" and settings.configmap == ("gpu-operator", "default-mig-parted-config")
+
+
+def test_informer_missing_ok_counts_an_absent_kind_as_empty_until_it_appears(admin: ApiClient) -> None:
+    group, plural = "informertest.migops.io", "widgets"
+    objects = k8s.CustomObjectsApi(admin)
+    with Informer(objects.list_cluster_custom_object, group, "v1", plural, missing_ok=True, backoff=(0.05, 0.3),
+                  watch_timeout=5) as inf:
+        assert inf.wait_synced(20)
+        assert len(inf) == 0 and inf.missing
+        crd = {"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+               "metadata": {"name": f"{plural}.{group}"},
+               "spec": {"group": group, "scope": "Cluster",
+                        "names": {"plural": plural, "singular": "widget", "kind": "Widget"},
+                        "versions": [{"name": "v1", "served": True, "storage": True, "schema": {
+                            "openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}}}]}}
+        ssa.apply(admin, crd, field_manager="t")
+        try:
+            def create() -> bool:
+                try:
+                    objects.create_cluster_custom_object(group, "v1", plural, {
+                        "apiVersion": f"{group}/v1", "kind": "Widget", "metadata": {"name": "w1"}})
+                    return True
+                except ApiException:
+                    return False
+            _until(create)
+            _until(lambda: "w1" in inf.items() and not inf.missing)
+        finally:
+            k8s.ApiextensionsV1Api(admin).delete_custom_resource_definition(f"{plural}.{group}")

@@ -1,0 +1,81 @@
+"""The admission webhook in `migops local`: certificates, the server process, its registration.
+
+`start` creates (or renews) the webhook's CA and serving certificate under <workdir>/webhook/, starts
+`migops webhook` on a free loopback port as a detached server (recorded like etcd and kube-apiserver,
+so `migops local down` stops it), waits until it is ready (its informers have listed), and registers
+it with the API server at https://127.0.0.1:PORT/... with the CA bundle.
+"""
+from __future__ import annotations
+
+import ssl
+import sys
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+
+from kubernetes.client import ApiClient
+
+from migops.certs.rotation import DirectoryStore, rotate
+from migops.kube.names import LOCAL_MANAGER
+from migops.local.ports import LOOPBACK, free_ports
+from migops.local.process import ProcessRef, is_alive, spawn, stop
+from migops.webhook.registration import register
+
+
+@dataclass(frozen=True)
+class LocalWebhook:
+    ref: ProcessRef
+    url: str
+    certs: Path
+
+
+def certs_dir(workdir: Path) -> Path:
+    return workdir / "webhook"
+
+
+def identifying_arguments(workdir: Path) -> tuple[str]:
+    """The argument only this workdir's webhook is started with (for `down`'s safety net)."""
+    return (f"--tls-cert={certs_dir(workdir) / 'tls.pem'}",)
+
+
+def start(api: ApiClient, workdir: Path, kubeconfig: Path, *, log: Path, timeout: float = 90.0,
+          port: int | None = None, workers: int = 1) -> LocalWebhook:
+    """Start the webhook for the control plane at `kubeconfig` and register it; raise RuntimeError
+    (after stopping it) when it does not become ready."""
+    store = DirectoryStore(certs_dir(workdir))
+    material = rotate(store, dns_names=["localhost"], ip_addresses=[LOOPBACK], publish=lambda bundle: None).material
+    port = port or free_ports(1)[0]
+    argv = [sys.executable, "-m", "migops", "webhook", *identifying_arguments(workdir),
+            f"--tls-key={store.serving_file}", f"--port={port}", f"--bind-address={LOOPBACK}",
+            f"--kubeconfig={kubeconfig}", f"--workers={workers}", "--log-level=warning"]
+    popen, ref = spawn(argv, log)
+    url = f"https://{LOOPBACK}:{port}"
+    try:
+        _wait_ready(url, material.bundle, popen, ref, log, timeout)
+        register(api, url, material.bundle, field_manager=LOCAL_MANAGER)
+    except BaseException:
+        stop(ref, popen=popen)
+        raise
+    return LocalWebhook(ref, url, store.path)
+
+
+def _wait_ready(url: str, bundle: bytes, popen, ref: ProcessRef, log: Path, timeout: float) -> None:
+    ctx = ssl.create_default_context(cadata=bundle.decode())
+    deadline = time.monotonic() + timeout
+    last = "no answer yet"
+    while time.monotonic() < deadline:
+        if popen.poll() is not None or not is_alive(ref):
+            tail = "\n".join(log.read_text(errors="replace").splitlines()[-20:]) if log.exists() else ""
+            raise RuntimeError(f"the webhook exited during startup; last log lines ({log}):\n{tail}")
+        try:
+            with urllib.request.urlopen(f"{url}/readyz", context=ctx, timeout=5) as resp:
+                if resp.status == 200:
+                    return
+        except urllib.error.HTTPError as exc:
+            last = f"HTTP {exc.code}"
+        except (urllib.error.URLError, OSError) as exc:
+            last = str(exc)
+        time.sleep(0.1)
+    raise RuntimeError(f"the webhook at {url} was not ready after {timeout:.0f}s ({last}); see {log}")

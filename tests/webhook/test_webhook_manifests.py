@@ -1,0 +1,77 @@
+"""manifests/base: rendered by kustomize, accepted by the real API server (server-side dry-run, then
+created), and shaped as the issue asks (replicas, PDB, probes, non-root, read-only root filesystem,
+scoped webhooks, read-only RBAC)."""
+from __future__ import annotations
+
+import yaml
+from kubernetes import client as k8s
+
+from migops.webhook.registration import render
+from webhook_helpers import ROOT
+
+BASE = ROOT / "manifests" / "base"
+
+
+def _rendered(kubectl) -> list[dict]:
+    out = kubectl("kustomize", str(BASE))
+    assert out.returncode == 0, out.stderr
+    return [d for d in yaml.safe_load_all(out.stdout) if d]
+
+
+def test_webhook_configurations_file_is_the_generated_one() -> None:
+    assert (BASE / "webhook" / "webhook-configurations.yaml").read_text() == render()
+
+
+def test_shape(kubectl) -> None:
+    docs = {(d["kind"], d["metadata"]["name"]): d for d in _rendered(kubectl)}
+    deployment = docs[("Deployment", "migops-webhook")]
+    assert deployment["metadata"]["namespace"] == "migops-system" and deployment["spec"]["replicas"] == 2
+    pod = deployment["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    assert container["securityContext"]["readOnlyRootFilesystem"] is True
+    assert container["readinessProbe"]["httpGet"]["path"] == "/readyz"
+    assert container["livenessProbe"]["httpGet"]["path"] == "/healthz"
+    assert docs[("PodDisruptionBudget", "migops-webhook")]["spec"]["minAvailable"] == 1
+    assert docs[("Namespace", "migops-system")]["metadata"]["labels"]["migops.io/webhook"] == "skip"
+    verbs = {v for rule in docs[("ClusterRole", "migops-webhook")]["rules"] for v in rule["verbs"]}
+    assert verbs == {"get", "list", "watch"}
+    for kind in ("ValidatingWebhookConfiguration", "MutatingWebhookConfiguration"):
+        for hook in docs[(kind, "migops-webhook")]["webhooks"]:
+            assert hook["sideEffects"] == "None" and 1 <= hook["timeoutSeconds"] <= 5
+            assert hook["clientConfig"]["service"] == {"name": "migops-webhook", "namespace": "migops-system",
+                                                       "port": 443, "path": hook["clientConfig"]["service"]["path"]}
+            exprs = hook["namespaceSelector"]["matchExpressions"]
+            assert {"key": "migops.io/webhook", "operator": "NotIn", "values": ["skip"]} in exprs
+            assert any("kube-system" in e["values"] for e in exprs)
+            wanted = "Fail" if kind.startswith("Validating") and not hook["name"].startswith("pods.") else "Ignore"
+            assert hook["failurePolicy"] == wanted, hook["name"]
+            resources = {r for rule in hook["rules"] for r in rule["resources"]}
+            if resources & {"nodes", "pods", "configmaps"}:
+                assert hook.get("matchConditions"), hook["name"]
+
+
+def test_applied_to_the_api_server(kubectl, api) -> None:
+    # The webhook configurations under another name: the running webhook's own keep theirs (a url,
+    # where these name the Service). They are removed at once: they point at a Service with no pods.
+    docs = _rendered(kubectl)
+    for d in docs:
+        if d["kind"].endswith("WebhookConfiguration"):
+            d["metadata"]["name"] = "manifest-test"
+    namespace = [d for d in docs if d["kind"] == "Namespace"]
+    rest = yaml.safe_dump_all([d for d in docs if d["kind"] != "Namespace"])
+    # A server-side dry-run persists nothing, so the namespace must exist for the rest to be checked.
+    assert kubectl("apply", "--server-side", "-f", "-", input=yaml.safe_dump_all(namespace)).returncode == 0
+    try:
+        out = kubectl("apply", "--server-side", "--dry-run=server", "-f", "-", input=rest)
+        assert out.returncode == 0, out.stderr
+        assert k8s.AdmissionregistrationV1Api(api).list_validating_webhook_configuration(
+            field_selector="metadata.name=manifest-test").items == []
+        out = kubectl("create", "-f", "-", input=rest)
+        assert out.returncode == 0, out.stderr
+        assert k8s.AppsV1Api(api).read_namespaced_deployment("migops-webhook", "migops-system").spec.replicas == 2
+        hooks = k8s.AdmissionregistrationV1Api(api).read_validating_webhook_configuration("manifest-test").webhooks
+        assert [h.name for h in hooks][:2] == ["configmaps.validate.migops.io", "nodes.validate.migops.io"]
+    finally:
+        for kind in ("validatingwebhookconfiguration", "mutatingwebhookconfiguration"):
+            kubectl("delete", kind, "manifest-test", "--ignore-not-found")

@@ -1,0 +1,124 @@
+"""Pure parts, without a cluster: the envelope, warnings, the rules on a hand-made Snapshot, the
+mutations' patches, certificate rotation in a directory."""
+from __future__ import annotations
+
+import datetime as dt
+import json
+
+import pytest
+from cryptography import x509
+
+from migops.certs.rotation import DirectoryStore, certificates, remaining, rotate
+from migops.webhook import annotate, configmaps, nodelabels, pods, policies
+from migops.webhook.admission import MAX_WARNING, BadReview, merge_warnings, parse_review
+from migops.webhook.state import Snapshot, trim_node
+from webhook_helpers import CM_NAME, CM_NS, DEFAULT_CONFIG, configmap, review
+
+H100_NODE = {"metadata": {"name": "n1", "labels": {"migops.io/gpu.device-id": "0x233010DE", "nvidia.com/gpu.count": "8",
+                                                   "nvidia.com/mig.config": "all-balanced"}}}
+POLICY = {"metadata": {"name": "cluster-policy", "creationTimestamp": "2026-01-01T00:00:00Z"},
+          "spec": {"mig": {"strategy": "mixed"}}, "status": {"namespace": CM_NS}}
+
+
+def snap(strategy: str = "mixed", nodes=(H100_NODE,), text: str | None = DEFAULT_CONFIG) -> Snapshot:
+    policy = {**POLICY, "spec": {"mig": {"strategy": strategy}}}
+    cms = [configmap(text)] if text is not None else []
+    return Snapshot.build(1, [trim_node(n) for n in nodes], [policy], cms)
+
+
+def req(body: dict):
+    return parse_review(json.loads(json.dumps(body)))
+
+
+def test_envelope_rejects_with_the_field_named() -> None:
+    with pytest.raises(BadReview, match="request.uid"):
+        parse_review({**review(configmap("x")), "request": {**review(configmap("x"))["request"], "uid": 7}})
+    assert parse_review(review(configmap("x"))).kind == "ConfigMap"
+
+
+def test_warnings_are_merged_per_rule_and_short() -> None:
+    items = [("device-index-out-of-range", f"mig-configs.c{i}", f"GPU index {i + 8} does not exist " + "x" * 200)
+             for i in range(12)] + [("zero-count", "p", "short")]
+    out = merge_warnings(items)
+    assert len(out) == 2 and all(len(w) <= MAX_WARNING for w in out)
+    assert "+11 similar" in out[0] and out[1] == "p: short [zero-count]"
+
+
+def test_configmap_rules_on_a_snapshot() -> None:
+    s = snap()
+    removed = DEFAULT_CONFIG.replace("  all-balanced:\n", "  gone:\n", 1)
+    verdict = configmaps.validate(req(review(configmap(removed), operation="UPDATE", old=configmap(DEFAULT_CONFIG))), s)
+    assert not verdict.allowed and "config-in-use" in verdict.rules and "node n1" in verdict.message
+    unrelated = configmap("garbage: [", name="other", namespace="default")
+    assert configmaps.validate(req(review(unrelated)), s).allowed
+    delete = configmaps.validate(req(review(None, operation="DELETE", old=configmap(DEFAULT_CONFIG))), s)
+    assert not delete.allowed and delete.code == 403
+
+
+def test_node_rule_with_unknown_count_checks_the_model() -> None:
+    single_mig = {"metadata": {"name": "n2", "labels": {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3-MIG-1g.10gb",
+                                                        "nvidia.com/mig.config": "all-1g.5gb"}}}
+    verdict = nodelabels.validate(req(review(single_mig, operation="UPDATE", old=H100_NODE, kind="Node")), snap("single"))
+    assert not verdict.allowed and "H100-SXM5-80GB" in verdict.message
+    ok = {**single_mig, "metadata": {**single_mig["metadata"], "labels": {**single_mig["metadata"]["labels"],
+                                                                        "nvidia.com/mig.config": "all-1g.10gb"}}}
+    assert nodelabels.validate(req(review(ok, operation="UPDATE", old=H100_NODE, kind="Node")), snap("single")).allowed
+    missing = nodelabels.validate(req(review(ok, operation="UPDATE", old=H100_NODE, kind="Node")), snap(text=None))
+    assert "configmap-missing" in missing.rules
+
+
+def test_policy_rules() -> None:
+    body = {"apiVersion": "nvidia.com/v1", "kind": "ClusterPolicy", "metadata": {"name": "cp"},
+            "spec": {"mig": {"strategy": "single"}, "migManager": {"enabled": True, "repository": "r", "image": "i"}}}
+    old = {**body, "spec": {"mig": {"strategy": "mixed"}}}
+    verdict = policies.validate(req(review(body, operation="UPDATE", old=old, kind="ClusterPolicy", group="nvidia.com")), snap())
+    assert set(verdict.rules) == {"mig-manager-image", "strategy-mismatch"}
+
+
+def test_pod_translation_patch_and_idempotence() -> None:
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": "ns"},
+           "spec": {"containers": [{"name": "c", "resources": {"limits": {"nvidia.com/mig-3g.40gb": "1"},
+                                                                "requests": {"nvidia.com/mig-3g.40gb": "1"}}}]}}
+    verdict = pods.mutate(req(review(pod, kind="Pod")), snap("single"))
+    ops = {(o["op"], o["path"]) for o in verdict.patch}
+    assert ("remove", "/spec/containers/0/resources/limits/nvidia.com~1mig-3g.40gb") in ops
+    assert ("add", "/spec/nodeSelector") in ops
+    translated = {**pod, "spec": {"containers": [{"name": "c", "resources": {"limits": {"nvidia.com/gpu": "1"}}}],
+                                  "nodeSelector": {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3-MIG-3g.40gb"}}}
+    assert pods.mutate(req(review(translated, kind="Pod")), snap("single")).patch == ()
+    assert pods.mutate(req(review(pod, kind="Pod")), snap("mixed")).patch == ()
+    assert "nvidia.com/mig-1c.3g.40gb" in pods.mig_resources() and "nvidia.com/mig-1g.10gb.me" in pods.mig_resources()
+
+
+def test_annotations_leave_owned_ones_alone() -> None:
+    obj = configmap(DEFAULT_CONFIG)
+    first = annotate.mutate(req(review(obj)), snap())
+    assert [o["path"] for o in first.patch] == ["/metadata/annotations"]
+    mine = {**obj, "metadata": {**obj["metadata"], "annotations": {"migops.io/validated-strategy": "x"},
+                                "managedFields": [{"manager": "argocd-controller", "operation": "Apply", "fieldsV1": {
+                                    "f:metadata": {"f:annotations": {"f:migops.io/validated-strategy": {}}}}}]}}
+    patch = annotate.mutate(req(review(mine)), snap()).patch
+    assert {o["path"] for o in patch} == {"/metadata/annotations/migops.io~1config-digest",
+                                          "/metadata/annotations/migops.io~1validated-gpus"}
+
+
+def test_rotation_in_a_directory(tmp_path) -> None:
+    store = DirectoryStore(tmp_path)
+    published: list[bytes] = []
+    first = rotate(store, dns_names=["svc.ns.svc"], ip_addresses=["127.0.0.1"], publish=published.append)
+    assert first.steps[0] == "created CA" and len(published) == 1
+    pem = (tmp_path / "tls.pem").read_bytes()
+    assert b"PRIVATE KEY" in pem and b"CERTIFICATE" in pem
+    assert rotate(store, dns_names=["svc.ns.svc"], ip_addresses=["127.0.0.1"], publish=published.append).steps == []
+    # Within the renewal window: a new serving certificate from the same CA, nothing published.
+    later = dt.datetime.now(dt.timezone.utc) + dt.timedelta(days=70)
+    renewed = rotate(store, dns_names=["svc.ns.svc"], ip_addresses=["127.0.0.1"], publish=published.append, now=later)
+    assert renewed.steps == ["issued serving certificate"] and len(published) == 1
+    assert remaining(store.load().serving.cert_pem) > dt.timedelta(days=80)
+    forced = rotate(store, dns_names=["svc.ns.svc"], ip_addresses=["127.0.0.1"], publish=published.append, force=True)
+    assert len(certificates(published[-1])) == 2 and forced.material.ca is not None
+    rotate(store, dns_names=["svc.ns.svc"], ip_addresses=["127.0.0.1"], publish=published.append)
+    assert len(certificates(published[-1])) == 1
+    cert = x509.load_pem_x509_certificate(store.load().serving.cert_pem)
+    sans = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    assert [str(i) for i in sans.get_values_for_type(x509.IPAddress)] == ["127.0.0.1"]

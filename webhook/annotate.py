@@ -1,0 +1,79 @@
+"""The mutating side for MIG ConfigMaps: annotations that record what the webhook checked.
+
+GitOps-safe by construction: Argo CD and Flux re-apply the same manifest on every sync, so a mutation
+must leave nothing to diff. Only these annotations are written, never a field of the user's:
+  migops.io/config-digest     sha256 of data."config.yaml"
+  migops.io/validated-strategy  the MIG strategy it was checked under
+  migops.io/validated-gpus    the PCI device IDs of the GPU models of the nodes that select its configs
+                              (`catalogue` when no node does, or for a ConfigMap not in force)
+Whose an annotation is, the object itself says: the API server records in metadata.managedFields which
+field manager set each field, and the webhook's own additions belong to no manager. So an annotation
+that some manager owns (it is in the user's manifest, or someone edited it) is the user's and never
+touched; an unowned or absent one is (re)computed, and when it already holds the computed value no
+patch is sent, so the second apply of the same object changes nothing.
+"""
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from migops.webhook import checks
+from migops.webhook.admission import ALLOW, Request, Verdict, allow, annotations, escape_pointer
+from migops.webhook.configmaps import in_scope, payload
+from migops.webhook.state import Snapshot
+
+DIGEST_ANNOTATION = "migops.io/config-digest"
+STRATEGY_ANNOTATION = "migops.io/validated-strategy"
+GPUS_ANNOTATION = "migops.io/validated-gpus"
+OURS = (DIGEST_ANNOTATION, STRATEGY_ANNOTATION, GPUS_ANNOTATION)
+
+
+def owned(obj: Mapping[str, Any] | None) -> frozenset[str]:
+    """Annotation keys some field manager owns (fieldsV1: f:metadata -> f:annotations -> f:<key>)."""
+    meta = (obj or {}).get("metadata")
+    entries = meta.get("managedFields") if isinstance(meta, dict) else None
+    keys: set[str] = set()
+    for entry in entries if isinstance(entries, list) else ():
+        fields = entry.get("fieldsV1") if isinstance(entry, dict) else None
+        found = ((fields or {}).get("f:metadata") or {}).get("f:annotations") if isinstance(fields, dict) else None
+        if isinstance(found, dict):
+            keys.update(k[2:] for k in found if isinstance(k, str) and k.startswith("f:"))
+    return frozenset(keys)
+
+
+def cache_key(req: Request) -> tuple:
+    have = annotations(req.object)
+    return tuple(have.get(k) for k in OURS), owned(req.object) & frozenset(OURS)
+
+
+def wanted(req: Request, snap: Snapshot) -> dict[str, str]:
+    active, labelled = in_scope(req, snap)
+    text, _ = payload(req.object)
+    if not (active or labelled) or text is None:
+        return {}
+    models: set[str] = set()
+    if active:
+        for node in snap.nodes:
+            if node.config:
+                models.update(g.device_id for g in node.gpus)
+    return {DIGEST_ANNOTATION: "sha256:" + checks.digest(text), STRATEGY_ANNOTATION: snap.strategy,
+            GPUS_ANNOTATION: ",".join(sorted(models)) or "catalogue"}
+
+
+def mutate(req: Request, snap: Snapshot) -> Verdict:
+    if req.operation not in ("CREATE", "UPDATE"):
+        return ALLOW
+    want = wanted(req, snap)
+    if not want:
+        return ALLOW
+    have, theirs = annotations(req.object), owned(req.object)
+    meta = (req.object or {}).get("metadata")
+    ops: list[dict[str, Any]] = []
+    base = {k: v for k, v in want.items() if k not in theirs and have.get(k) != v}
+    if not base:
+        return ALLOW
+    if isinstance(meta, dict) and isinstance(meta.get("annotations"), dict):
+        ops = [{"op": "add", "path": f"/metadata/annotations/{escape_pointer(k)}", "value": v} for k, v in base.items()]
+    else:
+        ops = [{"op": "add", "path": "/metadata/annotations", "value": base}]
+    return allow(patch=ops)

@@ -1,0 +1,144 @@
+"""The Flask app: POST /validate and /mutate (AdmissionReview v1), /healthz, /readyz, /metrics.
+
+The hot path is short on purpose: read the body, decode it, check the envelope, look the verdict up
+by (what the rule reads of the object, cluster-state version), answer. Only a miss runs the rules,
+and the rules never call the API server: they read the informers' Snapshot. dryRun is never read,
+so a server-side dry-run gets exactly the answer the real request will get.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Callable
+from typing import Protocol
+
+from flask import Flask, Response, request
+from werkzeug.exceptions import HTTPException
+
+from migops.webhook import annotate, configmaps, metrics, nodelabels, pods, policies
+from migops.webhook.admission import ALLOW, BadReview, Request, Verdict, parse_review
+from migops.webhook.cache import LRU
+from migops.webhook.state import Snapshot
+
+log = logging.getLogger(__name__)
+
+MAX_BODY = 8 << 20  # an AdmissionReview holds object and oldObject, each up to etcd's 1.5 MiB
+SYNC_WAIT = 2.0  # a review that arrives before the caches are synced waits at most this long
+JSON = "application/json"
+
+Rule = tuple[Callable[[Request], tuple], Callable[[Request, Snapshot], Verdict]]
+
+
+def _both(*keys: Callable[[Request], tuple]) -> Callable[[Request], tuple]:
+    return lambda req: tuple(k(req) for k in keys)
+
+
+RULES: dict[str, dict[tuple[str, str], Rule]] = {
+    "validate": {
+        ("", "ConfigMap"): (configmaps.cache_key, configmaps.validate),
+        ("", "Node"): (nodelabels.cache_key, nodelabels.validate),
+        ("nvidia.com", "ClusterPolicy"): (policies.cache_key, policies.validate),
+        ("", "Pod"): (pods.cache_key, pods.validate),
+    },
+    "mutate": {
+        ("", "ConfigMap"): (_both(configmaps.cache_key, annotate.cache_key), annotate.mutate),
+        ("", "Pod"): (pods.cache_key, pods.mutate),
+    },
+}
+
+
+class State(Protocol):
+    """What the app needs of migops.webhook.state.ClusterState (tests may pass a fixed one)."""
+
+    @property
+    def synced(self) -> bool: ...
+
+    def wait_synced(self, timeout: float) -> bool: ...
+
+    def snapshot(self) -> Snapshot: ...
+
+    def errors(self) -> dict[str, str]: ...
+
+
+def create_app(state: State, *, cache_size: int = 4096) -> Flask:
+    app = Flask("migops.webhook")
+    app.config["MAX_CONTENT_LENGTH"] = MAX_BODY
+    verdicts: LRU[tuple, Verdict] = LRU(cache_size)
+    app.extensions["migops.verdicts"] = verdicts
+
+    def review(endpoint: str) -> Response:
+        started = time.perf_counter()
+        kind, result = "-", "error"
+        try:
+            try:
+                doc = json.loads(request.get_data(cache=False))
+                req = parse_review(doc)
+            except HTTPException:  # 413: over MAX_BODY
+                result = "bad_request"
+                raise
+            except (ValueError, RecursionError) as exc:  # JSONDecodeError, UnicodeDecodeError, BadReview
+                result = "bad_request"
+                reason = str(exc) if isinstance(exc, BadReview) else f"body is not JSON: {exc}"
+                return _plain(400, f"bad AdmissionReview: {reason}")
+            kind = req.kind if (req.group, req.kind) in RULES[endpoint] else "other"
+            if not state.synced and not state.wait_synced(SYNC_WAIT):
+                result = "not_ready"
+                return _plain(503, "cluster state not synced yet; the API server applies the failurePolicy")
+            snap = state.snapshot()
+            rule = RULES[endpoint].get((req.group, req.kind))
+            if rule is None:
+                verdict = ALLOW
+            else:
+                key = (endpoint, req.kind, snap.version, rule[0](req))
+                verdict = verdicts.get(key)
+                metrics.CACHE.labels("hit" if verdict is not None else "miss").inc()
+                if verdict is None:
+                    verdict = rule[1](req, snap)
+                    verdicts.put(key, verdict)
+            result = "allowed" if verdict.allowed else "denied"
+            for rule_name in verdict.rules:
+                metrics.DENIALS.labels(rule_name).inc()
+            return Response(verdict.body(req.uid), 200, mimetype=JSON)
+        finally:
+            metrics.REQUESTS.labels(endpoint, kind, result).inc()
+            metrics.LATENCY.labels(endpoint).observe(time.perf_counter() - started)
+
+    @app.post("/validate")
+    def validate() -> Response:
+        return review("validate")
+
+    @app.post("/mutate")
+    def mutate() -> Response:
+        return review("mutate")
+
+    @app.get("/healthz")
+    def healthz() -> Response:
+        return _plain(200, "ok")
+
+    @app.get("/readyz")
+    def readyz() -> Response:
+        if state.synced:
+            return _plain(200, "ok")
+        errors = "; ".join(f"{k}: {v}" for k, v in state.errors().items())
+        return _plain(503, "cluster state not synced" + (f" ({errors})" if errors else ""))
+
+    @app.get("/metrics")
+    def metrics_page() -> Response:
+        body, content_type = metrics.exposition()
+        return Response(body, 200, content_type=content_type)
+
+    @app.errorhandler(HTTPException)
+    def http_error(exc: HTTPException) -> Response:
+        return _plain(exc.code or 400, f"{exc.name}: {exc.description}")
+
+    @app.errorhandler(Exception)
+    def internal_error(exc: Exception) -> Response:
+        log.exception("internal error answering %s", request.path)
+        return _plain(500, "internal error; the API server applies the failurePolicy")
+
+    return app
+
+
+def _plain(code: int, text: str) -> Response:
+    return Response(text + "\n", code, mimetype="text/plain")

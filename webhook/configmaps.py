@@ -1,0 +1,173 @@
+"""Rules for MIG config ConfigMaps: the one the ClusterPolicy names, and any labelled migops.io/mig-config=true.
+
+- The content must parse (mig-parted's rules, with paths) and each named config must be placeable:
+  on the GPUs of the nodes whose nvidia.com/mig.config names it, under the cluster's MIG strategy
+  (node mode); a config no node uses must fit at least one known GPU model (catalogue mode).
+- A config that fits only some models is admitted with a warning naming the nodes it cannot serve.
+- In the ConfigMap in force, removing a config that a node's label names is denied, naming the nodes;
+  so is deleting that ConfigMap while any node selects a config from it.
+A labelled ConfigMap that is not in force (one prepared for a later switch) is checked against the
+catalogue only: no node uses it yet.
+"""
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from migops.kube.names import CONFIGMAP_KEY, MIG_CONFIG_LABEL, MIG_CONFIGMAP_LABEL
+from migops.mig.problems import MigError, key_path
+from migops.webhook import checks
+from migops.webhook.admission import ALLOW, Request, Verdict, allow, deny, labels, merge_warnings
+from migops.webhook.findings import Finding, Warning_, node_names, split
+from migops.webhook.state import NodeView, Snapshot
+
+
+def in_scope(req: Request, snap: Snapshot) -> tuple[bool, bool]:
+    """(in force, labelled): is this the ConfigMap the ClusterPolicy names, does it carry our label."""
+    obj = req.old_object if req.operation == "DELETE" else req.object
+    active = (req.namespace, req.name) == snap.settings.configmap
+    return active, labels(obj).get(MIG_CONFIGMAP_LABEL) == "true"
+
+
+def payload(obj: Mapping[str, Any] | None) -> tuple[str | None, list[Finding]]:
+    """The config text under data."config.yaml", or the findings that say why there is none."""
+    obj = obj or {}
+    findings: list[Finding] = []
+    binary = obj.get("binaryData")
+    if isinstance(binary, dict) and CONFIGMAP_KEY in binary:
+        findings.append(("configmap-binary-data", f"binaryData.{CONFIGMAP_KEY}: mig-manager reads the config as "
+                         f"text; put it under data.\"{CONFIGMAP_KEY}\""))
+    data = obj.get("data")
+    if not isinstance(data, dict) or CONFIGMAP_KEY not in data:
+        keys = ", ".join(sorted(map(str, data))[:10]) if isinstance(data, dict) and data else "none"
+        findings.append(("configmap-key", f"data.\"{CONFIGMAP_KEY}\": missing (keys: {keys}); the GPU Operator's "
+                         "mig-manager reads the config from that key"))
+        return None, findings
+    text = data[CONFIGMAP_KEY]
+    if not isinstance(text, str):
+        findings.append(("configmap-key", f"data.\"{CONFIGMAP_KEY}\": must be a string holding the YAML config"))
+        return None, findings
+    return text, findings
+
+
+def _text_key(obj: Mapping[str, Any] | None) -> str:
+    data = (obj or {}).get("data")
+    text = data.get(CONFIGMAP_KEY) if isinstance(data, dict) else None
+    if isinstance(text, str):
+        return checks.digest(text)
+    return "none:" + (",".join(sorted(map(str, data)))[:1000] if isinstance(data, dict) else type(data).__name__)
+
+
+def cache_key(req: Request) -> tuple:
+    """What a verdict depends on besides the cluster state (the uid and dryRun never matter)."""
+    obj = req.old_object if req.operation == "DELETE" else req.object
+    binary = (obj or {}).get("binaryData")
+    new = _text_key(obj)
+    old = ""
+    if req.operation == "UPDATE":  # a re-apply sends the same text twice: hash it once
+        old = "same" if _text(obj) is not None and _text(obj) == _text(req.old_object) else _text_key(req.old_object)
+    return (req.namespace, req.name, req.operation, labels(obj).get(MIG_CONFIGMAP_LABEL), new, old,
+            isinstance(binary, dict) and CONFIGMAP_KEY in binary)
+
+
+def _text(obj: Mapping[str, Any] | None) -> str | None:
+    data = (obj or {}).get("data")
+    text = data.get(CONFIGMAP_KEY) if isinstance(data, dict) else None
+    return text if isinstance(text, str) else None
+
+
+def _names(obj: Mapping[str, Any] | None) -> set[str]:
+    """Config names in an object's content; empty when it has none or does not parse."""
+    text, _ = payload(obj)
+    if text is None:
+        return set()
+    try:
+        return set(checks.parse(text).names())
+    except MigError:
+        return set()
+
+
+def validate(req: Request, snap: Snapshot) -> Verdict:
+    active, labelled = in_scope(req, snap)
+    if not (active or labelled):
+        return ALLOW
+    subject = f"ConfigMap {req.namespace}/{req.name}"
+    if req.operation == "DELETE":
+        return _delete(subject, snap) if active else ALLOW
+    if req.operation not in ("CREATE", "UPDATE"):
+        return ALLOW
+    text, findings = payload(req.object)
+    if text is None or findings:
+        return deny(subject, findings)
+    digest = checks.digest(text)
+    try:
+        config = checks.parse(text, digest)
+    except MigError as exc:
+        return deny(subject, split(exc.problems)[0])
+    warnings: list[Warning_] = []
+    names = config.names()
+    users = snap.users if active else {}
+    if active:
+        before = _names(req.old_object) if req.operation == "UPDATE" else set()
+        for name, nodes in users.items():
+            if name in names:
+                continue
+            where = key_path("mig-configs", name)
+            if name in before:
+                findings.append(("config-in-use", f"{where}: removed, but {node_names(nodes)} select it "
+                                 f"({MIG_CONFIG_LABEL}); relabel them first"))
+            else:
+                warnings.append(("config-not-found", where, f"not defined, but {node_names(nodes)} select it"))
+    for name in names:
+        used_by = users.get(name, ())
+        _on_nodes(digest, config, name, used_by, snap, findings, warnings)
+        report = checks.on_catalogue(digest, config, name)
+        if not used_by:
+            errors, warns = split(report.problems)
+            findings += errors
+            warnings += warns
+        if report.valid and report.fits:
+            cannot = [n for n in snap.gpu_nodes if n.config != name and any(m not in report.fits for m in n.models)]
+            if cannot:
+                fits = ", ".join(dict.fromkeys(g.name for g in report.fits[:2])) + (" ..." if len(report.fits) > 2 else "")
+                warnings.append(("fits-some-gpus", key_path("mig-configs", name),
+                                 f"cannot serve {node_names(cannot, 3)} (fits only {fits})"))
+    if findings:
+        return deny(subject, findings, warnings=merge_warnings(warnings))
+    return allow(merge_warnings(warnings))
+
+
+def _on_nodes(digest: str, config, name: str, nodes: tuple[NodeView, ...], snap: Snapshot,
+              findings: list[Finding], warnings: list[Warning_]) -> None:
+    """Node mode: the config on each distinct set of GPUs among the nodes that select it."""
+    groups: dict[tuple, list[NodeView]] = {}
+    for node in nodes:
+        groups.setdefault((tuple(g.device_id for g in node.gpus), node.exact), []).append(node)
+    strategy = snap.strategy if snap.strategy in ("none", "single", "mixed") else None
+    for (ids, exact), members in groups.items():
+        first = members[0]
+        context = f"on {node_names(members)}: {first.describe()}"
+        if not ids:
+            why = first.gpu_problem or "no GPU labels"
+            warnings.append(("gpus-unknown", node_names(members), f"config {name} not checked on them: {why}"))
+            continue
+        if exact:
+            errors, warns = split(checks.on_node(digest, config, name, first.gpus, strategy).problems, context)
+        else:  # GPU count unknown (GFD under strategy single): does the model fit at all
+            report = checks.on_catalogue(digest, config, name, strategy)
+            errors, warns = [], []
+            if first.gpus[0] not in report.fits:
+                model = first.gpus[0].name
+                errors = [e for e in split(report.problems, context)[0] if model in e[1]] or [
+                    ("gpu-model-not-fitting", f"{key_path('mig-configs', name)}: does not fit {model} ({context})")]
+        findings.extend(errors)
+        warnings.extend(warns)
+
+
+def _delete(subject: str, snap: Snapshot) -> Verdict:
+    users = [n for n in snap.nodes if n.config]
+    if not users:
+        return ALLOW
+    configs = ", ".join(sorted({n.config for n in users if n.config})[:5])
+    return deny(subject, [("config-in-use", f"{node_names(users)} select configs from it ({MIG_CONFIG_LABEL}: {configs}); "
+                           "mig-manager would have nothing to apply: relabel them first")], code=403, reason="Forbidden")

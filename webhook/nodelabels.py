@@ -1,0 +1,74 @@
+"""Rules for a Node whose nvidia.com/mig.config label is set or changed.
+
+The webhook configuration's matchConditions send only those writes here (kubelets and mig-manager
+write Nodes constantly). The name must exist in the MIG ConfigMap in force, and that config must be
+placeable on this node's GPUs under the cluster's MIG strategy (so under `single`, one MIG device
+type). Removing the label is always allowed: mig-manager then leaves the GPUs as they are.
+"""
+from __future__ import annotations
+
+import difflib
+
+from migops.kube.names import MIG_CONFIG_LABEL
+from migops.mig.problems import MigError, key_path
+from migops.webhook import checks
+from migops.webhook.admission import ALLOW, Request, Verdict, allow, deny, labels, merge_warnings
+from migops.webhook.findings import Finding, Warning_, split
+from migops.webhook.state import Snapshot, node_view
+
+_GPU_KEYS = ("nvidia.com/gpu.product", "nvidia.com/gpu.count", "migops.io/gpu.device-id")
+
+
+def cache_key(req: Request) -> tuple:
+    new, old = labels(req.object), labels(req.old_object)
+    annotations = ((req.object or {}).get("metadata") or {}).get("annotations") or {}
+    return (req.name, req.operation, new.get(MIG_CONFIG_LABEL), old.get(MIG_CONFIG_LABEL),
+            tuple(new.get(k) for k in _GPU_KEYS), annotations.get("migops.io/gpus") if isinstance(annotations, dict) else None)
+
+
+def validate(req: Request, snap: Snapshot) -> Verdict:
+    if req.operation not in ("CREATE", "UPDATE"):
+        return ALLOW
+    value = labels(req.object).get(MIG_CONFIG_LABEL)
+    if value is None or value == labels(req.old_object).get(MIG_CONFIG_LABEL):
+        return ALLOW  # removed or unchanged
+    subject = f"Node {req.name}: {MIG_CONFIG_LABEL}={value}"
+    where = f"metadata.labels.\"{MIG_CONFIG_LABEL}\""
+    if not isinstance(value, str):
+        return deny(subject, [("label-value", f"{where}: must be a string")])
+    config = snap.active_config
+    if config is None:
+        return deny(subject, [("configmap-missing", f"{where}: the MIG ConfigMap {snap.configmap_name} (named by the "
+                               "ClusterPolicy) does not exist or has no config.yaml; mig-manager has nothing to apply")])
+    if isinstance(config, MigError):
+        first = config.problems[0]
+        return deny(subject, [("configmap-invalid", f"{where}: the MIG ConfigMap {snap.configmap_name} is itself "
+                               f"invalid ({first.path}: {first.message})")])
+    names = config.names()
+    if value not in names:
+        near = difflib.get_close_matches(value, names, n=1)
+        hint = f"; did you mean {near[0]!r}?" if near else ""
+        shown = ", ".join(names[:8]) + (f" and {len(names) - 8} more" if len(names) > 8 else "")
+        return deny(subject, [("config-not-found", f"{where}: no config {value!r} in {snap.configmap_name} "
+                               f"(has: {shown}){hint}")])
+    node = node_view(req.object or {})
+    warnings: list[Warning_] = []
+    findings: list[Finding] = []
+    strategy = snap.strategy if snap.strategy in ("none", "single", "mixed") else None
+    digest = snap.active_digest or ""
+    if not node.gpus:
+        why = node.gpu_problem or "the node has no GPU labels"
+        warnings.append(("gpus-unknown", req.name, f"geometry not checked: {why}"))
+    elif node.exact:
+        findings, warns = split(checks.on_node(digest, config, value, node.gpus, strategy).problems,
+                                f"on this node: {node.describe()}")
+        warnings += warns
+    else:
+        report = checks.on_catalogue(digest, config, value, strategy)
+        model = node.gpus[0]
+        if model not in report.fits:
+            findings = [f for f in split(report.problems)[0] if model.name in f[1]] or [
+                ("gpu-model-not-fitting", f"{key_path('mig-configs', value)}: does not fit {model.name}")]
+    if findings:
+        return deny(subject, findings, warnings=merge_warnings(warnings))
+    return allow(merge_warnings(warnings))

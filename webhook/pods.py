@@ -1,0 +1,190 @@
+"""Rules for Pods requesting MIG devices by resource name (nvidia.com/mig-<profile>).
+
+Validation (failurePolicy Ignore: workloads never depend on the webhook being up):
+- a resource no known GPU model offers (a typo such as mig-1g.10g) is denied, with the nearest name;
+- under MIG strategy `single` MIG devices are advertised as nvidia.com/gpu, so a mig-<profile>
+  request can never be scheduled: denied, saying what to request instead;
+- when no node offers the resource right now, the Pod is admitted with a warning.
+
+Mutation (opt-in: namespaces labelled migops.io/mig-translate=single): under `single`, a Pod asking
+for one MIG profile is rewritten to ask for nvidia.com/gpu with the same count, and to select the
+nodes GFD labels with that profile (nvidia.com/gpu.product=<product>-MIG-<profile>), so one workload
+spec serves both strategies.
+"""
+from __future__ import annotations
+
+import dataclasses
+import difflib
+from collections.abc import Iterator, Mapping
+from functools import cache
+from typing import Any
+
+from migops.mig.catalogue import GpuModel, catalogue
+from migops.mig.gfd import advertise, resource_name
+from migops.mig.profile import compute_subprofile_allowed, parse_profile
+from migops.mig.validate import GpuResult
+from migops.webhook.admission import ALLOW, Request, Verdict, allow, deny, escape_pointer, merge_warnings
+from migops.webhook.findings import Finding, Warning_
+from migops.webhook.state import MIG_RESOURCE_PREFIX, Snapshot
+
+GPU_RESOURCE = "nvidia.com/gpu"
+PRODUCT_LABEL = "nvidia.com/gpu.product"
+TRANSLATE_LABEL = "migops.io/mig-translate"  # on a Namespace: "single" opts its Pods in to translation
+TRANSLATED_ANNOTATION = "migops.io/mig-translated-from"
+_CONTAINER_LISTS = ("initContainers", "containers")
+
+
+@cache
+def mig_resources() -> dict[str, tuple[str, tuple[GpuModel, ...]]]:
+    """Every MIG resource name a known GPU can advertise under `mixed` -> (profile, models).
+
+    From the catalogue: each GPU-instance profile (and its driver aliases), and each compute-instance
+    sub-profile mig-parted can create in it, named as the device plugin names them (gfd.resource_name).
+    """
+    found: dict[str, tuple[str, list[GpuModel]]] = {}
+    for gpu in catalogue().gpus:
+        for gi in gpu.profiles:
+            for name in (gi.name, *gi.aliases):
+                base = parse_profile(name)
+                for c in range(1, base.gpu + 1):
+                    if compute_subprofile_allowed(c, base.gpu):
+                        profile = str(dataclasses.replace(base, compute=c))
+                        entry = found.setdefault(resource_name(profile), (profile, []))
+                        if gpu not in entry[1]:
+                            entry[1].append(gpu)
+    return {k: (p, tuple(models)) for k, (p, models) in found.items()}
+
+
+def _containers(pod: Mapping[str, Any]) -> Iterator[tuple[str, int, dict[str, Any]]]:
+    spec = pod.get("spec")
+    if not isinstance(spec, dict):
+        return
+    for kind in _CONTAINER_LISTS:
+        items = spec.get(kind)
+        if isinstance(items, list):
+            for i, c in enumerate(items):
+                if isinstance(c, dict):
+                    yield kind, i, c
+
+
+def _resources(container: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+    res = container.get("resources")
+    if not isinstance(res, dict):
+        return {}
+    return {part: res[part] for part in ("limits", "requests") if isinstance(res.get(part), dict)}
+
+
+def requested(pod: Mapping[str, Any]) -> dict[str, str]:
+    """MIG resources the Pod requests (limits or requests of any container) -> a quantity seen."""
+    out: dict[str, str] = {}
+    for _, _, c in _containers(pod):
+        for values in _resources(c).values():
+            for k, v in values.items():
+                if isinstance(k, str) and k.startswith(MIG_RESOURCE_PREFIX):
+                    out.setdefault(k, str(v))
+    return out
+
+
+def cache_key(req: Request) -> tuple:
+    pod = req.object or {}
+    spec = pod.get("spec") if isinstance(pod.get("spec"), dict) else {}
+    return (req.operation, repr([(k, i, c.get("resources")) for k, i, c in _containers(pod)])[:8000],
+            repr(spec.get("nodeSelector")), repr(spec.get("affinity"))[:4000])
+
+
+def _product(model: GpuModel, profile: str) -> str:
+    """The nvidia.com/gpu.product value GFD publishes under `single` for this model and profile."""
+    result = GpuResult(0, model, None, True, (), (profile,))
+    return advertise([result], "single").labels[PRODUCT_LABEL]
+
+
+def products(resource: str, snap: Snapshot) -> list[str]:
+    """Product label values of nodes that can serve `resource` under `single`: the models in the
+    cluster that have the profile, else every known model that has it."""
+    profile, models = mig_resources()[resource]
+    present = [m for m in models if any(m in n.models for n in snap.gpu_nodes)]
+    return list(dict.fromkeys(_product(m, profile) for m in (present or models)))
+
+
+def validate(req: Request, snap: Snapshot) -> Verdict:
+    if req.operation != "CREATE":
+        return ALLOW
+    wanted = requested(req.object or {})
+    if not wanted:
+        return ALLOW
+    known = mig_resources()
+    findings: list[Finding] = []
+    warnings: list[Warning_] = []
+    for res in wanted:
+        if res not in known:
+            near = difflib.get_close_matches(res, known, n=1, cutoff=0.8)
+            hint = f"; did you mean {near[0]}?" if near else ""
+            findings.append(("unknown-mig-resource", f"{res}: no known GPU has this MIG profile{hint}"))
+    if snap.strategy == "single":
+        for res, qty in wanted.items():
+            if res in known:
+                selector = " or ".join(f"{PRODUCT_LABEL}={p}" for p in products(res, snap)[:3])
+                findings.append(("strategy-single", f"{res}: under MIG strategy single MIG devices are advertised "
+                                 f"as {GPU_RESOURCE}; request {GPU_RESOURCE}: {qty} on nodes with {selector} (or "
+                                 f"label the namespace {TRANSLATE_LABEL}=single to have it rewritten)"))
+    elif not findings:
+        for res in wanted:
+            if not any(res in n.offers for n in snap.nodes):
+                warnings.append(("not-offered", res, "no node offers it now; the Pod stays Pending until one does"))
+    subject = f"Pod {req.namespace}/{req.name or '(generated name)'}"
+    if findings:
+        return deny(subject, findings, warnings=merge_warnings(warnings))
+    return allow(merge_warnings(warnings))
+
+
+def mutate(req: Request, snap: Snapshot) -> Verdict:
+    """The single-strategy translation; no patch when it cannot be done unambiguously (validation then
+    explains what to change)."""
+    pod = req.object or {}
+    if req.operation != "CREATE" or snap.strategy != "single":
+        return ALLOW
+    wanted = requested(pod)
+    known = mig_resources()
+    if len(wanted) != 1 or any(r not in known for r in wanted):
+        return ALLOW  # nothing to do, or several profiles (one node has one MIG device type under single)
+    (res,) = wanted
+    ops: list[dict[str, Any]] = []
+    for kind, i, c in _containers(pod):
+        for part, values in _resources(c).items():
+            if GPU_RESOURCE in values:
+                return ALLOW  # asks for whole GPUs too: ambiguous under single, leave it to validation
+            if res in values:
+                base = f"/spec/{kind}/{i}/resources/{part}"
+                ops.append({"op": "remove", "path": f"{base}/{escape_pointer(res)}"})
+                ops.append({"op": "add", "path": f"{base}/{escape_pointer(GPU_RESOURCE)}", "value": values[res]})
+    spec = pod.get("spec") if isinstance(pod.get("spec"), dict) else {}
+    choices = products(res, snap)
+    selector = spec.get("nodeSelector")
+    if isinstance(selector, dict) and PRODUCT_LABEL in selector:
+        if selector[PRODUCT_LABEL] not in choices:
+            return ALLOW  # the user chose a product that cannot serve it: validation says so
+    elif len(choices) == 1:
+        if isinstance(selector, dict):
+            ops.append({"op": "add", "path": f"/spec/nodeSelector/{escape_pointer(PRODUCT_LABEL)}", "value": choices[0]})
+        else:
+            ops.append({"op": "add", "path": "/spec/nodeSelector", "value": {PRODUCT_LABEL: choices[0]}})
+    else:
+        term = {"nodeSelectorTerms": [{"matchExpressions": [{"key": PRODUCT_LABEL, "operator": "In", "values": choices}]}]}
+        affinity = spec.get("affinity")
+        if not isinstance(affinity, dict):
+            ops.append({"op": "add", "path": "/spec/affinity", "value": {"nodeAffinity": {
+                "requiredDuringSchedulingIgnoredDuringExecution": term}}})
+        elif not isinstance(affinity.get("nodeAffinity"), dict):
+            ops.append({"op": "add", "path": "/spec/affinity/nodeAffinity",
+                        "value": {"requiredDuringSchedulingIgnoredDuringExecution": term}})
+        elif "requiredDuringSchedulingIgnoredDuringExecution" not in affinity["nodeAffinity"]:
+            ops.append({"op": "add", "path": "/spec/affinity/nodeAffinity/requiredDuringSchedulingIgnoredDuringExecution",
+                        "value": term})
+        else:
+            return ALLOW  # the user's own required node affinity: not ours to rewrite
+    meta = pod.get("metadata") if isinstance(pod.get("metadata"), dict) else {}
+    if isinstance(meta.get("annotations"), dict):
+        ops.append({"op": "add", "path": f"/metadata/annotations/{escape_pointer(TRANSLATED_ANNOTATION)}", "value": res})
+    else:
+        ops.append({"op": "add", "path": "/metadata/annotations", "value": {TRANSLATED_ANNOTATION: res}})
+    return allow(merge_warnings([("mig-translated", res, f"rewritten to {GPU_RESOURCE} for MIG strategy single")]), ops)

@@ -1,0 +1,162 @@
+"""The webhook configurations, written once: manifests/base/webhook/ holds them rendered for the
+in-cluster Service (a test keeps the file equal to `configurations()`), and `migops local` registers
+them with a loopback URL.
+
+Scope, so that the webhook can never lock out the cluster or itself:
+- namespaced objects in kube-system, kube-node-lease and any namespace labelled migops.io/webhook=skip
+  (migops-system is) are never sent;
+- Nodes only when nvidia.com/mig.config is set or changed (matchConditions: kubelets and mig-manager
+  write Nodes constantly, and a Node write must never wait on the webhook otherwise);
+- ConfigMaps only when they could hold a MIG config (a config.yaml key, the migops label, or the GPU
+  Operator's namespace); Pods only when they request nvidia.com/mig-* resources;
+- failurePolicy Fail for MIG ConfigMaps, Nodes and ClusterPolicies (an unchecked MIG config is what
+  this webhook exists to stop), Ignore for Pods and for every mutation (workloads never depend on it);
+- timeouts of a few seconds; sideEffects None (dry-runs are answered like real requests).
+"""
+from __future__ import annotations
+
+import base64
+import copy
+from typing import Any
+
+from kubernetes import client as k8s
+
+from migops.kube import ssa
+
+NAME = "migops-webhook"
+SERVICE_NAMESPACE = "migops-system"
+SKIP_LABEL = "migops.io/webhook"
+OPERATOR_NAMESPACE = "gpu-operator"
+TIMEOUT_SECONDS = 5
+
+_EXCLUDED = {"matchExpressions": [
+    {"key": "kubernetes.io/metadata.name", "operator": "NotIn", "values": ["kube-system", "kube-node-lease"]},
+    {"key": SKIP_LABEL, "operator": "NotIn", "values": ["skip"]},
+]}
+
+
+def _has_key(var: str, field: str, key: str) -> str:
+    return f"({var} != null && has({var}.{field}) && '{key}' in {var}.{field})"
+
+
+def _label(var: str) -> str:
+    return (f"(has({var}.metadata.labels) && 'nvidia.com/mig.config' in {var}.metadata.labels ? "
+            f"{var}.metadata.labels['nvidia.com/mig.config'] : '')")
+
+
+_MIG_CONFIGMAP = " || ".join([
+    _has_key("object", "data", "config.yaml"), _has_key("oldObject", "data", "config.yaml"),
+    _has_key("object", "binaryData", "config.yaml"),
+    _has_key("object", "metadata.labels", "migops.io/mig-config"),
+    _has_key("oldObject", "metadata.labels", "migops.io/mig-config"),
+    f"request.namespace == '{OPERATOR_NAMESPACE}'",
+])
+_NODE_LABEL_CHANGED = (f"request.operation == 'CREATE' ? {_label('object')} != '' : "
+                       f"{_label('object')} != {_label('oldObject')}")
+
+
+def _wants_mig(containers: str) -> str:
+    return (f"(has(object.spec.{containers}) && object.spec.{containers}.exists(c, has(c.resources) && "
+            "((has(c.resources.limits) && c.resources.limits.exists(k, k.startsWith('nvidia.com/mig-'))) || "
+            "(has(c.resources.requests) && c.resources.requests.exists(k, k.startsWith('nvidia.com/mig-'))))))")
+
+
+_POD_WANTS_MIG = f"{_wants_mig('containers')} || {_wants_mig('initContainers')}"
+
+
+def _hook(name: str, path: str, client: dict[str, Any], rules: list[dict[str, Any]], failure: str, *,
+          conditions: dict[str, str] | None = None, namespaces: dict[str, Any] | None = None) -> dict[str, Any]:
+    config = copy.deepcopy(client)
+    if "service" in config:
+        config["service"]["path"] = path
+    else:
+        config["url"] = config["url"].rstrip("/") + path
+    hook: dict[str, Any] = {
+        "name": name,
+        "admissionReviewVersions": ["v1"],
+        "clientConfig": config,
+        "rules": rules,
+        "failurePolicy": failure,
+        "matchPolicy": "Equivalent",
+        "sideEffects": "None",
+        "timeoutSeconds": TIMEOUT_SECONDS,
+        "namespaceSelector": copy.deepcopy(namespaces or _EXCLUDED),
+        "objectSelector": {},
+    }
+    if conditions:
+        hook["matchConditions"] = [{"name": k, "expression": v} for k, v in conditions.items()]
+    return hook
+
+
+def _rule(group: str, version: str, resource: str, *operations: str) -> dict[str, Any]:
+    return {"apiGroups": [group], "apiVersions": [version], "resources": [resource], "operations": list(operations),
+            "scope": "*"}
+
+
+def configurations(client: dict[str, Any], ca_bundle: bytes | None = None) -> list[dict[str, Any]]:
+    """[ValidatingWebhookConfiguration, MutatingWebhookConfiguration]; `client` is
+    {"service": {"name", "namespace", "port"}} or {"url": "https://host:port"}."""
+    if ca_bundle:
+        client = {**client, "caBundle": base64.b64encode(ca_bundle).decode()}
+    translate = {"matchLabels": {"migops.io/mig-translate": "single"}, **copy.deepcopy(_EXCLUDED)}
+    validating = [
+        _hook("configmaps.validate.migops.io", "/validate", client,
+              [_rule("", "v1", "configmaps", "CREATE", "UPDATE", "DELETE")], "Fail",
+              conditions={"may-hold-a-mig-config": _MIG_CONFIGMAP}),
+        _hook("nodes.validate.migops.io", "/validate", client, [_rule("", "v1", "nodes", "CREATE", "UPDATE")], "Fail",
+              conditions={"mig-config-label-changed": _NODE_LABEL_CHANGED}),
+        _hook("clusterpolicies.validate.migops.io", "/validate", client,
+              [_rule("nvidia.com", "v1", "clusterpolicies", "CREATE", "UPDATE")], "Fail"),
+        _hook("pods.validate.migops.io", "/validate", client, [_rule("", "v1", "pods", "CREATE")], "Ignore",
+              conditions={"requests-mig-devices": _POD_WANTS_MIG}),
+    ]
+    mutating = [
+        _hook("configmaps.mutate.migops.io", "/mutate", client, [_rule("", "v1", "configmaps", "CREATE", "UPDATE")],
+              "Ignore", conditions={"may-hold-a-mig-config": _MIG_CONFIGMAP}),
+        _hook("pods.mutate.migops.io", "/mutate", client, [_rule("", "v1", "pods", "CREATE")], "Ignore",
+              conditions={"requests-mig-devices": _POD_WANTS_MIG}, namespaces=translate),
+    ]
+    for hook in mutating:
+        hook["reinvocationPolicy"] = "Never"
+    meta = {"name": NAME, "labels": {"app.kubernetes.io/name": NAME, "app.kubernetes.io/part-of": "migops"}}
+    return [
+        {"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingWebhookConfiguration",
+         "metadata": copy.deepcopy(meta), "webhooks": validating},
+        {"apiVersion": "admissionregistration.k8s.io/v1", "kind": "MutatingWebhookConfiguration",
+         "metadata": copy.deepcopy(meta), "webhooks": mutating},
+    ]
+
+
+def in_cluster() -> list[dict[str, Any]]:
+    """As in manifests/base/webhook/ (caBundle filled in later by `migops certs rotate`)."""
+    return configurations({"service": {"name": NAME, "namespace": SERVICE_NAMESPACE, "port": 443}})
+
+
+def register(api: k8s.ApiClient, url: str, ca_bundle: bytes, *, field_manager: str) -> None:
+    """Apply both configurations pointing at `url` (server-side apply: idempotent)."""
+    for body in configurations({"url": url}, ca_bundle):
+        ssa.apply(api, body, field_manager=field_manager, force=True)
+
+
+def unregister(api: k8s.ApiClient) -> None:
+    admission = k8s.AdmissionregistrationV1Api(api)
+    for delete in (admission.delete_validating_webhook_configuration, admission.delete_mutating_webhook_configuration):
+        try:
+            delete(NAME)
+        except k8s.exceptions.ApiException as exc:
+            if exc.status != 404:
+                raise
+
+
+def render() -> str:
+    """manifests/base/webhook/webhook-configurations.yaml."""
+    import yaml
+
+    head = ("# Generated from migops.webhook.registration.in_cluster(): edit that, then regenerate with\n"
+            "#   python -m migops.webhook.registration > manifests/base/webhook/webhook-configurations.yaml\n"
+            "# (tests/webhook/test_manifests.py fails when the two differ). caBundle: set by migops certs rotate.\n")
+    return head + yaml.safe_dump_all(in_cluster(), sort_keys=False, width=1000)
+
+
+if __name__ == "__main__":
+    print(render(), end="")
