@@ -156,6 +156,12 @@ def set_config(api: ApiClient, node: str, name: str) -> None:
     k8s.CoreV1Api(api).patch_node(node, {"metadata": {"labels": {"nvidia.com/mig.config": name}}})
 
 
+def set_strategy(api: ApiClient, value: str) -> None:
+    """What an operator does (`kubectl patch clusterpolicies.nvidia.com/cluster-policy ...`)."""
+    k8s.CustomObjectsApi(api).patch_cluster_custom_object("nvidia.com", "v1", "clusterpolicies", "cluster-policy",
+                                                          {"spec": {"mig": {"strategy": value}}})
+
+
 def state(api: ApiClient, node: str) -> str | None:
     return labels(api, node).get("nvidia.com/mig.config.state")
 

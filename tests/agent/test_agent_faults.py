@@ -7,7 +7,7 @@ import json
 import pytest
 from kubernetes import client as k8s
 
-from agent_harness import allocatable, annotations, labels, set_config, state, until
+from agent_harness import allocatable, annotations, labels, set_config, set_strategy, state, until
 from conftest import DEFAULT_CONFIG, mig_configmap
 from migops.kube import ssa
 
@@ -173,11 +173,8 @@ def test_configmap_edit_that_changes_this_nodes_config_is_applied(agent_admin, a
 
 
 def test_strategy_from_the_cluster_policy_decides_labels_and_resources(agent_admin, agents) -> None:
-    objects = k8s.CustomObjectsApi(agent_admin)
-
     def strategy(value: str) -> None:
-        objects.patch_cluster_custom_object("nvidia.com", "v1", "clusterpolicies", "cluster-policy",
-                                            {"spec": {"mig": {"strategy": value}}})
+        set_strategy(agent_admin, value)
     agent = agents("strategy-1")
     _applied(agent_admin, agent.node, "all-disabled")
     try:

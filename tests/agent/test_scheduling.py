@@ -14,8 +14,7 @@ import pytest
 from kubernetes import client as k8s
 from kubernetes.client import ApiClient
 
-from agent_harness import allocatable, annotations, labels, set_config, state, until
-from migops.local.cluster import apply_cluster_policy
+from agent_harness import allocatable, annotations, labels, set_config, set_strategy, state, until
 from migops.local.controlplane import ControlPlane
 
 
@@ -95,7 +94,7 @@ def test_mixed_pods_land_where_the_profile_is_and_wait_when_it_is_used_up_or_gon
 def test_single_strategy_pod_goes_to_the_node_whose_product_names_the_profile(
         scheduled: ControlPlane, agent_admin: ApiClient, agents, workloads: str) -> None:
     core = k8s.CoreV1Api(agent_admin)
-    apply_cluster_policy(agent_admin, "single")
+    set_strategy(agent_admin, "single")
     try:
         whole, sliced = agents("sched-whole", "2x0x233010DE"), agents("sched-sliced", "2x0x233010DE")
         set_config(agent_admin, whole.node, "all-disabled")
@@ -109,4 +108,4 @@ def test_single_strategy_pod_goes_to_the_node_whose_product_names_the_profile(
         core.create_namespaced_pod(workloads, _pod("single-1g", {"nvidia.com/gpu": "1"}, selector))
         assert _bound(agent_admin, workloads, "single-1g") == sliced.node
     finally:
-        apply_cluster_policy(agent_admin, "mixed")
+        set_strategy(agent_admin, "mixed")
