@@ -92,6 +92,8 @@ class GitSource:
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def __post_init__(self) -> None:
+        if self.ref == "HEAD":
+            self.ref = None  # the remote's HEAD
         if not self.url:
             raise ValueError("a repository URL is required")
         if "://" not in self.url and ":" not in self.url.split("/")[0]:
