@@ -187,7 +187,12 @@ def cmd_reconcile(args: argparse.Namespace) -> int:
     host, _, port = args.http_address.rpartition(":")
     if not port.isdigit():
         raise UsageError(f"--http-address {args.http_address!r}: expected [HOST]:PORT")
-    secret = _read(args.hook_secret_file).strip().encode() if args.hook_secret_file else None
+    secret = None
+    if args.hook_secret_file is not None:
+        if args.hook_secret_file.exists():
+            secret = _read(args.hook_secret_file).strip().encode()
+        else:  # the Deployment mounts an optional Secret: without one, there is no /hook
+            logging.getLogger(__name__).warning("%s does not exist: POST /hook is off", args.hook_secret_file)
     if secret == b"":
         raise UsageError(f"{args.hook_secret_file}: the hook secret is empty")
     return serve(rec, ServeOptions(host or "0.0.0.0", int(port), secret, args.leader_elect))
