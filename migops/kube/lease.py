@@ -110,7 +110,7 @@ class LeaderElector:
             spec = {**spec, "holderIdentity": self.identity, "leaseDurationSeconds": int(self.lease_duration),
                     "renewTime": now,
                     "acquireTime": spec.get("acquireTime") if mine else now,
-                    "leaseTransitions": int(spec.get("leaseTransitions") or 0) + (0 if mine or not holder else 1)}
+                    "leaseTransitions": int(spec.get("leaseTransitions") or 0) + (0 if mine else 1)}
             body = {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease", "metadata": lease["metadata"], "spec": spec}
             self._coord.replace_namespaced_lease(self.name, self.namespace, body, _request_timeout=self.retry_period * 2)
             return True
