@@ -14,6 +14,7 @@ import sys
 import time
 from pathlib import Path
 
+from migops.local import reconciler
 from migops.usage import EXIT_INVALID, EXIT_OK, UsageError
 
 DEFAULT_GPU = "0x233010DE"  # H100 SXM5 80GB
@@ -38,6 +39,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # noqa: SLF001 - argpars
                     help=f"GPUs on each node (default {DEFAULT_GPUS_PER_NODE})")
     up.add_argument("--strategy", choices=("none", "single", "mixed"), default=DEFAULT_STRATEGY,
                     help=f"the GPU Operator's MIG strategy (default {DEFAULT_STRATEGY})")
+    reconciler.add_arguments(up)
     up.set_defaults(func=_up)
 
     cmds.add_parser("down", help="stop the control plane and delete its data").set_defaults(func=_down)
@@ -90,6 +92,7 @@ def _up(args: argparse.Namespace) -> int:
             plane.start()
             with plane.api_client() as api:
                 cluster.seed(api, nodes, args.strategy)
+                synced = reconciler.start_from_args(args, api, plane.workdir, plane.admin_kubeconfig)
             state.save(home, state.LocalState(
                 api_url=plane.url, kubeconfig=str(plane.admin_kubeconfig),
                 bin_dir=str(binaries.directory), workdir=str(plane.workdir),
@@ -102,7 +105,8 @@ def _up(args: argparse.Namespace) -> int:
             plane.stop()
             _say(f"failed to start: {exc}\n(logs kept in {plane.logs})")
             return EXIT_INVALID
-        except (ApiException, TimeoutError) as exc:
+        except (ApiException, TimeoutError, RuntimeError) as exc:
+            reconciler.stop(plane.workdir)
             plane.stop()
             _say(f"API server up, but seeding the cluster failed: {exc}\n(logs kept in {plane.logs})")
             return EXIT_INVALID
@@ -116,6 +120,8 @@ def _up(args: argparse.Namespace) -> int:
     print(f"  nodes:      {', '.join(n.name for n in nodes)}: {args.gpus_per_node} x {models}")
     print(f"  strategy:   {args.strategy} (ClusterPolicy cluster-policy)")
     print(f"  kubeconfig: {plane.admin_kubeconfig}")
+    if synced:
+        print(f"  reconciler: {synced}")
     print('  next:       eval "$(migops local env)"; kubectl get nodes --show-labels')
     return EXIT_OK
 
@@ -154,6 +160,7 @@ def _clean(home: Path) -> list[int]:
     from migops.local.process import find_by_argument, is_alive, stop
 
     workdir = state.local_dir(home)
+    reconciler.stop(workdir)
     recorded = state.load(home)
     refs = list(recorded.processes.values())[::-1] if recorded else []
     for arg in identifying_arguments(workdir):

@@ -59,3 +59,41 @@ def test_once_dry_run_diff_and_status(rplane, rapi, repo, gpu_nodes, tmp_path) -
     assert _run("diff", *common).returncode == 3
     status = _run("status", "cli", "--kubeconfig", str(rplane.admin_kubeconfig))
     assert status.returncode == 1 and "ValidationFailed" in status.stdout and "too-many" in status.stdout
+
+
+def test_local_up_with_a_repo_runs_the_reconciler_and_down_stops_it(rplane, repo, tmp_path) -> None:  # noqa: ANN001
+    import os
+    import time
+
+    from kubernetes import client as k8s
+    from kubernetes import config
+
+    from migops.local.process import find_by_argument
+
+    repo.commit({"config.yaml": CONFIG_YAML, "nodes.yaml": nodes_yaml(default="all-3g.40gb")})
+    home = tmp_path / "home"
+    env = {**os.environ, "MIGOPS_HOME": str(home)}
+
+    def local(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([str(MIGOPS), "local", *args], env=env, capture_output=True, text=True, timeout=180, check=False)
+
+    try:
+        up = local("up", "--nodes", "2", "--strategy", "mixed", "--repo", str(repo.path))
+        assert up.returncode == 0, up.stderr
+        assert "reconciler: pid " in up.stdout
+        kubeconfig = home / "local" / "admin.kubeconfig"
+        with config.new_client_from_config(config_file=str(kubeconfig)) as api:
+            deadline = time.monotonic() + 60
+            while True:
+                labels = {n.metadata.labels.get("nvidia.com/mig.config") for n in k8s.CoreV1Api(api).list_node().items}
+                if labels == {"all-3g.40gb"} or time.monotonic() > deadline:
+                    break
+                time.sleep(0.3)
+            assert labels == {"all-3g.40gb"}
+        status = subprocess.run([str(MIGOPS), "status", "--kubeconfig", str(kubeconfig)], capture_output=True, text=True,
+                                timeout=60, check=False)
+        assert "migops-system  migops" in status.stdout, status.stdout + status.stderr
+    finally:
+        down = local("down")
+    assert down.returncode == 0, down.stderr
+    assert not find_by_argument(f"--cache-dir={home / 'local' / 'reconciler-git'}")
