@@ -18,9 +18,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-import json
 import os
-import re
 import signal
 import socket
 import subprocess

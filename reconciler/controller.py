@@ -33,7 +33,7 @@ from migops.gitops.repo import CONFIG_FILE, NODES_FILE, RepoError, RepoSpec, loa
 from migops.gitops.source import Fetched, GitAuth, GitSource, SourceError, default_cache_dir, normalise_path
 from migops.gitops.verify import VerificationError, verify_commit
 from migops.kube import events
-from migops.kube.clusterpolicy import MigSettings, read_settings
+from migops.kube.clusterpolicy import read_settings
 from migops.kube.informer import Informer
 from migops.kube.names import (CONFIGMAP_KEY, MIG_CONFIG_LABEL, MIG_CONFIG_STATE_LABEL, RECONCILER_CONTROLLER,
                                STATE_FAILED, STATE_SUCCESS)

@@ -122,6 +122,20 @@ def migsync(api: ApiClient, name: str, namespace: str = "migops-system") -> dict
     return k8s.CustomObjectsApi(api).get_namespaced_custom_object("migops.io", "v1alpha1", namespace, "migsyncs", name)
 
 
+def eventually(call: Callable[[], Any], ok: Callable[[Any], bool] = bool, timeout: float = 45.0) -> Any:
+    """Call until `ok(value)`; return the value. The API server and the loop are asynchronous."""
+    import time
+
+    deadline = time.monotonic() + timeout
+    while True:
+        value = call()
+        if ok(value):
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"not met in {timeout:.0f}s: {value!r}")
+        time.sleep(0.1)
+
+
 def condition(obj: dict[str, Any], kind: str) -> dict[str, Any]:
     return next(c for c in obj["status"]["conditions"] if c["type"] == kind)
 
@@ -134,6 +148,11 @@ def make_reconciler(rapi: ApiClient, tmp_path: Path) -> Iterator[Callable[..., A
     from migops.reconciler.status import SyncSpec, migsync_object
 
     made: list[Reconciler] = []
+    try:  # every test starts from no MIG ConfigMap (its first sync creates it)
+        k8s.CoreV1Api(rapi).delete_namespaced_config_map("default-mig-parted-config", "gpu-operator")
+    except k8s.exceptions.ApiException as exc:
+        if exc.status != 404:
+            raise
 
     def make(url: str, path: str = "", ref: str | None = "main", *, trust: Any = None, name: str | None = None,
              **kwargs: Any) -> Reconciler:

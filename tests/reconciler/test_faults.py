@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 from gitrepo import CONFIG_YAML, nodes_yaml
-from conftest import agent_reports, condition, labels_of, migsync
+from conftest import agent_reports, condition, eventually, labels_of, migsync
 from kubernetes import client as k8s
 
 from migops.gitops.verify import TrustPolicy
@@ -90,17 +90,17 @@ def test_apiserver_restart_watches_resume(rplane, rapi, repo, gpu_nodes, make_re
     loop = threading.Thread(target=rec.run, kwargs={"stop": stop}, daemon=True)
     loop.start()
     try:
-        _until(lambda: {labels_of(rapi, names)[n].get(MIG_CONFIG_LABEL) for n in names} == {"all-3g.40gb"})
+        eventually(lambda: {labels_of(rapi, names)[n].get(MIG_CONFIG_LABEL) for n in names} == {"all-3g.40gb"})
         agent_reports(rapi, CONFIG_YAML, names)
         lists = rec.nodes.lists
         stop_process(rplane.processes["kube-apiserver"], timeout=30)
         time.sleep(1.0)  # the loop and the informers meet a dead server
         rplane._start_apiserver()  # noqa: SLF001 - same etcd, same port: only the API server restarted
         with rplane.api_client() as api:
-            _until(lambda: _try(lambda: k8s.CoreV1Api(api).read_node(names[0])))
+            eventually(lambda: _try(lambda: k8s.CoreV1Api(api).read_node(names[0])))
             # A hand edit after the restart: seen (the watch is back) and put back.
             k8s.CoreV1Api(api).patch_node(names[0], {"metadata": {"labels": {MIG_CONFIG_LABEL: "all-disabled"}}})
-            _until(lambda: k8s.CoreV1Api(api).read_node(names[0]).metadata.labels[MIG_CONFIG_LABEL] == "all-3g.40gb")
+            eventually(lambda: k8s.CoreV1Api(api).read_node(names[0]).metadata.labels[MIG_CONFIG_LABEL] == "all-3g.40gb")
         assert rec.nodes.lists > lists  # it listed again after the outage
         assert rec.nodes.last_error is None
     finally:
@@ -124,7 +124,7 @@ def test_two_replicas_one_leader_and_takeover(rplane, rapi, repo, gpu_nodes, tmp
         thread.start()
         replicas.append((rec, stop, thread))
     try:
-        _until(lambda: {labels_of(rapi, names)[n].get(MIG_CONFIG_LABEL) for n in names} == {"all-1g.10gb"})
+        eventually(lambda: {labels_of(rapi, names)[n].get(MIG_CONFIG_LABEL) for n in names} == {"all-1g.10gb"})
         leaders = [r for r, _, _ in replicas if r.metrics.leader._value.get() == 1]  # noqa: SLF001
         assert len(leaders) == 1
         leader = leaders[0]
@@ -136,11 +136,11 @@ def test_two_replicas_one_leader_and_takeover(rplane, rapi, repo, gpu_nodes, tmp
         replicas[index][1].set()
         replicas[index][2].join(30)
         standby = replicas[1 - index][0]
-        _until(lambda: standby.metrics.leader._value.get() == 1, timeout=20)  # noqa: SLF001
+        eventually(lambda: standby.metrics.leader._value.get() == 1, timeout=20)  # noqa: SLF001
         new_holder = k8s.CoordinationV1Api(rapi).read_namespaced_lease("migops-reconciler-ha", "migops-system").spec.holder_identity
         assert {holder, new_holder} == {"replica-0", "replica-1"}
         k8s.CoreV1Api(rapi).patch_node(names[1], {"metadata": {"labels": {MIG_CONFIG_LABEL: "all-disabled"}}})
-        _until(lambda: labels_of(rapi, names)[names[1]][MIG_CONFIG_LABEL] == "all-1g.10gb")
+        eventually(lambda: labels_of(rapi, names)[names[1]][MIG_CONFIG_LABEL] == "all-1g.10gb")
         assert standby.metrics.writes("nodes") == 1
     finally:
         for _, stop, thread in replicas:
@@ -155,10 +155,3 @@ def _try(call) -> bool:  # noqa: ANN001
     except Exception:  # noqa: BLE001
         return False
 
-
-def _until(check, timeout: float = 60.0) -> None:  # noqa: ANN001
-    deadline = time.monotonic() + timeout
-    while not check():
-        if time.monotonic() > deadline:
-            raise AssertionError("not in time")
-        time.sleep(0.2)

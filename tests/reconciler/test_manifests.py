@@ -3,12 +3,11 @@ from __future__ import annotations
 
 import subprocess
 import threading
-import time
 from pathlib import Path
 
 import pytest
 from gitrepo import CONFIG_YAML, nodes_yaml
-from conftest import agent_reports, condition, events_for, labels_of, migsync
+from conftest import agent_reports, condition, eventually, events_for, labels_of, migsync
 from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 
@@ -57,9 +56,9 @@ def test_reconciler_runs_with_exactly_its_rbac(rplane, rapi, repo, gpu_nodes, tm
     thread = threading.Thread(target=serve, args=(rec, options, stop), daemon=True)
     thread.start()
     try:
-        _until(lambda: {labels_of(rapi, names)[n].get(MIG_CONFIG_LABEL) for n in names} == {"all-3g.40gb"})
+        eventually(lambda: {labels_of(rapi, names)[n].get(MIG_CONFIG_LABEL) for n in names} == {"all-3g.40gb"})
         agent_reports(rapi, CONFIG_YAML, names)
-        _until(lambda: condition(migsync(rapi, "migops"), "Ready")["status"] == "True")
+        eventually(lambda: condition(migsync(rapi, "migops"), "Ready")["status"] == "True")
     finally:
         stop.set()
         thread.join(30)
@@ -70,10 +69,3 @@ def test_reconciler_runs_with_exactly_its_rbac(rplane, rapi, repo, gpu_nodes, tm
     assert events_for(rapi, "migops", "MigConfigAssigned", "migops-system")
     assert rec.metrics.writes() >= 4
 
-
-def _until(check, timeout: float = 45.0) -> None:  # noqa: ANN001
-    deadline = time.monotonic() + timeout
-    while not check():
-        if time.monotonic() > deadline:
-            raise AssertionError("not in time")
-        time.sleep(0.2)

@@ -2,14 +2,12 @@
 from __future__ import annotations
 
 import shutil
-import time
 
 from gitrepo import CONFIG_YAML, UNPLACEABLE, SshKey, nodes_yaml
-from conftest import agent_reports, condition, events_for, labels_of, migsync
+from conftest import agent_reports, condition, eventually, events_for, labels_of, migsync
 from kubernetes import client as k8s
 
 from migops.gitops.verify import TrustPolicy
-from migops.kube import ssa
 from migops.kube.names import MIG_CONFIG_LABEL
 from migops.reconciler.status import RESUME_ANNOTATION
 
@@ -33,12 +31,12 @@ def test_waves_respect_max_unavailable_and_a_failure_halts_until_resume(rapi, re
     assert rec.sync(fetch=False).writes == 0  # both slots taken until they report
     first = _busy(rapi, names, "all-1g.10gb")
     agent_reports(rapi, CONFIG_YAML, first[:1])  # one done: one slot frees
-    _eventually(lambda: rec.sync(fetch=False).writes == 1)
+    eventually(lambda: rec.sync(fetch=False).writes == 1)
     assert len(_busy(rapi, names, "all-1g.10gb")) == 2
     # A node that fails halts the rollout; the condition names it and says why.
     busy = _busy(rapi, names, "all-1g.10gb")
     agent_reports(rapi, CONFIG_YAML, busy, fail={busy[0]: "NVML: insufficient resources"})
-    result = _eventually(lambda: rec.sync(fetch=False), lambda r: r.outcome == "Halted")
+    result = eventually(lambda: rec.sync(fetch=False), lambda r: r.outcome == "Halted")
     assert result.writes == 0
     rec.flush_status()
     stalled = condition(migsync(rapi, rec.name), "Stalled")
@@ -49,11 +47,11 @@ def test_waves_respect_max_unavailable_and_a_failure_halts_until_resume(rapi, re
     k8s.CustomObjectsApi(rapi).patch_namespaced_custom_object(
         "migops.io", "v1alpha1", "migops-system", "migsyncs", rec.name,
         {"metadata": {"annotations": {RESUME_ANNOTATION: "1"}}})
-    _eventually(lambda: rec._check_resume() is None and rec._handled_resume == "1")  # noqa: SLF001
+    eventually(lambda: rec._check_resume() is None and rec._handled_resume == "1")  # noqa: SLF001
     assert rec.sync(fetch=False).writes == 2
     while True:
         agent_reports(rapi, CONFIG_YAML, _busy(rapi, names, "all-1g.10gb"))
-        result = _eventually(lambda: rec.sync(fetch=False), lambda r: r.writes > 0 or r.outcome in ("InSync", "Progressing"))
+        result = eventually(lambda: rec.sync(fetch=False), lambda r: r.writes > 0 or r.outcome in ("InSync", "Progressing"))
         got = labels_of(rapi, names)
         if all(got[n].get(MIG_CONFIG_LABEL) == "all-1g.10gb" for n in names) and len(_busy(rapi, names, "all-1g.10gb")) == 0:
             break
@@ -66,7 +64,7 @@ def test_bad_commits_are_not_applied_and_name_file_and_path(rapi, repo, gpu_node
     rec = make_reconciler(repo.url, path="c")
     assert rec.sync().outcome == "Applied"
     agent_reports(rapi, CONFIG_YAML, names)
-    _eventually(lambda: rec.sync(fetch=False).outcome == "InSync")
+    eventually(lambda: rec.sync(fetch=False).outcome == "InSync")
     writes = rec.metrics.writes("nodes") + rec.metrics.writes("configmaps")
     cases = [
         ({"c/config.yaml": UNPLACEABLE, "c/nodes.yaml": _pool("bad", "too-many")}, "ValidationFailed",
@@ -121,12 +119,12 @@ def test_drift_is_reverted_with_an_event(rapi, repo, gpu_nodes, make_reconciler)
     rec = make_reconciler(repo.url)
     rec.sync()
     agent_reports(rapi, CONFIG_YAML, names)
-    _eventually(lambda: rec.sync(fetch=False).outcome == "InSync")
+    eventually(lambda: rec.sync(fetch=False).outcome == "InSync")
     core = k8s.CoreV1Api(rapi)
     core.patch_node(names[0], {"metadata": {"labels": {MIG_CONFIG_LABEL: "all-3g.40gb"}}})  # as kubectl label would
     core.patch_namespaced_config_map("default-mig-parted-config", "gpu-operator", {"data": {"config.yaml": "version: v1\n"}})
-    _eventually(lambda: rec.sync(fetch=False).writes > 0, timeout=20)
-    _eventually(lambda: labels_of(rapi, names)[names[0]][MIG_CONFIG_LABEL] == "all-1g.10gb")
+    eventually(lambda: rec.sync(fetch=False).writes > 0, timeout=20)
+    eventually(lambda: labels_of(rapi, names)[names[0]][MIG_CONFIG_LABEL] == "all-1g.10gb")
     assert core.read_namespaced_config_map("default-mig-parted-config", "gpu-operator").data["config.yaml"] == CONFIG_YAML
     (event,) = events_for(rapi, names[0], "DriftReverted")
     assert event.type == "Warning" and "put back to 'all-1g.10gb'" in event.message
@@ -139,7 +137,7 @@ def test_git_remote_gone_changes_nothing(rapi, repo, gpu_nodes, make_reconciler)
     rec = make_reconciler(repo.url)
     rec.sync()
     agent_reports(rapi, CONFIG_YAML, names)
-    _eventually(lambda: rec.sync(fetch=False).outcome == "InSync")
+    eventually(lambda: rec.sync(fetch=False).outcome == "InSync")
     writes = rec.metrics.writes("nodes") + rec.metrics.writes("configmaps")
     shutil.rmtree(repo.path)
     result = rec.sync()
@@ -153,13 +151,3 @@ def test_git_remote_gone_changes_nothing(rapi, repo, gpu_nodes, make_reconciler)
     assert rec.metrics.writes("nodes") + rec.metrics.writes("configmaps") == writes
     assert {labels_of(rapi, names)[n][MIG_CONFIG_LABEL] for n in names} == {"all-1g.10gb"}
 
-
-def _eventually(call, ok=bool, timeout: float = 30.0):  # noqa: ANN001, ANN202
-    deadline = time.monotonic() + timeout
-    while True:
-        value = call()
-        if ok(value):
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"not met in {timeout}s: {value!r}")
-        time.sleep(0.1)

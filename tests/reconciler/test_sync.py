@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from gitrepo import CONFIG_YAML, nodes_yaml
-from conftest import agent_reports, condition, labels_of, migsync
+from conftest import agent_reports, condition, eventually, labels_of, migsync
 from kubernetes import client as k8s
 
 from migops.kube.names import MIG_CONFIG_LABEL
@@ -45,7 +45,7 @@ def test_first_sync_then_one_assignment_change_touches_only_those_nodes(rapi, re
     assert status["status"]["lastAttemptedRevision"] == first
 
     agent_reports(rapi, CONFIG_YAML, a + b)
-    assert _until_outcome(rec, "InSync").writes == 0
+    assert eventually(lambda: rec.sync(fetch=False), lambda r: r.outcome == "InSync").writes == 0
     rec.flush_status()
     status = migsync(rapi, rec.name)
     assert condition(status, "Ready")["status"] == "True", condition(status, "Ready")
@@ -63,19 +63,8 @@ def test_first_sync_then_one_assignment_change_touches_only_those_nodes(rapi, re
     assert {got[n][MIG_CONFIG_LABEL] for n in b} == {"five-1g-one-2g"}
     assert {got[n][MIG_CONFIG_LABEL] for n in a} == {"all-1g.10gb"}
     agent_reports(rapi, CONFIG_YAML, b)
-    assert _until_outcome(rec, "InSync").revision == second
+    assert eventually(lambda: rec.sync(fetch=False), lambda r: r.outcome == "InSync").revision == second
     # Nothing changed: nothing written, however often it syncs.
     for _ in range(3):
         assert rec.sync().writes == 0
 
-
-def _until_outcome(rec, outcome: str, timeout: float = 20.0):  # noqa: ANN001, ANN202
-    import time
-
-    deadline = time.monotonic() + timeout
-    while True:
-        result = rec.sync(fetch=False)
-        if result.outcome == outcome or time.monotonic() > deadline:
-            assert result.outcome == outcome, result
-            return result
-        time.sleep(0.1)
