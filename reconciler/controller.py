@@ -476,6 +476,11 @@ class Reconciler:
             if s.phase == IN_SYNC:
                 self._mem.reached[s.name] = s.config
         self._last_plan = p
+        if not errors and skip:
+            # Writes refused earlier and not retried until the next fetch: still the state of things.
+            refused = [msg for (n, c), msg in self._mem.refused.items() if n in skip]
+            msg = f"{len(refused)} write{'s' if len(refused) > 1 else ''} refused (tried again at the next fetch): " + "; ".join(refused[:3])
+            failure = failure or _Failure("ApplyFailed", msg, True, APPLY_FAILED)
         if errors:
             terminal = [e for e in errors if e.kind == "terminal"]
             msg = f"{len(errors)} write{'s' if len(errors) > 1 else ''} failed: " + "; ".join(str(e) for e in errors[:3])

@@ -97,7 +97,12 @@ def serve(reconciler: Reconciler, options: ServeOptions, stop: threading.Event |
             pass
         if leading.is_set() and not stop.is_set():
             reconciler.metrics.leader.set(1)
-            reconciler.start()
+            try:
+                reconciler.start()
+            except Exception as exc:  # noqa: BLE001 - e.g. no permission to list Nodes: say so, exit non-zero
+                log.error("cannot start: %s", exc)
+                lost.set()
+                return 1
             loop = threading.Thread(target=reconciler.run, kwargs={"stop": stop, "hook": hook}, name="reconcile", daemon=True)
             loop.start()
             stop.wait()

@@ -151,3 +151,40 @@ def test_git_remote_gone_changes_nothing(rapi, repo, gpu_nodes, make_reconciler)
     assert rec.metrics.writes("nodes") + rec.metrics.writes("configmaps") == writes
     assert {labels_of(rapi, names)[n][MIG_CONFIG_LABEL] for n in names} == {"all-1g.10gb"}
 
+
+
+def test_an_admission_denial_is_reported_with_its_message_and_not_hot_looped(rapi, repo, gpu_nodes, make_reconciler) -> None:
+    """Any admission control that refuses a write (here an in-process ValidatingAdmissionPolicy; the
+    migops webhook answers the same way): the message reaches status, the write is not retried per sync."""
+    adm = k8s.AdmissionregistrationV1Api(rapi)
+    adm.create_validating_admission_policy({
+        "apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicy",
+        "metadata": {"name": "no-3g"},
+        "spec": {"failurePolicy": "Fail",
+                 "matchConstraints": {"resourceRules": [{"apiGroups": [""], "apiVersions": ["v1"],
+                                                         "operations": ["UPDATE"], "resources": ["nodes"]}]},
+                 "validations": [{"expression": "!has(object.metadata.labels) || "
+                                  "object.metadata.labels[?'nvidia.com/mig.config'].orValue('') != 'all-3g.40gb'",
+                                  "message": "all-3g.40gb is not allowed on this pool"}]}})
+    adm.create_validating_admission_policy_binding({
+        "apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicyBinding",
+        "metadata": {"name": "no-3g"},
+        "spec": {"policyName": "no-3g", "validationActions": ["Deny"],
+                 "matchResources": {"objectSelector": {"matchLabels": {"pool": "vap"}}}}})
+    try:
+        names = gpu_nodes(2, pool="vap")
+        repo.commit({"config.yaml": CONFIG_YAML, "nodes.yaml": _pool("vap", "all-3g.40gb")})
+        rec = make_reconciler(repo.url)
+        result = eventually(lambda: rec.sync(), lambda r: r.outcome == "ApplyFailed")  # the policy takes a moment to load
+        assert "all-3g.40gb is not allowed on this pool" in result.message and "HTTP 422" in result.message
+        errors = rec.metrics.requests.labels("nodes", "error", "422")._value.get()  # noqa: SLF001
+        for _ in range(3):
+            assert rec.sync(fetch=False).writes == 0
+        assert rec.metrics.requests.labels("nodes", "error", "422")._value.get() == errors  # noqa: SLF001
+        rec.flush_status()
+        ready = condition(migsync(rapi, rec.name), "Ready")
+        assert ready["reason"] == "ApplyFailed" and "all-3g.40gb is not allowed on this pool" in ready["message"]
+        assert {labels_of(rapi, names)[n][MIG_CONFIG_LABEL] for n in names} == {"all-disabled"}
+    finally:
+        adm.delete_validating_admission_policy_binding("no-3g")
+        adm.delete_validating_admission_policy("no-3g")
