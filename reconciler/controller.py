@@ -659,13 +659,16 @@ class Reconciler:
         hook = hook or threading.Event()
         next_fetch = 0.0
         backoff = 1.0
+        generation = None
         while not stop.is_set() and not self.stop_event.is_set():
             try:
                 interval = self.current_spec().interval
             except ValueError:
                 interval = st.DEFAULT_INTERVAL
             now = time.monotonic()
-            fetch = now >= next_fetch or hook.is_set()
+            seen = ((self._migsync_object() or {}).get("metadata") or {}).get("generation")
+            fetch = now >= next_fetch or hook.is_set() or seen != generation  # a new spec: fetch at once
+            generation = seen
             hook.clear()
             self.wake.clear()
             try:

@@ -59,6 +59,15 @@ def test_reconciler_runs_with_exactly_its_rbac(rplane, rapi, repo, gpu_nodes, tm
         eventually(lambda: {labels_of(rapi, names)[n].get(MIG_CONFIG_LABEL) for n in names} == {"all-3g.40gb"})
         agent_reports(rapi, CONFIG_YAML, names)
         eventually(lambda: condition(migsync(rapi, "migops"), "Ready")["status"] == "True")
+        # A new spec (here another path) is fetched at once, not at the next 60 s poll.
+        repo.commit({"other/config.yaml": CONFIG_YAML, "other/nodes.yaml": nodes_yaml(
+            "  - nodeSelector: {matchLabels: {pool: rbac}}\n    config: all-1g.10gb")})
+        k8s.CustomObjectsApi(rapi).patch_namespaced_custom_object("migops.io", "v1alpha1", "migops-system", "migsyncs",
+                                                                  "migops", {"spec": {"path": "other"}})
+        eventually(lambda: {labels_of(rapi, names)[n].get(MIG_CONFIG_LABEL) for n in names} == {"all-1g.10gb"}, timeout=20)
+        agent_reports(rapi, CONFIG_YAML, names)
+        eventually(lambda: migsync(rapi, "migops")["status"].get("observedGeneration") == 2
+                   and condition(migsync(rapi, "migops"), "Ready")["status"] == "True")
     finally:
         stop.set()
         thread.join(30)
