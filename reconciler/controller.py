@@ -130,6 +130,8 @@ class Reconciler:
         self._acked_revision: str | None = None
         self._handled_resume: str | None = None
         self._failure: _Failure | None = None
+        self._fetch_failure: _Failure | None = None  # why the last fetch's revision was not taken
+        self._latest: RepoSpec | None = None  # the last fetched revision that parsed and verified
         self._last_plan: Plan | None = None
         self._status_sent: dict[str, Any] | None = None
         self._status_at = 0.0
@@ -278,8 +280,12 @@ class Reconciler:
                 failure = _Failure(exc.reason, f"{exc}; {self._kept()}", False, UNREACHABLE)
             else:
                 candidate, failure = self._candidate(source, fetched, path, spec)
-        elif self.desired is not None:
-            candidate = self.desired.spec
+            # Both last until the next fetch: a sync that only follows the cluster must not forget that
+            # the newest revision was refused, and retries the newest good one (a node that did not fit
+            # may have gone).
+            self._fetch_failure, self._latest = failure, candidate
+        else:
+            failure, candidate = self._fetch_failure, self._latest or self.desired.spec
         if self.desired is None and candidate is None and self.last_applied and self.enforce_last_good:
             # Restarted on a bad or unreachable HEAD: keep enforcing what was applied before.
             try:

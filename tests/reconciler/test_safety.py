@@ -8,6 +8,7 @@ from conftest import agent_reports, condition, eventually, events_for, labels_of
 from kubernetes import client as k8s
 
 from migops.gitops.verify import TrustPolicy
+from migops.reconciler.apply import WriteError, Writer
 from migops.kube.names import MIG_CONFIG_LABEL
 from migops.reconciler.status import RESUME_ANNOTATION
 
@@ -80,6 +81,7 @@ def test_bad_commits_are_not_applied_and_name_file_and_path(rapi, repo, gpu_node
         result = rec.sync()
         assert result.outcome == "Invalid" and result.writes == 0, result
         assert any(where in p for p in result.problems), result.problems
+        assert rec.sync(fetch=False).outcome == "Invalid"  # following the cluster does not forget it
         rec.flush_status()
         status = migsync(rapi, rec.name)["status"]
         ready = condition({"status": status}, "Ready")
@@ -173,9 +175,19 @@ def test_an_admission_denial_is_reported_with_its_message_and_not_hot_looped(rap
                  "matchResources": {"objectSelector": {"matchLabels": {"pool": "vap"}}}}})
     try:
         names = gpu_nodes(2, pool="vap")
+        probe = Writer(rapi, dry_run=True)
+
+        def denies() -> bool:  # the API server loads a new policy asynchronously: wait until it is in force
+            try:
+                probe.label(names[0], "all-3g.40gb")
+                return False
+            except WriteError as err:
+                return err.status == 422
+        eventually(denies, timeout=60)
         repo.commit({"config.yaml": CONFIG_YAML, "nodes.yaml": _pool("vap", "all-3g.40gb")})
         rec = make_reconciler(repo.url)
-        result = eventually(lambda: rec.sync(), lambda r: r.outcome == "ApplyFailed")  # the policy takes a moment to load
+        result = rec.sync()
+        assert result.outcome == "ApplyFailed", result
         assert "all-3g.40gb is not allowed on this pool" in result.message and "HTTP 422" in result.message
         errors = rec.metrics.requests.labels("nodes", "error", "422")._value.get()  # noqa: SLF001
         for _ in range(3):
