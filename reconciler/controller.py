@@ -458,7 +458,12 @@ class Reconciler:
             self._mem.applied_cm_text = cm_text
         if not errors:
             items: list[tuple[str, str | None]] = [*p.writes, *((n, None) for n in p.prunes)]
+            # Marked before the write: mig-manager may answer (pending) before the write call returns.
+            fresh = {n for n, c in items if c is not None and not self.dry_run and not node_view(nodes[n]).agent
+                     and n not in self._mem.awaiting}
+            self._mem.awaiting |= fresh
             done, label_errors = self.writer.labels(items)
+            self._mem.awaiting -= fresh - set(done)
             errors += label_errors
             writes += len(done)
             now = time.monotonic()
@@ -469,8 +474,6 @@ class Reconciler:
                 self._mem.written[name] = (wrote[name], now)
                 if wrote[name] is not None:
                     self._mem.revisions[name] = revision
-                    if not node_view(nodes[name]).agent:
-                        self._mem.awaiting.add(name)
                 else:
                     self._mem.revisions.pop(name, None)
             for err in label_errors:

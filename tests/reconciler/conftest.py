@@ -91,8 +91,9 @@ def labels_of(api: ApiClient, names: list[str]) -> dict[str, dict[str, str]]:
 
 
 def agent_reports(api: ApiClient, config_text: str, names: list[str], *, fail: dict[str, str] | None = None,
-                  state: str | None = None) -> None:
-    """What the migops agent writes when it has applied (or failed to apply) each node's label."""
+                  state: str | None = None, mig_manager: bool = False) -> None:
+    """What the migops agent writes when it has applied (or failed to apply) each node's label;
+    `mig_manager=True`: what NVIDIA's mig-manager writes instead (the state label, no annotations)."""
     config = parse_config(config_text)
     core = k8s.CoreV1Api(api)
     for name in names:
@@ -104,11 +105,11 @@ def agent_reports(api: ApiClient, config_text: str, names: list[str], *, fail: d
         if fail and name in fail:
             labels[MIG_CONFIG_STATE_LABEL] = "failed"
             annotations[REASON_ANNOTATION] = fail[name]
-        elif labels[MIG_CONFIG_STATE_LABEL] == "success":
+        elif labels[MIG_CONFIG_STATE_LABEL] == "success" and not mig_manager:
             annotations[DIGEST_ANNOTATION] = config.digest(label)
         ssa.apply(api, {"apiVersion": "v1", "kind": "Node",
                         "metadata": {"name": name, "labels": labels, "annotations": annotations}},
-                  field_manager=AGENT_MANAGER, force=True)
+                  field_manager="nvidia-mig-manager" if mig_manager else AGENT_MANAGER, force=True)
 
 
 def events_for(api: ApiClient, name: str, reason: str | None = None, namespace: str | None = None) -> list[Any]:

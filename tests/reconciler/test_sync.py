@@ -68,3 +68,20 @@ def test_first_sync_then_one_assignment_change_touches_only_those_nodes(rapi, re
     for _ in range(3):
         assert rec.sync().writes == 0
 
+
+
+def test_mig_manager_nodes_count_once_the_state_left_success_and_came_back(rapi, repo, gpu_nodes, make_reconciler) -> None:
+    names = gpu_nodes(2, pool="mm")
+    repo.commit({"config.yaml": CONFIG_YAML, "nodes.yaml": nodes_yaml(
+        "  - nodeSelector: {matchLabels: {pool: mm}}\n    config: all-1g.10gb", max_unavailable=1)})
+    agent_reports(rapi, CONFIG_YAML, names, mig_manager=True)  # success for all-disabled, as mig-manager leaves it
+    rec = make_reconciler(repo.url)
+    assert rec.sync().writes == 2  # ConfigMap + one node (maxUnavailable 1)
+    first = next(n for n, labels in labels_of(rapi, names).items() if labels[MIG_CONFIG_LABEL] == "all-1g.10gb")
+    # Still "success" from before: not done, the other node waits.
+    assert eventually(lambda: rec.sync(fetch=False), lambda r: r.plan is not None).writes == 0
+    agent_reports(rapi, CONFIG_YAML, [first], state="pending", mig_manager=True)
+    eventually(lambda: first not in rec._mem.awaiting)  # noqa: SLF001
+    assert rec.sync(fetch=False).writes == 0
+    agent_reports(rapi, CONFIG_YAML, [first], mig_manager=True)
+    eventually(lambda: rec.sync(fetch=False).writes == 1)  # done: the next node's turn
