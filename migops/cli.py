@@ -5,7 +5,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from migops import commands_agent, commands_mig, commands_webhook, local_cli
+from migops import commands_agent, commands_mig, commands_reconcile, commands_webhook, local_cli
 from migops.usage import EXIT_OK, EXIT_USAGE, UsageError
 
 
@@ -16,6 +16,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     commands_mig.register(sub)
+    commands_reconcile.register(sub)
     local_cli.register(sub)
     commands_agent.register(sub)
     commands_webhook.register(sub)

@@ -14,6 +14,7 @@ import sys
 import time
 from pathlib import Path
 
+from migops.local import reconciler
 from migops.usage import EXIT_INVALID, EXIT_OK, UsageError
 
 DEFAULT_GPU = "0x233010DE"  # H100 SXM5 80GB
@@ -38,6 +39,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # noqa: SLF001 - argpars
                     help=f"GPUs on each node (default {DEFAULT_GPUS_PER_NODE})")
     up.add_argument("--strategy", choices=("none", "single", "mixed"), default=DEFAULT_STRATEGY,
                     help=f"the GPU Operator's MIG strategy (default {DEFAULT_STRATEGY})")
+    reconciler.add_arguments(up)
     up.set_defaults(func=_up)
 
     cmds.add_parser("down", help="stop the control plane and delete its data").set_defaults(func=_down)
@@ -95,6 +97,7 @@ def _up(args: argparse.Namespace) -> int:
                 agents.seed_mig_config(api)  # the simulated agents, one per node (migops.local.agents)
                 agents.start(plane.workdir, plane.admin_kubeconfig, [(n.name, n.gpu.device_id, n.gpus) for n in nodes])
                 slow = agents.wait_ready(api, [n.name for n in nodes])
+                synced = reconciler.start_from_args(args, api, plane.workdir, plane.admin_kubeconfig)
             plane.start_scheduler()  # binds Pods to the GPU nodes by their allocatable resources
             state.save(home, state.LocalState(
                 api_url=plane.url, kubeconfig=str(plane.admin_kubeconfig),
@@ -109,6 +112,7 @@ def _up(args: argparse.Namespace) -> int:
             _say(f"failed to start: {exc}\n(logs kept in {plane.logs})")
             return EXIT_INVALID
         except (ApiException, TimeoutError, RuntimeError) as exc:
+            reconciler.stop(plane.workdir)
             plane.stop()
             _say(f"API server up, but seeding the cluster failed: {exc}\n(logs kept in {plane.logs})")
             return EXIT_INVALID
@@ -124,6 +128,8 @@ def _up(args: argparse.Namespace) -> int:
     print(f"  agents:     one simulated MIG agent per node{' (not reporting yet: ' + ', '.join(slow) + ')' if slow else ''}")
     print(f"  kubeconfig: {plane.admin_kubeconfig}")
     print(f"  webhook:    {hook.url} (registered as migops-webhook)")
+    if synced:
+        print(f"  reconciler: {synced}")
     print('  next:       eval "$(migops local env)"; kubectl get nodes --show-labels')
     return EXIT_OK
 
@@ -165,6 +171,7 @@ def _clean(home: Path) -> list[int]:
 
     workdir = state.local_dir(home)
     leftover = agents.stop_all(workdir)  # before the API server they talk to
+    reconciler.stop(workdir)
     recorded = state.load(home)
     refs = list(recorded.processes.values())[::-1] if recorded else []
     from migops.local import webhook as local_webhook

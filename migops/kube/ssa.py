@@ -49,11 +49,14 @@ def object_path(api_version: str, kind: str, name: str | None = None, namespace:
 
 
 def apply(api: k8s.ApiClient, body: Mapping[str, Any], *, field_manager: str, force: bool = False,
-          subresource: str | None = None, dry_run: bool = False) -> dict[str, Any]:
+          subresource: str | None = None, dry_run: bool = False, decode: bool = True,
+          timeout: float | None = None) -> dict[str, Any]:
     """Apply `body` (apiVersion, kind, metadata.name[, namespace] and the fields this manager owns).
 
     `force` takes fields over from other managers (use it only for fields migops owns by contract);
     without it a conflict is a 409. `subresource="status"` applies the status. Raises ApiException.
+    `decode=False` skips parsing the returned object (a Node is kilobytes of JSON; a controller that
+    writes thousands of labels has no use for it) and returns {}.
     """
     meta = body.get("metadata") or {}
     path = object_path(body["apiVersion"], body["kind"], meta["name"], meta.get("namespace"))
@@ -64,11 +67,17 @@ def apply(api: k8s.ApiClient, body: Mapping[str, Any], *, field_manager: str, fo
         query.append(("force", "true"))
     if dry_run:
         query.append(("dryRun", "All"))
-    return api.call_api(
+    result = api.call_api(
         path, "PATCH", query_params=query, body=dict(body),
         header_params={"Content-Type": APPLY_CONTENT_TYPE, "Accept": "application/json"},
         response_types_map={200: "object", 201: "object"}, auth_settings=["BearerToken"], _return_http_data_only=True,
+        _preload_content=decode, _request_timeout=timeout,
     )
+    if not decode:
+        result.drain_conn()  # read to the end, so the connection goes back to the pool for reuse
+        result.release_conn()
+        return {}
+    return result
 
 
 def owned_keys(obj: Mapping[str, Any], manager: str, path: Sequence[str], *, subresource: str | None = None,

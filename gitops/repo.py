@@ -1,0 +1,341 @@
+"""The config repo's two files, read and checked: `<path>/config.yaml` and `<path>/nodes.yaml`.
+
+config.yaml is mig-parted's own format, parsed by `migops.mig` (never re-implemented here) and shipped
+byte for byte as `data["config.yaml"]` of the MIG ConfigMap. nodes.yaml says which nodes get which
+config (the contract is in docs/reconciler.md). Every problem names its file and path, e.g.
+`clusters/prod/nodes.yaml: assignments[1].config: ...`; all problems are collected, not just the first.
+"""
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from migops.mig.problems import MigError, Problem, index_path, key_path
+from migops.mig.spec import MigPartedConfig, parse_config
+from migops.mig.validate import STRATEGIES, validate_against_catalogue
+from migops.mig.yamlsafe import load_yaml
+
+CONFIG_FILE = "config.yaml"
+NODES_FILE = "nodes.yaml"
+_TOP_FIELDS = ("version", "strategy", "configMap", "rollout", "default", "prune", "assignments")
+_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+_DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+_PERCENT = re.compile(r"^([0-9]{1,3})%$")
+_OPERATORS = ("In", "NotIn", "Exists", "DoesNotExist")
+
+
+@dataclass(frozen=True)
+class RepoProblem:
+    """A Problem from `migops.mig` or nodes.yaml, with the repository file it is in."""
+
+    file: str
+    problem: Problem
+
+    @property
+    def severity(self) -> str:
+        return self.problem.severity
+
+    def __str__(self) -> str:
+        return f"{self.file}: {self.problem}"
+
+    def as_dict(self) -> dict[str, str]:
+        return {"file": self.file, **self.problem.as_dict()}
+
+
+class RepoError(Exception):
+    """The commit cannot be applied; carries every problem found (errors, and warnings beside them)."""
+
+    def __init__(self, problems: Sequence[RepoProblem], reason: str = "ValidationFailed") -> None:
+        self.problems = tuple(problems)
+        self.reason = reason
+        errors = [p for p in self.problems if p.severity == "error"] or list(self.problems)
+        super().__init__("; ".join(str(p) for p in errors[:5]) + (f" (and {len(errors) - 5} more)" if len(errors) > 5 else ""))
+
+
+@dataclass(frozen=True)
+class Requirement:
+    key: str
+    operator: str
+    values: tuple[str, ...] = ()
+
+    def matches(self, labels: Mapping[str, str]) -> bool:
+        if self.operator == "In":
+            return labels.get(self.key) in self.values
+        if self.operator == "NotIn":
+            return self.key not in labels or labels[self.key] not in self.values
+        if self.operator == "Exists":
+            return self.key in labels
+        return self.key not in labels  # DoesNotExist
+
+
+@dataclass(frozen=True)
+class LabelSelector:
+    """metav1.LabelSelector: matchLabels and matchExpressions, ANDed. Empty matches every node."""
+
+    match_labels: tuple[tuple[str, str], ...] = ()
+    match_expressions: tuple[Requirement, ...] = ()
+
+    def matches(self, labels: Mapping[str, str]) -> bool:
+        return (all(labels.get(k) == v for k, v in self.match_labels)
+                and all(r.matches(labels) for r in self.match_expressions))
+
+
+@dataclass(frozen=True)
+class Assignment:
+    path: str  # assignments[i], for messages
+    config: str
+    nodes: tuple[str, ...] | None = None
+    selector: LabelSelector | None = None
+
+
+@dataclass(frozen=True)
+class NodesFile:
+    strategy: str | None = None  # must equal the ClusterPolicy's when given
+    configmap_name: str | None = None  # None: the ClusterPolicy's
+    configmap_namespace: str | None = None
+    max_unavailable: int | str = 1  # a count, or "25%"
+    default: str | None = None  # config for GPU nodes no assignment matches; None leaves them alone
+    prune: bool = False  # remove the label from nodes that leave every assignment
+    assignments: tuple[Assignment, ...] = ()
+
+
+@dataclass(frozen=True)
+class RepoSpec:
+    """One commit's desired state before it meets the cluster."""
+
+    revision: str
+    path: str  # directory in the repository ('' for the root)
+    config_text: str  # config.yaml as committed: becomes the ConfigMap's data["config.yaml"]
+    config: MigPartedConfig
+    nodes: NodesFile
+    warnings: tuple[RepoProblem, ...] = ()
+
+    def file(self, name: str) -> str:
+        return f"{self.path}/{name}" if self.path else name
+
+    def digest(self, config: str) -> str:
+        return self.config.digest(config)
+
+
+def load_repo(files: Mapping[str, bytes | None], path: str, revision: str = "") -> RepoSpec:
+    """Parse and check both files (found in `files` under `<path>/<name>`). Raises RepoError."""
+    def where(name: str) -> str:
+        return f"{path}/{name}" if path else name
+
+    cfg_file, nodes_file = where(CONFIG_FILE), where(NODES_FILE)
+    problems: list[RepoProblem] = []
+    raw_config, raw_nodes = files.get(cfg_file), files.get(nodes_file)
+    for name, raw in ((cfg_file, raw_config), (nodes_file, raw_nodes)):
+        if raw is None:
+            problems.append(RepoProblem(name, Problem("", "file-missing", f"{name} is missing at this revision")))
+    config: MigPartedConfig | None = None
+    config_text = ""
+    if raw_config is not None:
+        try:
+            config_text = raw_config.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            problems.append(RepoProblem(cfg_file, Problem("", "not-utf8", f"not UTF-8 text: {exc}")))
+        else:
+            try:
+                config = parse_config(config_text)
+            except MigError as exc:
+                problems.extend(RepoProblem(cfg_file, p) for p in exc.problems)
+    nodes: NodesFile | None = None
+    if raw_nodes is not None:
+        try:
+            doc = load_yaml(raw_nodes)
+        except MigError as exc:
+            problems.extend(RepoProblem(nodes_file, p) for p in exc.problems)
+        else:
+            found: list[Problem] = []
+            nodes = parse_nodes(doc, found)
+            problems.extend(RepoProblem(nodes_file, p) for p in found)
+    if config is not None and nodes is not None:
+        problems.extend(_check_references(config, nodes, cfg_file, nodes_file))
+    if any(p.severity == "error" for p in problems) or config is None or nodes is None:
+        raise RepoError(problems)
+    return RepoSpec(revision, path, config_text, config, nodes, tuple(problems))
+
+
+def _check_references(config: MigPartedConfig, nodes: NodesFile, cfg_file: str, nodes_file: str) -> list[RepoProblem]:
+    """Every config named in nodes.yaml exists. Whether an assigned config fits is decided per node, in
+    `desired`, when the cluster's nodes are known; the configs no assignment names are checked against
+    the catalogue here, and their problems are warnings (they block nothing, but a person should see them)."""
+    problems: list[RepoProblem] = []
+    names = set(config.names())
+    referenced = referenced_configs(nodes)
+    for name, path in referenced.items():
+        if name not in names:
+            problems.append(RepoProblem(nodes_file, Problem(path, "config-not-found",
+                                        f"config {name!r} is not in {cfg_file} (it has: {', '.join(config.names())})")))
+    for name in config.names():
+        if name in referenced:
+            continue
+        for p in validate_against_catalogue(config, name, nodes.strategy).problems:  # type: ignore[arg-type]
+            if p.severity == "error":
+                p = Problem(p.path, p.rule, p.message + " (no assignment names this config)", "warning")
+            problems.append(RepoProblem(cfg_file, p))
+    return problems
+
+
+def referenced_configs(nodes: NodesFile) -> dict[str, str]:
+    """Config name -> the first nodes.yaml path that names it."""
+    referenced: dict[str, str] = {}
+    for a in nodes.assignments:
+        referenced.setdefault(a.config, key_path(a.path, "config"))
+    if nodes.default is not None:
+        referenced.setdefault(nodes.default, "default")
+    return referenced
+
+
+# ---------------------------------------------------------------------------------------- nodes.yaml
+
+
+def parse_nodes(doc: object, problems: list[Problem]) -> NodesFile | None:
+    """nodes.yaml (already loaded) → NodesFile; problems appended with their paths."""
+    if not isinstance(doc, Mapping):
+        problems.append(Problem("", "not-a-mapping", "nodes.yaml must be a mapping with version and assignments"))
+        return None
+    start = len(problems)
+    for k in doc:
+        if k not in _TOP_FIELDS:
+            problems.append(Problem(key_path("", k), "unexpected-field",
+                                    f"unexpected field {k!r} (allowed: {', '.join(_TOP_FIELDS)})"))
+    if doc.get("version") != "v1":
+        problems.append(Problem("version", "unknown-version",
+                                f"version must be \"v1\", not {doc.get('version')!r}" if "version" in doc
+                                else "missing 'version' (must be \"v1\")"))
+    strategy = doc.get("strategy")
+    if strategy is not None and strategy not in STRATEGIES:
+        problems.append(Problem("strategy", "invalid-strategy",
+                                f"strategy must be one of {', '.join(STRATEGIES)}, not {strategy!r}"))
+    cm_name = cm_ns = None
+    cm = doc.get("configMap")
+    if cm is not None:
+        if not isinstance(cm, Mapping):
+            problems.append(Problem("configMap", "invalid-configmap", "configMap must be a mapping with name and namespace"))
+        else:
+            for k in cm:
+                if k not in ("name", "namespace"):
+                    problems.append(Problem(key_path("configMap", k), "unexpected-field",
+                                            f"unexpected field {k!r} (allowed: name, namespace)"))
+            cm_name, cm_ns = cm.get("name"), cm.get("namespace")
+            if cm_name is not None and not (isinstance(cm_name, str) and _DNS_SUBDOMAIN.match(cm_name) and len(cm_name) <= 253):
+                problems.append(Problem("configMap.name", "invalid-name", f"{cm_name!r} is not a valid ConfigMap name"))
+            if cm_ns is not None and not (isinstance(cm_ns, str) and _DNS_LABEL.match(cm_ns) and len(cm_ns) <= 63):
+                problems.append(Problem("configMap.namespace", "invalid-name", f"{cm_ns!r} is not a valid namespace name"))
+    max_unavailable = _parse_rollout(doc.get("rollout"), problems)
+    default = doc.get("default")
+    if default is not None and not isinstance(default, str):
+        problems.append(Problem("default", "invalid-config-name", f"default must be a config name, not {default!r}"))
+    prune = doc.get("prune", False)
+    if not isinstance(prune, bool):
+        problems.append(Problem("prune", "invalid-prune", f"prune must be true or false, not {prune!r}"))
+    assignments = _parse_assignments(doc.get("assignments"), problems)
+    if len(problems) > start:
+        return None
+    return NodesFile(strategy, cm_name, cm_ns, max_unavailable, default, prune, assignments)
+
+
+def _parse_rollout(raw: object, problems: list[Problem]) -> int | str:
+    if raw is None:
+        return 1
+    if not isinstance(raw, Mapping):
+        problems.append(Problem("rollout", "invalid-rollout", "rollout must be a mapping such as {maxUnavailable: 1}"))
+        return 1
+    for k in raw:
+        if k != "maxUnavailable":
+            problems.append(Problem(key_path("rollout", k), "unexpected-field", f"unexpected field {k!r} (allowed: maxUnavailable)"))
+    value = raw.get("maxUnavailable", 1)
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 1:
+        return value
+    if isinstance(value, str):
+        m = _PERCENT.match(value)
+        if m and 1 <= int(m.group(1)) <= 100:
+            return value
+    problems.append(Problem("rollout.maxUnavailable", "invalid-max-unavailable",
+                            f"maxUnavailable must be a whole number >= 1 or a percentage from \"1%\" to \"100%\", not {value!r}"))
+    return 1
+
+
+def _parse_assignments(raw: object, problems: list[Problem]) -> tuple[Assignment, ...]:
+    if raw is None:
+        return ()
+    if not isinstance(raw, list):
+        problems.append(Problem("assignments", "invalid-assignments", "assignments must be a list"))
+        return ()
+    out = []
+    for i, item in enumerate(raw):
+        path = index_path("assignments", i)
+        if not isinstance(item, Mapping):
+            problems.append(Problem(path, "invalid-assignment", "each assignment is a mapping with config and nodes or nodeSelector"))
+            continue
+        for k in item:
+            if k not in ("config", "nodes", "nodeSelector"):
+                problems.append(Problem(key_path(path, k), "unexpected-field",
+                                        f"unexpected field {k!r} (allowed: config, nodes, nodeSelector)"))
+        config = item.get("config")
+        if not isinstance(config, str) or not config:
+            problems.append(Problem(key_path(path, "config"), "invalid-config-name",
+                                    "config is required: the name of a config in config.yaml"))
+        has_nodes, has_selector = "nodes" in item, "nodeSelector" in item
+        if has_nodes == has_selector:
+            problems.append(Problem(path, "one-target", "give exactly one of nodes (a list of node names) or nodeSelector"))
+            continue
+        if has_nodes:
+            names = item["nodes"]
+            if not isinstance(names, list) or not names or not all(isinstance(n, str) and n for n in names):
+                problems.append(Problem(key_path(path, "nodes"), "invalid-nodes", "nodes must be a non-empty list of node names"))
+                continue
+            out.append(Assignment(path, str(config), nodes=tuple(names)))
+        else:
+            selector = parse_selector(item["nodeSelector"], key_path(path, "nodeSelector"), problems)
+            if selector is not None:
+                out.append(Assignment(path, str(config), selector=selector))
+    return tuple(out)
+
+
+def parse_selector(raw: object, path: str, problems: list[Problem]) -> LabelSelector | None:
+    if not isinstance(raw, Mapping):
+        problems.append(Problem(path, "invalid-selector", "nodeSelector must be a mapping with matchLabels and/or matchExpressions"))
+        return None
+    start = len(problems)
+    for k in raw:
+        if k not in ("matchLabels", "matchExpressions"):
+            problems.append(Problem(key_path(path, k), "unexpected-field",
+                                    f"unexpected field {k!r} (allowed: matchLabels, matchExpressions)"))
+    labels = raw.get("matchLabels") or {}
+    if not isinstance(labels, Mapping) or not all(isinstance(k, str) and isinstance(v, str) for k, v in labels.items()):
+        problems.append(Problem(key_path(path, "matchLabels"), "invalid-selector",
+                                "matchLabels must map label keys to string values (quote numbers and booleans)"))
+        labels = {}
+    exprs: list[Requirement] = []
+    raw_exprs = raw.get("matchExpressions") or []
+    if not isinstance(raw_exprs, list):
+        problems.append(Problem(key_path(path, "matchExpressions"), "invalid-selector", "matchExpressions must be a list"))
+        raw_exprs = []
+    for j, e in enumerate(raw_exprs):
+        epath = index_path(key_path(path, "matchExpressions"), j)
+        if not isinstance(e, Mapping) or not isinstance(e.get("key"), str) or e.get("operator") not in _OPERATORS:
+            problems.append(Problem(epath, "invalid-selector",
+                                    f"each expression needs a key and an operator ({', '.join(_OPERATORS)})"))
+            continue
+        values = e.get("values") or []
+        if not isinstance(values, list) or not all(isinstance(v, str) for v in values):
+            problems.append(Problem(key_path(epath, "values"), "invalid-selector", "values must be a list of strings"))
+            continue
+        if e["operator"] in ("In", "NotIn") and not values:
+            problems.append(Problem(key_path(epath, "values"), "invalid-selector", f"operator {e['operator']} needs values"))
+            continue
+        if e["operator"] in ("Exists", "DoesNotExist") and values:
+            problems.append(Problem(key_path(epath, "values"), "invalid-selector", f"operator {e['operator']} takes no values"))
+            continue
+        exprs.append(Requirement(e["key"], e["operator"], tuple(values)))
+    if len(problems) > start:
+        return None
+    if not labels and not exprs:
+        problems.append(Problem(path, "empty-selector",
+                                "an empty nodeSelector would match every node; name the labels to match"))
+        return None
+    return LabelSelector(tuple(sorted(labels.items())), tuple(exprs))

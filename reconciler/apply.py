@@ -1,0 +1,174 @@
+"""Writes to the API server, with errors classified instead of retried blindly.
+
+- 409 Conflict, 429 Too Many Requests, 502/503/504, connection errors and timeouts are transient:
+  retried here with exponential backoff and jitter (honouring Retry-After), a few times.
+- 500 "failed to create typed patch object" is kube-apiserver's answer to an apply body with wrong
+  types (a known upstream bug, pinned in tests/cluster): a bad request in 5xx clothing, never retried.
+- any other 4xx (400, 403, 404, 422, an admission webhook's denial) is terminal: reported, not retried
+  until something changes (a new commit, a node change, or the next interval).
+
+Node labels are written by a small thread pool: each write is one server-side apply of the one label
+(and nothing else) under the field manager `migops-reconciler`, forced, because that label is ours by
+contract: the GPU Operator seeds it (manager `gpu-operator`) and a hand edit (`kubectl-label`) takes it
+over; force moves ownership of that single field to us and leaves every other field where it was.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import random
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any, Literal, TypeVar
+
+from kubernetes import client as k8s
+from kubernetes.client.exceptions import ApiException
+from urllib3.exceptions import HTTPError as Urllib3Error
+
+from migops.kube import ssa
+from migops.kube.names import CONFIGMAP_KEY, MIG_CONFIG_LABEL, RECONCILER_MANAGER
+
+log = logging.getLogger(__name__)
+
+Kind = Literal["transient", "terminal"]
+T = TypeVar("T")
+_TRANSIENT_STATUS = frozenset({409, 429, 502, 503, 504})
+TYPED_PATCH_BUG = "failed to create typed patch object"
+
+
+@dataclass(frozen=True)
+class WriteError(Exception):
+    """A write that did not happen, classified, with the API server's own message."""
+
+    target: str  # Node/gpu-node-3, ConfigMap/gpu-operator/default-mig-parted-config
+    kind: Kind
+    status: int | None
+    message: str
+
+    def __str__(self) -> str:
+        code = f"HTTP {self.status}: " if self.status else ""
+        return f"{self.target}: {code}{self.message}"
+
+
+def classify(exc: BaseException) -> tuple[Kind, int | None, str]:
+    if isinstance(exc, ApiException):
+        message = _api_message(exc)
+        if exc.status in _TRANSIENT_STATUS:
+            return "transient", exc.status, message
+        if exc.status == 500:
+            return ("terminal" if TYPED_PATCH_BUG in message else "transient"), 500, message
+        return "terminal", exc.status, message
+    if isinstance(exc, (Urllib3Error, OSError, TimeoutError)):
+        return "transient", None, f"{type(exc).__name__}: {exc}"
+    return "terminal", None, f"{type(exc).__name__}: {exc}"
+
+
+def _api_message(exc: ApiException) -> str:
+    try:
+        return str(json.loads(exc.body).get("message") or exc.reason)
+    except (TypeError, ValueError, AttributeError):
+        return str(exc.reason or exc.body or exc.status)
+
+
+def _retry_after(exc: BaseException) -> float | None:
+    headers = getattr(exc, "headers", None) or {}
+    try:
+        return float(headers.get("Retry-After")) if headers.get("Retry-After") else None
+    except (TypeError, ValueError):
+        return None
+
+
+def with_retries(call: Callable[[], T], target: str, *, attempts: int = 5, base: float = 0.2, cap: float = 5.0,
+                 on_retry: Callable[[int | None], None] = lambda status: None,
+                 stop: threading.Event | None = None) -> T:
+    """Run `call`; retry transient failures with backoff; raise WriteError when it gives up."""
+    delay = base
+    for attempt in range(1, attempts + 1):
+        try:
+            return call()
+        except Exception as exc:  # noqa: BLE001 - classified below
+            kind, status, message = classify(exc)
+            if kind == "terminal" or attempt == attempts or (stop is not None and stop.is_set()):
+                raise WriteError(target, kind, status, message) from exc
+            on_retry(status)
+            wait = min(cap, _retry_after(exc) or delay * (0.5 + random.random()))
+            log.info("%s: %s (%s); retrying in %.2fs", target, message, status, wait)
+            if stop is not None:
+                stop.wait(wait)
+            else:
+                time.sleep(wait)
+            delay = min(cap, delay * 2)
+    raise AssertionError("unreachable")
+
+
+class Writer:
+    """Applies the reconciler's objects; counts every request it sends (for metrics and benchmarks)."""
+
+    def __init__(self, api: k8s.ApiClient, *, workers: int = 8, dry_run: bool = False,
+                 stop: threading.Event | None = None, count: Callable[[str, str, int | None], None] | None = None) -> None:
+        self.api = api
+        self.dry_run = dry_run
+        self._stop = stop
+        # Threads beyond the connection pool would only open and throw away connections.
+        self.workers = max(1, min(workers, int(api.configuration.connection_pool_maxsize or workers)))
+        self._count = count or (lambda resource, result, status: None)
+
+    def _apply(self, body: Mapping[str, Any], resource: str, target: str, *, force: bool,
+               subresource: str | None = None) -> None:
+        def once() -> None:
+            ssa.apply(self.api, body, field_manager=RECONCILER_MANAGER, force=force, subresource=subresource,
+                      dry_run=self.dry_run, decode=False, timeout=30)
+        try:
+            with_retries(once, target, stop=self._stop, on_retry=lambda status: self._count(resource, "retry", status))
+        except WriteError as err:
+            self._count(resource, "error", err.status)
+            raise
+        self._count(resource, "ok", 200)
+
+    def configmap(self, namespace: str, name: str, text: str) -> None:
+        """data["config.yaml"] of the MIG ConfigMap: the only field of it we own."""
+        self._apply({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name, "namespace": namespace},
+                     "data": {CONFIGMAP_KEY: text}}, "configmaps", f"ConfigMap/{namespace}/{name}", force=True)
+
+    def label(self, node: str, config: str | None) -> None:
+        """Apply our one label; None applies none, which releases it (removed, as no one else owns it)."""
+        labels = {MIG_CONFIG_LABEL: config} if config is not None else {}
+        self._apply({"apiVersion": "v1", "kind": "Node", "metadata": {"name": node, "labels": labels}},
+                    "nodes", f"Node/{node}", force=True)
+
+    def labels(self, items: Iterable[tuple[str, str | None]]) -> tuple[list[str], list[WriteError]]:
+        """Label many nodes in parallel; (written node names, errors)."""
+        items = list(items)
+        done: list[str] = []
+        errors: list[WriteError] = []
+        if not items:
+            return done, errors
+
+        def one(item: tuple[str, str | None]) -> tuple[str, WriteError | None]:
+            if self._stop is not None and self._stop.is_set():
+                return item[0], WriteError(f"Node/{item[0]}", "transient", None, "stopping")
+            try:
+                self.label(*item)
+                return item[0], None
+            except WriteError as err:
+                return item[0], err
+
+        if len(items) == 1 or self.workers == 1:
+            results = [one(i) for i in items]
+        else:
+            with ThreadPoolExecutor(self.workers, thread_name_prefix="label") as pool:
+                results = list(pool.map(one, items))
+        for name, err in results:
+            if err is None:
+                done.append(name)
+            else:
+                errors.append(err)
+        return done, errors
+
+    def status(self, body: Mapping[str, Any]) -> None:
+        meta = body["metadata"]
+        self._apply(body, "migsyncs/status", f"MigSync/{meta['namespace']}/{meta['name']}", force=True,
+                    subresource="status")

@@ -1,0 +1,99 @@
+"""What applying a desired state would change: the ConfigMap's config.yaml and each node's label.
+
+Unlike a sync, the diff shows every change the revision makes, not just the next wave. With a client
+that may write, each change is also sent as a server-side dry run, so an admission webhook's denial
+shows up here, before anything is applied (as Flux and Argo CD's server-side diff do).
+"""
+from __future__ import annotations
+
+import difflib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from migops.gitops.desired import DesiredState
+from migops.kube.names import MIG_CONFIG_LABEL
+from migops.reconciler.apply import WriteError, Writer
+from migops.reconciler.plan import OWNED_KEY
+
+
+@dataclass(frozen=True)
+class LabelChange:
+    node: str
+    current: str | None
+    desired: str | None  # None: removed (prune)
+
+
+@dataclass
+class Diff:
+    revision: str
+    configmap: str  # namespace/name
+    configmap_diff: list[str]  # unified diff lines; empty when unchanged
+    labels: list[LabelChange]
+    unchanged: int  # managed nodes already right
+    denied: list[str] = field(default_factory=list)  # server-side dry-run refusals
+
+    @property
+    def changed(self) -> bool:
+        return bool(self.configmap_diff or self.labels)
+
+    def lines(self) -> list[str]:
+        out = [f"revision {self.revision}"]
+        if self.configmap_diff:
+            out.append(f"ConfigMap {self.configmap} data.config.yaml:")
+            out += ["  " + line.rstrip("\n") for line in self.configmap_diff]
+        else:
+            out.append(f"ConfigMap {self.configmap}: unchanged")
+        if self.labels:
+            out.append(f"nvidia.com/mig.config on {len(self.labels)} node(s) ({self.unchanged} unchanged):")
+            width = max(len(c.node) for c in self.labels)
+            for c in self.labels:
+                out.append(f"  {c.node.ljust(width)}  {c.current or '(none)'} -> {c.desired or '(removed)'}")
+        else:
+            out.append(f"node labels: unchanged ({self.unchanged} nodes)")
+        for d in self.denied:
+            out.append(f"denied by the API server (dry run): {d}")
+        return out
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"revision": self.revision, "configMap": self.configmap, "configMapDiff": self.configmap_diff,
+                "labels": [{"node": c.node, "current": c.current, "desired": c.desired} for c in self.labels],
+                "unchanged": self.unchanged, "denied": self.denied, "changed": self.changed}
+
+
+def compute(desired: DesiredState, nodes: Mapping[str, Mapping[str, Any]], configmap_text: str | None) -> Diff:
+    cm_diff: list[str] = []
+    if configmap_text != desired.spec.config_text:
+        cm_diff = list(difflib.unified_diff((configmap_text or "").splitlines(keepends=True),
+                                            desired.spec.config_text.splitlines(keepends=True),
+                                            "cluster", f"revision {desired.revision[:12]}"))
+    changes = []
+    unchanged = 0
+    for name in sorted(desired.targets):
+        obj = nodes.get(name)
+        if obj is None:
+            continue
+        current = ((obj.get("metadata") or {}).get("labels") or {}).get(MIG_CONFIG_LABEL)
+        if current == desired.targets[name].config:
+            unchanged += 1
+        else:
+            changes.append(LabelChange(name, current, desired.targets[name].config))
+    if desired.spec.nodes.prune:
+        for name in sorted(nodes):
+            obj = nodes[name]
+            current = ((obj.get("metadata") or {}).get("labels") or {}).get(MIG_CONFIG_LABEL)
+            if name not in desired.targets and obj.get(OWNED_KEY) and current is not None:
+                changes.append(LabelChange(name, current, None))
+    return Diff(desired.revision, f"{desired.namespace}/{desired.configmap}", cm_diff, changes, unchanged)
+
+
+def server_dry_run(diff: Diff, desired: DesiredState, writer: Writer) -> None:
+    """Send each change as a dry-run apply; collect refusals (a webhook's message, RBAC, ...)."""
+    assert writer.dry_run
+    if diff.configmap_diff:
+        try:
+            writer.configmap(desired.namespace, desired.configmap, desired.spec.config_text)
+        except WriteError as err:
+            diff.denied.append(str(err))
+    _, errors = writer.labels((c.node, c.desired) for c in diff.labels)
+    diff.denied += [str(e) for e in errors]

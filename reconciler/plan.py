@@ -1,0 +1,193 @@
+"""Desired state + what the cluster shows → what to write now. Pure: no I/O, unit-testable.
+
+A node given a config is *done* when its `nvidia.com/mig.config.state` is `success` for that config:
+with the migops agent (it leaves `migops.io/` annotations) that means the digest annotation equals the
+digest of the config assigned; a node run by NVIDIA's mig-manager has no digest, so after we change its
+label we wait to see the state leave `success` and come back (the caller tracks that: `awaiting`).
+
+Waves: at most `maxUnavailable` nodes reconfigure at once. Unavailable = busy (given its config, not
+done yet; or mid-change for another reason: pending/rebooting) + failed on the config it was given.
+A node that failed on its desired config halts the rollout (nothing more is written to nodes) until a
+new commit or a resume acknowledges the failure; acknowledged failures no longer count.
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from migops.gitops.desired import DesiredState, NodeTarget
+from migops.kube.names import (APPLIED_ANNOTATION, DIGEST_ANNOTATION, GPUS_ANNOTATION, LAYOUT_ANNOTATION,
+                               MIG_CONFIG_LABEL, MIG_CONFIG_STATE_LABEL, REASON_ANNOTATION, RECONCILER_MANAGER,
+                               STATE_FAILED, STATE_PENDING, STATE_REBOOTING, STATE_SUCCESS)
+
+_AGENT_ANNOTATIONS = (DIGEST_ANNOTATION, APPLIED_ANNOTATION, GPUS_ANNOTATION, LAYOUT_ANNOTATION)
+_KEPT_ANNOTATIONS = (*_AGENT_ANNOTATIONS, REASON_ANNOTATION)
+OWNED_KEY = "migops/owned"  # set by trim_node: the reconciler's field manager owns the config label
+_LABEL_FIELD = "f:" + MIG_CONFIG_LABEL
+
+# Phases, as status shows them.
+IN_SYNC = "InSync"
+PROGRESSING = "Progressing"  # given its config (or changing for another reason), not done yet
+WAITING = "Waiting"  # its turn has not come (waves) or the rollout is halted
+FAILED = "Failed"
+
+
+def trim_node(obj: dict[str, Any]) -> dict[str, Any]:
+    """Informer transform: keep what the reconciler reads of a Node (name, labels, our annotations)
+    and whether we own the config label; a Node object is mostly status nobody here needs."""
+    meta = obj.get("metadata") or {}
+    annotations = meta.get("annotations") or {}
+    return {"metadata": {"name": meta.get("name"), "uid": meta.get("uid"), "resourceVersion": meta.get("resourceVersion"),
+                         "labels": meta.get("labels") or {},
+                         "annotations": {k: annotations[k] for k in _KEPT_ANNOTATIONS if k in annotations}},
+            OWNED_KEY: _owns_label(meta.get("managedFields") or ())}
+
+
+def _owns_label(managed: Any) -> bool:
+    for entry in managed:
+        if entry.get("manager") == RECONCILER_MANAGER and entry.get("operation") == "Apply":
+            labels = ((entry.get("fieldsV1") or {}).get("f:metadata") or {}).get("f:labels") or {}
+            if _LABEL_FIELD in labels:
+                return True
+    return False
+
+
+@dataclass(frozen=True)
+class NodeView:
+    name: str
+    label: str | None  # nvidia.com/mig.config
+    state: str | None  # nvidia.com/mig.config.state
+    digest: str | None  # migops.io/mig.config.digest
+    reason: str | None  # migops.io/mig.config.reason
+    agent: bool  # run by the migops agent (it annotates), else by mig-manager or nothing
+    owned: bool  # our field manager owns the label
+
+
+def node_view(obj: Mapping[str, Any]) -> NodeView:
+    meta = obj.get("metadata") or {}
+    labels = meta.get("labels") or {}
+    annotations = meta.get("annotations") or {}
+    return NodeView(meta.get("name"), labels.get(MIG_CONFIG_LABEL), labels.get(MIG_CONFIG_STATE_LABEL),
+                    annotations.get(DIGEST_ANNOTATION), annotations.get(REASON_ANNOTATION),
+                    any(k in annotations for k in _AGENT_ANNOTATIONS), bool(obj.get(OWNED_KEY)))
+
+
+@dataclass(frozen=True)
+class NodeStatus:
+    name: str
+    config: str
+    phase: str
+    state: str  # the state label, or "-"
+    message: str = ""
+
+
+@dataclass(frozen=True)
+class Plan:
+    configmap_changed: bool
+    writes: tuple[tuple[str, str], ...]  # (node, config) to label now, in order
+    drift: frozenset[str]  # nodes among `writes` whose label was changed by hand from a config they had reached
+    prunes: tuple[str, ...]  # nodes whose label we remove (prune: true)
+    nodes: tuple[NodeStatus, ...]
+    max_unavailable: int
+    unavailable: int
+    halted: tuple[NodeStatus, ...] = ()  # failed nodes that stop the rollout
+    counts: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def converged(self) -> bool:
+        return not self.configmap_changed and self.counts.get(IN_SYNC, 0) == len(self.nodes) and not self.prunes
+
+
+def max_unavailable(value: int | str, total: int) -> int:
+    """A count, or a percentage of the managed nodes rounded down; at least 1 so a rollout can move."""
+    if isinstance(value, str):
+        return max(1, math.floor(total * int(value.rstrip("%")) / 100))
+    return max(1, value)
+
+
+def is_done(view: NodeView, target: NodeTarget, awaiting: bool) -> bool:
+    if view.label != target.config:
+        return False
+    awaiting = awaiting and not view.agent  # the digest tells an agent's node; only mig-manager needs the transition
+    if view.state is None:
+        # Nothing reports on this node. If we did not set its label, nothing is waiting for it.
+        return not view.owned and not awaiting and not view.agent
+    if view.state != STATE_SUCCESS or awaiting:
+        return False
+    return not view.agent or view.digest == target.digest
+
+
+def plan(desired: DesiredState, nodes: Mapping[str, Mapping[str, Any]], configmap_text: str | None, *,
+         acknowledged: frozenset[str] = frozenset(), awaiting: frozenset[str] = frozenset(),
+         reached: Mapping[str, str] | None = None, skip: frozenset[str] = frozenset()) -> Plan:
+    """What to write for `desired` on `nodes` (name -> trimmed Node).
+
+    acknowledged: failed nodes a resume or a new commit has acknowledged (they no longer halt or count);
+    awaiting: mig-manager nodes we relabelled and have not yet seen leave `success`;
+    reached: node -> config it was last seen done with (to tell a hand edit from a new assignment);
+    skip: nodes not to write this time (a write to them was refused and nothing has changed since).
+    """
+    reached = reached or {}
+    statuses: list[NodeStatus] = []
+    busy = 0
+    halted: list[NodeStatus] = []
+    eligible: list[tuple[int, str, str]] = []  # (priority, node, config)
+    counts = {IN_SYNC: 0, PROGRESSING: 0, WAITING: 0, FAILED: 0}
+    for name in sorted(desired.targets):
+        obj = nodes.get(name)
+        if obj is None:
+            continue
+        target = desired.targets[name]
+        view = node_view(obj)
+        state = view.state or "-"
+        at_desired = view.label == target.config
+        if view.state == STATE_FAILED:
+            why = view.reason or "the node reports nvidia.com/mig.config.state=failed"
+            if at_desired:
+                s = NodeStatus(name, target.config, FAILED, state, why)
+                if name not in acknowledged:
+                    halted.append(s)
+            else:
+                s = NodeStatus(name, target.config, WAITING, state, f"failed on {view.label!r}: {why}")
+                if name not in skip:
+                    eligible.append((0, name, target.config))
+        elif at_desired:
+            if is_done(view, target, name in awaiting):
+                s = NodeStatus(name, target.config, IN_SYNC, state)
+            else:
+                busy += 1
+                s = NodeStatus(name, target.config, PROGRESSING, state, _progress_message(view, target, name in awaiting))
+        elif view.state in (STATE_PENDING, STATE_REBOOTING):
+            busy += 1
+            s = NodeStatus(name, target.config, PROGRESSING, state, f"still changing to {view.label!r}; waits its turn")
+        else:
+            s = NodeStatus(name, target.config, WAITING, state, f"has {view.label!r}" if view.label else "has no config label")
+            if name not in skip:
+                eligible.append((1, name, target.config))
+        counts[s.phase] += 1
+        statuses.append(s)
+    limit = max_unavailable(desired.spec.nodes.max_unavailable, len(statuses))
+    unavailable = busy + len(halted)
+    budget = 0 if halted else max(0, limit - unavailable)
+    eligible.sort()
+    writes = tuple((name, config) for _, name, config in eligible[:budget])
+    drift = frozenset(name for name, config in writes if reached.get(name) == config)
+    prunes: tuple[str, ...] = ()
+    if desired.spec.nodes.prune:
+        prunes = tuple(sorted(name for name, obj in nodes.items()
+                              if name not in desired.targets and obj.get(OWNED_KEY)
+                              and (obj.get("metadata") or {}).get("labels", {}).get(MIG_CONFIG_LABEL) is not None))
+    return Plan(configmap_text != desired.spec.config_text, writes, drift, prunes, tuple(statuses), limit,
+                unavailable, tuple(halted), counts)
+
+
+def _progress_message(view: NodeView, target: NodeTarget, awaiting: bool) -> str:
+    if view.state is None:
+        return "waiting for the node's MIG manager to report nvidia.com/mig.config.state"
+    if view.state == STATE_SUCCESS and view.agent and view.digest != target.digest:
+        return f"applied content {view.digest or '(none)'}; waiting for {target.digest[:19]}"
+    if awaiting:
+        return "waiting for mig-manager to pick up the new label"
+    return f"state {view.state}"

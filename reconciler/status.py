@@ -1,0 +1,171 @@
+"""The MigSync custom resource: its CRD, its spec (what to sync) and the status a person reads.
+
+Conditions follow kstatus as Flux uses it: `Ready` (True when the revision is applied and every node
+is in sync; Unknown while rolling out; False on a failure, with the reason), `Reconciling` (True while
+a rollout is under way), `Stalled` (True when nothing will move without a person: an invalid or
+unverified commit, a halted rollout, a refused write). Each has reason, message, observedGeneration
+and a lastTransitionTime that changes only when the status does.
+"""
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from importlib import resources
+from typing import Any
+
+from kubernetes import client as k8s
+
+from migops.gitops.verify import TrustPolicy
+from migops.mig.yamlsafe import load_yaml
+from migops.reconciler.plan import FAILED, IN_SYNC, PROGRESSING, WAITING, Plan
+
+GROUP, VERSION, PLURAL, KIND = "migops.io", "v1alpha1", "migsyncs", "MigSync"
+API_VERSION = f"{GROUP}/{VERSION}"
+CRD_NAME = f"{PLURAL}.{GROUP}"
+DEFAULT_NAME, DEFAULT_NAMESPACE = "migops", "migops-system"
+RESUME_ANNOTATION = "migops.io/resume"  # set to any new value to resume a halted rollout
+MAX_STATUS_NODES = 1000  # keeps the object far below etcd's request limit at 10,000 nodes
+DEFAULT_INTERVAL = 60.0
+_DURATION = re.compile(r"([0-9]+(?:\.[0-9]+)?)(ms|s|m|h)")
+_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
+
+
+def crd() -> dict[str, Any]:
+    text = resources.files("migops.reconciler").joinpath("data/migsync-crd.yaml").read_text()
+    return load_yaml(text)  # type: ignore[return-value]
+
+
+def install_crd(api: k8s.ApiClient, *, field_manager: str, timeout: float = 30.0) -> None:
+    """Apply the CRD and wait until it is Established."""
+    ext = k8s.ApiextensionsV1Api(api)
+    ext.patch_custom_resource_definition(CRD_NAME, crd(), field_manager=field_manager,
+                                         _content_type="application/apply-patch+yaml")
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        got = ext.read_custom_resource_definition(CRD_NAME)
+        if any(c.type == "Established" and c.status == "True" for c in (got.status.conditions or [])):
+            return
+        time.sleep(0.1)
+    raise TimeoutError(f"CRD {CRD_NAME} not Established after {timeout:.0f}s")
+
+
+def parse_duration(text: str | float | int | None, default: float = DEFAULT_INTERVAL) -> float:
+    """Go-style durations as Flux writes them: 60s, 5m, 1h30m, 500ms."""
+    if text is None or text == "":
+        return default
+    if isinstance(text, (int, float)):
+        return float(text)
+    parts = _DURATION.findall(text)
+    if not parts or "".join(n + u for n, u in parts) != text:
+        raise ValueError(f"interval {text!r} is not a duration such as 60s, 5m or 1h")
+    return sum(float(n) * _UNITS[u] for n, u in parts)
+
+
+@dataclass(frozen=True)
+class SyncSpec:
+    """What to sync: a MigSync's spec, or the command line's flags."""
+
+    url: str
+    ref: str | None = None
+    path: str = ""
+    interval: float = DEFAULT_INTERVAL
+    suspend: bool = False
+    trust: TrustPolicy = field(default_factory=TrustPolicy)
+
+    def to_spec(self) -> dict[str, Any]:
+        spec: dict[str, Any] = {"url": self.url, "interval": f"{self.interval:g}s"}
+        if self.ref:
+            spec["ref"] = self.ref
+        if self.path:
+            spec["path"] = self.path
+        if self.suspend:
+            spec["suspend"] = True
+        if self.trust.enabled:
+            spec["verify"] = {"mode": self.trust.mode}
+            if self.trust.allowed_signers:
+                spec["verify"]["allowedSigners"] = self.trust.allowed_signers
+            if self.trust.openpgp_keys:
+                spec["verify"]["openpgpKeys"] = list(self.trust.openpgp_keys)
+        return spec
+
+
+def spec_from_object(obj: Mapping[str, Any]) -> SyncSpec:
+    """A MigSync object's spec; raises ValueError naming the field."""
+    spec = obj.get("spec") or {}
+    verify = spec.get("verify") or {}
+    try:
+        trust = TrustPolicy(verify.get("mode") or "none", verify.get("allowedSigners") or "",
+                            tuple(verify.get("openpgpKeys") or ()))
+    except ValueError as exc:
+        raise ValueError(f"spec.verify: {exc}") from None
+    try:
+        interval = parse_duration(spec.get("interval"))
+    except ValueError as exc:
+        raise ValueError(f"spec.interval: {exc}") from None
+    if not spec.get("url"):
+        raise ValueError("spec.url: a repository URL is required")
+    return SyncSpec(spec["url"], spec.get("ref") or None, spec.get("path") or "", interval,
+                    bool(spec.get("suspend")), trust)
+
+
+def migsync_object(name: str, namespace: str, spec: SyncSpec) -> dict[str, Any]:
+    return {"apiVersion": API_VERSION, "kind": KIND, "metadata": {"name": name, "namespace": namespace},
+            "spec": spec.to_spec()}
+
+
+# ------------------------------------------------------------------------------------------ conditions
+
+
+@dataclass(frozen=True)
+class Condition:
+    type: str
+    status: str  # True, False, Unknown
+    reason: str
+    message: str = ""
+
+
+def merge_conditions(old: Sequence[Mapping[str, Any]], new: Sequence[Condition], generation: int | None) -> list[dict[str, Any]]:
+    """New conditions, keeping lastTransitionTime where the status did not change."""
+    before = {c.get("type"): c for c in old}
+    now = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    out = []
+    for c in new:
+        prev = before.get(c.type)
+        when = prev.get("lastTransitionTime") if prev and prev.get("status") == c.status else now
+        item: dict[str, Any] = {"type": c.type, "status": c.status, "reason": c.reason,
+                                "message": c.message[:32768], "lastTransitionTime": when or now}
+        if generation is not None:
+            item["observedGeneration"] = generation
+        out.append(item)
+    return out
+
+
+def summary(plan: Plan | None) -> dict[str, Any]:
+    if plan is None:
+        return {}
+    total = len(plan.nodes)
+    return {"inSync": f"{plan.counts.get(IN_SYNC, 0)}/{total}", "total": total,
+            "progressing": plan.counts.get(PROGRESSING, 0), "waiting": plan.counts.get(WAITING, 0),
+            "failed": plan.counts.get(FAILED, 0), "maxUnavailable": plan.max_unavailable}
+
+
+_ORDER = {FAILED: 0, PROGRESSING: 1, WAITING: 2, IN_SYNC: 3}
+
+
+def node_entries(plan: Plan | None, revisions: Mapping[str, str]) -> list[dict[str, Any]]:
+    """Per node, those needing attention first, capped at MAX_STATUS_NODES."""
+    if plan is None:
+        return []
+    ranked = sorted(plan.nodes, key=lambda s: (_ORDER[s.phase], s.name))[:MAX_STATUS_NODES]
+    out = []
+    for s in ranked:
+        entry: dict[str, Any] = {"name": s.name, "config": s.config, "phase": s.phase, "state": s.state}
+        if revisions.get(s.name):
+            entry["revision"] = revisions[s.name]
+        if s.message:
+            entry["message"] = s.message[:1024]
+        out.append(entry)
+    return out

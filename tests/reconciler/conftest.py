@@ -1,0 +1,171 @@
+"""Fixtures for the reconciler against a real API server.
+
+The reconciler watches every Node, so these tests run on a control plane of their own (`rplane`,
+one per test package), seeded as a GPU Operator cluster with MIG strategy `mixed`: other tests' Nodes
+never meet a reconciler, and a test may restart this kube-apiserver. Each test makes its own Nodes
+(`gpu_nodes`) with a unique `pool` label that its nodes.yaml selects, and deletes them afterwards.
+The migops agent is being written in parallel: `agent_reports` does what it does on the API server
+(state label + digest annotation under the field manager migops-agent).
+"""
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from gitrepo import GitRepo
+from kubernetes import client as k8s
+from kubernetes.client import ApiClient
+
+from migops.kube import ssa
+from migops.kube.names import (AGENT_MANAGER, DIGEST_ANNOTATION, MIG_CONFIG_LABEL, MIG_CONFIG_STATE_LABEL,
+                               REASON_ANNOTATION)
+from migops.local.binaries import locate
+from migops.local.cluster import apply_cluster_policy, apply_node, install_clusterpolicy_crd, plan_nodes
+from migops.local.controlplane import ControlPlane
+from migops.mig.catalogue import catalogue
+from migops.mig.spec import parse_config
+from migops.reconciler.status import install_crd
+
+H100 = "0x233010DE"
+
+
+@pytest.fixture(scope="package")
+def rplane() -> Iterator[ControlPlane]:
+    with ControlPlane(locate()) as plane:
+        with plane.api_client() as api:
+            core = k8s.CoreV1Api(api)
+            for ns in ("gpu-operator", "migops-system"):
+                core.create_namespace({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
+            install_clusterpolicy_crd(api)
+            apply_cluster_policy(api, "mixed")
+            install_crd(api, field_manager="migops-test")
+        yield plane
+
+
+@pytest.fixture
+def rapi(rplane: ControlPlane) -> Iterator[ApiClient]:
+    with rplane.api_client() as api:
+        yield api
+
+
+@pytest.fixture
+def repo(tmp_path: Path) -> GitRepo:
+    return GitRepo(tmp_path / "config-repo")
+
+
+@pytest.fixture
+def gpu_nodes(rapi: ApiClient) -> Iterator[Callable[..., list[str]]]:
+    """`gpu_nodes(count, pool=None) -> names`: H100 x8 nodes seeded as `migops local` seeds them
+    (GFD labels, the operator's nvidia.com/mig.config=all-disabled), labelled pool=<pool>."""
+    made: list[str] = []
+
+    def make(count: int, pool: str | None = None, prefix: str | None = None) -> list[str]:
+        prefix = prefix or f"n{uuid.uuid4().hex[:6]}-"
+        specs = plan_nodes(count, [catalogue().resolve(H100)], 8, "mixed")
+        names = []
+        for i, spec in enumerate(specs):
+            gfd = dict(spec.gfd_labels)
+            if pool:
+                gfd["pool"] = pool
+            spec = type(spec)(f"{prefix}{i + 1:03d}", spec.gpu, spec.gpus, gfd, spec.operator_labels)
+            apply_node(rapi, spec)
+            names.append(spec.name)
+        made.extend(names)
+        return names
+
+    yield make
+    core = k8s.CoreV1Api(rapi)
+    for name in made:
+        try:
+            core.delete_node(name)
+        except k8s.exceptions.ApiException:
+            pass
+
+
+def labels_of(api: ApiClient, names: list[str]) -> dict[str, dict[str, str]]:
+    core = k8s.CoreV1Api(api)
+    return {n: core.read_node(n).metadata.labels or {} for n in names}
+
+
+def agent_reports(api: ApiClient, config_text: str, names: list[str], *, fail: dict[str, str] | None = None,
+                  state: str | None = None, mig_manager: bool = False) -> None:
+    """What the migops agent writes when it has applied (or failed to apply) each node's label;
+    `mig_manager=True`: what NVIDIA's mig-manager writes instead (the state label, no annotations)."""
+    config = parse_config(config_text)
+    core = k8s.CoreV1Api(api)
+    for name in names:
+        label = (core.read_node(name).metadata.labels or {}).get(MIG_CONFIG_LABEL)
+        if label is None:
+            continue
+        labels: dict[str, Any] = {MIG_CONFIG_STATE_LABEL: state or "success"}
+        annotations: dict[str, Any] = {}
+        if fail and name in fail:
+            labels[MIG_CONFIG_STATE_LABEL] = "failed"
+            annotations[REASON_ANNOTATION] = fail[name]
+        elif labels[MIG_CONFIG_STATE_LABEL] == "success" and not mig_manager:
+            annotations[DIGEST_ANNOTATION] = config.digest(label)
+        ssa.apply(api, {"apiVersion": "v1", "kind": "Node",
+                        "metadata": {"name": name, "labels": labels, "annotations": annotations}},
+                  field_manager="nvidia-mig-manager" if mig_manager else AGENT_MANAGER, force=True)
+
+
+def events_for(api: ApiClient, name: str, reason: str | None = None, namespace: str | None = None) -> list[Any]:
+    core = k8s.CoreV1Api(api)
+    found = (core.list_namespaced_event(namespace, field_selector=f"involvedObject.name={name}") if namespace
+             else core.list_event_for_all_namespaces(field_selector=f"involvedObject.name={name}"))
+    return [e for e in found.items if reason is None or e.reason == reason]
+
+
+def migsync(api: ApiClient, name: str, namespace: str = "migops-system") -> dict[str, Any]:
+    return k8s.CustomObjectsApi(api).get_namespaced_custom_object("migops.io", "v1alpha1", namespace, "migsyncs", name)
+
+
+def eventually(call: Callable[[], Any], ok: Callable[[Any], bool] = bool, timeout: float = 45.0) -> Any:
+    """Call until `ok(value)`; return the value. The API server and the loop are asynchronous."""
+    import time
+
+    deadline = time.monotonic() + timeout
+    while True:
+        value = call()
+        if ok(value):
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"not met in {timeout:.0f}s: {value!r}")
+        time.sleep(0.1)
+
+
+def condition(obj: dict[str, Any], kind: str) -> dict[str, Any]:
+    return next(c for c in obj["status"]["conditions"] if c["type"] == kind)
+
+
+@pytest.fixture
+def make_reconciler(rapi: ApiClient, tmp_path: Path) -> Iterator[Callable[..., Any]]:
+    """`make_reconciler(repo_url, path="", ref="main", **kwargs) -> Reconciler` with a MigSync of its
+    own (unique name), started; stopped after the test."""
+    from migops.reconciler.controller import Reconciler
+    from migops.reconciler.status import SyncSpec, migsync_object
+
+    made: list[Reconciler] = []
+    try:  # every test starts from no MIG ConfigMap (its first sync creates it)
+        k8s.CoreV1Api(rapi).delete_namespaced_config_map("default-mig-parted-config", "gpu-operator")
+    except k8s.exceptions.ApiException as exc:
+        if exc.status != 404:
+            raise
+
+    def make(url: str, path: str = "", ref: str | None = "main", *, trust: Any = None, name: str | None = None,
+             **kwargs: Any) -> Reconciler:
+        from migops.gitops.verify import TrustPolicy
+
+        spec = SyncSpec(url, ref, path, 60.0, False, trust or TrustPolicy())
+        name = name or f"t-{uuid.uuid4().hex[:8]}"
+        ssa.apply(rapi, migsync_object(name, "migops-system", spec), field_manager="migops-test", force=True)
+        rec = Reconciler(rapi, name=name, namespace="migops-system", spec=spec, cache_dir=tmp_path / "git-cache", **kwargs)
+        made.append(rec)
+        return rec.start()
+
+    yield make
+    for rec in made:
+        rec.stop()

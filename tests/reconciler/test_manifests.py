@@ -1,0 +1,80 @@
+"""manifests/base on the real API server; the reconciler at work with exactly its ServiceAccount's rights."""
+from __future__ import annotations
+
+import subprocess
+import threading
+from pathlib import Path
+
+import pytest
+from gitrepo import CONFIG_YAML, nodes_yaml
+from conftest import agent_reports, condition, eventually, events_for, labels_of, migsync
+from kubernetes import client as k8s
+from kubernetes.client.exceptions import ApiException
+
+from migops.gitops.verify import TrustPolicy
+from migops.kube import ssa
+from migops.kube.names import MIG_CONFIG_LABEL
+from migops.local.binaries import locate
+from migops.mig.yamlsafe import load_yaml
+from migops.reconciler.controller import Reconciler
+from migops.reconciler.main import ServeOptions, serve
+from migops.reconciler.status import SyncSpec, crd, migsync_object
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_shipped_crd_is_the_packaged_one() -> None:
+    assert load_yaml((ROOT / "manifests/base/reconciler/migsync-crd.yaml").read_text()) == crd()
+
+
+def test_reconciler_runs_with_exactly_its_rbac(rplane, rapi, repo, gpu_nodes, tmp_path) -> None:
+    kubectl = str(locate().directory / "kubectl")
+    applied = subprocess.run([kubectl, "--kubeconfig", str(rplane.admin_kubeconfig), "apply", "--server-side",
+                              "--force-conflicts", "-k", str(ROOT / "manifests/base")],
+                             capture_output=True, text=True, timeout=120, check=False)
+    assert applied.returncode == 0, applied.stderr
+    assert "role.rbac.authorization.k8s.io/migops-reconciler serverside-applied" in applied.stdout
+    sa = rplane.kubeconfig_for_service_account("migops-system", "migops-reconciler")
+    api = rplane.api_client(sa)
+    # What it may not do: read Secrets, write ConfigMaps outside gpu-operator, delete Nodes.
+    core = k8s.CoreV1Api(api)
+    for call in (lambda: core.list_namespaced_secret("gpu-operator"),
+                 lambda: core.create_namespaced_config_map("migops-system", {"metadata": {"name": "x"}}),
+                 lambda: core.delete_node("nope")):
+        with pytest.raises(ApiException) as err:
+            call()
+        assert err.value.status == 403
+
+    names = gpu_nodes(3, pool="rbac")
+    repo.commit({"config.yaml": CONFIG_YAML, "nodes.yaml": nodes_yaml(
+        "  - nodeSelector: {matchLabels: {pool: rbac}}\n    config: all-3g.40gb")})
+    spec = SyncSpec(repo.url, "main", "", 60.0, False, TrustPolicy())
+    ssa.apply(rapi, migsync_object("migops", "migops-system", spec), field_manager="migops-test", force=True)
+    rec = Reconciler(api, name="migops", namespace="migops-system", cache_dir=tmp_path / "cache")  # spec from the MigSync
+    stop = threading.Event()
+    options = ServeOptions("127.0.0.1", 0, leader_elect=True, lease_duration=4, renew_deadline=3, retry_period=0.5)
+    thread = threading.Thread(target=serve, args=(rec, options, stop), daemon=True)
+    thread.start()
+    try:
+        eventually(lambda: {labels_of(rapi, names)[n].get(MIG_CONFIG_LABEL) for n in names} == {"all-3g.40gb"})
+        agent_reports(rapi, CONFIG_YAML, names)
+        eventually(lambda: condition(migsync(rapi, "migops"), "Ready")["status"] == "True")
+        # A new spec (here another path) is fetched at once, not at the next 60 s poll.
+        repo.commit({"other/config.yaml": CONFIG_YAML, "other/nodes.yaml": nodes_yaml(
+            "  - nodeSelector: {matchLabels: {pool: rbac}}\n    config: all-1g.10gb")})
+        k8s.CustomObjectsApi(rapi).patch_namespaced_custom_object("migops.io", "v1alpha1", "migops-system", "migsyncs",
+                                                                  "migops", {"spec": {"path": "other"}})
+        eventually(lambda: {labels_of(rapi, names)[n].get(MIG_CONFIG_LABEL) for n in names} == {"all-1g.10gb"}, timeout=20)
+        agent_reports(rapi, CONFIG_YAML, names)
+        eventually(lambda: migsync(rapi, "migops")["status"].get("observedGeneration") == 2
+                   and condition(migsync(rapi, "migops"), "Ready")["status"] == "True")
+    finally:
+        stop.set()
+        thread.join(30)
+        api.close()
+    lease = k8s.CoordinationV1Api(rapi).read_namespaced_lease("migops-reconciler-migops", "migops-system")
+    assert lease.spec.holder_identity is None  # released on shutdown
+    assert events_for(rapi, "migops", "ReconciliationSucceeded", "migops-system")
+    assert events_for(rapi, "migops", "MigConfigAssigned", "migops-system")
+    assert rec.metrics.writes() >= 4
+

@@ -1,0 +1,103 @@
+"""The pure planner: waves, done-ness by digest or by mig-manager's transition, halts, drift, prune."""
+from __future__ import annotations
+
+from gitrepo import CONFIG_YAML, nodes_yaml
+
+from migops.gitops.desired import resolve
+from migops.gitops.repo import load_repo
+from migops.kube.clusterpolicy import MigSettings
+from migops.reconciler.plan import FAILED, IN_SYNC, OWNED_KEY, PROGRESSING, WAITING, max_unavailable, plan, trim_node
+
+
+def _desired(max_unavailable: object = 2, prune: bool | None = None, n: int = 6):  # noqa: ANN202
+    spec = load_repo({"config.yaml": CONFIG_YAML.encode(), "nodes.yaml": nodes_yaml(
+        "  - nodeSelector: {matchLabels: {pool: p}}\n    config: all-1g.10gb", max_unavailable=max_unavailable,
+        prune=prune).encode()}, "", "rev1")
+    return resolve(spec, {f"n{i}": _node(f"n{i}") for i in range(n)}, MigSettings(strategy="mixed"))
+
+
+def _node(name: str, label: str | None = "all-disabled", state: str | None = None, digest: str | None = None,
+          owned: bool = False, pool: str | None = "p", reason: str | None = None) -> dict:
+    labels = {"migops.io/gpu.device-id": "0x233010DE", "nvidia.com/gpu.count": "8"}
+    if pool:
+        labels["pool"] = pool
+    if label is not None:
+        labels["nvidia.com/mig.config"] = label
+    if state is not None:
+        labels["nvidia.com/mig.config.state"] = state
+    ann = {}
+    if digest:
+        ann["migops.io/mig.config.digest"] = digest
+    if reason:
+        ann["migops.io/mig.config.reason"] = reason
+    return {"metadata": {"name": name, "labels": labels, "annotations": ann}, OWNED_KEY: owned}
+
+
+def test_first_wave_is_bounded_and_ordered() -> None:
+    d = _desired(2)
+    nodes = {f"n{i}": _node(f"n{i}") for i in range(6)}
+    p = plan(d, nodes, None)
+    assert p.configmap_changed and p.writes == (("n0", "all-1g.10gb"), ("n1", "all-1g.10gb"))
+    assert p.counts == {IN_SYNC: 0, PROGRESSING: 0, WAITING: 6, FAILED: 0}
+
+
+def test_a_node_counts_until_success_for_the_assigned_digest() -> None:
+    d = _desired(1)
+    digest = d.targets["n0"].digest
+    base = {f"n{i}": _node(f"n{i}") for i in range(6)}
+    # given, no report yet: busy; success but for older content: busy; success for this digest: done.
+    for n0, busy in ((_node("n0", "all-1g.10gb", owned=True), True),
+                     (_node("n0", "all-1g.10gb", "success", "sha256:old", owned=True), True),
+                     (_node("n0", "all-1g.10gb", "pending", owned=True), True),
+                     (_node("n0", "all-1g.10gb", "success", digest, owned=True), False)):
+        p = plan(d, {**base, "n0": n0}, CONFIG_YAML)
+        assert (p.writes == ()) is busy, (n0, p.writes)
+
+
+def test_mig_manager_nodes_wait_for_the_state_to_leave_success() -> None:
+    d = _desired(1)
+    n0 = _node("n0", "all-1g.10gb", "success", owned=True)  # no migops annotations: mig-manager
+    nodes = {**{f"n{i}": _node(f"n{i}") for i in range(6)}, "n0": n0}
+    assert plan(d, nodes, CONFIG_YAML, awaiting=frozenset({"n0"})).writes == ()
+    assert plan(d, nodes, CONFIG_YAML).writes == (("n1", "all-1g.10gb"),)
+
+
+def test_failure_halts_until_acknowledged_and_names_the_node() -> None:
+    d = _desired(3)
+    nodes = {f"n{i}": _node(f"n{i}") for i in range(6)}
+    nodes["n2"] = _node("n2", "all-1g.10gb", "failed", owned=True, reason="NVML: in use")
+    p = plan(d, nodes, CONFIG_YAML)
+    assert p.writes == () and [h.name for h in p.halted] == ["n2"] and p.halted[0].message == "NVML: in use"
+    p = plan(d, nodes, CONFIG_YAML, acknowledged=frozenset({"n2"}))
+    assert p.halted == () and len(p.writes) == 3 and p.counts[FAILED] == 1
+    # A node that failed on some other config is simply given the new one, first.
+    nodes["n2"] = _node("n2", "all-3g.40gb", "failed")
+    assert plan(d, nodes, CONFIG_YAML).writes[0] == ("n2", "all-1g.10gb")
+
+
+def test_drift_unmanaged_nodes_and_prune() -> None:
+    d = _desired("100%", prune=True)
+    nodes = {f"n{i}": _node(f"n{i}", "all-1g.10gb", "success", d.targets["n0"].digest, owned=True) for i in range(6)}
+    nodes["n3"] = _node("n3", "all-3g.40gb", "success", owned=False)  # hand-edited
+    nodes["gone"] = _node("gone", "all-1g.10gb", owned=True, pool=None)  # left every assignment
+    nodes["other"] = _node("other", "all-3g.40gb", owned=False, pool=None)  # never ours: left alone
+    p = plan(d, nodes, CONFIG_YAML, reached={"n3": "all-1g.10gb"})
+    assert p.writes == (("n3", "all-1g.10gb"),) and p.drift == frozenset({"n3"})
+    assert p.prunes == ("gone",)
+    assert not plan(_desired("100%"), nodes, CONFIG_YAML, reached={}).prunes
+
+
+def test_max_unavailable() -> None:
+    assert [max_unavailable(v, 2000) for v in (1, 5, "25%", "100%", "1%")] == [1, 5, 500, 2000, 20]
+    assert max_unavailable("10%", 3) == 1  # never 0: a rollout must move
+
+
+def test_trim_node_keeps_what_is_read_and_ownership() -> None:
+    node = {"metadata": {"name": "n", "uid": "u", "resourceVersion": "7", "labels": {"a": "b"},
+                         "annotations": {"migops.io/mig.config.digest": "d", "big": "x" * 1000},
+                         "managedFields": [{"manager": "migops-reconciler", "operation": "Apply",
+                                            "fieldsV1": {"f:metadata": {"f:labels": {"f:nvidia.com/mig.config": {}}}}}]},
+            "status": {"images": ["..."] * 50}}
+    t = trim_node(node)
+    assert t == {"metadata": {"name": "n", "uid": "u", "resourceVersion": "7", "labels": {"a": "b"},
+                              "annotations": {"migops.io/mig.config.digest": "d"}}, OWNED_KEY: True}
