@@ -34,6 +34,12 @@ def test_reconciler_runs_with_exactly_its_rbac(rplane, rapi, repo, gpu_nodes, tm
                              capture_output=True, text=True, timeout=120, check=False)
     assert applied.returncode == 0, applied.stderr
     assert "role.rbac.authorization.k8s.io/migops-reconciler serverside-applied" in applied.stdout
+    # No webhook server runs beside this reconciler: its registrations (failurePolicy Fail, calling a
+    # Service that does not exist here) would refuse the writes of every later test on this plane.
+    removed = subprocess.run([kubectl, "--kubeconfig", str(rplane.admin_kubeconfig), "delete",
+                              "validatingwebhookconfiguration/migops-webhook", "mutatingwebhookconfiguration/migops-webhook"],
+                             capture_output=True, text=True, timeout=60, check=False)
+    assert removed.returncode == 0, removed.stderr
     sa = rplane.kubeconfig_for_service_account("migops-system", "migops-reconciler")
     api = rplane.api_client(sa)
     # What it may not do: read Secrets, write ConfigMaps outside gpu-operator, delete Nodes.
