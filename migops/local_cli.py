@@ -1,17 +1,15 @@
 """`migops local up|down|status|env`: a real local control plane that looks like a GPU cluster.
 
-`up` starts etcd + kube-apiserver (see migops.local.controlplane), seeds GPU nodes and the
-GPU Operator's ClusterPolicy, leaves the servers running detached, and records them under
-$MIGOPS_HOME/local/. Nodes cycle through the given GPU models: node i gets
+`up` starts the local stack (migops.local.stack: etcd, kube-apiserver, GPU nodes seeded as a GPU
+Operator cluster, the admission webhook, one simulated agent per node, the reconciler with --repo,
+kube-scheduler), leaves it running detached, and records it under $MIGOPS_HOME/local/. Nodes cycle through the given GPU models: node i gets
 `gpus[i % len(gpus)]`, with `--gpus-per-node` GPUs each.
 """
 from __future__ import annotations
 
 import argparse
 import shlex
-import shutil
 import sys
-import time
 from pathlib import Path
 
 from migops.local import reconciler
@@ -68,68 +66,45 @@ def _up(args: argparse.Namespace) -> int:
 
     from kubernetes.client.exceptions import ApiException
 
-    from migops.local import agents, cluster, state
-    from migops.local.binaries import BinariesUnavailable, locate
-    from migops.local.controlplane import ControlPlane, ControlPlaneError
+    from migops.local import stack, state
+    from migops.local.binaries import BinariesUnavailable
+    from migops.local.controlplane import ControlPlaneError
 
-    nodes = cluster.plan_nodes(args.nodes, gpus, args.gpus_per_node, args.strategy)
     home = _home()
+    options = stack.Options(args.nodes, gpus, args.gpus_per_node, args.strategy, args.repo, args.ref, args.path)
     with state.locked(home):
         current = state.load(home)
         if current is not None and current.running():
             _say(f"already up at {current.api_url} (state in {state.local_dir(home)}); nothing "
                  "to do. Run `migops local down` first to change nodes, GPUs or strategy.")
             return EXIT_OK
-        _clean(home)  # stale state from a crash or reboot: start from scratch
+        stack.down(home)  # stale state from a crash or reboot: start from scratch
+        logs = state.local_dir(home) / "logs"
         try:
-            binaries = locate(echo_build=True)
+            started = stack.up(home, options, progress=lambda line: _say(line))
         except BinariesUnavailable as exc:
             _say(str(exc))
             return EXIT_INVALID
-        plane = ControlPlane(binaries, state.local_dir(home), watchdog=True)
-        began = time.monotonic()
-        try:
-            plane.start()
-            with plane.api_client() as api:
-                cluster.seed(api, nodes, args.strategy)
-                from migops.local import webhook as local_webhook  # the admission webhook (issue 6)
-                hook = local_webhook.start(api, plane.workdir, plane.admin_kubeconfig, log=plane.logs / "webhook.log")
-                agents.seed_mig_config(api)  # the simulated agents, one per node (migops.local.agents)
-                agents.start(plane.workdir, plane.admin_kubeconfig, [(n.name, n.gpu.device_id, n.gpus) for n in nodes])
-                slow = agents.wait_ready(api, [n.name for n in nodes])
-                synced = reconciler.start_from_args(args, api, plane.workdir, plane.admin_kubeconfig)
-            plane.start_scheduler()  # binds Pods to the GPU nodes by their allocatable resources
-            state.save(home, state.LocalState(
-                api_url=plane.url, kubeconfig=str(plane.admin_kubeconfig),
-                bin_dir=str(binaries.directory), workdir=str(plane.workdir),
-                strategy=args.strategy, processes={**plane.processes, "webhook": hook.ref},
-                nodes=[state.NodeRecord(n.name, n.gpu.product, n.gpu.device_id, n.gpus)
-                       for n in nodes],
-                ready_seconds=plane.ready_seconds))
-            plane.detach()
         except ControlPlaneError as exc:
-            plane.stop()
-            _say(f"failed to start: {exc}\n(logs kept in {plane.logs})")
+            _say(f"failed to start: {exc}\n(logs kept in {logs})")
             return EXIT_INVALID
         except (ApiException, TimeoutError, RuntimeError) as exc:
-            reconciler.stop(plane.workdir)
-            plane.stop()
-            _say(f"API server up, but seeding the cluster failed: {exc}\n(logs kept in {plane.logs})")
+            _say(f"API server up, but starting the cluster failed: {exc}\n(logs kept in {logs})")
             return EXIT_INVALID
-        except BaseException:
-            plane.stop()
-            raise
-    elapsed = time.monotonic() - began
+    plane = started.state
     models = ", ".join(sorted({f"{g.product} ({g.device_id})" for g in gpus}))
-    print(f"migops local: up at {plane.url} in {elapsed:.1f}s "
+    print(f"migops local: up at {plane.api_url} in {started.seconds:.1f}s "
           f"(API server ready after {plane.ready_seconds:.1f}s)")
-    print(f"  nodes:      {', '.join(n.name for n in nodes)}: {args.gpus_per_node} x {models}")
+    print(f"  nodes:      {', '.join(n.name for n in started.nodes)}: {args.gpus_per_node} x {models}")
     print(f"  strategy:   {args.strategy} (ClusterPolicy cluster-policy)")
+    slow = started.unready_agents
     print(f"  agents:     one simulated MIG agent per node{' (not reporting yet: ' + ', '.join(slow) + ')' if slow else ''}")
-    print(f"  kubeconfig: {plane.admin_kubeconfig}")
-    print(f"  webhook:    {hook.url} (registered as migops-webhook)")
-    if synced:
-        print(f"  reconciler: {synced}")
+    print(f"  webhook:    {started.webhook_url} (registered as migops-webhook)")
+    if args.repo:
+        print(f"  reconciler: following {args.repo} (log {Path(plane.workdir) / 'logs' / 'reconciler.log'}; "
+              "`migops status`)")
+    print("  scheduler:  kube-scheduler binds Pods to the nodes by their allocatable resources")
+    print(f"  kubeconfig: {plane.kubeconfig}")
     print('  next:       eval "$(migops local env)"; kubectl get nodes --show-labels')
     return EXIT_OK
 
@@ -146,50 +121,19 @@ def _resolve_gpus(names: list[str]) -> list:
 
 # --------------------------------------------------------------------------- down
 def _down(args: argparse.Namespace) -> int:
-    from migops.local import state
+    from migops.local import stack, state
 
     home = _home()
     with state.locked(home):
         if not state.local_dir(home).exists():
             _say(f"not running (nothing under {state.local_dir(home)})")
             return EXIT_OK
-        survivors = _clean(home)
+        survivors = stack.down(home)
     if survivors:
         _say(f"could not stop pids {', '.join(map(str, survivors))}")
         return EXIT_INVALID
-    print(f"migops local: down; no etcd or kube-apiserver left, {state.local_dir(home)} removed")
+    print(f"migops local: down; no server, webhook, agent or reconciler left, {state.local_dir(home)} removed")
     return EXIT_OK
-
-
-def _clean(home: Path) -> list[int]:
-    """Stop every server of this home (recorded or found by command line); delete its dir."""
-    from migops.local import state
-    from migops.local.controlplane import identifying_arguments
-    from migops.local.process import find_by_argument, is_alive, stop
-
-    from migops.local import agents
-
-    workdir = state.local_dir(home)
-    leftover = agents.stop_all(workdir)  # before the API server they talk to
-    reconciler.stop(workdir)
-    recorded = state.load(home)
-    refs = list(recorded.processes.values())[::-1] if recorded else []
-    from migops.local import webhook as local_webhook
-
-    for arg in (*local_webhook.identifying_arguments(workdir), *identifying_arguments(workdir)):
-        refs += [r for r in find_by_argument(arg) if r not in refs]
-    # A half-dead control plane (one server crashed) has nothing to shut down gracefully, and
-    # kube-apiserver without its etcd would sit out the whole grace period.
-    grace = 15.0 if all(is_alive(r) for r in refs) else 3.0
-    for ref in refs:
-        try:
-            stop(ref, timeout=grace)
-        except RuntimeError:
-            pass
-    survivors = [r.pid for r in refs if is_alive(r)] + leftover
-    if not survivors:
-        shutil.rmtree(workdir, ignore_errors=True)
-    return survivors
 
 
 # --------------------------------------------------------------------------- status / env
@@ -210,11 +154,17 @@ def _status(args: argparse.Namespace) -> int:
     print(f"  kubeconfig: {current.kubeconfig}")
     print(f"  binaries:   {current.bin_dir}")
     print(f"  strategy:   {current.strategy}")
-    for name, ref in current.processes.items():
-        print(f"  {name + ':':<15} pid {ref.pid}")
-    from migops.local import agents
+    from migops.local import stack
+    from migops.local.process import is_alive
 
-    print(f"  agents:         {len(agents.running(Path(current.workdir)))} of {len(current.nodes)} running")
+    for name, ref in current.processes.items():
+        if not name.startswith(stack.AGENT_PREFIX):
+            print(f"  {name + ':':<15} pid {ref.pid}{'' if is_alive(ref) else ' (exited)'}")
+    print(f"  agents:         {len(stack.running_agents(current))} of {len(current.nodes)} running")
+    if current.webhook_url:
+        print(f"  webhook url:    {current.webhook_url}")
+    if current.repo:
+        print(f"  config repo:    {current.repo}")
     print("  nodes:")
     for line in _node_lines(Path(current.kubeconfig)):
         print(f"    {line}")

@@ -19,7 +19,6 @@ import json
 import logging
 import random
 import threading
-import time
 from collections.abc import Callable, Mapping
 from typing import Any
 

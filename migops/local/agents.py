@@ -1,4 +1,5 @@
-"""`migops local up` runs one simulated agent per node (separate processes); `down` stops them.
+"""`migops local up` runs one simulated agent per node (separate processes); `down` stops them
+(migops.local.stack records them with the servers).
 
 Each agent gets the node's GPUs as simulated GPUs (state under `<workdir>/agents/<node>/`), so
 labelling a node `nvidia.com/mig.config=<name>` reconfigures them and the node's state label, GFD
@@ -12,7 +13,7 @@ ones, so nothing is left owned twice.
 """
 from __future__ import annotations
 
-import json
+import subprocess
 import sys
 import time
 from collections.abc import Iterable, Sequence
@@ -23,9 +24,8 @@ from kubernetes import client as k8s
 from kubernetes.client import ApiClient
 from kubernetes.client.exceptions import ApiException
 
-from migops.local.process import ProcessRef, find_by_argument, is_alive, spawn, stop
+from migops.local.process import ProcessRef, spawn
 
-REFS = "agents.json"
 MIG_CONFIGMAP = ("gpu-operator", "default-mig-parted-config")
 
 
@@ -46,18 +46,19 @@ def seed_mig_config(api: ApiClient) -> None:
             raise
 
 
-def start(workdir: Path, kubeconfig: Path, nodes: Iterable[tuple[str, str, int]]) -> dict[str, ProcessRef]:
-    """One agent per (node, device ID, GPU count); their refs are saved for `stop_all`."""
-    refs: dict[str, ProcessRef] = {}
+def start(workdir: Path, kubeconfig: Path,
+          nodes: Iterable[tuple[str, str, int]]) -> dict[str, tuple[subprocess.Popen[bytes], ProcessRef]]:
+    """One agent per (node, device ID, GPU count), each a detached process logging to
+    <workdir>/logs/agent-<node>.log; the caller records them (migops.local.stack)."""
+    started: dict[str, tuple[subprocess.Popen[bytes], ProcessRef]] = {}
     for node, device_id, count in nodes:
         work = agent_dir(workdir, node)
         argv = [sys.executable, "-m", "migops", "agent", "--node", node, "--backend", "simulated",
                 "--gpus", f"{count}x{device_id}", "--state-file", str(work / "gpus.json"),
                 f"--work-dir={work}", "--kubeconfig", str(kubeconfig),
                 "--pod-timeout", "60", "--retry-base", "2", "--retry-max", "60", "--mode-change-settle", "0"]
-        _, refs[node] = spawn(argv, workdir / "logs" / f"agent-{node}.log")
-        _save(workdir, refs)
-    return refs
+        started[node] = spawn(argv, workdir / "logs" / f"agent-{node}.log")
+    return started
 
 
 def wait_ready(api: ApiClient, names: Sequence[str], timeout: float = 90.0) -> list[str]:
@@ -73,35 +74,7 @@ def wait_ready(api: ApiClient, names: Sequence[str], timeout: float = 90.0) -> l
     return waiting
 
 
-def running(workdir: Path) -> dict[str, ProcessRef]:
-    return {n: r for n, r in _load(workdir).items() if is_alive(r)}
-
-
-def stop_all(workdir: Path) -> list[int]:
-    """Stop the recorded agents and any other agent of this workdir; the pids that survived."""
-    refs = list(_load(workdir).values())
+def identifying_arguments(workdir: Path) -> tuple[str, ...]:
+    """The argument only this workdir's agents are started with, one per node directory."""
     base = workdir / "agents"
-    if base.exists():
-        for node_dir in base.iterdir():
-            refs += [r for r in find_by_argument(f"--work-dir={node_dir}") if r not in refs]
-    survivors = []
-    for ref in refs:
-        try:
-            stop(ref, timeout=10.0)
-        except RuntimeError:
-            survivors.append(ref.pid)
-    return survivors
-
-
-def _save(workdir: Path, refs: dict[str, ProcessRef]) -> None:
-    path = workdir / REFS
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps({n: r.to_json() for n, r in refs.items()}, indent=2))
-    tmp.replace(path)
-
-
-def _load(workdir: Path) -> dict[str, ProcessRef]:
-    try:
-        return {n: ProcessRef.from_json(r) for n, r in json.loads((workdir / REFS).read_text()).items()}
-    except (FileNotFoundError, ValueError, KeyError, TypeError):
-        return {}
+    return tuple(f"--work-dir={d}" for d in sorted(base.iterdir())) if base.is_dir() else ()

@@ -161,6 +161,13 @@ class ControlPlane:
         self.ready_seconds = time.monotonic() - began
         return self
 
+    def adopt(self, name: str, popen: subprocess.Popen[bytes] | None, ref: ProcessRef) -> None:
+        """Make a process started beside the servers (webhook, agents, reconciler) one of them: the
+        watchdog stops it if this process dies, stop() stops it (in reverse start order, so before the
+        API server it talks to), and detach() hands it over with the rest."""
+        self._procs[name] = (popen, ref)
+        self._tell_watchdog(f"watch {ref.pid} {ref.start_time}")
+
     def start_scheduler(self) -> None:
         """Start kube-scheduler against this API server (idempotent); return once it is healthy.
 
@@ -375,8 +382,7 @@ class ControlPlane:
         with log.open("ab") as f:
             f.write(f"\n=== {time.strftime('%Y-%m-%dT%H:%M:%S')} {' '.join(argv)}\n".encode())
         popen, ref = spawn(argv, log)
-        self._procs[name] = (popen, ref)
-        self._tell_watchdog(f"watch {ref.pid} {ref.start_time}")
+        self.adopt(name, popen, ref)
 
     def _wait(self, name: str, url: str, ctx: ssl.SSLContext, ready: Callable[[str], bool]) -> None:
         """Poll `url` until `ready(body)`; fail fast if the server process exits."""

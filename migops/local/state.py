@@ -17,6 +17,7 @@ from pathlib import Path
 from migops.local.process import ProcessRef, is_alive
 
 HOME_ENV = "MIGOPS_HOME"
+SERVERS = ("etcd", "kube-apiserver")
 
 
 def migops_home() -> Path:
@@ -54,10 +55,14 @@ class LocalState:
     processes: dict[str, ProcessRef]
     nodes: list[NodeRecord] = field(default_factory=list)
     ready_seconds: float | None = None
+    webhook_url: str | None = None
+    repo: str | None = None  # the config repo the reconciler follows
 
     def running(self) -> bool:
-        """All servers alive (the very processes we started, not recycled pids)."""
-        return bool(self.processes) and all(is_alive(r) for r in self.processes.values())
+        """etcd and kube-apiserver alive (the very processes we started, not recycled pids): the
+        cluster is up; `status` reports any other process that has exited."""
+        servers = [r for name, r in self.processes.items() if name in SERVERS]
+        return bool(servers) and all(is_alive(r) for r in servers)
 
     def to_json(self) -> dict:
         data = asdict(self)
@@ -75,6 +80,8 @@ class LocalState:
             processes={k: ProcessRef.from_json(v) for k, v in data["processes"].items()},
             nodes=[NodeRecord(**n) for n in data.get("nodes", [])],
             ready_seconds=data.get("ready_seconds"),
+            webhook_url=data.get("webhook_url"),
+            repo=data.get("repo"),
         )
 
 

@@ -8,6 +8,7 @@ it with the API server at https://127.0.0.1:PORT/... with the CA bundle.
 from __future__ import annotations
 
 import ssl
+import subprocess
 import sys
 import time
 import urllib.error
@@ -26,6 +27,7 @@ from migops.webhook.registration import register
 
 @dataclass(frozen=True)
 class LocalWebhook:
+    popen: subprocess.Popen[bytes]
     ref: ProcessRef
     url: str
     certs: Path
@@ -58,7 +60,7 @@ def start(api: ApiClient, workdir: Path, kubeconfig: Path, *, log: Path, timeout
     except BaseException:
         stop(ref, popen=popen)
         raise
-    return LocalWebhook(ref, url, store.path)
+    return LocalWebhook(popen, ref, url, store.path)
 
 
 def _wait_ready(url: str, bundle: bytes, popen, ref: ProcessRef, log: Path, timeout: float) -> None:

@@ -27,6 +27,30 @@ from migops.mig.catalogue import catalogue
 ROOT = Path(__file__).resolve().parents[2]
 AGENT_NS = "migops-system"
 AGENT_SA = "migops-agent"
+# NVIDIA's default config plus configs the tests select; the agents see only their own config's
+# content (its digest), so adding or editing another config never disturbs a node.
+EXTRA_CONFIGS = """
+  gpu3-differs:
+    - devices: [0, 1, 2, 4, 5, 6, 7]
+      mig-enabled: true
+      mig-devices: {"1g.10gb": 2, "2g.20gb": 1, "3g.40gb": 1}
+    - devices: [3]
+      mig-enabled: true
+      mig-devices: {"1g.10gb": 4, "3g.40gb": 1}
+  too-many:
+    - devices: all
+      mig-enabled: true
+      mig-devices: {"1g.10gb": 8}
+"""
+DEFAULT_CONFIG = (ROOT / "examples" / "nvidia-default-config.yaml").read_text().rstrip("\n") + EXTRA_CONFIGS
+
+
+def mig_configmap(text: str = DEFAULT_CONFIG) -> dict:
+    return {"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "default-mig-parted-config", "namespace": "gpu-operator"},
+            "data": {"config.yaml": text}}
+
+
 FAST = ["--pod-timeout", "3", "--retry-base", "0.5", "--retry-max", "2", "--mode-change-settle", "0"]
 
 

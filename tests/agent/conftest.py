@@ -16,40 +16,16 @@ import yaml
 from kubernetes import client as k8s
 from kubernetes.client import ApiClient
 
-from agent_harness import ROOT, AgentProc, bound_token_kubeconfig, seed_node
+from agent_harness import ROOT, AgentProc, bound_token_kubeconfig, mig_configmap, seed_node
 from migops.kube import ssa
 from migops.local.binaries import locate
 from migops.local.cluster import apply_cluster_policy, install_clusterpolicy_crd
 from migops.local.controlplane import ControlPlane
 
-# NVIDIA's default config plus configs the tests select; the agents see only their own config's
-# content (its digest), so adding or editing another config never disturbs a node.
-EXTRA_CONFIGS = """
-  gpu3-differs:
-    - devices: [0, 1, 2, 4, 5, 6, 7]
-      mig-enabled: true
-      mig-devices: {"1g.10gb": 2, "2g.20gb": 1, "3g.40gb": 1}
-    - devices: [3]
-      mig-enabled: true
-      mig-devices: {"1g.10gb": 4, "3g.40gb": 1}
-  too-many:
-    - devices: all
-      mig-enabled: true
-      mig-devices: {"1g.10gb": 8}
-"""
-DEFAULT_CONFIG = (ROOT / "examples" / "nvidia-default-config.yaml").read_text().rstrip("\n") + EXTRA_CONFIGS
-
-
 def kustomize(binaries_dir: Path, path: Path) -> list[dict]:
     out = subprocess.run([str(binaries_dir / "kubectl"), "kustomize", str(path)], capture_output=True, text=True,
                          check=True, timeout=120).stdout
     return [d for d in yaml.safe_load_all(out) if d]
-
-
-def mig_configmap(text: str = DEFAULT_CONFIG) -> dict:
-    return {"apiVersion": "v1", "kind": "ConfigMap",
-            "metadata": {"name": "default-mig-parted-config", "namespace": "gpu-operator"},
-            "data": {"config.yaml": text}}
 
 
 @pytest.fixture(scope="session")

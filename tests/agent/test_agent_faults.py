@@ -7,8 +7,8 @@ import json
 import pytest
 from kubernetes import client as k8s
 
-from agent_harness import allocatable, annotations, labels, set_config, set_strategy, state, until
-from conftest import DEFAULT_CONFIG, mig_configmap
+from agent_harness import (DEFAULT_CONFIG, allocatable, annotations, labels, mig_configmap, set_config, set_strategy,
+                           state, until)
 from migops.kube import ssa
 
 pytestmark = pytest.mark.cluster

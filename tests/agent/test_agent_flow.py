@@ -24,7 +24,6 @@ def test_label_reconfigures_many_nodes_with_gfd_labels_and_allocatable(agent_adm
     nodes = [agents(f"flow-{i}") for i in range(3)] + [agents("flow-3", "4x0x20B010DE")]  # + 4 x A100-40GB
     for agent in nodes:  # the operator's default config: all-disabled, already true of fresh GPUs
         _success_for(agent_admin, agent.node, "all-disabled")
-    watch = k8s.CoreV1Api(agent_admin)
     seen: list[str] = []
     set_config(agent_admin, "flow-0", "all-balanced")
     set_config(agent_admin, "flow-1", "all-1g.10gb")

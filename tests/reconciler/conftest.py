@@ -4,8 +4,8 @@ The reconciler watches every Node, so these tests run on a control plane of thei
 one per test package), seeded as a GPU Operator cluster with MIG strategy `mixed`: other tests' Nodes
 never meet a reconciler, and a test may restart this kube-apiserver. Each test makes its own Nodes
 (`gpu_nodes`) with a unique `pool` label that its nodes.yaml selects, and deletes them afterwards.
-The migops agent is being written in parallel: `agent_reports` does what it does on the API server
-(state label + digest annotation under the field manager migops-agent).
+Helpers the tests import (`agent_reports`, which plays the agent's part on the API server, ...) are
+in reconciler_harness.py.
 """
 from __future__ import annotations
 
@@ -20,14 +20,12 @@ from kubernetes import client as k8s
 from kubernetes.client import ApiClient
 
 from migops.kube import ssa
-from migops.kube.names import (AGENT_MANAGER, DIGEST_ANNOTATION, MIG_CONFIG_LABEL, MIG_CONFIG_STATE_LABEL,
-                               REASON_ANNOTATION)
 from migops.local.binaries import locate
 from migops.local.cluster import apply_cluster_policy, apply_node, install_clusterpolicy_crd, plan_nodes
 from migops.local.controlplane import ControlPlane
 from migops.mig.catalogue import catalogue
-from migops.mig.spec import parse_config
 from migops.reconciler.status import install_crd
+
 
 H100 = "0x233010DE"
 
@@ -83,62 +81,6 @@ def gpu_nodes(rapi: ApiClient) -> Iterator[Callable[..., list[str]]]:
             core.delete_node(name)
         except k8s.exceptions.ApiException:
             pass
-
-
-def labels_of(api: ApiClient, names: list[str]) -> dict[str, dict[str, str]]:
-    core = k8s.CoreV1Api(api)
-    return {n: core.read_node(n).metadata.labels or {} for n in names}
-
-
-def agent_reports(api: ApiClient, config_text: str, names: list[str], *, fail: dict[str, str] | None = None,
-                  state: str | None = None, mig_manager: bool = False) -> None:
-    """What the migops agent writes when it has applied (or failed to apply) each node's label;
-    `mig_manager=True`: what NVIDIA's mig-manager writes instead (the state label, no annotations)."""
-    config = parse_config(config_text)
-    core = k8s.CoreV1Api(api)
-    for name in names:
-        label = (core.read_node(name).metadata.labels or {}).get(MIG_CONFIG_LABEL)
-        if label is None:
-            continue
-        labels: dict[str, Any] = {MIG_CONFIG_STATE_LABEL: state or "success"}
-        annotations: dict[str, Any] = {}
-        if fail and name in fail:
-            labels[MIG_CONFIG_STATE_LABEL] = "failed"
-            annotations[REASON_ANNOTATION] = fail[name]
-        elif labels[MIG_CONFIG_STATE_LABEL] == "success" and not mig_manager:
-            annotations[DIGEST_ANNOTATION] = config.digest(label)
-        ssa.apply(api, {"apiVersion": "v1", "kind": "Node",
-                        "metadata": {"name": name, "labels": labels, "annotations": annotations}},
-                  field_manager="nvidia-mig-manager" if mig_manager else AGENT_MANAGER, force=True)
-
-
-def events_for(api: ApiClient, name: str, reason: str | None = None, namespace: str | None = None) -> list[Any]:
-    core = k8s.CoreV1Api(api)
-    found = (core.list_namespaced_event(namespace, field_selector=f"involvedObject.name={name}") if namespace
-             else core.list_event_for_all_namespaces(field_selector=f"involvedObject.name={name}"))
-    return [e for e in found.items if reason is None or e.reason == reason]
-
-
-def migsync(api: ApiClient, name: str, namespace: str = "migops-system") -> dict[str, Any]:
-    return k8s.CustomObjectsApi(api).get_namespaced_custom_object("migops.io", "v1alpha1", namespace, "migsyncs", name)
-
-
-def eventually(call: Callable[[], Any], ok: Callable[[Any], bool] = bool, timeout: float = 45.0) -> Any:
-    """Call until `ok(value)`; return the value. The API server and the loop are asynchronous."""
-    import time
-
-    deadline = time.monotonic() + timeout
-    while True:
-        value = call()
-        if ok(value):
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"not met in {timeout:.0f}s: {value!r}")
-        time.sleep(0.1)
-
-
-def condition(obj: dict[str, Any], kind: str) -> dict[str, Any]:
-    return next(c for c in obj["status"]["conditions"] if c["type"] == kind)
 
 
 @pytest.fixture

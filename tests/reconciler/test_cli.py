@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 from gitrepo import CONFIG_YAML, UNPLACEABLE, nodes_yaml
-from conftest import agent_reports, labels_of
+from reconciler_harness import agent_reports, labels_of
 
 from migops.kube.names import MIG_CONFIG_LABEL
 
@@ -80,7 +80,7 @@ def test_local_up_with_a_repo_runs_the_reconciler_and_down_stops_it(rplane, repo
     try:
         up = local("up", "--nodes", "2", "--strategy", "mixed", "--repo", str(repo.path))
         assert up.returncode == 0, up.stderr
-        assert "reconciler: pid " in up.stdout
+        assert f"reconciler: following {repo.path}" in up.stdout
         kubeconfig = home / "local" / "admin.kubeconfig"
         with config.new_client_from_config(config_file=str(kubeconfig)) as api:
             deadline = time.monotonic() + 60

@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 from gitrepo import CONFIG_YAML, nodes_yaml
-from conftest import agent_reports, condition, eventually, labels_of, migsync
+from reconciler_harness import agent_reports, condition, eventually, labels_of, migsync
 from kubernetes import client as k8s
 
 from migops.gitops.verify import TrustPolicy

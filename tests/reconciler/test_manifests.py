@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 from gitrepo import CONFIG_YAML, nodes_yaml
-from conftest import agent_reports, condition, eventually, events_for, labels_of, migsync
+from reconciler_harness import agent_reports, condition, eventually, events_for, labels_of, migsync
 from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 

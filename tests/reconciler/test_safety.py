@@ -4,7 +4,7 @@ from __future__ import annotations
 import shutil
 
 from gitrepo import CONFIG_YAML, UNPLACEABLE, SshKey, nodes_yaml
-from conftest import agent_reports, condition, eventually, events_for, labels_of, migsync
+from reconciler_harness import agent_reports, condition, eventually, events_for, labels_of, migsync
 from kubernetes import client as k8s
 
 from migops.gitops.verify import TrustPolicy

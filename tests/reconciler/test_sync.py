@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from gitrepo import CONFIG_YAML, nodes_yaml
-from conftest import agent_reports, condition, eventually, labels_of, migsync
+from reconciler_harness import agent_reports, condition, eventually, labels_of, migsync
 from kubernetes import client as k8s
 
 from migops.kube.names import MIG_CONFIG_LABEL

@@ -93,8 +93,6 @@ def test_rotation_under_load_drops_no_request(api, hook) -> None:
     lock = threading.Lock()
 
     def load() -> None:
-        from migops.local.controlplane import ControlPlane  # noqa: F401 - same client config as the fixture
-
         while not stop.is_set():
             try:
                 core.patch_namespaced_config_map(CM_NAME, CM_NS, {"metadata": {"labels": {"load": "1"}}}, dry_run="All")

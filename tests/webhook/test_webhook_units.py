@@ -12,7 +12,7 @@ from migops.certs.rotation import DirectoryStore, certificates, remaining, rotat
 from migops.webhook import annotate, configmaps, nodelabels, pods, policies
 from migops.webhook.admission import MAX_WARNING, BadReview, merge_warnings, parse_review
 from migops.webhook.state import Snapshot, trim_node
-from webhook_helpers import CM_NAME, CM_NS, DEFAULT_CONFIG, configmap, review
+from webhook_helpers import CM_NS, DEFAULT_CONFIG, configmap, review
 
 H100_NODE = {"metadata": {"name": "n1", "labels": {"migops.io/gpu.device-id": "0x233010DE", "nvidia.com/gpu.count": "8",
                                                    "nvidia.com/mig.config": "all-balanced"}}}
