@@ -8,10 +8,15 @@ migops.local.stack records it with the servers, so `down` stops it before them.
 from __future__ import annotations
 
 import argparse
+import hashlib
+import hmac
+import json
+import secrets
 import subprocess
 import sys
 import time
 import urllib.request
+from dataclasses import dataclass
 from pathlib import Path
 
 from migops.local.ports import free_ports
@@ -32,10 +37,23 @@ def identifying_arguments(workdir: Path) -> tuple[str]:
     return (f"--cache-dir={workdir / 'reconciler-git'}",)
 
 
+@dataclass(frozen=True)
+class LocalReconciler:
+    popen: subprocess.Popen[bytes]
+    ref: ProcessRef
+    url: str  # http://127.0.0.1:PORT: /healthz, /readyz, /metrics, POST /hook
+    hook_secret: Path  # the HMAC secret a push webhook signs with (`notify` uses it)
+
+
+def hook_secret_file(workdir: Path) -> Path:
+    return workdir / "reconciler-hook.secret"
+
+
 def start(api: object, workdir: Path, kubeconfig: Path, repo: str, ref: str | None = None, path: str = "",
-          timeout: float = 60.0) -> tuple[subprocess.Popen[bytes], ProcessRef]:
+          interval: str = "10s", timeout: float = 60.0) -> LocalReconciler:
     """Install the CRD and namespace, start the reconciler, wait until it serves /readyz; the caller
-    records the process (migops.local.stack)."""
+    records the process (migops.local.stack). It polls every `interval` (a local repo is cheap to
+    fetch) and syncs at once on a signed POST /hook, as a git host's push webhook would send it."""
     from kubernetes import client as k8s
 
     from migops.kube.names import LOCAL_MANAGER
@@ -47,9 +65,13 @@ def start(api: object, workdir: Path, kubeconfig: Path, repo: str, ref: str | No
     if "://" not in repo and Path(repo).exists():
         repo = str(Path(repo).resolve())
     (port,) = free_ports(1)
+    secret = hook_secret_file(workdir)
+    secret.write_text(secrets.token_hex(32))
+    secret.chmod(0o600)
     argv = [str(Path(sys.executable).parent / "migops"), "reconcile", "--repo", repo, "--path", path,
             "--kubeconfig", str(kubeconfig), "--namespace", NAMESPACE, "--no-leader-elect",
-            "--http-address", f"127.0.0.1:{port}", *identifying_arguments(workdir), "-v"]
+            "--http-address", f"127.0.0.1:{port}", "--interval", interval, "--hook-secret-file", str(secret),
+            *identifying_arguments(workdir), "-v"]
     if ref:
         argv += ["--ref", ref]
     log = workdir / "logs" / "reconciler.log"
@@ -61,9 +83,20 @@ def start(api: object, workdir: Path, kubeconfig: Path, repo: str, ref: str | No
         try:
             with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=2) as resp:
                 if resp.status == 200:
-                    return popen, ref_
+                    return LocalReconciler(popen, ref_, f"http://127.0.0.1:{port}", secret)
         except OSError:
             pass
         time.sleep(0.2)
     stop_process(ref_, popen=popen)
     raise RuntimeError(f"the reconciler did not become ready in {timeout:.0f}s; see {log}")
+
+
+def notify(url: str, secret_file: Path, revision: str = "") -> int:
+    """POST a push event to the reconciler's /hook, signed as GitHub signs it (X-Hub-Signature-256):
+    what a git host does after a push, so the commit is synced at once. The HTTP status."""
+    body = json.dumps({"ref": "refs/heads/main", "after": revision}).encode()
+    signature = hmac.new(secret_file.read_bytes().strip(), body, hashlib.sha256).hexdigest()
+    request = urllib.request.Request(f"{url}/hook", data=body, method="POST", headers={
+        "Content-Type": "application/json", "X-GitHub-Event": "push", "X-Hub-Signature-256": f"sha256={signature}"})
+    with urllib.request.urlopen(request, timeout=10) as resp:
+        return resp.status

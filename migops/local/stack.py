@@ -36,6 +36,7 @@ class Options:
     repo: str | None = None  # run the reconciler on this config repo
     ref: str | None = None
     path: str = ""
+    interval: str = "10s"  # the reconciler's poll interval
 
 
 @dataclass(frozen=True)
@@ -70,18 +71,21 @@ def up(home: Path, options: Options, progress: Progress = lambda _: None) -> Sta
                 plane.adopt(AGENT_PREFIX + node, popen, ref)
             unready = agents.wait_ready(api, [n.name for n in nodes])
             progress(f"{len(nodes) - len(unready)} of {len(nodes)} simulated agent(s) reporting")
+            reconciler_url = None
             if options.repo:
-                popen, ref = reconciler.start(api, plane.workdir, plane.admin_kubeconfig, options.repo,
-                                              options.ref, options.path)
-                plane.adopt("reconciler", popen, ref)
-                progress(f"reconciler following {options.repo}")
+                rec = reconciler.start(api, plane.workdir, plane.admin_kubeconfig, options.repo, options.ref,
+                                       options.path, interval=options.interval)
+                plane.adopt("reconciler", rec.popen, rec.ref)
+                reconciler_url = rec.url
+                progress(f"reconciler following {options.repo} (every {options.interval}, and at once on POST /hook)")
         plane.start_scheduler()
         progress("kube-scheduler running")
         recorded = state.LocalState(
             api_url=plane.url, kubeconfig=str(plane.admin_kubeconfig), bin_dir=str(binaries.directory),
             workdir=str(plane.workdir), strategy=options.strategy, processes=plane.processes,
             nodes=[state.NodeRecord(n.name, n.gpu.product, n.gpu.device_id, n.gpus) for n in nodes],
-            ready_seconds=plane.ready_seconds, webhook_url=hook.url, repo=options.repo)
+            ready_seconds=plane.ready_seconds, webhook_url=hook.url, repo=options.repo,
+            reconciler_url=reconciler_url)
         state.save(home, recorded)
         plane.detach()
     except BaseException:

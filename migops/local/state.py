@@ -57,6 +57,7 @@ class LocalState:
     ready_seconds: float | None = None
     webhook_url: str | None = None
     repo: str | None = None  # the config repo the reconciler follows
+    reconciler_url: str | None = None  # its /healthz, /readyz, /metrics and POST /hook
 
     def running(self) -> bool:
         """etcd and kube-apiserver alive (the very processes we started, not recycled pids): the
@@ -82,6 +83,7 @@ class LocalState:
             ready_seconds=data.get("ready_seconds"),
             webhook_url=data.get("webhook_url"),
             repo=data.get("repo"),
+            reconciler_url=data.get("reconciler_url"),
         )
 
 
