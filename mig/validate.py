@@ -127,17 +127,26 @@ def _text(message: Message) -> str:
 _Merged = tuple[str, str, str, Message, Severity]
 
 
-def _merge(findings: Sequence[_Finding]) -> list[_Merged]:
+# Findings with the models to credit them to (each finding then counts as seen on each of those
+# models), or None to keep the GPU each finding names.
+_Batch = tuple[Sequence[_Finding], Sequence[GpuModel] | None]
+
+
+def _merge(batches: Sequence[_Batch]) -> list[_Merged]:
     """One problem per (path, rule, message); the GPUs it was seen on are named once, in order."""
     gpus: dict[tuple[str, str, str, str], tuple[Message, list[str]]] = {}
-    for f in findings:
-        key = (f.path, f.rule, _text(f.message), f.severity)
-        found = gpus.get(key)
-        if found is None:
-            found = gpus[key] = (f.message, [])
-        names = found[1]
-        if f.gpu and f.gpu not in names:
-            names.append(f.gpu)
+    for found, members in batches:
+        for f in found:
+            key = (f.path, f.rule, _text(f.message), f.severity)
+            slot = gpus.get(key)
+            if slot is None:
+                slot = gpus[key] = (f.message, [])
+            if not f.gpu:
+                continue
+            names = slot[1]
+            for name in ([f.gpu] if members is None else [m.name for m in members]):
+                if name not in names:
+                    names.append(name)
     merged: list[_Merged] = []
     for (path, rule, _, severity), (message, names) in gpus.items():
         head = ""
@@ -172,6 +181,7 @@ class _Entry:
     items: tuple = ()  # the mig-devices as (key, count) pairs: what the geometry depends on
     counts: dict = field(default_factory=dict)  # raw.profile_counts(), for comparing entries
     resolved: dict = field(default_factory=dict, compare=False)  # table id -> resolves_on(): computed once
+    geometries: dict = field(default_factory=dict, compare=False)  # table id -> _Geometry (from the context)
 
 
     def selects(self, index: int, gpu: GpuModel) -> bool:
@@ -238,7 +248,7 @@ _Item = tuple[tuple["_Finding", ...], GiProfile | None]
 
 
 # The GPU of a finding that holds on every model of a profile table: replaced by the model's name
-# where it is reported (`_Geometry.credited`, `_credit`).
+# where it is reported (`_Geometry.credited`, or `_merge` for a catalogue-mode group).
 _MODEL = "<model>"
 
 
@@ -304,7 +314,7 @@ def _resolve_item(path: str, item: ProfileCount, gpu: GpuModel, ctx: _Context) -
     """One mig-devices key on one GPU model: its GI profile (None when it has none) and findings."""
     found = gpu.find_profile(item.profile)
     if found is None:
-        return (_Finding(path, "unknown-profile", ctx.did_you_mean(item.profile, gpu), gpu=_MODEL),), None
+        return (_Finding(path, "unknown-profile", ctx.did_you_mean(item, gpu), gpu=_MODEL),), None
     gi, by_alias = found
     findings: tuple[_Finding, ...] = ()
     if by_alias:
@@ -327,8 +337,9 @@ def _geometry(entry: _Entry, gpu: GpuModel, ctx: _Context) -> _Geometry:
     first_key: dict[GiProfile, str] = {}
     devices: list[tuple[str, int]] = []
     errors = False
+    resolve = ctx.resolver(devices_path, gpu)
     for item in entry.raw.mig_devices:
-        found, gi = ctx.resolve(devices_path, item, gpu)
+        found, gi = resolve(item)
         findings.extend(found)
         if gi is None:
             errors = True
@@ -476,6 +487,7 @@ def _evaluate_node(config_path: str, entries: Sequence[_Entry], selection: _Sele
                                              "mig-parted skips it silently", "warning"))
     results: list[_GpuOutcome] = []
     entry_paths: dict[int, str] = {}
+    outcomes = explicit or strategy is not None  # catalogue mode without a strategy needs findings only
     for index, gpu in enumerate(node):
         chosen = selection.chosen[index]
         if not chosen:
@@ -483,19 +495,24 @@ def _evaluate_node(config_path: str, entries: Sequence[_Entry], selection: _Sele
                 findings.append(_Finding(config_path, "gpu-not-covered",
                                          f"no entry selects GPU {index} ({gpu.label()}); mig-parted's assert "
                                          "requires every GPU to match, so this config never reports as applied"))
-            results.append(_GpuOutcome(index, gpu, None, None))
+            if outcomes:
+                results.append(_GpuOutcome(index, gpu, None, None))
             continue
         last = chosen[-1]
-        entry_paths[index] = last.path
         findings.extend(selection.overlaps[index])
         if not last.raw.mig_enabled:
-            results.append(_GpuOutcome(index, gpu, last.path, False))
+            if outcomes:
+                entry_paths[index] = last.path
+                results.append(_GpuOutcome(index, gpu, last.path, False))
             continue
         geometry = ctx.geometry(last, gpu)
-        # Catalogue mode credits every finding to each model of the group later (`_credit`).
+        # Catalogue mode credits every finding to each model of the group when merging.
         findings.extend(geometry.credited(gpu.name) if explicit else geometry.findings)
-        results.append(_GpuOutcome(index, gpu, last.path, True, geometry.layout, geometry.mig_devices))
-    findings.extend(_strategy_findings(config_path, results, strategy, entry_paths))
+        if outcomes:
+            entry_paths[index] = last.path
+            results.append(_GpuOutcome(index, gpu, last.path, True, geometry.layout, geometry.mig_devices))
+    if strategy is not None:
+        findings.extend(_strategy_findings(config_path, results, strategy, entry_paths))
     return findings, tuple(results)
 
 
@@ -511,16 +528,12 @@ def _config_findings(name: str) -> list[Problem]:
 # Catalogue mode: a config on every model it can apply to.
 
 
-def _credit(found: Sequence[_Finding], members: Sequence[GpuModel]) -> list[_Finding]:
-    """Findings seen on one model of a group, as seen on each model of the group."""
-    return [f if f.gpu is None else _Finding(f.path, f.rule, f.message, f.severity, gpu.name)
-            for gpu in members for f in found]
-
-
 def _against_catalogue(config_path: str, entries: Sequence[_Entry], findings: list[_Finding],
-                       ctx: _Context) -> tuple[GpuModel, ...]:
-    """Add the config's findings on the models it targets to `findings`; return the models it fits."""
+                       ctx: _Context) -> tuple[list[_Batch], tuple[GpuModel, ...]]:
+    """The config's findings on the models it targets (after the entry-level `findings`), and the
+    models it fits. Findings seen on one model of a group are credited to every model of the group."""
     cat, strategy = ctx.cat, ctx.strategy
+    batches: list[_Batch] = [(findings, None)]
     # Entry-level errors (a malformed filter, a duplicate index) hold on every model: it fits none.
     entry_errors = any(f.severity == "error" for f in findings)
     filtered = all(e.raw.device_filter for e in entries)
@@ -533,9 +546,10 @@ def _against_catalogue(config_path: str, entries: Sequence[_Entry], findings: li
     highest = max([max(e.indices, default=-1) + 1 for e in entries if e.indices is not None] + [1])
     size = min(highest, MAX_GPUS_PER_NODE)
     if highest > MAX_GPUS_PER_NODE:
-        findings.append(_Finding(config_path, "device-index-out-of-range",
+        findings = findings + [_Finding(config_path, "device-index-out-of-range",
                                  f"GPU index {highest - 1} is beyond the {MAX_GPUS_PER_NODE} GPUs any known node has",
-                                 "warning"))
+                                 "warning")]
+        batches[0] = (findings, None)
     fits: list[GpuModel] = []
     filtered_paths = tuple(e.path for e in entries if e.raw.device_filter)
 
@@ -573,7 +587,7 @@ def _against_catalogue(config_path: str, entries: Sequence[_Entry], findings: li
             fits.extend(members)
         if node_findings:
             if filtered_paths:
-                findings.extend(_credit([f for f in node_findings if is_pinned(f)], members))
+                batches.append(([f for f in node_findings if is_pinned(f)], members))
                 loose.append((members, [f for f in node_findings if not is_pinned(f)], errors))
             else:
                 loose.append((members, node_findings, errors))
@@ -595,20 +609,20 @@ def _against_catalogue(config_path: str, entries: Sequence[_Entry], findings: li
         # Warnings (name drift, ...) on the models it fits are still worth showing.
         for members, fs, errors in loose:
             if not errors:
-                findings.extend(_credit([f for f in fs if f.severity == "warning"], members))
+                batches.append(([f for f in fs if f.severity == "warning"], members))
     elif not filtered and loose:
         fewest = min(errors for _, _, errors in loose)
         for members, fs, errors in loose:
             if errors == fewest:
-                findings.extend(_credit(fs, members))
-        findings.append(_Finding(config_path, "fits-no-gpu",
-                                 "the config fits no known GPU model (see the problems above for the closest ones)"))
+                batches.append((fs, members))
+        batches.append(([_Finding(config_path, "fits-no-gpu", "the config fits no known GPU model (see the problems "
+                                  "above for the closest ones)")], None))
     if entry_errors:
         fits.clear()
     if len(fits) > 1:
         order = {id(gpu): i for i, gpu in enumerate(models)}
         fits.sort(key=lambda gpu: order[id(gpu)])
-    return tuple(fits)
+    return batches, tuple(fits)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -625,8 +639,9 @@ class _Verdict:
 
 
 def _entry_key(entry: MigConfigEntry) -> tuple:
+    """What an entry's verdict depends on (a profile is a function of its key)."""
     return (entry.devices, entry.device_filter, entry.mig_enabled,
-            tuple((item.key, item.profile, item.count) for item in entry.mig_devices))
+            tuple((item.key, item.count) for item in entry.mig_devices))
 
 
 class _Context:
@@ -640,7 +655,7 @@ class _Context:
         self._verdicts: dict[tuple, _Verdict] = {}
         self._geometries: dict[tuple, _Geometry] = {}
         self._hints: dict[tuple, _Lazy] = {}
-        self._items: dict[tuple, _Item] = {}
+        self._items: dict[tuple, dict[str, _Item]] = {}
         # Catalogue models grouped by profile table, in catalogue order (what an unfiltered config sees).
         tables: dict[str, list[GpuModel]] = {}
         for gpu in cat.gpus:
@@ -648,24 +663,34 @@ class _Context:
         self.table_groups = list(tables.items())
 
     def geometry(self, entry: _Entry, gpu: GpuModel) -> _Geometry:
-        key = (entry.path, entry.items, gpu.table.id)
-        found = self._geometries.get(key)
+        found = entry.geometries.get(gpu.table.id)
         if found is None:
-            found = self._geometries[key] = _geometry(entry, gpu, self)
+            key = (entry.path, entry.items, gpu.table.id)
+            found = self._geometries.get(key)
+            if found is None:
+                found = self._geometries[key] = _geometry(entry, gpu, self)
+            entry.geometries[gpu.table.id] = found
         return found
 
-    def resolve(self, devices_path: str, item: ProfileCount, gpu: GpuModel) -> _Item:
-        key = (devices_path, item.key, gpu.table.id)
-        found = self._items.get(key)
-        if found is None:
-            found = self._items[key] = _resolve_item(key_path(devices_path, item.key), item, gpu, self)
-        return found
+    def resolver(self, devices_path: str, gpu: GpuModel) -> Callable[[ProfileCount], _Item]:
+        """Resolve the keys of one mig-devices map on one GPU model, each key once per call."""
+        cache = self._items.get((devices_path, gpu.table.id))
+        if cache is None:
+            cache = self._items[(devices_path, gpu.table.id)] = {}
 
-    def did_you_mean(self, profile: MigProfile, gpu: GpuModel) -> _Lazy:
-        key = (str(profile), gpu.table.id)
+        def resolve(item: ProfileCount) -> _Item:
+            found = cache.get(item.key)
+            if found is None:
+                found = cache[item.key] = _resolve_item(key_path(devices_path, item.key), item, gpu, self)
+            return found
+        return resolve
+
+    def did_you_mean(self, item: ProfileCount, gpu: GpuModel) -> _Lazy:
+        key = (item.key, gpu.table.id)
         found = self._hints.get(key)
         if found is None:
             cat = self.cat  # not `self`: the hint must not refer back to the context (no reference cycle)
+            profile = item.profile
             found = self._hints[key] = _Lazy(lambda: _did_you_mean(profile, gpu, cat))
         return found
 
@@ -690,9 +715,9 @@ class _Context:
         if self.node is not None:
             selection = _select(entries, self.node)
             node_findings, results = _evaluate_node(root, entries, selection, self.node, self.strategy, True, self)
-            return _Verdict(tuple(_merge(findings + node_findings)), results, ())
-        fits = _against_catalogue(root, entries, findings, self)
-        return _Verdict(tuple(_merge(findings)), (), fits)
+            return _Verdict(tuple(_merge([(findings, None), (node_findings, None)])), results, ())
+        batches, fits = _against_catalogue(root, entries, findings, self)
+        return _Verdict(tuple(_merge(batches)), (), fits)
 
 
 @contextmanager
@@ -737,4 +762,6 @@ def validate(config: MigPartedConfig, names: Sequence[str] | None = None, node: 
         if n not in by_name:
             raise KeyError(n)
     with paused_gc():
-        return tuple(ctx.report(n, by_name[n]) for n in chosen)
+        reports = tuple(ctx.report(n, by_name[n]) for n in chosen)
+        del ctx  # free the shared work before the collector resumes, or its first pass would walk it all
+    return reports
