@@ -640,8 +640,8 @@ class _Verdict:
 
 def _entry_key(entry: MigConfigEntry) -> tuple:
     """What an entry's verdict depends on (a profile is a function of its key)."""
-    return (entry.devices, entry.device_filter, entry.mig_enabled,
-            tuple((item.key, item.count) for item in entry.mig_devices))
+    return (entry.devices if isinstance(entry.devices, str) else tuple(entry.devices), tuple(entry.device_filter),
+            entry.mig_enabled, tuple((item.key, item.count) for item in entry.mig_devices))
 
 
 class _Context:
