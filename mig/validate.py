@@ -13,11 +13,11 @@ from __future__ import annotations
 import gc
 import re
 from contextlib import contextmanager
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Literal, NamedTuple
 
-from migops.mig.catalogue import Catalogue, GiProfile, GpuModel, catalogue, gi_key
+from migops.mig.catalogue import ENGINE_NAMES, Catalogue, GiProfile, GpuModel, catalogue, gi_key
 from migops.mig.devices import DeviceIdSyntaxError, parse_device_id
 from migops.mig.placement import Placement, place
 from migops.mig.problems import Problem, Severity, index_path, key_path
@@ -163,8 +163,24 @@ def _render(merged: Sequence[_Merged], prefix: str) -> list[Problem]:
             for path, rule, head, message, severity in merged]
 
 
+def _ranges(values: Iterable[int], most: int = 12) -> str:
+    """GPU indices for a message, consecutive runs joined: `0-3, 5, 9-12` (at most `most` runs shown)."""
+    runs: list[list[int]] = []
+    for v in sorted(set(values)):
+        if runs and v == runs[-1][1] + 1:
+            runs[-1][1] = v
+        else:
+            runs.append([v, v])
+    shown = ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in runs[:most])
+    return shown + (f" and {len(runs) - most} more" if len(runs) > most else "")
+
+
+def _gpus(indices: Sequence[int]) -> str:
+    return f"GPU {_ranges(indices)}" if len(indices) == 1 else f"GPUs {_ranges(indices)}"
+
+
 # --------------------------------------------------------------------------------------------------
-# Entry-level checks (independent of the GPU).
+# Entry-level checks (independent of the GPU). Repeated findings of one kind merge into one line.
 
 
 @dataclass(frozen=True)
@@ -209,23 +225,35 @@ def _prepare_entry(entry: MigConfigEntry, path: str, cat: Catalogue, out: list[_
             out.append(_Finding(item_path, "device-filter-syntax",
                                 f"{exc}; mig-parted ignores the parse error and the entry silently matches no GPU"))
             continue
-        if cat.by_device_id(device) is None:
+        if cat.by_device_id(device) is None and cat.known_non_mig(device) is None:
             out.append(_Finding(item_path, "device-filter-unknown",
-                                f"{text} names no known MIG-capable GPU (see `migops gpus`); the entry would "
-                                "select nothing on any node"))
+                                f"{text} is no GPU migops knows (see `migops gpus`): it is taken as a GPU that "
+                                "cannot do MIG; if it is a typo, the entry selects nothing", "warning"))
         filters.append(device)
     indices = None
     if entry.devices != "all":
         devices_path = key_path(path, "devices")
         seen: set[int] = set()
+        negative: list[tuple[int, int]] = []  # (position, value)
+        repeated: list[tuple[int, int]] = []
         for i, value in enumerate(entry.devices):
             if value < 0:
-                out.append(_Finding(index_path(devices_path, i), "negative-device-index",
-                                    f"GPU index {value} is negative"))
+                negative.append((i, value))
             elif value in seen:
-                out.append(_Finding(index_path(devices_path, i), "duplicate-device-index",
-                                    f"GPU index {value} is listed twice"))
+                repeated.append((i, value))
             seen.add(value)
+        if negative:
+            values = sorted({v for _, v in negative})
+            out.append(_Finding(index_path(devices_path, negative[0][0]), "negative-device-index",
+                                f"GPU index {values[0]} is negative" if len(values) == 1 else
+                                f"GPU indices {', '.join(map(str, values[:12]))}"
+                                + (f" and {len(values) - 12} more" if len(values) > 12 else "") + " are negative"))
+        if repeated:
+            values = sorted({v for _, v in repeated})
+            out.append(_Finding(index_path(devices_path, repeated[0][0]), "duplicate-device-index",
+                                f"GPU index {values[0]} is listed twice" if len(repeated) == 1 else
+                                f"GPU index {values[0]} is listed more than once" if len(values) == 1 else
+                                f"GPU indices {_ranges(values)} are listed more than once"))
         if not entry.devices:
             out.append(_Finding(devices_path, "no-devices", "the device list is empty: the entry selects no GPU",
                                 "warning"))
@@ -357,20 +385,51 @@ def _geometry(entry: _Entry, gpu: GpuModel, ctx: _Context) -> _Geometry:
                                      f"{count} x {gi.name} requested; the GPU allows at most {gi.max_count}",
                                      gpu=_MODEL))
             errors = True
-    media = sum(c for gi, c in request.items() if gi.has_media_extensions)
-    if media > 1:
-        findings.append(_Finding(devices_path, "media-extensions-once",
-                                 f"{media} instances with +me requested; a GPU has one set of media engines, "
-                                 "so at most one +me instance fits", gpu=_MODEL))
-        errors = True
     if errors:
         return _Geometry(tuple(findings), None, ())
     layout = place(gpu.table, request)
     if layout is None:
         findings.append(_Finding(devices_path, "placement-infeasible", _why_infeasible(gpu, request), gpu=_MODEL))
         return _Geometry(tuple(findings), None, ())
+    # Engines are judged on a geometry that fits, so the problem reported is the first that stops it.
+    over = _over_budget(gpu, request)
+    if over:
+        findings.append(_Finding(devices_path, "engine-budget", over, gpu=_MODEL))
+        return _Geometry(tuple(findings), None, ())
     # Every count is now within the GPU's maximum, so listing one string per MIG device is cheap.
     return _Geometry(tuple(findings), layout, tuple(name for name, count in devices for _ in range(count)))
+
+
+def _plural(n: int, kind: str) -> str:
+    name = ENGINE_NAMES[kind]
+    return f"{n} {name}" if n == 1 else f"{n} {name}s"
+
+
+def _over_budget(gpu: GpuModel, request: dict[GiProfile, int]) -> str | None:
+    """The engines the instances need beyond what the GPU has, or None when they fit (or are unknown).
+
+    One mechanism for every engine: it is also what limits media extensions, since a GPU has one OFA
+    that each +me instance takes, and +me.all takes every media engine (RTX PRO 6000: only -me
+    instances, which take none, fit beside it)."""
+    budget = gpu.table.engines
+    wanted = [(gi, count) for gi, count in request.items() if count]
+    if budget is None or any(gi.engines is None for gi, _ in wanted):
+        return None
+    parts = []
+    for kind, total in budget.items():
+        takers = [(gi, count, count * getattr(gi.engines, kind)) for gi, count in wanted if getattr(gi.engines, kind)]
+        need = sum(n for _, _, n in takers)
+        if need > total:
+            who = ", ".join(f"{count} x {gi.name} {'takes' if count == 1 else 'take'} {n}" for gi, count, n in takers)
+            parts.append(f"{_plural(need, kind)} ({who}; the GPU has {total})")
+    if not parts:
+        return None
+    message = "the instances need more engines than the GPU has: " + "; ".join(parts)
+    if any("me.all" in gi.profile.attributes and not gi.profile.negative for gi, _ in wanted):
+        message += ". A +me.all instance takes every media engine: only -me instances fit beside it"
+    elif sum(count for gi, count in wanted if gi.has_media_extensions) > 1:
+        message += ". A GPU has one set of media extensions: at most one +me instance fits"
+    return message
 
 
 def _why_infeasible(gpu: GpuModel, request: dict[GiProfile, int]) -> str:
@@ -414,21 +473,29 @@ def _select(entries: Sequence[_Entry], node: Sequence[GpuModel]) -> _Selection:
         for index, gpu in enumerate(node):
             if entry.selects(index, gpu):
                 chosen[index].append(entry)
-    overlaps: list[tuple[_Finding, ...]] = []
+    # One finding per (entry, earlier entry, model), naming every GPU index the two both select; it is
+    # reported where the first of those GPUs is.
+    groups: dict[tuple[int, int, str], list[int]] = {}
     for index, gpu in enumerate(node):
-        found: list[_Finding] = []
-        if chosen[index]:
-            last = chosen[index][-1]
-            for earlier in chosen[index][:-1]:
-                same = (earlier.raw.mig_enabled == last.raw.mig_enabled
-                        and earlier.counts == last.counts)
-                found.append(_Finding(
-                    last.path, "overlapping-entries",
-                    _PathMessage("this entry and ", earlier.path, f" both select GPU {index}; "
-                                 + ("they agree, so the earlier one is redundant" if same else
-                                    "mig-parted applies both in turn (last wins) and its assert can never pass")),
-                    "warning" if same else "error", gpu=gpu.name))
-        overlaps.append(tuple(found))
+        for earlier in chosen[index][:-1]:
+            groups.setdefault((id(chosen[index][-1]), id(earlier), gpu.name), []).append(index)
+    found: list[list[_Finding]] = [[] for _ in node]
+    for index, gpu in enumerate(node):
+        if not chosen[index]:
+            continue
+        last = chosen[index][-1]
+        for earlier in chosen[index][:-1]:
+            indices = groups.get((id(last), id(earlier), gpu.name))
+            if not indices or indices[0] != index:
+                continue
+            same = (earlier.raw.mig_enabled == last.raw.mig_enabled and earlier.counts == last.counts)
+            found[index].append(_Finding(
+                last.path, "overlapping-entries",
+                _PathMessage("this entry and ", earlier.path, f" both select {_gpus(indices)}; "
+                             + ("they agree, so the earlier one is redundant" if same else
+                                "mig-parted applies both in turn (last wins) and its assert can never pass")),
+                "warning" if same else "error", gpu=gpu.name))
+    overlaps = [tuple(f) for f in found]
     return _Selection(tuple(map(tuple, chosen)), tuple(overlaps))
 
 
@@ -437,7 +504,7 @@ def _strategy_findings(config_path: str, results: Sequence[_GpuOutcome], strateg
     if strategy is None:
         return []
     covered = [r for r in results if r.mig_enabled is not None]
-    enabled = [r for r in covered if r.mig_enabled]
+    enabled = [r for r in covered if r.mig_enabled and r.gpu.mig_capable]  # the others stay whole GPUs
     findings: list[_Finding] = []
     if strategy == "none":
         for r in enabled:
@@ -453,7 +520,8 @@ def _strategy_findings(config_path: str, results: Sequence[_GpuOutcome], strateg
         profiles = sorted({d for r in enabled for d in r.mig_devices})
         why = []
         if empty:
-            why.append(f"GPU {', '.join(str(r.index) for r in empty)} has MIG enabled but no MIG devices")
+            why.append(f"{_gpus([r.index for r in empty])} {'has' if len(empty) == 1 else 'have'} MIG enabled but "
+                       "no MIG devices")
         if enabled and len(enabled) != len(covered):
             why.append("MIG-enabled and MIG-disabled GPUs are mixed on one node")
         if len(profiles) > 1:
@@ -465,11 +533,15 @@ def _strategy_findings(config_path: str, results: Sequence[_GpuOutcome], strateg
                 "nvidia.com/gpu.product=<model>-MIG-INVALID and it advertises 0 GPUs; use strategy 'mixed' "
                 "or one profile type on every GPU", gpu=enabled[0].gpu.name if enabled else None))
         return findings
+    empty: dict[tuple[str, str], list[int]] = {}  # (entry path, model) -> GPU indices
     for r in enabled:
         if not r.mig_devices:
-            findings.append(_Finding(entry_paths[r.index], "no-mig-devices",
-                                     f"GPU {r.index} has MIG enabled but no MIG devices: it advertises nothing",
-                                     "warning", gpu=r.gpu.name))
+            empty.setdefault((entry_paths[r.index], r.gpu.name), []).append(r.index)
+    for (path, gpu), indices in empty.items():
+        findings.append(_Finding(path, "no-mig-devices",
+                                 f"{_gpus(indices)} {'has' if len(indices) == 1 else 'have'} MIG enabled but no MIG "
+                                 f"devices: {'it advertises' if len(indices) == 1 else 'they advertise'} nothing",
+                                 "warning", gpu=gpu))
     return findings
 
 
@@ -481,20 +553,32 @@ def _evaluate_node(config_path: str, entries: Sequence[_Entry], selection: _Sele
     if explicit:
         for entry in entries:
             if entry.indices is not None:
-                for value in sorted(v for v in entry.indices if v >= len(node)):
-                    findings.append(_Finding(key_path(entry.path, "devices"), "device-index-out-of-range",
-                                             f"GPU index {value} does not exist on a node with {len(node)} GPU(s); "
-                                             "mig-parted skips it silently", "warning"))
+                missing = [v for v in entry.indices if v >= len(node)]
+                if missing:
+                    findings.append(_Finding(
+                        key_path(entry.path, "devices"), "device-index-out-of-range",
+                        (f"GPU index {missing[0]} does not exist" if len(missing) == 1 else
+                         f"GPU indices {_ranges(missing)} do not exist")
+                        + f" on a node with {len(node)} GPU(s); mig-parted skips "
+                        + ("it" if len(missing) == 1 else "them") + " silently", "warning"))
+    # GPUs no entry selects, one finding for all of them (reported where the first one is).
+    uncovered: dict[str, list[int]] = {}
+    if explicit:
+        for index, gpu in enumerate(node):
+            if not selection.chosen[index]:
+                uncovered.setdefault(gpu.label(), []).append(index)
+    first_uncovered = min((i for indices in uncovered.values() for i in indices), default=-1)
     results: list[_GpuOutcome] = []
     entry_paths: dict[int, str] = {}
     outcomes = explicit or strategy is not None  # catalogue mode without a strategy needs findings only
     for index, gpu in enumerate(node):
         chosen = selection.chosen[index]
         if not chosen:
-            if explicit:
+            if explicit and index == first_uncovered:
+                which = " or ".join(f"{_gpus(indices)} ({label})" for label, indices in uncovered.items())
                 findings.append(_Finding(config_path, "gpu-not-covered",
-                                         f"no entry selects GPU {index} ({gpu.label()}); mig-parted's assert "
-                                         "requires every GPU to match, so this config never reports as applied"))
+                                         f"no entry selects {which}; mig-parted's assert requires every GPU to "
+                                         "match, so this config never reports as applied"))
             if outcomes:
                 results.append(_GpuOutcome(index, gpu, None, None))
             continue
@@ -504,6 +588,16 @@ def _evaluate_node(config_path: str, entries: Sequence[_Entry], selection: _Sele
             if outcomes:
                 entry_paths[index] = last.path
                 results.append(_GpuOutcome(index, gpu, last.path, False))
+            continue
+        if not gpu.mig_capable:
+            findings.append(_Finding(
+                key_path(last.path, "mig-enabled"), "mig-not-capable",
+                f"this entry enables MIG on GPU {index}, which cannot do MIG ({gpu.label()}): mig-parted's assert "
+                "fails on it ('unable to assert MIG mode enabled on non MIG-capable GPU'), so the config never "
+                "applies; give that GPU an entry with mig-enabled: false", gpu=gpu.name))
+            if outcomes:
+                entry_paths[index] = last.path
+                results.append(_GpuOutcome(index, gpu, last.path, True))
             continue
         geometry = ctx.geometry(last, gpu)
         # Catalogue mode credits every finding to each model of the group when merging.
@@ -538,8 +632,10 @@ def _against_catalogue(config_path: str, entries: Sequence[_Entry], findings: li
     entry_errors = any(f.severity == "error" for f in findings)
     filtered = all(e.raw.device_filter for e in entries)
     if filtered:
-        named = {f.primary for e in entries for f in e.filters}
+        # The models the filters name: MIG-capable ones in catalogue order, then GPUs that cannot do MIG.
+        named = {f.primary: f for e in entries for f in e.filters}
         models = [g for g in cat.gpus if g.device_id in named]
+        models += [cat.model(f) for primary, f in named.items() if cat.by_device_id(primary) is None]
     else:
         models = list(cat.gpus)
     # A node of each model, as large as the highest index asks for (no node has more than 16 GPUs).
@@ -571,7 +667,8 @@ def _against_catalogue(config_path: str, entries: Sequence[_Entry], findings: li
         groups = {}
         for gpu in models:
             selecting = tuple(i for i, e in enumerate(entries) if e.primaries is None or gpu.device_id in e.primaries)
-            groups.setdefault((gpu.table.id, selecting), []).append(gpu)
+            table = gpu.table.id if gpu.table is not None else gpu.device_id
+            groups.setdefault((table, selecting), []).append(gpu)
         groups = list(groups.items())
     selections: dict[tuple[int, ...], _Selection] = {}
     loose: list[tuple[list[GpuModel], list[_Finding], int]] = []
