@@ -75,7 +75,10 @@ class ProfileTable:
     # (G, GB, attributes, negative) -> (profile, matched by alias): mig-parted's Matches() as a lookup.
     index: dict = field(default_factory=dict, repr=False)
 
+    names: tuple[str, ...] = field(init=False, repr=False)  # the profile names, in table order
+
     def __post_init__(self) -> None:
+        object.__setattr__(self, "names", tuple(gi.name for gi in self.profiles))
         for gi in self.profiles:
             for alias in gi.aliases:
                 self.index.setdefault(gi_key(parse_profile(alias)), (gi, True))

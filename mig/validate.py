@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import gc
 import re
+from collections import Counter
 from contextlib import contextmanager
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -119,8 +120,13 @@ class _Finding(NamedTuple):  # a tuple, not a dataclass: hundreds of thousands a
     gpu: str | None = None  # model name the finding is about; None: independent of the GPU
 
 
-def _text(message: Message) -> str:
-    return message.render("") if isinstance(message, _PathMessage) else str(message)
+def _identity(message: Message) -> object:
+    """What tells two messages apart when merging. A lazy message stands for its text without building
+    it: the context makes one per distinct text (a hint depends only on the profile and on the names of
+    the model's profiles), so identity and text agree, and a hint that is never shown is never built."""
+    if isinstance(message, _Lazy):
+        return message
+    return message.render("") if isinstance(message, _PathMessage) else message
 
 
 # A merged finding, still relative: (path, rule, "on <models>: " or "", message, severity).
@@ -134,10 +140,10 @@ _Batch = tuple[Sequence[_Finding], Sequence[GpuModel] | None]
 
 def _merge(batches: Sequence[_Batch]) -> list[_Merged]:
     """One problem per (path, rule, message); the GPUs it was seen on are named once, in order."""
-    gpus: dict[tuple[str, str, str, str], tuple[Message, list[str]]] = {}
+    gpus: dict[tuple[str, str, object, str], tuple[Message, list[str]]] = {}
     for found, members in batches:
         for f in found:
-            key = (f.path, f.rule, _text(f.message), f.severity)
+            key = (f.path, f.rule, _identity(f.message), f.severity)
             slot = gpus.get(key)
             if slot is None:
                 slot = gpus[key] = (f.message, [])
@@ -405,6 +411,19 @@ def _plural(n: int, kind: str) -> str:
     return f"{n} {name}" if n == 1 else f"{n} {name}s"
 
 
+def _and(parts: Sequence[str]) -> str:
+    return parts[0] if len(parts) == 1 else ", ".join(parts[:-1]) + " and " + parts[-1]
+
+
+def _amounts(amounts: Sequence[tuple[str, int]]) -> str:
+    """`4 of each` when the amounts agree (of several kinds), else `4 decoders and 1 OFA`."""
+    values = {n for _, n in amounts}
+    if len(values) == 1:
+        return f"{amounts[0][1]}" + (" of each" if len(amounts) > 1 else
+                                      f" {ENGINE_NAMES[amounts[0][0]]}" + ("" if amounts[0][1] == 1 else "s"))
+    return _and([_plural(n, kind) for kind, n in amounts])
+
+
 def _over_budget(gpu: GpuModel, request: dict[GiProfile, int]) -> str | None:
     """The engines the instances need beyond what the GPU has, or None when they fit (or are unknown).
 
@@ -415,16 +434,17 @@ def _over_budget(gpu: GpuModel, request: dict[GiProfile, int]) -> str | None:
     wanted = [(gi, count) for gi, count in request.items() if count]
     if budget is None or any(gi.engines is None for gi, _ in wanted):
         return None
-    parts = []
-    for kind, total in budget.items():
-        takers = [(gi, count, count * getattr(gi.engines, kind)) for gi, count in wanted if getattr(gi.engines, kind)]
-        need = sum(n for _, _, n in takers)
-        if need > total:
-            who = ", ".join(f"{count} x {gi.name} {'takes' if count == 1 else 'take'} {n}" for gi, count, n in takers)
-            parts.append(f"{_plural(need, kind)} ({who}; the GPU has {total})")
-    if not parts:
+    need = {kind: sum(count * getattr(gi.engines, kind) for gi, count in wanted) for kind, _ in budget.items()}
+    over = [(kind, total) for kind, total in budget.items() if need[kind] > total]
+    if not over:
         return None
-    message = "the instances need more engines than the GPU has: " + "; ".join(parts)
+    takers = []
+    for gi, count in wanted:
+        taken = [(kind, count * getattr(gi.engines, kind)) for kind, _ in over]
+        if any(n for _, n in taken):
+            takers.append(f"{count} x {gi.name} {'takes' if count == 1 else 'take'} {_amounts(taken)}")
+    message = (f"the instances need {_and([_plural(need[kind], kind) for kind, _ in over])}; the GPU has "
+               f"{_amounts(over)} ({', '.join(takers)})")
     if any("me.all" in gi.profile.attributes and not gi.profile.negative for gi, _ in wanted):
         message += ". A +me.all instance takes every media engine: only -me instances fit beside it"
     elif sum(count for gi, count in wanted if gi.has_media_extensions) > 1:
@@ -503,8 +523,10 @@ def _strategy_findings(config_path: str, results: Sequence[_GpuOutcome], strateg
                        entry_paths: dict[int, str]) -> list[_Finding]:
     if strategy is None:
         return []
-    covered = [r for r in results if r.mig_enabled is not None]
-    enabled = [r for r in covered if r.mig_enabled and r.gpu.mig_capable]  # the others stay whole GPUs
+    # A GPU whose geometry is invalid has its error already; judging its (absent) MIG devices against the
+    # strategy would only add noise. A GPU that cannot do MIG stays a whole GPU.
+    covered = [r for r in results if r.mig_enabled is not None and not (r.mig_enabled and r.layout is None)]
+    enabled = [r for r in covered if r.mig_enabled and r.gpu.mig_capable]
     findings: list[_Finding] = []
     if strategy == "none":
         for r in enabled:
@@ -725,6 +747,23 @@ def _against_catalogue(config_path: str, entries: Sequence[_Entry], findings: li
 # --------------------------------------------------------------------------------------------------
 # One validate() call: configs with the same entries share one evaluation.
 
+# The most problems listed for one config. NVIDIA's files have a handful at most; a generated file can
+# have hundreds of thousands (a key no model has, on each of eight models of a node), whose messages
+# would cost more time and memory than the verdict. The rest are counted in one `problems-truncated`
+# problem, an error when any of them is, so a config's validity never depends on the limit.
+MAX_PROBLEMS = 100
+
+
+def _truncated(config_path: str, hidden: Sequence[_Merged]) -> Problem:
+    rules = Counter(rule for _, rule, _, _, _ in hidden)
+    errors = sum(severity == "error" for *_, severity in hidden)
+    shown = ", ".join(f"{rule} x {n}" for rule, n in rules.most_common(5))
+    more = f" and {len(rules) - 5} more rules" if len(rules) > 5 else ""
+    return Problem(config_path, "problems-truncated",
+                   f"{len(hidden)} more problems of this config are not listed ({errors} errors, "
+                   f"{len(hidden) - errors} warnings: {shown}{more}); migops lists at most {MAX_PROBLEMS} per config",
+                   "error" if errors else "warning")
+
 
 @dataclass(frozen=True)
 class _Verdict:
@@ -783,7 +822,8 @@ class _Context:
         return resolve
 
     def did_you_mean(self, item: ProfileCount, gpu: GpuModel) -> _Lazy:
-        key = (item.key, gpu.table.id)
+        # Keyed by what the text depends on, so equal hints are one object (see `_identity`).
+        key = (item.key, gpu.table.names)
         found = self._hints.get(key)
         if found is None:
             cat = self.cat  # not `self`: the hint must not refer back to the context (no reference cycle)
@@ -803,7 +843,10 @@ class _Context:
             verdict = self._verdicts[key] = self._evaluate(root, entries, paths)
         gpus = tuple(GpuResult(r.index, r.gpu, None if r.entry is None else prefix + r.entry, r.mig_enabled,
                                r.layout, r.mig_devices) for r in verdict.gpus)
-        problems = _config_findings(name) + _render(verdict.problems, prefix)
+        merged = verdict.problems
+        problems = _config_findings(name) + _render(merged[:MAX_PROBLEMS], prefix)
+        if len(merged) > MAX_PROBLEMS:
+            problems.append(_truncated(config_path, merged[MAX_PROBLEMS:]))
         return ConfigReport(name, tuple(problems), gpus=gpus, fits=verdict.fits)
 
     def _evaluate(self, root: str, raw: Sequence[MigConfigEntry], paths: Sequence[str]) -> _Verdict:

@@ -390,7 +390,8 @@ def test_media_extensions_once_by_the_engine_budget():
     report = on([A30], enabled({"1g.6gb+me": 1, "2g.12gb+me": 1}))
     (p,) = report.errors
     assert (p.rule, p.path) == ("engine-budget", "mig-configs.c[0].mig-devices")
-    assert "2 OFAs (1 x 1g.6gb+me takes 1, 1 x 2g.12gb+me takes 1; the GPU has 1)" in p.message
+    assert p.message.startswith("on A30: the instances need 2 JPEG decoders and 2 OFAs; the GPU has 1 of each "
+                                "(1 x 1g.6gb+me takes 1 of each, 1 x 2g.12gb+me takes 1 of each)")
     assert "at most one +me instance fits" in p.message
     assert on([A30], enabled({"1g.6gb+me": 1, "2g.12gb": 1})).valid
     assert rules(on([RTX], enabled({"1g.24gb+me": 1, "2g.48gb+me.all": 1})), "error") == ["engine-budget"]
@@ -405,7 +406,8 @@ def test_rtx_pro_6000_me_all_takes_every_media_engine(beside):
     report = on([RTX], enabled({"1g.24gb+me.all": 1, beside: 1}))
     (p,) = report.errors
     assert p.rule == "engine-budget"
-    assert "decoders (1 x 1g.24gb+me.all takes 4, 1 x " in p.message and "the GPU has 4)" in p.message
+    assert "the instances need 5 decoders" in p.message or "the instances need 6 decoders" in p.message
+    assert "(1 x 1g.24gb+me.all takes 4" in p.message
     assert "only -me instances fit beside it" in p.message
     assert report.gpus[0].layout is None
 
@@ -733,3 +735,23 @@ def test_gpus_without_mig_devices_are_one_warning():
     (p,) = report.problems
     assert (p.rule, p.message) == ("no-mig-devices", "on H100-SXM5-80GB: GPUs 0-7 have MIG enabled but no MIG "
                                                      "devices: they advertise nothing")
+
+
+def test_problems_of_one_config_are_listed_up_to_a_limit():
+    """A generated config with hundreds of problems lists the first MAX_PROBLEMS and counts the rest; the
+    summary is an error when a hidden problem is, so validity does not depend on the limit."""
+    from migops.mig.validate import MAX_PROBLEMS
+
+    keys = {f"1g.{gb}gb": 1 for gb in range(200, 200 + MAX_PROBLEMS + 50)}
+    report = on([H100], enabled(keys))
+    assert len(report.problems) == MAX_PROBLEMS + 1 and not report.valid
+    last = report.problems[-1]
+    assert (last.rule, last.severity, last.path) == ("problems-truncated", "error", "mig-configs.c")
+    assert last.message.startswith("50 more problems of this config are not listed (50 errors, 0 warnings: "
+                                   "unknown-profile x 50)")
+    # more than MAX_PROBLEMS zero-count warnings first, the only error hidden: still invalid
+    zeros = {f"{g}g.{gb}gb": 0 for g in (1, 2) for gb in range(60)}
+    report = on([A100_80], enabled({**zeros, "1g.10gb": 1}))
+    assert [p.rule for p in report.problems[:-1]] == ["zero-count"] * MAX_PROBLEMS
+    assert report.problems[-1].rule == "problems-truncated" and report.problems[-1].severity == "error"
+    assert not report.valid
