@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Literal, NamedTuple
 
-from migops.mig.catalogue import ENGINE_NAMES, Catalogue, GiProfile, GpuModel, catalogue, gi_key
+from migops.mig.catalogue import ENGINE_NAMES, Catalogue, GiProfile, GpuModel, ProfileTable, catalogue, gi_key
 from migops.mig.devices import DeviceIdSyntaxError, parse_device_id
 from migops.mig.placement import Placement, place
 from migops.mig.problems import Problem, Severity, index_path, key_path
@@ -202,7 +202,8 @@ class _Entry:
     primaries: frozenset[str] | None = None
     items: tuple = ()  # the mig-devices as (key, count) pairs: what the geometry depends on
     counts: dict = field(default_factory=dict)  # raw.profile_counts(), for comparing entries
-    resolved: dict = field(default_factory=dict, compare=False)  # table id -> resolves_on(): computed once
+    gi_keys: tuple = ()  # what each profile name is looked up by in a profile table
+    resolved: dict = field(default_factory=dict, compare=False)  # table id -> unresolved_on(): computed once
     geometries: dict = field(default_factory=dict, compare=False)  # table id -> _Geometry (from the context)
 
 
@@ -213,10 +214,14 @@ class _Entry:
 
     def resolves_on(self, gpu: GpuModel) -> bool:
         """Cheap pre-check: every profile name of the entry exists (or is an alias) on this GPU."""
-        found = self.resolved.get(gpu.table.id)
+        return self.unresolved_on(gpu.table) == 0
+
+    def unresolved_on(self, table: ProfileTable) -> int:
+        """How many of the entry's profile names the table lacks (computed once per table)."""
+        found = self.resolved.get(table.id)
         if found is None:
-            index = gpu.table.index
-            found = self.resolved[gpu.table.id] = all(gi_key(item.profile) in index for item in self.raw.mig_devices)
+            index = table.index
+            found = self.resolved[table.id] = sum(key not in index for key in self.gi_keys)
         return found
 
 
@@ -272,7 +277,8 @@ def _prepare_entry(entry: MigConfigEntry, path: str, cat: Catalogue, out: list[_
                                 "warning"))
     primaries = frozenset(f.primary for f in filters) if entry.device_filter else None
     return _Entry(entry, path, tuple(filters), indices, primaries,
-                  tuple((item.key, item.count) for item in entry.mig_devices), entry.profile_counts())
+                  tuple((item.key, item.count) for item in entry.mig_devices), entry.profile_counts(),
+                  tuple(gi_key(item.profile) for item in entry.mig_devices))
 
 
 # --------------------------------------------------------------------------------------------------
@@ -289,11 +295,12 @@ _MODEL = "<model>"
 class _Geometry:
     """One entry's geometry on one profile table: findings (about `_MODEL`), layout, MIG devices."""
 
-    __slots__ = ("findings", "layout", "mig_devices", "_credited")
+    __slots__ = ("findings", "errors", "layout", "mig_devices", "_credited")
 
     def __init__(self, findings: tuple[_Finding, ...], layout: tuple[Placement, ...] | None,
                  mig_devices: tuple[str, ...]) -> None:
         self.findings = findings
+        self.errors = sum(f.severity == "error" for f in findings)
         self.layout = layout
         self.mig_devices = mig_devices
         self._credited: dict[str, list[_Finding]] = {}
@@ -485,6 +492,7 @@ class _Selection(NamedTuple):
 
     chosen: tuple[tuple[_Entry, ...], ...]
     overlaps: tuple[tuple[_Finding, ...], ...]  # per index; gpu set to the index's model name
+    overlap_errors: tuple[int, ...]  # per index
 
 
 def _select(entries: Sequence[_Entry], node: Sequence[GpuModel]) -> _Selection:
@@ -516,7 +524,8 @@ def _select(entries: Sequence[_Entry], node: Sequence[GpuModel]) -> _Selection:
                                 "mig-parted applies both in turn (last wins) and its assert can never pass")),
                 "warning" if same else "error", gpu=gpu.name))
     overlaps = [tuple(f) for f in found]
-    return _Selection(tuple(map(tuple, chosen)), tuple(overlaps))
+    overlap_errors = tuple(sum(f.severity == "error" for f in fs) for fs in overlaps)
+    return _Selection(tuple(map(tuple, chosen)), tuple(overlaps), overlap_errors)
 
 
 def _strategy_findings(config_path: str, results: Sequence[_GpuOutcome], strategy: Strategy | None,
@@ -569,9 +578,13 @@ def _strategy_findings(config_path: str, results: Sequence[_GpuOutcome], strateg
 
 def _evaluate_node(config_path: str, entries: Sequence[_Entry], selection: _Selection,
                    node: Sequence[GpuModel], strategy: Strategy | None, explicit: bool,
-                   ctx: _Context) -> tuple[list[_Finding], tuple[_GpuOutcome, ...]]:
-    """Findings and per-GPU results of one config on one node. Entry-level findings are not included."""
+                   ctx: _Context) -> tuple[list[_Finding], tuple[_GpuOutcome, ...], int]:
+    """Findings, per-GPU results and the number of errors of one config on one node (entry-level
+    findings not included). `explicit`: the node is given (--gpu, the webhook); otherwise it is a
+    catalogue-mode node of one model, whose findings are credited to the group's models later."""
     findings: list[_Finding] = []
+    uncovered: dict[str, list[int]] = {}  # GPUs no entry selects: one finding for all of them
+    first_uncovered = -1
     if explicit:
         for entry in entries:
             if entry.indices is not None:
@@ -583,29 +596,31 @@ def _evaluate_node(config_path: str, entries: Sequence[_Entry], selection: _Sele
                          f"GPU indices {_ranges(missing)} do not exist")
                         + f" on a node with {len(node)} GPU(s); mig-parted skips "
                         + ("it" if len(missing) == 1 else "them") + " silently", "warning"))
-    # GPUs no entry selects, one finding for all of them (reported where the first one is).
-    uncovered: dict[str, list[int]] = {}
-    if explicit:
         for index, gpu in enumerate(node):
             if not selection.chosen[index]:
                 uncovered.setdefault(gpu.label(), []).append(index)
-    first_uncovered = min((i for indices in uncovered.values() for i in indices), default=-1)
+        first_uncovered = min((i for indices in uncovered.values() for i in indices), default=-1)
+    errors = 0
     results: list[_GpuOutcome] = []
     entry_paths: dict[int, str] = {}
     outcomes = explicit or strategy is not None  # catalogue mode without a strategy needs findings only
     for index, gpu in enumerate(node):
         chosen = selection.chosen[index]
         if not chosen:
-            if explicit and index == first_uncovered:
+            if index == first_uncovered:
                 which = " or ".join(f"{_gpus(indices)} ({label})" for label, indices in uncovered.items())
                 findings.append(_Finding(config_path, "gpu-not-covered",
                                          f"no entry selects {which}; mig-parted's assert requires every GPU to "
                                          "match, so this config never reports as applied"))
+                errors += 1
             if outcomes:
                 results.append(_GpuOutcome(index, gpu, None, None))
             continue
         last = chosen[-1]
-        findings.extend(selection.overlaps[index])
+        overlaps = selection.overlaps[index]
+        if overlaps:
+            findings.extend(overlaps)
+            errors += selection.overlap_errors[index]
         if not last.raw.mig_enabled:
             if outcomes:
                 entry_paths[index] = last.path
@@ -617,6 +632,7 @@ def _evaluate_node(config_path: str, entries: Sequence[_Entry], selection: _Sele
                 f"this entry enables MIG on GPU {index}, which cannot do MIG ({gpu.label()}): mig-parted's assert "
                 "fails on it ('unable to assert MIG mode enabled on non MIG-capable GPU'), so the config never "
                 "applies; give that GPU an entry with mig-enabled: false", gpu=gpu.name))
+            errors += 1
             if outcomes:
                 entry_paths[index] = last.path
                 results.append(_GpuOutcome(index, gpu, last.path, True))
@@ -624,12 +640,15 @@ def _evaluate_node(config_path: str, entries: Sequence[_Entry], selection: _Sele
         geometry = ctx.geometry(last, gpu)
         # Catalogue mode credits every finding to each model of the group when merging.
         findings.extend(geometry.credited(gpu.name) if explicit else geometry.findings)
+        errors += geometry.errors
         if outcomes:
             entry_paths[index] = last.path
             results.append(_GpuOutcome(index, gpu, last.path, True, geometry.layout, geometry.mig_devices))
     if strategy is not None:
-        findings.extend(_strategy_findings(config_path, results, strategy, entry_paths))
-    return findings, tuple(results)
+        found = _strategy_findings(config_path, results, strategy, entry_paths)
+        findings.extend(found)
+        errors += sum(f.severity == "error" for f in found)
+    return findings, tuple(results), errors
 
 
 def _config_findings(name: str) -> list[Problem]:
@@ -695,35 +714,61 @@ def _against_catalogue(config_path: str, entries: Sequence[_Entry], findings: li
     selections: dict[tuple[int, ...], _Selection] = {}
     loose: list[tuple[list[GpuModel], list[_Finding], int]] = []
 
-    def evaluate(selecting: tuple[int, ...], members: list[GpuModel]) -> None:
-        node = [members[0]] * size
+    def select(selecting: tuple[int, ...], members: list[GpuModel]) -> _Selection:
         selection = selections.get(selecting)
         if selection is None:
-            selection = selections[selecting] = _select(entries, node)
-        node_findings, _ = _evaluate_node(config_path, entries, selection, node, strategy, False, ctx)
-        errors = sum(f.severity == "error" for f in node_findings)
+            selection = selections[selecting] = _select(entries, [members[0]] * size)
+        return selection
+
+    def evaluate(selecting: tuple[int, ...], members: list[GpuModel]) -> tuple | None:
+        """Judge the group; record fits and pinned findings; return its (members, findings, errors)."""
+        node_findings, _, errors = _evaluate_node(config_path, entries, select(selecting, members),
+                                                  [members[0]] * size, strategy, False, ctx)
         if not errors:
             fits.extend(members)
-        if node_findings:
-            if filtered_paths:
-                batches.append(([f for f in node_findings if is_pinned(f)], members))
-                loose.append((members, [f for f in node_findings if not is_pinned(f)], errors))
-            else:
-                loose.append((members, node_findings, errors))
+        if not node_findings:
+            return None
+        if filtered_paths:
+            batches.append(([f for f in node_findings if is_pinned(f)], members))
+            return members, [f for f in node_findings if not is_pinned(f)], errors
+        return members, node_findings, errors
 
     # A group where only unfiltered entries apply and one of them names a profile the GPU lacks cannot
     # fit, and its findings only matter if no model fits: evaluate it only then.
     deferred: list[tuple[tuple[int, ...], list[GpuModel]]] = []
     reaching = [e.raw.mig_enabled and (e.indices is None or any(i < size for i in e.indices)) for e in entries]
     for (_, selecting), members in groups:
-        if (not filtered and all(entries[i].primaries is None for i in selecting)
+        if (not filtered and (not filtered_paths or all(entries[i].primaries is None for i in selecting))
                 and any(reaching[i] and not entries[i].resolves_on(members[0]) for i in selecting)):
             deferred.append((selecting, members))
         else:
-            evaluate(selecting, members)
-    if not fits:
-        for selecting, members in deferred:
-            evaluate(selecting, members)
+            found = evaluate(selecting, members)
+            if found:
+                loose.append(found)
+    if not fits and deferred:
+        # Only the groups with the fewest errors are shown. Each unknown profile is an error, so a group
+        # whose unknown profiles alone outnumber the fewest errors seen cannot be shown: it is skipped.
+        # Groups are judged from the smallest such bound up, and kept in their own order.
+        def bound(selecting: tuple[int, ...], members: list[GpuModel]) -> int:
+            selection, table, total = select(selecting, members), members[0].table, 0
+            for index in range(size):
+                chosen = selection.chosen[index]
+                if chosen:
+                    total += selection.overlap_errors[index]
+                    if chosen[-1].raw.mig_enabled:
+                        total += chosen[-1].unresolved_on(table)
+            return total
+
+        bounds = [bound(selecting, members) for selecting, members in deferred]
+        fewest = min((errors for _, _, errors in loose), default=None)
+        judged: dict[int, tuple | None] = {}
+        for position in sorted(range(len(deferred)), key=bounds.__getitem__):
+            if fewest is not None and bounds[position] > fewest:
+                break
+            found = judged[position] = evaluate(*deferred[position])
+            if found:
+                fewest = found[2] if fewest is None else min(fewest, found[2])
+        loose.extend(found for _, found in sorted(judged.items()) if found)
     if fits:
         # Warnings (name drift, ...) on the models it fits are still worth showing.
         for members, fs, errors in loose:
@@ -854,7 +899,7 @@ class _Context:
         entries = [_prepare_entry(e, p, self.cat, findings) for e, p in zip(raw, paths)]
         if self.node is not None:
             selection = _select(entries, self.node)
-            node_findings, results = _evaluate_node(root, entries, selection, self.node, self.strategy, True, self)
+            node_findings, results, _ = _evaluate_node(root, entries, selection, self.node, self.strategy, True, self)
             return _Verdict(tuple(_merge([(findings, None), (node_findings, None)])), results, ())
         batches, fits = _against_catalogue(root, entries, findings, self)
         return _Verdict(tuple(_merge(batches)), (), fits)
