@@ -127,6 +127,19 @@ def test_verdicts_match_golden(shape: str) -> None:
                                                                          want["rules"], []), f"{shape}, {mode}"
 
 
+def test_validator_makes_no_reference_cycles() -> None:
+    """validate() pauses the cyclic collector, which is only safe if reference counting frees everything."""
+    import gc
+
+    config = parse_config(_shapes.distinct(configs=300))
+    node = [catalogue().by_device_id(i) for i in MIXED_NODE]
+    gc.collect()
+    for ids, strategy in ((None, None), (node, "mixed"), (None, "single")):
+        reports = validate(config, node=ids, strategy=strategy)
+        del reports
+    assert gc.collect() == 0
+
+
 def test_golden_covers_every_shape_and_mode() -> None:
     golden = _golden()["shapes"]
     assert set(golden) == set(SHAPES)
