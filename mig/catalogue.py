@@ -124,7 +124,7 @@ class GpuModel:
 
     def label(self) -> str:
         if not self.known:
-            return f"{self.device_id}, unknown, taken as not MIG-capable"
+            return f"unknown GPU {self.device_id}, taken as not MIG-capable"
         return f"{self.name} ({self.device_id}{'' if self.mig_capable else ', not MIG-capable'})"
 
 
