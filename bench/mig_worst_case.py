@@ -10,6 +10,7 @@ Targets: < 1 s and < 200 MB for any admissible file. Prints figures, never a ver
 from __future__ import annotations
 
 import json
+import os
 import resource
 import subprocess
 import sys
@@ -77,7 +78,8 @@ def main() -> int:
         print(json.dumps(measure(sys.argv[2])))
         return 0
     print("MIG core worst cases (issue 11): every shape is within the input bounds (1 MiB, 100,000 YAML nodes,")
-    print("depth 32). Best of 3; validate = every config of the file. Targets: < 1 s, < 200 MiB.\n")
+    print("depth 32). Best of 3; validate = every config of the file. Targets: < 1 s, < 200 MiB.")
+    print(f"(load average {os.getloadavg()[0]:.2f} at the start: figures from a busy machine are larger)\n")
     for name, (_, about) in _shapes.SHAPES.items():
         print(f"  {name:<9} {about}")
     print(f"\n  {'':<9} {'':>8} {'':>7} {'time':>8} {'':>10} {'':>8} {'':>9} {'':>9} {'peak':>9} "
