@@ -1,9 +1,10 @@
-"""The GPU catalogue: MIG-capable models keyed by PCI device ID, loaded once from mig/data/gpus.yaml."""
+"""The GPU catalogue, loaded once from mig/data/gpus.yaml: MIG-capable models keyed by PCI device ID,
+and the only place that knows which IDs can do MIG. Any other well-formed ID is a GPU that cannot."""
 from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from functools import cache
+from functools import cache, lru_cache
 from importlib import resources
 
 from migops.mig.devices import DeviceId, DeviceIdSyntaxError, parse_device_id
@@ -16,13 +17,23 @@ class UnknownGpuError(LookupError):
     """A GPU named on the command line or in a label that the catalogue does not know."""
 
 
+ENGINE_KINDS = ("copy", "decoder", "encoder", "jpeg", "ofa")
+ENGINE_NAMES = {"copy": "copy engine", "decoder": "decoder", "encoder": "encoder", "jpeg": "JPEG decoder",
+                "ofa": "OFA"}
+
+
 @dataclass(frozen=True)
 class Engines:
+    """Engines a GPU instance takes, or (per table) that the whole GPU has in MIG mode."""
+
     copy: int
     decoder: int
     encoder: int
     jpeg: int
     ofa: int
+
+    def items(self) -> tuple[tuple[str, int], ...]:
+        return tuple((kind, getattr(self, kind)) for kind in ENGINE_KINDS)
 
 
 # Catalogue objects are built once and compared by identity (eq=False): they are dict keys on hot
@@ -43,6 +54,7 @@ class GiProfile:
     nvml_profile: int | None  # NVML GPU_INSTANCE_PROFILE_* enum index (what CreateGpuInstance takes)
     smi_id: int | None  # the ID nvidia-smi prints: a different number space from nvml_profile
     aliases: tuple[str, ...] = ()
+    inferred: tuple[str, ...] = ()  # fields of this profile no source confirms (besides the table's)
 
     @property
     def has_media_extensions(self) -> bool:
@@ -59,10 +71,14 @@ class ProfileTable:
     naming_memory_gib: int
     profiles: tuple[GiProfile, ...]
     inferred: tuple[str, ...]
+    engines: Engines | None = None  # the whole GPU's, shared by its instances; None: unknown
     # (G, GB, attributes, negative) -> (profile, matched by alias): mig-parted's Matches() as a lookup.
     index: dict = field(default_factory=dict, repr=False)
 
+    names: tuple[str, ...] = field(init=False, repr=False)  # the profile names, in table order
+
     def __post_init__(self) -> None:
+        object.__setattr__(self, "names", tuple(gi.name for gi in self.profiles))
         for gi in self.profiles:
             for alias in gi.aliases:
                 self.index.setdefault(gi_key(parse_profile(alias)), (gi, True))
@@ -71,35 +87,45 @@ class ProfileTable:
 
 @dataclass(frozen=True, eq=False)
 class GpuModel:
-    """One PCI device ID with its MIG profile table and the values GFD publishes for it."""
+    """One PCI device ID with its MIG profile table and the values GFD publishes for it.
+
+    A GPU that cannot do MIG has no table (`mig_capable` is False); one the catalogue does not list at
+    all (`known` False) has no architecture, compute capability or memory either."""
 
     device_id: str  # "0x233010DE"
     name: str
     product: str  # nvidia.com/gpu.product value
-    architecture: str
-    compute_capability: str
-    memory_mib: int
-    table: ProfileTable
-    inferred: tuple[str, ...]
-    in_default_config: bool
+    architecture: str | None
+    compute_capability: str | None
+    memory_mib: int | None
+    table: ProfileTable | None
+    inferred: tuple[str, ...] = ()
+    in_default_config: bool = False
+    known: bool = True
     pci: DeviceId = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "pci", parse_device_id(self.device_id))
 
     @property
+    def mig_capable(self) -> bool:
+        return self.table is not None
+
+    @property
     def profiles(self) -> tuple[GiProfile, ...]:
-        return self.table.profiles
+        return self.table.profiles if self.table is not None else ()
 
     def find_profile(self, profile: MigProfile) -> tuple[GiProfile, bool] | None:
         """The GI profile a profile string names on this GPU, and whether it matched only by alias.
 
         Matching is mig-parted's: G, GB and the attribute set; the C part only picks a compute instance.
         """
-        return self.table.index.get(gi_key(profile))
+        return self.table.index.get(gi_key(profile)) if self.table is not None else None
 
     def label(self) -> str:
-        return f"{self.name} ({self.device_id})"
+        if not self.known:
+            return f"unknown GPU {self.device_id}, taken as not MIG-capable"
+        return f"{self.name} ({self.device_id}{'' if self.mig_capable else ', not MIG-capable'})"
 
 
 def gi_key(profile: MigProfile) -> tuple[int, int, tuple[str, ...], bool]:
@@ -108,16 +134,28 @@ def gi_key(profile: MigProfile) -> tuple[int, int, tuple[str, ...], bool]:
 
 @dataclass(frozen=True, eq=False)
 class Catalogue:
-    gpus: tuple[GpuModel, ...]
+    gpus: tuple[GpuModel, ...]  # the MIG-capable models
     tables: tuple[ProfileTable, ...]
+    non_mig: tuple[GpuModel, ...] = ()  # NVIDIA datacenter GPUs known to have no MIG
 
     def gpus_with_profile(self, profile: MigProfile) -> tuple[GpuModel, ...]:
         """Every GPU on which a profile string resolves (used for "exists on ..." hints)."""
         return _profile_owners(self).get(gi_key(profile), ())
 
     def by_device_id(self, device: DeviceId | str) -> GpuModel | None:
+        """The MIG-capable model with this PCI device ID, or None."""
         key = device.primary if isinstance(device, DeviceId) else device.upper().replace("0X", "0x", 1)
         return _device_index(self).get(key)
+
+    def known_non_mig(self, device: DeviceId | str) -> GpuModel | None:
+        """The listed GPU without MIG that has this PCI device ID, or None."""
+        key = device.primary if isinstance(device, DeviceId) else device.upper().replace("0X", "0x", 1)
+        return _non_mig_index(self).get(key)
+
+    def model(self, device: DeviceId) -> GpuModel:
+        """The GPU a well-formed PCI device ID names: a MIG-capable model, a GPU listed as having no MIG,
+        or (any other ID) a GPU that cannot do MIG and that migops does not know (`known` False)."""
+        return self.by_device_id(device) or self.known_non_mig(device) or _unknown_gpu(device.primary)
 
     def resolve(self, text: str) -> GpuModel:
         """A GPU given by a person: PCI device ID (`0x233010DE`, `0x2330`, with an optional subsystem
@@ -127,15 +165,14 @@ class Catalogue:
             pci = parse_device_id(candidate.split(":")[0])
             if pci.vendor != 0x10DE and pci.device == 0 and pci.vendor <= 0xFFFF:
                 pci = DeviceId(pci.vendor, 0x10DE)  # short form 0x2330 means device 0x2330 of NVIDIA
-            found = self.by_device_id(pci)
-            if found:
-                return found
+            return self.model(pci)  # an ID the catalogue does not list is a GPU that cannot do MIG
         except DeviceIdSyntaxError:
             pass
         found = _product_index(self).get(candidate.lower())
         if found:
             return found
-        near = [g for g in self.gpus if candidate and candidate.lower() in (g.product + " " + g.name).lower()]
+        near = [g for g in self.gpus + self.non_mig
+                if candidate and candidate.lower() in (g.product + " " + g.name).lower()]
         hint = ("; matching models: " + ", ".join(f"{g.product} ({g.device_id})" for g in near[:6])) if near else ""
         raise UnknownGpuError(
             f"unknown GPU {text!r}: give a PCI device ID such as 0x233010DE or a GFD product such as "
@@ -157,9 +194,20 @@ def _device_index(cat: Catalogue) -> dict[str, GpuModel]:
 
 
 @cache
+def _non_mig_index(cat: Catalogue) -> dict[str, GpuModel]:
+    return {gpu.device_id: gpu for gpu in cat.non_mig}
+
+
+@lru_cache(maxsize=1024)  # bounded: IDs come from untrusted input
+def _unknown_gpu(device_id: str) -> GpuModel:
+    return GpuModel(device_id=device_id, name=device_id, product=f"unknown-{device_id}", architecture=None,
+                    compute_capability=None, memory_mib=None, table=None, known=False)
+
+
+@cache
 def _product_index(cat: Catalogue) -> dict[str, GpuModel]:
     index: dict[str, GpuModel] = {}
-    for gpu in cat.gpus:
+    for gpu in cat.gpus + cat.non_mig:
         index.setdefault(gpu.product.lower(), gpu)
         index.setdefault(gpu.name.lower(), gpu)
     return index
@@ -193,11 +241,12 @@ def _build_table(table_id: str, raw: dict) -> ProfileTable:
             nvml_profile=p["nvml"],
             smi_id=p["smi"],
             aliases=tuple(p.get("aliases", ())),
+            inferred=tuple(p.get("inferred", ())),
         )
         for p in raw["profiles"]
     )
     return ProfileTable(table_id, raw["compute_slices"], raw["memory_slices"], raw["naming_memory_gib"],
-                        profiles, tuple(raw["inferred"]))
+                        profiles, tuple(raw["inferred"]), Engines(**raw["engines"]) if raw["engines"] else None)
 
 
 def build_catalogue(raw: dict) -> Catalogue:
@@ -216,7 +265,13 @@ def build_catalogue(raw: dict) -> Catalogue:
         )
         for g in raw["gpus"]
     )
-    return Catalogue(gpus, tuple(tables.values()))
+    non_mig = tuple(
+        GpuModel(device_id=g["device_id"], name=g["name"], product=g["product"], architecture=g["architecture"],
+                 compute_capability=g["compute_capability"], memory_mib=None, table=None,
+                 inferred=tuple(g.get("inferred", ())))
+        for g in raw.get("non_mig_gpus", ())
+    )
+    return Catalogue(gpus, tuple(tables.values()), non_mig)
 
 
 @cache

@@ -26,22 +26,30 @@ def resource_name(profile: str) -> str:
     return f"{PREFIX}mig-{profile.replace('+', '.')}"
 
 
-def node_labels_without_mig(gpu: GpuModel, count: int, strategy: Strategy) -> dict[str, str]:
-    """The labels GFD publishes for a node with `count` GPUs of this model and MIG disabled."""
-    major, minor = gpu.compute_capability.split(".")
+def node_labels_without_mig(gpu: GpuModel, count: int, strategy: Strategy, mig_capable: bool | None = None
+                            ) -> dict[str, str]:
+    """The labels GFD publishes for a node with `count` GPUs of this model and MIG disabled. A GPU that
+    cannot do MIG gets `mig.capable=false` (unless `mig_capable` says another GPU of the node can), and a
+    value the catalogue does not know (an unlisted GPU's memory) is left out rather than made up."""
     labels = {
         f"{PREFIX}gpu.present": "true",
         f"{PREFIX}gpu.product": gpu.product,
         f"{PREFIX}gpu.count": str(count),
-        f"{PREFIX}gpu.memory": str(gpu.memory_mib),
-        f"{PREFIX}gpu.family": gpu.architecture,
-        f"{PREFIX}gpu.compute.major": major,
-        f"{PREFIX}gpu.compute.minor": minor,
+    }
+    if gpu.memory_mib is not None:
+        labels[f"{PREFIX}gpu.memory"] = str(gpu.memory_mib)
+    if gpu.architecture is not None:
+        labels[f"{PREFIX}gpu.family"] = gpu.architecture
+    if gpu.compute_capability is not None:
+        major, minor = gpu.compute_capability.split(".")
+        labels[f"{PREFIX}gpu.compute.major"] = major
+        labels[f"{PREFIX}gpu.compute.minor"] = minor
+    labels.update({
         f"{PREFIX}gpu.replicas": "1",
         f"{PREFIX}gpu.sharing-strategy": "none",
-        f"{PREFIX}mig.capable": "true",
+        f"{PREFIX}mig.capable": "true" if (gpu.mig_capable if mig_capable is None else mig_capable) else "false",
         DEVICE_ID_LABEL: gpu.device_id,
-    }
+    })
     if strategy in ("single", "mixed"):
         labels[f"{PREFIX}mig.strategy"] = strategy
     return labels
@@ -84,10 +92,13 @@ def advertise(results: Sequence[GpuResult], strategy: Strategy) -> Advertisement
     as MIG-disabled). Mirrors GFD's rules, including the -MIG-INVALID case under `single`."""
     if not results:
         return Advertisement({}, {})
-    first = results[0].gpu
-    enabled = [r for r in results if r.mig_enabled]
-    full = [r for r in results if not r.mig_enabled]
-    base = node_labels_without_mig(first, len(results), strategy)
+    # GPUs that cannot do MIG stay whole GPUs whatever the config says; the node's model labels are
+    # its first MIG-capable GPU's.
+    capable = [r for r in results if r.gpu.mig_capable]
+    first = (capable or list(results))[0].gpu
+    enabled = [r for r in capable if r.mig_enabled]
+    full = [r for r in results if not (r.mig_enabled and r.gpu.mig_capable)]
+    base = node_labels_without_mig(first, len(results), strategy, mig_capable=bool(capable))
     devices = Counter(d for r in enabled for d in r.mig_devices)
     if strategy == "none" or not enabled:
         return Advertisement({f"{PREFIX}gpu": len(results)}, base)

@@ -98,6 +98,7 @@ def expand(request: Mapping[GiProfile, int]) -> list[GiProfile]:
 
 
 _CACHE: dict[tuple[str, tuple[tuple[str, int], ...]], tuple[Placement, ...] | None] = {}
+_CACHE_LIMIT = 1 << 16  # a long-running webhook sees untrusted requests: keep the memo bounded
 
 
 def place(table: ProfileTable, request: Mapping[GiProfile, int]) -> tuple[Placement, ...] | None:
@@ -108,6 +109,8 @@ def place(table: ProfileTable, request: Mapping[GiProfile, int]) -> tuple[Placem
     """
     key = (table.id, tuple(sorted((gi.name, c) for gi, c in request.items() if c)))
     if key not in _CACHE:
+        if len(_CACHE) >= _CACHE_LIMIT:
+            _CACHE.clear()
         if any(c > gi.max_count for gi, c in request.items()):
             _CACHE[key] = None
         else:

@@ -10,18 +10,20 @@ Rules (the `rule` of each Problem) are listed in docs/config-rules.md.
 """
 from __future__ import annotations
 
+import gc
 import re
-from collections import defaultdict
-from collections.abc import Callable, Sequence
+from collections import Counter
+from contextlib import contextmanager
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Literal, NamedTuple
 
-from migops.mig.catalogue import Catalogue, GiProfile, GpuModel, catalogue, gi_key
+from migops.mig.catalogue import ENGINE_NAMES, Catalogue, GiProfile, GpuModel, ProfileTable, catalogue, gi_key
 from migops.mig.devices import DeviceIdSyntaxError, parse_device_id
 from migops.mig.placement import Placement, place
 from migops.mig.problems import Problem, Severity, index_path, key_path
 from migops.mig.profile import MigProfile, compute_subprofile_allowed
-from migops.mig.spec import MigConfigEntry, MigPartedConfig
+from migops.mig.spec import MigConfigEntry, MigPartedConfig, ProfileCount
 
 Strategy = Literal["none", "single", "mixed"]
 STRATEGIES: tuple[str, ...] = ("none", "single", "mixed")
@@ -74,6 +76,10 @@ class ConfigReport:
 
 # --------------------------------------------------------------------------------------------------
 # Findings: problems with the GPU they were seen on, merged across GPUs before they are reported.
+#
+# Paths in findings are relative to a prefix (the config's path) so that configs with the same entries
+# share one evaluation (YAML aliases make such repetition free for a writer and common in real files):
+# the config itself is "" and its entries "[0]", "[1]", ...; the report adds the prefix.
 
 
 class _Lazy:
@@ -92,32 +98,95 @@ class _Lazy:
 
 
 @dataclass(frozen=True)
-class _Finding:
+class _PathMessage:
+    """A message that names another path of the same config (relative until the report renders it)."""
+
+    before: str
+    path: str
+    after: str
+
+    def render(self, prefix: str) -> str:
+        return f"{self.before}{prefix}{self.path}{self.after}"
+
+
+Message = str | _Lazy | _PathMessage
+
+
+class _Finding(NamedTuple):  # a tuple, not a dataclass: hundreds of thousands are made for large files
     path: str
     rule: str
-    message: str | _Lazy
+    message: Message
     severity: Severity = "error"
     gpu: str | None = None  # model name the finding is about; None: independent of the GPU
 
 
-def _merge(findings: Sequence[_Finding]) -> tuple[Problem, ...]:
-    """One Problem per (path, rule, message); the GPUs it was seen on are named once, in order."""
-    gpus: dict[tuple[str, str, str, str], list[str]] = {}
-    for f in findings:
-        names = gpus.setdefault((f.path, f.rule, str(f.message), f.severity), [])
-        if f.gpu and f.gpu not in names:
-            names.append(f.gpu)
-    problems = []
-    for (path, rule, message, severity), names in gpus.items():
+def _identity(message: Message) -> object:
+    """What tells two messages apart when merging. A lazy message stands for its text without building
+    it: the context makes one per distinct text (a hint depends only on the profile and on the names of
+    the model's profiles), so identity and text agree, and a hint that is never shown is never built."""
+    if isinstance(message, _Lazy):
+        return message
+    return message.render("") if isinstance(message, _PathMessage) else message
+
+
+# A merged finding, still relative: (path, rule, "on <models>: " or "", message, severity).
+_Merged = tuple[str, str, str, Message, Severity]
+
+
+# Findings with the models to credit them to (each finding then counts as seen on each of those
+# models), or None to keep the GPU each finding names.
+_Batch = tuple[Sequence[_Finding], Sequence[GpuModel] | None]
+
+
+def _merge(batches: Sequence[_Batch]) -> list[_Merged]:
+    """One problem per (path, rule, message); the GPUs it was seen on are named once, in order."""
+    gpus: dict[tuple[str, str, object, str], tuple[Message, list[str]]] = {}
+    for found, members in batches:
+        for f in found:
+            key = (f.path, f.rule, _identity(f.message), f.severity)
+            slot = gpus.get(key)
+            if slot is None:
+                slot = gpus[key] = (f.message, [])
+            if not f.gpu:
+                continue
+            names = slot[1]
+            for name in ([f.gpu] if members is None else [m.name for m in members]):
+                if name not in names:
+                    names.append(name)
+    merged: list[_Merged] = []
+    for (path, rule, _, severity), (message, names) in gpus.items():
+        head = ""
         if names:
             shown = ", ".join(names[:6]) + (f" and {len(names) - 6} more" if len(names) > 6 else "")
-            message = f"on {shown}: {message}"
-        problems.append(Problem(path, rule, message, severity))  # type: ignore[arg-type]
-    return tuple(problems)
+            head = f"on {shown}: "
+        merged.append((path, rule, head, message, severity))
+    return merged
+
+
+def _render(merged: Sequence[_Merged], prefix: str) -> list[Problem]:
+    return [Problem(prefix + path, rule, head + (message.render(prefix) if isinstance(message, _PathMessage)
+                                                 else str(message)), severity)  # type: ignore[arg-type]
+            for path, rule, head, message, severity in merged]
+
+
+def _ranges(values: Iterable[int], most: int = 12) -> str:
+    """GPU indices for a message, consecutive runs joined: `0-3, 5, 9-12` (at most `most` runs shown)."""
+    runs: list[list[int]] = []
+    for v in sorted(set(values)):
+        if runs and v == runs[-1][1] + 1:
+            runs[-1][1] = v
+        else:
+            runs.append([v, v])
+    shown = ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in runs[:most])
+    return shown + (f" and {len(runs) - most} more" if len(runs) > most else "")
+
+
+def _gpus(indices: Sequence[int]) -> str:
+    return f"GPU {_ranges(indices)}" if len(indices) == 1 else f"GPUs {_ranges(indices)}"
 
 
 # --------------------------------------------------------------------------------------------------
-# Entry-level checks (independent of the GPU).
+# Entry-level checks (independent of the GPU). Repeated findings of one kind merge into one line.
 
 
 @dataclass(frozen=True)
@@ -125,11 +194,18 @@ class _Entry:
     """A config entry with its device-filter parsed once."""
 
     raw: MigConfigEntry
+    path: str  # relative to the config's path (see above)
     filters: tuple  # parsed DeviceIds (unparseable ones dropped: they match nothing, as in mig-parted)
     indices: frozenset[int] | None  # None: devices: all
     # Device IDs the filter names; None without a filter. Catalogue GPUs carry no subsystem ID, so a
     # filter with a subsystem part is taken to match its device (see docs/config-rules.md).
     primaries: frozenset[str] | None = None
+    items: tuple = ()  # the mig-devices as (key, count) pairs: what the geometry depends on
+    counts: dict = field(default_factory=dict)  # raw.profile_counts(), for comparing entries
+    gi_keys: tuple = ()  # what each profile name is looked up by in a profile table
+    resolved: dict = field(default_factory=dict, compare=False)  # table id -> unresolved_on(): computed once
+    geometries: dict = field(default_factory=dict, compare=False)  # table id -> _Geometry (from the context)
+
 
     def selects(self, index: int, gpu: GpuModel) -> bool:
         if self.indices is not None and index not in self.indices:
@@ -138,61 +214,104 @@ class _Entry:
 
     def resolves_on(self, gpu: GpuModel) -> bool:
         """Cheap pre-check: every profile name of the entry exists (or is an alias) on this GPU."""
-        index = gpu.table.index
-        return all(gi_key(item.profile) in index for item in self.raw.mig_devices)
+        return self.unresolved_on(gpu.table) == 0
+
+    def unresolved_on(self, table: ProfileTable) -> int:
+        """How many of the entry's profile names the table lacks (computed once per table)."""
+        found = self.resolved.get(table.id)
+        if found is None:
+            index = table.index
+            found = self.resolved[table.id] = sum(key not in index for key in self.gi_keys)
+        return found
 
 
-def _prepare_entry(entry: MigConfigEntry, cat: Catalogue, out: list[_Finding]) -> _Entry:
+def _prepare_entry(entry: MigConfigEntry, path: str, cat: Catalogue, out: list[_Finding]) -> _Entry:
     filters = []
-    filter_path = key_path(entry.path, "device-filter")
+    filter_path = key_path(path, "device-filter")
     for i, text in enumerate(entry.device_filter):
-        path = index_path(filter_path, i) if len(entry.device_filter) > 1 else filter_path
+        item_path = index_path(filter_path, i) if len(entry.device_filter) > 1 else filter_path
         try:
             device = parse_device_id(text)
         except DeviceIdSyntaxError as exc:
-            out.append(_Finding(path, "device-filter-syntax",
+            out.append(_Finding(item_path, "device-filter-syntax",
                                 f"{exc}; mig-parted ignores the parse error and the entry silently matches no GPU"))
             continue
-        if cat.by_device_id(device) is None:
-            out.append(_Finding(path, "device-filter-unknown",
-                                f"{text} names no known MIG-capable GPU (see `migops gpus`); the entry would "
-                                "select nothing on any node"))
+        if cat.by_device_id(device) is None and cat.known_non_mig(device) is None:
+            out.append(_Finding(item_path, "device-filter-unknown",
+                                f"{text} is no GPU migops knows (see `migops gpus`): it is taken as a GPU that "
+                                "cannot do MIG; if it is a typo, the entry selects nothing", "warning"))
         filters.append(device)
     indices = None
     if entry.devices != "all":
-        devices_path = key_path(entry.path, "devices")
+        devices_path = key_path(path, "devices")
         seen: set[int] = set()
+        negative: list[tuple[int, int]] = []  # (position, value)
+        repeated: list[tuple[int, int]] = []
         for i, value in enumerate(entry.devices):
             if value < 0:
-                out.append(_Finding(index_path(devices_path, i), "negative-device-index",
-                                    f"GPU index {value} is negative"))
+                negative.append((i, value))
             elif value in seen:
-                out.append(_Finding(index_path(devices_path, i), "duplicate-device-index",
-                                    f"GPU index {value} is listed twice"))
+                repeated.append((i, value))
             seen.add(value)
+        if negative:
+            values = sorted({v for _, v in negative})
+            out.append(_Finding(index_path(devices_path, negative[0][0]), "negative-device-index",
+                                f"GPU index {values[0]} is negative" if len(values) == 1 else
+                                f"GPU indices {', '.join(map(str, values[:12]))}"
+                                + (f" and {len(values) - 12} more" if len(values) > 12 else "") + " are negative"))
+        if repeated:
+            values = sorted({v for _, v in repeated})
+            out.append(_Finding(index_path(devices_path, repeated[0][0]), "duplicate-device-index",
+                                f"GPU index {values[0]} is listed twice" if len(repeated) == 1 else
+                                f"GPU index {values[0]} is listed more than once" if len(values) == 1 else
+                                f"GPU indices {_ranges(values)} are listed more than once"))
         if not entry.devices:
             out.append(_Finding(devices_path, "no-devices", "the device list is empty: the entry selects no GPU",
                                 "warning"))
         indices = frozenset(v for v in entry.devices if v >= 0)
     for item in entry.mig_devices:
         if item.count == 0:
-            out.append(_Finding(key_path(key_path(entry.path, "mig-devices"), item.key), "zero-count",
+            out.append(_Finding(key_path(key_path(path, "mig-devices"), item.key), "zero-count",
                                 "a count of 0 creates nothing, and mig-parted then never sees the config as "
                                 "applied (it compares map sizes), so it reconfigures the GPU every time",
                                 "warning"))
     primaries = frozenset(f.primary for f in filters) if entry.device_filter else None
-    return _Entry(entry, tuple(filters), indices, primaries)
+    return _Entry(entry, path, tuple(filters), indices, primaries,
+                  tuple((item.key, item.count) for item in entry.mig_devices), entry.profile_counts(),
+                  tuple(gi_key(item.profile) for item in entry.mig_devices))
 
 
 # --------------------------------------------------------------------------------------------------
 # One entry's geometry on one GPU model.
 
+_Item = tuple[tuple["_Finding", ...], GiProfile | None]
 
-@dataclass(frozen=True)
+
+# The GPU of a finding that holds on every model of a profile table: replaced by the model's name
+# where it is reported (`_Geometry.credited`, or `_merge` for a catalogue-mode group).
+_MODEL = "<model>"
+
+
 class _Geometry:
-    findings: tuple[_Finding, ...]
-    layout: tuple[Placement, ...] | None
-    mig_devices: tuple[str, ...]
+    """One entry's geometry on one profile table: findings (about `_MODEL`), layout, MIG devices."""
+
+    __slots__ = ("findings", "errors", "layout", "mig_devices", "_credited")
+
+    def __init__(self, findings: tuple[_Finding, ...], layout: tuple[Placement, ...] | None,
+                 mig_devices: tuple[str, ...]) -> None:
+        self.findings = findings
+        self.errors = sum(f.severity == "error" for f in findings)
+        self.layout = layout
+        self.mig_devices = mig_devices
+        self._credited: dict[str, list[_Finding]] = {}
+
+    def credited(self, gpu: str) -> list[_Finding]:
+        """The findings as seen on one GPU model (made once per model)."""
+        found = self._credited.get(gpu)
+        if found is None:
+            found = self._credited[gpu] = [_Finding(f.path, f.rule, f.message, f.severity, gpu)
+                                           for f in self.findings]
+        return found
 
 
 def _did_you_mean(profile: MigProfile, gpu: GpuModel, cat: Catalogue) -> str:
@@ -214,66 +333,130 @@ def _did_you_mean(profile: MigProfile, gpu: GpuModel, cat: Catalogue) -> str:
     return f"profile {str(profile)!r} does not exist on this GPU (it has: {', '.join(names)}){hint}"
 
 
-def _geometry(entry: MigConfigEntry, gpu: GpuModel, cat: Catalogue) -> _Geometry:
+def _pack(gi: GiProfile, sizes: dict[int, int]) -> int:
+    """How many GPU instances of `gi` mig-parted creates for compute instances of these sizes (size ->
+    count): it reuses the previous GI of the same profile while it has compute slices left (next-fit,
+    largest first). Arithmetic over runs of equal sizes, so a count of 2^63-1 costs what a count of 1 does."""
+    gis, room, slices = 0, 0, gi.compute_slices
+    for c in sorted(sizes, reverse=True):
+        n = sizes[c]
+        fit = min(n, room // c) if room >= c else 0  # into the GI still open
+        room -= fit * c
+        n -= fit
+        if n:
+            per = max(slices // c, 1)  # a fresh GI takes this many (one, if c does not fit at all)
+            full, rest = divmod(n, per)
+            gis += full + (1 if rest else 0)
+            room = slices - (rest or per) * c
+    return gis
+
+
+def _resolve_item(path: str, item: ProfileCount, gpu: GpuModel, ctx: _Context) -> _Item:
+    """One mig-devices key on one GPU model: its GI profile (None when it has none) and findings."""
+    found = gpu.find_profile(item.profile)
+    if found is None:
+        return (_Finding(path, "unknown-profile", ctx.did_you_mean(item, gpu), gpu=_MODEL),), None
+    gi, by_alias = found
+    findings: tuple[_Finding, ...] = ()
+    if by_alias:
+        findings = (_Finding(path, "profile-name-drift",
+                             f"{item.key!r} is what some drivers call {gi.name!r}; the node's driver decides which "
+                             "name mig-parted accepts", "warning", _MODEL),)
+    if not compute_subprofile_allowed(item.profile.compute, item.profile.gpu):
+        return findings + (_Finding(path, "invalid-compute-instance",
+                                    f"a {item.profile.gpu}g GPU instance offers no {item.profile.compute}c compute "
+                                    f"instance (valid: C == G, or C < G with 2C <= G+1)", gpu=_MODEL),), None
+    return findings, gi
+
+
+def _geometry(entry: _Entry, gpu: GpuModel, ctx: _Context) -> _Geometry:
     """Resolve the entry's profiles on this GPU, check counts, the media engine, and placement."""
     findings: list[_Finding] = []
-    name = gpu.name
     devices_path = key_path(entry.path, "mig-devices")
-    # GI profile -> CI sizes requested in it, in mig-parted's flatten order (G desc, C desc).
-    wanted: dict[GiProfile, list[int]] = defaultdict(list)
+    # GI profile -> {CI size: count} requested in it; the first key that named it (for paths).
+    wanted: dict[GiProfile, dict[int, int]] = {}
     first_key: dict[GiProfile, str] = {}
-    mig_devices: list[str] = []
-    for item in entry.mig_devices:
-        path = key_path(devices_path, item.key)
-        found = gpu.find_profile(item.profile)
-        if found is None:
-            hint = _Lazy(lambda p=item.profile: _did_you_mean(p, gpu, cat))
-            findings.append(_Finding(path, "unknown-profile", hint, gpu=name))
-            continue
-        gi, by_alias = found
-        if by_alias:
-            findings.append(_Finding(path, "profile-name-drift",
-                                     f"{item.key!r} is what some drivers call {gi.name!r}; the node's driver "
-                                     "decides which name mig-parted accepts", "warning", gpu=name))
-        if not compute_subprofile_allowed(item.profile.compute, item.profile.gpu):
-            findings.append(_Finding(path, "invalid-compute-instance",
-                                     f"a {item.profile.gpu}g GPU instance offers no {item.profile.compute}c compute "
-                                     f"instance (valid: C == G, or C < G with 2C <= G+1)", gpu=name))
+    devices: list[tuple[str, int]] = []
+    errors = False
+    resolve = ctx.resolver(devices_path, gpu)
+    for item in entry.raw.mig_devices:
+        found, gi = resolve(item)
+        findings.extend(found)
+        if gi is None:
+            errors = True
             continue
         first_key.setdefault(gi, item.key)
-        wanted[gi].extend([item.profile.compute] * item.count)
-        mig_devices.extend([str(item.profile)] * item.count)
-    if findings and any(f.severity == "error" for f in findings):
+        sizes = wanted.setdefault(gi, {})
+        sizes[item.profile.compute] = sizes.get(item.profile.compute, 0) + item.count
+        devices.append((str(item.profile), item.count))
+    if errors:
         return _Geometry(tuple(findings), None, ())
-    # Pack compute instances into GPU instances the way mig-parted does: reuse the previous GI of the
-    # same profile while it has compute slices left (next-fit, largest first).
-    request: dict[GiProfile, int] = {}
-    for gi, sizes in wanted.items():
-        gis, room = 0, 0
-        for c in sorted(sizes, reverse=True):
-            if c <= room:
-                room -= c
-            else:
-                gis += 1
-                room = gi.compute_slices - c
-        request[gi] = gis
+    request: dict[GiProfile, int] = {gi: _pack(gi, sizes) for gi, sizes in wanted.items()}
     for gi, count in request.items():
         if count > gi.max_count:
             findings.append(_Finding(key_path(devices_path, first_key[gi]), "count-exceeds-max",
                                      f"{count} x {gi.name} requested; the GPU allows at most {gi.max_count}",
-                                     gpu=name))
-    media = sum(c for gi, c in request.items() if gi.has_media_extensions)
-    if media > 1:
-        findings.append(_Finding(devices_path, "media-extensions-once",
-                                 f"{media} instances with +me requested; a GPU has one set of media engines, "
-                                 "so at most one +me instance fits", gpu=name))
-    if any(f.severity == "error" for f in findings):
+                                     gpu=_MODEL))
+            errors = True
+    if errors:
         return _Geometry(tuple(findings), None, ())
     layout = place(gpu.table, request)
     if layout is None:
-        findings.append(_Finding(devices_path, "placement-infeasible", _why_infeasible(gpu, request), gpu=name))
+        findings.append(_Finding(devices_path, "placement-infeasible", _why_infeasible(gpu, request), gpu=_MODEL))
         return _Geometry(tuple(findings), None, ())
-    return _Geometry(tuple(findings), layout, tuple(mig_devices))
+    # Engines are judged on a geometry that fits, so the problem reported is the first that stops it.
+    over = _over_budget(gpu, request)
+    if over:
+        findings.append(_Finding(devices_path, "engine-budget", over, gpu=_MODEL))
+        return _Geometry(tuple(findings), None, ())
+    # Every count is now within the GPU's maximum, so listing one string per MIG device is cheap.
+    return _Geometry(tuple(findings), layout, tuple(name for name, count in devices for _ in range(count)))
+
+
+def _plural(n: int, kind: str) -> str:
+    name = ENGINE_NAMES[kind]
+    return f"{n} {name}" if n == 1 else f"{n} {name}s"
+
+
+def _and(parts: Sequence[str]) -> str:
+    return parts[0] if len(parts) == 1 else ", ".join(parts[:-1]) + " and " + parts[-1]
+
+
+def _amounts(amounts: Sequence[tuple[str, int]]) -> str:
+    """`4 of each` when the amounts agree (of several kinds), else `4 decoders and 1 OFA`."""
+    values = {n for _, n in amounts}
+    if len(values) == 1:
+        return f"{amounts[0][1]}" + (" of each" if len(amounts) > 1 else
+                                      f" {ENGINE_NAMES[amounts[0][0]]}" + ("" if amounts[0][1] == 1 else "s"))
+    return _and([_plural(n, kind) for kind, n in amounts])
+
+
+def _over_budget(gpu: GpuModel, request: dict[GiProfile, int]) -> str | None:
+    """The engines the instances need beyond what the GPU has, or None when they fit (or are unknown).
+
+    One mechanism for every engine: it is also what limits media extensions, since a GPU has one OFA
+    that each +me instance takes, and +me.all takes every media engine (RTX PRO 6000: only -me
+    instances, which take none, fit beside it)."""
+    budget = gpu.table.engines
+    wanted = [(gi, count) for gi, count in request.items() if count]
+    if budget is None or any(gi.engines is None for gi, _ in wanted):
+        return None
+    need = {kind: sum(count * getattr(gi.engines, kind) for gi, count in wanted) for kind, _ in budget.items()}
+    over = [(kind, total) for kind, total in budget.items() if need[kind] > total]
+    if not over:
+        return None
+    takers = []
+    for gi, count in wanted:
+        taken = [(kind, count * getattr(gi.engines, kind)) for kind, _ in over]
+        if any(n for _, n in taken):
+            takers.append(f"{count} x {gi.name} {'takes' if count == 1 else 'take'} {_amounts(taken)}")
+    message = (f"the instances need {_and([_plural(need[kind], kind) for kind, _ in over])}; the GPU has "
+               f"{_amounts(over)} ({', '.join(takers)})")
+    if any("me.all" in gi.profile.attributes and not gi.profile.negative for gi, _ in wanted):
+        message += ". A +me.all instance takes every media engine: only -me instances fit beside it"
+    elif sum(count for gi, count in wanted if gi.has_media_extensions) > 1:
+        message += ". A GPU has one set of media extensions: at most one +me instance fits"
+    return message
 
 
 def _why_infeasible(gpu: GpuModel, request: dict[GiProfile, int]) -> str:
@@ -293,12 +476,66 @@ def _why_infeasible(gpu: GpuModel, request: dict[GiProfile, int]) -> str:
 # A whole node.
 
 
-def _strategy_findings(config_path: str, results: Sequence[GpuResult], strategy: Strategy | None,
+class _GpuOutcome(NamedTuple):
+    """A GpuResult before its entry path is made absolute."""
+
+    index: int
+    gpu: GpuModel
+    entry: str | None
+    mig_enabled: bool | None
+    layout: tuple[Placement, ...] | None = None
+    mig_devices: tuple[str, ...] = ()
+
+
+class _Selection(NamedTuple):
+    """Which entries select each GPU index of a node (in entry order), and the overlaps that follow."""
+
+    chosen: tuple[tuple[_Entry, ...], ...]
+    overlaps: tuple[tuple[_Finding, ...], ...]  # per index; gpu set to the index's model name
+    overlap_errors: tuple[int, ...]  # per index
+
+
+def _select(entries: Sequence[_Entry], node: Sequence[GpuModel]) -> _Selection:
+    chosen: list[list[_Entry]] = [[] for _ in node]
+    for entry in entries:
+        for index, gpu in enumerate(node):
+            if entry.selects(index, gpu):
+                chosen[index].append(entry)
+    # One finding per (entry, earlier entry, model), naming every GPU index the two both select; it is
+    # reported where the first of those GPUs is.
+    groups: dict[tuple[int, int, str], list[int]] = {}
+    for index, gpu in enumerate(node):
+        for earlier in chosen[index][:-1]:
+            groups.setdefault((id(chosen[index][-1]), id(earlier), gpu.name), []).append(index)
+    found: list[list[_Finding]] = [[] for _ in node]
+    for index, gpu in enumerate(node):
+        if not chosen[index]:
+            continue
+        last = chosen[index][-1]
+        for earlier in chosen[index][:-1]:
+            indices = groups.get((id(last), id(earlier), gpu.name))
+            if not indices or indices[0] != index:
+                continue
+            same = (earlier.raw.mig_enabled == last.raw.mig_enabled and earlier.counts == last.counts)
+            found[index].append(_Finding(
+                last.path, "overlapping-entries",
+                _PathMessage("this entry and ", earlier.path, f" both select {_gpus(indices)}; "
+                             + ("they agree, so the earlier one is redundant" if same else
+                                "mig-parted applies both in turn (last wins) and its assert can never pass")),
+                "warning" if same else "error", gpu=gpu.name))
+    overlaps = [tuple(f) for f in found]
+    overlap_errors = tuple(sum(f.severity == "error" for f in fs) for fs in overlaps)
+    return _Selection(tuple(map(tuple, chosen)), tuple(overlaps), overlap_errors)
+
+
+def _strategy_findings(config_path: str, results: Sequence[_GpuOutcome], strategy: Strategy | None,
                        entry_paths: dict[int, str]) -> list[_Finding]:
     if strategy is None:
         return []
-    covered = [r for r in results if r.mig_enabled is not None]
-    enabled = [r for r in covered if r.mig_enabled]
+    # A GPU whose geometry is invalid has its error already; judging its (absent) MIG devices against the
+    # strategy would only add noise. A GPU that cannot do MIG stays a whole GPU.
+    covered = [r for r in results if r.mig_enabled is not None and not (r.mig_enabled and r.layout is None)]
+    enabled = [r for r in covered if r.mig_enabled and r.gpu.mig_capable]
     findings: list[_Finding] = []
     if strategy == "none":
         for r in enabled:
@@ -314,7 +551,8 @@ def _strategy_findings(config_path: str, results: Sequence[GpuResult], strategy:
         profiles = sorted({d for r in enabled for d in r.mig_devices})
         why = []
         if empty:
-            why.append(f"GPU {', '.join(str(r.index) for r in empty)} has MIG enabled but no MIG devices")
+            why.append(f"{_gpus([r.index for r in empty])} {'has' if len(empty) == 1 else 'have'} MIG enabled but "
+                       "no MIG devices")
         if enabled and len(enabled) != len(covered):
             why.append("MIG-enabled and MIG-disabled GPUs are mixed on one node")
         if len(profiles) > 1:
@@ -326,190 +564,389 @@ def _strategy_findings(config_path: str, results: Sequence[GpuResult], strategy:
                 "nvidia.com/gpu.product=<model>-MIG-INVALID and it advertises 0 GPUs; use strategy 'mixed' "
                 "or one profile type on every GPU", gpu=enabled[0].gpu.name if enabled else None))
         return findings
+    empty: dict[tuple[str, str], list[int]] = {}  # (entry path, model) -> GPU indices
     for r in enabled:
         if not r.mig_devices:
-            findings.append(_Finding(entry_paths[r.index], "no-mig-devices",
-                                     f"GPU {r.index} has MIG enabled but no MIG devices: it advertises nothing",
-                                     "warning", gpu=r.gpu.name))
+            empty.setdefault((entry_paths[r.index], r.gpu.name), []).append(r.index)
+    for (path, gpu), indices in empty.items():
+        findings.append(_Finding(path, "no-mig-devices",
+                                 f"{_gpus(indices)} {'has' if len(indices) == 1 else 'have'} MIG enabled but no MIG "
+                                 f"devices: {'it advertises' if len(indices) == 1 else 'they advertise'} nothing",
+                                 "warning", gpu=gpu))
     return findings
 
 
-@dataclass
-class _Context:
-    """Per-call caches: entries are prepared once, geometries computed once per (entry, table)."""
-
-    cat: Catalogue
-    geometries: dict[tuple[int, str], _Geometry] = field(default_factory=dict)
-
-    def geometry(self, entry: MigConfigEntry, gpu: GpuModel) -> _Geometry:
-        key = (id(entry), gpu.table.id)
-        if key not in self.geometries:
-            self.geometries[key] = _geometry(entry, gpu, self.cat)
-        return self.geometries[key]
-
-
-def _evaluate_node(name: str, entries: Sequence[_Entry], node: Sequence[GpuModel], strategy: Strategy | None,
-                   explicit: bool, ctx: _Context) -> tuple[list[_Finding], tuple[GpuResult, ...]]:
-    """Findings and per-GPU results of one config on one node. Entry-level findings are not included."""
-    config_path = key_path("mig-configs", name)
+def _evaluate_node(config_path: str, entries: Sequence[_Entry], selection: _Selection,
+                   node: Sequence[GpuModel], strategy: Strategy | None, explicit: bool,
+                   ctx: _Context) -> tuple[list[_Finding], tuple[_GpuOutcome, ...], int]:
+    """Findings, per-GPU results and the number of errors of one config on one node (entry-level
+    findings not included). `explicit`: the node is given (--gpu, the webhook); otherwise it is a
+    catalogue-mode node of one model, whose findings are credited to the group's models later."""
     findings: list[_Finding] = []
-    selected: dict[int, list[_Entry]] = {}
-    for entry in entries:
+    uncovered: dict[str, list[int]] = {}  # GPUs no entry selects: one finding for all of them
+    first_uncovered = -1
+    if explicit:
+        for entry in entries:
+            if entry.indices is not None:
+                missing = [v for v in entry.indices if v >= len(node)]
+                if missing:
+                    findings.append(_Finding(
+                        key_path(entry.path, "devices"), "device-index-out-of-range",
+                        (f"GPU index {missing[0]} does not exist" if len(missing) == 1 else
+                         f"GPU indices {_ranges(missing)} do not exist")
+                        + f" on a node with {len(node)} GPU(s); mig-parted skips "
+                        + ("it" if len(missing) == 1 else "them") + " silently", "warning"))
         for index, gpu in enumerate(node):
-            if entry.selects(index, gpu):
-                selected.setdefault(index, []).append(entry)
-        if explicit and entry.indices is not None:
-            for value in sorted(v for v in entry.indices if v >= len(node)):
-                findings.append(_Finding(key_path(entry.raw.path, "devices"), "device-index-out-of-range",
-                                         f"GPU index {value} does not exist on a node with {len(node)} GPU(s); "
-                                         "mig-parted skips it silently", "warning"))
-    results: list[GpuResult] = []
+            if not selection.chosen[index]:
+                uncovered.setdefault(gpu.label(), []).append(index)
+        first_uncovered = min((i for indices in uncovered.values() for i in indices), default=-1)
+    errors = 0
+    results: list[_GpuOutcome] = []
     entry_paths: dict[int, str] = {}
+    outcomes = explicit or strategy is not None  # catalogue mode without a strategy needs findings only
     for index, gpu in enumerate(node):
-        chosen = selected.get(index, [])
+        chosen = selection.chosen[index]
         if not chosen:
-            if explicit:
+            if index == first_uncovered:
+                which = " or ".join(f"{_gpus(indices)} ({label})" for label, indices in uncovered.items())
                 findings.append(_Finding(config_path, "gpu-not-covered",
-                                         f"no entry selects GPU {index} ({gpu.label()}); mig-parted's assert "
-                                         "requires every GPU to match, so this config never reports as applied"))
-            results.append(GpuResult(index, gpu, None, None))
+                                         f"no entry selects {which}; mig-parted's assert requires every GPU to "
+                                         "match, so this config never reports as applied"))
+                errors += 1
+            if outcomes:
+                results.append(_GpuOutcome(index, gpu, None, None))
             continue
-        last = chosen[-1].raw
-        entry_paths[index] = last.path
-        for earlier in chosen[:-1]:
-            same = (earlier.raw.mig_enabled == last.mig_enabled
-                    and earlier.raw.profile_counts() == last.profile_counts())
+        last = chosen[-1]
+        overlaps = selection.overlaps[index]
+        if overlaps:
+            findings.extend(overlaps)
+            errors += selection.overlap_errors[index]
+        if not last.raw.mig_enabled:
+            if outcomes:
+                entry_paths[index] = last.path
+                results.append(_GpuOutcome(index, gpu, last.path, False))
+            continue
+        if not gpu.mig_capable:
             findings.append(_Finding(
-                last.path, "overlapping-entries",
-                f"this entry and {earlier.raw.path} both select GPU {index}; "
-                + ("they agree, so the earlier one is redundant" if same else
-                   "mig-parted applies both in turn (last wins) and its assert can never pass"),
-                "warning" if same else "error", gpu=gpu.name))
-        if not last.mig_enabled:
-            results.append(GpuResult(index, gpu, last.path, False))
+                key_path(last.path, "mig-enabled"), "mig-not-capable",
+                f"this entry enables MIG on GPU {index}, which cannot do MIG ({gpu.label()}): mig-parted's assert "
+                "fails on it ('unable to assert MIG mode enabled on non MIG-capable GPU'), so the config never "
+                "applies; give that GPU an entry with mig-enabled: false", gpu=gpu.name))
+            errors += 1
+            if outcomes:
+                entry_paths[index] = last.path
+                results.append(_GpuOutcome(index, gpu, last.path, True))
             continue
         geometry = ctx.geometry(last, gpu)
-        # Geometries are cached per profile table; credit the findings to this GPU's model.
-        findings.extend(f if f.gpu in (None, gpu.name) else _Finding(f.path, f.rule, f.message, f.severity, gpu.name)
-                        for f in geometry.findings)
-        results.append(GpuResult(index, gpu, last.path, True, geometry.layout, geometry.mig_devices))
-    findings.extend(_strategy_findings(config_path, results, strategy, entry_paths))
-    return findings, tuple(results)
+        # Catalogue mode credits every finding to each model of the group when merging.
+        findings.extend(geometry.credited(gpu.name) if explicit else geometry.findings)
+        errors += geometry.errors
+        if outcomes:
+            entry_paths[index] = last.path
+            results.append(_GpuOutcome(index, gpu, last.path, True, geometry.layout, geometry.mig_devices))
+    if strategy is not None:
+        found = _strategy_findings(config_path, results, strategy, entry_paths)
+        findings.extend(found)
+        errors += sum(f.severity == "error" for f in found)
+    return findings, tuple(results), errors
 
 
-def _config_findings(name: str) -> list[_Finding]:
+def _config_findings(name: str) -> list[Problem]:
     if not _LABEL_VALUE.match(name) or len(name) > 63:
-        return [_Finding(key_path("mig-configs", name), "config-name-not-label",
-                         f"{name!r} is not a valid label value (63 characters of [A-Za-z0-9-_.], alphanumeric "
-                         "at both ends), so no node can select it with nvidia.com/mig.config", "warning")]
+        return [Problem(key_path("mig-configs", name), "config-name-not-label",
+                        f"{name!r} is not a valid label value (63 characters of [A-Za-z0-9-_.], alphanumeric "
+                        "at both ends), so no node can select it with nvidia.com/mig.config", "warning")]
     return []
 
 
-def _prepare(name: str, entries: Sequence[MigConfigEntry], cat: Catalogue) -> tuple[list[_Finding], list[_Entry]]:
-    findings = _config_findings(name)
-    prepared = [_prepare_entry(e, cat, findings) for e in entries]
-    return findings, prepared
+# --------------------------------------------------------------------------------------------------
+# Catalogue mode: a config on every model it can apply to.
 
 
-def validate_on_node(config: MigPartedConfig, name: str, node: Sequence[GpuModel],
-                     strategy: Strategy | None = None, cat: Catalogue | None = None) -> ConfigReport:
-    """Is config `name` valid when applied to a node with these GPUs (index order)?"""
-    cat = cat or catalogue()
-    findings, entries = _prepare(name, config.entries(name), cat)
-    node_findings, results = _evaluate_node(name, entries, node, strategy, True, _Context(cat))
-    return ConfigReport(name, _merge(findings + node_findings), gpus=results)
-
-
-def validate_against_catalogue(config: MigPartedConfig, name: str, strategy: Strategy | None = None,
-                               cat: Catalogue | None = None, ctx: _Context | None = None) -> ConfigReport:
-    """Is config `name` valid on the GPU models it targets (or, unfiltered, on at least one model)?"""
-    cat = cat or catalogue()
-    ctx = ctx or _Context(cat)
-    findings, entries = _prepare(name, config.entries(name), cat)
+def _against_catalogue(config_path: str, entries: Sequence[_Entry], findings: list[_Finding],
+                       ctx: _Context) -> tuple[list[_Batch], tuple[GpuModel, ...]]:
+    """The config's findings on the models it targets (after the entry-level `findings`), and the
+    models it fits. Findings seen on one model of a group are credited to every model of the group."""
+    cat, strategy = ctx.cat, ctx.strategy
+    batches: list[_Batch] = [(findings, None)]
     # Entry-level errors (a malformed filter, a duplicate index) hold on every model: it fits none.
     entry_errors = any(f.severity == "error" for f in findings)
     filtered = all(e.raw.device_filter for e in entries)
     if filtered:
-        named = {f.primary for e in entries for f in e.filters}
+        # The models the filters name: MIG-capable ones in catalogue order, then GPUs that cannot do MIG.
+        named = {f.primary: f for e in entries for f in e.filters}
         models = [g for g in cat.gpus if g.device_id in named]
+        models += [cat.model(f) for primary, f in named.items() if cat.by_device_id(primary) is None]
     else:
         models = list(cat.gpus)
     # A node of each model, as large as the highest index asks for (no node has more than 16 GPUs).
     highest = max([max(e.indices, default=-1) + 1 for e in entries if e.indices is not None] + [1])
     size = min(highest, MAX_GPUS_PER_NODE)
     if highest > MAX_GPUS_PER_NODE:
-        findings.append(_Finding(key_path("mig-configs", name), "device-index-out-of-range",
+        findings = findings + [_Finding(config_path, "device-index-out-of-range",
                                  f"GPU index {highest - 1} is beyond the {MAX_GPUS_PER_NODE} GPUs any known node has",
-                                 "warning"))
+                                 "warning")]
+        batches[0] = (findings, None)
     fits: list[GpuModel] = []
-    filtered_paths = tuple(e.raw.path for e in entries if e.raw.device_filter)
+    filtered_paths = tuple(e.path for e in entries if e.raw.device_filter)
 
     def is_pinned(f: _Finding) -> bool:
         """A finding of a filtered entry on a model its filter names: always a real problem. When every
         entry is filtered, every model evaluated is one a filter names, so node-level findings
         (strategy-mismatch at the config's path) are real too."""
-        return filtered or any(f.path == p or f.path.startswith(p + ".") or f.path.startswith(p + "[") for p in filtered_paths)
-
-    def credit(findings: Sequence[_Finding], members: Sequence[GpuModel]) -> list[_Finding]:
-        return [f if f.gpu is None else _Finding(f.path, f.rule, f.message, f.severity, gpu.name)
-                for gpu in members for f in findings]
+        return filtered or any(f.path == p or f.path.startswith(p + ".") or f.path.startswith(p + "[")
+                               for p in filtered_paths)
 
     # Models with the same profile table that the same entries select behave identically: evaluate
-    # one of them and credit the findings to all.
-    groups: dict[tuple, list[GpuModel]] = {}
-    for gpu in models:
-        selecting = tuple(i for i, e in enumerate(entries) if e.primaries is None or gpu.device_id in e.primaries)
-        groups.setdefault((gpu.table.id, selecting), []).append(gpu)
+    # one of them and credit the findings to all. Which entries select a GPU index depends only on
+    # which entries' filters admit the model, so selections are shared between such groups.
+    groups: dict[tuple, list[GpuModel]] | list[tuple[tuple, list[GpuModel]]]
+    if not filtered_paths:
+        everything = tuple(range(len(entries)))
+        groups = [((table_id, everything), members) for table_id, members in ctx.table_groups]
+    else:
+        groups = {}
+        for gpu in models:
+            selecting = tuple(i for i, e in enumerate(entries) if e.primaries is None or gpu.device_id in e.primaries)
+            table = gpu.table.id if gpu.table is not None else gpu.device_id
+            groups.setdefault((table, selecting), []).append(gpu)
+        groups = list(groups.items())
+    selections: dict[tuple[int, ...], _Selection] = {}
     loose: list[tuple[list[GpuModel], list[_Finding], int]] = []
 
-    def evaluate(members: list[GpuModel]) -> None:
-        node_findings, _ = _evaluate_node(name, entries, [members[0]] * size, strategy, False, ctx)
-        errors = sum(f.severity == "error" for f in node_findings)
+    def select(selecting: tuple[int, ...], members: list[GpuModel]) -> _Selection:
+        selection = selections.get(selecting)
+        if selection is None:
+            selection = selections[selecting] = _select(entries, [members[0]] * size)
+        return selection
+
+    def evaluate(selecting: tuple[int, ...], members: list[GpuModel]) -> tuple | None:
+        """Judge the group; record fits and pinned findings; return its (members, findings, errors)."""
+        node_findings, _, errors = _evaluate_node(config_path, entries, select(selecting, members),
+                                                  [members[0]] * size, strategy, False, ctx)
         if not errors:
             fits.extend(members)
-        if node_findings:
-            findings.extend(credit([f for f in node_findings if is_pinned(f)], members))
-            loose.append((members, [f for f in node_findings if not is_pinned(f)], errors))
+        if not node_findings:
+            return None
+        if filtered_paths:
+            batches.append(([f for f in node_findings if is_pinned(f)], members))
+            return members, [f for f in node_findings if not is_pinned(f)], errors
+        return members, node_findings, errors
 
     # A group where only unfiltered entries apply and one of them names a profile the GPU lacks cannot
     # fit, and its findings only matter if no model fits: evaluate it only then.
-    deferred: list[list[GpuModel]] = []
-    for (_, selecting), members in groups.items():
-        chosen = [entries[i] for i in selecting]
-        if (not filtered and all(e.primaries is None for e in chosen)
-                and any(e.raw.mig_enabled and (e.indices is None or any(i < size for i in e.indices))
-                        and not e.resolves_on(members[0]) for e in chosen)):
-            deferred.append(members)
+    deferred: list[tuple[tuple[int, ...], list[GpuModel]]] = []
+    reaching = [e.raw.mig_enabled and (e.indices is None or any(i < size for i in e.indices)) for e in entries]
+    for (_, selecting), members in groups:
+        if (not filtered and (not filtered_paths or all(entries[i].primaries is None for i in selecting))
+                and any(reaching[i] and not entries[i].resolves_on(members[0]) for i in selecting)):
+            deferred.append((selecting, members))
         else:
-            evaluate(members)
-    if not fits:
-        for members in deferred:
-            evaluate(members)
+            found = evaluate(selecting, members)
+            if found:
+                loose.append(found)
+    if not fits and deferred:
+        # Only the groups with the fewest errors are shown. Each unknown profile is an error, so a group
+        # whose unknown profiles alone outnumber the fewest errors seen cannot be shown: it is skipped.
+        # Groups are judged from the smallest such bound up, and kept in their own order.
+        def bound(selecting: tuple[int, ...], members: list[GpuModel]) -> int:
+            selection, table, total = select(selecting, members), members[0].table, 0
+            for index in range(size):
+                chosen = selection.chosen[index]
+                if chosen:
+                    total += selection.overlap_errors[index]
+                    if chosen[-1].raw.mig_enabled:
+                        total += chosen[-1].unresolved_on(table)
+            return total
+
+        bounds = [bound(selecting, members) for selecting, members in deferred]
+        fewest = min((errors for _, _, errors in loose), default=None)
+        judged: dict[int, tuple | None] = {}
+        for position in sorted(range(len(deferred)), key=bounds.__getitem__):
+            if fewest is not None and bounds[position] > fewest:
+                break
+            found = judged[position] = evaluate(*deferred[position])
+            if found:
+                fewest = found[2] if fewest is None else min(fewest, found[2])
+        loose.extend(found for _, found in sorted(judged.items()) if found)
     if fits:
         # Warnings (name drift, ...) on the models it fits are still worth showing.
         for members, fs, errors in loose:
             if not errors:
-                findings.extend(credit([f for f in fs if f.severity == "warning"], members))
+                batches.append(([f for f in fs if f.severity == "warning"], members))
     elif not filtered and loose:
         fewest = min(errors for _, _, errors in loose)
         for members, fs, errors in loose:
             if errors == fewest:
-                findings.extend(credit(fs, members))
-        findings.append(_Finding(key_path("mig-configs", name), "fits-no-gpu",
-                                 "the config fits no known GPU model (see the problems above for the closest ones)"))
+                batches.append((fs, members))
+        batches.append(([_Finding(config_path, "fits-no-gpu", "the config fits no known GPU model (see the problems "
+                                  "above for the closest ones)")], None))
     if entry_errors:
         fits.clear()
-    fits.sort(key=models.index)
-    return ConfigReport(name, _merge(findings), fits=tuple(fits))
+    if len(fits) > 1:
+        order = {id(gpu): i for i, gpu in enumerate(models)}
+        fits.sort(key=lambda gpu: order[id(gpu)])
+    return batches, tuple(fits)
+
+
+# --------------------------------------------------------------------------------------------------
+# One validate() call: configs with the same entries share one evaluation.
+
+# The most problems listed for one config. NVIDIA's files have a handful at most; a generated file can
+# have hundreds of thousands (a key no model has, on each of eight models of a node), whose messages
+# would cost more time and memory than the verdict. The rest are counted in one `problems-truncated`
+# problem, an error when any of them is, so a config's validity never depends on the limit.
+MAX_PROBLEMS = 100
+
+
+def _truncated(config_path: str, hidden: Sequence[_Merged]) -> Problem:
+    rules = Counter(rule for _, rule, _, _, _ in hidden)
+    errors = sum(severity == "error" for *_, severity in hidden)
+    shown = ", ".join(f"{rule} x {n}" for rule, n in rules.most_common(5))
+    more = f" and {len(rules) - 5} more rules" if len(rules) > 5 else ""
+    return Problem(config_path, "problems-truncated",
+                   f"{len(hidden)} more problems of this config are not listed ({errors} errors, "
+                   f"{len(hidden) - errors} warnings: {shown}{more}); migops lists at most {MAX_PROBLEMS} per config",
+                   "error" if errors else "warning")
+
+
+@dataclass(frozen=True)
+class _Verdict:
+    """A config's verdict with paths relative to the config (shared by configs with equal entries)."""
+
+    problems: tuple[_Merged, ...]
+    gpus: tuple[_GpuOutcome, ...]
+    fits: tuple[GpuModel, ...]
+
+
+def _entry_key(entry: MigConfigEntry) -> tuple:
+    """What an entry's verdict depends on (a profile is a function of its key)."""
+    return (entry.devices if isinstance(entry.devices, str) else tuple(entry.devices), tuple(entry.device_filter),
+            entry.mig_enabled, tuple((item.key, item.count) for item in entry.mig_devices))
+
+
+class _Context:
+    """The question (node or catalogue, strategy) and the work shared by every config of one call:
+    verdicts per distinct list of entries, geometries per (entry, profile table), did-you-mean hints."""
+
+    def __init__(self, cat: Catalogue, node: Sequence[GpuModel] | None, strategy: Strategy | None) -> None:
+        self.cat = cat
+        self.node = tuple(node) if node else None
+        self.strategy = strategy
+        self._verdicts: dict[tuple, _Verdict] = {}
+        self._geometries: dict[tuple, _Geometry] = {}
+        self._hints: dict[tuple, _Lazy] = {}
+        self._items: dict[tuple, dict[str, _Item]] = {}
+        # Catalogue models grouped by profile table, in catalogue order (what an unfiltered config sees).
+        tables: dict[str, list[GpuModel]] = {}
+        for gpu in cat.gpus:
+            tables.setdefault(gpu.table.id, []).append(gpu)
+        self.table_groups = list(tables.items())
+
+    def geometry(self, entry: _Entry, gpu: GpuModel) -> _Geometry:
+        found = entry.geometries.get(gpu.table.id)
+        if found is None:
+            key = (entry.path, entry.items, gpu.table.id)
+            found = self._geometries.get(key)
+            if found is None:
+                found = self._geometries[key] = _geometry(entry, gpu, self)
+            entry.geometries[gpu.table.id] = found
+        return found
+
+    def resolver(self, devices_path: str, gpu: GpuModel) -> Callable[[ProfileCount], _Item]:
+        """Resolve the keys of one mig-devices map on one GPU model, each key once per call."""
+        cache = self._items.get((devices_path, gpu.table.id))
+        if cache is None:
+            cache = self._items[(devices_path, gpu.table.id)] = {}
+
+        def resolve(item: ProfileCount) -> _Item:
+            found = cache.get(item.key)
+            if found is None:
+                found = cache[item.key] = _resolve_item(key_path(devices_path, item.key), item, gpu, self)
+            return found
+        return resolve
+
+    def did_you_mean(self, item: ProfileCount, gpu: GpuModel) -> _Lazy:
+        # Keyed by what the text depends on, so equal hints are one object (see `_identity`).
+        key = (item.key, gpu.table.names)
+        found = self._hints.get(key)
+        if found is None:
+            cat = self.cat  # not `self`: the hint must not refer back to the context (no reference cycle)
+            profile = item.profile
+            found = self._hints[key] = _Lazy(lambda: _did_you_mean(profile, gpu, cat))
+        return found
+
+    def report(self, name: str, entries: Sequence[MigConfigEntry]) -> ConfigReport:
+        config_path = key_path("mig-configs", name)
+        if all(e.path == index_path(config_path, i) for i, e in enumerate(entries)):
+            prefix, root, paths = config_path, "", [index_path("", i) for i in range(len(entries))]
+        else:  # entry paths of another form: evaluate with absolute paths (nothing shared)
+            prefix, root, paths = "", config_path, [e.path for e in entries]
+        key = (root, tuple(paths) if root else len(paths), tuple(_entry_key(e) for e in entries))
+        verdict = self._verdicts.get(key)
+        if verdict is None:
+            verdict = self._verdicts[key] = self._evaluate(root, entries, paths)
+        gpus = tuple(GpuResult(r.index, r.gpu, None if r.entry is None else prefix + r.entry, r.mig_enabled,
+                               r.layout, r.mig_devices) for r in verdict.gpus)
+        merged = verdict.problems
+        problems = _config_findings(name) + _render(merged[:MAX_PROBLEMS], prefix)
+        if len(merged) > MAX_PROBLEMS:
+            problems.append(_truncated(config_path, merged[MAX_PROBLEMS:]))
+        return ConfigReport(name, tuple(problems), gpus=gpus, fits=verdict.fits)
+
+    def _evaluate(self, root: str, raw: Sequence[MigConfigEntry], paths: Sequence[str]) -> _Verdict:
+        findings: list[_Finding] = []
+        entries = [_prepare_entry(e, p, self.cat, findings) for e, p in zip(raw, paths)]
+        if self.node is not None:
+            selection = _select(entries, self.node)
+            node_findings, results, _ = _evaluate_node(root, entries, selection, self.node, self.strategy, True, self)
+            return _Verdict(tuple(_merge([(findings, None), (node_findings, None)])), results, ())
+        batches, fits = _against_catalogue(root, entries, findings, self)
+        return _Verdict(tuple(_merge(batches)), (), fits)
+
+
+@contextmanager
+def paused_gc() -> Iterator[None]:
+    """Pause the cyclic garbage collector for one call. Judging a large file makes hundreds of thousands
+    of small objects next to the parsed document, and each collection walks them all: on a 1 MiB file
+    the collector doubled the time. The validator makes no reference cycles, so reference counting
+    frees everything as before; the previous setting is restored (a concurrent call in another thread
+    only runs with the collector on, as it would anyway)."""
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
+
+
+def validate_on_node(config: MigPartedConfig, name: str, node: Sequence[GpuModel],
+                     strategy: Strategy | None = None, cat: Catalogue | None = None) -> ConfigReport:
+    """Is config `name` valid when applied to a node with these GPUs (index order)?"""
+    with paused_gc():
+        return _Context(cat or catalogue(), node, strategy).report(name, config.entries(name))
+
+
+def validate_against_catalogue(config: MigPartedConfig, name: str, strategy: Strategy | None = None,
+                               cat: Catalogue | None = None) -> ConfigReport:
+    """Is config `name` valid on the GPU models it targets (or, unfiltered, on at least one model)?"""
+    with paused_gc():
+        return _Context(cat or catalogue(), None, strategy).report(name, config.entries(name))
 
 
 def validate(config: MigPartedConfig, names: Sequence[str] | None = None, node: Sequence[GpuModel] | None = None,
              strategy: Strategy | None = None, cat: Catalogue | None = None) -> tuple[ConfigReport, ...]:
     """Validate the named configs (all of them by default), on a node when one is given."""
-    cat = cat or catalogue()
-    ctx = _Context(cat)
-    chosen = list(names) if names is not None else list(config.names())
-    if node:
-        return tuple(validate_on_node(config, n, node, strategy, cat) for n in chosen)
-    return tuple(validate_against_catalogue(config, n, strategy, cat, ctx) for n in chosen)
-
+    ctx = _Context(cat or catalogue(), node or None, strategy)
+    by_name: dict[str, tuple[MigConfigEntry, ...]] = {}
+    for config_name, entries in config.configs:
+        by_name.setdefault(config_name, entries)  # the first of a name, as MigPartedConfig.entries() finds
+    chosen = list(names) if names is not None else [n for n, _ in config.configs]
+    for n in chosen:
+        if n not in by_name:
+            raise KeyError(n)
+    with paused_gc():
+        reports = tuple(ctx.report(n, by_name[n]) for n in chosen)
+        del ctx  # free the shared work before the collector resumes, or its first pass would walk it all
+    return reports

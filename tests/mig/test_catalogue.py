@@ -1,8 +1,11 @@
-"""The GPU catalogue: schema, per-table invariants, coverage of the models in the issue, lookups.
+"""The GPU catalogue: schema, invariants that catch a class of data error (not one instance), coverage of
+the models in the issues, lookups, GPUs that cannot do MIG.
 
-Facts are from /work/shared/reference/mig-hardware.md sections 4.2-4.9.
+Facts are from /work/shared/reference/mig-hardware.md sections 4.2-4.9 and the sources in docs/catalogue.md.
 """
 from __future__ import annotations
+
+import math
 
 import pytest
 from jsonschema import Draft202012Validator
@@ -117,7 +120,90 @@ def test_device_ids_unique_and_tables_exist():
         assert g["table"] in RAW["profile_tables"], g
     used = {g["table"] for g in RAW["gpus"]}
     assert used == set(RAW["profile_tables"]), "every table is used by some GPU"
-    assert len(CAT.gpus) == len(RAW["gpus"]) == 28
+    assert len(CAT.gpus) == len(RAW["gpus"]) == 32
+    non_mig = [g["device_id"] for g in RAW["non_mig_gpus"]]
+    assert len(non_mig) == len(set(non_mig)) and not set(non_mig) & set(ids), "an ID is MIG-capable or not, once"
+
+
+# --- invariants: each catches a class of data error --------------------------------------------------
+# Tolerance for memory: 1 MiB (integer division); every value in MiB as NVML and GFD report it.
+
+
+def _gpu_profile_cases():
+    return [pytest.param(g, gi, id=f"{g.device_id}:{gi.name}") for g in CAT.gpus for gi in g.profiles]
+
+
+@pytest.mark.parametrize("gpu,gi", _gpu_profile_cases())
+def test_profile_memory_within_its_share_of_the_gpu(gpu, gi):
+    """No profile holds more memory than its memory slices' share of the GPU's (RTX PRO 6000's 4g was
+    98304 MiB on a 97887 MiB card; every B300 and GB300 profile was over its fraction)."""
+    if gi.memory_mib is None:
+        return
+    share = gpu.memory_mib * gi.memory_slices // gpu.table.memory_slices
+    assert gi.memory_mib <= share + 1, f"{gi.name}: {gi.memory_mib} MiB > {share} MiB"
+
+
+def _full_profile(table):
+    full = [gi for gi in table.profiles if gi.memory_slices == table.memory_slices
+            and gi.compute_slices == table.compute_slices and not gi.profile.attributes]
+    assert len(full) == 1, table.id
+    return full[0]
+
+
+@pytest.mark.parametrize("table", CAT.tables, ids=lambda t: t.id)
+def test_full_gpu_profile_is_the_gpu(table):
+    """The full-GPU profile holds the GPU's engines and nearly all its memory."""
+    full = _full_profile(table)
+    assert (full.engines is None) == (table.engines is None)
+    if table.engines is not None:
+        assert full.engines == table.engines
+    for gpu in (g for g in CAT.gpus if g.table is table):
+        if full.memory_mib is not None:
+            assert 0.95 * gpu.memory_mib <= full.memory_mib <= gpu.memory_mib, gpu.name
+
+
+@pytest.mark.parametrize("table", [t for t in CAT.tables if t.engines is not None], ids=lambda t: t.id)
+def test_engine_sums_fit_the_gpu(table):
+    """Every profile's engines are within the GPU's; as many instances of a profile as the GPU allows fit
+    the engine budget unless the profile takes media extensions (+me, +me.all), which exist to claim them."""
+    for gi in table.profiles:
+        assert gi.engines is not None, gi.name
+        for kind, total in table.engines.items():
+            taken = getattr(gi.engines, kind)
+            assert taken <= total, (gi.name, kind)
+            if not gi.has_media_extensions:
+                assert gi.max_count * taken <= total, (gi.name, kind)
+    assert table.engines.ofa <= 1, "one set of media extensions per GPU"
+
+
+def test_media_extensions_are_limited_by_the_engine_budget():
+    """`+me` at most once per GPU: by max_count where a table has one media-extension profile, by the
+    engine budget (one OFA) where it has several, so the budget needs its data there."""
+    for table in CAT.tables:
+        media = [gi for gi in table.profiles if gi.has_media_extensions]
+        for gi in media:
+            assert gi.max_count == 1, (table.id, gi.name)
+        if len(media) > 1:
+            assert table.engines is not None and table.engines.ofa == 1, table.id
+            assert all(gi.engines is not None and gi.engines.ofa == 1 for gi in media), table.id
+
+
+@pytest.mark.parametrize("table", CAT.tables, ids=lambda t: t.id)
+def test_models_of_a_table_agree(table):
+    """Every GPU of a table is the same chip generation and names the profiles the same way (PG506-232, an
+    Ampere part, sat in a Hopper table with Hopper SM and engine counts)."""
+    gpus = [g for g in CAT.gpus if g.table is table]
+    assert len({(g.architecture, g.compute_capability) for g in gpus}) == 1, [g.name for g in gpus]
+    for g in gpus:
+        # the naming formula multiplies by the total in whole GiB, rounded up
+        assert math.ceil(g.memory_mib / 1024) == table.naming_memory_gib, g.name
+
+
+@pytest.mark.parametrize("table", CAT.tables, ids=lambda t: t.id)
+def test_sms_grow_with_compute_slices(table):
+    known = sorted((gi.compute_slices, gi.sms) for gi in table.profiles if gi.sms is not None)
+    for (c1, s1), (c2, s2) in zip(known, known[1:]):
+        assert c1 > c2 or s1 <= s2, table.id
 
 
 # --- coverage of the models in the issue -------------------------------------------------------------
@@ -143,6 +229,11 @@ MODELS = {
     "B300": ("0x318210DE", "b300-269gb", 269),
     "GB300": ("0x31C210DE", "gb300-278gb", 278),
     "RTX PRO 6000": ("0x2BB510DE", "rtx-pro-6000-96gb", 96),
+    "RTX PRO 6000 Workstation": ("0x2BB110DE", "rtx-pro-6000-96gb", 96),
+    "RTX PRO 6000 Max-Q": ("0x2BB410DE", "rtx-pro-6000-96gb", 96),
+    "RTX PRO 5000": ("0x2BB310DE", "rtx-pro-5000-48gb", 48),
+    "RTX PRO 4500": ("0x2C3110DE", "rtx-pro-4500-32gb", 32),
+    "PG506-232": ("0x20B610DE", "pg506-96gb", 96),
 }
 
 
@@ -161,6 +252,8 @@ def test_slice_counts_per_family():
             assert (table.compute_slices, table.memory_slices) == (4, 4)
         elif table.id == "rtx-pro-6000-96gb":
             assert (table.compute_slices, table.memory_slices) == (4, 12)
+        elif table.id in ("rtx-pro-5000-48gb", "rtx-pro-4500-32gb"):
+            assert (table.compute_slices, table.memory_slices) == (2, 2)
         else:
             assert (table.compute_slices, table.memory_slices) == (7, 8)
 
@@ -224,11 +317,51 @@ def test_resolve_other_models():
     assert CAT.resolve("nvidia-h200-nvl").device_id == "0x233B10DE"
 
 
-@pytest.mark.parametrize("text", ["garbage", "", "0x123410DE", "0x1234", "NVIDIA-H100", "0xZZZZ10DE",
-                                  "0x233010DE0", "H100-80GB-HBM3-MIG-1g.10gb"])
+@pytest.mark.parametrize("text", ["garbage", "", "NVIDIA-H100", "0xZZZZ10DE", "0x233010DE0",
+                                  "H100-80GB-HBM3-MIG-1g.10gb"])
 def test_resolve_unknown(text):
     with pytest.raises(UnknownGpuError):
         CAT.resolve(text)
+
+
+# --- GPUs that cannot do MIG -------------------------------------------------------------------------
+
+
+def test_resolve_gpus_without_mig():
+    display = CAT.resolve("0x1FB010DE")  # the DGX Station A100's display GPU
+    assert (display.mig_capable, display.known, display.table) == (False, True, None)
+    assert CAT.resolve("Tesla-T4").device_id == "0x1EB810DE"
+    # any other well-formed ID: a GPU migops does not know, taken as not MIG-capable
+    for text, device_id in (("0x123410DE", "0x123410DE"), ("0x1234", "0x123410DE"), ("0xFFFF10DE", "0xFFFF10DE")):
+        gpu = CAT.resolve(text)
+        assert (gpu.device_id, gpu.mig_capable, gpu.known) == (device_id, False, False)
+        assert "not MIG-capable" in gpu.label()
+    assert CAT.resolve("0x123410DE") is CAT.resolve("0x123410de")  # one model per ID (compared by identity)
+
+
+def test_only_the_catalogue_lists_mig_capable_ids():
+    assert CAT.by_device_id("0x1FB010DE") is None and CAT.known_non_mig("0x1FB010DE") is not None
+    assert CAT.known_non_mig("0x233010DE") is None
+    assert all(not g.mig_capable and g.known for g in CAT.non_mig)
+    assert all(g.mig_capable for g in CAT.gpus)
+
+
+# --- corrected values (issue 10), each also caught by an invariant above ------------------------------
+
+
+def test_corrected_values():
+    rtx = {gi.name: gi for gi in TABLES["rtx-pro-6000-96gb"].profiles}
+    assert [(rtx[n].memory_mib, rtx[n].sms) for n in ("1g.24gb", "2g.48gb", "4g.96gb")] == [
+        (24192, 46), (48512, 94), (97408, 188)]  # 23.62 / 47.38 / 95.12 GiB
+    assert rtx["1g.24gb+me.all"].engines.decoder == rtx["1g.24gb+me.all"].engines.encoder == 4
+    assert rtx["1g.24gb-me"].engines.decoder == 0
+    b200 = {gi.name: gi for gi in TABLES["b200-180gb"].profiles}
+    assert b200["1g.45gb"].memory_mib == b200["2g.45gb"].memory_mib == 45312  # 44.25 GiB
+    gb200 = [gi.sms for gi in TABLES["gb200-186gb"].profiles][:4]
+    assert gb200 == [18, 18, 32, 38]
+    pg506 = CAT.by_device_id("0x20B610DE")
+    assert (pg506.architecture, pg506.table.id) == ("ampere", "pg506-96gb")
+    assert "sms" in pg506.table.inferred and "engines" in pg506.table.inferred
 
 
 def test_by_device_id_matches_primary_ids_only():

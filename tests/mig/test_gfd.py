@@ -191,3 +191,44 @@ def test_compute_subprofile_labels():
 def test_empty_node():
     ad = advertise((), "mixed")
     assert ad.resources == {} and ad.labels == {}
+
+
+# --- GPUs that cannot do MIG -------------------------------------------------------------------------
+
+
+def test_labels_of_a_gpu_without_mig():
+    t4 = CAT.resolve("0x1EB810DE")
+    labels = node_labels_without_mig(t4, 2, "single")
+    assert labels[f"{P}mig.capable"] == "false" and labels[f"{P}gpu.product"] == "Tesla-T4"
+    assert (labels[f"{P}gpu.compute.major"], labels[f"{P}gpu.compute.minor"]) == ("7", "5")
+    unknown = CAT.resolve("0x123410DE")
+    labels = node_labels_without_mig(unknown, 1, "none")
+    assert labels[f"{P}mig.capable"] == "false"
+    # what the catalogue does not know is left out, not made up
+    assert not {f"{P}gpu.memory", f"{P}gpu.family", f"{P}gpu.compute.major"} & set(labels)
+
+
+def test_advertise_on_a_node_with_a_display_gpu():
+    """DGX Station A100: four A100-80GB with MIG and a display GPU that stays a whole GPU."""
+    a100 = CAT.by_device_id("0x20B210DE")
+    display = CAT.resolve("0x1FB010DE")
+    report = validate_on_node(parse_config(
+        "version: v1\nmig-configs:\n  c:\n"
+        "    - {device-filter: '0x20B210DE', devices: all, mig-enabled: true, mig-devices: {'3g.40gb': 2}}\n"
+        "    - {device-filter: '0x1FB010DE', devices: all, mig-enabled: false}\n"), "c", [a100] * 4 + [display])
+    assert report.valid
+    ad = advertise(report.gpus, "mixed")
+    assert ad.resources == {f"{P}gpu": 1, f"{P}mig-3g.40gb": 8}
+    assert ad.labels[f"{P}gpu.product"] == "NVIDIA-A100-SXM4-80GB" and ad.labels[f"{P}mig.capable"] == "true"
+    assert ad.labels[f"{P}gpu.count"] == "5"
+    # single: the whole display GPU beside MIG GPUs makes the node MIG-INVALID, as GFD does
+    assert advertise(report.gpus, "single").invalid_reason == "MIG-enabled and MIG-disabled GPUs are mixed"
+
+
+def test_local_nodes_seeded_with_a_gpu_without_mig():
+    from migops.local.cluster import plan_nodes
+
+    (node,) = plan_nodes(1, [CAT.resolve("0x1EB810DE")], 4, "single")
+    assert node.gfd_labels[f"{P}mig.capable"] == "false" and node.operator_labels == {}
+    (node,) = plan_nodes(1, [CAT.resolve("0x123410DE")], 1, "none")
+    assert node.gfd_labels["migops.io/gpu.device-id"] == "0x123410DE" and node.operator_labels == {}

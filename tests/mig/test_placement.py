@@ -199,7 +199,7 @@ def test_place_exhaustive(table_id):
             assert_valid_layout(table, layout, request)
             # the uncached search gives the same answer
             assert placement.search_layout(table, placement._order(table, placement.expand(request))) == layout
-    assert n > 10 and 0 < feasible < n
+    assert n >= 6 and 0 < feasible < n  # the 2-slice RTX PRO 4500/5000 tables have 6 requests
 
 
 # --- change planner ----------------------------------------------------------------------------------

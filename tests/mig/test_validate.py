@@ -63,7 +63,8 @@ ROWS = {
     # profile (4.5): it is RTX PRO 6000's config, handled below.
     "H100 NVL": ("h100-94gb", ["all-1g.12gb", "all-1g.12gb.me", "all-1g.24gb", "all-2g.24gb", "all-3g.47gb",
                                "all-4g.47gb", "all-7g.94gb"]),
-    "H100-96": ("h100-96gb", ["all-1g.12gb", "all-1g.12gb.me", "all-1g.24gb", "all-2g.24gb", "all-3g.48gb",
+    # PG506-232 (GA100) shares the names in the default config but has its own table (Ampere SMs/engines).
+    "H100-96": ("h100-96gb pg506-96gb", ["all-1g.12gb", "all-1g.12gb.me", "all-1g.24gb", "all-2g.24gb", "all-3g.48gb",
                               "all-4g.48gb", "all-7g.96gb"]),
     "H200": ("h200-141gb", ["all-1g.18gb", "all-1g.18gb.me", "all-2g.35gb", "all-3g.71gb", "all-4g.71gb",
                             "all-7g.141gb"]),
@@ -246,9 +247,13 @@ def test_device_filter_list_item_path():
     assert report.valid is False
 
 
-def test_device_filter_unknown():
+def test_device_filter_unknown_is_a_gpu_without_mig():
+    """An ID migops does not know is taken as a GPU that cannot do MIG: a warning (a typo is likely)."""
     report = on([H100], enabled({"1g.10gb": 7}, device_filter="0x123410DE"), disabled())
-    assert rules(report, "error") == ["device-filter-unknown"]
+    assert report.valid and rules(report) == ["device-filter-unknown"]
+    assert "cannot do MIG" in report.problems[0].message
+    # the typo'd filter then selects nothing: the H100 is left uncovered
+    assert rules(on([H100], enabled({"1g.10gb": 7}, device_filter="0x23301DE")), "error") == ["gpu-not-covered"]
 
 
 def test_device_filter_with_subsystem():
@@ -380,14 +385,46 @@ def test_me_profile_count():
     assert "count-exceeds-max" in rules(on([H100], enabled({"1g.10gb+me": 2})), "error")
 
 
-def test_media_extensions_once():
+def test_media_extensions_once_by_the_engine_budget():
+    """One mechanism: a GPU has one OFA and each +me instance takes it."""
     report = on([A30], enabled({"1g.6gb+me": 1, "2g.12gb+me": 1}))
     (p,) = report.errors
-    assert (p.rule, p.path) == ("media-extensions-once", "mig-configs.c[0].mig-devices")
+    assert (p.rule, p.path) == ("engine-budget", "mig-configs.c[0].mig-devices")
+    assert p.message.startswith("on A30: the instances need 2 JPEG decoders and 2 OFAs; the GPU has 1 of each "
+                                "(1 x 1g.6gb+me takes 1 of each, 1 x 2g.12gb+me takes 1 of each)")
+    assert "at most one +me instance fits" in p.message
     assert on([A30], enabled({"1g.6gb+me": 1, "2g.12gb": 1})).valid
-    assert rules(on([RTX], enabled({"1g.24gb+me": 1, "2g.48gb+me.all": 1})), "error") == ["media-extensions-once"]
+    assert rules(on([RTX], enabled({"1g.24gb+me": 1, "2g.48gb+me.all": 1})), "error") == ["engine-budget"]
     # -me (no media engines) does not count
     assert on([RTX], enabled({"1g.24gb+me": 1, "1g.24gb-me": 2})).valid
+
+
+@pytest.mark.parametrize("beside", ["1g.24gb", "1g.24gb+gfx", "1g.24gb+me", "2g.48gb", "2g.48gb+gfx"])
+def test_rtx_pro_6000_me_all_takes_every_media_engine(beside):
+    """+me.all takes the GPU's 4 decoders, 4 encoders, 4 JPEG and its OFA; plain, +gfx and +me instances each
+    need a decoder, so only -me instances fit beside it (MIG User Guide, RTX PRO 6000 table)."""
+    report = on([RTX], enabled({"1g.24gb+me.all": 1, beside: 1}))
+    (p,) = report.errors
+    assert p.rule == "engine-budget"
+    assert "the instances need 5 decoders" in p.message or "the instances need 6 decoders" in p.message
+    assert "(1 x 1g.24gb+me.all takes 4" in p.message
+    assert "only -me instances fit beside it" in p.message
+    assert report.gpus[0].layout is None
+
+
+def test_rtx_pro_6000_me_all_beside_me_less_instances():
+    assert on([RTX], enabled({"1g.24gb+me.all": 1, "1g.24gb-me": 3})).valid
+    assert on([RTX], enabled({"2g.48gb+me.all": 1, "2g.48gb-me": 1})).valid
+    assert on([RTX], enabled({"1g.24gb+me.all": 1, "1g.24gb-me": 1, "2g.48gb-me": 1})).valid
+    assert on([RTX], enabled({"1g.24gb": 4})).valid  # 4 decoders: exactly the GPU's
+    (report,) = validate(cfg(enabled({"1g.24gb+me.all": 1, "1g.24gb": 1}), name="c"))
+    assert not report.valid and report.fits == ()
+
+
+def test_engine_budget_is_checked_after_placement():
+    """A geometry that does not fit is reported as such, not as an engine shortage it also has."""
+    report = on([H100], enabled({"3g.40gb": 1, "4g.40gb": 1, "1g.10gb": 1}))
+    assert rules(report, "error") == ["placement-infeasible"]
 
 
 @pytest.mark.parametrize("node,devices", [
@@ -545,8 +582,8 @@ def test_catalogue_mode_strategy_whole_default_config():
 
 
 def test_catalogue_mode_entry_error_fits_nothing():
-    (report,) = validate(cfg(disabled(), {"devices": "all", "mig-enabled": False, "device-filter": "0x123410DE"}))
-    assert not report.valid and rules(report, "error") == ["device-filter-unknown"]
+    (report,) = validate(cfg(disabled(), {"devices": "all", "mig-enabled": False, "device-filter": "0xZZZ"}))
+    assert not report.valid and rules(report, "error") == ["device-filter-syntax"]
     assert report.fits == ()
     (report,) = validate(cfg(enabled({"1g.10gb": 7}, devices=[0, 0])))
     assert rules(report, "error") == ["duplicate-device-index"] and report.fits == ()
@@ -564,3 +601,157 @@ def test_report_as_dict():
     assert sorted((i["profile"], i["start"]) for i in d["instances"]) == [
         ("1g.10gb", 0), ("1g.10gb", 1), ("2g.20gb", 2), ("3g.40gb", 4)]
     assert sorted(d["mig_devices"]) == ["1g.10gb", "1g.10gb", "2g.20gb", "3g.40gb"]
+
+
+# --- GPUs that cannot do MIG (issue 10 item 5) --------------------------------------------------------
+
+# A DGX Station A100 (80 GB): four A100-SXM4-80GB and a display GPU (0x1FB010DE) that cannot do MIG. Written
+# here after the station's public description and mig-parted's rule that its assert wants every GPU of the
+# node matched by an entry, the display GPU included (one with mig-enabled: false).
+DGX_STATION = """
+version: v1
+mig-configs:
+  station-mig-off:
+    - device-filter: "0x20B210DE"
+      devices: all
+      mig-enabled: false
+    - device-filter: "0x1FB010DE"
+      devices: all
+      mig-enabled: false
+      mig-devices: {}
+  station-7x1g:
+    - device-filter: ["0x20B210DE"]
+      devices: all
+      mig-enabled: true
+      mig-devices: {"1g.10gb": 7}
+    - device-filter: "0x1FB010DE"
+      devices: all
+      mig-enabled: false
+  station-split:
+    - device-filter: "0x20B210DE"
+      devices: [0, 1]
+      mig-enabled: true
+      mig-devices: {"3g.40gb": 2}
+    - device-filter: "0x20B210DE"
+      devices: [2, 3]
+      mig-enabled: true
+      mig-devices: {"1g.10gb": 2, "2g.20gb": 1, "3g.40gb": 1}
+    - device-filter: "0x1FB010DE"
+      devices: all
+      mig-enabled: false
+"""
+DISPLAY = CAT.resolve("0x1FB010DE")
+STATION = [A100_80] * 4 + [DISPLAY]
+
+
+def test_dgx_station_a100_config_on_its_five_gpus():
+    config = parse_config(DGX_STATION)
+    for strategy in (None, "mixed"):
+        for report in validate(config, node=STATION, strategy=strategy):
+            assert report.valid and report.problems == (), (report.name, report.problems)
+            assert report.gpus[4].mig_enabled is False and report.gpus[4].gpu is DISPLAY
+    (split,) = validate(config, ["station-split"], node=STATION)
+    assert [len(g.mig_devices) for g in split.gpus] == [2, 2, 4, 4, 0]
+
+
+def test_dgx_station_a100_config_against_the_catalogue():
+    reports = validate(parse_config(DGX_STATION))
+    assert all(r.valid and r.problems == () for r in reports), [r.problems for r in reports]
+    assert [g.device_id for g in reports[0].fits] == ["0x20B210DE", "0x1FB010DE"]
+
+
+def test_mig_enabled_on_a_gpu_that_cannot_do_mig():
+    report = on([A100_80, DISPLAY], enabled({"1g.10gb": 7}))
+    (p,) = report.errors
+    assert (p.rule, p.path) == ("mig-not-capable", "mig-configs.c[0].mig-enabled")
+    assert "GPU 1, which cannot do MIG (DGX-Display (0x1FB010DE, not MIG-capable))" in p.message
+    # catalogue mode: a filter naming it with mig-enabled: true is the same error
+    (report,) = validate(cfg(enabled({"1g.10gb": 7}, device_filter=["0x20B210DE", "0x1FB010DE"])))
+    assert rules(report, "error") == ["mig-not-capable"] and report.fits == (A100_80,)
+
+
+def test_display_gpu_must_be_covered_too():
+    """mig-parted's assert counts every GPU, so an entry must select the display GPU as well."""
+    report = on(STATION, enabled({"1g.10gb": 7}, device_filter="0x20B210DE"))
+    (p,) = report.errors
+    assert p.rule == "gpu-not-covered" and "GPU 4 (DGX-Display (0x1FB010DE, not MIG-capable))" in p.message
+
+
+def test_unknown_gpu_on_the_node():
+    unknown = CAT.resolve("0x123410DE")
+    assert on([H100, unknown], enabled({"1g.10gb": 7}, device_filter="0x233010DE"), disabled([1])).valid
+    report = on([unknown], enabled({"1g.10gb": 7}))
+    assert rules(report, "error") == ["mig-not-capable"] and "unknown" in report.errors[0].message
+
+
+def test_single_strategy_counts_a_gpu_without_mig_as_a_whole_gpu():
+    report = validate_on_node(parse_config(DGX_STATION), "station-7x1g", STATION, "single")
+    assert rules(report, "error") == ["strategy-mismatch"] and "mixed on one node" in report.errors[0].message
+    assert validate_on_node(parse_config(DGX_STATION), "station-mig-off", STATION, "single").valid
+
+
+def test_cli_accepts_the_dgx_station_config_with_all_five_gpus(tmp_path, capsys):
+    from migops.cli import main
+
+    path = tmp_path / "dgx-station.yaml"
+    path.write_text(DGX_STATION)
+    gpus = [arg for gpu_id in ["0x20B210DE"] * 4 + ["0x1FB010DE"] for arg in ("--gpu", gpu_id)]
+    assert main(["validate", str(path), *gpus]) == 0
+    out = capsys.readouterr().out
+    assert "3 valid, 0 invalid" in out and "DGX-Display (0x1FB010DE, not MIG-capable)" in out
+    assert main(["validate", str(path)]) == 0
+
+
+# --- repeated findings merge into one line (issue 10, UX) ---------------------------------------------
+
+
+def test_missing_indices_are_one_warning():
+    report = on([H100], enabled({"1g.10gb": 7}, devices=[0, 1, 2, 3, 4, 5, 6, 7]))
+    (p,) = report.problems
+    assert p.rule == "device-index-out-of-range"
+    assert p.message.startswith("GPU indices 1-7 do not exist on a node with 1 GPU(s)")
+    (p,) = on([H100], enabled({"1g.10gb": 7}, devices=[0, 3, 5, 6, 9])).problems
+    assert "GPU indices 3, 5-6, 9 do not exist" in p.message
+
+
+def test_repeated_and_negative_indices_are_one_finding_each():
+    report = on([H100, H100], enabled({"1g.10gb": 7}, devices=[0, 1, 0, 1, 0, -1, -2]))
+    assert sorted((p.rule, p.path, p.message) for p in report.errors) == [
+        ("duplicate-device-index", "mig-configs.c[0].devices[2]", "GPU indices 0-1 are listed more than once"),
+        ("negative-device-index", "mig-configs.c[0].devices[5]", "GPU indices -2, -1 are negative")]
+
+
+def test_overlaps_and_uncovered_gpus_name_every_gpu_once():
+    report = on([H100] * 4, enabled({"1g.10gb": 7}, devices=[0, 1]), enabled({"3g.40gb": 2}, devices=[0, 1]))
+    overlaps = [p for p in report.errors if p.rule == "overlapping-entries"]
+    (p,) = overlaps
+    assert "this entry and mig-configs.c[0] both select GPUs 0-1;" in p.message
+    (p,) = [p for p in report.errors if p.rule == "gpu-not-covered"]
+    assert "no entry selects GPUs 2-3 (H100-SXM5-80GB (0x233010DE))" in p.message
+
+
+def test_gpus_without_mig_devices_are_one_warning():
+    report = validate_on_node(DEFAULT, "all-enabled", [H100] * 8, "mixed")
+    (p,) = report.problems
+    assert (p.rule, p.message) == ("no-mig-devices", "on H100-SXM5-80GB: GPUs 0-7 have MIG enabled but no MIG "
+                                                     "devices: they advertise nothing")
+
+
+def test_problems_of_one_config_are_listed_up_to_a_limit():
+    """A generated config with hundreds of problems lists the first MAX_PROBLEMS and counts the rest; the
+    summary is an error when a hidden problem is, so validity does not depend on the limit."""
+    from migops.mig.validate import MAX_PROBLEMS
+
+    keys = {f"1g.{gb}gb": 1 for gb in range(200, 200 + MAX_PROBLEMS + 50)}
+    report = on([H100], enabled(keys))
+    assert len(report.problems) == MAX_PROBLEMS + 1 and not report.valid
+    last = report.problems[-1]
+    assert (last.rule, last.severity, last.path) == ("problems-truncated", "error", "mig-configs.c")
+    assert last.message.startswith("50 more problems of this config are not listed (50 errors, 0 warnings: "
+                                   "unknown-profile x 50)")
+    # more than MAX_PROBLEMS zero-count warnings first, the only error hidden: still invalid
+    zeros = {f"{g}g.{gb}gb": 0 for g in (1, 2) for gb in range(60)}
+    report = on([A100_80], enabled({**zeros, "1g.10gb": 1}))
+    assert [p.rule for p in report.problems[:-1]] == ["zero-count"] * MAX_PROBLEMS
+    assert report.problems[-1].rule == "problems-truncated" and report.problems[-1].severity == "error"
+    assert not report.valid
