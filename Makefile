@@ -21,7 +21,7 @@ k8s-binaries:
 test: venv k8s-binaries
 	$(PY) -m pytest
 
-demo: venv
+demo: venv k8s-binaries
 	$(PY) -m migops.demo
 
 # The load generator of bench/webhook_load.py (vegeta), built once into ~/.cache/migops/bench-bin.
