@@ -109,3 +109,51 @@ def test_single_strategy_pod_goes_to_the_node_whose_product_names_the_profile(
         assert _bound(agent_admin, workloads, "single-1g") == sliced.node
     finally:
         set_strategy(agent_admin, "mixed")
+
+
+@pytest.fixture
+def webhook(agent_plane: ControlPlane, agent_admin: ApiClient, tmp_path) -> Iterator[None]:
+    """The migops admission webhook registered with this plane for one test (the other agent tests label
+    nodes with invalid configs on purpose, which it would deny)."""
+    from migops.local import webhook as local_webhook
+    from migops.local.process import stop
+    from migops.webhook.registration import unregister
+
+    hook = local_webhook.start(agent_admin, tmp_path, agent_plane.admin_kubeconfig, log=tmp_path / "webhook.log")
+    try:
+        yield
+    finally:
+        unregister(agent_admin)
+        stop(hook.ref, popen=hook.popen)
+
+
+def test_single_strategy_mixed_style_pod_is_denied_or_translated_where_opted_in(
+        scheduled: ControlPlane, agent_admin: ApiClient, agents, webhook) -> None:
+    core = k8s.CoreV1Api(agent_admin)
+    set_strategy(agent_admin, "single")
+    plain, opted = (f"mig-single-{uuid.uuid4().hex[:6]}" for _ in range(2))
+    try:
+        sliced = agents("sched-single", "2x0x233010DE")
+        set_config(agent_admin, sliced.node, "all-1g.10gb")
+        _applied(agent_admin, sliced.node, "all-1g.10gb")
+        core.create_namespace({"metadata": {"name": plain}})
+        core.create_namespace({"metadata": {"name": opted, "labels": {"migops.io/mig-translate": "single"}}})
+        mixed_style = _pod("mixed-style", {"nvidia.com/mig-1g.10gb": "1"})
+        # Written for mixed, run under single: the device plugin would never satisfy it. Denied, saying why.
+        with pytest.raises(k8s.exceptions.ApiException) as denied:
+            core.create_namespaced_pod(plain, mixed_style)
+        assert denied.value.status in (400, 403, 422)
+        assert "nvidia.com/gpu" in denied.value.body and "single" in denied.value.body
+        # Where the namespace opted in, the webhook rewrites it to what single advertises, and it is bound.
+        core.create_namespaced_pod(opted, mixed_style)
+        pod = core.read_namespaced_pod("mixed-style", opted)
+        assert pod.spec.containers[0].resources.limits == {"nvidia.com/gpu": "1"}
+        assert pod.spec.node_selector == {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3-MIG-1g.10gb"}
+        assert _bound(agent_admin, opted, "mixed-style") == sliced.node
+    finally:
+        set_strategy(agent_admin, "mixed")
+        for ns in (plain, opted):
+            try:
+                core.delete_namespace(ns)
+            except k8s.exceptions.ApiException:
+                pass
