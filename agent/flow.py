@@ -32,6 +32,7 @@ from migops.kube.names import (APPLIED_ANNOTATION, DEVICE_ID_LABEL, DIGEST_ANNOT
                                LAYOUT_ANNOTATION, REASON_ANNOTATION, STATE_FAILED, STATE_PENDING, STATE_REBOOTING,
                                STATE_SUCCESS)
 from migops.mig.catalogue import GpuModel, catalogue
+from migops.mig.devices import DeviceIdSyntaxError, parse_device_id
 from migops.mig.problems import MigError
 from migops.mig.spec import MigPartedConfig
 from migops.mig.validate import validate_on_node
@@ -97,16 +98,16 @@ class _Run:
 
 
 def node_models(devices: Sequence[Any]) -> list[GpuModel]:
-    """The node's GPUs as catalogue models (index order). A device ID the catalogue does not know is
-    reported as such: the config cannot be checked on it."""
+    """The node's GPUs as catalogue models (index order). An NVIDIA device ID the catalogue does not list
+    as MIG-capable is a GPU that cannot do MIG (a DGX Station's display GPU): configs may cover it with
+    `mig-enabled: false`, and the validator refuses `mig-enabled: true` on it."""
     cat = catalogue()
     models = []
     for d in devices:
-        model = cat.by_device_id(d.device_id)
-        if model is None:
-            raise Failure(f"GPU {d.index} has PCI device ID {d.device_id}, which is not a MIG-capable GPU the "
-                          "catalogue knows (see `migops gpus`)")
-        models.append(model)
+        try:
+            models.append(cat.model(parse_device_id(d.device_id)))
+        except DeviceIdSyntaxError:
+            raise Failure(f"GPU {d.index} reports PCI device ID {d.device_id!r}, which is not one") from None
     return models
 
 

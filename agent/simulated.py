@@ -27,7 +27,7 @@ from typing import Any
 
 from migops.agent.backend import ComputeInstance, Device, GpuError, GpuInstance, GpuState
 from migops.agent.plan import gi_profile
-from migops.mig.catalogue import GpuModel, UnknownGpuError, catalogue
+from migops.mig.catalogue import GpuModel, catalogue
 from migops.mig.placement import Placement
 from migops.mig.profile import compute_subprofile_allowed
 
@@ -97,18 +97,13 @@ class SimulatedBackend:
                 raise ValueError(f"{self.path} does not exist: name the GPUs (e.g. --gpus 8x0x233010DE)")
             self._state = initial_state(models, node)
             self._save()
-        cat = catalogue()
-        self._models: list[GpuModel] = []
-        for g in self._state["gpus"]:
-            model = cat.by_device_id(g["device_id"])
-            if model is None:
-                raise UnknownGpuError(f"{self.path}: GPU {g['index']} has device ID {g['device_id']}, "
-                                      "which the catalogue does not know")
-            self._models.append(model)
+        # Any NVIDIA device ID is a GPU: a MIG-capable model, or one that cannot do MIG (a display GPU).
+        self._models: list[GpuModel] = [catalogue().resolve(g["device_id"]) for g in self._state["gpus"]]
 
     # ------------------------------------------------------------------ reading
     def devices(self) -> list[Device]:
-        return [Device(g["index"], g["device_id"], g["uuid"], g["bus_id"]) for g in self._state["gpus"]]
+        return [Device(g["index"], g["device_id"], g["uuid"], g["bus_id"], self._models[g["index"]].mig_capable)
+                for g in self._state["gpus"]]
 
     def model(self, index: int) -> GpuModel:
         return self._models[index]
@@ -133,6 +128,8 @@ class SimulatedBackend:
 
     # ------------------------------------------------------------------ changing
     def set_mig_mode(self, index: int, enabled: bool) -> None:
+        if not self._models[index].mig_capable:  # what NVML answers for a GPU without MIG (a display GPU)
+            raise GpuError("set_mig_mode", index, "NOT_SUPPORTED", f"{self._models[index].name} cannot do MIG")
         g = self._begin("set_mig_mode", index)
         if g["instances"]:
             raise GpuError("set_mig_mode", index, "IN_USE", "destroy the GPU's MIG instances first")

@@ -165,6 +165,9 @@ class Catalogue:
             pci = parse_device_id(candidate.split(":")[0])
             if pci.vendor != 0x10DE and pci.device == 0 and pci.vendor <= 0xFFFF:
                 pci = DeviceId(pci.vendor, 0x10DE)  # short form 0x2330 means device 0x2330 of NVIDIA
+            if pci.vendor != 0x10DE:  # NVML lists NVIDIA GPUs only: another vendor is a typo, not a GPU
+                raise UnknownGpuError(f"unknown GPU {text!r}: vendor 0x{pci.vendor:04X} is not NVIDIA's (0x10DE); "
+                                      "give a PCI device ID such as 0x233010DE (device, then vendor)")
             return self.model(pci)  # an ID the catalogue does not list is a GPU that cannot do MIG
         except DeviceIdSyntaxError:
             pass

@@ -37,6 +37,14 @@ EXTRA_CONFIGS = """
     - devices: [3]
       mig-enabled: true
       mig-devices: {"1g.10gb": 4, "3g.40gb": 1}
+  dgx-station-balanced:
+    - device-filter: "0x20B210DE"
+      devices: all
+      mig-enabled: true
+      mig-devices: {"1g.10gb": 2, "2g.20gb": 1, "3g.40gb": 1}
+    - device-filter: "0x1FB010DE"
+      devices: all
+      mig-enabled: false
   too-many:
     - devices: all
       mig-enabled: true

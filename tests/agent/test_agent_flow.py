@@ -179,3 +179,17 @@ def test_gpus_are_published_at_start_without_a_config_label(agent_admin, agents)
           60, "migops.io/gpus published")
     assert labels(agent_admin, agent.node)["migops.io/gpu.device-id"] == "0x233010DE"
     assert "nvidia.com/mig.config.state" not in labels(agent_admin, agent.node)  # no config: nothing to do
+
+
+def test_a_gpu_without_mig_beside_mig_gpus_is_left_alone(agent_admin, agents) -> None:
+    """A DGX Station A100: four A100 80GB and a display GPU that cannot do MIG, in one node."""
+    agent = agents("station-1", "4x0x20B210DE,1x0x1FB010DE")
+    until(lambda: annotations(agent_admin, agent.node).get("migops.io/gpus") ==
+          ",".join(["0x20B210DE"] * 4 + ["0x1FB010DE"]), 60, "the node's five GPUs published")
+    set_config(agent_admin, agent.node, "dgx-station-balanced")
+    _success_for(agent_admin, agent.node, "dgx-station-balanced")
+    layout = json.loads(annotations(agent_admin, agent.node)["migops.io/mig.layout"])
+    assert [g["mig_enabled"] for g in layout] == [True] * 4 + [False]
+    assert layout[4]["instances"] == [] and all(len(g["instances"]) == 4 for g in layout[:4])
+    assert allocatable(agent_admin, agent.node)["nvidia.com/mig-3g.40gb"] == "4"
+    assert agent.ops()[4] == {k: 0 for k in agent.ops()[4]}  # the display GPU never saw a driver call

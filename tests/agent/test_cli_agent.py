@@ -40,7 +40,7 @@ def test_agent_usage_errors(tmp_path) -> None:  # noqa: ANN001
     assert result.returncode == 2 and "--node" in result.stderr
     result = _migops("agent", "--node", "n", "--backend", "simulated", "--gpus", "0x12345678",
                      "--state-file", str(tmp_path / "g.json"), env=env)
-    assert result.returncode == 2 and "unknown GPU" in result.stderr
+    assert result.returncode == 2 and "unknown GPU" in result.stderr and "not NVIDIA's" in result.stderr
     result = _migops("agent", "--node", "n", "--backend", "simulated", "--state-file", str(tmp_path / "g.json"),
                      env=env)
     assert result.returncode == 2 and "name the GPUs" in result.stderr

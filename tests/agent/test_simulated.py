@@ -28,8 +28,20 @@ def test_parse_gpus() -> None:
     assert parse_gpus("NVIDIA-H100-80GB-HBM3")[0].device_id == "0x233010DE"
     with pytest.raises(ValueError, match="1 to 16"):
         parse_gpus("17x0x233010DE")
-    with pytest.raises(LookupError):
-        parse_gpus("0x12345678")
+    with pytest.raises(LookupError, match="not NVIDIA's"):
+        parse_gpus("0x12345678")  # vendor 0x5678: a typo, not a GPU
+    station = parse_gpus("4x0x20B210DE,0x1FB010DE")  # DGX Station A100: four MIG GPUs and its display GPU
+    assert [m.mig_capable for m in station] == [True] * 4 + [False]
+
+
+def test_a_gpu_without_mig_refuses_mig_mode_as_nvml_does(tmp_path) -> None:  # noqa: ANN001
+    b = SimulatedBackend(tmp_path / "g.json", parse_gpus("1x0x20B210DE,0x1FB010DE"))
+    assert [d.mig_capable for d in b.devices()] == [True, False]
+    assert _code(lambda: b.set_mig_mode(1, True)) == "NOT_SUPPORTED"
+    assert _code(lambda: b.create_gpu_instance(1, "1g.10gb", 0)) == "NOT_SUPPORTED"
+    assert not b.read(1).mig_enabled and b.read(1).instances == ()
+    b.set_mig_mode(0, True)  # the MIG GPU beside it is unaffected
+    assert b.read(0).mig_pending
 
 
 def test_mode_change_is_pending_until_reset(tmp_path) -> None:  # noqa: ANN001

@@ -183,12 +183,3 @@ def test_the_console_script_reads_stdin() -> None:
     assert proc.returncode == 0, proc.stderr
     assert b"<stdin>: 1 config(s) checked" in proc.stdout
     assert b"GPU 0: 2x 3g.40gb" in proc.stdout
-
-
-def test_demo_walks_every_step(capsys, monkeypatch) -> None:  # noqa: ANN001
-    from migops import demo
-
-    monkeypatch.chdir(ROOT)  # the demo runs from the repository root; restored after the test
-    assert demo.main() == 0
-    out = capsys.readouterr().out
-    assert "demo finished: 8/8 steps behaved as expected" in out
