@@ -212,6 +212,17 @@ class Demo:
         return (self.migsync().get("status") or {}).get("lastAppliedRevision") == sha
 
     # -------------------------------------------------------------------- steps
+    def steps(self) -> list[tuple[str, Callable[[], None]]]:
+        return [
+            ("a local GPU cluster with migops (no GPU, no Docker needed)", self.start),
+            ("first sync from git: every node gets its geometry", self.initial_sync),
+            ("a commit whose geometry cannot be placed is not applied", self.bad_commit),
+            ("kubectl mistakes are denied at admission", self.admission),
+            ("a valid change rolls out in waves", self.valid_change),
+            ("MIG workloads: Pods bound to the nodes that advertise their profile", self.workloads),
+            ("summary", self.summary),
+        ]
+
     def start(self) -> None:
         self.c.say("Starting a local GPU cluster: etcd, kube-apiserver, kube-scheduler, the migops webhook,")
         self.c.say("one migops agent per node (simulated GPUs), the migops reconciler on the config repo.")
@@ -264,8 +275,8 @@ class Demo:
         self.c.ok(f"commit {sha[:12]} not applied: the cluster keeps {status.get('lastAppliedRevision', '')[:12]}; "
                   "no node, label or GPU was touched")
 
-    def admission(self, workdir: Path) -> None:
-        bad = workdir / "bad-mig-configmap.yaml"
+    def admission(self) -> None:
+        bad = self.repo.parent / "bad-mig-configmap.yaml"
         text = (CONFIG_REPO / "config.yaml").read_text().replace('"3g.40gb": 1\n\n  # Inference', '"4g.20gb": 1\n\n  # Inference')
         if "4g.20gb" not in text:
             raise DemoFailed("examples/config-repo/config.yaml changed; the demo's hand edit no longer applies")
@@ -395,20 +406,9 @@ def main() -> int:
     demo = Demo(console, home, repo)
     failed: str | None = None
     try:
-        console.step(0, "a local GPU cluster with migops (no GPU, no Docker needed)")
-        demo.start()
-        console.step(1, "first sync from git: every node gets its geometry")
-        demo.initial_sync()
-        console.step(2, "a commit whose geometry cannot be placed is not applied")
-        demo.bad_commit()
-        console.step(3, "kubectl mistakes are denied at admission")
-        demo.admission(workdir)
-        console.step(4, "a valid change rolls out in waves")
-        demo.valid_change()
-        console.step(5, "MIG workloads: Pods bound to the nodes that advertise their profile")
-        demo.workloads()
-        console.step(6, "summary")
-        demo.summary()
+        for number, (title, run) in enumerate(demo.steps()):
+            console.step(number, title)
+            run()
     except DemoFailed as exc:
         failed = str(exc)
     except BaseException:
