@@ -119,3 +119,22 @@ def test_documents_mig_parted_ignores_are_reported(id_: str, warned: bool) -> No
     kind, config = verdict(BY_ID[id_])
     assert kind == "accepted"
     assert any(n.rule == "trailing-document" for n in config.notes) == warned
+
+
+def test_every_input_mig_parted_accepts_is_judged_without_an_exception() -> None:
+    """Past reading: what mig-parted accepts (counts up to 2^63-1 included) goes through the whole
+    validator, against the catalogue and on a node, and comes back as a verdict, never an exception."""
+    from migops.mig.catalogue import catalogue
+    from migops.mig.validate import validate
+
+    node = [catalogue().resolve("0x233010DE")] * 8
+    judged = 0
+    for entry in CORPUS:
+        kind, config = verdict(entry)
+        if kind == "refused" or config is None or not config.configs:
+            continue
+        for strategy in (None, "single", "mixed"):
+            assert len(validate(config, strategy=strategy)) == len(config.configs), entry["id"]
+            assert len(validate(config, node=node, strategy=strategy)) == len(config.configs), entry["id"]
+        judged += 1
+    assert judged >= 200
