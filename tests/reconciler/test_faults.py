@@ -114,7 +114,9 @@ def test_two_replicas_one_leader_and_takeover(rplane, rapi, repo, gpu_nodes, tmp
         "  - nodeSelector: {matchLabels: {pool: ha}}\n    config: all-1g.10gb")})
     spec = SyncSpec(repo.url, "main", "", 60.0, False, TrustPolicy())
     ssa.apply(rapi, migsync_object("ha", "migops-system", spec), field_manager="migops-test", force=True)
-    options = ServeOptions("127.0.0.1", 0, leader_elect=True, lease_duration=3, renew_deadline=2, retry_period=0.3)
+    # A lease long enough that a loaded machine never lets it lapse between renewals (the leader stepping
+    # down is the SIGTERM path below, which releases the Lease at once, so the takeover stays quick).
+    options = ServeOptions("127.0.0.1", 0, leader_elect=True, lease_duration=15, renew_deadline=10, retry_period=0.3)
     replicas = []
     for i in range(2):
         rec = Reconciler(rapi, name="ha", namespace="migops-system", cache_dir=tmp_path / f"cache{i}")

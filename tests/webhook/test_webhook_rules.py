@@ -149,7 +149,14 @@ def test_removing_or_deleting_a_config_in_use_is_denied_naming_the_nodes(api) ->
 
 def test_config_that_becomes_multi_profile_under_single_is_denied(api) -> None:
     ssa.apply(api, configmap(H100_ONLY), field_manager=MANAGER, force=True)
-    eventually(lambda: _label(api, "gpu-node-1", "small"))
+
+    def labelled() -> None:  # denied (config-not-found) until the webhook's informer has the new ConfigMap
+        try:
+            _label(api, "gpu-node-1", "small")
+        except ApiException as exc:
+            raise AssertionError(exc.body) from None
+
+    eventually(labelled)
     from migops.local.cluster import apply_cluster_policy
 
     eventually(lambda: apply_cluster_policy(api, "single"))
