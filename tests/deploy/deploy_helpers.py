@@ -249,20 +249,24 @@ def kustomize(path: Path) -> list[dict[str, Any]]:
 
 
 def render(name: str, scratch: Path) -> list[dict[str, Any]]:
-    """An overlay by name (base, one under manifests/overlays/, or WITH_COMPONENTS: gpu-operator plus
-    every component, built in a copy of manifests/ so the repository is never written to)."""
+    """An overlay by name: base, one under manifests/overlays/, WITH_COMPONENTS (gpu-operator plus every
+    component) or "monitoring" (that component alone). The last two are built in a copy of manifests/,
+    so the repository is never written to."""
     if name == "base":
         return kustomize(MANIFESTS / "base")
-    if name != WITH_COMPONENTS:
+    if name not in (WITH_COMPONENTS, "monitoring"):
         return kustomize(OVERLAYS / name)
     copy = scratch / "manifests"
     if not copy.exists():
         shutil.copytree(MANIFESTS, copy)
-    overlay = copy / "overlays" / "test-with-components"
+    overlay = copy / "overlays" / f"test-{name.replace('+', '-')}"
     overlay.mkdir(exist_ok=True)
-    (overlay / "kustomization.yaml").write_text(yaml.safe_dump({
-        "apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization",
-        "resources": ["../gpu-operator"], "components": [f"../components/{c}" for c in COMPONENTS]}))
+    body: dict[str, Any] = {"apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization"}
+    if name == WITH_COMPONENTS:
+        body |= {"resources": ["../gpu-operator"], "components": [f"../components/{c}" for c in COMPONENTS]}
+    else:
+        body |= {"components": ["../components/monitoring"]}
+    (overlay / "kustomization.yaml").write_text(yaml.safe_dump(body))
     return kustomize(overlay)
 
 
