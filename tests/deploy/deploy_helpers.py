@@ -25,9 +25,9 @@ ROOT = Path(__file__).resolve().parents[2]
 MANIFESTS = ROOT / "manifests"
 OVERLAYS = MANIFESTS / "overlays"
 # Every overlay a user can deploy, and one test overlay that adds every component to gpu-operator.
-DEPLOYABLE = ("gpu-operator", "gpu-operator-mig-manager", "kind")
+DEPLOYABLE = ("gpu-operator", "gpu-operator-mig-manager", "gpu-operator-webhook-only", "kind")
 WITH_COMPONENTS = "gpu-operator+components"
-COMPONENTS = ("host-driver", "nvml-host-library")
+COMPONENTS = ("host-driver", "nvml-host-library", "git-ssh")
 WORKLOADS = ("Deployment", "DaemonSet", "StatefulSet", "Job", "CronJob")
 
 

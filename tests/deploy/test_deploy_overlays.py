@@ -16,6 +16,7 @@ import base64
 import json
 import os
 import re
+import shutil
 import signal
 import ssl
 import subprocess
@@ -32,7 +33,7 @@ import yaml
 from kubernetes import client as k8s
 from kubernetes.client import ApiClient
 
-from deploy_helpers import (DEPLOYABLE, OVERLAYS, WITH_COMPONENTS, Image, by_key, container_argv, kubectl,
+from deploy_helpers import (DEPLOYABLE, OVERLAYS, WITH_COMPONENTS, Image, by_key, container_argv, kubectl, kustomize,
                             pod_template)
 from gitrepo import CONFIG_YAML, GitRepo, nodes_yaml
 from migops.local.binaries import locate
@@ -42,7 +43,7 @@ from migops.local.ports import free_ports
 from migops.mig.yamlsafe import load_yaml
 
 NS = "migops-system"
-GPU_OPERATOR = ("gpu-operator", "gpu-operator-mig-manager", WITH_COMPONENTS)
+GPU_OPERATOR = ("gpu-operator", "gpu-operator-mig-manager", "gpu-operator-webhook-only", WITH_COMPONENTS)
 WEBHOOK_KINDS = ("ValidatingWebhookConfiguration", "MutatingWebhookConfiguration")
 
 
@@ -81,7 +82,8 @@ class Installed:
 
 
 def _overlay_dir(name: str) -> Path:
-    return OVERLAYS / ("gpu-operator" if name == WITH_COMPONENTS else name)
+    """Where the overlay's ClusterPolicy patch is (an overlay built on another uses that one's)."""
+    return OVERLAYS / {WITH_COMPONENTS: "gpu-operator", "gpu-operator-webhook-only": "gpu-operator-mig-manager"}.get(name, name)
 
 
 def _mig_configmap_name(name: str) -> str:
@@ -195,7 +197,8 @@ def test_pod_templates_pass_pod_security_in_their_namespace(installed: Installed
 def test_rbac_the_overlays_narrow(installed: Installed) -> None:
     """kind keeps the base's RBAC; the GPU Operator overlays narrow it to the MIG ConfigMap's name."""
     cm = _mig_configmap_name(installed.name)
-    agent = installed.name != "gpu-operator-mig-manager"
+    agent = installed.name in ("gpu-operator", WITH_COMPONENTS)
+    reconciler = installed.name != "gpu-operator-webhook-only"
     for account in ("migops-webhook", *(["migops-agent"] if agent else [])):
         for verb in ("get", "list", "watch"):
             assert installed.can_i(account, verb, f"configmaps/{cm}", "gpu-operator"), (account, verb)
@@ -204,15 +207,13 @@ def test_rbac_the_overlays_narrow(installed: Installed) -> None:
         assert not installed.can_i(account, "get", f"configmaps/{cm}", "kube-system")
         assert not installed.can_i(account, "patch", f"configmaps/{cm}", "gpu-operator")
     assert installed.can_i("migops-webhook", "watch", "nodes")
-    assert installed.can_i("migops-reconciler", "patch", f"configmaps/{cm}", "gpu-operator")
-    assert installed.can_i("migops-reconciler", "create", f"configmaps/{cm}", "gpu-operator")
+    assert installed.can_i("migops-reconciler", "patch", f"configmaps/{cm}", "gpu-operator") == reconciler
+    assert installed.can_i("migops-reconciler", "create", f"configmaps/{cm}", "gpu-operator") == reconciler
     assert not installed.can_i("migops-reconciler", "get", "configmaps/default-mig-parted-config", "gpu-operator")
     assert not installed.can_i("migops-reconciler", "create", "configmaps", "gpu-operator")
     assert not installed.can_i("migops-reconciler", "get", "secrets", "gpu-operator")
-    if not agent:
-        kinds = {(d["kind"], d["metadata"]["name"]) for d in installed.docs}
-        assert not any("migops-agent" in name for _, name in kinds), kinds
-        assert "migops-agent" not in yaml.safe_dump_all(installed.docs)
+    text = yaml.safe_dump_all(installed.docs)
+    assert ("migops-agent" in text) == agent and ("migops-reconciler" in text) == reconciler
 
 
 # ------------------------------------------------------------------ the components, as deployed (gpu-operator)
@@ -368,3 +369,47 @@ def test_components_run_with_their_own_rbac(installed: Installed, image: Image, 
 def test_kind_overlay_ships_the_operator_crd_migops_local_uses() -> None:
     shipped = load_yaml((OVERLAYS / "kind" / "clusterpolicy-crd.yaml").read_text())
     assert shipped == clusterpolicy_crd()
+
+
+@pytest.mark.parametrize("name", GPU_OPERATOR)
+def test_one_mig_configmap_name_everywhere(name: str, rendered) -> None:
+    """The ClusterPolicy patch names the MIG ConfigMap; every grant on ConfigMaps names that one, and
+    none of them is the operator's own default-mig-parted-config (the operator rewrites or deletes it)."""
+    cm = _mig_configmap_name(name)
+    assert cm != "default-mig-parted-config"
+    grants = [rule for d in rendered(name) if d["kind"] in ("Role", "ClusterRole")
+              for rule in d["rules"] if "configmaps" in rule["resources"]]
+    assert grants and all(rule.get("resourceNames") == [cm] for rule in grants), grants
+    for agent in [d for d in rendered(name) if d["kind"] == "DaemonSet"]:
+        spec = pod_template(agent)["spec"]
+        env = _manifest_env(spec["containers"][0])
+        if name == WITH_COMPONENTS:  # nvml-host-library: the host's library, no NVIDIA runtime
+            assert "runtimeClassName" not in spec and env["LD_LIBRARY_PATH"] == "/usr/local/nvidia/lib64"
+        else:
+            assert spec["runtimeClassName"] == "nvidia"
+        assert env["NVIDIA_VISIBLE_DEVICES"] == "all" and env["NVIDIA_DRIVER_CAPABILITIES"] == "utility"
+
+
+def test_kind_cluster_config_gives_the_agent_its_nodes(rendered) -> None:
+    config = yaml.safe_load((OVERLAYS / "kind" / "kind-cluster.yaml").read_text())
+    assert config["kind"] == "Cluster" and config["apiVersion"] == "kind.x-k8s.io/v1alpha4"
+    (agent,) = [d for d in rendered("kind") if d["kind"] == "DaemonSet"]
+    selector = pod_template(agent)["spec"]["nodeSelector"]
+    gpu_workers = [n for n in config["nodes"] if n["role"] == "worker" and (n.get("labels") or {}).items() >= selector.items()]
+    assert len(gpu_workers) == 2 and len(config["nodes"]) == 4
+    # The image the kind overlay runs is the one docs/kind.md builds and loads.
+    images = {c["image"] for d in rendered("kind") if pod_template(d) for c in pod_template(d)["spec"]["containers"]}
+    assert images == {"migops:0.1.0"}
+    assert "docker build -t migops:0.1.0 ." in (OVERLAYS.parents[1] / "docs" / "kind.md").read_text()
+
+
+def test_the_documented_user_overlay_renames_every_image(tmp_path: Path) -> None:
+    """docs/deploy-gpu-operator.md's own overlay, as written there, points every container at the registry."""
+    doc = (OVERLAYS.parents[1] / "docs" / "deploy-gpu-operator.md").read_text()
+    body = doc.split("cat > deploy/prod/kustomization.yaml <<'EOF'\n")[1].split("\nEOF\n")[0]
+    shutil.copytree(OVERLAYS.parent, tmp_path / "manifests")
+    (tmp_path / "deploy" / "prod").mkdir(parents=True)
+    (tmp_path / "deploy" / "prod" / "kustomization.yaml").write_text(body + "\n")
+    docs = kustomize(tmp_path / "deploy" / "prod")
+    images = {c["image"] for d in docs if pod_template(d) for c in pod_template(d)["spec"]["containers"]}
+    assert images == {"registry.example.com/platform/migops:0.1.0"}
