@@ -6,7 +6,7 @@
 #   certs job    migops certs rotate ...
 # No build tools, no pip and no shell scripts of ours in the final stage; non-root by default; nothing
 # is written under / at run time (readOnlyRootFilesystem: the manifests mount /tmp where needed).
-# tests/deploy/test_image.py runs this file's build-stage RUN lines on the same context (.dockerignore
+# tests/deploy/test_deploy_image.py runs this file's build-stage RUN lines on the same context (.dockerignore
 # applied) into a clean virtualenv and starts every entrypoint named here and in manifests/.
 ARG PYTHON_IMAGE=python:3.11-slim-bookworm
 
