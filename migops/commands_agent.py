@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import shutil
 import signal
 import sys
 import threading
@@ -134,7 +135,6 @@ def cmd_agent(args: argparse.Namespace) -> int:
 
 def _backend(args: argparse.Namespace, work: Path):  # noqa: ANN202
     from migops.agent.backend import GpuError
-    from migops.agent.host import HostCommands
     from migops.mig.catalogue import UnknownGpuError
 
     if args.backend == "simulated":
@@ -152,9 +152,19 @@ def _backend(args: argparse.Namespace, work: Path):  # noqa: ANN202
     from migops.agent.nvml import NvmlBackend
 
     try:
-        return NvmlBackend(reset=HostCommands(args.host_root)), None
+        return NvmlBackend(reset=reset_commands(args.host_root)), None
     except GpuError as exc:
         raise UsageError(f"NVML: {exc}") from None
+
+
+def reset_commands(host_root: str):  # noqa: ANN201
+    """Where `nvidia-smi -r` (a GPU reset for a MIG mode change) runs. The NVIDIA container runtime
+    puts the driver's nvidia-smi into the agent's container (NVIDIA_DRIVER_CAPABILITIES=utility), from a
+    host-installed driver or the GPU Operator's driver container alike: use it, as mig-manager does.
+    Without it, the host's through chroot; the host root has none when the driver runs in a container."""
+    from migops.agent.host import HostCommands
+
+    return HostCommands(None) if shutil.which("nvidia-smi") else HostCommands(host_root)
 
 
 def cmd_probe(args: argparse.Namespace, nvml: object = None) -> int:

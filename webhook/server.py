@@ -15,9 +15,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from migops.webhook.metrics import MULTIPROC_ENV
-
 DEFAULT_PORT = 8443
+# prometheus_client's switch to multi-process mode. Defined here, not imported from metrics.py: that
+# would import prometheus_client, which picks its value class once, at import, from this variable;
+# the gunicorn config imports this module before prepare_metrics_dir() sets it.
+MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
 
 
 def gunicorn_options(*, tls_cert: str, tls_key: str, bind: str = "0.0.0.0", port: int = DEFAULT_PORT,

@@ -1,0 +1,41 @@
+# syntax=docker/dockerfile:1
+# One image for every migops component (docs/deploy-image.md):
+#   webhook      gunicorn -c python:migops.webhook.gunicorn_conf
+#   reconciler   migops reconcile ...          (the entrypoint: its manifest passes args only)
+#   agent        migops agent --backend nvml   (NVML from the host's driver at run time, never from here)
+#   certs job    migops certs rotate ...
+# No build tools, no pip and no shell scripts of ours in the final stage; non-root by default; nothing
+# is written under / at run time (readOnlyRootFilesystem: the manifests mount /tmp where needed).
+# tests/deploy/test_deploy_image.py runs this file's build-stage RUN lines on the same context (.dockerignore
+# applied) into a clean virtualenv and starts every entrypoint named here and in manifests/.
+ARG PYTHON_IMAGE=python:3.11-slim-bookworm
+
+FROM ${PYTHON_IMAGE} AS build
+ENV PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_CACHE_DIR=1 PIP_ROOT_USER_ACTION=ignore
+WORKDIR /src
+COPY . .
+# The wheel (migops.* only, tests/packaging checks it), then a virtualenv with it and its pinned
+# dependencies; pip compiles the bytecode now, so nothing needs a writable site-packages later.
+RUN python -m pip wheel --no-deps --wheel-dir /dist . \
+ && python -m venv /opt/migops \
+ && /opt/migops/bin/python -m pip install /dist/migops-*.whl \
+ && /opt/migops/bin/python -m pip uninstall --yes pip
+
+FROM ${PYTHON_IMAGE}
+# The reconciler fetches with git (ssh:// through openssh-client) and verifies commit signatures with
+# ssh-keygen (openssh-client) and gpgv. Nothing else is added to the base image.
+RUN apt-get update \
+ && apt-get install --yes --no-install-recommends git openssh-client gpgv \
+ && rm -rf /var/lib/apt/lists/*
+COPY --from=build /opt/migops /opt/migops
+ENV PATH=/opt/migops/bin:$PATH \
+    PYTHONUNBUFFERED=1 \
+    PYTHONDONTWRITEBYTECODE=1 \
+    HOME=/tmp
+LABEL org.opencontainers.image.title="migops" \
+      org.opencontainers.image.description="Declarative, GitOps-managed NVIDIA MIG partitioning for Kubernetes" \
+      org.opencontainers.image.licenses="Apache-2.0"
+# The manifests' runAsUser; the agent alone overrides it with 0 (MIG changes need root on the GPUs).
+USER 65532:65532
+ENTRYPOINT ["migops"]
+CMD ["--help"]

@@ -1,0 +1,314 @@
+"""What the deploy tests read: the Dockerfile, .dockerignore, and the manifests as kustomize renders them.
+
+Small readers, no container engine: the Dockerfile is parsed into stages and instructions (enough for
+this repository's file, which the tests keep that simple), .dockerignore is matched with Docker's rules
+for the pattern forms it uses, and each overlay is rendered by the shared `kubectl kustomize`.
+"""
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from migops.local.binaries import locate
+
+ROOT = Path(__file__).resolve().parents[2]
+MANIFESTS = ROOT / "manifests"
+OVERLAYS = MANIFESTS / "overlays"
+# Every overlay a user can deploy, and one test overlay that adds every component to gpu-operator.
+DEPLOYABLE = ("gpu-operator", "gpu-operator-mig-manager", "gpu-operator-webhook-only", "kind")
+WITH_COMPONENTS = "gpu-operator+components"
+COMPONENTS = ("host-driver", "nvml-host-library", "git-ssh")
+WORKLOADS = ("Deployment", "DaemonSet", "StatefulSet", "Job", "CronJob")
+
+
+# ------------------------------------------------------------------------------------------ Dockerfile
+@dataclass
+class Stage:
+    base: str
+    name: str | None
+    instructions: list[tuple[str, str]] = field(default_factory=list)
+
+    def all(self, keyword: str) -> list[str]:
+        return [args for kw, args in self.instructions if kw == keyword]
+
+    def last(self, keyword: str) -> str | None:
+        found = self.all(keyword)
+        return found[-1] if found else None
+
+    def env(self) -> dict[str, str]:
+        """ENV KEY=VALUE ... (the one form used here), later lines winning."""
+        out: dict[str, str] = {}
+        for args in self.all("ENV"):
+            for word in shlex.split(args):
+                key, sep, value = word.partition("=")
+                assert sep, f"ENV {args!r}: only the KEY=VALUE form is read here"
+                out[key] = value
+        return out
+
+
+@dataclass
+class Dockerfile:
+    args: dict[str, str]  # ARG defaults declared before the first FROM
+    stages: list[Stage]
+
+    @property
+    def final(self) -> Stage:
+        return self.stages[-1]
+
+    def stage(self, name: str) -> Stage:
+        (found,) = [s for s in self.stages if s.name == name]
+        return found
+
+    @staticmethod
+    def exec_form(args: str | None) -> list[str] | None:
+        """ENTRYPOINT/CMD in exec (JSON) form; the shell form is refused (no shell as PID 1)."""
+        if args is None:
+            return None
+        value = yaml.safe_load(args)
+        assert isinstance(value, list) and all(isinstance(v, str) for v in value), f"not exec form: {args}"
+        return value
+
+
+def read_dockerfile(path: Path = ROOT / "Dockerfile") -> Dockerfile:
+    lines: list[str] = []
+    pending = ""
+    for raw in path.read_text().splitlines():
+        stripped = raw.strip()
+        if stripped.startswith("#") or (not stripped and not pending):
+            continue
+        if stripped.endswith("\\"):
+            pending += stripped[:-1] + " "
+            continue
+        lines.append(pending + stripped)
+        pending = ""
+    assert not pending, "the Dockerfile ends inside a continued line"
+    args: dict[str, str] = {}
+    stages: list[Stage] = []
+    for line in lines:
+        keyword, _, rest = line.partition(" ")
+        keyword = keyword.upper()
+        rest = rest.strip()
+        if keyword == "FROM":
+            words = rest.split()
+            base = re.sub(r"\$\{(\w+)\}", lambda m: args[m.group(1)], words[0])
+            name = words[2] if len(words) == 3 and words[1].upper() == "AS" else None
+            stages.append(Stage(base, name))
+        elif not stages:
+            assert keyword == "ARG", f"{keyword} before the first FROM"
+            key, _, default = rest.partition("=")
+            args[key] = default
+        else:
+            stages[-1].instructions.append((keyword, rest))
+    return Dockerfile(args, stages)
+
+
+# --------------------------------------------------------------------------------------- .dockerignore
+def dockerignore_patterns(path: Path = ROOT / ".dockerignore") -> list[str]:
+    patterns = []
+    for line in path.read_text().splitlines():
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        # Character classes and `?` would need more of Docker's matcher than this one has.
+        assert "[" not in line and "?" not in line, f".dockerignore: {line!r}"
+        patterns.append(line.rstrip("/"))
+    return patterns
+
+
+def _pattern_regex(pattern: str) -> re.Pattern[str]:
+    out = ""
+    i = 0
+    while i < len(pattern):
+        if pattern.startswith("**/", i):
+            out += "(?:.*/)?"
+            i += 3
+        elif pattern.startswith("**", i):
+            out += ".*"
+            i += 2
+        elif pattern[i] == "*":
+            out += "[^/]*"
+            i += 1
+        else:
+            out += re.escape(pattern[i])
+            i += 1
+    return re.compile(out)
+
+
+def ignored(relative: str, patterns: list[str]) -> bool:
+    """Docker's rule (moby/patternmatcher): patterns in order, the last that matches the path or a
+    folder above it decides; a `!` pattern puts back what an earlier one left out."""
+    parts = relative.split("/")
+    candidates = ["/".join(parts[: i + 1]) for i in range(len(parts))]
+    matched = False
+    for pattern in patterns:
+        exclusion = pattern.startswith("!")
+        regex = _pattern_regex(pattern.lstrip("!").lstrip("/"))
+        if exclusion != matched:
+            continue
+        if any(regex.fullmatch(c) for c in candidates):
+            matched = not exclusion
+    return matched
+
+
+def build_context(dest: Path, root: Path = ROOT) -> list[str]:
+    """Copy what `docker build .` would send (the .dockerignore applied); return the relative paths."""
+    patterns = dockerignore_patterns(root / ".dockerignore")
+    exceptions = [p[1:].lstrip("/") for p in patterns if p.startswith("!")]
+    copied = []
+    for folder, dirs, files in os.walk(root):
+        here = Path(folder).relative_to(root).as_posix()
+        prefix = "" if here == "." else here + "/"
+        # Skip folders left out whole (no exception reaches inside them): .git, .venv, ...
+        dirs[:] = sorted(d for d in dirs if not ignored(prefix + d, patterns)
+                         or any(e.startswith(prefix + d + "/") for e in exceptions))
+        for name in sorted(files):
+            relative = prefix + name
+            if ignored(relative, patterns):
+                continue
+            target = dest / relative
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(Path(folder) / name, target)
+            copied.append(relative)
+    return copied
+
+
+# ------------------------------------------------------------------------------- the image's build
+BUILD_DIST, INSTALL_DIR = "/dist", "/opt/migops"
+# PATH in the python base images before the Dockerfile's ENV prepends to it: nothing of this machine's
+# virtualenvs, so an entrypoint found at all is the clean install's.
+IMAGE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+
+@dataclass(frozen=True)
+class Image:
+    dockerfile: Dockerfile
+    context: Path
+    context_files: tuple[str, ...]
+    venv: Path  # what the image has at /opt/migops
+    env: dict[str, str]  # the final stage's ENV, paths moved like venv, for running its entrypoints
+    workdir: Path  # an empty working directory (none is set in the image)
+
+    def run(self, argv: list[str], *, env: dict[str, str] | None = None, timeout: float = 120,
+            **kwargs: Any) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(argv, env={**self.env, **(env or {})}, cwd=self.workdir, capture_output=True,
+                              text=True, timeout=timeout, check=False, **kwargs)
+
+
+def build_image(top: Path) -> Image:
+    """Run the Dockerfile's build stage here (see conftest's `image`)."""
+    dockerfile = read_dockerfile()
+    context = top / "context"
+    files = build_context(context)
+    moved = {BUILD_DIST: str(top / "dist"), INSTALL_DIR: str(top / "opt" / "migops")}
+    # `python` in the RUN lines: the interpreter running the tests (its venv module builds the clean
+    # virtualenv from the base interpreter, not from this one's site-packages).
+    bindir = top / "bin"
+    bindir.mkdir()
+    (bindir / "python").symlink_to(sys.executable)
+    build = dockerfile.stage("build")
+    assert build.all("WORKDIR") == ["/src"] and build.all("COPY") == [". ."], "the build stage copies the context to /src"
+    for command in build.all("RUN"):
+        for image_path, here in moved.items():
+            command = command.replace(image_path, here)
+        out = subprocess.run(["sh", "-c", command], cwd=context, capture_output=True, text=True, timeout=900,
+                             env={**os.environ, "PATH": f"{bindir}:{os.environ['PATH']}"}, check=False)
+        assert out.returncode == 0, f"RUN {command}\n{out.stdout[-3000:]}\n{out.stderr[-3000:]}"
+    venv = Path(moved[INSTALL_DIR])
+    assert dockerfile.final.all("COPY") == [f"--from=build {INSTALL_DIR} {INSTALL_DIR}"]
+    home = top / "home"
+    home.mkdir()
+    env = {"PATH": IMAGE_PATH}
+    for key, value in dockerfile.final.env().items():
+        value = value.replace("$PATH", env["PATH"]).replace(INSTALL_DIR, str(venv))
+        env[key] = str(home) if key == "HOME" else value
+    workdir = top / "work"
+    workdir.mkdir()
+    return Image(dockerfile, context, tuple(files), venv, env, workdir)
+
+
+# ------------------------------------------------------------------------------------------ manifests
+def kubectl() -> Path:
+    return locate().kubectl
+
+
+def kustomize(path: Path) -> list[dict[str, Any]]:
+    out = subprocess.run([str(kubectl()), "kustomize", str(path)], capture_output=True, text=True,
+                         timeout=120, check=False)
+    assert out.returncode == 0, f"kubectl kustomize {path}: {out.stderr}"
+    return [d for d in yaml.safe_load_all(out.stdout) if d]
+
+
+def render(name: str, scratch: Path) -> list[dict[str, Any]]:
+    """An overlay by name: base, one under manifests/overlays/, WITH_COMPONENTS (gpu-operator plus every
+    component) or "monitoring" (that component alone). The last two are built in a copy of manifests/,
+    so the repository is never written to."""
+    if name == "base":
+        return kustomize(MANIFESTS / "base")
+    if name not in (WITH_COMPONENTS, "monitoring"):
+        return kustomize(OVERLAYS / name)
+    copy = scratch / "manifests"
+    if not copy.exists():
+        shutil.copytree(MANIFESTS, copy)
+    overlay = copy / "overlays" / f"test-{name.replace('+', '-')}"
+    overlay.mkdir(exist_ok=True)
+    body: dict[str, Any] = {"apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization"}
+    if name == WITH_COMPONENTS:
+        body |= {"resources": ["../gpu-operator"], "components": [f"../components/{c}" for c in COMPONENTS]}
+    else:
+        body |= {"components": ["../components/monitoring"]}
+    (overlay / "kustomization.yaml").write_text(yaml.safe_dump(body))
+    return kustomize(overlay)
+
+
+def pod_template(doc: dict[str, Any]) -> dict[str, Any] | None:
+    if doc["kind"] == "CronJob":
+        return doc["spec"]["jobTemplate"]["spec"]["template"]
+    if doc["kind"] in WORKLOADS:
+        return doc["spec"]["template"]
+    return None
+
+
+def containers(docs: list[dict[str, Any]]) -> Iterator[tuple[dict[str, Any], dict[str, Any]]]:
+    """(workload, container) for every container and init container of every pod template."""
+    for doc in docs:
+        template = pod_template(doc)
+        if template is None:
+            continue
+        spec = template["spec"]
+        for c in [*spec.get("initContainers", []), *spec["containers"]]:
+            yield doc, c
+
+
+def container_argv(container: dict[str, Any], image: Dockerfile) -> list[str]:
+    """What the container runs: its command, else the image's ENTRYPOINT; then its args, else CMD."""
+    entrypoint = container.get("command") or Dockerfile.exec_form(image.final.last("ENTRYPOINT")) or []
+    if "command" in container:
+        rest = container.get("args", [])
+    else:
+        rest = container.get("args") or Dockerfile.exec_form(image.final.last("CMD")) or []
+    return [*entrypoint, *rest]
+
+
+def help_argv(argv: list[str]) -> list[str]:
+    """The same program and subcommand with --help: `migops certs rotate --secret ...` -> `migops
+    certs rotate --help`; `gunicorn -c ...` -> `gunicorn --help`."""
+    words = [argv[0]]
+    for word in argv[1:]:
+        if word.startswith("-"):
+            break
+        words.append(word)
+    return [*words, "--help"]
+
+
+def by_key(docs: list[dict[str, Any]]) -> dict[tuple[str, str | None, str], dict[str, Any]]:
+    return {(d["kind"], d["metadata"].get("namespace"), d["metadata"]["name"]): d for d in docs}
