@@ -1,7 +1,8 @@
 """Serve the app with gunicorn over TLS: `migops webhook` and the container's gunicorn config.
 
-gthread workers keep connections alive, so the API server's admission client pays one TLS handshake per
-connection, not per review; each new connection loads the certificate files afresh, so rotated files
+gthread workers (migops.webhook.worker.ThreadWorker: gunicorn's, without its two stalls) keep
+connections alive, so the API server's admission client pays one TLS handshake per connection, not per
+review; each new connection loads the certificate files afresh, so rotated files
 (migops certs rotate, or a re-mounted Secret) are served to new connections without a restart, while
 open ones finish on the old certificate. Each worker process runs its own informers (threads do not
 survive fork) and is ready once they have listed.
@@ -25,7 +26,7 @@ def gunicorn_options(*, tls_cert: str, tls_key: str, bind: str = "0.0.0.0", port
     """The gunicorn settings, one place for `migops webhook` and the container's config."""
     return {
         "bind": [f"{bind}:{port}"],
-        "worker_class": "gthread",
+        "worker_class": "migops.webhook.worker.ThreadWorker",
         "workers": workers,
         "threads": threads,
         # The API server's client keeps idle connections for 90 s; keeping them open this long saves a
