@@ -51,6 +51,17 @@ def test_too_large_is_413_and_wrong_method_405_and_unknown_path_404(direct, hook
     assert direct.post("/nothing", b"{}").status == 404
 
 
+def test_chunked_bodies_are_read_and_limited(direct) -> None:
+    """The body is read from the server's stream (not werkzeug's): without a Content-Length too."""
+    body = json.dumps(review(configmap(DEFAULT_CONFIG))).encode()
+    resp = direct.pool.urlopen("POST", "/validate", body=iter([body[:1000], body[1000:]]), chunked=True,
+                               headers={"Content-Type": "application/json"})
+    assert _body(resp)["allowed"] is True
+    huge = direct.pool.urlopen("POST", "/validate", body=iter([b" " * (1 << 20)] * 9), chunked=True,
+                               headers={"Content-Type": "application/json"})
+    assert huge.status == 413
+
+
 def test_bad_contents_are_clean_denials(direct) -> None:
     for text in ("\udcff version: v1", "a: " + "[" * 100 + "]" * 100, "version: v1\n" + "x: 1\n" * 100_000):
         resp = _body(direct.post("/validate", review(configmap(text))))
