@@ -16,6 +16,7 @@ from typing import Any
 
 from migops.kube.names import CONFIGMAP_KEY, MIG_CONFIG_LABEL, MIG_CONFIGMAP_LABEL
 from migops.mig.problems import MigError, key_path
+from migops.mig.spec import MigPartedConfig
 from migops.webhook import checks
 from migops.webhook.admission import ALLOW, Request, Verdict, allow, deny, labels, merge_warnings
 from migops.webhook.findings import Finding, Warning_, node_names, split
@@ -118,10 +119,11 @@ def validate(req: Request, snap: Snapshot) -> Verdict:
                                  f"({MIG_CONFIG_LABEL}); relabel them first"))
             else:
                 warnings.append(("config-not-found", where, f"not defined, but {node_names(nodes)} select it"))
+    catalogue = checks.on_catalogue(config, names)
     for name in names:
         used_by = users.get(name, ())
-        _on_nodes(digest, config, name, used_by, snap, findings, warnings)
-        report = checks.on_catalogue(digest, config, name)
+        _on_nodes(config, name, used_by, snap, findings, warnings)
+        report = catalogue[name]
         if not used_by:
             errors, warns = split(report.problems)
             findings += errors
@@ -137,7 +139,7 @@ def validate(req: Request, snap: Snapshot) -> Verdict:
     return allow(merge_warnings(warnings))
 
 
-def _on_nodes(digest: str, config, name: str, nodes: tuple[NodeView, ...], snap: Snapshot,
+def _on_nodes(config: MigPartedConfig, name: str, nodes: tuple[NodeView, ...], snap: Snapshot,
               findings: list[Finding], warnings: list[Warning_]) -> None:
     """Node mode: the config on each distinct set of GPUs among the nodes that select it."""
     groups: dict[tuple, list[NodeView]] = {}
@@ -152,9 +154,9 @@ def _on_nodes(digest: str, config, name: str, nodes: tuple[NodeView, ...], snap:
             warnings.append(("gpus-unknown", node_names(members), f"config {name} not checked on them: {why}"))
             continue
         if exact:
-            errors, warns = split(checks.on_node(digest, config, name, first.gpus, strategy).problems, context)
+            errors, warns = split(checks.on_node(config, name, first.gpus, strategy).problems, context)
         else:  # GPU count unknown (GFD under strategy single): does the model fit at all
-            report = checks.on_catalogue(digest, config, name, strategy)
+            report = checks.on_catalogue(config, [name], strategy)[name]
             errors, warns = [], []
             if first.gpus[0] not in report.fits:
                 model = first.gpus[0].name

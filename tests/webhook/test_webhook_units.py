@@ -67,6 +67,33 @@ def test_node_rule_with_unknown_count_checks_the_model() -> None:
     assert "configmap-missing" in missing.rules
 
 
+def test_config_reports_are_remembered_per_config_not_per_file() -> None:
+    """Editing one config of a file re-validates that one; the others' reports are the remembered
+    objects, and every report equals what the MIG core says of the new file afresh."""
+    from migops.mig.spec import parse_config
+    from migops.mig.validate import validate_against_catalogue, validate_on_node
+    from migops.mig.catalogue import catalogue
+    from migops.webhook import checks
+
+    checks.forget()
+    first = checks.parse(DEFAULT_CONFIG)
+    before = checks.on_catalogue(first, first.names())
+    edited_text = DEFAULT_CONFIG.replace('"1g.10gb": 7', '"1g.10gb": 8', 1)
+    edited = checks.parse(edited_text)
+    after = checks.on_catalogue(edited, edited.names())
+    changed = {n for n in edited.names() if edited.entries(n) != first.entries(n)}
+    assert len(changed) == 1
+    fresh = parse_config(edited_text)
+    for name in edited.names():
+        assert after[name] == validate_against_catalogue(fresh, name)
+        assert (after[name] is before[name]) == (name not in changed)
+    (name,) = changed
+    assert not after[name].valid and before[name].valid  # 8 x 1g.10gb does not fit any GPU
+    h100 = [catalogue().resolve("0x233010DE")] * 8
+    assert checks.on_node(edited, "all-balanced", h100, "mixed") is checks.on_node(first, "all-balanced", h100, "mixed")
+    assert checks.on_node(edited, name, h100, "mixed") == validate_on_node(fresh, name, h100, "mixed")
+
+
 def test_policy_rules() -> None:
     body = {"apiVersion": "nvidia.com/v1", "kind": "ClusterPolicy", "metadata": {"name": "cp"},
             "spec": {"mig": {"strategy": "single"}, "migManager": {"enabled": True, "repository": "r", "image": "i"}}}
