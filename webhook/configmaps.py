@@ -108,11 +108,11 @@ def validate(req: Request, snap: Snapshot) -> Verdict:
     warnings: list[Warning_] = []
     names = config.names()
     users = snap.users if active else {}
-    if active:
+    missing = [(name, nodes) for name, nodes in users.items() if name not in names]
+    if missing:
+        # Only now is the old content read: was a selected config removed, or never there?
         before = _names(req.old_object) if req.operation == "UPDATE" else set()
-        for name, nodes in users.items():
-            if name in names:
-                continue
+        for name, nodes in missing:
             where = key_path("mig-configs", name)
             if name in before:
                 findings.append(("config-in-use", f"{where}: removed, but {node_names(nodes)} select it "
