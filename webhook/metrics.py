@@ -12,7 +12,7 @@ from typing import Any
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client import multiprocess
 
-MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
+from migops.webhook.server import MULTIPROC_ENV
 
 REQUESTS = Counter("migops_webhook_requests_total", "Admission requests answered, by endpoint, kind and result "
                    "(allowed, denied, bad_request, not_ready, error).", ["endpoint", "kind", "result"])

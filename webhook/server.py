@@ -17,9 +17,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from migops.webhook.metrics import MULTIPROC_ENV
-
 DEFAULT_PORT = 8443
+# prometheus_client's multi-process directory. It must be set before prometheus_client is first
+# imported (its value class is chosen then), so nothing here imports migops.webhook.metrics at module
+# level: with two workers, each one's counts were otherwise kept in memory and /metrics read none.
+MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
 
 
 def gunicorn_options(*, tls_cert: str, tls_key: str, bind: str = "0.0.0.0", port: int = DEFAULT_PORT,

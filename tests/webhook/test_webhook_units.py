@@ -149,3 +149,20 @@ def test_rotation_in_a_directory(tmp_path) -> None:
     cert = x509.load_pem_x509_certificate(store.load().serving.cert_pem)
     sans = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
     assert [str(i) for i in sans.get_values_for_type(x509.IPAddress)] == ["127.0.0.1"]
+
+
+def test_several_workers_count_in_the_shared_directory(tmp_path) -> None:
+    """`migops webhook --workers 2` names the directory after importing migops.webhook.server; the
+    workers' counters must still be multi-process ones (prometheus_client picks that at its import)."""
+    import subprocess
+    import sys
+
+    code = ("import os, sys; os.environ['MIGOPS_WEBHOOK_TMP'] = sys.argv[1]\n"
+            "from migops.webhook import server\n"
+            "server.prepare_metrics_dir(2)\n"
+            "from migops.webhook import metrics\n"
+            "metrics.child(metrics.REQUESTS, 'validate', 'ConfigMap', 'allowed').inc()\n"
+            "print(metrics.exposition()[0].decode())\n")
+    out = subprocess.run([sys.executable, "-c", code, str(tmp_path)], capture_output=True, text=True, check=True)
+    assert 'migops_webhook_requests_total{endpoint="validate",kind="ConfigMap",result="allowed"} 1.0' in out.stdout
+    assert list(tmp_path.glob("migops-webhook-metrics-*/counter_*.db"))
