@@ -129,7 +129,8 @@ def validate(req: Request, snap: Snapshot) -> Verdict:
             findings += errors
             warnings += warns
         if report.valid and report.fits:
-            cannot = [n for n in snap.gpu_nodes if n.config != name and any(m not in report.fits for m in n.models)]
+            fit = {g.device_id for g in report.fits}
+            cannot = [n for n in snap.gpu_nodes if n.config != name and not n.model_ids <= fit]
             if cannot:
                 fits = ", ".join(dict.fromkeys(g.name for g in report.fits[:2])) + (" ..." if len(report.fits) > 2 else "")
                 warnings.append(("fits-some-gpus", key_path("mig-configs", name),
