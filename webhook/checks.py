@@ -21,8 +21,11 @@ from migops.mig.spec import MigConfigEntry, MigPartedConfig, parse_config
 from migops.mig.validate import ConfigReport, Strategy, validate, validate_on_node
 from migops.webhook.cache import LRU
 
-_parsed: LRU[str, MigPartedConfig | MigError] = LRU(256)
-_reports: LRU[tuple, ConfigReport] = LRU(16384)  # a few hundred bytes each; 200 files of 80 configs
+# Parsed files weigh their text's length: 2 MiB of text is ~170 files of NVIDIA's default config (0.3 MB
+# parsed each) or 2 of the largest admissible ones (~26 MB parsed each for 800 KB of text), so a worker
+# stays well inside the Deployment's memory limit (it held 256 files of any size before).
+_parsed: LRU[str, MigPartedConfig | MigError] = LRU(2 << 20)
+_reports: LRU[tuple, ConfigReport] = LRU(8192)  # 0.5 KB (catalogue) to 3 KB (an 8-GPU node) each
 
 
 def digest(text: str) -> str:
@@ -39,7 +42,7 @@ def parse(text: str, text_digest: str | None = None) -> MigPartedConfig:
             found = parse_config(text)
         except MigError as exc:
             found = exc
-        _parsed.put(key, found)
+        _parsed.put(key, found, weight=max(1, len(text)))
     if isinstance(found, MigError):
         raise found
     return found

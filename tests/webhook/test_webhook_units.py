@@ -94,6 +94,21 @@ def test_config_reports_are_remembered_per_config_not_per_file() -> None:
     assert checks.on_node(edited, name, h100, "mixed") == validate_on_node(fresh, name, h100, "mixed")
 
 
+def test_lru_is_bounded_by_weight() -> None:
+    from migops.webhook.cache import LRU
+
+    cache: LRU[str, int] = LRU(10)
+    cache.put("a", 1, weight=4)
+    cache.put("b", 2, weight=4)
+    cache.put("c", 3, weight=4)  # 12 > 10: the least recently used goes
+    assert cache.get("a") is None and cache.get("b") == 2 and cache.get("c") == 3
+    cache.put("huge", 4, weight=11)  # heavier than the whole cache: not kept, nothing evicted
+    assert cache.get("huge") is None and len(cache) == 2
+    cache.put("b", 5, weight=2)  # replacing an entry replaces its weight
+    cache.put("d", 6, weight=4)
+    assert [cache.get(k) for k in "bcd"] == [5, 3, 6]
+
+
 def test_policy_rules() -> None:
     body = {"apiVersion": "nvidia.com/v1", "kind": "ClusterPolicy", "metadata": {"name": "cp"},
             "spec": {"mig": {"strategy": "single"}, "migManager": {"enabled": True, "repository": "r", "image": "i"}}}
