@@ -1,23 +1,23 @@
 """The Flask app: POST /validate and /mutate (AdmissionReview v1), /healthz, /readyz, /metrics.
 
-The hot path is short on purpose: read the body, decode it, check the envelope, look the verdict up
-by (what the rule reads of the object, cluster-state version), answer. Only a miss runs the rules,
-and the rules never call the API server: they read the informers' Snapshot. dryRun is never read,
-so a server-side dry-run gets exactly the answer the real request will get.
+The hot path is short on purpose: read the body, decode it (orjson), check the envelope, look the
+verdict up by (what the rule reads of the object, cluster-state version), answer with the verdict's
+response bytes, serialised once per verdict; no logging, metric children looked up once. Only a miss
+runs the rules, and the rules never call the API server: they read the informers' Snapshot. dryRun
+is never read, so a server-side dry-run gets exactly the answer the real request will get.
 """
 from __future__ import annotations
 
-import json
 import logging
 import time
 from collections.abc import Callable
 from typing import Protocol
 
 from flask import Flask, Response, request
-from werkzeug.exceptions import HTTPException
+from werkzeug.exceptions import HTTPException, RequestEntityTooLarge
 
 from migops.webhook import annotate, configmaps, metrics, nodelabels, pods, policies
-from migops.webhook.admission import ALLOW, BadReview, Request, Verdict, parse_review
+from migops.webhook.admission import ALLOW, BadReview, Request, Verdict, decode, parse_review
 from migops.webhook.cache import LRU
 from migops.webhook.state import Snapshot
 
@@ -70,10 +70,10 @@ def create_app(state: State, *, cache_size: int = 4096) -> Flask:
     def review(endpoint: str) -> Response:
         started = time.perf_counter()
         kind, result = "-", "error"
+        rules = RULES[endpoint]
         try:
             try:
-                doc = json.loads(request.get_data(cache=False))
-                req = parse_review(doc)
+                req = parse_review(decode(_read_body()))
             except HTTPException:  # 413: over MAX_BODY
                 result = "bad_request"
                 raise
@@ -81,28 +81,30 @@ def create_app(state: State, *, cache_size: int = 4096) -> Flask:
                 result = "bad_request"
                 reason = str(exc) if isinstance(exc, BadReview) else f"body is not JSON: {exc}"
                 return _plain(400, f"bad AdmissionReview: {reason}")
-            kind = req.kind if (req.group, req.kind) in RULES[endpoint] else "other"
+            rule = rules.get((req.group, req.kind))
+            kind = req.kind if rule is not None else "other"
             if not state.synced and not state.wait_synced(SYNC_WAIT):
                 result = "not_ready"
                 return _plain(503, "cluster state not synced yet; the API server applies the failurePolicy")
-            snap = state.snapshot()
-            rule = RULES[endpoint].get((req.group, req.kind))
             if rule is None:
                 verdict = ALLOW
             else:
+                snap = state.snapshot()
                 key = (endpoint, req.kind, snap.version, rule[0](req))
                 verdict = verdicts.get(key)
-                metrics.CACHE.labels("hit" if verdict is not None else "miss").inc()
                 if verdict is None:
+                    metrics.child(metrics.CACHE, "miss").inc()
                     verdict = rule[1](req, snap)
                     verdicts.put(key, verdict)
+                else:
+                    metrics.child(metrics.CACHE, "hit").inc()
             result = "allowed" if verdict.allowed else "denied"
             for rule_name in verdict.rules:
-                metrics.DENIALS.labels(rule_name).inc()
+                metrics.child(metrics.DENIALS, rule_name).inc()
             return Response(verdict.body(req.uid), 200, mimetype=JSON)
         finally:
-            metrics.REQUESTS.labels(endpoint, kind, result).inc()
-            metrics.LATENCY.labels(endpoint).observe(time.perf_counter() - started)
+            metrics.child(metrics.REQUESTS, endpoint, kind, result).inc()
+            metrics.child(metrics.LATENCY, endpoint).observe(time.perf_counter() - started)
 
     @app.post("/validate")
     def validate() -> Response:
@@ -138,6 +140,28 @@ def create_app(state: State, *, cache_size: int = 4096) -> Flask:
         return _plain(500, "internal error; the API server applies the failurePolicy")
 
     return app
+
+
+def _read_body() -> bytes:
+    """The request body, straight from the server's input stream. werkzeug's get_data() wraps the
+    stream and copies a 26 KB review chunk by chunk (a third of our cost per cached review); the
+    server's stream already ends at Content-Length (or at the last chunk), so only the limit is ours."""
+    length = request.content_length
+    if length is not None and length > MAX_BODY:
+        raise RequestEntityTooLarge()
+    stream = request.environ["wsgi.input"]
+    want = length if length is not None else MAX_BODY + 1
+    parts = []
+    while want > 0:
+        chunk = stream.read(want)
+        if not chunk:
+            break
+        parts.append(chunk)
+        want -= len(chunk)
+    data = b"".join(parts)
+    if len(data) > MAX_BODY:
+        raise RequestEntityTooLarge()
+    return data
 
 
 def _plain(code: int, text: str) -> Response:

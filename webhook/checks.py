@@ -1,24 +1,31 @@
-"""The MIG core's verdicts, memoised by content: the same config text is parsed and validated once.
+"""The MIG core's verdicts, memoised: the same config text is parsed once, the same config judged once.
 
-Every rule comes from `migops.mig` (parse_config, validate_on_node, validate_against_catalogue); this
-module only remembers results, keyed by a SHA-256 of the config text, so a dry-run followed by the
-apply, Flux's re-apply every interval, and every Node label change against the same ConfigMap cost
-one parse and one validation per (config, GPU models, strategy).
+Every rule comes from `migops.mig` (parse_config, validate, validate_on_node); this module only
+remembers results:
+- parsed files by a SHA-256 of the text, so a dry-run followed by the apply, Flux's re-apply every
+  interval, and every Node label change against the same ConfigMap cost one parse;
+- each named config's report by what it depends on: its name and entries (as parsed: paths,
+  devices, filters, profiles, counts) and the question (the catalogue under a strategy, or a node's
+  GPU models under a strategy). So an edit of one config in a file of eighty re-validates that one;
+  the other seventy-nine are answered from memory, whichever revision of the file they came from.
+A cold file is judged in one `validate` call, which shares the work common to its configs.
 """
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 from migops.mig.catalogue import GpuModel
 from migops.mig.problems import MigError
-from migops.mig.spec import MigPartedConfig, parse_config
-from migops.mig.validate import ConfigReport, Strategy, validate_against_catalogue, validate_on_node
+from migops.mig.spec import MigConfigEntry, MigPartedConfig, parse_config
+from migops.mig.validate import ConfigReport, Strategy, validate, validate_on_node
 from migops.webhook.cache import LRU
 
-_parsed: LRU[str, MigPartedConfig | MigError] = LRU(256)
-_on_node: LRU[tuple, ConfigReport] = LRU(4096)
-_on_catalogue: LRU[tuple, ConfigReport] = LRU(8192)
+# Parsed files weigh their text's length: 2 MiB of text is ~170 files of NVIDIA's default config (0.3 MB
+# parsed each) or 2 of the largest admissible ones (~26 MB parsed each for 800 KB of text), so a worker
+# stays well inside the Deployment's memory limit (it held 256 files of any size before).
+_parsed: LRU[str, MigPartedConfig | MigError] = LRU(2 << 20)
+_reports: LRU[tuple, ConfigReport] = LRU(8192)  # 0.5 KB (catalogue) to 3 KB (an 8-GPU node) each
 
 
 def digest(text: str) -> str:
@@ -35,32 +42,50 @@ def parse(text: str, text_digest: str | None = None) -> MigPartedConfig:
             found = parse_config(text)
         except MigError as exc:
             found = exc
-        _parsed.put(key, found)
+        _parsed.put(key, found, weight=max(1, len(text)))
     if isinstance(found, MigError):
         raise found
     return found
 
 
-def on_node(text_digest: str, config: MigPartedConfig, name: str, gpus: Sequence[GpuModel],
-            strategy: Strategy | None) -> ConfigReport:
-    key = (text_digest, name, tuple(g.device_id for g in gpus), strategy)
-    found = _on_node.get(key)
-    if found is None:
-        found = validate_on_node(config, name, gpus, strategy)
-        _on_node.put(key, found)
+def _entries(config: MigPartedConfig) -> dict[str, tuple[MigConfigEntry, ...]]:
+    out: dict[str, tuple[MigConfigEntry, ...]] = {}
+    for name, entries in config.configs:
+        out.setdefault(name, entries)  # the first of a name, as MigPartedConfig.entries() finds
+    return out
+
+
+def on_catalogue(config: MigPartedConfig, names: Iterable[str],
+                 strategy: Strategy | None = None) -> dict[str, ConfigReport]:
+    """validate_against_catalogue for each name; those not remembered are judged in one call."""
+    entries = _entries(config)
+    keys = {name: ("catalogue", name, entries[name], strategy) for name in names}
+    found: dict[str, ConfigReport] = {}
+    missing = []
+    for name, key in keys.items():
+        report = _reports.get(key)
+        if report is None:
+            missing.append(name)
+        else:
+            found[name] = report
+    if missing:
+        for name, report in zip(missing, validate(config, missing, strategy=strategy)):
+            found[name] = report
+            _reports.put(keys[name], report)
     return found
 
 
-def on_catalogue(text_digest: str, config: MigPartedConfig, name: str, strategy: Strategy | None = None) -> ConfigReport:
-    key = (text_digest, name, strategy)
-    found = _on_catalogue.get(key)
+def on_node(config: MigPartedConfig, name: str, gpus: Sequence[GpuModel], strategy: Strategy | None) -> ConfigReport:
+    """validate_on_node, remembered by (name, entries, the GPUs' device IDs in index order, strategy)."""
+    key = ("node", name, config.entries(name), tuple(g.device_id for g in gpus), strategy)
+    found = _reports.get(key)
     if found is None:
-        found = validate_against_catalogue(config, name, strategy)
-        _on_catalogue.put(key, found)
+        found = validate_on_node(config, name, gpus, strategy)
+        _reports.put(key, found)
     return found
 
 
 def forget() -> None:
     """Drop every remembered result (benchmarks of the first, uncached review)."""
-    for cache in (_parsed, _on_node, _on_catalogue):
+    for cache in (_parsed, _reports):
         cache.clear()

@@ -16,6 +16,7 @@ from typing import Any
 
 from migops.kube.names import CONFIGMAP_KEY, MIG_CONFIG_LABEL, MIG_CONFIGMAP_LABEL
 from migops.mig.problems import MigError, key_path
+from migops.mig.spec import MigPartedConfig
 from migops.webhook import checks
 from migops.webhook.admission import ALLOW, Request, Verdict, allow, deny, labels, merge_warnings
 from migops.webhook.findings import Finding, Warning_, node_names, split
@@ -107,27 +108,29 @@ def validate(req: Request, snap: Snapshot) -> Verdict:
     warnings: list[Warning_] = []
     names = config.names()
     users = snap.users if active else {}
-    if active:
+    missing = [(name, nodes) for name, nodes in users.items() if name not in names]
+    if missing:
+        # Only now is the old content read: was a selected config removed, or never there?
         before = _names(req.old_object) if req.operation == "UPDATE" else set()
-        for name, nodes in users.items():
-            if name in names:
-                continue
+        for name, nodes in missing:
             where = key_path("mig-configs", name)
             if name in before:
                 findings.append(("config-in-use", f"{where}: removed, but {node_names(nodes)} select it "
                                  f"({MIG_CONFIG_LABEL}); relabel them first"))
             else:
                 warnings.append(("config-not-found", where, f"not defined, but {node_names(nodes)} select it"))
+    catalogue = checks.on_catalogue(config, names)
     for name in names:
         used_by = users.get(name, ())
-        _on_nodes(digest, config, name, used_by, snap, findings, warnings)
-        report = checks.on_catalogue(digest, config, name)
+        _on_nodes(config, name, used_by, snap, findings, warnings)
+        report = catalogue[name]
         if not used_by:
             errors, warns = split(report.problems)
             findings += errors
             warnings += warns
         if report.valid and report.fits:
-            cannot = [n for n in snap.gpu_nodes if n.config != name and any(m not in report.fits for m in n.models)]
+            fit = {g.device_id for g in report.fits}
+            cannot = [n for n in snap.gpu_nodes if n.config != name and not n.model_ids <= fit]
             if cannot:
                 fits = ", ".join(dict.fromkeys(g.name for g in report.fits[:2])) + (" ..." if len(report.fits) > 2 else "")
                 warnings.append(("fits-some-gpus", key_path("mig-configs", name),
@@ -137,7 +140,7 @@ def validate(req: Request, snap: Snapshot) -> Verdict:
     return allow(merge_warnings(warnings))
 
 
-def _on_nodes(digest: str, config, name: str, nodes: tuple[NodeView, ...], snap: Snapshot,
+def _on_nodes(config: MigPartedConfig, name: str, nodes: tuple[NodeView, ...], snap: Snapshot,
               findings: list[Finding], warnings: list[Warning_]) -> None:
     """Node mode: the config on each distinct set of GPUs among the nodes that select it."""
     groups: dict[tuple, list[NodeView]] = {}
@@ -152,9 +155,9 @@ def _on_nodes(digest: str, config, name: str, nodes: tuple[NodeView, ...], snap:
             warnings.append(("gpus-unknown", node_names(members), f"config {name} not checked on them: {why}"))
             continue
         if exact:
-            errors, warns = split(checks.on_node(digest, config, name, first.gpus, strategy).problems, context)
+            errors, warns = split(checks.on_node(config, name, first.gpus, strategy).problems, context)
         else:  # GPU count unknown (GFD under strategy single): does the model fit at all
-            report = checks.on_catalogue(digest, config, name, strategy)
+            report = checks.on_catalogue(config, [name], strategy)[name]
             errors, warns = [], []
             if first.gpus[0] not in report.fits:
                 model = first.gpus[0].name

@@ -7,6 +7,7 @@ container's gunicorn config do that) and /metrics adds them up.
 from __future__ import annotations
 
 import os
+from typing import Any
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client import multiprocess
@@ -21,6 +22,19 @@ LATENCY = Histogram("migops_webhook_request_duration_seconds", "Time to answer a
                     "body read to the response built.", ["endpoint"],
                     buckets=(0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5))
 CACHE = Counter("migops_webhook_verdict_cache_total", "Verdict cache lookups, by result (hit, miss).", ["result"])
+
+
+def child(metric: Counter | Histogram, *labels: str) -> Any:
+    """`metric.labels(*labels)`, looked up once: prometheus_client validates the labels and takes a
+    lock on every `labels()` call, a cost paid per review that a dict lookup avoids."""
+    key = (metric, labels)
+    found = _children.get(key)
+    if found is None:
+        found = _children[key] = metric.labels(*labels)
+    return found
+
+
+_children: dict[tuple[Any, tuple[str, ...]], Any] = {}
 
 
 def exposition() -> tuple[bytes, str]:

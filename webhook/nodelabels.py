@@ -55,16 +55,15 @@ def validate(req: Request, snap: Snapshot) -> Verdict:
     warnings: list[Warning_] = []
     findings: list[Finding] = []
     strategy = snap.strategy if snap.strategy in ("none", "single", "mixed") else None
-    digest = snap.active_digest or ""
     if not node.gpus:
         why = node.gpu_problem or "the node has no GPU labels"
         warnings.append(("gpus-unknown", req.name, f"geometry not checked: {why}"))
     elif node.exact:
-        findings, warns = split(checks.on_node(digest, config, value, node.gpus, strategy).problems,
+        findings, warns = split(checks.on_node(config, value, node.gpus, strategy).problems,
                                 f"on this node: {node.describe()}")
         warnings += warns
     else:
-        report = checks.on_catalogue(digest, config, value, strategy)
+        report = checks.on_catalogue(config, [value], strategy)[value]
         model = node.gpus[0]
         if model not in report.fits:
             findings = [f for f in split(report.problems)[0] if model.name in f[1]] or [

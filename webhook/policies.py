@@ -69,13 +69,12 @@ def _switch(strategy: str, snap: Snapshot) -> list[Finding]:
     config = snap.active_config
     if config is None or isinstance(config, MigError):
         return []
-    digest = snap.active_digest or ""
     broken: dict[str, list[NodeView]] = {}
     reasons: dict[str, str] = {}
     for node in snap.nodes:
         if not node.config or not node.exact or not node.gpus or node.config not in config.names():
             continue
-        report = checks.on_node(digest, config, node.config, node.gpus, strategy)  # type: ignore[arg-type]
+        report = checks.on_node(config, node.config, node.gpus, strategy)  # type: ignore[arg-type]
         mismatch = [p for p in report.problems if p.rule == "strategy-mismatch" and p.severity == "error"]
         if mismatch:
             broken.setdefault(node.config, []).append(node)

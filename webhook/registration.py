@@ -8,7 +8,10 @@ Scope, so that the webhook can never lock out the cluster or itself:
 - Nodes only when nvidia.com/mig.config is set or changed (matchConditions: kubelets and mig-manager
   write Nodes constantly, and a Node write must never wait on the webhook otherwise);
 - ConfigMaps only when they could hold a MIG config (a config.yaml key, the migops label, or the GPU
-  Operator's namespace); Pods only when they request nvidia.com/mig-* resources;
+  Operator's namespace), and an UPDATE only when it changes what the webhook judges (data,
+  binaryData, the migops label; the mutation also when the digest annotation is gone): re-applies
+  of unchanged content, every interval under GitOps, never wait on the webhook;
+- Pods only when they request nvidia.com/mig-* resources;
 - failurePolicy Fail for MIG ConfigMaps, Nodes and ClusterPolicies (an unchecked MIG config is what
   this webhook exists to stop), Ignore for Pods and for every mutation (workloads never depend on it);
 - timeouts of a few seconds; sideEffects None (dry-runs are answered like real requests).
@@ -51,6 +54,31 @@ _MIG_CONFIGMAP = " || ".join([
     _has_key("oldObject", "metadata.labels", "migops.io/mig-config"),
     f"request.namespace == '{OPERATOR_NAMESPACE}'",
 ])
+
+
+def _same(field: str) -> str:
+    """object.<field> and oldObject.<field> are both absent, or present and equal (UPDATE only)."""
+    return (f"(has(object.{field}) ? (has(oldObject.{field}) && object.{field} == oldObject.{field}) "
+            f": !has(oldObject.{field}))")
+
+
+def _label_value(var: str, key: str) -> str:
+    return f"(has({var}.metadata.labels) && '{key}' in {var}.metadata.labels ? {var}.metadata.labels['{key}'] : '')"
+
+
+# Every other write is one the webhook already answered: what it judges of a ConfigMap is its data,
+# its binaryData and the migops label (namespace and name cannot change). An UPDATE that leaves them
+# as they are (Flux and Argo CD re-applying an unchanged manifest every interval, a label or an
+# annotation edited by hand) is not sent at all: that content was admitted when it was written, as
+# Kubernetes itself ratchets CRD validation (an unchanged field is not judged again). CREATE and
+# DELETE are always sent.
+_MIG_CONTENT_CHANGED = (f"request.operation != 'UPDATE' || !({_same('data')} && {_same('binaryData')} && "
+                        f"{_label_value('object', 'migops.io/mig-config')} == "
+                        f"{_label_value('oldObject', 'migops.io/mig-config')})")
+# The mutation (annotate.py) is also wanted when the write dropped its digest annotation, so the
+# annotations always describe the content in force.
+_DIGEST_MISSING = ("!(has(object.metadata.annotations) && "
+                   "'migops.io/config-digest' in object.metadata.annotations)")
 _NODE_LABEL_CHANGED = (f"request.operation == 'CREATE' ? {_label('object')} != '' : "
                        f"{_label('object')} != {_label('oldObject')}")
 
@@ -102,7 +130,7 @@ def configurations(client: dict[str, Any], ca_bundle: bytes | None = None) -> li
     validating = [
         _hook("configmaps.validate.migops.io", "/validate", client,
               [_rule("", "v1", "configmaps", "CREATE", "UPDATE", "DELETE")], "Fail",
-              conditions={"may-hold-a-mig-config": _MIG_CONFIGMAP}),
+              conditions={"may-hold-a-mig-config": _MIG_CONFIGMAP, "mig-content-changed": _MIG_CONTENT_CHANGED}),
         _hook("nodes.validate.migops.io", "/validate", client, [_rule("", "v1", "nodes", "CREATE", "UPDATE")], "Fail",
               conditions={"mig-config-label-changed": _NODE_LABEL_CHANGED}),
         _hook("clusterpolicies.validate.migops.io", "/validate", client,
@@ -112,7 +140,8 @@ def configurations(client: dict[str, Any], ca_bundle: bytes | None = None) -> li
     ]
     mutating = [
         _hook("configmaps.mutate.migops.io", "/mutate", client, [_rule("", "v1", "configmaps", "CREATE", "UPDATE")],
-              "Ignore", conditions={"may-hold-a-mig-config": _MIG_CONFIGMAP}),
+              "Ignore", conditions={"may-hold-a-mig-config": _MIG_CONFIGMAP,
+                                    "mig-content-changed-or-unannotated": f"{_MIG_CONTENT_CHANGED} || {_DIGEST_MISSING}"}),
         _hook("pods.mutate.migops.io", "/mutate", client, [_rule("", "v1", "pods", "CREATE")], "Ignore",
               conditions={"requests-mig-devices": _POD_WANTS_MIG}, namespaces=translate),
     ]

@@ -78,9 +78,14 @@ class NodeView:
     gpu_problem: str | None  # why the GPUs are unknown (a device ID the catalogue lacks)
     offers: frozenset[str]  # MIG resources (nvidia.com/mig-<profile>) it advertises now
 
-    @property
+    @cached_property
     def models(self) -> tuple[GpuModel, ...]:
         return tuple(dict.fromkeys(self.gpus))
+
+    @cached_property
+    def model_ids(self) -> frozenset[str]:
+        """The device IDs of its GPU models (the catalogue's key for a model)."""
+        return frozenset(g.device_id for g in self.gpus)
 
     def describe(self) -> str:
         if not self.gpus:

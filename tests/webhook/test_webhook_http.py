@@ -8,6 +8,7 @@ import ssl
 import time
 
 import pytest
+import urllib3
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -49,6 +50,20 @@ def test_too_large_is_413_and_wrong_method_405_and_unknown_path_404(direct, hook
         assert tls.recv(100).startswith(b"HTTP/1.1 413")
     assert direct.get("/validate").status == 405
     assert direct.post("/nothing", b"{}").status == 404
+
+
+def test_chunked_bodies_are_read_and_limited(direct) -> None:
+    """The body is read from the server's stream (not werkzeug's): without a Content-Length too."""
+    body = json.dumps(review(configmap(DEFAULT_CONFIG))).encode()
+    resp = direct.pool.urlopen("POST", "/validate", body=iter([body[:1000], body[1000:]]), chunked=True,
+                               headers={"Content-Type": "application/json"})
+    assert _body(resp)["allowed"] is True
+    # Its own connection: the server closes it after refusing an unread body of 9 MiB.
+    with urllib3.HTTPSConnectionPool(direct.pool.host, direct.pool.port, ssl_context=direct.pool.conn_kw["ssl_context"],
+                                     maxsize=1, retries=False) as pool:
+        huge = pool.urlopen("POST", "/validate", body=iter([b" " * (1 << 20)] * 9), chunked=True,
+                            headers={"Content-Type": "application/json"})
+    assert huge.status == 413
 
 
 def test_bad_contents_are_clean_denials(direct) -> None:

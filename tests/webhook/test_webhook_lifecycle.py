@@ -57,14 +57,17 @@ def test_failure_policy_with_the_webhook_down(api, hook) -> None:
     bundle = (hook.certs / "ca-bundle.crt").read_bytes()
     (dead,) = free_ports(1)
     core = k8s.CoreV1Api(api)
+    edited = {"data": {"config.yaml": DEFAULT_CONFIG + "# edited\n"}}
     register(api, f"https://127.0.0.1:{dead}", bundle, field_manager="migops-local")
     try:
         def fails_closed() -> None:
             with pytest.raises(ApiException) as exc:
-                core.patch_namespaced_config_map(CM_NAME, CM_NS, {"metadata": {"labels": {"x": "1"}}}, dry_run="All")
+                core.patch_namespaced_config_map(CM_NAME, CM_NS, edited, dry_run="All")
             assert "failed calling webhook" in exc.value.body, exc.value.body
 
         eventually(fails_closed)
+        # A write that leaves the MIG content as it is never reaches the webhook (matchConditions).
+        core.patch_namespaced_config_map(CM_NAME, CM_NS, {"metadata": {"labels": {"x": "1"}}}, dry_run="All")
         with pytest.raises(ApiException) as exc:
             core.patch_node("gpu-node-1", {"metadata": {"labels": {"nvidia.com/mig.config": "all-1g.10gb"}}}, dry_run="All")
         assert "failed calling webhook" in exc.value.body
@@ -79,8 +82,7 @@ def test_failure_policy_with_the_webhook_down(api, hook) -> None:
         core.patch_node("gpu-node-1", {"metadata": {"labels": {"example.com/other": "1"}}})  # never sent
     finally:
         register(api, hook.url, bundle, field_manager="migops-local")
-    eventually(lambda: core.patch_namespaced_config_map(CM_NAME, CM_NS, {"metadata": {"labels": {"x": "1"}}},
-                                                        dry_run="All"))
+    eventually(lambda: core.patch_namespaced_config_map(CM_NAME, CM_NS, edited, dry_run="All"))
 
 
 def test_rotation_under_load_drops_no_request(api, hook) -> None:
@@ -95,7 +97,9 @@ def test_rotation_under_load_drops_no_request(api, hook) -> None:
     def load() -> None:
         while not stop.is_set():
             try:
-                core.patch_namespaced_config_map(CM_NAME, CM_NS, {"metadata": {"labels": {"load": "1"}}}, dry_run="All")
+                # A content change (dry-run: nothing is stored), so each write reaches the webhook.
+                core.patch_namespaced_config_map(CM_NAME, CM_NS, {"data": {"config.yaml": DEFAULT_CONFIG + "# load\n"}},
+                                                 dry_run="All")
                 outcome = "ok"
             except ApiException as exc:
                 outcome = f"{exc.status}: {exc.body[:200]}"

@@ -62,8 +62,9 @@ def _denied(exc: pytest.ExceptionInfo[ApiException]) -> str:
 
 # ------------------------------------------------------------------------------------------ ConfigMaps
 def test_default_config_admitted_with_short_merged_warnings(kubectl) -> None:
+    # A content change: re-applying what is stored is never sent to the webhook (matchConditions).
     out = kubectl("apply", "--server-side", "--field-manager", MANAGER, "--force-conflicts", "-f", "-",
-                  input=_manifest(configmap(DEFAULT_CONFIG)))
+                  input=_manifest(configmap(DEFAULT_CONFIG + "# reviewed\n")))
     assert out.returncode == 0, out.stderr
     warnings = [line.removeprefix("Warning: ") for line in out.stderr.splitlines() if line.startswith("Warning: ")]
     assert warnings, out.stderr
@@ -169,6 +170,43 @@ def test_config_that_becomes_multi_profile_under_single_is_denied(api) -> None:
         assert "[strategy-mismatch]" in message and "gpu-node-1" in message, message
 
     eventually(denied)
+
+
+def _reviews(direct, kind: str) -> dict[str, float]:
+    """Reviews the webhook answered so far for `kind`, by endpoint (validate, mutate)."""
+    counts = {"validate": 0.0, "mutate": 0.0}
+    for line in direct.get("/metrics").data.decode().splitlines():
+        if line.startswith("migops_webhook_requests_total{") and f'kind="{kind}"' in line:
+            endpoint = line.split('endpoint="', 1)[1].split('"', 1)[0]
+            counts[endpoint] += float(line.split()[-1])
+    return counts
+
+
+def test_configmap_writes_that_keep_the_content_never_reach_the_webhook(api, direct) -> None:
+    """matchConditions: an UPDATE that leaves data, binaryData and the migops label as they are is
+    not sent (GitOps re-applies, label and annotation edits); one that changes them is, once to
+    each webhook; a write that drops the digest annotation goes to the mutation only, which restores it."""
+    core = k8s.CoreV1Api(api)
+    before = _reviews(direct, "ConfigMap")
+    ssa.apply(api, configmap(DEFAULT_CONFIG), field_manager=MANAGER, force=True)  # as Flux re-applies it
+    ssa.apply(api, configmap(DEFAULT_CONFIG), field_manager="argocd-controller")  # a second manager, same content
+    core.patch_namespaced_config_map(CM_NAME, CM_NS, {"metadata": {"labels": {"team": "gpu"}}})
+    core.patch_namespaced_config_map(CM_NAME, CM_NS, {"metadata": {"annotations": {"note": "x"}}})
+    core.patch_namespaced_config_map(CM_NAME, CM_NS, {"metadata": {"labels": {"team": "ml"}}}, dry_run="All")
+    assert _reviews(direct, "ConfigMap") == before
+    edited = DEFAULT_CONFIG.replace('"1g.10gb": 7', '"1g.10gb": 6', 1)
+    assert edited != DEFAULT_CONFIG
+    ssa.apply(api, configmap(edited), field_manager=MANAGER, force=True)
+    assert _reviews(direct, "ConfigMap") == {"validate": before["validate"] + 1, "mutate": before["mutate"] + 1}
+    digest = core.read_namespaced_config_map(CM_NAME, CM_NS).metadata.annotations["migops.io/config-digest"]
+    ssa.apply(api, configmap(edited), field_manager=MANAGER, force=True)  # the next interval: nothing sent
+    core.patch_namespaced_config_map(CM_NAME, CM_NS, {"metadata": {"labels": {"migops.io/mig-config": "true"}}})
+    assert _reviews(direct, "ConfigMap") == {"validate": before["validate"] + 2, "mutate": before["mutate"] + 2}
+    core.patch_namespaced_config_map(CM_NAME, CM_NS, [{"op": "remove", "path": "/metadata/annotations/migops.io~1config-digest"}])
+    assert _reviews(direct, "ConfigMap") == {"validate": before["validate"] + 2, "mutate": before["mutate"] + 3}
+    assert core.read_namespaced_config_map(CM_NAME, CM_NS).metadata.annotations["migops.io/config-digest"] == digest
+    core.patch_namespaced_config_map(CM_NAME, CM_NS, {"metadata": {"labels": {"migops.io/mig-config": None, "team": None},
+                                                                   "annotations": {"note": None}}})
 
 
 # ------------------------------------------------------------------------------------------ Nodes

@@ -67,6 +67,48 @@ def test_node_rule_with_unknown_count_checks_the_model() -> None:
     assert "configmap-missing" in missing.rules
 
 
+def test_config_reports_are_remembered_per_config_not_per_file() -> None:
+    """Editing one config of a file re-validates that one; the others' reports are the remembered
+    objects, and every report equals what the MIG core says of the new file afresh."""
+    from migops.mig.spec import parse_config
+    from migops.mig.validate import validate_against_catalogue, validate_on_node
+    from migops.mig.catalogue import catalogue
+    from migops.webhook import checks
+
+    checks.forget()
+    first = checks.parse(DEFAULT_CONFIG)
+    before = checks.on_catalogue(first, first.names())
+    edited_text = DEFAULT_CONFIG.replace('"1g.10gb": 7', '"1g.10gb": 8', 1)
+    edited = checks.parse(edited_text)
+    after = checks.on_catalogue(edited, edited.names())
+    changed = {n for n in edited.names() if edited.entries(n) != first.entries(n)}
+    assert len(changed) == 1
+    fresh = parse_config(edited_text)
+    for name in edited.names():
+        assert after[name] == validate_against_catalogue(fresh, name)
+        assert (after[name] is before[name]) == (name not in changed)
+    (name,) = changed
+    assert not after[name].valid and before[name].valid  # 8 x 1g.10gb does not fit any GPU
+    h100 = [catalogue().resolve("0x233010DE")] * 8
+    assert checks.on_node(edited, "all-balanced", h100, "mixed") is checks.on_node(first, "all-balanced", h100, "mixed")
+    assert checks.on_node(edited, name, h100, "mixed") == validate_on_node(fresh, name, h100, "mixed")
+
+
+def test_lru_is_bounded_by_weight() -> None:
+    from migops.webhook.cache import LRU
+
+    cache: LRU[str, int] = LRU(10)
+    cache.put("a", 1, weight=4)
+    cache.put("b", 2, weight=4)
+    cache.put("c", 3, weight=4)  # 12 > 10: the least recently used goes
+    assert cache.get("a") is None and cache.get("b") == 2 and cache.get("c") == 3
+    cache.put("huge", 4, weight=11)  # heavier than the whole cache: not kept, nothing evicted
+    assert cache.get("huge") is None and len(cache) == 2
+    cache.put("b", 5, weight=2)  # replacing an entry replaces its weight
+    cache.put("d", 6, weight=4)
+    assert [cache.get(k) for k in "bcd"] == [5, 3, 6]
+
+
 def test_policy_rules() -> None:
     body = {"apiVersion": "nvidia.com/v1", "kind": "ClusterPolicy", "metadata": {"name": "cp"},
             "spec": {"mig": {"strategy": "single"}, "migManager": {"enabled": True, "repository": "r", "image": "i"}}}
@@ -122,3 +164,20 @@ def test_rotation_in_a_directory(tmp_path) -> None:
     cert = x509.load_pem_x509_certificate(store.load().serving.cert_pem)
     sans = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
     assert [str(i) for i in sans.get_values_for_type(x509.IPAddress)] == ["127.0.0.1"]
+
+
+def test_several_workers_count_in_the_shared_directory(tmp_path) -> None:
+    """`migops webhook --workers 2` names the directory after importing migops.webhook.server; the
+    workers' counters must still be multi-process ones (prometheus_client picks that at its import)."""
+    import subprocess
+    import sys
+
+    code = ("import os, sys; os.environ['MIGOPS_WEBHOOK_TMP'] = sys.argv[1]\n"
+            "from migops.webhook import server\n"
+            "server.prepare_metrics_dir(2)\n"
+            "from migops.webhook import metrics\n"
+            "metrics.child(metrics.REQUESTS, 'validate', 'ConfigMap', 'allowed').inc()\n"
+            "print(metrics.exposition()[0].decode())\n")
+    out = subprocess.run([sys.executable, "-c", code, str(tmp_path)], capture_output=True, text=True, check=True)
+    assert 'migops_webhook_requests_total{endpoint="validate",kind="ConfigMap",result="allowed"} 1.0' in out.stdout
+    assert list(tmp_path.glob("migops-webhook-metrics-*/counter_*.db"))
