@@ -111,12 +111,13 @@ def test_every_migops_command_line_parses(image: Image, rendered) -> None:
 
 
 def test_gunicorn_config_of_the_webhook_loads(image: Image, tmp_path: Path) -> None:
-    """The config module the webhook's container names is importable and gives gthread over TLS."""
+    """The config module the webhook's container names is importable and gives migops's gthread worker
+    (gunicorn's, without its idle-connection and close stalls) over TLS."""
     code = ("import migops.webhook.gunicorn_conf as c; "
             "print(c.worker_class, c.certfile, c.keyfile, c.bind[0], c.wsgi_app)")
     out = image.run(["python", "-c", code], env={"MIGOPS_WEBHOOK_TMP": str(tmp_path)})
     assert out.returncode == 0, out.stderr
-    assert out.stdout.split() == ["gthread", "/etc/migops/tls/tls.crt", "/etc/migops/tls/tls.key", "0.0.0.0:8443",
+    assert out.stdout.split() == ["migops.webhook.worker.ThreadWorker", "/etc/migops/tls/tls.crt", "/etc/migops/tls/tls.key", "0.0.0.0:8443",
                                   "migops.webhook.wsgi:app"]
 
 
