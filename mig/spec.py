@@ -18,6 +18,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from migops.mig.gcpause import paused_gc
 from migops.mig.problems import MigError, Problem, index_path, key_path
 from migops.mig.profile import MigProfile, ProfileSyntaxError, parse_profile
 from migops.mig.yamlsafe import (DEFAULT_LIMITS, Document, Limits, Location, Scalar, json_int, read_first,
@@ -405,6 +406,7 @@ def _parse_configs(ctx: _Context, doc: object) -> tuple[tuple[str, tuple[MigConf
     return tuple(configs)
 
 
+@paused_gc()
 def decode_document(doc: Document) -> MigPartedConfig:
     """encoding/json's decoding of one document the reader produced into mig-parted's spec; raises
     MigError with every problem, located; reading surprises become warnings in `notes`."""
@@ -549,6 +551,7 @@ def _moved(p: Problem, shift: tuple[int, int] | None, fallback: Location | None)
     return p
 
 
+@paused_gc()
 def parse_config(text: str | bytes, limits: Limits = DEFAULT_LIMITS) -> MigPartedConfig:
     """Parse YAML/JSON text, either a mig-parted config (read as mig-parted reads it: the first document)
     or a ConfigMap manifest holding one; raises MigError."""

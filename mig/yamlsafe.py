@@ -34,6 +34,7 @@ from decimal import Decimal
 
 import yaml
 
+from migops.mig.gcpause import paused_gc
 from migops.mig.problems import MigError, Problem, index_path, key_path, parent_path
 
 _Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
@@ -832,6 +833,7 @@ def _non_finite_path(value: object, path: str) -> str | None:
     return None
 
 
+@paused_gc()
 def read_first(text: str | bytes, limits: Limits = DEFAULT_LIMITS) -> Document:
     """The first document, exactly as mig-parted reads a config file; `more` tells whether the file goes
     on past it (mig-parted ignores the rest). An empty input reads as null."""
@@ -850,6 +852,7 @@ def read_first(text: str | bytes, limits: Limits = DEFAULT_LIMITS) -> Document:
         composer.close()
 
 
+@paused_gc()
 def read_stream(text: str | bytes, limits: Limits = DEFAULT_LIMITS) -> list[Document]:
     """Every document of a stream, each read as sigs.k8s.io/yaml reads one (kubectl's reading of a
     manifest file). The node budget covers the whole input."""
