@@ -606,7 +606,7 @@ class _Decoder:
                     self.surprises[path] = Scalar(node.value, "bool", node.style)  # type: ignore[arg-type]
                 return value
             if rtag == INT:
-                if not _DECIMAL.match(node.value):  # type: ignore[arg-type]
+                if str(value) != node.value:  # not as it reads: a prefix, a sign, a leading zero, _
                     self.surprises[path] = Scalar(node.value, "int", node.style)  # type: ignore[arg-type]
                 return value
             if rtag == FLOAT:
