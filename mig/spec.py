@@ -21,8 +21,8 @@ from dataclasses import dataclass, field
 from migops.mig.gcpause import paused_gc
 from migops.mig.problems import MigError, Problem, index_path, key_path
 from migops.mig.profile import MigProfile, ProfileSyntaxError, parse_profile
-from migops.mig.yamlsafe import (DEFAULT_LIMITS, Document, Limits, Location, Scalar, json_int, read_first,
-                                 to_json_value)
+from migops.mig.yamlsafe import (DEFAULT_LIMITS, Document, Limits, Location, LocationIndex, Scalar, json_int,
+                                 read_first, to_json_value)
 
 CONFIGMAP_KEY = "config.yaml"
 _TOP_FIELDS = ("version", "mig-configs")
@@ -508,14 +508,13 @@ def _payload_of(value: object, prefix: str) -> str | None:
     return payload if isinstance(payload, str) else None
 
 
-def _shifted(locations: Mapping[str, Location], shift: tuple[int, int] | None,
-             fallback: Location | None) -> dict[str, Location]:
+def _shifted(locations: LocationIndex, shift: tuple[int, int] | None,
+             fallback: Location | None) -> Mapping[str, Location]:
     if shift is not None:
-        lines, cols = shift
-        return {p: Location(loc.line + lines, loc.column + cols) for p, loc in locations.items()}
+        return locations.shifted(*shift)
     if fallback is None:
         return {}
-    return {p: fallback for p in locations}
+    return locations.pinned(fallback)
 
 
 def parse_embedded(text: str, manifest: Document, obj: Mapping, prefix: str = "",
@@ -532,8 +531,9 @@ def parse_embedded(text: str, manifest: Document, obj: Mapping, prefix: str = ""
         inner = read_first(payload, limits)
     except MigError as exc:
         raise MigError([_moved(p, shift, fallback) for p in exc.problems]) from None
-    moved = Document(inner.value, _shifted(inner.locations, shift, fallback), inner.surprises, inner.start,
-                     inner.index, inner.rest and _moved_location(inner.rest, shift, fallback), inner.strings)
+    moved = Document(inner.value, _shifted(inner.locations, shift, fallback),  # type: ignore[arg-type]
+                     inner.surprises, inner.start, inner.index,
+                     inner.rest and _moved_location(inner.rest, shift, fallback), inner.strings)
     return decode_document(moved)
 
 
