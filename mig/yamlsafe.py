@@ -74,12 +74,13 @@ class Document:
     """One YAML document as mig-parted (or kubectl) sees it."""
 
     value: object  # JSON value: dict[str, ...], list, str, int, float, bool or None
-    locations: Mapping[str, Location]  # problem path -> where its key (or item) is written
+    locations: Mapping[str, Location]  # problem path -> where its key (or item) is written (a LocationIndex)
     surprises: Mapping[str, Scalar]  # path -> scalars whose reading is not what they look like
     start: Location  # where the document's content begins
     index: int = 0  # position in the stream
     rest: Location | None = None  # read_first: where a further, non-empty document starts (mig-parted ignores it)
-    # path -> (line, column, style) of string scalars, to map a block scalar's lines back to the file
+    # path -> (line, column, style) of block scalars (| and >), to map a ConfigMap's config.yaml lines
+    # back to the file
     strings: Mapping[str, tuple[int, int, str]] = field(default_factory=dict)
 
     def locate(self, path: str) -> Location | None:
