@@ -94,11 +94,18 @@ class Document:
         return None
 
 
-def _fail(rule: str, message: str, path: str = "", pos: tuple[int, int] | None = None) -> MigError:
-    """An error at `pos`, the 0-based (line, column) of an event or of a libyaml mark."""
+class _Pos(NamedTuple):
+    """A 0-based position, as a libyaml mark has it (the reader keeps the parser's marks themselves)."""
+
+    line: int
+    column: int
+
+
+def _fail(rule: str, message: str, path: str = "", pos: _Pos | None = None) -> MigError:
+    """An error at `pos`: a libyaml mark or a _Pos (0-based line and column)."""
     if pos is None:
         return MigError([Problem(path, rule, message, "error")])
-    return MigError([Problem(path, rule, message, "error", pos[0] + 1, pos[1] + 1)])
+    return MigError([Problem(path, rule, message, "error", pos.line + 1, pos.column + 1)])
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -381,11 +388,11 @@ def to_json_value(value: object) -> object:
 # rest of the document is still read through before the decoding error is raised.
 #
 # An event is a tuple, made once per libyaml event (a recorded anchor keeps these):
-#   scalar: (_EV_SCALAR, pos, text, tag, plain, style)    pos: (line, column), 0-based; plain: go-yaml's
-#                                                        `implicit` (no tag, or `!`, and not quoted)
+#   scalar: (_EV_SCALAR, pos, text, tag, plain, style)  pos: libyaml's start mark (0-based .line, .column);
+#                                                       plain: go-yaml's `implicit` (no tag, or `!`, unquoted)
 #   start of a sequence or a mapping: (_EV_SEQ or _EV_MAP, pos, tag)
 #   end of either: _EV_END
-#   alias: (_EV_ALIAS, pos, name, anchor)                 anchor: the _Anchor it names, found when it is read
+#   alias: (_EV_ALIAS, pos, name, anchor)               anchor: the _Anchor it names, found when it is read
 
 _EV_SCALAR, _EV_SEQ, _EV_MAP, _EV_ALIAS = 0, 1, 2, 3
 _EV_END = (4,)
@@ -406,14 +413,14 @@ class _Anchor:
 
 
 class LocationIndex(Mapping[str, Location]):
-    """Problem path -> where its key (or item) is written. The reader keeps the parser's 0-based (line,
-    column) pairs and makes a Location only when one is looked up: a large file has some 100,000 paths,
+    """Problem path -> where its key (or item) is written. The reader keeps the parser's marks (0-based
+    line and column) and makes a Location only when one is looked up: a large file has some 100,000 paths,
     and a verdict shows at most a few hundred problems. `shifted` and `pinned` make views for a config
     inside a ConfigMap (lines of the whole file, or one place for all)."""
 
     __slots__ = ("_raw", "_lines", "_columns", "_pin")
 
-    def __init__(self, raw: Mapping[str, tuple[int, int]], lines: int = 1, columns: int = 1,
+    def __init__(self, raw: Mapping[str, _Pos], lines: int = 1, columns: int = 1,
                  pin: Location | None = None) -> None:
         self._raw = raw
         self._lines = lines  # added to the 0-based line
@@ -421,14 +428,14 @@ class LocationIndex(Mapping[str, Location]):
         self._pin = pin
 
     def __getitem__(self, path: str) -> Location:
-        line, column = self._raw[path]
-        return self._pin or Location(line + self._lines, column + self._columns)
+        pos = self._raw[path]
+        return self._pin or Location(pos.line + self._lines, pos.column + self._columns)
 
     def get(self, path: str, default: Location | None = None) -> Location | None:  # type: ignore[override]
         pos = self._raw.get(path)
         if pos is None:
             return default
-        return self._pin or Location(pos[0] + self._lines, pos[1] + self._columns)
+        return self._pin or Location(pos.line + self._lines, pos.column + self._columns)
 
     def __contains__(self, path: object) -> bool:
         return path in self._raw
@@ -450,16 +457,12 @@ class LocationIndex(Mapping[str, Location]):
 
 def _syntax(exc: yaml.YAMLError, text: str) -> MigError:
     mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
-    pos = None if mark is None else (mark.line, mark.column)
+    pos = mark
     if mark is not None and mark.index >= len(text.rstrip()):
         # at the end of the stream: point at the end of the last line that has text, not past it
         body = text.rstrip()
-        pos = (body.count("\n"), len(body.rsplit("\n", 1)[-1]))
+        pos = _Pos(body.count("\n"), len(body.rsplit("\n", 1)[-1]))
     return _fail("yaml-syntax", f"not valid YAML: {' '.join(str(exc).split())}", pos=pos)
-
-
-def _pos(mark: object) -> tuple[int, int]:
-    return mark.line, mark.column  # type: ignore[attr-defined]
 
 
 class _Composer:
@@ -526,7 +529,7 @@ class _Composer:
         version = getattr(start, "version", None)
         if version is not None and tuple(version) != (1, 1):
             raise _fail("yaml-syntax", f"not valid YAML: found incompatible YAML document (%YAML "
-                        f"{version[0]}.{version[1]}; mig-parted reads only YAML 1.1)", pos=_pos(start.start_mark))
+                        f"{version[0]}.{version[1]}; mig-parted reads only YAML 1.1)", pos=start.start_mark)
         tape: list[tuple] = []
         self.failed = self.draining = False
         self._recording = []
@@ -557,8 +560,8 @@ class _Composer:
                     mark = event.start_mark
                     if depth >= max_depth:
                         raise _fail("yaml-too-deep", f"document is nested deeper than {max_depth} levels",
-                                    pos=_pos(mark))
-                    out: tuple = (_EV_SCALAR, (mark.line, mark.column), event.value, event.tag or "",
+                                    pos=mark)
+                    out: tuple = (_EV_SCALAR, mark, event.value, event.tag or "",
                                   event.implicit[0], event.style or "")
                     if event.anchor is not None:  # a later anchor of the same name replaces it, as in go-yaml
                         anchor = anchors[event.anchor] = _Anchor(len(tape))
@@ -571,8 +574,8 @@ class _Composer:
                     mark = event.start_mark
                     if depth >= max_depth:
                         raise _fail("yaml-too-deep", f"document is nested deeper than {max_depth} levels",
-                                    pos=_pos(mark))
-                    out = (_EV_MAP if etype is map_start else _EV_SEQ, (mark.line, mark.column), event.tag or "")
+                                    pos=mark)
+                    out = (_EV_MAP if etype is map_start else _EV_SEQ, mark, event.tag or "")
                     if event.anchor is not None:
                         anchor = anchors[event.anchor] = _Anchor(len(tape))
                         if not self.draining:
@@ -593,15 +596,15 @@ class _Composer:
                     target = anchors.get(event.anchor)
                     if target is None:
                         raise _fail("yaml-syntax", f"not valid YAML: unknown anchor '{event.anchor}' referenced",
-                                    pos=_pos(mark))
-                    out = (_EV_ALIAS, (mark.line, mark.column), event.anchor, target)
+                                    pos=mark)
+                    out = (_EV_ALIAS, mark, event.anchor, target)
                     if recording:
                         tape.append(out)
                 elif etype is yaml.DocumentEndEvent:
                     return
                 else:  # pragma: no cover - libyaml produces no other event inside a document
                     raise _fail("yaml-syntax", f"not valid YAML: unexpected {etype.__name__}",
-                                pos=_pos(event.start_mark))
+                                pos=event.start_mark)
                 yield out
         except yaml.YAMLError as exc:
             self.failed = True
@@ -639,13 +642,13 @@ class _Decoder:
         self.slow = False  # within an alias, or past 100 aliased nodes: every node takes the full check
         self.active: set[int] = set()  # aliases being expanded (go-yaml refuses one met inside itself)
         self.tape = tape
-        self.locations: dict[str, tuple[int, int]] = {}
+        self.locations: dict[str, _Pos] = {}
         self.surprises: dict[str, Scalar] = {}
         self.strings: dict[str, tuple[int, int, str]] = {}
         self.non_finite: list[str] = []
         self.parts: dict[str, str] = {}  # JSON key -> how a path spells it
 
-    def _tick(self, pos: tuple[int, int]) -> None:
+    def _tick(self, pos: _Pos) -> None:
         self.left -= 1
         count = self.base - self.left
         if self.alias_depth:
@@ -704,7 +707,7 @@ class _Decoder:
         if not ev[3]:  # no tag: the common cases first
             if not ev[4]:  # quoted (or a block): a string
                 if ev[5] in _BLOCK:
-                    self.strings[path] = (ev[1][0] + 1, ev[1][1] + 1, ev[5])
+                    self.strings[path] = (ev[1].line + 1, ev[1].column + 1, ev[5])
                 return text
             if text and text[0] not in _HINT:
                 return text  # plain, and no YAML 1.1 type starts with this character
@@ -712,7 +715,7 @@ class _Decoder:
         style = ev[5]
         if rtag == STR:
             if style in _BLOCK:
-                self.strings[path] = (ev[1][0] + 1, ev[1][1] + 1, style)
+                self.strings[path] = (ev[1].line + 1, ev[1].column + 1, style)
             return value
         if rtag == INT:
             if str(value) != text:  # not as it reads: a prefix, a sign, a leading zero, _
@@ -735,7 +738,7 @@ class _Decoder:
         if tag and tag not in _RESOLVABLE and tag not in ("!", BINARY):
             self.surprises[path] = Scalar(text, "tagged", style)
         if style in _BLOCK:
-            self.strings[path] = (ev[1][0] + 1, ev[1][1] + 1, style)
+            self.strings[path] = (ev[1].line + 1, ev[1].column + 1, style)
         return value if isinstance(value, str) else text
 
     def node(self, ev: tuple, nxt: Next, path: str, depth: int) -> object:
@@ -866,7 +869,7 @@ class _Decoder:
                 same = "" if first[2] == source[2] else \
                     f" ({first[2]!r} and {source[2]!r} are the same key in YAML 1.1)"
                 raise _fail("duplicate-key", f"key {source[2]!r} appears twice in one mapping (lines "
-                            f"{first[1][0] + 1} and {kev[1][0] + 1}){same}; mig-parted would silently keep the "
+                            f"{first[1].line + 1} and {kev[1].line + 1}){same}; mig-parted would silently keep the "
                             "last one", child, kev[1])
             seen[gokey] = source
             owner = owners.get(jkey)
@@ -1005,7 +1008,7 @@ def _decode_document(composer: _Composer, index: int, limits: Limits, left: int)
             raise MigError([Problem(bad, "yaml-syntax", "not valid YAML for mig-parted: a float that is NaN or "
                                     "infinite (.nan, .inf), which JSON cannot hold (json: unsupported value)",
                                     "error", loc.line if loc else None, loc.column if loc else None)])
-    start = Location(root[1][0] + 1, root[1][1] + 1)
+    start = Location(root[1].line + 1, root[1].column + 1)
     return Document(value, locations, decoder.surprises, start, index, strings=decoder.strings), decoder.left
 
 
@@ -1026,7 +1029,7 @@ def _non_finite_path(value: object, path: str) -> str | None:
     return None
 
 
-_EMPTY = Document(None, LocationIndex({"": (0, 0)}), {}, Location(1, 1))
+_EMPTY = Document(None, LocationIndex({"": _Pos(0, 0)}), {}, Location(1, 1))
 
 
 @paused_gc()
