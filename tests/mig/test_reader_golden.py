@@ -243,3 +243,19 @@ if __name__ == "__main__":
     if sys.argv[1:] != ["--record"]:
         sys.exit(__doc__)
     _record()
+
+
+def test_reader_makes_no_reference_cycles() -> None:
+    """The reader pauses the cyclic collector (migops.mig.gcpause), which is only safe if reference counting
+    frees everything it makes: values, locations, the tape of anchored events, and what an error leaves."""
+    import gc
+
+    texts: list[str | bytes] = [_shapes.distinct(configs=200), _shapes.aliases(configs=200),
+                                as_configmap(_shapes.repeated(configs=200))]
+    texts += list(EXTRA.values())
+    texts += [generate.input_bytes(e) for e in CORPUS[::7]]
+    gc.collect()
+    for text in texts:
+        for way in ("first", "stream", "config", "file"):
+            WAYS[way](text, {})
+    assert gc.collect() == 0
