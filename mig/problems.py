@@ -18,11 +18,16 @@ Severity = Literal["error", "warning"]
 _PLAIN_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_-]*$")
 
 
+def key_part(key: object) -> str:
+    """How a path spells a mapping key: as it is if a plain word, else quoted (dots, spaces, ...)."""
+    text = str(key)
+    return text if _PLAIN_KEY.match(text) else '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
 @lru_cache(maxsize=65536)
 def key_path(parent: str, key: object) -> str:
     """Append a mapping key to a path, quoting keys that are not plain words (dots, spaces, ...)."""
-    text = str(key)
-    part = text if _PLAIN_KEY.match(text) else '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    part = key_part(key)
     return f"{parent}.{part}" if parent else part
 
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from migops.mig.gcpause import paused_gc
 from migops.mig.problems import MigError, Problem, index_path, key_path
 from migops.mig.spec import CONFIGMAP_KEY, MigPartedConfig, decode_document, is_kubernetes_object, parse_embedded
 from migops.mig.yamlsafe import DEFAULT_LIMITS, Document, Limits, read_first, read_stream
@@ -122,6 +123,7 @@ def _with_prefix(problems: tuple[Problem, ...], doc: Document, prefix: str) -> t
     return tuple(out)
 
 
+@paused_gc()
 def read_file(text: str | bytes, limits: Limits = DEFAULT_LIMITS) -> FileContents:
     """The config sources in one file's text (see the module docstring for how a file is classified)."""
     try:

@@ -18,14 +18,16 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from migops.mig.problems import MigError, Problem, index_path, key_path
+from migops.mig.gcpause import paused_gc
+from migops.mig.problems import MigError, Problem, index_path, key_part, key_path
 from migops.mig.profile import MigProfile, ProfileSyntaxError, parse_profile
-from migops.mig.yamlsafe import (DEFAULT_LIMITS, Document, Limits, Location, Scalar, json_int, read_first,
-                                 to_json_value)
+from migops.mig.yamlsafe import (DEFAULT_LIMITS, Document, Limits, Location, LocationIndex, Scalar, json_int,
+                                 read_first, to_json_value)
 
 CONFIGMAP_KEY = "config.yaml"
 _TOP_FIELDS = ("version", "mig-configs")
 _ENTRY_FIELDS = ("device-filter", "devices", "mig-enabled", "mig-devices")
+_FIELD = {name: "." + key_part(name) for name in _ENTRY_FIELDS}  # key_path(entry, name) is entry + this
 
 
 @dataclass(frozen=True)
@@ -148,6 +150,9 @@ class _Context:
         self.problems: list[Problem] = []
         self.notes: list[Problem] = []
         self.surprises = surprises
+        self.plain = not surprises  # nothing is written in a way that reads otherwise: no note to look for
+        # (profile key, count) -> its ProfileCount: files repeat a few of them thousands of times
+        self.counts: dict[tuple[str, int], ProfileCount] = {}
 
     def error(self, path: str, rule: str, message: str) -> None:
         self.problems.append(Problem(path, rule, message))
@@ -281,7 +286,13 @@ def _parse_mig_devices(ctx: _Context, value: object, path: str) -> tuple[Profile
         return ()
     items: list[ProfileCount] = []
     ok = True
+    seen = ctx.counts
     for key, count in value.items():
+        if ctx.plain and type(count) is int:
+            known = seen.get((key, count))  # type: ignore[arg-type]
+            if known is not None:
+                items.append(known)
+                continue
         item_path = key_path(path, key)
         try:
             profile = parse_profile(key)
@@ -298,7 +309,10 @@ def _parse_mig_devices(ctx: _Context, value: object, path: str) -> tuple[Profile
             ctx.error(item_path, "negative-count", f"count {n} is negative")
             ok = False
             continue
-        items.append(ProfileCount(key, profile, n))
+        item = ProfileCount(key, profile, n)
+        items.append(item)
+        if ctx.plain and type(count) is int:
+            seen[key, count] = item
     if ok and items and all(item.count == 0 for item in items):
         ctx.error(path, "all-counts-zero", "all counts for all MigProfiles are 0")
     return tuple(items)
@@ -321,21 +335,22 @@ def _parse_entry(ctx: _Context, raw: object, path: str) -> MigConfigEntry | None
     for name in ("devices", "mig-enabled"):
         if name not in raw:  # rule 6
             ctx.error(key_path(path, name), "missing-required-field", f"missing required field {name!r}")
-    devices = _parse_devices(ctx, raw["devices"], key_path(path, "devices")) if "devices" in raw else "all"
-    device_filter = _parse_filter(ctx, raw["device-filter"], key_path(path, "device-filter")) \
+    devices = _parse_devices(ctx, raw["devices"], path + _FIELD["devices"]) if "devices" in raw else "all"
+    device_filter = _parse_filter(ctx, raw["device-filter"], path + _FIELD["device-filter"]) \
         if "device-filter" in raw else ()
     enabled = False
-    enabled_path = key_path(path, "mig-enabled")
+    enabled_path = path + _FIELD["mig-enabled"]
     known = "mig-enabled" in raw  # present and a boolean (or null)
     if known:
         value = raw["mig-enabled"]
         if value is None or isinstance(value, bool):
             enabled = bool(value)
-            _read_as(ctx, enabled_path, enabled, "mig-enabled")
+            if not ctx.plain:
+                _read_as(ctx, enabled_path, enabled, "mig-enabled")
         else:  # rule 10
             known = False
             ctx.error(enabled_path, "invalid-mig-enabled", f"mig-enabled must be true or false, not {_shown(value)}")
-    devices_path = key_path(path, "mig-devices")
+    devices_path = path + _FIELD["mig-devices"]
     mig_devices = _parse_mig_devices(ctx, raw.get("mig-devices"), devices_path)
     if enabled and mig_devices is None:  # rule 12
         ctx.error(devices_path, "mig-devices-required",
@@ -405,6 +420,7 @@ def _parse_configs(ctx: _Context, doc: object) -> tuple[tuple[str, tuple[MigConf
     return tuple(configs)
 
 
+@paused_gc()
 def decode_document(doc: Document) -> MigPartedConfig:
     """encoding/json's decoding of one document the reader produced into mig-parted's spec; raises
     MigError with every problem, located; reading surprises become warnings in `notes`."""
@@ -506,14 +522,13 @@ def _payload_of(value: object, prefix: str) -> str | None:
     return payload if isinstance(payload, str) else None
 
 
-def _shifted(locations: Mapping[str, Location], shift: tuple[int, int] | None,
-             fallback: Location | None) -> dict[str, Location]:
+def _shifted(locations: LocationIndex, shift: tuple[int, int] | None,
+             fallback: Location | None) -> Mapping[str, Location]:
     if shift is not None:
-        lines, cols = shift
-        return {p: Location(loc.line + lines, loc.column + cols) for p, loc in locations.items()}
+        return locations.shifted(*shift)
     if fallback is None:
         return {}
-    return {p: fallback for p in locations}
+    return locations.pinned(fallback)
 
 
 def parse_embedded(text: str, manifest: Document, obj: Mapping, prefix: str = "",
@@ -530,8 +545,9 @@ def parse_embedded(text: str, manifest: Document, obj: Mapping, prefix: str = ""
         inner = read_first(payload, limits)
     except MigError as exc:
         raise MigError([_moved(p, shift, fallback) for p in exc.problems]) from None
-    moved = Document(inner.value, _shifted(inner.locations, shift, fallback), inner.surprises, inner.start,
-                     inner.index, inner.rest and _moved_location(inner.rest, shift, fallback), inner.strings)
+    moved = Document(inner.value, _shifted(inner.locations, shift, fallback),  # type: ignore[arg-type]
+                     inner.surprises, inner.start, inner.index,
+                     inner.rest and _moved_location(inner.rest, shift, fallback), inner.strings)
     return decode_document(moved)
 
 
@@ -549,6 +565,7 @@ def _moved(p: Problem, shift: tuple[int, int] | None, fallback: Location | None)
     return p
 
 
+@paused_gc()
 def parse_config(text: str | bytes, limits: Limits = DEFAULT_LIMITS) -> MigPartedConfig:
     """Parse YAML/JSON text, either a mig-parted config (read as mig-parted reads it: the first document)
     or a ConfigMap manifest holding one; raises MigError."""

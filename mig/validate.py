@@ -10,16 +10,15 @@ Rules (the `rule` of each Problem) are listed in docs/config-rules.md.
 """
 from __future__ import annotations
 
-import gc
 import re
 from collections import Counter
-from contextlib import contextmanager
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Literal, NamedTuple
 
 from migops.mig.catalogue import ENGINE_NAMES, Catalogue, GiProfile, GpuModel, ProfileTable, catalogue, gi_key
 from migops.mig.devices import DeviceIdSyntaxError, parse_device_id
+from migops.mig.gcpause import paused_gc
 from migops.mig.placement import Placement, place
 from migops.mig.problems import Problem, Severity, index_path, key_path
 from migops.mig.profile import MigProfile, compute_subprofile_allowed
@@ -903,22 +902,6 @@ class _Context:
             return _Verdict(tuple(_merge([(findings, None), (node_findings, None)])), results, ())
         batches, fits = _against_catalogue(root, entries, findings, self)
         return _Verdict(tuple(_merge(batches)), (), fits)
-
-
-@contextmanager
-def paused_gc() -> Iterator[None]:
-    """Pause the cyclic garbage collector for one call. Judging a large file makes hundreds of thousands
-    of small objects next to the parsed document, and each collection walks them all: on a 1 MiB file
-    the collector doubled the time. The validator makes no reference cycles, so reference counting
-    frees everything as before; the previous setting is restored (a concurrent call in another thread
-    only runs with the collector on, as it would anyway)."""
-    was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was_enabled:
-            gc.enable()
 
 
 def validate_on_node(config: MigPartedConfig, name: str, node: Sequence[GpuModel],

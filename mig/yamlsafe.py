@@ -27,14 +27,15 @@ import base64
 import math
 import re
 import struct
-from collections.abc import Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import NamedTuple
 from decimal import Decimal
 
 import yaml
 
-from migops.mig.problems import MigError, Problem, index_path, key_path, parent_path
+from migops.mig.gcpause import paused_gc
+from migops.mig.problems import MigError, Problem, index_path, key_part, key_path, parent_path
 
 _Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
@@ -73,12 +74,13 @@ class Document:
     """One YAML document as mig-parted (or kubectl) sees it."""
 
     value: object  # JSON value: dict[str, ...], list, str, int, float, bool or None
-    locations: Mapping[str, Location]  # problem path -> where its key (or item) is written
+    locations: Mapping[str, Location]  # problem path -> where its key (or item) is written (a LocationIndex)
     surprises: Mapping[str, Scalar]  # path -> scalars whose reading is not what they look like
     start: Location  # where the document's content begins
     index: int = 0  # position in the stream
     rest: Location | None = None  # read_first: where a further, non-empty document starts (mig-parted ignores it)
-    # path -> (line, column, style) of string scalars, to map a block scalar's lines back to the file
+    # path -> (line, column, style) of block scalars (| and >), to map a ConfigMap's config.yaml lines
+    # back to the file
     strings: Mapping[str, tuple[int, int, str]] = field(default_factory=dict)
 
     def locate(self, path: str) -> Location | None:
@@ -92,11 +94,18 @@ class Document:
         return None
 
 
-def _fail(rule: str, message: str, path: str = "", mark: object | None = None) -> MigError:
-    line = column = None
-    if mark is not None:
-        line, column = mark.line + 1, mark.column + 1  # type: ignore[attr-defined]
-    return MigError([Problem(path, rule, message, "error", line, column)])
+class _Pos(NamedTuple):
+    """A 0-based position, as a libyaml mark has it (the reader keeps the parser's marks themselves)."""
+
+    line: int
+    column: int
+
+
+def _fail(rule: str, message: str, path: str = "", pos: _Pos | None = None) -> MigError:
+    """An error at `pos`: a libyaml mark or a _Pos (0-based line and column)."""
+    if pos is None:
+        return MigError([Problem(path, rule, message, "error")])
+    return MigError([Problem(path, rule, message, "error", pos.line + 1, pos.column + 1)])
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -124,7 +133,7 @@ _HINT = {c: "S" for c in "+-"} | {c: "D" for c in "0123456789"} | {c: "M" for c 
 
 _YAML_FLOAT = re.compile(r"[-+]?(\.[0-9]+|[0-9]+(\.[0-9]*)?)([eE][-+]?[0-9]+)?\Z")
 _DOT_FLOAT = re.compile(r"\.[0-9]+([eE][-+]?[0-9]+)?\Z")
-_DECIMAL = re.compile(r"[1-9][0-9]{0,17}\Z|0\Z")  # fast path: plainly an int64, no prefix
+_DECIMAL = re.compile(r"[1-9][0-9]{0,18}\Z|0\Z")  # fast path: plainly an int (int64, or uint64 as go-yaml reads one)
 _DIGITS = {c: i for i, c in enumerate("0123456789abcdefghijklmnopqrstuvwxyz")}
 _DIGITS.update({c.upper(): i for c, i in _DIGITS.items() if c.isalpha()})
 _INT64 = 1 << 63
@@ -368,42 +377,105 @@ def to_json_value(value: object) -> object:
 
 
 # ---------------------------------------------------------------------------------------------------
-# Composing: libyaml's events (the same parser go-yaml v2 ports) into nodes, within the bounds
+# Reading: libyaml's events (the parser that go-yaml v2 ports), decoded as go-yaml's decode.go decodes a
+# document into interface{}, and converted as sigs.k8s.io/yaml converts that value to JSON.
+#
+# go-yaml composes a whole document into nodes, then decodes the nodes. Here each event is decoded as it
+# comes, without a node tree (a 1 MiB file is some 100,000 events, and building the tree cost as much as
+# decoding it); only what an alias can refer to is kept: the events of anchored nodes, on a tape. Errors
+# come in go-yaml's order: an error of composing (a syntax error, nesting deeper than the bound, an
+# unknown anchor) anywhere in the document wins over an error of decoding, so after a decoding error the
+# rest of the document is still read through before the decoding error is raised.
+#
+# An event is a tuple, made once per libyaml event (a recorded anchor keeps these):
+#   scalar: (_EV_SCALAR, pos, text, tag, plain, style)  pos: libyaml's start mark (0-based .line, .column);
+#                                                       plain: go-yaml's `implicit` (no tag, or `!`, unquoted)
+#   start of a sequence or a mapping: (_EV_SEQ or _EV_MAP, pos, tag)
+#   end of either: _EV_END
+#   alias: (_EV_ALIAS, pos, name, anchor)               anchor: the _Anchor it names, found when it is read
+
+_EV_SCALAR, _EV_SEQ, _EV_MAP, _EV_ALIAS = 0, 1, 2, 3
+_EV_END = (4,)
+_NULLS = frozenset(("", "~", "null", "Null", "NULL"))
+_BLOCK = ("|", ">")
 
 
-class _Node:
-    __slots__ = ("kind", "tag", "value", "plain", "style", "line", "col", "anchor", "target")
+class _Anchor:
+    """Where an anchored node's events are on the tape: [start, end). `end` is None until the node ends:
+    an alias inside its own anchor replays the events so far, which is enough to find that it contains
+    itself."""
 
-    def __init__(self, kind: str, tag: str, line: int, col: int) -> None:
-        self.kind = kind  # "scalar", "seq", "map", "alias"
-        self.tag = tag
-        self.line = line
-        self.col = col
-        self.value: object = None  # scalar: text; seq: items; map: flat [k, v, k, v, ...]
-        self.plain = False  # go-yaml's `implicit`: a plain scalar without a tag (or with `!`)
-        self.style = ""
-        self.anchor = ""
-        self.target: _Node | None = None  # alias
+    __slots__ = ("start", "end")
+
+    def __init__(self, start: int) -> None:
+        self.start = start
+        self.end: int | None = None
+
+
+class LocationIndex(Mapping[str, Location]):
+    """Problem path -> where its key (or item) is written. The reader keeps the parser's marks (0-based
+    line and column) and makes a Location only when one is looked up: a large file has some 100,000 paths,
+    and a verdict shows at most a few hundred problems. `shifted` and `pinned` make views for a config
+    inside a ConfigMap (lines of the whole file, or one place for all)."""
+
+    __slots__ = ("_raw", "_lines", "_columns", "_pin")
+
+    def __init__(self, raw: Mapping[str, _Pos], lines: int = 1, columns: int = 1,
+                 pin: Location | None = None) -> None:
+        self._raw = raw
+        self._lines = lines  # added to the 0-based line
+        self._columns = columns
+        self._pin = pin
+
+    def __getitem__(self, path: str) -> Location:
+        pos = self._raw[path]
+        return self._pin or Location(pos.line + self._lines, pos.column + self._columns)
+
+    def get(self, path: str, default: Location | None = None) -> Location | None:  # type: ignore[override]
+        pos = self._raw.get(path)
+        if pos is None:
+            return default
+        return self._pin or Location(pos.line + self._lines, pos.column + self._columns)
+
+    def __contains__(self, path: object) -> bool:
+        return path in self._raw
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._raw)
+
+    def __len__(self) -> int:
+        return len(self._raw)
+
+    def shifted(self, lines: int, columns: int) -> LocationIndex:
+        """Every location moved down `lines` and right `columns`."""
+        return LocationIndex(self._raw, self._lines + lines, self._columns + columns, self._pin)
+
+    def pinned(self, location: Location) -> LocationIndex:
+        """The same paths, all at `location`."""
+        return LocationIndex(self._raw, pin=location)
 
 
 def _syntax(exc: yaml.YAMLError, text: str) -> MigError:
     mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
+    pos = mark
     if mark is not None and mark.index >= len(text.rstrip()):
         # at the end of the stream: point at the end of the last line that has text, not past it
         body = text.rstrip()
-        last = body.rsplit("\n", 1)[-1]
-        mark = _Mark.at(body.count("\n"), len(last))
-    return _fail("yaml-syntax", f"not valid YAML: {' '.join(str(exc).split())}", mark=mark)
+        pos = _Pos(body.count("\n"), len(body.rsplit("\n", 1)[-1]))
+    return _fail("yaml-syntax", f"not valid YAML: {' '.join(str(exc).split())}", pos=pos)
 
 
 class _Composer:
-    """Turns the event stream into one node tree per document (go-yaml's parser.go)."""
+    """libyaml's event stream, one document at a time, as event tuples (go-yaml's parser.go)."""
 
     def __init__(self, text: str, limits: Limits) -> None:
         self.text = text
         self.loader = _Loader(text)
         self.limits = limits
         self.started = False
+        self.failed = False  # the document's events ended in an error of composing
+        self.draining = False  # read on only for errors of composing: nothing more is recorded
+        self._recording: list[tuple[_Anchor, int]] = []
 
     def close(self) -> None:
         self.loader.dispose()
@@ -450,74 +522,96 @@ class _Composer:
             p = exc.problems[0]
             return Location(p.line or 1, p.column or 1)
 
-    def document(self) -> _Node:
-        """The next document's root node (an empty document is a null scalar)."""
+    def document(self) -> tuple[Iterator[tuple], list[tuple]]:
+        """The next document's events (an empty document is a null scalar) and the tape its anchors'
+        events go to."""
         start = self._event()
         version = getattr(start, "version", None)
         if version is not None and tuple(version) != (1, 1):
             raise _fail("yaml-syntax", f"not valid YAML: found incompatible YAML document (%YAML "
-                        f"{version[0]}.{version[1]}; mig-parted reads only YAML 1.1)", mark=start.start_mark)
-        anchors: dict[str, _Node] = {}
-        stack: list[_Node] = []
-        root: _Node | None = None
-        max_depth = self.limits.max_depth
-        try:
-            return self._compose(anchors, stack, root, max_depth)
-        except yaml.YAMLError as exc:
-            raise _syntax(exc, self.text) from None
+                        f"{version[0]}.{version[1]}; mig-parted reads only YAML 1.1)", pos=start.start_mark)
+        tape: list[tuple] = []
+        self.failed = self.draining = False
+        self._recording = []
+        return self._events(tape, self._recording), tape
 
-    def _compose(self, anchors: dict[str, _Node], stack: list[_Node], root: _Node | None, max_depth: int) -> _Node:
+    def drain(self, events: Iterator[tuple]) -> None:
+        """Read the rest of a document whose decoding failed: raises its first error of composing, if any."""
+        self.draining = True
+        self._recording.clear()
+        for _ in events:
+            pass
+
+    def _events(self, tape: list[tuple], recording: list[tuple[_Anchor, int]]) -> Iterator[tuple]:
+        """The document's events as tuples; those of anchored nodes also go to the tape (`recording`:
+        the anchored nodes not yet ended, with their depth)."""
         get = self.loader.get_event
-        while True:
-            event = get()
-            etype = type(event)
-            mark = event.start_mark
-            if etype is yaml.ScalarEvent:
-                if len(stack) >= max_depth:
-                    raise _fail("yaml-too-deep", f"document is nested deeper than {max_depth} levels",
-                                mark=mark)
-                node = _Node("scalar", event.tag or "", mark.line, mark.column)
-                node.value = event.value
-                node.plain = event.implicit[0]
-                if event.style:
-                    node.style = event.style
-            elif etype is yaml.MappingStartEvent or etype is yaml.SequenceStartEvent:
-                if len(stack) >= max_depth:
-                    raise _fail("yaml-too-deep", f"document is nested deeper than {max_depth} levels",
-                                mark=mark)
-                node = _Node("map" if etype is yaml.MappingStartEvent else "seq", event.tag or "",
-                             mark.line, mark.column)
-                node.value = []
-            elif etype is yaml.AliasEvent:
-                target = anchors.get(event.anchor)
-                if target is None:
-                    raise _fail("yaml-syntax", f"not valid YAML: unknown anchor '{event.anchor}' referenced",
-                                mark=mark)
-                node = _Node("alias", "", mark.line, mark.column)
-                node.anchor = event.anchor
-                node.target = target
-            elif etype is yaml.MappingEndEvent or etype is yaml.SequenceEndEvent:
-                done = stack.pop()
-                if not stack:
-                    root = done
-                continue
-            elif etype is yaml.DocumentEndEvent:
-                assert root is not None
-                return root
-            else:  # pragma: no cover - libyaml produces no other event inside a document
-                raise _fail("yaml-syntax", f"not valid YAML: unexpected {etype.__name__}", mark=mark)
-            if etype is not yaml.AliasEvent and event.anchor is not None:
-                anchors[event.anchor] = node  # a later anchor of the same name replaces it, as in go-yaml
-            if stack:
-                stack[-1].value.append(node)  # type: ignore[union-attr]
-            elif node.kind == "scalar" or node.kind == "alias":
-                root = node
-            if node.kind == "map" or node.kind == "seq":
-                stack.append(node)
-
-
-# ---------------------------------------------------------------------------------------------------
-# Decoding: go-yaml's decode.go into interface{}, then sigs.k8s.io/yaml's JSON conversion
+        max_depth = self.limits.max_depth
+        anchors: dict[str, _Anchor] = {}
+        depth = 0  # containers open
+        scalar_event, alias_event = yaml.ScalarEvent, yaml.AliasEvent
+        map_start, seq_start = yaml.MappingStartEvent, yaml.SequenceStartEvent
+        map_end, seq_end = yaml.MappingEndEvent, yaml.SequenceEndEvent
+        try:
+            while True:
+                event = get()
+                etype = type(event)
+                if etype is scalar_event:
+                    mark = event.start_mark
+                    if depth >= max_depth:
+                        raise _fail("yaml-too-deep", f"document is nested deeper than {max_depth} levels",
+                                    pos=mark)
+                    out: tuple = (_EV_SCALAR, mark, event.value, event.tag or "",
+                                  event.implicit[0], event.style or "")
+                    if event.anchor is not None:  # a later anchor of the same name replaces it, as in go-yaml
+                        anchor = anchors[event.anchor] = _Anchor(len(tape))
+                        if not self.draining:
+                            tape.append(out)
+                        anchor.end = len(tape)
+                    elif recording:
+                        tape.append(out)
+                elif etype is map_start or etype is seq_start:
+                    mark = event.start_mark
+                    if depth >= max_depth:
+                        raise _fail("yaml-too-deep", f"document is nested deeper than {max_depth} levels",
+                                    pos=mark)
+                    out = (_EV_MAP if etype is map_start else _EV_SEQ, mark, event.tag or "")
+                    if event.anchor is not None:
+                        anchor = anchors[event.anchor] = _Anchor(len(tape))
+                        if not self.draining:
+                            recording.append((anchor, depth))
+                            tape.append(out)
+                    elif recording:
+                        tape.append(out)
+                    depth += 1
+                elif etype is map_end or etype is seq_end:
+                    depth -= 1
+                    out = _EV_END
+                    if recording:
+                        tape.append(out)
+                        while recording and recording[-1][1] == depth:
+                            recording.pop()[0].end = len(tape)
+                elif etype is alias_event:
+                    mark = event.start_mark
+                    target = anchors.get(event.anchor)
+                    if target is None:
+                        raise _fail("yaml-syntax", f"not valid YAML: unknown anchor '{event.anchor}' referenced",
+                                    pos=mark)
+                    out = (_EV_ALIAS, mark, event.anchor, target)
+                    if recording:
+                        tape.append(out)
+                elif etype is yaml.DocumentEndEvent:
+                    return
+                else:  # pragma: no cover - libyaml produces no other event inside a document
+                    raise _fail("yaml-syntax", f"not valid YAML: unexpected {etype.__name__}",
+                                pos=event.start_mark)
+                yield out
+        except yaml.YAMLError as exc:
+            self.failed = True
+            raise _syntax(exc, self.text) from None
+        except MigError:
+            self.failed = True
+            raise
 
 
 def _allowed_alias_ratio(count: int) -> float:
@@ -528,254 +622,347 @@ def _allowed_alias_ratio(count: int) -> float:
     return 0.99 - 0.89 * (count - 400_000) / 3_600_000
 
 
-_KEY_KINDS = {str: "string", bool: "bool", int: "int", float: "float"}
+Next = Callable[[], tuple]  # the next event of the node being decoded (from the parser, or replayed)
 
 
 class _Decoder:
-    def __init__(self, limits: Limits, budget: list[int]) -> None:
-        self.limits = limits
-        self.budget = budget  # [nodes left], shared by every document of one input
-        self.count = 0
+    """go-yaml's decoder for one document, with migops's bounds, and the JSON conversion of keys.
+
+    Every node costs one from the input's node budget (`left`, shared by the documents of a stream) and
+    counts towards go-yaml's alias ratio; a node's path is made once, for its location and for any
+    problem or surprise found on it."""
+
+    def __init__(self, limits: Limits, left: int, tape: list[tuple]) -> None:
+        self.max_depth = limits.max_depth
+        self.max_nodes = limits.max_nodes
+        self.left = left  # nodes the input may still decode
+        self.base = left + 1  # go-yaml counts the document node too: count = base - left
         self.alias_count = 0
         self.alias_depth = 0
-        self.active: set[int] = set()
-        self.locations: dict[str, Location] = {}
+        self.slow = False  # within an alias, or past 100 aliased nodes: every node takes the full check
+        self.active: set[int] = set()  # aliases being expanded (go-yaml refuses one met inside itself)
+        self.tape = tape
+        self.locations: dict[str, _Pos] = {}
         self.surprises: dict[str, Scalar] = {}
         self.strings: dict[str, tuple[int, int, str]] = {}
-        self.non_finite: list[tuple[str, _Node]] = []
+        self.non_finite: list[str] = []
+        self.parts: dict[str, str] = {}  # JSON key -> how a path spells it
 
-    def _tick(self, node: _Node) -> None:
-        self.count += 1
+    def _tick(self, pos: _Pos) -> None:
+        self.left -= 1
+        count = self.base - self.left
         if self.alias_depth:
             self.alias_count += 1
-        if (self.alias_count > 100 and self.count > 1000
-                and self.alias_count / self.count > _allowed_alias_ratio(self.count)):
+        if self.alias_count > 100 and count > 1000 and self.alias_count / count > _allowed_alias_ratio(count):
             raise _fail("yaml-syntax", "not valid YAML: document contains excessive aliasing "
-                        "(go-yaml refuses it)", mark=_Mark(node))
-        self.budget[0] -= 1
-        if self.budget[0] < 0:
-            raise _fail("yaml-too-large", f"document expands to more than {self.limits.max_nodes} nodes "
-                        "(aliases count each time they are used)", mark=_Mark(node))
+                        "(go-yaml refuses it)", pos=pos)
+        if self.left < 0:
+            raise _fail("yaml-too-large", f"document expands to more than {self.max_nodes} nodes "
+                        "(aliases count each time they are used)", pos=pos)
 
-    def _not_recursive(self, alias: _Node, path: str) -> None:
-        """go-yaml refuses an alias met again while its own value is being decoded."""
+    def _enter(self, alias: tuple, path: str) -> None:
+        """Start expanding an alias (go-yaml refuses an alias met again while its own value is decoded)."""
         if id(alias) in self.active:
-            raise _fail("yaml-syntax", f"not valid YAML: anchor '{alias.anchor}' value contains itself",
-                        path, _Mark(alias))
+            raise _fail("yaml-syntax", f"not valid YAML: anchor '{alias[2]}' value contains itself", path, alias[1])
+        self.active.add(id(alias))
+        self.alias_depth += 1
+        self.slow = True
 
-    def scalar(self, node: _Node, path: str) -> tuple[str, object]:
-        """(resolved tag, value) of a scalar node, as go-yaml decodes it into interface{}."""
-        text: str = node.value  # type: ignore[assignment]
-        tag = node.tag
-        if not tag and not node.plain:
-            return STR, text  # quoted, no tag
-        if not tag and text in ("", "~", "null", "Null", "NULL") and node.plain:
-            return NULL, None
-        if not tag and node.plain and _DECIMAL.match(text):
-            return INT, int(text)  # the common case, without the general resolver
+    def _leave(self, alias: tuple) -> None:
+        self.alias_depth -= 1
+        self.active.discard(id(alias))
+        self.slow = self.alias_depth > 0 or self.alias_count > 100
+
+    def _replay(self, anchor: _Anchor) -> Next:
+        end = len(self.tape) if anchor.end is None else anchor.end
+        return iter(self.tape[anchor.start:end]).__next__
+
+    def scalar(self, ev: tuple, path: str) -> tuple[str, object]:
+        """(resolved tag, value) of a scalar, as go-yaml decodes it into interface{}."""
+        text: str = ev[2]
+        tag: str = ev[3]
+        if not tag:
+            if not ev[4]:
+                return STR, text  # quoted, no tag
+            if text in _NULLS:
+                return NULL, None
+            if _DECIMAL.match(text):
+                return INT, int(text)  # the common case, without the general resolver
         try:
             rtag, value = resolve(tag, text)
         except ValueError as exc:
-            raise _fail("yaml-syntax", f"not valid YAML: {exc}", path, _Mark(node)) from None
+            raise _fail("yaml-syntax", f"not valid YAML: {exc}", path, ev[1]) from None
         if rtag == BINARY:
             compact = text.replace("\n", "").replace("\r", "")
             try:
                 value = _go_string(base64.b64decode(compact, validate=True))
             except ValueError:
                 raise _fail("yaml-syntax", "not valid YAML: !!binary value contains invalid base64 data",
-                            path, _Mark(node)) from None
+                            path, ev[1]) from None
         return rtag, value
 
-    def decode(self, node: _Node, path: str, depth: int) -> object:
-        self._tick(node)
-        if depth > self.limits.max_depth:
-            raise _fail("yaml-too-deep", f"document is nested deeper than {self.limits.max_depth} levels "
-                        "(counting what aliases expand to)", path, _Mark(node))
-        kind = node.kind
-        if kind == "scalar":
-            rtag, value = self.scalar(node, path)
-            if rtag == STR:
-                self.strings[path] = (node.line + 1, node.col + 1, node.style)
-                return value
-            if rtag == NULL:
-                self.surprises[path] = Scalar(node.value, "null", node.style)  # type: ignore[arg-type]
-                return None
-            if rtag == BOOL:
-                if node.value not in ("true", "false"):
-                    self.surprises[path] = Scalar(node.value, "bool", node.style)  # type: ignore[arg-type]
-                return value
-            if rtag == INT:
-                if not _DECIMAL.match(node.value):  # type: ignore[arg-type]
-                    self.surprises[path] = Scalar(node.value, "int", node.style)  # type: ignore[arg-type]
-                return value
-            if rtag == FLOAT:
-                self.surprises[path] = Scalar(node.value, "float", node.style)  # type: ignore[arg-type]
-                if math.isnan(value) or math.isinf(value):  # type: ignore[arg-type]
-                    self.non_finite.append((path, node))
-                return value
-            # timestamps, custom tags, merge written as a value, !!binary: strings
-            if node.tag and node.tag not in _RESOLVABLE and node.tag not in ("!", BINARY):
-                self.surprises[path] = Scalar(node.value, "tagged", node.style)  # type: ignore[arg-type]
-            self.strings[path] = (node.line + 1, node.col + 1, node.style)
-            return value if isinstance(value, str) else node.value
-        if kind == "alias":
-            target = node.target
-            assert target is not None
-            self._not_recursive(node, path)
-            self.active.add(id(node))
-            self.alias_depth += 1
-            try:
-                return self.decode(target, path, depth)
-            finally:
-                self.alias_depth -= 1
-                self.active.discard(id(node))
-        if kind == "seq":
-            out_list = []
-            locations = self.locations
-            append = out_list.append
-            for i, item in enumerate(node.value):  # type: ignore[arg-type]
-                item_path = f"{path}[{i}]"
-                locations[item_path] = Location(item.line + 1, item.col + 1)
-                if item.kind == "scalar" and item.plain and not item.tag and not self.alias_depth \
-                        and depth < self.limits.max_depth and _DECIMAL.match(item.value) and self.budget[0] > 0:
-                    self.count += 1  # a plain decimal int64: the common case, as decode() would do it
-                    self.budget[0] -= 1
-                    append(int(item.value))
-                    continue
-                append(self.decode(item, item_path, depth + 1))
-            return out_list
-        out: dict[str, object] = {}
-        self.mapping(node, path, depth, out, {}, False)
-        return out
-
-    def key(self, node: _Node, path: str) -> tuple[tuple[str, object], _Node]:
-        """A key decoded into interface{}: (Go type letter, value), and the scalar node it came from."""
-        self._tick(node)
-        target = node
-        if node.kind == "alias":
-            self._not_recursive(node, path)
-            target = node.target  # type: ignore[assignment]
-            self.alias_depth += 1
-            self._tick(target)
-            self.alias_depth -= 1
-        if target.kind != "scalar":
-            raise _fail("yaml-syntax", "not valid YAML: invalid map key: a mapping or sequence cannot be a key",
-                        path, _Mark(node))
-        rtag, value = self.scalar(target, path)
+    def scalar_value(self, ev: tuple, path: str) -> object:
+        """A scalar's JSON value; how it was written is noted where it reads otherwise."""
+        text: str = ev[2]
+        if not ev[3]:  # no tag: the common cases first
+            if not ev[4]:  # quoted (or a block): a string
+                if ev[5] in _BLOCK:
+                    self.strings[path] = (ev[1].line + 1, ev[1].column + 1, ev[5])
+                return text
+            if text and text[0] not in _HINT:
+                return text  # plain, and no YAML 1.1 type starts with this character
+        rtag, value = self.scalar(ev, path)
+        style = ev[5]
+        if rtag == STR:
+            if style in _BLOCK:
+                self.strings[path] = (ev[1].line + 1, ev[1].column + 1, style)
+            return value
+        if rtag == INT:
+            if str(value) != text:  # not as it reads: a prefix, a sign, a leading zero, _
+                self.surprises[path] = Scalar(text, "int", style)
+            return value
         if rtag == NULL:
-            return ("n", None), target
-        if isinstance(value, (bool, int, float)):
-            return (_KEY_KINDS[type(value)][0], value), target
-        return ("s", value if isinstance(value, str) else target.value), target
+            self.surprises[path] = Scalar(text, "null", style)
+            return None
+        if rtag == BOOL:
+            if text not in ("true", "false"):
+                self.surprises[path] = Scalar(text, "bool", style)
+            return value
+        if rtag == FLOAT:
+            self.surprises[path] = Scalar(text, "float", style)
+            if math.isnan(value) or math.isinf(value):  # type: ignore[arg-type]
+                self.non_finite.append(path)
+            return value
+        # timestamps, custom tags, merge written as a value, !!binary: strings
+        tag = ev[3]
+        if tag and tag not in _RESOLVABLE and tag not in ("!", BINARY):
+            self.surprises[path] = Scalar(text, "tagged", style)
+        if style in _BLOCK:
+            self.strings[path] = (ev[1].line + 1, ev[1].column + 1, style)
+        return value if isinstance(value, str) else text
 
-    def mapping(self, node: _Node, path: str, depth: int, out: dict[str, object],
-                owners: dict[str, tuple[object, bool]], merged: bool) -> None:
-        """Decode `node`'s pairs into `out` in document order; `owners` maps each JSON key of `out` to
-        (Go key, set by the outer mapping itself) so collisions and merge overrides can be told."""
-        pairs: list[_Node] = node.value  # type: ignore[assignment]
-        seen: dict[object, _Node] = {}
+    def node(self, ev: tuple, nxt: Next, path: str, depth: int) -> object:
+        """The value of the node whose first event is `ev`; `nxt` gives the events after it."""
+        if self.slow or self.left <= 0:
+            self._tick(ev[1])
+        else:
+            self.left -= 1
+        if depth > self.max_depth:
+            raise _fail("yaml-too-deep", f"document is nested deeper than {self.max_depth} levels "
+                        "(counting what aliases expand to)", path, ev[1])
+        kind = ev[0]
+        if kind == _EV_SCALAR:
+            return self.scalar_value(ev, path)
+        if kind == _EV_SEQ:
+            return self.sequence(nxt, path, depth)
+        if kind == _EV_MAP:
+            out: dict[str, object] = {}
+            self.mapping(nxt, path, depth, out, {}, False)
+            return out
+        self._enter(ev, path)  # an alias: its anchor's value, decoded again here
+        try:
+            replay = self._replay(ev[3])
+            return self.node(replay(), replay, path, depth)
+        finally:
+            self._leave(ev)
+
+    def sequence(self, nxt: Next, path: str, depth: int) -> list[object]:
+        out: list[object] = []
+        append = out.append
         locations = self.locations
-        for i in range(0, len(pairs), 2):
-            knode, vnode = pairs[i], pairs[i + 1]
-            if knode.kind == "scalar" and knode.value == "<<" and (knode.plain or knode.tag == MERGE):
-                self.merge(vnode, path, depth, out, owners)
+        depth += 1
+        shallow = depth <= self.max_depth
+        i = 0
+        while True:
+            ev = nxt()
+            if ev is _EV_END:
+                return out
+            item_path = f"{path}[{i}]"
+            i += 1
+            locations[item_path] = ev[1]
+            if ev[0] == _EV_SCALAR and shallow and not self.slow and self.left > 0:
+                self.left -= 1  # what node() would do for a scalar, without the call
+                if not ev[3]:
+                    text = ev[2]
+                    if not ev[4]:
+                        append(text if ev[5] not in _BLOCK else self.scalar_value(ev, item_path))
+                        continue
+                    if _DECIMAL.match(text):
+                        append(int(text))
+                        continue
+                    if text and text[0] not in _HINT:
+                        append(text)
+                        continue
+                append(self.scalar_value(ev, item_path))
                 continue
-            gokey, source = self.key(knode, path)
-            kind, kvalue = gokey
-            if kind == "s":
-                jkey = kvalue
-            elif kind == "b":
-                jkey = "true" if kvalue else "false"
-            elif kind == "i":
-                if kvalue >= _INT64:
-                    raise _fail("yaml-syntax", f"not valid YAML for mig-parted: the key {source.value!r} is an "
-                                "integer beyond int64 (go-yaml's uint64), which sigs.k8s.io/yaml cannot turn "
-                                "into a JSON key", path, _Mark(knode))
-                jkey = str(kvalue)
-            elif kind == "f":
-                jkey = float32_text(kvalue)
+            append(self.node(ev, nxt, item_path, depth))
+
+    def _key(self, kev: tuple, path: str) -> tuple[object, str, tuple]:
+        """A mapping key decoded into interface{}: (Go key, JSON key, the scalar it came from). The Go
+        key is the string itself, or (type letter, value) for a bool, int or float."""
+        if self.slow or self.left <= 0:
+            self._tick(kev[1])
+        else:
+            self.left -= 1
+        source = kev
+        if kev[0] == _EV_ALIAS:
+            if id(kev) in self.active:
+                raise _fail("yaml-syntax", f"not valid YAML: anchor '{kev[2]}' value contains itself", path, kev[1])
+            source = self.tape[kev[3].start]
+            self.alias_depth += 1
+            self._tick(source[1])
+            self.alias_depth -= 1
+            self.slow = self.alias_depth > 0 or self.alias_count > 100
+        if source[0] != _EV_SCALAR:
+            raise _fail("yaml-syntax", "not valid YAML: invalid map key: a mapping or sequence cannot be a key",
+                        path, kev[1])
+        text: str = source[2]
+        if not source[3] and (not source[4] or text and text[0] not in _HINT):
+            return text, text, source  # a string: quoted, or plain and no YAML 1.1 type starts this way
+        rtag, value = self.scalar(source, path)
+        if rtag == NULL:
+            raise _fail("yaml-syntax", "not valid YAML for mig-parted: a mapping key is null (empty or ~), "
+                        "which sigs.k8s.io/yaml cannot turn into a JSON key", path, kev[1])
+        vtype = type(value)
+        if vtype is bool:
+            return ("b", value), "true" if value else "false", source
+        if vtype is int:
+            if value >= _INT64:  # type: ignore[operator]
+                raise _fail("yaml-syntax", f"not valid YAML for mig-parted: the key {text!r} is an integer beyond "
+                            "int64 (go-yaml's uint64), which sigs.k8s.io/yaml cannot turn into a JSON key",
+                            path, kev[1])
+            return ("i", value), str(value), source
+        if vtype is float:
+            return ("f", value), float32_text(value), source  # type: ignore[arg-type]
+        key = value if isinstance(value, str) else text
+        return key, key, source
+
+    def mapping(self, nxt: Next, path: str, depth: int, out: dict[str, object],
+                owners: dict[str, tuple[object, bool]], merged: bool) -> None:
+        """Decode a mapping's pairs into `out` in document order; `owners` maps each JSON key of `out` to
+        (Go key, set by the outer mapping itself) so collisions and merge overrides can be told."""
+        seen: dict[object, tuple] = {}
+        locations = self.locations
+        parts = self.parts
+        depth += 1
+        shallow = depth <= self.max_depth
+        while True:
+            kev = nxt()
+            if kev is _EV_END:
+                return
+            if kev[0] == _EV_SCALAR and kev[2] == "<<" and (kev[4] or kev[3] == MERGE):
+                self.merge(nxt(), nxt, path, depth - 1, out, owners)
+                continue
+            if kev[0] == _EV_SCALAR and not kev[3] and not self.slow and self.left > 0 and (
+                    not kev[4] or kev[2] and kev[2][0] not in _HINT):
+                self.left -= 1  # a string key: what _key() would do, without the call
+                gokey = jkey = kev[2]
+                source = kev
             else:
-                raise _fail("yaml-syntax", "not valid YAML for mig-parted: a mapping key is null (empty or ~), "
-                            "which sigs.k8s.io/yaml cannot turn into a JSON key", path, _Mark(knode))
-            child = key_path(path, jkey)
+                gokey, jkey, source = self._key(kev, path)
+            part = parts.get(jkey)
+            if part is None:
+                part = parts[jkey] = key_part(jkey)
+            child = f"{path}.{part}" if path else part
             first = seen.get(gokey)
             if first is not None:
-                same = "" if first.value == source.value else f" ({first.value!r} and {source.value!r} are the same key in YAML 1.1)"
-                raise _fail("duplicate-key", f"key {source.value!r} appears twice in one mapping (lines "
-                            f"{first.line + 1} and {knode.line + 1}){same}; mig-parted would silently keep the "
-                            "last one", child, _Mark(knode))
+                same = "" if first[2] == source[2] else \
+                    f" ({first[2]!r} and {source[2]!r} are the same key in YAML 1.1)"
+                raise _fail("duplicate-key", f"key {source[2]!r} appears twice in one mapping (lines "
+                            f"{first[1].line + 1} and {kev[1].line + 1}){same}; mig-parted would silently keep the "
+                            "last one", child, kev[1])
             seen[gokey] = source
             owner = owners.get(jkey)
             if owner is not None and owner[0] != gokey:
-                raise _fail("duplicate-key", f"key {source.value!r} and another key of this mapping both become "
+                raise _fail("duplicate-key", f"key {source[2]!r} and another key of this mapping both become "
                             f"{jkey!r} as mig-parted reads them (YAML 1.1 types, then JSON keys); which of the two "
-                            "it keeps changes from run to run", child, _Mark(knode))
-            if kind != "s" and source.value != jkey:
-                self.surprises[child] = Scalar(source.value, "key", source.style)  # type: ignore[arg-type]
+                            "it keeps changes from run to run", child, kev[1])
+            if type(gokey) is tuple and source[2] != jkey:
+                self.surprises[child] = Scalar(source[2], "key", source[5])
             if merged and owner is not None and owner[1]:
-                self.surprises[child] = Scalar(source.value, "merge-override", source.style)  # type: ignore[arg-type]
-            locations[child] = Location(knode.line + 1, knode.col + 1)
-            out[jkey] = self.decode(vnode, child, depth + 1)
+                self.surprises[child] = Scalar(source[2], "merge-override", source[5])
+            locations[child] = kev[1]
+            vev = nxt()
+            if vev[0] == _EV_SCALAR and shallow and not self.slow and self.left > 0:
+                self.left -= 1  # what node() would do for a scalar, without the call
+                text = vev[2]
+                if vev[3]:
+                    out[jkey] = self.scalar_value(vev, child)
+                elif not vev[4]:
+                    out[jkey] = text if vev[5] not in _BLOCK else self.scalar_value(vev, child)
+                elif text and text[0] not in _HINT:
+                    out[jkey] = text
+                elif _DECIMAL.match(text):
+                    out[jkey] = int(text)
+                elif text == "true" or text == "false":
+                    out[jkey] = text == "true"
+                else:
+                    out[jkey] = self.scalar_value(vev, child)
+            else:
+                out[jkey] = self.node(vev, nxt, child, depth)
             owners[jkey] = (gokey, not merged)
 
-    def merge(self, node: _Node, path: str, depth: int, out: dict[str, object],
+    def merge(self, vev: tuple, nxt: Next, path: str, depth: int, out: dict[str, object],
               owners: dict[str, tuple[object, bool]]) -> None:
         """go-yaml's merge: a mapping, an alias of one, or a sequence of them (the earlier ones win)."""
         def want_map() -> MigError:
             return _fail("yaml-syntax", "not valid YAML: map merge requires map or sequence of maps as the value",
-                         path, _Mark(node))
+                         path, vev[1])
 
-        def merge_one(item: _Node) -> None:
-            self._tick(item)
-            target = item
-            if item.kind == "alias":
-                self._not_recursive(item, path)
-                target = item.target  # type: ignore[assignment]
-                if target.kind != "map":
-                    raise want_map()
-                self.active.add(id(item))
-                self.alias_depth += 1
-                self._tick(target)
-                try:
-                    self.mapping(target, path, depth, out, owners, True)
-                finally:
-                    self.alias_depth -= 1
-                    self.active.discard(id(item))
-                return
-            self.mapping(target, path, depth, out, owners, True)
-
-        if node.kind == "map":
-            merge_one(node)
-        elif node.kind == "alias":
-            if node.target is not None and node.target.kind != "map":
+        kind = vev[0]
+        if kind == _EV_MAP:
+            self._tick(vev[1])
+            self.mapping(nxt, path, depth, out, owners, True)
+        elif kind == _EV_ALIAS:
+            if self.tape[vev[3].start][0] != _EV_MAP:
                 raise want_map()
-            merge_one(node)
-        elif node.kind == "seq":
-            items: list[_Node] = node.value  # type: ignore[assignment]
-            for item in items:
-                if item.kind == "alias" and item.target is not None and item.target.kind != "map" \
-                        or item.kind not in ("alias", "map"):
+            self._merge_alias(vev, path, depth, out, owners)
+        elif kind == _EV_SEQ:
+            items: list[tuple[tuple, list[tuple] | None]] = []
+            while True:  # every item is checked before any is merged
+                item = nxt()
+                if item is _EV_END:
+                    break
+                if item[0] == _EV_ALIAS and self.tape[item[3].start][0] == _EV_MAP:
+                    items.append((item, None))
+                elif item[0] == _EV_MAP:
+                    items.append((item, _rest_of_node(nxt)))
+                else:
                     raise want_map()
-            for item in reversed(items):
-                merge_one(item)
+            for item, events in reversed(items):
+                if events is None:
+                    self._merge_alias(item, path, depth, out, owners)
+                else:
+                    self._tick(item[1])
+                    self.mapping(iter(events).__next__, path, depth, out, owners, True)
         else:
             raise want_map()
 
+    def _merge_alias(self, alias: tuple, path: str, depth: int, out: dict[str, object],
+                     owners: dict[str, tuple[object, bool]]) -> None:
+        self._tick(alias[1])
+        self._enter(alias, path)
+        try:
+            replay = self._replay(alias[3])
+            self._tick(replay()[1])  # the mapping's start
+            self.mapping(replay, path, depth, out, owners, True)
+        finally:
+            self._leave(alias)
 
-class _Mark:
-    """A node's position in the shape of a libyaml mark (0-based)."""
 
-    __slots__ = ("line", "column")
-
-    def __init__(self, node: _Node) -> None:
-        self.line = node.line
-        self.column = node.col
-
-    @classmethod
-    def at(cls, line: int, column: int) -> _Mark:
-        mark = cls.__new__(cls)
-        mark.line, mark.column = line, column
-        return mark
+def _rest_of_node(nxt: Next) -> list[tuple]:
+    """The events after a container's start, through its end."""
+    events: list[tuple] = []
+    level = 0
+    while True:
+        ev = nxt()
+        events.append(ev)
+        if ev is _EV_END:
+            if level == 0:
+                return events
+            level -= 1
+        elif ev[0] == _EV_SEQ or ev[0] == _EV_MAP:
+            level += 1
 
 
 def _check_text(text: str | bytes, limits: Limits) -> str:
@@ -796,23 +983,33 @@ def _check_text(text: str | bytes, limits: Limits) -> str:
     return text
 
 
-def _decode_document(root: _Node, index: int, limits: Limits, budget: list[int]) -> Document:
-    decoder = _Decoder(limits, budget)
-    decoder.count = 1  # go-yaml counts the document node too
-    decoder.locations[""] = Location(root.line + 1, root.col + 1)
+def _decode_document(composer: _Composer, index: int, limits: Limits, left: int) -> tuple[Document, int]:
+    """The next document of the stream, and the node budget left after it."""
+    events, tape = composer.document()
+    nxt = events.__next__
+    decoder = _Decoder(limits, left, tape)
     try:
-        value = decoder.decode(root, "", 1)
-    except RecursionError:  # pragma: no cover - depth is bounded well below Python's limit
-        raise _fail("yaml-too-deep", f"document is nested deeper than {limits.max_depth} levels") from None
+        root = nxt()
+        decoder.locations[""] = root[1]
+        value = decoder.node(root, nxt, "", 1)
+        for _ in events:  # the document's end
+            pass
+    except MigError:
+        if not composer.failed:
+            composer.drain(events)  # a decoding error: an error of composing later in the document wins
+        raise
+    except StopIteration:  # pragma: no cover - every replayed node is whole or meets itself first
+        raise _fail("yaml-syntax", "not valid YAML: an alias refers to a node that is not complete") from None
+    locations = LocationIndex(decoder.locations)
     if decoder.non_finite:
         bad = _non_finite_path(value, "")
         if bad is not None:  # (a later duplicate or merge may have replaced every one of them)
-            loc = Document(value, decoder.locations, {}, Location(1, 1)).locate(bad)
+            loc = Document(value, locations, {}, Location(1, 1)).locate(bad)
             raise MigError([Problem(bad, "yaml-syntax", "not valid YAML for mig-parted: a float that is NaN or "
                                     "infinite (.nan, .inf), which JSON cannot hold (json: unsupported value)",
                                     "error", loc.line if loc else None, loc.column if loc else None)])
-    return Document(value, decoder.locations, decoder.surprises, Location(root.line + 1, root.col + 1), index,
-                    strings=decoder.strings)
+    start = Location(root[1].line + 1, root[1].column + 1)
+    return Document(value, locations, decoder.surprises, start, index, strings=decoder.strings), decoder.left
 
 
 def _non_finite_path(value: object, path: str) -> str | None:
@@ -832,16 +1029,19 @@ def _non_finite_path(value: object, path: str) -> str | None:
     return None
 
 
+_EMPTY = Document(None, LocationIndex({"": _Pos(0, 0)}), {}, Location(1, 1))
+
+
+@paused_gc()
 def read_first(text: str | bytes, limits: Limits = DEFAULT_LIMITS) -> Document:
-    """The first document, exactly as mig-parted reads a config file; `more` tells whether the file goes
+    """The first document, exactly as mig-parted reads a config file; `rest` tells where the file goes
     on past it (mig-parted ignores the rest). An empty input reads as null."""
     text = _check_text(text, limits)
     composer = _Composer(text, limits)
     try:
         if not composer.has_document():
-            return Document(None, {"": Location(1, 1)}, {}, Location(1, 1))
-        root = composer.document()
-        doc = _decode_document(root, 0, limits, [limits.max_nodes])
+            return _EMPTY
+        doc, _ = _decode_document(composer, 0, limits, limits.max_nodes)
         rest = composer.rest()
         if rest is not None:
             doc = Document(doc.value, doc.locations, doc.surprises, doc.start, 0, rest, doc.strings)
@@ -850,16 +1050,18 @@ def read_first(text: str | bytes, limits: Limits = DEFAULT_LIMITS) -> Document:
         composer.close()
 
 
+@paused_gc()
 def read_stream(text: str | bytes, limits: Limits = DEFAULT_LIMITS) -> list[Document]:
     """Every document of a stream, each read as sigs.k8s.io/yaml reads one (kubectl's reading of a
     manifest file). The node budget covers the whole input."""
     text = _check_text(text, limits)
     composer = _Composer(text, limits)
-    budget = [limits.max_nodes]
+    left = limits.max_nodes
     docs: list[Document] = []
     try:
         while composer.has_document():
-            docs.append(_decode_document(composer.document(), len(docs), limits, budget))
+            doc, left = _decode_document(composer, len(docs), limits, left)
+            docs.append(doc)
         return docs
     finally:
         composer.close()

@@ -201,6 +201,18 @@ def test_reading_notes() -> None:
     assert "matches every GPU" in notes["mig-configs.true[0].device-filter"][1]
 
 
+def test_integers_that_read_as_written_get_no_note() -> None:
+    """Only an integer whose text is not its decimal value (a prefix, a sign, a leading zero, _) is noted:
+    a 19-digit count or a negative index reads as it is written."""
+    config = parse_config('version: v1\nmig-configs:\n  c:\n    - devices: [1, 0x2, +3, 04, 1_5, -0]\n'
+                          '      mig-enabled: true\n      mig-devices: {"1g.10gb": 9223372036854775807}\n')
+    noted = {n.path.rsplit("[", 1)[-1] for n in config.notes}
+    assert noted == {"1]", "2]", "3]", "4]", "5]"}, config.notes
+    doc = read_first("a: [-7, 123456789012345678901, -9223372036854775808]\n")
+    assert doc.value == {"a": [-7, 1.2345678901234568e20, -9223372036854775808]}
+    assert set(doc.surprises) == {"a[1]"}  # beyond uint64: a float
+
+
 @pytest.mark.parametrize("path,parent", [
     ("a.b[2]", "a.b"), ('a."x.y"', "a"), ('"x.y"', ""), ("a", ""), ("", None),
     ('mig-configs."a\\"b"[0]', 'mig-configs."a\\"b"'), ('mig-configs."a\\"b"', "mig-configs"),
