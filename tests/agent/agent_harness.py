@@ -11,13 +11,12 @@ import os
 import signal
 import subprocess
 import sys
-import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from kubernetes import client as k8s
+from polling import until  # noqa: F401 - the agent tests import it from here
 from kubernetes.client import ApiClient
 
 from migops.local import kubeconfig
@@ -62,16 +61,6 @@ def mig_configmap(text: str = DEFAULT_CONFIG) -> dict:
 FAST = ["--pod-timeout", "3", "--retry-base", "0.5", "--retry-max", "2", "--mode-change-settle", "0"]
 
 
-def until(check: Callable[[], Any], timeout: float = 60.0, what: str = "condition") -> Any:
-    """Poll until `check()` is truthy; generous timeouts (2 shared cores), never a speed assertion."""
-    deadline = time.monotonic() + timeout
-    last = None
-    while time.monotonic() < deadline:
-        last = check()
-        if last:
-            return last
-        time.sleep(0.1)
-    raise AssertionError(f"{what} not met after {timeout:.0f}s (last: {last!r})")
 
 
 def seed_node(api: ApiClient, name: str, gpu: str = "0x233010DE", count: int = 8, strategy: str = "mixed") -> NodeSpec:

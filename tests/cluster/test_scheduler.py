@@ -5,11 +5,11 @@ what is left on a node, and its reasons for leaving a Pod Pending are the schedu
 """
 from __future__ import annotations
 
-import time
 import uuid
 from collections.abc import Callable, Iterator
 
 import pytest
+from polling import until
 from kubernetes import client as k8s
 from kubernetes.client import ApiClient
 
@@ -24,14 +24,6 @@ def scheduler(control_plane: ControlPlane) -> ControlPlane:
     return control_plane
 
 
-def _until(check: Callable[[], object], timeout: float = 30.0) -> object:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = check()
-        if value:
-            return value
-        time.sleep(0.1)
-    raise AssertionError("condition not met in time")
 
 
 @pytest.fixture
@@ -66,7 +58,7 @@ def test_a_pod_lands_on_the_node_with_the_profile_and_uses_it_up(admin: ApiClien
     big = mig_node({"nvidia.com/mig-3g.40gb": "1", "nvidia.com/mig-1g.10gb": "2"})
     mig_node({"nvidia.com/mig-1g.10gb": "7"})  # has no 3g.40gb: never chosen for it
     core.create_namespaced_pod(namespace, _pod("first", {"nvidia.com/mig-3g.40gb": "1"}))
-    bound = _until(lambda: core.read_namespaced_pod("first", namespace).spec.node_name)
+    bound = until(lambda: core.read_namespaced_pod("first", namespace).spec.node_name)
     assert bound == big
     # The node's one 3g.40gb instance is taken: a second pod asking for it waits, with the scheduler's reason.
     core.create_namespaced_pod(namespace, _pod("second", {"nvidia.com/mig-3g.40gb": "1"}))
@@ -75,7 +67,7 @@ def test_a_pod_lands_on_the_node_with_the_profile_and_uses_it_up(admin: ApiClien
         events = core.list_namespaced_event(namespace, field_selector="involvedObject.name=second").items
         return next((e.message for e in events if e.reason == "FailedScheduling"), "")
 
-    message = _until(reason)
+    message = until(reason)
     assert "Insufficient nvidia.com/mig-3g.40gb" in message
     assert core.read_namespaced_pod("second", namespace).spec.node_name is None
 
@@ -86,4 +78,4 @@ def test_single_strategy_pod_goes_where_the_product_label_says(admin: ApiClient,
     sliced = mig_node({"nvidia.com/gpu": "14"}, {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3-MIG-1g.10gb"})
     core.create_namespaced_pod(namespace, _pod("single", {"nvidia.com/gpu": "1"},
                                                {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3-MIG-1g.10gb"}))
-    assert _until(lambda: core.read_namespaced_pod("single", namespace).spec.node_name) == sliced
+    assert until(lambda: core.read_namespaced_pod("single", namespace).spec.node_name) == sliced

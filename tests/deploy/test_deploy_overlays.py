@@ -20,15 +20,15 @@ import shutil
 import signal
 import ssl
 import subprocess
-import time
 import urllib.request
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
+from polling import until
 import yaml
 from kubernetes import client as k8s
 from kubernetes.client import ApiClient
@@ -47,16 +47,6 @@ GPU_OPERATOR = ("gpu-operator", "gpu-operator-mig-manager", "gpu-operator-webhoo
 WEBHOOK_KINDS = ("ValidatingWebhookConfiguration", "MutatingWebhookConfiguration")
 
 
-def until(check: Callable[[], Any], timeout: float = 60.0, what: str = "condition") -> Any:
-    """Poll until `check()` is truthy; generous timeouts (shared cores), never a speed assertion."""
-    deadline = time.monotonic() + timeout
-    last = None
-    while time.monotonic() < deadline:
-        last = check()
-        if last:
-            return last
-        time.sleep(0.2)
-    raise AssertionError(f"{what} not met after {timeout:.0f}s (last: {last!r})")
 
 
 @dataclass

@@ -3,9 +3,10 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 
 import pytest
+from polling import until
 from kubernetes import client as k8s
 from kubernetes.client import ApiClient
 from kubernetes.client.exceptions import ApiException
@@ -18,13 +19,6 @@ from migops.local.cluster import apply_cluster_policy, install_clusterpolicy_crd
 from migops.local.controlplane import ControlPlane
 
 
-def _until(check: Callable[[], bool], timeout: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if check():
-            return
-        time.sleep(0.05)
-    raise AssertionError("condition not met in time")
 
 
 def _cm(name: str, ns: str, data: dict) -> dict:
@@ -73,7 +67,7 @@ def test_informer_lists_then_follows_changes(admin: ApiClient, namespace: str) -
         core.delete_namespaced_config_map("after", namespace)
         # watch_timeout=1: the server ends the watch every second; each is resumed, not re-listed.
         time.sleep(2.5)
-        _until(lambda: inf.get(f"{namespace}/before")["data"] == {"k": "3"} and f"{namespace}/after" not in inf.items())
+        until(lambda: inf.get(f"{namespace}/before")["data"] == {"k": "3"} and f"{namespace}/after" not in inf.items())
         assert inf.lists == 1
     with lock:
         assert ("ADDED", "before") in seen and ("ADDED", "after") in seen
@@ -118,26 +112,26 @@ def test_informer_lists_again_when_its_resource_version_expires(compacting_plane
         with Informer(core.list_namespaced_config_map, "default", watch_timeout=1, backoff=(0.05, 0.2)) as again:
             assert again.wait_synced(20)
             again.resource_version = stale  # as if it had been disconnected for long
-            _until(lambda: again.lists >= 2)
+            until(lambda: again.lists >= 2)
             ssa.apply(api, _cm("after-expiry", "default", {}), field_manager="t")
-            _until(lambda: "default/after-expiry" in again.items())
+            until(lambda: "default/after-expiry" in again.items())
 
 
 def test_informer_relists_after_the_connection_breaks(admin: ApiClient, namespace: str) -> None:
     core = k8s.CoreV1Api(admin)
     with Informer(core.list_namespaced_config_map, namespace, watch_timeout=60, backoff=(0.05, 0.2)) as inf:
         assert inf.wait_synced(20)
-        _until(lambda: inf._response is not None)  # noqa: SLF001
+        until(lambda: inf._response is not None)  # noqa: SLF001
         inf._response.shutdown()  # noqa: SLF001 - a dropped connection
         ssa.apply(admin, _cm("later", namespace, {}), field_manager="t")
-        _until(lambda: f"{namespace}/later" in inf.items())
+        until(lambda: f"{namespace}/later" in inf.items())
         assert inf.lists >= 2
 
 
 def test_informer_stop_is_prompt_during_a_long_watch(admin: ApiClient, namespace: str) -> None:
     inf = Informer(k8s.CoreV1Api(admin).list_namespaced_config_map, namespace, watch_timeout=300).start()
     assert inf.wait_synced(20)
-    _until(lambda: inf._response is not None)  # noqa: SLF001
+    until(lambda: inf._response is not None)  # noqa: SLF001
     inf.stop(timeout=10)
     assert not inf._thread.is_alive()  # noqa: SLF001
 
@@ -181,7 +175,7 @@ def test_informer_missing_ok_counts_an_absent_kind_as_empty_until_it_appears(adm
                     return True
                 except ApiException:
                     return False
-            _until(create)
-            _until(lambda: "w1" in inf.items() and not inf.missing)
+            until(create)
+            until(lambda: "w1" in inf.items() and not inf.missing)
         finally:
             k8s.ApiextensionsV1Api(admin).delete_custom_resource_definition(f"{plural}.{group}")

@@ -5,11 +5,11 @@ label + digest annotation under the field manager migops-agent), or what NVIDIA'
 """
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from typing import Any
 
 from kubernetes import client as k8s
+from polling import until
 from kubernetes.client import ApiClient
 
 from migops.kube import ssa
@@ -57,15 +57,16 @@ def migsync(api: ApiClient, name: str, namespace: str = "migops-system") -> dict
 
 
 def eventually(call: Callable[[], Any], ok: Callable[[Any], bool] = bool, timeout: float = 45.0) -> Any:
-    """Call until `ok(value)`; return the value. The API server and the loop are asynchronous."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = call()
-        if ok(value):
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"not met in {timeout:.0f}s: {value!r}")
-        time.sleep(0.1)
+    """Call until `ok(value)`; return the value (polling.until with a predicate: a value may be falsy
+    and still what the test waits for)."""
+    seen: list[Any] = []
+
+    def check() -> bool:
+        seen.append(call())
+        return ok(seen[-1])
+
+    until(check, timeout, what=f"ok({call})")
+    return seen[-1]
 
 
 def condition(obj: dict[str, Any], kind: str) -> dict[str, Any]:
