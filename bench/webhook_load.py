@@ -13,7 +13,8 @@
    vs not, phases interleaved, as ratios, for (a) a content change (a new geometry every time: the
    case the webhook exists for), (b) a label change and (c) a Flux-style re-apply of the same object.
    For (a), where the time goes (the webhook's own time per call, from its metrics) and the same with
-   the mutating webhook not registered (what the annotations cost).
+   the mutating webhook not registered (what the annotations cost), and with a do-nothing validating
+   webhook registered instead (bench/_trivial_server.py: the least one webhook call costs here).
 Everything runs on this machine: control plane, webhook, load generator (so they share its cores);
 the load average is printed with each figure. Environment: BENCH_WORKERS (2), BENCH_THREADS (16),
 BENCH_DURATION (5s), BENCH_PAIRS (6), BENCH_UPDATES (60 per phase).
@@ -262,7 +263,7 @@ def webhook_seconds(pool: urllib3.HTTPSConnectionPool) -> dict[str, tuple[float,
     return {k: (v[0], v[1]) for k, v in out.items()}
 
 
-def through_api_server(api: k8s.ApiClient, url: str, bundle: bytes) -> None:
+def through_api_server(api: k8s.ApiClient, url: str, bundle: bytes, trivial_url: str) -> None:
     core = k8s.CoreV1Api(api)
     port = int(url.rsplit(":", 1)[1])
     pool = urllib3.HTTPSConnectionPool("127.0.0.1", port, ssl_context=ssl.create_default_context(
@@ -287,9 +288,10 @@ def through_api_server(api: k8s.ApiClient, url: str, bundle: bytes) -> None:
     def registration(kind: str) -> None:
         if kind == "with webhook":
             register(api, url, bundle, field_manager="bench")
-        elif kind == "validating only":
+        elif kind in ("validating only", "do-nothing webhook"):
             unregister(api)
-            validating, _ = configurations({"url": url}, bundle)
+            target = url if kind == "validating only" else f"{trivial_url}/echo"
+            validating, _ = configurations({"url": target}, bundle)
             ssa.apply(api, validating, field_manager="bench", force=True)
         else:
             unregister(api)
@@ -307,7 +309,7 @@ def through_api_server(api: k8s.ApiClient, url: str, bundle: bytes) -> None:
     kinds["(a) content change, a new geometry"] = measured(content_change)
     kinds["(b) label change"] = measured(label_change)
     kinds["(c) re-apply of the same object (SSA)"] = timed_reapply
-    phases = ("with webhook", "without webhook", "validating only")
+    phases = ("with webhook", "without webhook", "validating only", "do-nothing webhook")
     times = {(k, p): [] for k in kinds for p in phases}
     inside: dict[str, list[float]] = {"validate": [], "mutate": []}
     calls: dict[tuple[str, str], float] = {}
@@ -340,6 +342,9 @@ def through_api_server(api: k8s.ApiClient, url: str, bundle: bytes) -> None:
             only = med["validating only"]
             print(f"  {'':<40} validating webhook only: {only:6.2f} ms = {only / med['without webhook']:.2f} "
                   f"(the annotating mutation costs {med['with webhook'] - only:+.2f} ms)")
+            floor = med["do-nothing webhook"]
+            print(f"  {'':<40} a do-nothing validating webhook (same registration, answers allow at once): "
+                  f"{floor:6.2f} ms = {floor / med['without webhook']:.2f} (the least one webhook call costs here)")
             extra = med["with webhook"] - med["without webhook"]
             v, m = statistics.median(inside["validate"]), statistics.median(inside["mutate"])
             print(f"  {'':<40} where the {extra:.2f} ms go: inside the webhook, validate {v:.2f} ms + mutate {m:.2f} ms; "
@@ -382,12 +387,11 @@ def main() -> int:
             body.write_bytes(review_body(configmap(DEFAULT_CONFIG), old=configmap(DEFAULT_CONFIG)))
             if os.environ.get("BENCH_SKIP_LOAD") != "1":
                 direct_load(vegeta_bin, ours_url, trivial_url, body, ca)
-            stop(trivial[1], popen=trivial[0])
             print(f"\n2. First review of a new ConfigMap (cache miss), default config, {len(MODELS)} GPU models "
                   "on 10 nodes, 3 nodes selecting configs besides all-disabled")
             first_review_in_process(api)
             first_review_https(ours_port, bundle)
-            through_api_server(api, ours_url, bundle)
+            through_api_server(api, ours_url, bundle, trivial_url)
         finally:
             stop(ours[1], popen=ours[0])
             stop(trivial[1], popen=trivial[0])
