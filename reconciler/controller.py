@@ -36,6 +36,7 @@ from migops.kube import events
 from migops.kube.clusterpolicy import read_settings
 from migops.kube.informer import Informer
 from migops.kube.names import (CONFIGMAP_KEY, MIG_CONFIG_LABEL, MIG_CONFIG_STATE_LABEL, RECONCILER_CONTROLLER,
+                               RESUME_ANNOTATION,
                                STATE_FAILED, STATE_SUCCESS)
 from migops.reconciler import status as st
 from migops.reconciler.apply import WriteError, Writer
@@ -386,11 +387,11 @@ class Reconciler:
 
     def _check_resume(self) -> None:
         obj = self._migsync_object()
-        token = ((obj or {}).get("metadata") or {}).get("annotations", {}).get(st.RESUME_ANNOTATION)
+        token = ((obj or {}).get("metadata") or {}).get("annotations", {}).get(RESUME_ANNOTATION)
         if token and token != self._handled_resume:
             self._acknowledge(f"resume {token!r}")
             self._handled_resume = token
-            self._event(("resume", token), "RolloutResumed", f"resumed ({st.RESUME_ANNOTATION}={token})")
+            self._event(("resume", token), "RolloutResumed", f"resumed ({RESUME_ANNOTATION}={token})")
 
     # ------------------------------------------------------------------------------ apply
     def _cluster_nodes(self) -> dict[str, dict[str, Any]]:
@@ -549,7 +550,7 @@ class Reconciler:
             h = p.halted[0]
             more = f" (and {len(p.halted) - 1} more)" if len(p.halted) > 1 else ""
             return (f"rollout of {revision[:12]} halted: node {h.name} failed to apply {h.config!r}: {h.message}{more}; "
-                    f"push a new commit or resume (kubectl annotate migsync {self.name} {st.RESUME_ANNOTATION}=<new value> --overwrite)")
+                    f"push a new commit or resume (kubectl annotate migsync {self.name} {RESUME_ANNOTATION}=<new value> --overwrite)")
         if p.converged:
             return f"revision {revision[:12]} applied: {inside}/{len(p.nodes)} nodes in sync"
         return (f"rolling out {revision[:12]}: {inside}/{len(p.nodes)} nodes in sync, {p.unavailable} reconfiguring "

@@ -26,7 +26,6 @@ GROUP, VERSION, PLURAL, KIND = "migops.io", "v1alpha1", "migsyncs", "MigSync"
 API_VERSION = f"{GROUP}/{VERSION}"
 CRD_NAME = f"{PLURAL}.{GROUP}"
 DEFAULT_NAME, DEFAULT_NAMESPACE = "migops", "migops-system"
-RESUME_ANNOTATION = "migops.io/resume"  # set to any new value to resume a halted rollout
 MAX_STATUS_NODES = 1000  # keeps the object far below etcd's request limit at 10,000 nodes
 DEFAULT_INTERVAL = 60.0
 _DURATION = re.compile(r"([0-9]+(?:\.[0-9]+)?)(ms|s|m|h)")

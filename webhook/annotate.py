@@ -17,15 +17,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from migops.kube.names import CONFIG_DIGEST_ANNOTATION, VALIDATED_GPUS_ANNOTATION, VALIDATED_STRATEGY_ANNOTATION
 from migops.webhook import checks
 from migops.webhook.admission import ALLOW, Request, Verdict, allow, annotations, escape_pointer
 from migops.webhook.configmaps import in_scope, payload
 from migops.webhook.state import Snapshot
 
-DIGEST_ANNOTATION = "migops.io/config-digest"
-STRATEGY_ANNOTATION = "migops.io/validated-strategy"
-GPUS_ANNOTATION = "migops.io/validated-gpus"
-OURS = (DIGEST_ANNOTATION, STRATEGY_ANNOTATION, GPUS_ANNOTATION)
+OURS = (CONFIG_DIGEST_ANNOTATION, VALIDATED_STRATEGY_ANNOTATION, VALIDATED_GPUS_ANNOTATION)
 
 
 def owned(obj: Mapping[str, Any] | None) -> frozenset[str]:
@@ -56,8 +54,8 @@ def wanted(req: Request, snap: Snapshot) -> dict[str, str]:
         for node in snap.nodes:
             if node.config:
                 models.update(g.device_id for g in node.gpus)
-    return {DIGEST_ANNOTATION: "sha256:" + checks.digest(text), STRATEGY_ANNOTATION: snap.strategy,
-            GPUS_ANNOTATION: ",".join(sorted(models)) or "catalogue"}
+    return {CONFIG_DIGEST_ANNOTATION: "sha256:" + checks.digest(text), VALIDATED_STRATEGY_ANNOTATION: snap.strategy,
+            VALIDATED_GPUS_ANNOTATION: ",".join(sorted(models)) or "catalogue"}
 
 
 def mutate(req: Request, snap: Snapshot) -> Verdict:

@@ -9,21 +9,21 @@ from __future__ import annotations
 
 import difflib
 
-from migops.kube.names import MIG_CONFIG_LABEL
+from migops.kube.names import DEVICE_ID_LABEL, GPU_COUNT_LABEL, GPU_PRODUCT_LABEL, GPUS_ANNOTATION, MIG_CONFIG_LABEL
 from migops.mig.problems import MigError, key_path
 from migops.webhook import checks
 from migops.webhook.admission import ALLOW, Request, Verdict, allow, deny, labels, merge_warnings
 from migops.webhook.findings import Finding, Warning_, split
 from migops.webhook.state import Snapshot, node_view
 
-_GPU_KEYS = ("nvidia.com/gpu.product", "nvidia.com/gpu.count", "migops.io/gpu.device-id")
+_GPU_KEYS = (GPU_PRODUCT_LABEL, GPU_COUNT_LABEL, DEVICE_ID_LABEL)
 
 
 def cache_key(req: Request) -> tuple:
     new, old = labels(req.object), labels(req.old_object)
     annotations = ((req.object or {}).get("metadata") or {}).get("annotations") or {}
     return (req.name, req.operation, new.get(MIG_CONFIG_LABEL), old.get(MIG_CONFIG_LABEL),
-            tuple(new.get(k) for k in _GPU_KEYS), annotations.get("migops.io/gpus") if isinstance(annotations, dict) else None)
+            tuple(new.get(k) for k in _GPU_KEYS), annotations.get(GPUS_ANNOTATION) if isinstance(annotations, dict) else None)
 
 
 def validate(req: Request, snap: Snapshot) -> Verdict:

@@ -19,6 +19,7 @@ from collections.abc import Iterator, Mapping
 from functools import cache
 from typing import Any
 
+from migops.kube.names import TRANSLATE_LABEL, TRANSLATED_ANNOTATION
 from migops.mig.catalogue import GpuModel, catalogue
 from migops.mig.gfd import advertise, resource_name
 from migops.mig.profile import compute_subprofile_allowed, parse_profile
@@ -29,8 +30,6 @@ from migops.webhook.state import MIG_RESOURCE_PREFIX, Snapshot
 
 GPU_RESOURCE = "nvidia.com/gpu"
 PRODUCT_LABEL = "nvidia.com/gpu.product"
-TRANSLATE_LABEL = "migops.io/mig-translate"  # on a Namespace: "single" opts its Pods in to translation
-TRANSLATED_ANNOTATION = "migops.io/mig-translated-from"
 _CONTAINER_LISTS = ("initContainers", "containers")
 
 

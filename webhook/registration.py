@@ -25,16 +25,16 @@ from typing import Any
 from kubernetes import client as k8s
 
 from migops.kube import ssa
+from migops.kube.names import CONFIG_DIGEST_ANNOTATION, MIG_CONFIGMAP_LABEL, TRANSLATE_LABEL, WEBHOOK_SKIP_LABEL
 
 NAME = "migops-webhook"
 SERVICE_NAMESPACE = "migops-system"
-SKIP_LABEL = "migops.io/webhook"
 OPERATOR_NAMESPACE = "gpu-operator"
 TIMEOUT_SECONDS = 5
 
 _EXCLUDED = {"matchExpressions": [
     {"key": "kubernetes.io/metadata.name", "operator": "NotIn", "values": ["kube-system", "kube-node-lease"]},
-    {"key": SKIP_LABEL, "operator": "NotIn", "values": ["skip"]},
+    {"key": WEBHOOK_SKIP_LABEL, "operator": "NotIn", "values": ["skip"]},
 ]}
 
 
@@ -50,8 +50,8 @@ def _label(var: str) -> str:
 _MIG_CONFIGMAP = " || ".join([
     _has_key("object", "data", "config.yaml"), _has_key("oldObject", "data", "config.yaml"),
     _has_key("object", "binaryData", "config.yaml"),
-    _has_key("object", "metadata.labels", "migops.io/mig-config"),
-    _has_key("oldObject", "metadata.labels", "migops.io/mig-config"),
+    _has_key("object", "metadata.labels", MIG_CONFIGMAP_LABEL),
+    _has_key("oldObject", "metadata.labels", MIG_CONFIGMAP_LABEL),
     f"request.namespace == '{OPERATOR_NAMESPACE}'",
 ])
 
@@ -73,12 +73,12 @@ def _label_value(var: str, key: str) -> str:
 # Kubernetes itself ratchets CRD validation (an unchanged field is not judged again). CREATE and
 # DELETE are always sent.
 _MIG_CONTENT_CHANGED = (f"request.operation != 'UPDATE' || !({_same('data')} && {_same('binaryData')} && "
-                        f"{_label_value('object', 'migops.io/mig-config')} == "
-                        f"{_label_value('oldObject', 'migops.io/mig-config')})")
+                        f"{_label_value('object', MIG_CONFIGMAP_LABEL)} == "
+                        f"{_label_value('oldObject', MIG_CONFIGMAP_LABEL)})")
 # The mutation (annotate.py) is also wanted when the write dropped its digest annotation, so the
 # annotations always describe the content in force.
 _DIGEST_MISSING = ("!(has(object.metadata.annotations) && "
-                   "'migops.io/config-digest' in object.metadata.annotations)")
+                   f"'{CONFIG_DIGEST_ANNOTATION}' in object.metadata.annotations)")
 _NODE_LABEL_CHANGED = (f"request.operation == 'CREATE' ? {_label('object')} != '' : "
                        f"{_label('object')} != {_label('oldObject')}")
 
@@ -126,7 +126,7 @@ def configurations(client: dict[str, Any], ca_bundle: bytes | None = None) -> li
     {"service": {"name", "namespace", "port"}} or {"url": "https://host:port"}."""
     if ca_bundle:
         client = {**client, "caBundle": base64.b64encode(ca_bundle).decode()}
-    translate = {"matchLabels": {"migops.io/mig-translate": "single"}, **copy.deepcopy(_EXCLUDED)}
+    translate = {"matchLabels": {TRANSLATE_LABEL: "single"}, **copy.deepcopy(_EXCLUDED)}
     validating = [
         _hook("configmaps.validate.migops.io", "/validate", client,
               [_rule("", "v1", "configmaps", "CREATE", "UPDATE", "DELETE")], "Fail",

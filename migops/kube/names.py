@@ -30,6 +30,16 @@ APPLIED_ANNOTATION = "migops.io/mig.config.applied"
 DIGEST_ANNOTATION = "migops.io/mig.config.digest"
 REASON_ANNOTATION = "migops.io/mig.config.reason"
 LAYOUT_ANNOTATION = "migops.io/mig.layout"
+RESUME_ANNOTATION = "migops.io/resume"  # on a MigSync: set to any new value to resume a halted rollout
+# The webhook's: on a Namespace, "skip" keeps every migops webhook out of it.
+WEBHOOK_SKIP_LABEL = "migops.io/webhook"
+# On a Namespace: "single" opts its Pods in to translation (mig-<profile> -> nvidia.com/gpu + nodeSelector).
+TRANSLATE_LABEL = "migops.io/mig-translate"
+TRANSLATED_ANNOTATION = "migops.io/mig-translated-from"
+# On a MIG ConfigMap, by the mutating webhook: what its content was validated for.
+CONFIG_DIGEST_ANNOTATION = "migops.io/config-digest"
+VALIDATED_STRATEGY_ANNOTATION = "migops.io/validated-strategy"
+VALIDATED_GPUS_ANNOTATION = "migops.io/validated-gpus"
 
 # Field managers (server-side apply) and event reporters.
 RECONCILER_MANAGER = "migops-reconciler"

@@ -10,7 +10,7 @@ from kubernetes import client as k8s
 from migops.gitops.verify import TrustPolicy
 from migops.reconciler.apply import WriteError, Writer
 from migops.kube.names import MIG_CONFIG_LABEL
-from migops.reconciler.status import RESUME_ANNOTATION
+from migops.kube.names import RESUME_ANNOTATION
 
 
 def _pool(pool: str, config: str = "all-1g.10gb", **kw) -> str:  # noqa: ANN003
