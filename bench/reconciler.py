@@ -36,7 +36,8 @@ from gitrepo import CONFIG_YAML, GitRepo, nodes_yaml  # noqa: E402
 from kubernetes import client as k8s  # noqa: E402
 
 from migops.local.binaries import locate  # noqa: E402
-from migops.local.cluster import apply_cluster_policy, install_clusterpolicy_crd, plan_nodes  # noqa: E402
+from migops.local import cluster  # noqa: E402
+from migops.local.cluster import plan_nodes  # noqa: E402
 from migops.local.controlplane import ControlPlane  # noqa: E402
 from migops.mig.catalogue import catalogue  # noqa: E402
 from migops.mig.spec import parse_config  # noqa: E402
@@ -128,10 +129,8 @@ def run(count: int) -> dict[str, float]:
             plane.api_client() as api:
         tmp_path = Path(tmp)
         core = k8s.CoreV1Api(api)
-        for ns in ("gpu-operator", "migops-system"):
-            core.create_namespace({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
-        install_clusterpolicy_crd(api)
-        apply_cluster_policy(api, "mixed")
+        cluster.seed(api, (), "mixed")  # the GPU Operator's namespace and ClusterPolicy; nodes below
+        core.create_namespace({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "migops-system"}})
         install_crd(api, field_manager="bench")
         began = time.monotonic()
         names = seed(api, count)

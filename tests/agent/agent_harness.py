@@ -187,6 +187,20 @@ def state(api: ApiClient, node: str) -> str | None:
     return labels(api, node).get("nvidia.com/mig.config.state")
 
 
+def wait_failed(api: ApiClient, node: str, timeout: float = 60) -> set[str]:
+    """Wait for state `failed`; return every deploy-label value and state seen on the way, so a test
+    can assert what never happened (clients paused, `pending`)."""
+    seen: set[str] = set()
+
+    def failed() -> bool:
+        got = labels(api, node)
+        seen.update(v for k, v in got.items() if k.startswith("nvidia.com/gpu.deploy."))
+        seen.add(got.get("nvidia.com/mig.config.state", ""))
+        return got.get("nvidia.com/mig.config.state") == "failed"
+    until(failed, timeout, f"{node}: state failed")
+    return seen
+
+
 def node_events(api: ApiClient, node: str) -> list[Any]:
     items = k8s.CoreV1Api(api).list_namespaced_event("default", field_selector=f"involvedObject.name={node}").items
     return [e for e in items if e.reporting_component == "migops.io/agent"]

@@ -19,7 +19,7 @@ from kubernetes.client import ApiClient
 from agent_harness import ROOT, AgentProc, bound_token_kubeconfig, mig_configmap, seed_node
 from migops.kube import ssa
 from migops.local.binaries import locate
-from migops.local.cluster import apply_cluster_policy, install_clusterpolicy_crd
+from migops.local.cluster import seed
 from migops.local.controlplane import ControlPlane
 
 def kustomize(binaries_dir: Path, path: Path) -> list[dict]:
@@ -33,9 +33,7 @@ def agent_plane() -> Iterator[ControlPlane]:
     binaries = locate()
     with ControlPlane(binaries) as plane:
         with plane.api_client() as api:
-            k8s.CoreV1Api(api).create_namespace({"metadata": {"name": "gpu-operator"}})
-            install_clusterpolicy_crd(api)
-            apply_cluster_policy(api, "mixed")
+            seed(api, (), "mixed")  # the GPU Operator's namespace and ClusterPolicy; each test seeds its nodes
             for doc in kustomize(binaries.directory, ROOT / "manifests" / "base"):
                 # No webhook server runs beside these agents: registering its configurations (they call a
                 # Service that does not exist here, failurePolicy Fail) would refuse every MIG ConfigMap write.

@@ -8,7 +8,7 @@ import pytest
 from kubernetes import client as k8s
 
 from agent_harness import (DEFAULT_CONFIG, allocatable, annotations, labels, mig_configmap, set_config, set_strategy,
-                           state, until)
+                           state, until, wait_failed)
 from migops.kube import ssa
 
 pytestmark = pytest.mark.cluster
@@ -33,14 +33,8 @@ def test_instance_in_use_is_not_destroyed_and_nothing_is_paused(agent_admin, age
     _applied(agent_admin, agent.node, "all-balanced")
     agent.faults(in_use=[{"gpu": 2, "start": 4, "pids": [31337]}])  # the 3g.40gb on GPU 2 runs a job
     before = agent.ops()
-    seen: set[str] = set()
     set_config(agent_admin, agent.node, "all-1g.10gb")
-
-    def failed() -> bool:
-        got = labels(agent_admin, agent.node)
-        seen.update(v for k, v in got.items() if k.startswith("nvidia.com/gpu.deploy."))
-        return got.get("nvidia.com/mig.config.state") == "failed"
-    until(failed, 60, "failed")
+    seen = wait_failed(agent_admin, agent.node)
     reason = annotations(agent_admin, agent.node)["migops.io/mig.config.reason"]
     assert "GPU 2: 3g.40gb@4 (pids 31337)" in reason and "nothing was paused" in reason
     assert "paused-for-mig-change" not in seen

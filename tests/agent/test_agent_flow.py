@@ -7,7 +7,7 @@ import json
 import pytest
 from kubernetes import client as k8s
 
-from agent_harness import allocatable, annotations, labels, node_events, set_config, state, until
+from agent_harness import allocatable, annotations, labels, node_events, set_config, state, until, wait_failed
 
 pytestmark = pytest.mark.cluster
 
@@ -87,15 +87,8 @@ def test_invalid_config_fails_before_anything_is_paused(agent_admin, agents) -> 
     agent = agents("invalid-1")
     _success_for(agent_admin, agent.node, "all-disabled")
     before = agent.ops()
-    seen: set[str] = set()
     set_config(agent_admin, agent.node, "too-many")
-
-    def failed() -> bool:
-        got = labels(agent_admin, agent.node)
-        seen.update(v for k, v in got.items() if k.startswith("nvidia.com/gpu.deploy."))
-        seen.add(got.get("nvidia.com/mig.config.state", ""))
-        return got.get("nvidia.com/mig.config.state") == "failed"
-    until(failed, 60, "state failed")
+    seen = wait_failed(agent_admin, agent.node)
     assert "paused-for-mig-change" not in seen and "pending" not in seen
     reason = annotations(agent_admin, agent.node)["migops.io/mig.config.reason"]
     assert "too-many" in reason and "count-exceeds-max" in reason and "at most 7" in reason

@@ -21,7 +21,7 @@ from kubernetes.client import ApiClient
 
 from migops.kube import ssa
 from migops.local.binaries import locate
-from migops.local.cluster import apply_cluster_policy, apply_node, install_clusterpolicy_crd, plan_nodes
+from migops.local.cluster import apply_node, plan_nodes, seed
 from migops.local.controlplane import ControlPlane
 from migops.mig.catalogue import catalogue
 from migops.reconciler.status import install_crd
@@ -34,11 +34,8 @@ H100 = "0x233010DE"
 def rplane() -> Iterator[ControlPlane]:
     with ControlPlane(locate()) as plane:
         with plane.api_client() as api:
-            core = k8s.CoreV1Api(api)
-            for ns in ("gpu-operator", "migops-system"):
-                core.create_namespace({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
-            install_clusterpolicy_crd(api)
-            apply_cluster_policy(api, "mixed")
+            seed(api, (), "mixed")  # the GPU Operator's namespace and ClusterPolicy, no nodes yet
+            k8s.CoreV1Api(api).create_namespace({"metadata": {"name": "migops-system"}})
             install_crd(api, field_manager="migops-test")
         yield plane
 
