@@ -31,6 +31,15 @@ DIGEST_ANNOTATION = "migops.io/mig.config.digest"
 REASON_ANNOTATION = "migops.io/mig.config.reason"
 LAYOUT_ANNOTATION = "migops.io/mig.layout"
 RESUME_ANNOTATION = "migops.io/resume"  # on a MigSync: set to any new value to resume a halted rollout
+# On a Node, by the agent: what differs between the GPUs and the applied config ("gpu 1: missing 3g.40gb@4"),
+# present only while they differ; the reconciler counts such a node as not in sync.
+DRIFT_ANNOTATION = "migops.io/mig.drift"
+# On a Node, by the reconciler: "<namespace>/<migsync>" that owns its nvidia.com/mig.config (git is the only
+# writer: the webhook denies anyone else's change of that label while this is set).
+MANAGED_BY_ANNOTATION = "migops.io/managed-by"
+# On a Node, by a person: "true" takes it out of management (the reconciler leaves it and drops the
+# annotation above; the webhook lets anyone set its nvidia.com/mig.config again).
+UNMANAGED_LABEL = "migops.io/unmanaged"
 # The webhook's: on a Namespace, "skip" keeps every migops webhook out of it.
 WEBHOOK_SKIP_LABEL = "migops.io/webhook"
 # On a Namespace: "single" opts its Pods in to translation (mig-<profile> -> nvidia.com/gpu + nodeSelector).
