@@ -1,6 +1,6 @@
 """`migops agent`: the node agent (agent/), one process per GPU node.
 
-    migops agent --node NAME --backend nvml|simulated [--gpus 8x0x233010DE] [--state-file F] [--kubeconfig F]
+    migops agent --node NAME --backend nvml|simulated [--gpus 8x0x233010DE] [--state-file F] [--kubeconfig F] [--context NAME]
 
 Environment variables mig-manager users know are read as defaults: NODE_NAME, WITH_REBOOT,
 WITH_SHUTDOWN_HOST_GPU_CLIENTS, GPU_CLIENTS_FILE, DEFAULT_GPU_CLIENTS_NAMESPACE, KUBECONFIG.
@@ -16,6 +16,7 @@ import sys
 import threading
 from pathlib import Path
 
+from migops.kube import client as kube_client
 from migops.usage import EXIT_INVALID, EXIT_OK, UsageError
 
 DEFAULT_WORK_DIR = "/var/lib/migops-agent"
@@ -37,7 +38,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # noqa: SLF001
                    "0x233010DE,0x20B510DE (needed when the state file does not exist yet)")
     a.add_argument("--state-file", metavar="F", help=f"simulated GPUs' state (default {DEFAULT_WORK_DIR}/gpus.json)")
     a.add_argument("--faults-file", metavar="F", help="simulated fault injection (default <state-file>.faults)")
-    a.add_argument("--kubeconfig", metavar="F", help="default: $KUBECONFIG, else the pod's service account")
+    kube_client.add_arguments(a)
     a.add_argument("--work-dir", default=DEFAULT_WORK_DIR, metavar="D",
                    help=f"where the agent keeps its journal (default {DEFAULT_WORK_DIR})")
     a.add_argument("--config-map", metavar="NS/NAME", help="MIG ConfigMap (default: the ClusterPolicy's)")
@@ -108,7 +109,7 @@ def cmd_agent(args: argparse.Namespace) -> int:
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())  # until the agent exists; then agent.shutdown
-    api = api_client(args.kubeconfig)
+    api = api_client(args.kubeconfig, args.context)
     try:
         check_identity(api, args.node)
     except IdentityError as exc:

@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from migops.kube import client as kube_client
 from migops.usage import EXIT_INVALID, EXIT_OK, UsageError
 
 EXIT_FAILED = 3
@@ -55,7 +56,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # noqa: SLF001
     s.add_argument("-n", "--namespace", default="migops-system")
     s.add_argument("-A", "--all-namespaces", action="store_true")
     s.add_argument("--nodes", action="store_true", help="per-node desired config, phase, state and revision")
-    s.add_argument("--kubeconfig", type=Path, help="default $KUBECONFIG, else in-cluster")
+    kube_client.add_arguments(s)
     s.add_argument("-o", "--output", choices=("text", "json"), default="text")
     s.set_defaults(func=cmd_status)
 
@@ -64,7 +65,7 @@ def _source_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--repo", metavar="URL", help="git URL: path, file://, https:// or ssh://")
     p.add_argument("--ref", metavar="REF", help="branch, tag or commit (default: the remote's HEAD)")
     p.add_argument("--path", default="", metavar="P", help="directory holding config.yaml and nodes.yaml")
-    p.add_argument("--kubeconfig", type=Path, help="default $KUBECONFIG, else in-cluster")
+    kube_client.add_arguments(p)
     p.add_argument("--name", default="migops", help="the MigSync that holds the spec/status (default migops)")
     p.add_argument("-n", "--namespace", default="migops-system", help="its namespace (default migops-system)")
     p.add_argument("--allowed-signers", type=Path, metavar="FILE",
@@ -116,13 +117,11 @@ def _logging(verbose: int) -> None:
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
 
 
-def _api(kubeconfig: Path | None):  # noqa: ANN202
+def _api(args: argparse.Namespace):  # noqa: ANN202
     from kubernetes.config.config_exception import ConfigException
 
-    from migops.kube.client import api_client
-
     try:
-        return api_client(kubeconfig)
+        return kube_client.api_client(args.kubeconfig, args.context)
     except (ConfigException, OSError) as exc:
         raise UsageError(f"no cluster to talk to: {exc}") from None
 
@@ -131,7 +130,7 @@ def _reconciler(args: argparse.Namespace, *, dry_run: bool, once: bool):  # noqa
     from migops.reconciler.controller import Reconciler
 
     spec = _spec(args)
-    api = _api(args.kubeconfig)
+    api = _api(args)
     rec = Reconciler(api, name=args.name, namespace=args.namespace, spec=spec, cache_dir=args.cache_dir,
                      auth=_auth(args), dry_run=dry_run, workers=getattr(args, "workers", 8),
                      enforce_last_good=not once)
@@ -235,7 +234,7 @@ def cmd_status(args: argparse.Namespace) -> int:
     from migops.reconciler import status as st
     from migops.render import table
 
-    api = _api(args.kubeconfig)
+    api = _api(args)
     objects = k8s.CustomObjectsApi(api)
     try:
         if args.all_namespaces:

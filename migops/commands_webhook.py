@@ -7,6 +7,7 @@ import sys
 import time
 from pathlib import Path
 
+from migops.kube import client as kube_client
 from migops.usage import EXIT_OK, UsageError
 
 
@@ -14,13 +15,13 @@ def register(sub: argparse._SubParsersAction) -> None:  # noqa: SLF001
     w = sub.add_parser("webhook", help="serve the validating + mutating admission webhook (TLS)",
                        description="Serve POST /validate and /mutate (AdmissionReview v1), /healthz, /readyz and "
                        "/metrics with gunicorn (gthread workers, keep-alive) over TLS. Cluster state comes from "
-                       "watches on the API server named by --kubeconfig (default: $KUBECONFIG, else in-cluster).")
+                       "watches on the API server named by --kubeconfig and --context (found as kubectl finds it).")
     w.add_argument("--tls-cert", required=True, metavar="FILE", help="serving certificate (PEM); re-read for each "
                    "new connection, so a rotated file is used without a restart")
     w.add_argument("--tls-key", required=True, metavar="FILE", help="its private key (may be the same file)")
     w.add_argument("--port", type=int, default=8443, metavar="N", help="port (default 8443)")
     w.add_argument("--bind-address", default="0.0.0.0", metavar="ADDR", help="address (default 0.0.0.0)")
-    w.add_argument("--kubeconfig", metavar="FILE", help="kubeconfig (default $KUBECONFIG, else the service account)")
+    kube_client.add_arguments(w)
     w.add_argument("--workers", type=int, default=1, metavar="N", help="worker processes (default 1)")
     w.add_argument("--threads", type=int, default=16, metavar="N", help="threads per worker (default 16: at least the connections the API server keeps open)")
     w.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"))
@@ -38,7 +39,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # noqa: SLF001
         where.add_argument("--dir", type=Path, metavar="DIR", help="a directory (ca.crt, ca.key, ca-bundle.crt, "
                            "tls.pem = key + certificate, tls.crt, tls.key)")
         where.add_argument("--secret", metavar="NAMESPACE/NAME", help="a kubernetes.io/tls Secret")
-        p.add_argument("--kubeconfig", metavar="FILE")
+        kube_client.add_arguments(p)
         if name == "show":
             p.set_defaults(func=cmd_certs_show)
             continue
@@ -68,16 +69,19 @@ def cmd_webhook(args: argparse.Namespace) -> int:
                                       port=args.port, workers=args.workers, threads=args.threads,
                                       log_level=args.log_level)
     try:
-        server.serve(options, server.app_from_kubeconfig(args.kubeconfig))
+        server.serve(options, server.app_from_kubeconfig(args.kubeconfig, args.context))
     except FileNotFoundError as exc:
         raise UsageError(str(exc)) from None
     return EXIT_OK
 
 
 def _api(args: argparse.Namespace):
-    from migops.kube.client import api_client
+    from kubernetes.config.config_exception import ConfigException
 
-    return api_client(args.kubeconfig)
+    try:
+        return kube_client.api_client(args.kubeconfig, args.context)
+    except (ConfigException, OSError) as exc:
+        raise UsageError(f"no cluster to talk to: {exc}") from None
 
 
 def _store(args: argparse.Namespace):

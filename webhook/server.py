@@ -63,7 +63,7 @@ def prepare_metrics_dir(workers: int) -> None:
         os.environ[MULTIPROC_ENV] = tempfile.mkdtemp(prefix="migops-webhook-metrics-", dir=base)
 
 
-def app_from_kubeconfig(kubeconfig: str | None) -> Callable[[], Any]:
+def app_from_kubeconfig(kubeconfig: str | None, context: str | None = None) -> Callable[[], Any]:
     """A factory run in each worker: informers on the API server, then the Flask app."""
 
     def load() -> Any:
@@ -73,7 +73,7 @@ def app_from_kubeconfig(kubeconfig: str | None) -> Callable[[], Any]:
         from migops.webhook.state import ClusterState
 
         logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-        state = ClusterState(api_client(kubeconfig)).start()
+        state = ClusterState(api_client(kubeconfig, context)).start()
         mig_resources()  # build the catalogue's tables now, not in the first review
         app = create_app(state)
         # Everything loaded so far (the Kubernetes client's models, Flask, the catalogue: ~75,000
