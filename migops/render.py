@@ -49,10 +49,34 @@ def draw_layout(gpu: GpuModel, layout: Sequence[Placement], indent: str = "  ") 
     ]
 
 
-def table(rows: Sequence[Sequence[str]], header: Sequence[str]) -> list[str]:
-    """A plain left-aligned table (like kubectl's), columns two spaces apart."""
-    widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
+def table(rows: Sequence[Sequence[str]], header: Sequence[str], width: int | None = None) -> list[str]:
+    """A plain left-aligned table (like kubectl's), columns two spaces apart. With `width`, the last
+    column's words wrap onto continuation lines under it, so no line is longer (unless the other columns
+    alone are: the last one then gets MIN_LAST columns)."""
+    cells = [[str(v) for v in r] for r in [header, *rows]]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(header))]
     lines = []
-    for row in [header, *rows]:
-        lines.append("  ".join(str(v).ljust(w) for v, w in zip(row, widths)).rstrip())
+    if width is not None:
+        lead = sum(w + 2 for w in widths[:-1])
+        widths[-1] = min(widths[-1], max(width - lead, MIN_LAST))
+    for row in cells:
+        *first, last = row
+        parts = _wrap(last, widths[-1]) if width is not None else [last]
+        lines.append("  ".join(v.ljust(w) for v, w in zip([*first, parts[0]], widths, strict=True)).rstrip())
+        pad = " " * sum(w + 2 for w in widths[:-1])
+        lines += [(pad + part).rstrip() for part in parts[1:]]
     return lines
+
+
+MIN_LAST = 20
+
+
+def _wrap(text: str, width: int) -> list[str]:
+    """Words onto lines of at most `width` characters (a longer word has a line of its own)."""
+    lines: list[str] = []
+    for word in text.split(" "):
+        if lines and len(lines[-1]) + 1 + len(word) <= width:
+            lines[-1] += " " + word
+        else:
+            lines.append(word)
+    return lines or [""]
