@@ -16,6 +16,7 @@ import sys
 import threading
 from pathlib import Path
 
+from migops import logs
 from migops.kube import client as kube_client
 from migops.usage import EXIT_INVALID, EXIT_OK, UsageError
 
@@ -67,7 +68,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # noqa: SLF001
     gfd.add_argument("--publish-gfd", dest="publish_gfd", action="store_true", default=None,
                      help="publish GFD labels and extended resources (default with --backend simulated)")
     gfd.add_argument("--no-publish-gfd", dest="publish_gfd", action="store_false")
-    a.add_argument("--log-level", default="INFO", choices=("DEBUG", "INFO", "WARNING", "ERROR"))
+    logs.add_arguments(a)
     a.set_defaults(func=cmd_agent)
 
 
@@ -83,8 +84,7 @@ def _split_configmap(text: str | None) -> tuple[str, str] | None:
 def cmd_agent(args: argparse.Namespace) -> int:
     if not args.node:
         raise UsageError("--node (or NODE_NAME) is required")
-    logging.basicConfig(level=getattr(logging, args.log_level), stream=sys.stderr,
-                        format=f"%(asctime)s %(levelname)s agent[{args.node}] %(name)s: %(message)s")
+    logs.from_args(args, "agent", {"node": args.node})
     from migops.agent.controller import Agent, IdentityError, Overrides, Retry, check_identity
     from migops.agent.flow import Options, Reconfigure
     from migops.agent.host import HostCommands, Systemd, parse_gpu_clients

@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from migops import logs
 from migops.kube import client as kube_client
 from migops.usage import EXIT_INVALID, EXIT_OK, UsageError
 
@@ -37,6 +38,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # noqa: SLF001
     r.add_argument("--no-leader-elect", dest="leader_elect", action="store_false",
                    help="run without the Lease (only safe with one replica)")
     r.add_argument("--workers", type=int, default=8, help="parallel label writes (default 8)")
+    logs.add_arguments(r)
     r.set_defaults(func=cmd_reconcile)
 
     d = sub.add_parser("diff", help="what the config repo would change in the cluster (for pull-request checks)",
@@ -45,6 +47,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # noqa: SLF001
                        "3 invalid/unverified/unreachable.")
     _source_args(d)
     d.add_argument("-o", "--output", choices=("text", "json"), default="text")
+    logs.add_arguments(d, default_level="warning")
     d.add_argument("--no-server-dry-run", dest="server_dry_run", action="store_false",
                    help="do not send the changes as server-side dry runs (needs no write permission)")
     d.set_defaults(func=cmd_diff)
@@ -78,7 +81,8 @@ def _source_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--https-password-file", type=Path, metavar="FILE", help="password or token (bearer without a user)")
     p.add_argument("--ca-file", type=Path, metavar="FILE", help="CA bundle for https:// URLs")
     p.add_argument("--cache-dir", type=Path, metavar="DIR", help="git mirrors (default ~/.cache/migops/git)")
-    p.add_argument("-v", "--verbose", action="count", default=0)
+    # Before --log-level: -v info, -vv debug (kept so older command lines still work).
+    p.add_argument("-v", "--verbose", action="count", default=0, help=argparse.SUPPRESS)
 
 
 def _read(path: Path) -> str:
@@ -112,9 +116,9 @@ def _auth(args: argparse.Namespace):  # noqa: ANN202
     return GitAuth(args.ssh_key, args.known_hosts, args.https_username, args.https_password_file, args.ca_file)
 
 
-def _logging(verbose: int) -> None:
-    level = logging.WARNING if verbose == 0 else logging.INFO if verbose == 1 else logging.DEBUG
-    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+def _logging(args: argparse.Namespace) -> None:
+    level = args.log_level if not args.verbose else "info" if args.verbose == 1 else "debug"
+    logs.setup("reconciler", level, args.log_format, {"migsync": f"{args.namespace}/{args.name}"})
 
 
 def _api(args: argparse.Namespace):  # noqa: ANN202
@@ -166,7 +170,7 @@ def _print_result(result: Any) -> None:
 def cmd_reconcile(args: argparse.Namespace) -> int:
     from migops.reconciler.controller import INVALID, UNVERIFIED
 
-    _logging(args.verbose)
+    _logging(args)
     if args.dry_run:
         return _diff(args, output="text", server_dry_run=True, exit_on_change=False)
     rec = _reconciler(args, dry_run=False, once=args.once)
@@ -198,7 +202,7 @@ def cmd_reconcile(args: argparse.Namespace) -> int:
 
 
 def cmd_diff(args: argparse.Namespace) -> int:
-    _logging(args.verbose)
+    _logging(args)
     return _diff(args, output=args.output, server_dry_run=args.server_dry_run, exit_on_change=True)
 
 

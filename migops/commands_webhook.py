@@ -5,10 +5,19 @@ import argparse
 import datetime as dt
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
+from migops import logs
 from migops.kube import client as kube_client
 from migops.usage import EXIT_OK, UsageError
+
+if TYPE_CHECKING:
+    from kubernetes.client import ApiClient
+
+    from migops.certs.publish import SecretStore
+    from migops.certs.rotation import DirectoryStore
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # noqa: SLF001
@@ -24,7 +33,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # noqa: SLF001
     kube_client.add_arguments(w)
     w.add_argument("--workers", type=int, default=1, metavar="N", help="worker processes (default 1)")
     w.add_argument("--threads", type=int, default=16, metavar="N", help="threads per worker (default 16: at least the connections the API server keeps open)")
-    w.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"))
+    logs.add_arguments(w)
     w.set_defaults(func=cmd_webhook)
 
     c = sub.add_parser("certs", help="the webhook's CA and serving certificate",
@@ -67,7 +76,7 @@ def cmd_webhook(args: argparse.Namespace) -> int:
         raise UsageError("--workers and --threads must be at least 1")
     options = server.gunicorn_options(tls_cert=args.tls_cert, tls_key=args.tls_key, bind=args.bind_address,
                                       port=args.port, workers=args.workers, threads=args.threads,
-                                      log_level=args.log_level)
+                                      log_level=args.log_level, log_format=args.log_format)
     try:
         server.serve(options, server.app_from_kubeconfig(args.kubeconfig, args.context))
     except FileNotFoundError as exc:
@@ -75,7 +84,7 @@ def cmd_webhook(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _api(args: argparse.Namespace):
+def _api(args: argparse.Namespace) -> ApiClient:
     from kubernetes.config.config_exception import ConfigException
 
     try:
@@ -84,7 +93,7 @@ def _api(args: argparse.Namespace):
         raise UsageError(f"no cluster to talk to: {exc}") from None
 
 
-def _store(args: argparse.Namespace):
+def _store(args: argparse.Namespace) -> DirectoryStore | SecretStore:
     from migops.certs.publish import SecretStore
     from migops.certs.rotation import DirectoryStore
 
@@ -96,7 +105,7 @@ def _store(args: argparse.Namespace):
     return SecretStore(_api(args), namespace, name)
 
 
-def _rotate(args: argparse.Namespace, publish) -> int:
+def _rotate(args: argparse.Namespace, publish: Callable[[bytes], None]) -> int:
     from migops.certs.rotation import rotate, service_dns_names
 
     ips = args.ip if args.ip is not None else ["127.0.0.1"]

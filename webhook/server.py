@@ -25,8 +25,11 @@ MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
 
 
 def gunicorn_options(*, tls_cert: str, tls_key: str, bind: str = "0.0.0.0", port: int = DEFAULT_PORT,
-                     workers: int = 1, threads: int = 16, log_level: str = "info") -> dict[str, Any]:
+                     workers: int = 1, threads: int = 16, log_level: str = "info",
+                     log_format: str = "text") -> dict[str, Any]:
     """The gunicorn settings, one place for `migops webhook` and the container's config."""
+    from migops import logs
+
     return {
         "bind": [f"{bind}:{port}"],
         "worker_class": "migops.webhook.worker.ThreadWorker",
@@ -42,6 +45,8 @@ def gunicorn_options(*, tls_cert: str, tls_key: str, bind: str = "0.0.0.0", port
         "accesslog": None,
         "errorlog": "-",
         "loglevel": log_level,
+        # gunicorn's own lines and the app's, through migops.logs (--log-format text|json)
+        "logconfig_dict": logs.gunicorn_logconfig("webhook", log_level, log_format),
         "preload_app": False,
         "proc_name": "migops-webhook",
         "child_exit": _child_exit,
