@@ -174,6 +174,7 @@ def cmd_probe(args: argparse.Namespace, nvml: object = None) -> int:
     import json
 
     from migops.agent.probe import probe, render
+    from migops.outputs import document
 
     if nvml is None:
         import pynvml as nvml
@@ -183,7 +184,7 @@ def cmd_probe(args: argparse.Namespace, nvml: object = None) -> int:
         print(f"migops gpus --probe: NVML is not available here ({exc}): no NVIDIA driver or GPU", file=sys.stderr)
         return EXIT_INVALID
     if args.output == "json":
-        json.dump({"driver": driver, "gpus": [g.as_dict() for g in gpus]}, sys.stdout, indent=2)
+        json.dump(document("probe", {"driver": driver, "gpus": [g.as_dict() for g in gpus]}), sys.stdout, indent=2)
         sys.stdout.write("\n")
     else:
         for line in render(driver, gpus):

@@ -21,6 +21,7 @@ from migops.mig.problems import MigError, Problem, key_path
 from migops.mig.sources import ConfigSource, read_file
 from migops.mig.spec import MigPartedConfig, no_config_problems
 from migops.mig.yamlsafe import load_yaml
+from migops.outputs import document
 from migops.mig.validate import STRATEGIES, validate
 from migops.render import draw_layout, table
 from migops.report import Checked, Run, emit_json, node_text, problem_line
@@ -223,7 +224,8 @@ def _load_one(args: argparse.Namespace, listing: str) -> tuple[str, list[GpuMode
     (source,) = contents.sources
     if source.config is None:
         if args.output == "json":
-            emit_json({"source": file, "valid": False, "problems": [p.as_dict() for p in source.problems], listing: []})
+            emit_json(document("plan", {"source": file, "valid": False,
+                                        "problems": [p.as_dict() for p in source.problems], listing: []}))
         else:
             print(f"{file}: INVALID")
             _print_problems(source.problems, file)
@@ -261,7 +263,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
         name, _ = config.select(args.config)
     except MigError as exc:
         if args.output == "json":
-            emit_json({"source": file, "valid": False, "problems": [p.as_dict() for p in exc.problems], "gpus": []})
+            emit_json(document("plan", {"source": file, "valid": False,
+                                        "problems": [p.as_dict() for p in exc.problems], "gpus": []}))
         else:
             print(f"{file}: INVALID")
             _print_problems(exc.problems, file)
@@ -284,7 +287,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
         if not found.valid or found.problems:
             doc["problems"] = [p.as_dict() for p in found.problems]
         doc["valid"] = found.valid
-        emit_json(doc)
+        emit_json(document("plan", doc))
         return EXIT_OK if found.valid else EXIT_INVALID
     if not found.valid:
         print(f"{name}: cannot be laid out on {node_text(node)}")
@@ -317,11 +320,11 @@ def cmd_gpus(args: argparse.Namespace) -> int:
     if args.output == "json":
         raw = raw_catalogue()
         tables = raw["profile_tables"]
-        emit_json({"gpus": [{**g, "profiles": tables[g["table"]]["profiles"],
+        emit_json(document("gpus", {"gpus": [{**g, "profiles": tables[g["table"]]["profiles"],
                               "compute_slices": tables[g["table"]]["compute_slices"],
                               "memory_slices": tables[g["table"]]["memory_slices"],
                               "inferred": sorted(set(g.get("inferred", [])) | set(tables[g["table"]]["inferred"]))}
-                             for g in raw["gpus"]]})
+                             for g in raw["gpus"]]}))
         return EXIT_OK
     wide = args.output == "wide"
     rows = []

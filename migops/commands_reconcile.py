@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from migops import logs
+from migops.outputs import document
 from migops.kube import client as kube_client
 from migops.usage import EXIT_INVALID, EXIT_OK, UsageError
 
@@ -215,12 +216,13 @@ def _diff(args: argparse.Namespace, *, output: str, server_dry_run: bool, exit_o
         rec.stop()
     if found is None:
         if output == "json":
-            print(json.dumps({"outcome": result.outcome, "message": result.message, "problems": list(result.problems)}, indent=2))
+            print(json.dumps(document("diff", {"outcome": result.outcome, "message": result.message,
+                                               "problems": list(result.problems)}), indent=2))
         else:
             _print_result(result)
         return EXIT_FAILED
     if output == "json":
-        print(json.dumps({**found.as_dict(), "warnings": list(result.problems)}, indent=2))
+        print(json.dumps(document("diff", {**found.as_dict(), "warnings": list(result.problems)}), indent=2))
     else:
         for line in found.lines():
             print(line)
@@ -256,8 +258,9 @@ def cmd_status(args: argparse.Namespace) -> int:
     finally:
         api.close()
     if args.output == "json":
-        print(json.dumps([{"name": i["metadata"]["name"], "namespace": i["metadata"]["namespace"],
-                           "spec": i.get("spec"), "status": i.get("status")} for i in items], indent=2))
+        print(json.dumps(document("status", {"items": [
+            {"name": i["metadata"]["name"], "namespace": i["metadata"]["namespace"], "spec": i.get("spec"),
+             "status": i.get("status")} for i in items]}), indent=2))
     else:
         rows = []
         for i in items:

@@ -203,8 +203,12 @@ def _env(args: argparse.Namespace) -> int:
     if current is None or not current.running():
         _say("not running; start it with `migops local up`")
         return EXIT_INVALID
-    # Our kubectl first: the one on PATH may be another version, or not kubectl at all.
-    print(f'export PATH={shlex.quote(current.bin_dir)}:"$PATH"')
+    # Our kubectl first: the one on PATH may be another version, or not kubectl at all; then the migops
+    # this cluster belongs to (its virtualenv's bin), so `migops status` & co. work in any shell.
+    migops_bin = Path(sys.executable).parent
+    path = [current.bin_dir] + ([str(migops_bin)] if (migops_bin / "migops").exists() else [])
+    print(f'export PATH={":".join(shlex.quote(p) for p in path)}:"$PATH"')
     print(f"export KUBECONFIG={shlex.quote(current.kubeconfig)}")
+    print(f"export MIGOPS_HOME={shlex.quote(str(_home()))}")
     print('# eval "$(migops local env)"')
     return EXIT_OK

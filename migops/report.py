@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
 from migops.mig.catalogue import GpuModel, catalogue
+from migops.outputs import document
 from migops.mig.gfd import advertise
 from migops.mig.problems import Problem
 from migops.mig.sources import Skipped
@@ -230,7 +231,7 @@ def _advertises(report: ConfigReport, strategies: Sequence[str]) -> dict[str, ob
 def as_json(run: Run) -> dict[str, object]:
     strategies: tuple[Strategy, ...] = (run.strategy,) if run.strategy else STRATEGIES  # type: ignore[assignment]
     node = run.node
-    return {
+    return document("validate", {
         "valid": run.valid,
         "strategy": run.strategy,
         "node": [g.device_id for g in node],
@@ -260,7 +261,7 @@ def as_json(run: Run) -> dict[str, object]:
         "skipped": [{"file": f, "kind": s.kind, "name": s.name, "line": s.line, "reason": s.reason}
                     for f, s in run.skipped],
         "ignored_files": list(run.ignored_files),
-    }
+    })
 
 
 def emit_json(doc: object, out=None) -> None:  # noqa: ANN001
