@@ -8,6 +8,7 @@ WITH_SHUTDOWN_HOST_GPU_CLIENTS, GPU_CLIENTS_FILE, DEFAULT_GPU_CLIENTS_NAMESPACE,
 from __future__ import annotations
 
 import argparse
+import importlib
 import logging
 import os
 import shutil
@@ -15,6 +16,7 @@ import signal
 import sys
 import threading
 from pathlib import Path
+from typing import Any
 
 from migops import logs
 from migops.kube import client as kube_client
@@ -168,7 +170,7 @@ def reset_commands(host_root: str):  # noqa: ANN201
     return HostCommands(None) if shutil.which("nvidia-smi") else HostCommands(host_root)
 
 
-def cmd_probe(args: argparse.Namespace, nvml: object = None) -> int:
+def cmd_probe(args: argparse.Namespace, nvml: Any = None) -> int:
     """`migops gpus --probe`: NVML's view of this machine's GPUs next to the catalogue. Read-only.
     Exit 0 when every GPU matches its catalogue entry, 1 on differences or without an NVIDIA driver."""
     import json
@@ -177,10 +179,10 @@ def cmd_probe(args: argparse.Namespace, nvml: object = None) -> int:
     from migops.outputs import document
 
     if nvml is None:
-        import pynvml as nvml
+        nvml = importlib.import_module("pynvml")
     try:
         driver, gpus = probe(nvml)
-    except nvml.NVMLError as exc:  # type: ignore[attr-defined]
+    except nvml.NVMLError as exc:
         print(f"migops gpus --probe: NVML is not available here ({exc}): no NVIDIA driver or GPU", file=sys.stderr)
         return EXIT_INVALID
     if args.output == "json":

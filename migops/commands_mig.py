@@ -327,7 +327,7 @@ def cmd_gpus(args: argparse.Namespace) -> int:
                              for g in raw["gpus"]]}))
         return EXIT_OK
     wide = args.output == "wide"
-    rows = []
+    rows: list[tuple[str, ...]] = []
     for g in cat.gpus:
         table_ = g.table
         assert table_ is not None  # the catalogue lists MIG-capable GPUs only
@@ -335,9 +335,9 @@ def cmd_gpus(args: argparse.Namespace) -> int:
         inferred = ",".join(sorted(set(g.inferred) | set(table_.inferred))) or "-"
         slices = f"{table_.compute_slices}/{table_.memory_slices}"
         if wide:
-            rows.append((g.device_id, g.name, g.product or "-", g.architecture, slices, inferred, profiles))
+            rows.append((g.device_id, g.name, g.product or "-", g.architecture or "-", slices, inferred, profiles))
         else:
-            rows.append((g.device_id, g.name, g.architecture, slices, profiles))
+            rows.append((g.device_id, g.name, g.architecture or "-", slices, profiles))
     header = (("DEVICE ID", "NAME", "PRODUCT", "ARCH", "C/M SLICES", "INFERRED", "PROFILES (MAX COUNT)") if wide
               else ("DEVICE ID", "NAME", "ARCH", "C/M SLICES", "PROFILES (MAX COUNT)"))
     for line in table(rows, header, None if wide else shutil.get_terminal_size().columns):

@@ -22,6 +22,7 @@ def draw_layout(gpu: GpuModel, layout: Sequence[Placement], indent: str = "  ") 
              +--------+--------+-----------------+-----------------------------------+
     """
     table = gpu.table
+    assert table is not None, f"{gpu.name} cannot do MIG: no layout to draw"
     cell = 9 if table.memory_slices <= 8 else 6
     by_start = {p.start: p for p in layout}
     segments: list[tuple[int, str]] = []  # (size in slices, label)

@@ -316,7 +316,7 @@ def gitlab(run: Run) -> list[dict[str, object]]:
     when lines above the problem move."""
     import hashlib
 
-    issues = []
+    issues: list[dict[str, object]] = []
     for c in run.checked:
         for name, p in c.all_problems():
             key = "\0".join((c.file, c.object or "", name or "", p.path, p.rule, p.message))

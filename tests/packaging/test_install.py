@@ -71,3 +71,18 @@ def test_upper_bounds_where_behaviour_matters() -> None:
     assert not deps["kubernetes"].specifier.contains("37.0.0")  # the generated API changed in v37
     assert not deps["gunicorn"].specifier.contains("27.1.0")  # migops.webhook.worker uses gthread internals
     assert all(not str(r.specifier).startswith("==") for r in deps.values()), "ranges, not exact pins"
+
+
+def test_static_tools_resolve_the_checkout(tmp_path: Path) -> None:
+    """The development venv's mypy, run outside the checkout, follows `from migops.mig import ...` into the
+    checkout's files (the editable .pth and py.typed): what IDEs and pyright see too."""
+    mypy = Path(sys.executable).with_name("mypy")
+    probe = tmp_path / "probe.py"
+    probe.write_text("from migops.mig.catalogue import GpuModel\nfrom migops.webhook.server import gunicorn_options\n"
+                     "reveal_type(GpuModel.label)\nreveal_type(gunicorn_options)\n")
+    out = subprocess.run([str(mypy), "--no-incremental", "--cache-dir", str(tmp_path / "cache"), str(probe)],
+                         cwd=tmp_path, capture_output=True, text=True, timeout=300, check=False)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert re.search(r'Revealed type is "def \(self: migops\.mig\.catalogue\.GpuModel\) -> (builtins\.)?str"',
+                     out.stdout), out.stdout
+    assert re.search(r"log_format: (builtins\.)?str =", out.stdout), out.stdout
