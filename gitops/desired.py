@@ -17,6 +17,7 @@ from migops.gitops.repo import NODES_FILE, RepoError, RepoProblem, RepoSpec, ref
 from migops.kube.clusterpolicy import MigSettings
 from migops.kube.nodes import NodeGpus, UnknownGpuError, node_gpus
 from migops.mig.problems import Problem, key_path
+from migops.mig.text import listed
 from migops.mig.validate import validate_against_catalogue, validate_on_node
 
 _SHOWN_NODES = 5  # a problem shared by many nodes names this many of them
@@ -190,10 +191,7 @@ def resolve(spec: RepoSpec, nodes: Mapping[str, Mapping[str, Any]], settings: Mi
 
 
 def _some(names: list[str]) -> str:
-    names = sorted(names)
-    shown = ", ".join(names[:_SHOWN_NODES])
-    more = f" and {len(names) - _SHOWN_NODES} more" if len(names) > _SHOWN_NODES else ""
-    return f"node{'s' if len(names) > 1 else ''} {shown}{more}"
+    return f"node{'s' if len(names) > 1 else ''} {listed(sorted(names), _SHOWN_NODES)}"
 
 
 def _describe(gpus: NodeGpus | None) -> str:

@@ -12,6 +12,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from migops.mig.problems import MigError, Problem, index_path, key_path
+from migops.mig.text import listed
 from migops.mig.spec import MigPartedConfig, parse_config
 from migops.mig.validate import STRATEGIES, validate_against_catalogue
 from migops.mig.yamlsafe import load_yaml
@@ -50,7 +51,7 @@ class RepoError(Exception):
         self.problems = tuple(problems)
         self.reason = reason
         errors = [p for p in self.problems if p.severity == "error"] or list(self.problems)
-        super().__init__("; ".join(str(p) for p in errors[:5]) + (f" (and {len(errors) - 5} more)" if len(errors) > 5 else ""))
+        super().__init__(listed(errors, 5, sep="; "))
 
 
 @dataclass(frozen=True)

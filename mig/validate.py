@@ -23,6 +23,7 @@ from migops.mig.placement import Placement, place
 from migops.mig.problems import Problem, Severity, index_path, key_path
 from migops.mig.profile import MigProfile, compute_subprofile_allowed
 from migops.mig.spec import MigConfigEntry, MigPartedConfig, ProfileCount
+from migops.mig.text import listed
 
 Strategy = Literal["none", "single", "mixed"]
 STRATEGIES: tuple[str, ...] = ("none", "single", "mixed")
@@ -156,8 +157,7 @@ def _merge(batches: Sequence[_Batch]) -> list[_Merged]:
     for (path, rule, _, severity), (message, names) in gpus.items():
         head = ""
         if names:
-            shown = ", ".join(names[:6]) + (f" and {len(names) - 6} more" if len(names) > 6 else "")
-            head = f"on {shown}: "
+            head = f"on {listed(names, 6)}: "
         merged.append((path, rule, head, message, severity))
     return merged
 
@@ -176,8 +176,7 @@ def _ranges(values: Iterable[int], most: int = 12) -> str:
             runs[-1][1] = v
         else:
             runs.append([v, v])
-    shown = ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in runs[:most])
-    return shown + (f" and {len(runs) - most} more" if len(runs) > most else "")
+    return listed((str(a) if a == b else f"{a}-{b}" for a, b in runs), most)
 
 
 def _gpus(indices: Sequence[int]) -> str:
@@ -256,8 +255,7 @@ def _prepare_entry(entry: MigConfigEntry, path: str, cat: Catalogue, out: list[_
             values = sorted({v for _, v in negative})
             out.append(_Finding(index_path(devices_path, negative[0][0]), "negative-device-index",
                                 f"GPU index {values[0]} is negative" if len(values) == 1 else
-                                f"GPU indices {', '.join(map(str, values[:12]))}"
-                                + (f" and {len(values) - 12} more" if len(values) > 12 else "") + " are negative"))
+                                f"GPU indices {listed(values, 12)} are negative"))
         if repeated:
             values = sorted({v for _, v in repeated})
             out.append(_Finding(index_path(devices_path, repeated[0][0]), "duplicate-device-index",
@@ -327,8 +325,7 @@ def _did_you_mean(profile: MigProfile, gpu: GpuModel, cat: Catalogue) -> str:
     hint = f"; did you mean {best.name!r}?"
     elsewhere = list(dict.fromkeys(g.name for g in cat.gpus_with_profile(profile)))
     if elsewhere:
-        more = f" and {len(elsewhere) - 4} more" if len(elsewhere) > 4 else ""
-        hint += f" ({profile.gi_name} exists on {', '.join(elsewhere[:4])}{more})"
+        hint += f" ({profile.gi_name} exists on {listed(elsewhere, 4)})"
     return f"profile {str(profile)!r} does not exist on this GPU (it has: {', '.join(names)}){hint}"
 
 
@@ -678,6 +675,8 @@ def _against_catalogue(config_path: str, entries: Sequence[_Entry], findings: li
         models += [cat.model(f) for primary, f in named.items() if cat.by_device_id(primary) is None]
     else:
         models = list(cat.gpus)
+    if ctx.only is not None:  # the question is one model (validate_on_model)
+        models = [g for g in models if g.device_id == ctx.only.device_id]
     # A node of each model, as large as the highest index asks for (no node has more than 16 GPUs).
     highest = max([max(e.indices, default=-1) + 1 for e in entries if e.indices is not None] + [1])
     size = min(highest, MAX_GPUS_PER_NODE)
@@ -779,7 +778,9 @@ def _against_catalogue(config_path: str, entries: Sequence[_Entry], findings: li
             if errors == fewest:
                 batches.append((fs, members))
         batches.append(([_Finding(config_path, "fits-no-gpu", "the config fits no known GPU model (see the problems "
-                                  "above for the closest ones)")], None))
+                                  "above for the closest ones)")] if ctx.only is None else
+                         [_Finding(config_path, "does-not-fit-model", f"the config does not fit {ctx.only.name} "
+                                   "(see the problems above)")], None))
     if entry_errors:
         fits.clear()
     if len(fits) > 1:
@@ -801,11 +802,10 @@ MAX_PROBLEMS = 100
 def _truncated(config_path: str, hidden: Sequence[_Merged]) -> Problem:
     rules = Counter(rule for _, rule, _, _, _ in hidden)
     errors = sum(severity == "error" for *_, severity in hidden)
-    shown = ", ".join(f"{rule} x {n}" for rule, n in rules.most_common(5))
-    more = f" and {len(rules) - 5} more rules" if len(rules) > 5 else ""
+    shown = listed((f"{rule} x {n}" for rule, n in rules.most_common()), 5, more="more rules")
     return Problem(config_path, "problems-truncated",
                    f"{len(hidden)} more problems of this config are not listed ({errors} errors, "
-                   f"{len(hidden) - errors} warnings: {shown}{more}); migops lists at most {MAX_PROBLEMS} per config",
+                   f"{len(hidden) - errors} warnings: {shown}); migops lists at most {MAX_PROBLEMS} per config",
                    "error" if errors else "warning")
 
 
@@ -828,10 +828,12 @@ class _Context:
     """The question (node or catalogue, strategy) and the work shared by every config of one call:
     verdicts per distinct list of entries, geometries per (entry, profile table), did-you-mean hints."""
 
-    def __init__(self, cat: Catalogue, node: Sequence[GpuModel] | None, strategy: Strategy | None) -> None:
+    def __init__(self, cat: Catalogue, node: Sequence[GpuModel] | None, strategy: Strategy | None,
+                 only: GpuModel | None = None) -> None:
         self.cat = cat
         self.node = tuple(node) if node else None
         self.strategy = strategy
+        self.only = only  # catalogue mode on this one (MIG-capable) model
         self._verdicts: dict[tuple, _Verdict] = {}
         self._geometries: dict[tuple, _Geometry] = {}
         self._hints: dict[tuple, _Lazy] = {}
@@ -840,7 +842,7 @@ class _Context:
         tables: dict[str, list[GpuModel]] = {}
         for gpu in cat.gpus:
             tables.setdefault(gpu.table.id, []).append(gpu)
-        self.table_groups = list(tables.items())
+        self.table_groups = list(tables.items()) if only is None else [(only.table.id, [only])]
 
     def geometry(self, entry: _Entry, gpu: GpuModel) -> _Geometry:
         found = entry.geometries.get(gpu.table.id)
@@ -916,6 +918,17 @@ def validate_against_catalogue(config: MigPartedConfig, name: str, strategy: Str
     """Is config `name` valid on the GPU models it targets (or, unfiltered, on at least one model)?"""
     with paused_gc():
         return _Context(cat or catalogue(), None, strategy).report(name, config.entries(name))
+
+
+def validate_on_model(config: MigPartedConfig, name: str, model: GpuModel, strategy: Strategy | None = None,
+                      cat: Catalogue | None = None) -> ConfigReport:
+    """Is config `name` valid on a node of this MIG-capable model whose GPU count is unknown (GFD under
+    the single strategy)? Catalogue mode restricted to the model: `fits` is (model,) or (), and when
+    it does not fit, the problems say why on that model (`does-not-fit-model` for an unfiltered config)."""
+    if model.table is None:
+        raise ValueError(f"{model.name} cannot do MIG: ask validate_on_node")
+    with paused_gc():
+        return _Context(cat or catalogue(), None, strategy, model).report(name, config.entries(name))
 
 
 def validate(config: MigPartedConfig, names: Sequence[str] | None = None, node: Sequence[GpuModel] | None = None,

@@ -11,6 +11,7 @@ import difflib
 
 from migops.kube.names import DEVICE_ID_LABEL, GPU_COUNT_LABEL, GPU_PRODUCT_LABEL, GPUS_ANNOTATION, MIG_CONFIG_LABEL
 from migops.mig.problems import MigError, key_path
+from migops.mig.text import listed
 from migops.webhook import checks
 from migops.webhook.admission import ALLOW, Request, Verdict, allow, deny, labels, merge_warnings
 from migops.webhook.findings import Finding, Warning_, split
@@ -48,7 +49,7 @@ def validate(req: Request, snap: Snapshot) -> Verdict:
     if value not in names:
         near = difflib.get_close_matches(value, names, n=1)
         hint = f"; did you mean {near[0]!r}?" if near else ""
-        shown = ", ".join(names[:8]) + (f" and {len(names) - 8} more" if len(names) > 8 else "")
+        shown = listed(names, 8)
         return deny(subject, [("config-not-found", f"{where}: no config {value!r} in {snap.configmap_name} "
                                f"(has: {shown}){hint}")])
     node = node_view(req.object or {})

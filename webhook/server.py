@@ -69,7 +69,7 @@ def app_from_kubeconfig(kubeconfig: str | None) -> Callable[[], Any]:
     def load() -> Any:
         from migops.kube.client import api_client
         from migops.webhook.app import create_app
-        from migops.webhook.pods import mig_resources
+        from migops.mig.gfd import mig_resources
         from migops.webhook.state import ClusterState
 
         logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
