@@ -33,6 +33,9 @@ MAX_GPUS_PER_NODE = 16  # HGX boards carry 8; no MIG-capable system puts more th
 _LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
 
 
+Packing = tuple[tuple[Placement, tuple[int, ...]], ...]
+
+
 @dataclass(frozen=True)
 class GpuResult:
     """What one GPU of the node becomes under the config."""
@@ -43,6 +46,9 @@ class GpuResult:
     mig_enabled: bool | None
     layout: tuple[Placement, ...] | None = None  # GPU instances, when the geometry is valid
     mig_devices: tuple[str, ...] = ()  # one profile string per MIG device (compute instance)
+    # The layout's GPU instances (placement order) with the compute instances mig-parted creates in
+    # each (their compute slices, largest first): what the agent executes, packed as `_pack` counted.
+    instances: Packing = ()
 
     def as_dict(self) -> dict[str, object]:
         return {
@@ -292,14 +298,15 @@ _MODEL = "<model>"
 class _Geometry:
     """One entry's geometry on one profile table: findings (about `_MODEL`), layout, MIG devices."""
 
-    __slots__ = ("findings", "errors", "layout", "mig_devices", "_credited")
+    __slots__ = ("findings", "errors", "layout", "mig_devices", "instances", "_credited")
 
     def __init__(self, findings: tuple[_Finding, ...], layout: tuple[Placement, ...] | None,
-                 mig_devices: tuple[str, ...]) -> None:
+                 mig_devices: tuple[str, ...], instances: Packing = ()) -> None:
         self.findings = findings
         self.errors = sum(f.severity == "error" for f in findings)
         self.layout = layout
         self.mig_devices = mig_devices
+        self.instances = instances
         self._credited: dict[str, list[_Finding]] = {}
 
     def credited(self, gpu: str) -> list[_Finding]:
@@ -345,6 +352,24 @@ def _pack(gi: GiProfile, sizes: dict[int, int]) -> int:
             gis += full + (1 if rest else 0)
             room = slices - (rest or per) * c
     return gis
+
+
+def _packed(layout: Sequence[Placement], wanted: dict[GiProfile, dict[int, int]]) -> Packing:
+    """Which compute instances go into which GPU instance of the layout: mig-parted's reuse of the
+    previous GI of a profile while it has compute slices left (next-fit, largest first), the packing
+    `_pack` counted GIs by. Each GI of a profile, in placement order, takes CIs from the largest while
+    they fit (a fresh GI takes one even when it is larger, as `_pack` allows)."""
+    by_name = {gi.name: gi for gi in wanted}
+    queues = {gi.name: sorted((c for c, n in sizes.items() for _ in range(n)), reverse=True)
+              for gi, sizes in wanted.items()}
+    out: list[tuple[Placement, tuple[int, ...]]] = []
+    for placement in sorted(layout):
+        queue, room, mine = queues[placement.profile], by_name[placement.profile].compute_slices, []
+        while queue and (queue[0] <= room or not mine):
+            room -= queue[0]
+            mine.append(queue.pop(0))
+        out.append((placement, tuple(mine)))
+    return tuple(out)
 
 
 def _resolve_item(path: str, item: ProfileCount, gpu: GpuModel, ctx: _Context) -> _Item:
@@ -406,7 +431,8 @@ def _geometry(entry: _Entry, gpu: GpuModel, ctx: _Context) -> _Geometry:
         findings.append(_Finding(devices_path, "engine-budget", over, gpu=_MODEL))
         return _Geometry(tuple(findings), None, ())
     # Every count is now within the GPU's maximum, so listing one string per MIG device is cheap.
-    return _Geometry(tuple(findings), layout, tuple(name for name, count in devices for _ in range(count)))
+    return _Geometry(tuple(findings), layout, tuple(name for name, count in devices for _ in range(count)),
+                     _packed(layout, wanted))
 
 
 def _plural(n: int, kind: str) -> str:
@@ -481,6 +507,7 @@ class _GpuOutcome(NamedTuple):
     mig_enabled: bool | None
     layout: tuple[Placement, ...] | None = None
     mig_devices: tuple[str, ...] = ()
+    instances: Packing = ()
 
 
 class _Selection(NamedTuple):
@@ -639,7 +666,8 @@ def _evaluate_node(config_path: str, entries: Sequence[_Entry], selection: _Sele
         errors += geometry.errors
         if outcomes:
             entry_paths[index] = last.path
-            results.append(_GpuOutcome(index, gpu, last.path, True, geometry.layout, geometry.mig_devices))
+            results.append(_GpuOutcome(index, gpu, last.path, True, geometry.layout, geometry.mig_devices,
+                                       geometry.instances))
     if strategy is not None:
         found = _strategy_findings(config_path, results, strategy, entry_paths)
         findings.extend(found)
@@ -888,7 +916,7 @@ class _Context:
         if verdict is None:
             verdict = self._verdicts[key] = self._evaluate(root, entries, paths)
         gpus = tuple(GpuResult(r.index, r.gpu, None if r.entry is None else prefix + r.entry, r.mig_enabled,
-                               r.layout, r.mig_devices) for r in verdict.gpus)
+                               r.layout, r.mig_devices, r.instances) for r in verdict.gpus)
         merged = verdict.problems
         problems = _config_findings(name) + _render(merged[:MAX_PROBLEMS], prefix)
         if len(merged) > MAX_PROBLEMS:
