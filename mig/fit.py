@@ -16,8 +16,9 @@ an H100 entry is `unknown-profile` for an A100 node's question too (the file is 
 H100 node to select it would fail). What is not an error of the text never fails a node: an
 unfiltered config that fits some models but not others has no catalogue error, and only the node's
 (or model's) own report decides. When an unfiltered config fits no model at all, the catalogue's
-"closest models" findings explain that for other GPUs; a node's question keeps only `fits-no-gpu`
-from them, its own report says why on its GPUs. Duplicates (the same path and rule already in the
+"closest models" findings explain that for other GPUs; a node's question takes only `fits-no-gpu`
+from them, and only when its own report has no error (it has, in practice: what fits no model fits
+no node); its own report says why on its GPUs. Duplicates (the same path and rule already in the
 node's report) are dropped.
 """
 from __future__ import annotations
@@ -86,11 +87,15 @@ class Fit:
         return advertise(self.report.gpus, self.strategy)
 
 
-def text_errors(catalogue: ConfigReport) -> tuple[Problem, ...]:
-    """The catalogue errors that hold for every node (see the module's rule)."""
+def text_errors(catalogue: ConfigReport, question: ConfigReport | None = None) -> tuple[Problem, ...]:
+    """The catalogue errors that hold for every node (see the module's rule): all of them, except
+    when an unfiltered config fits no model at all; then its findings explain that on the closest
+    models, and a question with errors of its own (it has them: no model fits) needs none of them."""
     errors = catalogue.errors
     nothing = tuple(p for p in errors if p.rule == "fits-no-gpu")
-    return nothing or errors
+    if not nothing:
+        return errors
+    return () if question is not None and not question.valid else nothing
 
 
 def combine(catalogue: ConfigReport, question: ConfigReport | None, gpus: NodeGpus | None) -> ConfigReport:
@@ -99,7 +104,7 @@ def combine(catalogue: ConfigReport, question: ConfigReport | None, gpus: NodeGp
         return catalogue
     problems = list(question.problems)
     seen = {(p.path, p.rule) for p in problems}
-    problems += [p for p in text_errors(catalogue) if (p.path, p.rule) not in seen]
+    problems += [p for p in text_errors(catalogue, question) if (p.path, p.rule) not in seen]
     fits = question.fits
     if gpus is not None and not gpus.exact and gpus.gpus[0].mig_capable:
         model = gpus.gpus[0]
