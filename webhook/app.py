@@ -61,16 +61,21 @@ class State(Protocol):
     def errors(self) -> dict[str, str]: ...
 
 
-def create_app(state: State, *, cache_size: int = 4096) -> Flask:
+def create_app(state: State, *, cache_size: int = 4096, read_configmap: policies.ReadConfigMap | None = None) -> Flask:
+    """The app over `state`; `read_configmap` is how a ClusterPolicy switching to another MIG ConfigMap
+    gets that ConfigMap (webhook/policies.py; without it such a switch is denied as uncheckable)."""
     app = Flask("migops.webhook")
     app.config["MAX_CONTENT_LENGTH"] = MAX_BODY
     verdicts: LRU[tuple, Verdict] = LRU(cache_size)
+    policy_key, policy_rule = RULES["validate"][("nvidia.com", "ClusterPolicy")]
+    bound = {**RULES, "validate": {**RULES["validate"], ("nvidia.com", "ClusterPolicy"): (
+        policy_key, lambda req, snap: policy_rule(req, snap, read_configmap))}}  # type: ignore[call-arg]
     app.extensions["migops.verdicts"] = verdicts
 
     def review(endpoint: str) -> Response:
         started = time.perf_counter()
         kind, result = "-", "error"
-        rules = RULES[endpoint]
+        rules = bound[endpoint]
         try:
             try:
                 req = parse_review(decode(_read_body()))
