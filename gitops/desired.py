@@ -5,7 +5,7 @@ Explicit `nodes:` lists win over selectors; a node two selectors match (or two l
 (from `migops.kube.nodes.node_gpus`) under the cluster's MIG strategy, as `migops.mig.fit` answers it
 (the node's own report and the errors of the config's text, the same verdict as the webhook's and
 `migops validate`'s): one failing node makes the whole commit invalid, so nothing of it is applied. The verdicts are cached
-by (config digest, GPUs, strategy): 2,000 nodes of three models cost three validations.
+by (config entries, GPUs, strategy): 2,000 nodes of three models cost three validations.
 """
 from __future__ import annotations
 
@@ -48,7 +48,7 @@ class DesiredState:
 
 
 class FitCache:
-    """Bounded memo of `migops.mig.fit` verdicts by (config digest, GPUs, strategy): it remembers, the
+    """Bounded memo of `migops.mig.fit` verdicts by (config entries, GPUs, strategy): it remembers, the
     MIG core decides."""
 
     def __init__(self, size: int = 4096) -> None:
@@ -57,8 +57,10 @@ class FitCache:
 
     def fit(self, spec: RepoSpec, config: str, gpus: NodeGpus | None, strategy: str) -> Fit:
         """The config on these GPUs (None: the catalogue) under the strategy."""
-        key = (spec.digest(config), config, None if gpus is None else (tuple(g.device_id for g in gpus.gpus), gpus.exact),
-               strategy)
+        # By the entries as parsed, not the digest: the digest is what the node sees, and two spellings
+        # with one digest (`devices: [1, 1]` and `[1]`) get different verdicts.
+        key = (config, spec.config.entries(config),
+               None if gpus is None else (tuple(g.device_id for g in gpus.gpus), gpus.exact), strategy)
         found = self._items.get(key)
         if found is None:
             found = self._items[key] = fit(spec.config, config, gpus, strategy)  # type: ignore[arg-type]
