@@ -3,7 +3,8 @@
 The hot path is short on purpose: read the body, decode it (orjson), check the envelope, look the
 verdict up by (what the rule reads of the object, cluster-state version), answer with the verdict's
 response bytes, serialised once per verdict; no logging, metric children looked up once. Only a miss
-runs the rules, and the rules never call the API server: they read the informers' Snapshot. dryRun
+runs the rules, and the rules read the informers' Snapshot, never the API server (one exception: a
+ClusterPolicy switching to another MIG ConfigMap reads that ConfigMap, uncached; policies.py). dryRun
 is never read, so a server-side dry-run gets exactly the answer the real request will get.
 """
 from __future__ import annotations

@@ -44,7 +44,7 @@ def payload(obj: Mapping[str, Any] | None) -> tuple[str | None, list[Finding]]:
                          f"text; put it under data.\"{CONFIGMAP_KEY}\""))
     data = obj.get("data")
     if not isinstance(data, dict) or CONFIGMAP_KEY not in data:
-        keys = ", ".join(sorted(map(str, data))[:10]) if isinstance(data, dict) and data else "none"
+        keys = listed(sorted(map(str, data)), 10) if isinstance(data, dict) and data else "none"
         findings.append(("configmap-key", f"data.\"{CONFIGMAP_KEY}\": missing (keys: {keys}); the GPU Operator's "
                          "mig-manager reads the config from that key"))
         return None, findings
