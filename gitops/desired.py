@@ -17,7 +17,7 @@ from typing import Any
 from migops.gitops.repo import NODES_FILE, RepoError, RepoProblem, RepoSpec, referenced_configs
 from migops.kube.clusterpolicy import MigSettings
 from migops.kube.nodes import NodeGpus, UnknownGpuError, node_gpus
-from migops.mig.fit import Fit, fit
+from migops.mig.fit import DIRECT, Fit, Reports, fit
 from migops.mig.problems import Problem, key_path
 from migops.mig.text import listed
 
@@ -63,7 +63,9 @@ class FitCache:
                None if gpus is None else (tuple(g.device_id for g in gpus.gpus), gpus.exact), strategy)
         found = self._items.get(key)
         if found is None:
-            found = self._items[key] = fit(spec.config, config, gpus, strategy)  # type: ignore[arg-type]
+            # The catalogue question is asked once per config, not once per distinct set of GPUs.
+            reports = Reports(catalogue=lambda c, n, s: self.fit(spec, n, None, s).report) if gpus is not None else DIRECT
+            found = self._items[key] = fit(spec.config, config, gpus, strategy, reports)  # type: ignore[arg-type]
             if len(self._items) > self._size:
                 self._items.popitem(last=False)
         else:

@@ -34,7 +34,7 @@ from migops.mig.validate import (
     ConfigReport, Strategy, validate, validate_against_catalogue, validate_on_model, validate_on_node,
 )
 
-__all__ = ["Fit", "NodeGpus", "Reports", "combine", "fit", "fit_all", "text_errors"]
+__all__ = ["DIRECT", "Fit", "NodeGpus", "Reports", "combine", "fit", "fit_all", "text_errors"]
 
 
 @dataclass(frozen=True)
