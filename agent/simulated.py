@@ -83,18 +83,19 @@ def initial_state(models: Sequence[GpuModel], node: str) -> dict[str, Any]:
 class SimulatedBackend:
     """The Backend interface over a state file that other processes may change at any time.
 
-    `counted=False` (the `migops sim` command: a person's out-of-band change) leaves the per-GPU `ops`
-    counters alone, so they keep counting exactly the agent's driver calls."""
+    `out_of_band=True` is a person's change (the `migops sim` command, nvidia-smi on a real node): not
+    counted in the per-GPU `ops` (they count exactly the agent's driver calls), and the injected driver
+    faults (`op_delay`, `nvml_error`) are the agent's, not theirs; processes (`in_use`) are everyone's."""
 
     name = "simulated"
 
     def __init__(self, state_file: str | Path, models: Sequence[GpuModel] | None = None, node: str = "node",
-                 faults_file: str | Path | None = None, sleep=time.sleep, counted: bool = True) -> None:
+                 faults_file: str | Path | None = None, sleep=time.sleep, out_of_band: bool = False) -> None:
         self.path = Path(state_file)
         self.lock_path = self.path.with_name(self.path.name + ".lock")
         self.faults_path = Path(faults_file) if faults_file else self.path.with_name(self.path.name + ".faults")
         self._sleep = sleep
-        self._counted = counted
+        self._out_of_band = out_of_band
         self._by_device: dict[str, GpuModel] = {}
         with self._locked():
             if self.path.exists():
@@ -118,7 +119,8 @@ class SimulatedBackend:
 
     def read(self, index: int) -> GpuState:
         faults = self._faults()
-        self._fault(faults, "read", index)
+        if not self._out_of_band:
+            self._fault(faults, "read", index)
         g = self._gpu(self._load(), index)
         busy = self._busy(faults, g)
         return GpuState(index, g["mig"]["current"], g["mig"]["pending"], tuple(
@@ -336,6 +338,8 @@ class SimulatedBackend:
         """The injected delay and errors of a changing call (outside the lock: a slow driver call must
         not block readers or another writer's turn). Returns the faults read."""
         faults = self._faults()
+        if self._out_of_band:
+            return faults
         delay = float(faults.get("op_delay") or 0)
         if delay:
             self._sleep(delay)
@@ -343,7 +347,7 @@ class SimulatedBackend:
         return faults
 
     def _count(self, g: dict[str, Any], op: str) -> None:
-        if self._counted:
+        if not self._out_of_band:
             g["ops"][op] += 1
 
     def _save(self, state: dict[str, Any]) -> None:

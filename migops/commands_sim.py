@@ -10,7 +10,8 @@
 The calls go through the simulated driver (`agent/simulated.py`), so it refuses what hardware refuses
 (an overlapping placement, destroying an instance with processes), and they share the state file's
 lock with a running agent. They are not counted in the file's per-GPU `ops` (those count the agent's
-calls). `--node` names a node of `migops local` (its state file under $MIGOPS_HOME/local/agents/).
+calls), and the faults injected into the agent's driver (`op_delay`, `nvml_error`) do not apply to
+them; processes (`in_use`) do. `--node` names a node of `migops local` (its state file under $MIGOPS_HOME/local/agents/).
 """
 from __future__ import annotations
 
@@ -76,7 +77,7 @@ def cmd_sim(args: argparse.Namespace) -> int:
     if not path.exists():
         raise UsageError(f"{path} does not exist")
     try:
-        sim = SimulatedBackend(path, counted=False)
+        sim = SimulatedBackend(path, out_of_band=True)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
     try:
