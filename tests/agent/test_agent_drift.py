@@ -10,10 +10,12 @@ import threading
 import time
 
 import pytest
+from kubernetes import client as k8s
 
 from agent_harness import allocatable, annotations, labels, node_events, set_config, state, until
 from migops.cli import main
 from migops.kube.names import DRIFT_ANNOTATION, REASON_ANNOTATION
+from migops.local.cluster import CRD_NAME, apply_cluster_policy, install_clusterpolicy_crd, seed
 
 pytestmark = pytest.mark.cluster
 FAST_DRIFT = ("--drift-interval", "0.5")
@@ -177,3 +179,32 @@ def test_drift_while_the_agent_was_down_is_seen_at_start(agent_admin, agents) ->
     agent.start()  # a long interval: only the check at start can see it
     _drifted(agent_admin, agent.node, "GPU 1: missing 2g.20gb", {"nvidia.com/mig-2g.20gb": "5"})
     until(lambda: state(agent_admin, agent.node) == "failed", 30, "reported")
+
+
+def test_a_clusterpolicy_crd_installed_after_the_agent_started_is_picked_up(agent_admin, agents) -> None:
+    """Optional CRDs through one informer with missing_ok (issue 24): no ClusterPolicy CRD at start means
+    the GPU Operator's defaults (strategy single); once the CRD and a policy appear, the agent follows."""
+    ext = k8s.ApiextensionsV1Api(agent_admin)
+    ext.delete_custom_resource_definition(CRD_NAME)
+
+    def gone() -> bool:
+        try:
+            ext.read_custom_resource_definition(CRD_NAME)
+            return False
+        except k8s.exceptions.ApiException as exc:
+            return exc.status == 404
+    until(gone, 60, "ClusterPolicy CRD deleted")
+    try:
+        agent = agents("crd-later", "1x0x233010DE")
+        set_config(agent_admin, agent.node, "all-balanced")
+        _applied(agent_admin, agent.node, "all-balanced")
+        assert labels(agent_admin, agent.node)["nvidia.com/mig.strategy"] == "single"
+        install_clusterpolicy_crd(agent_admin)
+        apply_cluster_policy(agent_admin, "mixed")
+        until(lambda: labels(agent_admin, agent.node).get("nvidia.com/mig.strategy") == "mixed", 60,
+              "the agent follows the ClusterPolicy installed later")
+        until(lambda: allocatable(agent_admin, agent.node) == {
+            "nvidia.com/mig-1g.10gb": "2", "nvidia.com/mig-2g.20gb": "1", "nvidia.com/mig-3g.40gb": "1"}, 30,
+            "mixed resources")
+    finally:
+        seed(agent_admin, (), "mixed")  # the plane's CRD and policy, as the other agent tests expect them
