@@ -89,7 +89,8 @@ def test_each_out_of_band_change_is_detected_published_and_repaired(agent_admin,
     assert all(g["mig"]["current"] and sorted(i["start"] for i in g["instances"]) == [0, 2, 4] for g in gpus)
 
 
-def test_report_leaves_the_gpus_and_says_so_in_state_until_they_match_again(agent_admin, agents) -> None:
+def test_report_leaves_the_gpus_and_says_so_in_state_until_they_match_again(agent_admin, agent_plane, agents,
+                                                                           capsys) -> None:
     agent = _start(agent_admin, agents, "drift-report", "--drift", "report")
     node = agent.node
     before = agent.ops()
@@ -104,6 +105,23 @@ def test_report_leaves_the_gpus_and_says_so_in_state_until_they_match_again(agen
     assert agent.ops() == before and len(agent.gpu_state()["gpus"][1]["instances"]) == 4
     assert state(agent_admin, node) == "failed"
     assert "not repaired" in _events(agent_admin, node, "MigDriftDetected")[-1].message
+    # `migops status --nodes` shows the drifted node (the MigSync row written here as a reconciler would).
+    objects = k8s.CustomObjectsApi(agent_admin)
+    objects.create_namespaced_custom_object("migops.io", "v1alpha1", "migops-system", "migsyncs", {
+        "apiVersion": "migops.io/v1alpha1", "kind": "MigSync", "metadata": {"name": "status-view"},
+        "spec": {"url": "https://git.example/config.git"}})
+    try:
+        objects.patch_namespaced_custom_object_status("migops.io", "v1alpha1", "migops-system", "migsyncs",
+                                                      "status-view", {"status": {"nodes": [
+                                                          {"name": node, "config": "all-2g.20gb", "phase": "InSync",
+                                                           "state": "failed"}]}})
+        capsys.readouterr()
+        main(["status", "status-view", "-n", "migops-system", "--nodes", "--kubeconfig",
+              str(agent_plane.admin_kubeconfig)])
+        row = next(line for line in capsys.readouterr().out.splitlines() if line.startswith(node))
+        assert "GPUs drifted: GPU 1: extra 1g.10gb@6" in row
+    finally:
+        objects.delete_namespaced_custom_object("migops.io", "v1alpha1", "migops-system", "migsyncs", "status-view")
     # What differs changes: the annotation and the labels follow.
     _person(agent, "mig-mode", "--gpu", "0", "off")
     _drifted(agent_admin, node, "GPU 0: MIG disabled (config: enabled); GPU 1: extra 1g.10gb@6",
