@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import threading
 import time
+import urllib.request
 
 import pytest
 from kubernetes import client as k8s
@@ -16,6 +17,7 @@ from agent_harness import allocatable, annotations, labels, node_events, set_con
 from migops.cli import main
 from migops.kube.names import DRIFT_ANNOTATION, REASON_ANNOTATION
 from migops.local.cluster import CRD_NAME, apply_cluster_policy, install_clusterpolicy_crd, seed
+from migops.local.ports import free_ports
 
 pytestmark = pytest.mark.cluster
 FAST_DRIFT = ("--drift-interval", "0.5")
@@ -55,7 +57,9 @@ def _start(agent_admin, agents, node: str, *extra: str):  # noqa: ANN001, ANN202
 
 
 def test_each_out_of_band_change_is_detected_published_and_repaired(agent_admin, agents) -> None:
-    agent = _start(agent_admin, agents, "drift-repair", "--drift-max-repairs", "10")
+    port = free_ports(1)[0]
+    agent = _start(agent_admin, agents, "drift-repair", "--drift-max-repairs", "10",
+                   "--metrics-address", f"127.0.0.1:{port}")
     node = agent.node
     agent.faults(op_delay=1.0)  # the agent's repair calls take 1 s each: the drifted state is visible meanwhile
     cases = [
@@ -87,6 +91,10 @@ def test_each_out_of_band_change_is_detected_published_and_repaired(agent_admin,
         assert len(_events(agent_admin, node, "MigDriftRepaired")) == number
     gpus = agent.gpu_state()["gpus"]
     assert all(g["mig"]["current"] and sorted(i["start"] for i in g["instances"]) == [0, 2, 4] for g in gpus)
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as response:
+        page = response.read().decode()
+    assert 'migops_agent_drift_repairs_total{result="success"} 4.0' in page
+    assert 'migops_agent_drift_detected_total{gpu="0"} 2.0' in page and "migops_agent_drifted_gpus 0.0" in page
 
 
 def test_report_leaves_the_gpus_and_says_so_in_state_until_they_match_again(agent_admin, agent_plane, agents,
