@@ -262,6 +262,16 @@ class Agent:
                      at_start: bool = False) -> Outcome | None:
         """Read the GPUs and compare them with the applied config; report, repair or hold. None: nothing
         to do (no drift, or the same drift still held or reported; at start, no drift)."""
+        try:
+            return self._drift_step(request, node, key, at_start)
+        except ApiException as exc:
+            # Written next time: the drift counts as unreported and the layout as unpublished.
+            log.warning("drift check: could not write the Node: HTTP %s %s", exc.status, exc.reason)
+            self.drift.reported = ""
+            self.kube.annotations.pop(LAYOUT_ANNOTATION, None)
+            return None
+
+    def _drift_step(self, request: Request, node: dict[str, Any], key: tuple, at_start: bool) -> Outcome | None:
         d, m = self.drift, self.metrics
         d.schedule()
         try:

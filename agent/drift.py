@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import time
 from collections import Counter, deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from migops.agent.backend import Backend, GpuInstance, GpuState
@@ -118,17 +118,17 @@ class DriftWatch:
     due, the drift last reported, and the repairs made within the window."""
 
     options: DriftOptions
-    clock: object = time.monotonic
+    clock: Callable[[], float] = time.monotonic
     next_check: float = 0.0
     reported: str = ""  # the drift text last published (DRIFT_ANNOTATION), "" when none
     held_until: float = 0.0  # repairs held (repeated drift) until then
     holding: bool = False  # the last outcome is a drift report or a held repair, not a flow failure
     repairing: bool = False  # a repair started and has not succeeded yet (its retries are repairs too)
-    repairs: deque = field(default_factory=deque)
+    repairs: deque[float] = field(default_factory=deque)  # monotonic times of the repairs in the window
     _desired: tuple[tuple, list[Desired]] | None = None
 
     def now(self) -> float:
-        return self.clock()  # type: ignore[operator]
+        return self.clock()
 
     def reset(self) -> None:
         """A new config (or content, or strategy): repairs are counted anew."""
