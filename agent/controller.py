@@ -29,8 +29,8 @@ from migops.kube import clusterpolicy
 from migops.kube.clusterpolicy import MigSettings, settings_from_policies
 from migops.kube.informer import Informer
 from migops.kube.names import (APPLIED_ANNOTATION, CONFIGMAP_KEY, DIGEST_ANNOTATION, DRIFT_ANNOTATION,
-                               LAYOUT_ANNOTATION, MIG_CONFIG_LABEL, MIG_CONFIG_STATE_LABEL, REASON_ANNOTATION, STATE_FAILED,
-                               STATE_REBOOTING, STATE_SUCCESS)
+                               LAYOUT_ANNOTATION, MIG_CONFIG_LABEL, MIG_CONFIG_STATE_LABEL, REASON_ANNOTATION,
+                               STATE_FAILED, STATE_REBOOTING, STATE_SUCCESS)
 from migops.mig.problems import MigError
 from migops.mig.spec import MigPartedConfig, parse_config
 

@@ -275,7 +275,8 @@ def cmd_status(args: argparse.Namespace) -> int:
                 print(f"  {i['metadata']['name']}: {problem}")
             if args.nodes:
                 rows = [[n.get("name", ""), n.get("config", "-"), n.get("phase", "-"), n.get("state", "-"),
-                         (n.get("revision") or "-")[:12], _with_drift(n.get("message", ""), drift.get(n.get("name")))]
+                         (n.get("revision") or "-")[:12],
+                         _with_drift(n.get("message", ""), drift.get(n.get("name", "")))]
                         for n in s.get("nodes") or ()]
                 print()
                 print(f"{i['metadata']['name']}: {(s.get('summary') or {}).get('inSync', '0/0')} nodes in sync")

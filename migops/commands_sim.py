@@ -11,7 +11,8 @@ The calls go through the simulated driver (`agent/simulated.py`), so it refuses 
 (an overlapping placement, destroying an instance with processes), and they share the state file's
 lock with a running agent. They are not counted in the file's per-GPU `ops` (those count the agent's
 calls), and the faults injected into the agent's driver (`op_delay`, `nvml_error`) do not apply to
-them; processes (`in_use`) do. `--node` names a node of `migops local` (its state file under $MIGOPS_HOME/local/agents/).
+them; processes (`in_use`) do. `--node` names a node of `migops local` (its state file under
+$MIGOPS_HOME/local/agents/).
 """
 from __future__ import annotations
 
@@ -123,7 +124,8 @@ def _change(sim, args: argparse.Namespace) -> None:  # noqa: ANN001
                 if args.start is not None or exc.code != "INSUFFICIENT_RESOURCES":
                     raise
         if gi is None:
-            raise GpuError("create_gpu_instance", gpu, "INSUFFICIENT_RESOURCES", f"no free placement for {profile.name}")
+            raise GpuError("create_gpu_instance", gpu, "INSUFFICIENT_RESOURCES",
+                           f"no free placement for {profile.name}")
         sizes = [] if args.no_ci else (args.ci or [profile.compute_slices])
         for slices in sizes:
             sim.create_compute_instance(gpu, gi, slices)

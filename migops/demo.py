@@ -351,16 +351,17 @@ class Demo:
                 return DRIFT_ANNOTATION not in notes and labels.get(MIG_CONFIG_STATE_LABEL) == "success"
             self.c.wait("the repair", repaired, 60)
         took = time.monotonic() - began
-        events = sorted((e for e in self.core.list_namespaced_event("default", field_selector=f"involvedObject.name={node}").items
-                         if e.reason in ("MigDriftDetected", "MigDriftRepaired")), key=lambda e: e.event_time)
+        events = self.core.list_namespaced_event("default", field_selector=f"involvedObject.name={node}").items
+        events = sorted((e for e in events if e.reason in ("MigDriftDetected", "MigDriftRepaired")),
+                        key=lambda e: e.event_time)
         for e in events[-2:]:
             self.c.say(f"  Event {e.type} {e.reason}: {e.message}")
         self.run(["migops", "sim", "show", "--node", node])
-        if not any(i["start"] == victim["start"] for i in json.loads(
-                (local_agents.agent_dir(Path(self.local.workdir), node) / "gpus.json").read_text())["gpus"][0]["instances"]):
+        gpus = json.loads((local_agents.agent_dir(Path(self.local.workdir), node) / "gpus.json").read_text())["gpus"]
+        if not any(i["start"] == victim["start"] for i in gpus[0]["instances"]):
             raise DemoFailed("the removed GPU instance was not recreated")
-        self.c.ok(f"drift seen after {detected:.1f}s, repaired after {took:.1f}s through the same safe flow as an apply; "
-                  "the GPUs are what git says again")
+        self.c.ok(f"drift seen after {detected:.1f}s, repaired after {took:.1f}s through the same safe flow as an "
+                  "apply; the GPUs are what git says again")
 
     def workloads(self) -> None:
         self.core.create_namespace({"metadata": {"name": WORKLOADS}})

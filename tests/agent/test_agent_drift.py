@@ -35,7 +35,8 @@ def _applied(api, node: str, name: str) -> None:  # noqa: ANN001
     until(check, 90, f"{node}: success for {name}, no drift")
 
 
-def _drifted(api, node: str, text: str, resources: dict[str, str], timeout: float = 30) -> dict[str, str]:  # noqa: ANN001
+def _drifted(api, node: str, text: str, resources: dict[str, str],  # noqa: ANN001
+             timeout: float = 30) -> dict[str, str]:
     """Wait for the drift annotation to say `text`; then assert the allocatable resources already follow."""
     until(lambda: annotations(api, node).get(DRIFT_ANNOTATION) == text, timeout, f"{node}: drift {text!r}")
     assert allocatable(api, node) == resources
