@@ -18,7 +18,7 @@ from migops.gitops.repo import CONFIG_FILE, NODES_FILE, Assignment, RepoError, R
 from migops.kube.names import DEVICE_ID_LABEL, GPU_PRODUCT_LABEL
 from migops.mig.catalogue import GpuModel, UnknownGpuError, catalogue
 from migops.mig.problems import MigError, Problem, key_path
-from migops.mig.validate import validate_against_catalogue, validate_on_node
+from migops.mig.fit import NodeGpus, fit
 from migops.mig.yamlsafe import Document, read_first
 
 NAMES = (NODES_FILE, "nodes.yml")
@@ -56,19 +56,10 @@ def _models(a: Assignment) -> list[str]:
     return names
 
 
-def _fit(spec: RepoSpec, config: str, model: GpuModel, strategy: str | None) -> tuple[Problem, ...]:
-    """Does `config` fit a node of `model` (count unknown)? As gitops.desired decides it for GFD's labels.
-    TODO(rules): ask migops.mig.fit once it is on main: one function for every caller."""
-    report = validate_against_catalogue(spec.config, config, strategy)  # type: ignore[arg-type]
-    if report.errors:
-        return report.errors
-    if model in report.fits:
-        return ()
-    return (Problem(key_path("mig-configs", config), "does-not-fit-model", f"config {config!r} does not fit {model.name}"),)
-
-
-def _fit_node(spec: RepoSpec, config: str, gpus: Sequence[GpuModel], strategy: str | None) -> tuple[Problem, ...]:
-    return validate_on_node(spec.config, config, gpus, strategy).errors  # type: ignore[arg-type]
+def _fit(spec: RepoSpec, config: str, gpus: NodeGpus, strategy: str | None) -> tuple[Problem, ...]:
+    """Does `config` fit these GPUs (a model whose count is unknown, or a node's GPUs: --gpu)? The one
+    answer the reconciler, the webhook and `migops validate` share (migops.mig.fit)."""
+    return fit(spec.config, config, gpus, strategy).errors  # type: ignore[arg-type]
 
 
 def _located(doc: Document, problems: Sequence[Problem]) -> list[Problem]:
@@ -105,7 +96,7 @@ def check_nodes(file: str, text: bytes, config_text: bytes | None, config_file: 
         where = key_path(a.path, "config")
         found: tuple[Problem, ...] = ()
         if gpus:
-            found = _fit_node(spec, a.config, gpus, strategy)
+            found = _fit(spec, a.config, NodeGpus(tuple(gpus), True), strategy)
             on = f"a node with {', '.join(dict.fromkeys(g.name for g in gpus))} (--gpu)"
         else:
             for name in _models(a):
@@ -115,7 +106,7 @@ def check_nodes(file: str, text: bytes, config_text: bytes | None, config_file: 
                     problems.append(Problem(a.path, "unknown-gpu-model", f"the selector names {name!r}, which is no "
                                             "GPU migops knows (see `migops gpus`)", "warning"))
                     continue
-                found = _fit(spec, a.config, model, strategy)
+                found = _fit(spec, a.config, NodeGpus((model,), False), strategy)
                 on = f"{model.name} (the selector's {name})"
                 if found:
                     break
@@ -123,7 +114,7 @@ def check_nodes(file: str, text: bytes, config_text: bytes | None, config_file: 
             problems.append(Problem(where, "does-not-fit", f"config {a.config!r} cannot be applied to {on}: "
                                     f"{config_file}: {p}"))
     if gpus and spec.nodes.default is not None:
-        for p in _fit_node(spec, spec.nodes.default, gpus, strategy):
+        for p in _fit(spec, spec.nodes.default, NodeGpus(tuple(gpus), True), strategy):
             problems.append(Problem("default", "does-not-fit", f"config {spec.nodes.default!r} cannot be applied "
                                     f"to a node with these GPUs (--gpu): {config_file}: {p}"))
     return NodesCheck(file, config_file, len(spec.nodes.assignments), tuple(_located(doc, problems)))

@@ -6,7 +6,7 @@ import sys
 from collections.abc import Sequence
 from importlib.metadata import PackageNotFoundError, version
 
-from migops import commands_agent, commands_mig, commands_reconcile, commands_webhook, local_cli
+from migops import commands_agent, commands_mig, commands_reconcile, commands_sim, commands_webhook, local_cli
 from migops.usage import EXIT_OK, EXIT_USAGE, UsageError
 
 
@@ -29,6 +29,7 @@ def build_parser() -> argparse.ArgumentParser:
     commands_reconcile.register(sub)
     local_cli.register(sub)
     commands_agent.register(sub)
+    commands_sim.register(sub)
     commands_webhook.register(sub)
     return parser
 
