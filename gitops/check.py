@@ -8,17 +8,18 @@ selector names a GPU model (GFD's `nvidia.com/gpu.product`, or migops's device-I
 model, and with `--gpu` every assigned config must fit a node with those GPUs. Problems are located at
 their line and column in nodes.yaml.
 """
+
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from migops.gitops.repo import CONFIG_FILE, NODES_FILE, Assignment, RepoError, RepoProblem, RepoSpec, load_repo
+from migops.gitops.repo import CONFIG_FILE, NODES_FILE, Assignment, RepoError, RepoSpec, load_repo
 from migops.kube.names import DEVICE_ID_LABEL, GPU_PRODUCT_LABEL
 from migops.mig.catalogue import GpuModel, UnknownGpuError, catalogue
-from migops.mig.problems import MigError, Problem, key_path
 from migops.mig.fit import NodeGpus, fit
+from migops.mig.problems import MigError, Problem, key_path
 from migops.mig.yamlsafe import Document, read_first
 
 NAMES = (NODES_FILE, "nodes.yml")
@@ -70,8 +71,14 @@ def _located(doc: Document, problems: Sequence[Problem]) -> list[Problem]:
     return out
 
 
-def check_nodes(file: str, text: bytes, config_text: bytes | None, config_file: str,
-                gpus: Sequence[GpuModel] = (), strategy: str | None = None) -> NodesCheck:
+def check_nodes(
+    file: str,
+    text: bytes,
+    config_text: bytes | None,
+    config_file: str,
+    gpus: Sequence[GpuModel] = (),
+    strategy: str | None = None,
+) -> NodesCheck:
     """Check one nodes.yaml against its config.yaml (None: not there)."""
     try:
         doc = read_first(text)
@@ -83,11 +90,23 @@ def check_nodes(file: str, text: bytes, config_text: bytes | None, config_file: 
     except RepoError as exc:
         mine = [p.problem for p in exc.problems if p.file == NODES_FILE]
         if config_text is None:
-            mine.append(Problem("", "config-file-missing", f"no {config_file} beside it: the config names are "
-                                "not checked (the reconciler reads both from one directory)"))
+            mine.append(
+                Problem(
+                    "",
+                    "config-file-missing",
+                    f"no {config_file} beside it: the config names are "
+                    "not checked (the reconciler reads both from one directory)",
+                )
+            )
         elif any(p.file == CONFIG_FILE and p.severity == "error" for p in exc.problems):
-            mine.append(Problem("", "config-file-invalid", f"{config_file} is invalid (`migops validate "
-                                f"{config_file}` shows why): the config names are not checked"))
+            mine.append(
+                Problem(
+                    "",
+                    "config-file-invalid",
+                    f"{config_file} is invalid (`migops validate "
+                    f"{config_file}` shows why): the config names are not checked",
+                )
+            )
         return NodesCheck(file, config_file, 0, tuple(_located(doc, mine)))
     problems = [p.problem for p in spec.warnings if p.file == NODES_FILE]
     strategy = strategy or spec.nodes.strategy
@@ -103,18 +122,31 @@ def check_nodes(file: str, text: bytes, config_text: bytes | None, config_file: 
                 try:
                     model = cat.resolve(name.split("-MIG-")[0])
                 except UnknownGpuError:
-                    problems.append(Problem(a.path, "unknown-gpu-model", f"the selector names {name!r}, which is no "
-                                            "GPU migops knows (see `migops gpus`)", "warning"))
+                    problems.append(
+                        Problem(
+                            a.path,
+                            "unknown-gpu-model",
+                            f"the selector names {name!r}, which is no GPU migops knows (see `migops gpus`)",
+                            "warning",
+                        )
+                    )
                     continue
                 found = _fit(spec, a.config, NodeGpus((model,), False), strategy)
                 on = f"{model.name} (the selector's {name})"
                 if found:
                     break
         for p in found:
-            problems.append(Problem(where, "does-not-fit", f"config {a.config!r} cannot be applied to {on}: "
-                                    f"{config_file}: {p}"))
+            problems.append(
+                Problem(where, "does-not-fit", f"config {a.config!r} cannot be applied to {on}: {config_file}: {p}")
+            )
     if gpus and spec.nodes.default is not None:
         for p in _fit(spec, spec.nodes.default, NodeGpus(tuple(gpus), True), strategy):
-            problems.append(Problem("default", "does-not-fit", f"config {spec.nodes.default!r} cannot be applied "
-                                    f"to a node with these GPUs (--gpu): {config_file}: {p}"))
+            problems.append(
+                Problem(
+                    "default",
+                    "does-not-fit",
+                    f"config {spec.nodes.default!r} cannot be applied "
+                    f"to a node with these GPUs (--gpu): {config_file}: {p}",
+                )
+            )
     return NodesCheck(file, config_file, len(spec.nodes.assignments), tuple(_located(doc, problems)))

@@ -1,4 +1,5 @@
 """The `migops` command line: one argparse tree, each command group registered by its own module."""
+
 from __future__ import annotations
 
 import argparse

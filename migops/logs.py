@@ -13,6 +13,7 @@ names the object with `extra=`:
 
 Text is the same fields for a person: `time LEVEL component logger: message node=... revision=...`.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -31,11 +32,20 @@ OBJECT_FIELDS = ("node", "migsync", "revision", "namespace", "configmap", "pod")
 
 def add_arguments(parser: argparse.ArgumentParser, default_level: str = "info") -> None:
     """--log-level and --log-format, spelled the same on every long-running command."""
-    parser.add_argument("--log-level", default=default_level, choices=LEVELS, type=str.lower,
-                        help=f"least severe level logged (default {default_level})")
-    parser.add_argument("--log-format", default="text", choices=FORMATS,
-                        help="text (default) or json: one object per line (time, level, component, logger, "
-                        "message, and node / migsync / revision when a line is about one)")
+    parser.add_argument(
+        "--log-level",
+        default=default_level,
+        choices=LEVELS,
+        type=str.lower,
+        help=f"least severe level logged (default {default_level})",
+    )
+    parser.add_argument(
+        "--log-format",
+        default="text",
+        choices=FORMATS,
+        help="text (default) or json: one object per line (time, level, component, logger, "
+        "message, and node / migsync / revision when a line is about one)",
+    )
 
 
 def _time(record: logging.LogRecord) -> str:
@@ -99,8 +109,13 @@ def _level(level: str) -> int:
     return getattr(logging, level.upper())
 
 
-def setup(component: str, level: str = "info", fmt: str = "text", context: Mapping[str, str] | None = None,
-          stream: IO[str] | None = None) -> None:
+def setup(
+    component: str,
+    level: str = "info",
+    fmt: str = "text",
+    context: Mapping[str, str] | None = None,
+    stream: IO[str] | None = None,
+) -> None:
     """The root logger: one handler to stderr (or `stream`) with the chosen format; replaces any other."""
     handler = logging.StreamHandler(stream or sys.stderr)
     handler.setFormatter(formatter(fmt, component, context))
@@ -124,8 +139,12 @@ def gunicorn_logconfig(component: str, level: str = "info", fmt: str = "text") -
     return {
         "version": 1,
         "disable_existing_loggers": False,
-        "formatters": {"migops": {"()": f"{__name__}.{'JsonFormatter' if fmt == 'json' else 'TextFormatter'}",
-                                  "component": component}},
+        "formatters": {
+            "migops": {
+                "()": f"{__name__}.{'JsonFormatter' if fmt == 'json' else 'TextFormatter'}",
+                "component": component,
+            }
+        },
         "handlers": {"migops": handler},
         "root": {"level": level.upper(), "handlers": ["migops"]},
         "loggers": {

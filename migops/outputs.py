@@ -2,6 +2,7 @@
 ("<command>/v<N>"), described by the JSON Schema migops/schemas/<command>.v<N>.schema.json (installed with
 the package; docs/json-output.md). Fields may be added within a version; a change that removes, renames
 or retypes one is a new version, named in CHANGELOG.md."""
+
 from __future__ import annotations
 
 import json

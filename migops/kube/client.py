@@ -5,6 +5,7 @@ Merging follows kubectl (client-go's clientcmd loading rules): files that do not
 clusters, users and contexts the first file that names one wins; so does the first file that sets
 current-context. Relative certificate paths stay relative to the file that holds them.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -19,8 +20,10 @@ from kubernetes.config.config_exception import ConfigException
 from kubernetes.config.kube_config import KubeConfigLoader, KubeConfigMerger
 
 ENV = "KUBECONFIG"
-KUBECONFIG_HELP = "kubeconfig file (default: $KUBECONFIG, a list of files merged as kubectl merges them; else " \
-                  "~/.kube/config; else the pod's service account)"
+KUBECONFIG_HELP = (
+    "kubeconfig file (default: $KUBECONFIG, a list of files merged as kubectl merges them; else "
+    "~/.kube/config; else the pod's service account)"
+)
 CONTEXT_HELP = "the kubeconfig context to use (default: its current-context)"
 
 
@@ -38,8 +41,9 @@ class Found:
     paths: tuple[Path, ...] = ()
 
 
-def locate(kubeconfig: str | Path | None = None, environ: Mapping[str, str] | None = None,
-           home: Path | None = None) -> Found:
+def locate(
+    kubeconfig: str | Path | None = None, environ: Mapping[str, str] | None = None, home: Path | None = None
+) -> Found:
     """kubectl's order. A --kubeconfig that does not exist is an error (as in kubectl); a $KUBECONFIG whose
     files all do not exist is an empty kubeconfig, and so the in-cluster config (client-go does the same)."""
     env = os.environ if environ is None else environ
@@ -66,23 +70,32 @@ def api_client(kubeconfig: str | Path | None = None, context: str | None = None)
     configuration = k8s.Configuration()
     if not found.paths:
         if context:
-            raise ConfigException(f"--context {context}: no kubeconfig (--kubeconfig, ${ENV} or ~/.kube/config) "
-                                  "to find it in")
+            raise ConfigException(
+                f"--context {context}: no kubeconfig (--kubeconfig, ${ENV} or ~/.kube/config) to find it in"
+            )
         try:
             config.load_incluster_config(client_configuration=configuration)
         except ConfigException as exc:
-            raise ConfigException(f"no kubeconfig (--kubeconfig, ${ENV} or ~/.kube/config) and not in a pod "
-                                  f"({exc})") from None
+            raise ConfigException(
+                f"no kubeconfig (--kubeconfig, ${ENV} or ~/.kube/config) and not in a pod ({exc})"
+            ) from None
         return k8s.ApiClient(configuration)
     merger = KubeConfigMerger(os.pathsep.join(str(p) for p in found.paths))
     if merger.config is None:
         raise ConfigException(f"{found.origin}: no configuration found")
     # The client library lets the last file's current-context win; kubectl, the first one's.
-    current = next((merger.config_files[p].get("current-context") for p in merger.paths
-                    if merger.config_files[p].get("current-context")), None)
+    current = next(
+        (
+            merger.config_files[p].get("current-context")
+            for p in merger.paths
+            if merger.config_files[p].get("current-context")
+        ),
+        None,
+    )
     if current:
         merger.config.value["current-context"] = current
-    loader = KubeConfigLoader(config_dict=merger.config, config_base_path=None, active_context=context,
-                              config_persister=merger.save_changes)
+    loader = KubeConfigLoader(
+        config_dict=merger.config, config_base_path=None, active_context=context, config_persister=merger.save_changes
+    )
     loader.load_and_set(configuration)
     return k8s.ApiClient(configuration)

@@ -1,6 +1,7 @@
 """Every `-o json` names its schema version and matches the JSON Schema published for it
 (migops/schemas/<command>.v1.schema.json): real outputs, valid and invalid inputs, checked against them.
 diff and status (they need a cluster) are in tests/reconciler/test_json_outputs_cluster.py."""
+
 from __future__ import annotations
 
 import argparse
@@ -33,8 +34,12 @@ def _check(command: str, doc: dict) -> None:
 def test_every_json_output_has_a_schema() -> None:
     parser = build_parser()
     (sub,) = [a for a in parser._actions if a.dest == "command"]
-    with_json = {name for name, p in sub.choices.items()
-                 for a in p._actions if "--output" in a.option_strings and "json" in (a.choices or ())}
+    with_json = {
+        name
+        for name, p in sub.choices.items()
+        for a in p._actions
+        if "--output" in a.option_strings and "json" in (a.choices or ())
+    }
     assert with_json == {"validate", "plan", "gpus", "diff", "status"}
     assert set(VERSIONS) == with_json | {"probe"}  # gpus --probe has a shape of its own
     for command in VERSIONS:
@@ -42,12 +47,15 @@ def test_every_json_output_has_a_schema() -> None:
         assert json_schema(command)["properties"]["schema"] == {"const": schema_id(command)}
 
 
-@pytest.mark.parametrize("args", [
-    [str(EXAMPLES)],
-    [str(EXAMPLES / "invalid-configs.yaml")],
-    ["--gpu", "0x233010DE", "--strategy", "mixed", str(EXAMPLES / "custom-mig-config.yaml")],
-    ["--gpu", "0x233010DE", str(EXAMPLES / "invalid-configs.yaml"), str(EXAMPLES / "config-repo")],
-])
+@pytest.mark.parametrize(
+    "args",
+    [
+        [str(EXAMPLES)],
+        [str(EXAMPLES / "invalid-configs.yaml")],
+        ["--gpu", "0x233010DE", "--strategy", "mixed", str(EXAMPLES / "custom-mig-config.yaml")],
+        ["--gpu", "0x233010DE", str(EXAMPLES / "invalid-configs.yaml"), str(EXAMPLES / "config-repo")],
+    ],
+)
 def test_validate(capsys: pytest.CaptureFixture[str], args: list[str]) -> None:
     _check("validate", _json(capsys, "validate", "-o", "json", *args))
 
@@ -60,12 +68,33 @@ def test_validate_of_an_unparseable_file(capsys: pytest.CaptureFixture[str], tmp
 
 
 def test_plan(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
-    ok = _json(capsys, "plan", "-o", "json", "--gpu", "0x233010DE", "-c", "all-balanced",
-               str(EXAMPLES / "config-repo" / "config.yaml"))
+    ok = _json(
+        capsys,
+        "plan",
+        "-o",
+        "json",
+        "--gpu",
+        "0x233010DE",
+        "-c",
+        "all-balanced",
+        str(EXAMPLES / "config-repo" / "config.yaml"),
+    )
     assert ok["valid"] and ok["gpus"][0]["instances"]
     _check("plan", ok)
-    _check("plan", _json(capsys, "plan", "-o", "json", "--gpu", "0x233010DE", "-c", "none-such",
-                         str(EXAMPLES / "config-repo" / "config.yaml")))
+    _check(
+        "plan",
+        _json(
+            capsys,
+            "plan",
+            "-o",
+            "json",
+            "--gpu",
+            "0x233010DE",
+            "-c",
+            "none-such",
+            str(EXAMPLES / "config-repo" / "config.yaml"),
+        ),
+    )
     (tmp_path / "bad.yaml").write_text("version: v1\nmig-configs: {a: [{devices: all, mig-enabled: 3}]}\n")
     _check("plan", _json(capsys, "plan", "-o", "json", "--gpu", "0x233010DE", str(tmp_path / "bad.yaml")))
 

@@ -1,6 +1,7 @@
 """`migops validate` on a config repo's nodes.yaml, offline: found by name or by shape, checked by the
 reconciler's own loader (schema, strategy, rollout, selectors, config names in the config.yaml beside
 it) and for fit where the selector names a GPU model (or --gpu is given); every problem at file:line:col."""
+
 from __future__ import annotations
 
 import json
@@ -38,16 +39,17 @@ def test_the_example_repo_checks_both_files(capsys: pytest.CaptureFixture[str]) 
 
 def test_each_problem_at_its_line(capsys: pytest.CaptureFixture[str], repo: Path) -> None:
     (repo / "nodes.yaml").write_text(
-        "version: v1\n"                                              # 1
-        "strategy: mixd\n"                                           # 2
-        "rollout:\n"                                                 # 3
-        "  maxUnavailable: 0\n"                                      # 4
-        "assignments:\n"                                             # 5
-        "  - nodeSelector:\n"                                        # 6
+        "version: v1\n"  # 1
+        "strategy: mixd\n"  # 2
+        "rollout:\n"  # 3
+        "  maxUnavailable: 0\n"  # 4
+        "assignments:\n"  # 5
+        "  - nodeSelector:\n"  # 6
         "      matchLabels: {nvidia.com/gpu.product: NVIDIA-H100-80GB-HBM3}\n"  # 7
-        "    config: no-such-config\n"                               # 8
-        "  - nodeSelector: {}\n"                                     # 9
-        "    config: all-balanced\n")                                # 10
+        "    config: no-such-config\n"  # 8
+        "  - nodeSelector: {}\n"  # 9
+        "    config: all-balanced\n"
+    )  # 10
     code, out = run(capsys, "validate", str(repo / "nodes.yaml"))
     assert code == 1, out
     nodes = f"{repo}/nodes.yaml"
@@ -70,13 +72,16 @@ def test_a_selector_naming_a_model_must_fit_it(capsys: pytest.CaptureFixture[str
         "    config: h100-inference\n"
         "  - nodeSelector:\n      matchExpressions: [{key: nvidia.com/gpu.product, operator: In, "
         "values: [NVIDIA-H100-80GB-HBM3]}]\n"
-        "    config: h100-inference\n")
+        "    config: h100-inference\n"
+    )
     code, out = run(capsys, "validate", str(repo / "nodes.yaml"))
     assert code == 1, out
     lines = [line for line in out.splitlines() if "error:" in line]
     assert len(lines) == 1, out
-    assert f"{repo}/nodes.yaml:5:5: error: assignments[0].config: config 'h100-inference' cannot be applied to " \
-           "A100-SXM4-40GB (the selector's NVIDIA-A100-SXM4-40GB)" in lines[0]
+    assert (
+        f"{repo}/nodes.yaml:5:5: error: assignments[0].config: config 'h100-inference' cannot be applied to "
+        "A100-SXM4-40GB (the selector's NVIDIA-A100-SXM4-40GB)" in lines[0]
+    )
     assert lines[0].endswith("[does-not-fit]")
 
 
@@ -94,12 +99,15 @@ def test_gpu_flag_checks_every_assignment(capsys: pytest.CaptureFixture[str], re
 
 def test_found_by_shape_and_labels_checked(capsys: pytest.CaptureFixture[str], repo: Path) -> None:
     (repo / "nodes.yaml").rename(repo / "assign.yaml")
-    (repo / "assign.yaml").write_text("version: v1\nassignments:\n  - nodeSelector:\n"
-                                      "      matchLabels: {'bad key!': x}\n    config: all-disabled\n")
+    (repo / "assign.yaml").write_text(
+        "version: v1\nassignments:\n  - nodeSelector:\n      matchLabels: {'bad key!': x}\n    config: all-disabled\n"
+    )
     code, out = run(capsys, "validate", "--skip-unrelated", str(repo / "assign.yaml"))
     assert code == 1, out
-    assert f"{repo}/assign.yaml:4:7: error: assignments[0].nodeSelector.matchLabels: 'bad key!' is not a valid " \
-           "label key" in out
+    assert (
+        f"{repo}/assign.yaml:4:7: error: assignments[0].nodeSelector.matchLabels: 'bad key!' is not a valid "
+        "label key" in out
+    )
     assert "[schema-pattern]" in out
 
 

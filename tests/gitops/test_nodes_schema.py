@@ -1,6 +1,7 @@
 """nodes.yaml's published JSON Schema and the loader agree: what an editor accepts (the schema), the
 reconciler and `migops validate` accept (repo.parse_nodes, which applies the schema too); every file the
 code refuses for its structure, the schema refuses as well."""
+
 from __future__ import annotations
 
 import json
@@ -18,13 +19,27 @@ SCHEMA_FILE = ROOT / "migops" / "schemas" / "nodes.v1.schema.json"
 
 VALID = [
     {"version": "v1"},
-    {"version": "v1", "strategy": "mixed", "rollout": {"maxUnavailable": 3}, "default": "a", "prune": True,
-     "configMap": {"name": "default-mig-parted-config", "namespace": "gpu-operator"},
-     "assignments": [{"config": "a", "nodes": ["n1", "n2"]},
-                     {"config": "b", "nodeSelector": {"matchLabels": {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}}},
-                     {"config": "c", "nodeSelector": {"matchExpressions": [
-                         {"key": "pool", "operator": "In", "values": ["x", "y"]},
-                         {"key": "spot", "operator": "DoesNotExist"}]}}]},
+    {
+        "version": "v1",
+        "strategy": "mixed",
+        "rollout": {"maxUnavailable": 3},
+        "default": "a",
+        "prune": True,
+        "configMap": {"name": "default-mig-parted-config", "namespace": "gpu-operator"},
+        "assignments": [
+            {"config": "a", "nodes": ["n1", "n2"]},
+            {"config": "b", "nodeSelector": {"matchLabels": {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}}},
+            {
+                "config": "c",
+                "nodeSelector": {
+                    "matchExpressions": [
+                        {"key": "pool", "operator": "In", "values": ["x", "y"]},
+                        {"key": "spot", "operator": "DoesNotExist"},
+                    ]
+                },
+            },
+        ],
+    },
     {"version": "v1", "rollout": {"maxUnavailable": "25%"}},
     {"version": "v1", "rollout": {"maxUnavailable": "100%"}},
 ]
@@ -52,10 +67,20 @@ INVALID = [
     {"version": "v1", "assignments": [{"config": "a", "nodeSelector": {"matchLabels": {"a": 1}}}]},
     {"version": "v1", "assignments": [{"config": "a", "nodeSelector": {"matchLabels": {"bad key": "v"}}}]},
     {"version": "v1", "assignments": [{"config": "a", "nodeSelector": {"matchLabels": {"k": "bad value"}}}]},
-    {"version": "v1", "assignments": [{"config": "a", "nodeSelector": {"matchExpressions": [{"key": "k", "operator": "In"}]}}]},
-    {"version": "v1", "assignments": [{"config": "a", "nodeSelector": {"matchExpressions": [
-        {"key": "k", "operator": "Exists", "values": ["v"]}]}}]},
-    {"version": "v1", "assignments": [{"config": "a", "nodeSelector": {"matchExpressions": [{"key": "k", "operator": "Is"}]}}]},
+    {
+        "version": "v1",
+        "assignments": [{"config": "a", "nodeSelector": {"matchExpressions": [{"key": "k", "operator": "In"}]}}],
+    },
+    {
+        "version": "v1",
+        "assignments": [
+            {"config": "a", "nodeSelector": {"matchExpressions": [{"key": "k", "operator": "Exists", "values": ["v"]}]}}
+        ],
+    },
+    {
+        "version": "v1",
+        "assignments": [{"config": "a", "nodeSelector": {"matchExpressions": [{"key": "k", "operator": "Is"}]}}],
+    },
 ]
 
 

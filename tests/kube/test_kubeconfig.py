@@ -1,6 +1,7 @@
 """migops finds its cluster as kubectl does: --kubeconfig, $KUBECONFIG (merged), ~/.kube/config, in-cluster;
 --context picks a context. Each identity is asked of the real API server (SelfSubjectReview), with a
 temporary HOME, so the test machine's own kubeconfig never takes part."""
+
 from __future__ import annotations
 
 import base64
@@ -19,8 +20,9 @@ from migops.kube.client import api_client, locate
 
 def _whoami(api: k8s.ApiClient) -> str:
     with api:
-        review = k8s.AuthenticationV1Api(api).create_self_subject_review({"apiVersion": "authentication.k8s.io/v1",
-                                                                          "kind": "SelfSubjectReview"})
+        review = k8s.AuthenticationV1Api(api).create_self_subject_review(
+            {"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview"}
+        )
     return review.status.user_info.username
 
 
@@ -107,8 +109,9 @@ def test_no_kubeconfig_anywhere_falls_to_in_cluster(home: Path, tmp_path: Path) 
 
 
 def _migops(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "migops", *args], env=env, capture_output=True, text=True,
-                          timeout=120, check=False)
+    return subprocess.run(
+        [sys.executable, "-m", "migops", *args], env=env, capture_output=True, text=True, timeout=120, check=False
+    )
 
 
 def test_cli_status_reads_home_kubeconfig_and_context(kubeconfig_for, home: Path, tmp_path: Path) -> None:

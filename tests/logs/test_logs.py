@@ -1,6 +1,7 @@
 """One logging interface (migops.logs): --log-level and --log-format spelled the same on the webhook,
 the reconciler and the agent; JSON lines parsed back, from the formatter and from the real processes
 (gunicorn's own lines included)."""
+
 from __future__ import annotations
 
 import io
@@ -18,7 +19,7 @@ from migops.cli import build_parser
 MIGOPS = Path(sys.executable).parent / "migops"
 
 
-def _subcommand(name: str):  # noqa: ANN202
+def _subcommand(name: str):
     parser = build_parser()
     (sub,) = [a for a in parser._actions if a.dest == "command"]
     return sub.choices[name]
@@ -46,8 +47,14 @@ def test_json_lines_carry_time_level_component_message_and_object() -> None:
     first, second = [json.loads(line) for line in out.getvalue().splitlines()]
     assert first["time"].endswith("Z") and first["time"][10] == "T"
     assert {k: first[k] for k in ("level", "component", "logger", "message", "node", "migsync", "revision")} == {
-        "level": "debug", "component": "reconciler", "logger": "migops.test", "message": "applied wave 1",
-        "node": "gpu-1", "migsync": "migops-system/migops", "revision": "abc123"}
+        "level": "debug",
+        "component": "reconciler",
+        "logger": "migops.test",
+        "message": "applied wave 1",
+        "node": "gpu-1",
+        "migsync": "migops-system/migops",
+        "revision": "abc123",
+    }
     assert second["level"] == "error" and "ValueError: boom" in second["error"]
 
 
@@ -67,14 +74,38 @@ def test_gunicorn_lines_through_the_same_formatter(tmp_path: Path) -> None:
     """The webhook with --log-format json: gunicorn's master and worker lines are JSON too. The worker
     cannot reach a cluster (no kubeconfig anywhere), so it fails to boot and gunicorn stops: every line
     it wrote on the way, the traceback included, is one JSON object."""
-    certs = subprocess.run([str(MIGOPS), "certs", "generate", "--dir", str(tmp_path / "tls")], capture_output=True,
-                           text=True, timeout=60, check=False)
+    certs = subprocess.run(
+        [str(MIGOPS), "certs", "generate", "--dir", str(tmp_path / "tls")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
     assert certs.returncode == 0, certs.stderr
     env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)}
-    proc = subprocess.run([str(MIGOPS), "webhook", "--tls-cert", str(tmp_path / "tls" / "tls.pem"), "--tls-key",
-                           str(tmp_path / "tls" / "tls.pem"), "--bind-address", "127.0.0.1", "--port", "0",
-                           "--log-format", "json", "--log-level", "debug"], env=env, capture_output=True, text=True,
-                          timeout=120, check=False)
+    proc = subprocess.run(
+        [
+            str(MIGOPS),
+            "webhook",
+            "--tls-cert",
+            str(tmp_path / "tls" / "tls.pem"),
+            "--tls-key",
+            str(tmp_path / "tls" / "tls.pem"),
+            "--bind-address",
+            "127.0.0.1",
+            "--port",
+            "0",
+            "--log-format",
+            "json",
+            "--log-level",
+            "debug",
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     assert proc.returncode != 0
     lines, bare = [], []
     for line in filter(str.strip, proc.stderr.splitlines()):

@@ -1,5 +1,6 @@
 """A clean install: `pip install -e .` and the wheel build say nothing but that they worked (no setuptools
 warnings), and the lock files pin, with hashes, versions that the package's ranges allow."""
+
 from __future__ import annotations
 
 import re
@@ -17,9 +18,23 @@ PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
 
 
 def _copy(dest: Path) -> Path:
-    shutil.copytree(ROOT, dest, symlinks=True, ignore=shutil.ignore_patterns(
-        ".git", ".venv", "build", "dist", "*.egg-info", "__pycache__", ".pytest_cache", ".hypothesis", ".mypy_cache",
-        ".ruff_cache"))
+    shutil.copytree(
+        ROOT,
+        dest,
+        symlinks=True,
+        ignore=shutil.ignore_patterns(
+            ".git",
+            ".venv",
+            "build",
+            "dist",
+            "*.egg-info",
+            "__pycache__",
+            ".pytest_cache",
+            ".hypothesis",
+            ".mypy_cache",
+            ".ruff_cache",
+        ),
+    )
     return dest
 
 
@@ -29,11 +44,17 @@ def test_editable_install_and_wheel_print_no_warning(tmp_path: Path) -> None:
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120)
     pip = [str(venv / "bin" / "python"), "-m", "pip", "--disable-pip-version-check"]
     # As `make venv` runs it (pip shows setuptools' BuildBackendWarnings there: three screens of them before).
-    editable = subprocess.run([*pip, "install", "--no-deps", "-e", str(source)], capture_output=True,
-                              text=True, timeout=600, check=False)
+    editable = subprocess.run(
+        [*pip, "install", "--no-deps", "-e", str(source)], capture_output=True, text=True, timeout=600, check=False
+    )
     assert editable.returncode == 0, editable.stderr[-3000:]
-    wheel = subprocess.run([*pip, "wheel", "--no-deps", "-w", str(tmp_path / "dist"), str(source)],
-                           capture_output=True, text=True, timeout=600, check=False)
+    wheel = subprocess.run(
+        [*pip, "wheel", "--no-deps", "-w", str(tmp_path / "dist"), str(source)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
     assert wheel.returncode == 0, wheel.stderr[-3000:]
     for out in (editable, wheel):
         text = out.stdout + out.stderr
@@ -50,7 +71,10 @@ def _lock(name: str) -> dict[str, tuple[str, list[str]]]:
     for block in re.split(r"\n(?=[A-Za-z0-9])", (ROOT / name).read_text()):
         m = re.match(r"([A-Za-z0-9][A-Za-z0-9._-]*)==(\S+)", block)
         if m:
-            pins[m.group(1).lower().replace("_", "-")] = (m.group(2), re.findall(r"--hash=sha256:([0-9a-f]{64})", block))
+            pins[m.group(1).lower().replace("_", "-")] = (
+                m.group(2),
+                re.findall(r"--hash=sha256:([0-9a-f]{64})", block),
+            )
     return pins
 
 
@@ -78,11 +102,20 @@ def test_static_tools_resolve_the_checkout(tmp_path: Path) -> None:
     checkout's files (the editable .pth and py.typed): what IDEs and pyright see too."""
     mypy = Path(sys.executable).with_name("mypy")
     probe = tmp_path / "probe.py"
-    probe.write_text("from migops.mig.catalogue import GpuModel\nfrom migops.webhook.server import gunicorn_options\n"
-                     "reveal_type(GpuModel.label)\nreveal_type(gunicorn_options)\n")
-    out = subprocess.run([str(mypy), "--no-incremental", "--cache-dir", str(tmp_path / "cache"), str(probe)],
-                         cwd=tmp_path, capture_output=True, text=True, timeout=300, check=False)
+    probe.write_text(
+        "from migops.mig.catalogue import GpuModel\nfrom migops.webhook.server import gunicorn_options\n"
+        "reveal_type(GpuModel.label)\nreveal_type(gunicorn_options)\n"
+    )
+    out = subprocess.run(
+        [str(mypy), "--no-incremental", "--cache-dir", str(tmp_path / "cache"), str(probe)],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
     assert out.returncode == 0, out.stdout + out.stderr
-    assert re.search(r'Revealed type is "def \(self: migops\.mig\.catalogue\.GpuModel\) -> (builtins\.)?str"',
-                     out.stdout), out.stdout
+    assert re.search(
+        r'Revealed type is "def \(self: migops\.mig\.catalogue\.GpuModel\) -> (builtins\.)?str"', out.stdout
+    ), out.stdout
     assert re.search(r"log_format: (builtins\.)?str =", out.stdout), out.stdout

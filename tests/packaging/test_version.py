@@ -1,5 +1,6 @@
 """One version, written once (pyproject.toml), read everywhere: `migops --version` (package metadata), the
 image's OCI label default, the change log's newest release (released as the tag v<version>)."""
+
 from __future__ import annotations
 
 import re
@@ -13,8 +14,9 @@ VERSION = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["versi
 
 
 def test_version_flag_prints_the_package_version() -> None:
-    out = subprocess.run([sys.executable, "-m", "migops", "--version"], capture_output=True, text=True, timeout=60,
-                         check=False)
+    out = subprocess.run(
+        [sys.executable, "-m", "migops", "--version"], capture_output=True, text=True, timeout=60, check=False
+    )
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == f"migops {VERSION}"
 
