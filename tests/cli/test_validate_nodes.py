@@ -93,7 +93,7 @@ def test_gpu_flag_checks_every_assignment(capsys: pytest.CaptureFixture[str], re
     code, out = run(capsys, "validate", "--gpu", "0x20B510DE", str(repo / "nodes.yaml"))  # A100 80GB PCIe: none
     assert code == 1, out
     lines = [line for line in out.splitlines() if "error:" in line]
-    assert [line.split(": error: ")[0].rsplit("/", 1)[-1] for line in lines] == ["nodes.yaml:10:5", "nodes.yaml:13:5"]
+    assert [line.split(": error: ")[0].rsplit("/", 1)[-1] for line in lines] == ["nodes.yaml:11:5", "nodes.yaml:14:5"]
     assert all("[gpu-not-covered] [does-not-fit]" in line for line in lines)
 
 
@@ -115,7 +115,7 @@ def test_without_config_yaml_beside_it(capsys: pytest.CaptureFixture[str], repo:
     (repo / "config.yaml").unlink()
     code, out = run(capsys, "validate", str(repo / "nodes.yaml"))
     assert code == 1
-    assert f"{repo}/nodes.yaml:2:1: error: (document): no {repo}/config.yaml beside it" in out  # line 1: a comment
+    assert f"{repo}/nodes.yaml:3:1: error: (document): no {repo}/config.yaml beside it" in out  # lines 1-2: comments
     assert "[config-file-missing]" in out
 
 
