@@ -51,21 +51,26 @@ def draw_layout(gpu: GpuModel, layout: Sequence[Placement], indent: str = "  ") 
 
 
 def table(rows: Sequence[Sequence[str]], header: Sequence[str], width: int | None = None) -> list[str]:
-    """A plain left-aligned table (like kubectl's), columns two spaces apart. With `width`, the last
-    column's words wrap onto continuation lines under it, so no line is longer (unless the other columns
-    alone are: the last one then gets MIN_LAST columns)."""
+    """A plain left-aligned table (like kubectl's), columns two spaces apart. With `width`, no line is
+    longer: the last column's words wrap onto continuation lines under it, or, when the other columns
+    leave it fewer than MIN_LAST, onto lines of their own below each row, indented."""
     cells = [[str(v) for v in r] for r in [header, *rows]]
     widths = [max(len(r[i]) for r in cells) for i in range(len(header))]
+    lead = sum(w + 2 for w in widths[:-1])
+    stacked = width is not None and width - lead < MIN_LAST
+    if width is not None and not stacked:
+        widths[-1] = min(widths[-1], width - lead)
     lines = []
-    if width is not None:
-        lead = sum(w + 2 for w in widths[:-1])
-        widths[-1] = min(widths[-1], max(width - lead, MIN_LAST))
     for row in cells:
         *first, last = row
+        if stacked:
+            assert width is not None
+            lines.append("  ".join(v.ljust(w) for v, w in zip(first, widths, strict=False)).rstrip())
+            lines += ["    " + part for part in _wrap(last, max(width - 4, MIN_LAST))]
+            continue
         parts = _wrap(last, widths[-1]) if width is not None else [last]
         lines.append("  ".join(v.ljust(w) for v, w in zip([*first, parts[0]], widths, strict=True)).rstrip())
-        pad = " " * sum(w + 2 for w in widths[:-1])
-        lines += [(pad + part).rstrip() for part in parts[1:]]
+        lines += [(" " * lead + part).rstrip() for part in parts[1:]]
     return lines
 
 
