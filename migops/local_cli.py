@@ -46,6 +46,18 @@ def register(sub: argparse._SubParsersAction) -> None:  # noqa: SLF001 - argpars
         func=_env)
 
 
+def _self() -> str:
+    """How to run this migops from any shell: `migops` when that is the one on PATH, else its full path
+    (a virtualenv's bin that nothing put on PATH; `local env` puts it there)."""
+    import shutil
+
+    mine = Path(sys.executable).parent / "migops"
+    on_path = shutil.which("migops")
+    if not mine.exists() or (on_path and Path(on_path).resolve() == mine.resolve()):
+        return "migops"
+    return shlex.quote(str(mine))
+
+
 def _home() -> Path:
     from migops.local.state import migops_home
 
@@ -105,7 +117,7 @@ def _up(args: argparse.Namespace) -> int:
               "`migops status`)")
     print("  scheduler:  kube-scheduler binds Pods to the nodes by their allocatable resources")
     print(f"  kubeconfig: {plane.kubeconfig}")
-    print('  next:       eval "$(migops local env)"; kubectl get nodes --show-labels')
+    print(f'  next:       eval "$({_self()} local env)"; kubectl get nodes --show-labels')
     return EXIT_OK
 
 
