@@ -342,10 +342,10 @@ def cmd_gpus(args: argparse.Namespace) -> int:
         inferred = ",".join(sorted(set(g.inferred) | set(table_.inferred))) or "-"
         slices = f"{table_.compute_slices}/{table_.memory_slices}"
         if wide:
-            rows.append((g.device_id, g.name, g.product or "-", g.architecture or "-", slices, inferred, profiles))
+            rows.append((g.device_id, g.name, g.product or "-", g.architecture or "-", slices, profiles, inferred))
         else:
             rows.append((g.device_id, g.name, g.architecture or "-", slices, profiles))
-    header = (("DEVICE ID", "NAME", "PRODUCT", "ARCH", "C/M SLICES", "INFERRED", "PROFILES (MAX COUNT)") if wide
+    header = (("DEVICE ID", "NAME", "PRODUCT", "ARCH", "C/M SLICES", "PROFILES (MAX COUNT)", "INFERRED") if wide
               else ("DEVICE ID", "NAME", "ARCH", "C/M SLICES", "PROFILES (MAX COUNT)"))
     for line in table(rows, header, None if wide else shutil.get_terminal_size().columns):
         print(line)
