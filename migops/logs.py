@@ -11,23 +11,44 @@ names the object with `extra=`:
 
     log.info("applied", extra={"node": name, "revision": rev})
 
+or for everything logged in a block, in this thread (a sync of one revision, the reconfiguration of one
+node):
+
+    with logs.bound(revision=rev):
+        ...
+
 Text is the same fields for a person: `time LEVEL component logger: message node=... revision=...`.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import contextvars
 import json
 import logging
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import IO, Any
 
 LEVELS = ("debug", "info", "warning", "error")
 FORMATS = ("text", "json")
 # The fields that say which object a line is about, in the order they are shown.
 OBJECT_FIELDS = ("node", "migsync", "revision", "namespace", "configmap", "pod")
+
+
+_BOUND: contextvars.ContextVar[Mapping[str, str] | None] = contextvars.ContextVar("migops_log_objects", default=None)
+
+
+@contextlib.contextmanager
+def bound(**objects: str) -> Iterator[None]:
+    """Name the object(s) every line logged inside the block is about (see the module docstring)."""
+    token = _BOUND.set({**(_BOUND.get() or {}), **objects})
+    try:
+        yield
+    finally:
+        _BOUND.reset(token)
 
 
 def add_arguments(parser: argparse.ArgumentParser, default_level: str = "info") -> None:
@@ -59,7 +80,7 @@ class _Base(logging.Formatter):
         self.context = dict(context or {})
 
     def objects(self, record: logging.LogRecord) -> dict[str, str]:
-        found = dict(self.context)
+        found = {**self.context, **(_BOUND.get() or {})}
         for key in OBJECT_FIELDS:
             value = record.__dict__.get(key)
             if value is not None:

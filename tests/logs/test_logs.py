@@ -119,3 +119,18 @@ def test_gunicorn_lines_through_the_same_formatter(tmp_path: Path) -> None:
     assert {d["component"] for d in lines} == {"webhook"}
     assert any(d["logger"] == "gunicorn.error" and "Starting gunicorn" in d["message"] for d in lines), proc.stderr
     assert any("no kubeconfig" in d.get("error", "") + d["message"] for d in lines), proc.stderr
+
+
+def test_objects_bound_to_a_block() -> None:
+    out = io.StringIO()
+    logs.setup("reconciler", "info", "json", stream=out)
+    try:
+        log = logging.getLogger("migops.test")
+        with logs.bound(revision="abc", migsync="ns/a"):
+            log.info("inside", extra={"node": "n1"})
+        log.info("outside")
+    finally:
+        logging.getLogger().handlers.clear()
+    inside, outside = [json.loads(line) for line in out.getvalue().splitlines()]
+    assert (inside["revision"], inside["migsync"], inside["node"]) == ("abc", "ns/a", "n1")
+    assert not {"revision", "migsync", "node"} & set(outside)
