@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from migops.gitops.reasons import SourceReason
 from migops.gitops.repo import NODES_FILE, RepoError, RepoProblem, RepoSpec, referenced_configs
 from migops.kube.clusterpolicy import MigSettings
 from migops.kube.nodes import NodeGpus, UnknownGpuError, node_gpus
@@ -101,7 +102,7 @@ def resolve(spec: RepoSpec, nodes: Mapping[str, Mapping[str, Any]], settings: Mi
             "strategy", "strategy-mismatch",
             f"strategy {cfg.strategy!r} does not match the cluster's MIG strategy {settings.strategy!r} "
             f"(ClusterPolicy {settings.policy or '(none: the default)'} spec.mig.strategy); nothing is applied")))
-        raise RepoError(problems, reason="StrategyMismatch")
+        raise RepoError(problems, reason=SourceReason.STRATEGY_MISMATCH)
     namespace = cfg.configmap_namespace or settings.namespace
     configmap = cfg.configmap_name or settings.config_name
     warnings: list[RepoProblem] = []

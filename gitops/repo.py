@@ -11,6 +11,7 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from migops.gitops.reasons import SourceReason
 from migops.mig.problems import MigError, Problem, index_path, key_path
 from migops.mig.spec import MigPartedConfig, parse_config
 from migops.mig.validate import STRATEGIES, validate_against_catalogue
@@ -46,7 +47,7 @@ class RepoProblem:
 class RepoError(Exception):
     """The commit cannot be applied; carries every problem found (errors, and warnings beside them)."""
 
-    def __init__(self, problems: Sequence[RepoProblem], reason: str = "ValidationFailed") -> None:
+    def __init__(self, problems: Sequence[RepoProblem], reason: SourceReason = SourceReason.VALIDATION_FAILED) -> None:
         self.problems = tuple(problems)
         self.reason = reason
         errors = [p for p in self.problems if p.severity == "error"] or list(self.problems)

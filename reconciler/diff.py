@@ -9,12 +9,19 @@ from __future__ import annotations
 import difflib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from migops.gitops.desired import DesiredState
+from migops.gitops.desired import DesiredState, resolve
+from migops.gitops.repo import RepoError
+from migops.gitops.source import SourceError, normalise_path
 from migops.kube.names import MIG_CONFIG_LABEL
 from migops.reconciler.apply import WriteError, Writer
-from migops.reconciler.plan import OWNED_KEY
+from migops.reconciler import steps
+from migops.reconciler.plan import owns_config_label
+from migops.reconciler.reasons import Outcome, SyncResult
+
+if TYPE_CHECKING:
+    from migops.reconciler.controller import Reconciler
 
 
 @dataclass(frozen=True)
@@ -82,7 +89,7 @@ def compute(desired: DesiredState, nodes: Mapping[str, Mapping[str, Any]], confi
         for name in sorted(nodes):
             obj = nodes[name]
             current = ((obj.get("metadata") or {}).get("labels") or {}).get(MIG_CONFIG_LABEL)
-            if name not in desired.targets and obj.get(OWNED_KEY) and current is not None:
+            if name not in desired.targets and owns_config_label(obj) and current is not None:
                 changes.append(LabelChange(name, current, None))
     return Diff(desired.revision, f"{desired.namespace}/{desired.configmap}", cm_diff, changes, unchanged)
 
@@ -97,3 +104,33 @@ def server_dry_run(diff: Diff, desired: DesiredState, writer: Writer) -> None:
             diff.denied.append(str(err))
     _, errors = writer.labels((c.node, c.desired) for c in diff.labels)
     diff.denied += [str(e) for e in errors]
+
+
+def preview(r: Reconciler, server_side: bool) -> tuple[Diff | None, SyncResult]:
+    """The diff of the repo's current revision on `r`'s cluster (fetch, verify, load, resolve: the
+    sync's own steps); None with a failed result when the revision is unreachable or invalid."""
+    spec = r.current_spec()
+    run = steps.Run(True, spec, normalise_path(spec.path), r.revisions.source(spec.url, spec.ref), r.settings())
+    assert run.source is not None and run.settings is not None
+    try:
+        run.fetched = fetched = run.source.fetch()
+    except SourceError as exc:
+        return None, SyncResult(Outcome.UNREACHABLE, message=str(exc))
+    r.last_attempted = fetched.revision
+    steps.verify(r, run)
+    steps.load(r, run)
+    if run.candidate is None:
+        f = run.failure
+        assert f is not None
+        return None, SyncResult(f.outcome, fetched.revision, message=f.message, problems=f.problems)
+    try:
+        desired = resolve(run.candidate, r.nodes.items(), run.settings, r.fit_cache)
+    except RepoError as exc:
+        return None, SyncResult(Outcome.INVALID, fetched.revision, message=f"revision {fetched.short} cannot "
+                                f"be applied: {exc}", problems=tuple(str(p) for p in exc.problems))
+    seen = r.overlay.configmap_text(r.configmap_seen(desired.namespace, desired.configmap))
+    found = compute(desired, r.overlay.nodes(r.nodes.items()), seen)
+    if server_side and found.changed:
+        server_dry_run(found, desired, Writer(r.api, dry_run=True, stop=r.stop_event))
+    return found, SyncResult(Outcome.IN_SYNC if not found.changed else Outcome.PROGRESSING, fetched.revision,
+                             problems=tuple(str(w) for w in desired.warnings))

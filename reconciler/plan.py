@@ -15,6 +15,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import Any
 
 from migops.gitops.desired import DesiredState, NodeTarget
@@ -24,38 +25,66 @@ from migops.kube.names import (APPLIED_ANNOTATION, DIGEST_ANNOTATION, GPUS_ANNOT
 
 _AGENT_ANNOTATIONS = (DIGEST_ANNOTATION, APPLIED_ANNOTATION, GPUS_ANNOTATION, LAYOUT_ANNOTATION)
 _KEPT_ANNOTATIONS = (*_AGENT_ANNOTATIONS, REASON_ANNOTATION)
-OWNED_KEY = "migops/owned"  # set by trim_node: the reconciler's field manager owns the config label
 _LABEL_FIELD = "f:" + MIG_CONFIG_LABEL
 
-# Phases, as status shows them.
-IN_SYNC = "InSync"
-PROGRESSING = "Progressing"  # given its config (or changing for another reason), not done yet
-WAITING = "Waiting"  # its turn has not come (waves) or the rollout is halted
-FAILED = "Failed"
+
+class Phase(StrEnum):
+    """A managed node's phase, as status and `migops_nodes{phase}` show it."""
+
+    IN_SYNC = "InSync"
+    PROGRESSING = "Progressing"  # given its config (or changing for another reason), not done yet
+    WAITING = "Waiting"  # its turn has not come (waves) or the rollout is halted
+    FAILED = "Failed"
 
 
-def trim_node(obj: dict[str, Any]) -> dict[str, Any]:
-    """Informer transform: keep what the reconciler reads of a Node (name, labels, our annotations)
-    and whether we own the config label; a Node object is mostly status nobody here needs."""
+IN_SYNC, PROGRESSING, WAITING, FAILED = Phase.IN_SYNC, Phase.PROGRESSING, Phase.WAITING, Phase.FAILED
+
+
+def trim_for_reconciler(obj: dict[str, Any]) -> dict[str, Any]:
+    """Informer transform: a Node as the reconciler reads it (name, labels, the agent's annotations, and
+    our own managedFields entry for the config label when we own it); the rest is status nobody here
+    needs. The result is still a Node's shape: resolve() and node_gpus() read it like any Node."""
     meta = obj.get("metadata") or {}
     annotations = meta.get("annotations") or {}
     return {"metadata": {"name": meta.get("name"), "uid": meta.get("uid"), "resourceVersion": meta.get("resourceVersion"),
                          "labels": meta.get("labels") or {},
-                         "annotations": {k: annotations[k] for k in _KEPT_ANNOTATIONS if k in annotations}},
-            OWNED_KEY: _owns_label(meta.get("managedFields") or ())}
+                         "annotations": {k: annotations[k] for k in _KEPT_ANNOTATIONS if k in annotations},
+                         "managedFields": _our_label_entry(meta.get("managedFields"))}}
 
 
-def _owns_label(managed: Any) -> bool:
-    for entry in managed:
+def _our_label_entry(managed: Any) -> list[dict[str, Any]]:
+    """Our Apply entry, cut down to the config label, when our field manager owns that label."""
+    for entry in managed or ():
         if entry.get("manager") == RECONCILER_MANAGER and entry.get("operation") == "Apply":
             labels = ((entry.get("fieldsV1") or {}).get("f:metadata") or {}).get("f:labels") or {}
             if _LABEL_FIELD in labels:
-                return True
-    return False
+                return [{"manager": RECONCILER_MANAGER, "operation": "Apply", "time": entry.get("time"),
+                         "fieldsV1": {"f:metadata": {"f:labels": {_LABEL_FIELD: {}}}}}]
+    return []
+
+
+def owns_config_label(obj: Mapping[str, Any]) -> bool:
+    """Whether our field manager owns the node's nvidia.com/mig.config (from its managedFields)."""
+    return bool(_our_label_entry((obj.get("metadata") or {}).get("managedFields")))
+
+
+def with_config_label(obj: Mapping[str, Any], label: str | None) -> dict[str, Any]:
+    """The node as it is once our write of `label` lands (None: our label released and removed)."""
+    meta = obj.get("metadata") or {}
+    labels = dict(meta.get("labels") or {})
+    if label is None:
+        labels.pop(MIG_CONFIG_LABEL, None)
+    else:
+        labels[MIG_CONFIG_LABEL] = label
+    owned = _our_label_entry([{"manager": RECONCILER_MANAGER, "operation": "Apply",
+                               "fieldsV1": {"f:metadata": {"f:labels": {_LABEL_FIELD: {}}}}}]) if label is not None else []
+    return {**obj, "metadata": {**meta, "labels": labels, "managedFields": owned}}
 
 
 @dataclass(frozen=True)
-class NodeView:
+class NodeConfigState:
+    """What a node shows of its MIG config: the reconciler's reading (webhook/state.py has its own)."""
+
     name: str
     label: str | None  # nvidia.com/mig.config
     state: str | None  # nvidia.com/mig.config.state
@@ -65,13 +94,13 @@ class NodeView:
     owned: bool  # our field manager owns the label
 
 
-def node_view(obj: Mapping[str, Any]) -> NodeView:
+def config_state(obj: Mapping[str, Any]) -> NodeConfigState:
     meta = obj.get("metadata") or {}
     labels = meta.get("labels") or {}
     annotations = meta.get("annotations") or {}
-    return NodeView(meta.get("name"), labels.get(MIG_CONFIG_LABEL), labels.get(MIG_CONFIG_STATE_LABEL),
-                    annotations.get(DIGEST_ANNOTATION), annotations.get(REASON_ANNOTATION),
-                    any(k in annotations for k in _AGENT_ANNOTATIONS), bool(obj.get(OWNED_KEY)))
+    return NodeConfigState(meta.get("name"), labels.get(MIG_CONFIG_LABEL), labels.get(MIG_CONFIG_STATE_LABEL),
+                           annotations.get(DIGEST_ANNOTATION), annotations.get(REASON_ANNOTATION),
+                           any(k in annotations for k in _AGENT_ANNOTATIONS), owns_config_label(obj))
 
 
 @dataclass(frozen=True)
@@ -107,7 +136,7 @@ def max_unavailable(value: int | str, total: int) -> int:
     return max(1, value)
 
 
-def is_done(view: NodeView, target: NodeTarget, awaiting: bool) -> bool:
+def is_done(view: NodeConfigState, target: NodeTarget, awaiting: bool) -> bool:
     if view.label != target.config:
         return False
     awaiting = awaiting and not view.agent  # the digest tells an agent's node; only mig-manager needs the transition
@@ -134,38 +163,17 @@ def plan(desired: DesiredState, nodes: Mapping[str, Mapping[str, Any]], configma
     busy = 0
     halted: list[NodeStatus] = []
     eligible: list[tuple[int, str, str]] = []  # (priority, node, config)
-    counts = {IN_SYNC: 0, PROGRESSING: 0, WAITING: 0, FAILED: 0}
+    counts = {phase: 0 for phase in Phase}
     for name in sorted(desired.targets):
         obj = nodes.get(name)
         if obj is None:
             continue
-        target = desired.targets[name]
-        view = node_view(obj)
-        state = view.state or "-"
-        at_desired = view.label == target.config
-        if view.state == STATE_FAILED:
-            why = view.reason or "the node reports nvidia.com/mig.config.state=failed"
-            if at_desired:
-                s = NodeStatus(name, target.config, FAILED, state, why)
-                if name not in acknowledged:
-                    halted.append(s)
-            else:
-                s = NodeStatus(name, target.config, WAITING, state, f"failed on {view.label!r}: {why}")
-                if name not in skip:
-                    eligible.append((0, name, target.config))
-        elif at_desired:
-            if is_done(view, target, name in awaiting):
-                s = NodeStatus(name, target.config, IN_SYNC, state)
-            else:
-                busy += 1
-                s = NodeStatus(name, target.config, PROGRESSING, state, _progress_message(view, target, name in awaiting))
-        elif view.state in (STATE_PENDING, STATE_REBOOTING):
-            busy += 1
-            s = NodeStatus(name, target.config, PROGRESSING, state, f"still changing to {view.label!r}; waits its turn")
-        else:
-            s = NodeStatus(name, target.config, WAITING, state, f"has {view.label!r}" if view.label else "has no config label")
-            if name not in skip:
-                eligible.append((1, name, target.config))
+        s, turn = _classify(config_state(obj), desired.targets[name], name in awaiting)
+        if s.phase == FAILED and name not in acknowledged:
+            halted.append(s)
+        busy += s.phase == PROGRESSING
+        if turn is not None and name not in skip:
+            eligible.append((turn, name, s.config))
         counts[s.phase] += 1
         statuses.append(s)
     limit = max_unavailable(desired.spec.nodes.max_unavailable, len(statuses))
@@ -174,16 +182,39 @@ def plan(desired: DesiredState, nodes: Mapping[str, Mapping[str, Any]], configma
     eligible.sort()
     writes = tuple((name, config) for _, name, config in eligible[:budget])
     drift = frozenset(name for name, config in writes if reached.get(name) == config)
-    prunes: tuple[str, ...] = ()
-    if desired.spec.nodes.prune:
-        prunes = tuple(sorted(name for name, obj in nodes.items()
-                              if name not in desired.targets and obj.get(OWNED_KEY)
-                              and (obj.get("metadata") or {}).get("labels", {}).get(MIG_CONFIG_LABEL) is not None))
-    return Plan(configmap_text != desired.spec.config_text, writes, drift, prunes, tuple(statuses), limit,
-                unavailable, tuple(halted), counts)
+    return Plan(configmap_text != desired.spec.config_text, writes, drift, _prunes(desired, nodes), tuple(statuses),
+                limit, unavailable, tuple(halted), counts)
 
 
-def _progress_message(view: NodeView, target: NodeTarget, awaiting: bool) -> str:
+def _classify(view: NodeConfigState, target: NodeTarget, awaiting: bool) -> tuple[NodeStatus, int | None]:
+    """The node's status, and its priority for a new label (None: it needs none now)."""
+    state = view.state or "-"
+    at_desired = view.label == target.config
+    if view.state == STATE_FAILED:
+        why = view.reason or "the node reports nvidia.com/mig.config.state=failed"
+        if at_desired:
+            return NodeStatus(view.name, target.config, FAILED, state, why), None
+        return NodeStatus(view.name, target.config, WAITING, state, f"failed on {view.label!r}: {why}"), 0
+    if at_desired:
+        if is_done(view, target, awaiting):
+            return NodeStatus(view.name, target.config, IN_SYNC, state), None
+        return NodeStatus(view.name, target.config, PROGRESSING, state, _progress_message(view, target, awaiting)), None
+    if view.state in (STATE_PENDING, STATE_REBOOTING):
+        return NodeStatus(view.name, target.config, PROGRESSING, state, f"still changing to {view.label!r}; waits its turn"), None
+    return NodeStatus(view.name, target.config, WAITING, state,
+                      f"has {view.label!r}" if view.label else "has no config label"), 1
+
+
+def _prunes(desired: DesiredState, nodes: Mapping[str, Mapping[str, Any]]) -> tuple[str, ...]:
+    """With prune: nodes outside every assignment whose label we set (and still own)."""
+    if not desired.spec.nodes.prune:
+        return ()
+    return tuple(sorted(name for name, obj in nodes.items()
+                        if name not in desired.targets and owns_config_label(obj)
+                        and ((obj.get("metadata") or {}).get("labels") or {}).get(MIG_CONFIG_LABEL) is not None))
+
+
+def _progress_message(view: NodeConfigState, target: NodeTarget, awaiting: bool) -> str:
     if view.state is None:
         return "waiting for the node's MIG manager to report nvidia.com/mig.config.state"
     if view.state == STATE_SUCCESS and view.agent and view.digest != target.digest:

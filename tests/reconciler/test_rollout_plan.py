@@ -6,7 +6,8 @@ from gitrepo import CONFIG_YAML, nodes_yaml
 from migops.gitops.desired import resolve
 from migops.gitops.repo import load_repo
 from migops.kube.clusterpolicy import MigSettings
-from migops.reconciler.plan import FAILED, IN_SYNC, OWNED_KEY, PROGRESSING, WAITING, max_unavailable, plan, trim_node
+from migops.reconciler.plan import (FAILED, IN_SYNC, PROGRESSING, WAITING, max_unavailable, owns_config_label, plan,
+                                   trim_for_reconciler, with_config_label)
 
 
 def _desired(max_unavailable: object = 2, prune: bool | None = None, n: int = 6):  # noqa: ANN202
@@ -30,7 +31,8 @@ def _node(name: str, label: str | None = "all-disabled", state: str | None = Non
         ann["migops.io/mig.config.digest"] = digest
     if reason:
         ann["migops.io/mig.config.reason"] = reason
-    return {"metadata": {"name": name, "labels": labels, "annotations": ann}, OWNED_KEY: owned}
+    node = {"metadata": {"name": name, "labels": labels, "annotations": ann}}
+    return with_config_label(node, label) if owned else node
 
 
 def test_first_wave_is_bounded_and_ordered() -> None:
@@ -92,12 +94,20 @@ def test_max_unavailable() -> None:
     assert max_unavailable("10%", 3) == 1  # never 0: a rollout must move
 
 
-def test_trim_node_keeps_what_is_read_and_ownership() -> None:
+def test_trim_for_reconciler_keeps_what_is_read_and_ownership() -> None:
     node = {"metadata": {"name": "n", "uid": "u", "resourceVersion": "7", "labels": {"a": "b"},
                          "annotations": {"migops.io/mig.config.digest": "d", "big": "x" * 1000},
                          "managedFields": [{"manager": "migops-reconciler", "operation": "Apply",
                                             "fieldsV1": {"f:metadata": {"f:labels": {"f:nvidia.com/mig.config": {}}}}}]},
             "status": {"images": ["..."] * 50}}
-    t = trim_node(node)
+    t = trim_for_reconciler(node)
+    ours = [{"manager": "migops-reconciler", "operation": "Apply", "time": None,
+             "fieldsV1": {"f:metadata": {"f:labels": {"f:nvidia.com/mig.config": {}}}}}]
     assert t == {"metadata": {"name": "n", "uid": "u", "resourceVersion": "7", "labels": {"a": "b"},
-                              "annotations": {"migops.io/mig.config.digest": "d"}}, OWNED_KEY: True}
+                              "annotations": {"migops.io/mig.config.digest": "d"}, "managedFields": ours}}
+    assert owns_config_label(t)
+    # Another manager's entry, or ours without the label, is not kept: not ours.
+    node["metadata"]["managedFields"] = [{"manager": "kubectl-label", "operation": "Update",
+                                          "fieldsV1": {"f:metadata": {"f:labels": {"f:nvidia.com/mig.config": {}}}}}]
+    assert not owns_config_label(trim_for_reconciler(node))
+    assert trim_for_reconciler(node)["metadata"]["managedFields"] == []
