@@ -127,18 +127,27 @@ def resolve(spec: RepoSpec, nodes: Mapping[str, Mapping[str, Any]], settings: Mi
             else:
                 warnings.append(RepoProblem(nodes_file, Problem(
                     key_path(a.path, "nodes"), "node-not-found",
-                    f"node {name} does not exist (yet); it gets {a.config!r} when it joins", "warning")))
+                    f"{a.path} matches no node: node {name} does not exist (yet); it gets {a.config!r} when it "
+                    "joins", "warning")))
     selectors = [a for a in cfg.assignments if a.selector is not None]
     clashes: dict[tuple[str, str], list[str]] = defaultdict(list)
+    matched: set[str] = set()  # selectors' paths that match some node
     for name, node in nodes.items():
         if name in named:
             continue
         labels = _labels(node)
         hits = [a for a in selectors if a.selector.matches(labels)]  # type: ignore[union-attr]
+        matched.update(a.path for a in hits)
         if len(hits) > 1:
             clashes[(hits[0].path, hits[1].path)].append(name)
         elif hits:
             chosen[name] = (hits[0].config, hits[0].path)
+    for a in selectors:
+        if a.path not in matched:
+            warnings.append(RepoProblem(nodes_file, Problem(
+                key_path(a.path, "nodeSelector"), "matches-no-node",
+                f"{a.path} matches no node: no node (not listed by name) has the labels its nodeSelector asks "
+                f"for, so nothing gets {a.config!r} from it", "warning")))
     for (first, second), names in sorted(clashes.items()):
         problems.append(RepoProblem(nodes_file, Problem(
             second, "selectors-overlap",

@@ -178,6 +178,17 @@ class GitSource:
                 found[p] = None  # "<name> missing"
         return found
 
+    def contains(self, head: str, revision: str) -> bool:
+        """Whether `revision` is `head` or in its history (False too when the mirror lacks it: a
+        history rewrite, e.g. a force-push, took it out of every ref that was fetched)."""
+        if head == revision:
+            return True
+        try:
+            self._git("merge-base", "--is-ancestor", revision, head)
+            return True
+        except SourceError:
+            return False
+
     def commit_object(self, revision: str) -> bytes:
         """The raw commit object (headers, signature, message): what a signature covers."""
         return self._run_bytes(["cat-file", "commit", revision], b"")

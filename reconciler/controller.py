@@ -18,28 +18,33 @@ import copy
 import logging
 import threading
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from kubernetes import client as k8s
 
-from migops.gitops.desired import DesiredState, FitCache, resolve
-from migops.gitops.repo import RepoError, RepoSpec
-from migops.gitops.source import GitAuth, SourceError, default_cache_dir, normalise_path
+from migops.gitops.desired import DesiredState, FitCache
+from migops.gitops.repo import RepoSpec
+from migops.gitops.source import GitAuth, default_cache_dir
 from migops.kube import clusterpolicy
 from migops.kube.informer import Informer
-from migops.kube.names import CONFIGMAP_KEY, MIG_CONFIG_LABEL, MIG_CONFIG_STATE_LABEL, STATE_FAILED, STATE_SUCCESS
+from migops.kube.names import (CONFIGMAP_KEY, GPUS_ANNOTATION, MIG_CONFIG_LABEL, MIG_CONFIG_STATE_LABEL, STATE_FAILED,
+                               STATE_SUCCESS)
+from migops.reconciler import matching
+from migops.reconciler import record as applied_record
 from migops.reconciler import status as st
 from migops.reconciler import steps
 from migops.reconciler.apply import Writer
 from migops.reconciler.metrics import Metrics
 from migops.reconciler.overlay import WriteOverlay
 from migops.reconciler.plan import IN_SYNC, Plan, trim_for_reconciler
-from migops.reconciler.reasons import Failure, Outcome, SyncResult
+from migops.reconciler.record import AppliedRecord
+from migops.reconciler.reasons import Failure, Reason, SyncResult
 from migops.reconciler.recorder import EventRecorder
 from migops.reconciler.revisions import Revisions
-from migops.reconciler.summary import STATUS_MIN_INTERVAL, StatusWriter, conditions, finish, status_body
+from migops.reconciler.summary import StatusWriter, conditions, finish, status_body
 
 log = logging.getLogger(__name__)
 
@@ -51,9 +56,19 @@ class Memory:
     awaiting: set[str] = field(default_factory=set)  # mig-manager nodes we relabelled; not yet left success
     acknowledged: set[str] = field(default_factory=set)  # failed nodes a resume/new commit acknowledged
     reached: dict[str, str] = field(default_factory=dict)  # node -> config it was last seen in sync with
-    revisions: dict[str, str] = field(default_factory=dict)  # node -> revision that gave it its config
     refused: dict[tuple[str, str | None], str] = field(default_factory=dict)  # (node, config) -> error, until next fetch
     applied_cm_text: str | None = None  # what we last wrote or saw in sync: a different text later is drift
+    since: dict[str, float] = field(default_factory=dict)  # node -> when it began reconfiguring (unix seconds)
+    fingerprints: dict[str, int] = field(default_factory=dict)  # node -> hash of what resolving reads of it
+
+
+_NOT_RESOLVED = (MIG_CONFIG_LABEL, MIG_CONFIG_STATE_LABEL)  # labels resolving never reads (they change in a rollout)
+
+
+def _fingerprint(labels: Mapping[str, str], annotations: Mapping[str, str]) -> int:
+    """A hash of what resolving reads of a node: its labels but the config and state, its GPUs."""
+    return hash((frozenset((k, v) for k, v in labels.items() if k not in _NOT_RESOLVED),
+                 annotations.get(GPUS_ANNOTATION)))
 
 
 def _pooled(api: k8s.ApiClient, workers: int) -> k8s.ApiClient:
@@ -71,6 +86,7 @@ class Reconciler:
                  metrics: Metrics | None = None, git_timeout: float = 60.0, enforce_last_good: bool = True) -> None:
         self.api = api
         self.name, self.namespace = name, namespace
+        self.owner = f"{namespace}/{name}"  # the managed-by annotation on every node we give a config
         self._fixed_spec = spec  # None: read it from the MigSync object
         self.dry_run = dry_run
         self.write_status = write_status and not dry_run
@@ -79,9 +95,9 @@ class Reconciler:
         self.stop_event = threading.Event()
         self.wake = threading.Event()
         self.writer = Writer(_pooled(api, workers), workers=workers, dry_run=dry_run, stop=self.stop_event,
-                             count=self.metrics.count_write)
+                             count=self.metrics.count_write, owner=self.owner)
         self.revisions = Revisions(Path(cache_dir) if cache_dir else default_cache_dir(), auth or GitAuth(), git_timeout)
-        self.overlay = WriteOverlay()
+        self.overlay = WriteOverlay(self.owner)
         self.events = EventRecorder(api, self.metrics, dry_run=dry_run, default_target=self._event_target)
         self.status_writer = StatusWriter(self.writer, name, namespace)
         self.memory = Memory()
@@ -96,7 +112,15 @@ class Reconciler:
         self.handled_resume: str | None = None
         self.failure: Failure | None = None  # what the last sync's summary reported
         self._last_plan: Plan | None = None
-        self.started_revision_at: dict[str, float] = {}
+        self.started_revision_at: dict[str, float] = {}  # revision -> when adopted (unix seconds)
+        self.record: AppliedRecord | None = None  # what the cluster keeps of the revision in force
+        self.recorded: str | None = None  # the revision whose record we wrote or found
+        self.revision_condition: tuple[str, str, str] | None = None  # AppliedRevisionAvailable
+        self.moved: tuple[str, ...] = ()  # nodes the revision in force moved to `default`
+        # Resolving is redone only when its inputs change: `topology` counts node changes it reads.
+        self.topology = 0
+        self.resolved_key: tuple[Any, ...] | None = None
+        self.unresolvable: dict[tuple[Any, ...], Failure] = {}
         self.nodes = Informer(k8s.CoreV1Api(api).list_node, name="nodes", transform=trim_for_reconciler,
                               handler=self._on_node)
         wake = lambda kind, obj: self.wake.set()  # noqa: E731
@@ -140,9 +164,10 @@ class Reconciler:
         self.last_attempted = status.get("lastAttemptedRevision") or None
         self.handled_resume = status.get("lastHandledResume")
         self.status_writer.forget()
-        for entry in status.get("nodes") or ():
-            if entry.get("revision"):
-                self.memory.revisions[entry["name"]] = entry["revision"]
+        self.record = applied_record.read(self.api, self.namespace, self.name)
+        if self.record is not None and self.record.adopted_at:
+            self.started_revision_at[self.record.revision] = self.record.adopted_at
+        for entry in status.get("nodes") or ():  # per-node revisions are on the nodes themselves
             if entry.get("phase") == IN_SYNC and entry.get("config"):
                 self.memory.reached[entry["name"]] = entry["config"]
 
@@ -174,14 +199,21 @@ class Reconciler:
         return ((obj or {}).get("data") or {}).get(CONFIGMAP_KEY) if obj else None
 
     def _on_node(self, kind: str, obj: dict[str, Any]) -> None:
-        name = (obj.get("metadata") or {}).get("name")
-        labels = (obj.get("metadata") or {}).get("labels") or {}
+        meta = obj.get("metadata") or {}
+        name, labels = meta.get("name"), meta.get("labels") or {}
         state = labels.get(MIG_CONFIG_STATE_LABEL)
         if name in self.memory.awaiting and state is not None and state != STATE_SUCCESS:
             self.memory.awaiting.discard(name)  # mig-manager has picked the new label up
         if name in self.memory.acknowledged and state != STATE_FAILED:
             self.memory.acknowledged.discard(name)
-        self.overlay.node_event(kind, name, labels)
+        self.overlay.node_event(kind, name, labels, meta.get("annotations") or {})
+        fingerprint = 0 if kind == "DELETED" else _fingerprint(labels, meta.get("annotations") or {})
+        if self.memory.fingerprints.get(name) != fingerprint:
+            self.topology += 1
+            if kind == "DELETED":
+                self.memory.fingerprints.pop(name, None)
+            else:
+                self.memory.fingerprints[name] = fingerprint
         self.wake.set()
 
     def _event_target(self) -> dict[str, Any] | None:
@@ -199,14 +231,21 @@ class Reconciler:
     # ------------------------------------------------------------------------------ used by the steps
     def kept(self) -> str:
         return (f"the cluster keeps revision {self.desired.revision[:12]}" if self.desired is not None
-                else "nothing has been applied")
+                else steps.NOTHING_KEPT)
 
-    def adopt(self, desired: DesiredState) -> None:
+    def adopt(self, desired: DesiredState, run: steps.Run) -> None:
         if self.desired is None or desired.revision != self.desired.revision:
+            self.moved = self.moved_to_default(desired)
+            if self.moved:
+                run.note(Reason.MOVED_TO_DEFAULT, matching.moved_text(desired, self.moved), "Warning",
+                         key=("defaulted", desired.revision))
             if self.desired is not None:
                 self.acknowledge("a new revision")
-            self.started_revision_at.setdefault(desired.revision, time.monotonic())
+            self.started_revision_at.setdefault(desired.revision, time.time())
         self.desired = desired
+
+    def moved_to_default(self, desired: DesiredState) -> tuple[str, ...]:
+        return matching.moved_to_default(desired, self.desired, self.record)
 
     def acknowledge(self, why: str) -> None:
         failed = {n for n, obj in self.nodes.items().items()
@@ -233,8 +272,14 @@ class Reconciler:
         fields = {"lastAppliedRevision": self.last_applied, "lastAttemptedRevision": self.last_attempted,
                   "lastHandledResume": self.handled_resume,
                   "configMap": f"{self.desired.namespace}/{self.desired.configmap}" if self.desired else None}
-        return status_body(self.migsync_object(), conditions(self.failure, p, revision, self.name), fields, p,
-                           self.memory.revisions, self.failure)
+        extra = matching.condition(self.desired, self.moved)
+        if self.revision_condition is not None:
+            extra.append(st.Condition("AppliedRevisionAvailable", *self.revision_condition))
+        body = status_body(self.migsync_object(), conditions(self.failure, p, revision, self.name) + extra, fields, p,
+                           self.failure)
+        if self.desired is not None and self.desired.warnings:
+            body["warnings"] = [str(w) for w in self.desired.warnings][:50]
+        return body
 
     def publish(self, p: Plan | None, force: bool = False) -> None:
         """Status (when it differs) and the phase gauges; the plan becomes what flush_status re-sends."""
@@ -265,46 +310,7 @@ class Reconciler:
 
     # ------------------------------------------------------------------------------ the loop
     def run(self, stop: threading.Event | None = None, hook: threading.Event | None = None) -> None:
-        """Sync until `stop`: fetch every interval (or when `hook` is set), follow the cluster in between.
-        Errors back off exponentially (1 s doubling to the interval); a refused commit waits for the next."""
-        stop = stop or self.stop_event
-        hook = hook or threading.Event()
-        next_fetch, backoff, generation = 0.0, 1.0, None
-        while not stop.is_set() and not self.stop_event.is_set():
-            try:
-                interval = self.current_spec().interval
-            except ValueError:
-                interval = st.DEFAULT_INTERVAL
-            seen = ((self.migsync_object() or {}).get("metadata") or {}).get("generation")
-            fetch = time.monotonic() >= next_fetch or hook.is_set() or seen != generation  # a new spec: fetch at once
-            generation = seen
-            hook.clear()
-            self.wake.clear()
-            try:
-                result = self.sync(fetch=fetch)
-            except Exception as exc:  # noqa: BLE001 - the loop must survive anything
-                log.exception("sync failed: %s", exc)
-                result = SyncResult(Outcome.APPLY_FAILED, message=str(exc))
-            if fetch:
-                if result.outcome in (Outcome.UNREACHABLE, Outcome.APPLY_FAILED) and not (self.failure and self.failure.stalled):
-                    next_fetch = time.monotonic() + min(backoff, interval)
-                    backoff = min(backoff * 2, interval)
-                else:
-                    next_fetch, backoff = time.monotonic() + interval, 1.0
-            wait = max(0.0, next_fetch - time.monotonic())
-            if self.status_pending:
-                wait = min(wait, STATUS_MIN_INTERVAL)
-            self._wait(stop, hook, wait)
-            if self.status_pending and not self.wake.is_set():
-                self.flush_status()
+        """Sync until `stop`: fetch every interval (or when `hook` is set), follow the cluster in between."""
+        from migops.reconciler.loop import run
 
-    def _wait(self, stop: threading.Event, hook: threading.Event, timeout: float) -> None:
-        deadline = time.monotonic() + timeout
-        while not stop.is_set() and not hook.is_set():
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                return
-            if self.wake.wait(min(remaining, 0.5)):
-                # Coalesce a burst of watch events (a wave lands as hundreds) into one sync.
-                stop.wait(0.05)
-                return
+        run(self, stop or self.stop_event, hook or threading.Event())

@@ -39,6 +39,7 @@ class Diff:
     labels: list[LabelChange]
     unchanged: int  # managed nodes already right
     denied: list[str] = field(default_factory=list)  # server-side dry-run refusals
+    defaulted: tuple[str, ...] = ()  # nodes moved to `default` because no assignment matches them any more
 
     @property
     def changed(self) -> bool:
@@ -55,9 +56,13 @@ class Diff:
             out.append(f"nvidia.com/mig.config on {len(self.labels)} node(s) ({self.unchanged} unchanged):")
             width = max(len(c.node) for c in self.labels)
             for c in self.labels:
-                out.append(f"  {c.node.ljust(width)}  {c.current or '(none)'} -> {c.desired or '(removed)'}")
+                why = "  (default: no assignment matches it any more)" if c.node in self.defaulted else ""
+                out.append(f"  {c.node.ljust(width)}  {c.current or '(none)'} -> {c.desired or '(removed)'}{why}")
         else:
             out.append(f"node labels: unchanged ({self.unchanged} nodes)")
+        if self.defaulted:
+            out.append(f"warning: {len(self.defaulted)} node(s) move to default because no assignment matches them "
+                       f"any more: {', '.join(self.defaulted)}")
         for d in self.denied:
             out.append(f"denied by the API server (dry run): {d}")
         return out
@@ -65,7 +70,8 @@ class Diff:
     def as_dict(self) -> dict[str, Any]:
         return {"revision": self.revision, "configMap": self.configmap, "configMapDiff": self.configmap_diff,
                 "labels": [{"node": c.node, "current": c.current, "desired": c.desired} for c in self.labels],
-                "unchanged": self.unchanged, "denied": self.denied, "changed": self.changed}
+                "unchanged": self.unchanged, "denied": self.denied, "changed": self.changed,
+                "defaulted": list(self.defaulted)}
 
 
 def compute(desired: DesiredState, nodes: Mapping[str, Mapping[str, Any]], configmap_text: str | None) -> Diff:
@@ -124,13 +130,14 @@ def preview(r: Reconciler, server_side: bool) -> tuple[Diff | None, SyncResult]:
         assert f is not None
         return None, SyncResult(f.outcome, fetched.revision, message=f.message, problems=f.problems)
     try:
-        desired = resolve(run.candidate, r.nodes.items(), run.settings, r.fit_cache)
+        desired = resolve(run.candidate, steps.managed_nodes(r.nodes.items()), run.settings, r.fit_cache)
     except RepoError as exc:
         return None, SyncResult(Outcome.INVALID, fetched.revision, message=f"revision {fetched.short} cannot "
                                 f"be applied: {exc}", problems=tuple(str(p) for p in exc.problems))
     seen = r.overlay.configmap_text(r.configmap_seen(desired.namespace, desired.configmap))
     found = compute(desired, r.overlay.nodes(r.nodes.items()), seen)
+    found.defaulted = r.moved_to_default(desired)
     if server_side and found.changed:
-        server_dry_run(found, desired, Writer(r.api, dry_run=True, stop=r.stop_event))
+        server_dry_run(found, desired, Writer(r.api, dry_run=True, stop=r.stop_event, owner=r.owner))
     return found, SyncResult(Outcome.IN_SYNC if not found.changed else Outcome.PROGRESSING, fetched.revision,
                              problems=tuple(str(w) for w in desired.warnings))

@@ -52,6 +52,7 @@ class Reason(StrEnum):
     # The AssignmentsMatched condition, and its Event
     ALL_MATCHED = "AllMatched"
     MATCHES_NO_NODE = "MatchesNoNode"
+    MOVED_TO_DEFAULT = "MovedToDefault"
     # The AppliedRevisionAvailable condition
     REVISION_AVAILABLE = "RevisionAvailable"
     REVISION_VANISHED = "RevisionVanished"

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 from migops.kube.names import RESUME_ANNOTATION
 from migops.reconciler import status as st
 from migops.reconciler.apply import WriteError, Writer
-from migops.reconciler.plan import IN_SYNC, Plan
+from migops.reconciler.plan import DRIFTED, IN_SYNC, Plan
 from migops.reconciler.reasons import Failure, Outcome, Reason, SyncResult
 
 if TYPE_CHECKING:
@@ -32,7 +32,9 @@ def progress(p: Plan, revision: str, migsync: str) -> str:
                 f"push a new commit or resume (kubectl annotate migsync {migsync} {RESUME_ANNOTATION}=<new value> --overwrite)")
     if p.converged:
         return f"revision {revision[:12]} applied: {inside}/{len(p.nodes)} nodes in sync"
-    return (f"rolling out {revision[:12]}: {inside}/{len(p.nodes)} nodes in sync, {p.unavailable} reconfiguring "
+    drifted = p.counts.get(DRIFTED, 0)
+    shown = f" ({drifted} of them drifted: GPUs differ from the applied config)" if drifted else ""
+    return (f"rolling out {revision[:12]}: {inside}/{len(p.nodes)} nodes in sync, {p.unavailable} reconfiguring{shown} "
             f"(maxUnavailable {p.max_unavailable})")
 
 
@@ -62,7 +64,7 @@ def conditions(failure: Failure | None, p: Plan | None, revision: str | None, mi
 
 
 def status_body(obj: Mapping[str, Any] | None, new: list[st.Condition], fields: Mapping[str, Any],
-                p: Plan | None, revisions: Mapping[str, str], failure: Failure | None) -> dict[str, Any]:
+                p: Plan | None, failure: Failure | None) -> dict[str, Any]:
     """The MigSync's status: conditions merged with the object's (transition times kept), `fields`
     (revisions, configMap) where set, the plan's summary and nodes, the failure's problems."""
     obj = obj or {}
@@ -74,7 +76,7 @@ def status_body(obj: Mapping[str, Any] | None, new: list[st.Condition], fields: 
     body.update({k: v for k, v in fields.items() if v})
     if p is not None:
         body["summary"] = st.summary(p)
-        body["nodes"] = st.node_entries(p, revisions)
+        body["nodes"] = st.node_entries(p)
     if failure is not None and failure.problems:
         body["problems"] = list(failure.problems[:50])
     return body
@@ -127,6 +129,8 @@ def finish(r: Reconciler, run: Run, stopped: Failure | None, began: float) -> Sy
     r.publish(p)
     if run.fetch_seconds is not None:
         r.metrics.fetch_duration.observe(run.fetch_seconds)
+    if p is not None:
+        r.metrics.past_deadline.set(len(run.overdue))
     r.metrics.reconciles.labels(outcome).inc()
     r.metrics.duration.observe(time.monotonic() - began)
     if stopped is not None:
@@ -152,6 +156,11 @@ def _write_failure(r: Reconciler, run: Run) -> Failure | None:
         refused = [msg for (n, c), msg in r.memory.refused.items() if n in run.skip]
         return Failure(Reason.APPLY_FAILED, f"{len(refused)} write{'s' if len(refused) > 1 else ''} refused "
                        f"(tried again at the next fetch): " + "; ".join(refused[:3]), True, Outcome.APPLY_FAILED)
+    if run.overdue and run.failure is None:
+        name, why = run.overdue[0]
+        more = f" (and {len(run.overdue) - 1} more node(s))" if len(run.overdue) > 1 else ""
+        return Failure(Reason.PROGRESS_DEADLINE, f"node {name}: {why}{more}; is its agent (or mig-manager) running?",
+                       True, _outcome(run))
     return run.failure
 
 
@@ -168,7 +177,7 @@ def _outcome(run: Run) -> Outcome:
 def _converged(r: Reconciler, run: Run, revision: str) -> None:
     if r.last_applied != revision:
         began = r.started_revision_at.pop(revision, None)
-        took = f" in {time.monotonic() - began:.1f}s" if began else ""
+        took = f" in {time.time() - began:.1f}s" if began else ""
         run.note(Reason.SUCCEEDED, f"revision {revision[:12]} applied: every node in sync{took}",
                  key=("converged", revision))
     r.last_applied = revision

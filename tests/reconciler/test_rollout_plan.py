@@ -6,7 +6,7 @@ from gitrepo import CONFIG_YAML, nodes_yaml
 from migops.gitops.desired import resolve
 from migops.gitops.repo import load_repo
 from migops.kube.clusterpolicy import MigSettings
-from migops.reconciler.plan import (FAILED, IN_SYNC, PROGRESSING, WAITING, max_unavailable, owns_config_label, plan,
+from migops.reconciler.plan import (DRIFTED, FAILED, IN_SYNC, PROGRESSING, WAITING, max_unavailable, owns_config_label, plan,
                                    trim_for_reconciler, with_config_label)
 
 
@@ -40,7 +40,7 @@ def test_first_wave_is_bounded_and_ordered() -> None:
     nodes = {f"n{i}": _node(f"n{i}") for i in range(6)}
     p = plan(d, nodes, None)
     assert p.configmap_changed and p.writes == (("n0", "all-1g.10gb"), ("n1", "all-1g.10gb"))
-    assert p.counts == {IN_SYNC: 0, PROGRESSING: 0, WAITING: 6, FAILED: 0}
+    assert p.counts == {IN_SYNC: 0, PROGRESSING: 0, WAITING: 6, FAILED: 0, DRIFTED: 0}
 
 
 def test_a_node_counts_until_success_for_the_assigned_digest() -> None:
@@ -111,3 +111,27 @@ def test_trim_for_reconciler_keeps_what_is_read_and_ownership() -> None:
                                           "fieldsV1": {"f:metadata": {"f:labels": {"f:nvidia.com/mig.config": {}}}}}]
     assert not owns_config_label(trim_for_reconciler(node))
     assert trim_for_reconciler(node)["metadata"]["managedFields"] == []
+
+
+def test_a_drifted_node_is_not_in_sync_and_takes_a_slot() -> None:
+    d = _desired(1, n=2)
+    digest = d.targets["n0"].digest
+    nodes = {n: _node(n, "all-1g.10gb", "success", digest, owned=True) for n in ("n0", "n1")}
+    nodes["n0"]["metadata"]["annotations"]["migops.io/mig.drift"] = "gpu 1: missing 1g.10gb@3"
+    p = plan(d, nodes, CONFIG_YAML)
+    drifted = next(s for s in p.nodes if s.name == "n0")
+    assert drifted.phase == DRIFTED and "gpu 1: missing 1g.10gb@3" in drifted.message
+    assert p.counts[IN_SYNC] == 1 and not p.converged and p.unavailable == 1
+
+
+def test_managed_by_is_written_on_assigned_nodes_and_released_from_unmanaged_ones() -> None:
+    d = _desired(6, n=3)
+    digest = d.targets["n0"].digest
+    nodes = {n: _node(n, "all-1g.10gb", "success", digest, owned=True) for n in ("n0", "n1", "n2")}
+    nodes["n1"]["metadata"]["annotations"]["migops.io/managed-by"] = "ns/ms"
+    nodes["n2"]["metadata"]["annotations"]["migops.io/managed-by"] = "ns/ms"
+    nodes["n2"]["metadata"]["labels"]["migops.io/unmanaged"] = "true"
+    p = plan(d, nodes, CONFIG_YAML, owner="ns/ms")
+    assert p.annotate == (("n0", "all-1g.10gb"),)  # its label is right, the annotation is missing
+    assert p.releases == ("n2",) and p.writes == ()  # n2: left alone but for the annotation
+    assert [s.name for s in p.nodes] == ["n0", "n1"]
