@@ -18,7 +18,6 @@ import copy
 import logging
 import threading
 import time
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -30,13 +29,13 @@ from migops.gitops.repo import RepoSpec
 from migops.gitops.source import GitAuth, default_cache_dir
 from migops.kube import clusterpolicy
 from migops.kube.informer import Informer
-from migops.kube.names import (CONFIGMAP_KEY, GPUS_ANNOTATION, MIG_CONFIG_LABEL, MIG_CONFIG_STATE_LABEL, STATE_FAILED,
-                               STATE_SUCCESS)
+from migops.kube.names import CONFIGMAP_KEY, MIG_CONFIG_STATE_LABEL, STATE_FAILED, STATE_SUCCESS
 from migops.reconciler import matching
 from migops.reconciler import record as applied_record
 from migops.reconciler import status as st
 from migops.reconciler import steps
 from migops.reconciler.apply import Writer
+from migops.reconciler.memo import ResolveMemo
 from migops.reconciler.metrics import Metrics
 from migops.reconciler.overlay import WriteOverlay
 from migops.reconciler.plan import IN_SYNC, Plan, trim_for_reconciler
@@ -59,16 +58,6 @@ class Memory:
     refused: dict[tuple[str, str | None], str] = field(default_factory=dict)  # (node, config) -> error, until next fetch
     applied_cm_text: str | None = None  # what we last wrote or saw in sync: a different text later is drift
     since: dict[str, float] = field(default_factory=dict)  # node -> when it began reconfiguring (unix seconds)
-    fingerprints: dict[str, int] = field(default_factory=dict)  # node -> hash of what resolving reads of it
-
-
-_NOT_RESOLVED = (MIG_CONFIG_LABEL, MIG_CONFIG_STATE_LABEL)  # labels resolving never reads (they change in a rollout)
-
-
-def _fingerprint(labels: Mapping[str, str], annotations: Mapping[str, str]) -> int:
-    """A hash of what resolving reads of a node: its labels but the config and state, its GPUs."""
-    return hash((frozenset((k, v) for k, v in labels.items() if k not in _NOT_RESOLVED),
-                 annotations.get(GPUS_ANNOTATION)))
 
 
 def _pooled(api: k8s.ApiClient, workers: int) -> k8s.ApiClient:
@@ -117,10 +106,7 @@ class Reconciler:
         self.recorded: str | None = None  # the revision whose record we wrote or found
         self.revision_condition: tuple[str, str, str] | None = None  # AppliedRevisionAvailable
         self.moved: tuple[str, ...] = ()  # nodes the revision in force moved to `default`
-        # Resolving is redone only when its inputs change: `topology` counts node changes it reads.
-        self.topology = 0
-        self.resolved_key: tuple[Any, ...] | None = None
-        self.unresolvable: dict[tuple[Any, ...], Failure] = {}
+        self.resolve_memo = ResolveMemo()
         self.nodes = Informer(k8s.CoreV1Api(api).list_node, name="nodes", transform=trim_for_reconciler,
                               handler=self._on_node)
         wake = lambda kind, obj: self.wake.set()  # noqa: E731
@@ -207,13 +193,7 @@ class Reconciler:
         if name in self.memory.acknowledged and state != STATE_FAILED:
             self.memory.acknowledged.discard(name)
         self.overlay.node_event(kind, name, labels, meta.get("annotations") or {})
-        fingerprint = 0 if kind == "DELETED" else _fingerprint(labels, meta.get("annotations") or {})
-        if self.memory.fingerprints.get(name) != fingerprint:
-            self.topology += 1
-            if kind == "DELETED":
-                self.memory.fingerprints.pop(name, None)
-            else:
-                self.memory.fingerprints[name] = fingerprint
+        self.resolve_memo.node_event(kind, name, labels, meta.get("annotations") or {})
         self.wake.set()
 
     def _event_target(self) -> dict[str, Any] | None:

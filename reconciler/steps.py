@@ -230,25 +230,19 @@ def _resolved(r: Reconciler, run: Run, attempt: RepoSpec) -> DesiredState | Fail
     reads (labels other than the config and state, GPUs, a node added or gone) or the settings do:
     a watch event of a node's state costs no resolve of every node."""
     assert run.settings is not None
-    key = (attempt.revision, attempt.path, r.topology, run.settings)
-    if r.desired is not None and r.resolved_key == key:
-        return r.desired
-    known = r.unresolvable.get(key)
+    key = r.resolve_memo.key(attempt.revision, attempt.path, run.settings)
+    known = r.resolve_memo.get(key)
     if known is not None:
         return known
     try:
-        desired = resolve_desired(attempt, managed_nodes(r.nodes.items()), run.settings, r.fit_cache)
+        found: DesiredState | Failure = resolve_desired(attempt, managed_nodes(r.nodes.items()), run.settings, r.fit_cache)
     except RepoError as exc:
-        bad = Failure(exc.reason, f"revision {attempt.revision[:12]} cannot be applied: {exc}; {r.kept()}",
-                      True, Outcome.INVALID, attempt.revision, tuple(str(p) for p in exc.problems))
-        r.unresolvable = {key: bad}  # the newest refusal only: the next topology retries
-        return bad
-    guard = _guard_defaulted(r, desired)
-    if guard is not None:
-        r.unresolvable = {key: guard}
-        return guard
-    r.resolved_key = key
-    return desired
+        found = Failure(exc.reason, f"revision {attempt.revision[:12]} cannot be applied: {exc}; {r.kept()}",
+                        True, Outcome.INVALID, attempt.revision, tuple(str(p) for p in exc.problems))
+    else:
+        found = _guard_defaulted(r, found) or found
+    r.resolve_memo.put(key, found)
+    return found
 
 
 def _guard_defaulted(r: Reconciler, desired: DesiredState) -> Failure | None:

@@ -135,3 +135,22 @@ def test_managed_by_is_written_on_assigned_nodes_and_released_from_unmanaged_one
     assert p.annotate == (("n0", "all-1g.10gb"),)  # its label is right, the annotation is missing
     assert p.releases == ("n2",) and p.writes == ()  # n2: left alone but for the annotation
     assert [s.name for s in p.nodes] == ["n0", "n1"]
+
+
+def test_resolving_is_redone_only_when_a_node_changes_what_it_reads() -> None:
+    from migops.reconciler.memo import ResolveMemo
+
+    memo = ResolveMemo()
+    memo.node_event("ADDED", "n0", {"pool": "p", "nvidia.com/mig.config": "a"}, {})
+    key = memo.key("rev1", "", MigSettings(strategy="mixed"))
+    memo.put(key, "resolved")
+    # A rollout's events: the config and state labels, the agent's digest: the answer stands.
+    memo.node_event("MODIFIED", "n0", {"pool": "p", "nvidia.com/mig.config": "b", "nvidia.com/mig.config.state": "pending"},
+                    {"migops.io/mig.config.digest": "sha256:x"})
+    assert memo.get(memo.key("rev1", "", MigSettings(strategy="mixed"))) == "resolved"
+    # A label a selector may read, the GPUs, a node gone: resolved again.
+    for kind, labels, annotations in (("MODIFIED", {"pool": "q"}, {}), ("MODIFIED", {"pool": "q"}, {"migops.io/gpus": "0x233010DE"}),
+                                      ("DELETED", {}, {})):
+        memo.put(memo.key("rev1", "", MigSettings(strategy="mixed")), "resolved")
+        memo.node_event(kind, "n0", labels, annotations)
+        assert memo.get(memo.key("rev1", "", MigSettings(strategy="mixed"))) is None
