@@ -1,11 +1,12 @@
 """One sync as a list of steps, after Flux's source-controller: load spec → resume → fetch → verify →
-load → fall back → resolve → plan → apply the ConfigMap → apply a wave.
+load → fall back → resolve → history → record → warn → plan → deadline → apply the ConfigMap → apply
+a wave (`SYNC`, at the end).
 
 Every step has one signature, `step(reconciler, run) -> Failure | None`: it reads what earlier steps
 left in `run`, adds its own result there, and returns a Failure only when the sync must stop (nothing
 to apply). A failure that leaves the last good state in force (an unreachable remote, a refused
 commit) is kept in `run.failure` and the steps go on with the last good desired state. Events go to
-`run.notes`; only the summary (`Reconciler._summarize`) records them and writes status and metrics.
+`run.notes`; only the summary (`summary.finish`) records them and writes status and metrics.
 """
 from __future__ import annotations
 
@@ -22,10 +23,10 @@ from migops.gitops.source import Fetched, GitSource, SourceError, normalise_path
 from migops.gitops.verify import VerificationError
 from migops.kube.clusterpolicy import MigSettings
 from migops.kube.names import CONFIGMAP_KEY, RESUME_ANNOTATION
-from migops.reconciler import status as st
-from migops.reconciler.apply import WriteError
 from migops.reconciler import matching
 from migops.reconciler import record as applied_record
+from migops.reconciler import status as st
+from migops.reconciler.apply import WriteError
 from migops.reconciler.plan import (DRIFTED, IN_SYNC, PROGRESSING, Plan, config_state, label_written_at, plan as plan_wave,
                                     unmanaged)
 from migops.reconciler.record import record_name
