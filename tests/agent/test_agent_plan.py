@@ -84,3 +84,22 @@ def test_what_gfd_sees_comes_from_the_gpus() -> None:
     ad = gfd_advertisement([H100], [BALANCED], "mixed")
     assert ad.resources == {"nvidia.com/mig-1g.10gb": 2, "nvidia.com/mig-2g.20gb": 1, "nvidia.com/mig-3g.40gb": 1}
     assert gfd_advertisement([H100], [BALANCED], "single").labels["nvidia.com/gpu.product"].endswith("MIG-INVALID")
+
+
+def test_the_agent_executes_the_validators_packing_and_decides_none_of_its_own() -> None:
+    """desired_from_result takes GpuResult.instances as it is (here one the validator would not make:
+    the full CI in the GI at slice 0), and refuses a result that carries a layout but no packing."""
+    import dataclasses
+
+    import pytest
+
+    report = validate_on_node(parse_config(
+        'version: v1\nmig-configs:\n  c:\n    - devices: all\n      mig-enabled: true\n'
+        '      mig-devices: {"1c.3g.40gb": 3, "3g.40gb": 1}\n'), "c", [H100])
+    result = report.gpus[0]
+    (low, first), (high, second) = sorted(result.instances)
+    swapped = dataclasses.replace(result, instances=((low, second), (high, first)))
+    assert desired_from_result(swapped).instances == ((low, second), (high, first))
+    assert desired_from_result(result).instances == tuple(sorted(result.instances))
+    with pytest.raises(ValueError, match="no compute-instance packing"):
+        desired_from_result(dataclasses.replace(result, instances=()))
