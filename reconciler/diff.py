@@ -15,6 +15,7 @@ from migops.gitops.desired import DesiredState, resolve
 from migops.gitops.repo import RepoError
 from migops.gitops.source import SourceError, normalise_path
 from migops.kube.names import MIG_CONFIG_LABEL
+from migops.mig.text import listed
 from migops.reconciler.apply import WriteError, Writer
 from migops.reconciler import steps
 from migops.reconciler.plan import owns_config_label
@@ -62,7 +63,7 @@ class Diff:
             out.append(f"node labels: unchanged ({self.unchanged} nodes)")
         if self.defaulted:
             out.append(f"warning: {len(self.defaulted)} node(s) move to default because no assignment matches them "
-                       f"any more: {', '.join(self.defaulted)}")
+                       f"any more: {listed(self.defaulted, 20)}")
         for d in self.denied:
             out.append(f"denied by the API server (dry run): {d}")
         return out

@@ -4,6 +4,7 @@ it turns MIG off, or on, for a pool). Shown in the AssignmentsMatched condition,
 from __future__ import annotations
 
 from migops.gitops.desired import DesiredState
+from migops.mig.text import listed
 from migops.reconciler import status as st
 from migops.reconciler.plan import defaulted
 from migops.reconciler.reasons import Reason
@@ -23,7 +24,7 @@ def moved_to_default(desired: DesiredState, in_force: DesiredState | None, recor
 
 
 def moved_text(desired: DesiredState, moved: tuple[str, ...]) -> str:
-    shown = ", ".join(moved[:10]) + (f" and {len(moved) - 10} more" if len(moved) > 10 else "")
+    shown = listed(moved, 10)
     return (f"revision {desired.revision[:12]} moves {len(moved)} node(s) to default {desired.spec.nodes.default!r} "
             f"because no assignment matches them any more: {shown}")
 

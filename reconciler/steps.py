@@ -23,6 +23,7 @@ from migops.gitops.source import Fetched, GitSource, SourceError, normalise_path
 from migops.gitops.verify import VerificationError
 from migops.kube.clusterpolicy import MigSettings
 from migops.kube.names import CONFIGMAP_KEY, RESUME_ANNOTATION
+from migops.mig.text import listed
 from migops.reconciler import matching
 from migops.reconciler import record as applied_record
 from migops.reconciler import status as st
@@ -258,7 +259,7 @@ def _guard_defaulted(r: Reconciler, desired: DesiredState) -> Failure | None:
     return Failure(SourceReason.TOO_MANY_DEFAULTED,
                    f"revision {desired.revision[:12]} would move {len(moved)} node(s) to default "
                    f"{desired.spec.nodes.default!r} because no assignment matches them any more "
-                   f"{', '.join(moved[:5])}{', ...' if len(moved) > 5 else ''}); rollout.maxDefaulted is {limit}: fix the selectors, list the nodes, or "
+                   f"{listed(moved, 5)}); rollout.maxDefaulted is {limit}: fix the selectors, list the nodes, or "
                    f"raise the limit; {r.kept()}", True, Outcome.INVALID, desired.revision)
 
 
@@ -407,7 +408,7 @@ def apply_wave(r: Reconciler, run: Run) -> Failure | None:
             r.overlay.released(name)
         if released:
             run.note(Reason.RELEASED, f"{len(released)} node(s) left management (migops.io/unmanaged=true, or outside "
-                     f"every assignment): {', '.join(released[:10])}; their nvidia.com/mig.config is no longer enforced")
+                     f"every assignment): {listed(released, 10)}; their nvidia.com/mig.config is no longer enforced")
         for err in errors:
             node = err.target.split("/", 1)[1]
             if err.kind == "terminal":
@@ -428,12 +429,12 @@ def _notes_for_writes(run: Run, p: Plan, done: list[str], wrote: dict[str, str |
     assigned = [n for n in done if wrote[n] is not None and n not in p.drift]
     pruned = [n for n in done if wrote[n] is None]
     if assigned:
-        shown = ", ".join(f"{n}={wrote[n]}" for n in assigned[:10]) + (f" and {len(assigned) - 10} more" if len(assigned) > 10 else "")
+        shown = listed((f"{n}={wrote[n]}" for n in assigned), 10)
         run.note(Reason.ASSIGNED, f"revision {revision[:12]}: new config for {len(assigned)} "
                  f"node{'s' if len(assigned) > 1 else ''} ({shown}); maxUnavailable {p.max_unavailable}")
     if pruned:
         run.note(Reason.PRUNED, f"removed nvidia.com/mig.config from {len(pruned)} node(s) that "
-                 f"left every assignment: {', '.join(pruned[:10])}")
+                 f"left every assignment: {listed(pruned, 10)}")
 
 
 SYNC: tuple[Step, ...] = (load_spec, resume, fetch, verify, load, fall_back, resolve, history, record, warn, plan,

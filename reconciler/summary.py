@@ -8,6 +8,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from migops.kube.names import RESUME_ANNOTATION
+from migops.mig.text import listed
 from migops.reconciler import status as st
 from migops.reconciler.apply import WriteError, Writer
 from migops.reconciler.plan import DRIFTED, IN_SYNC, Plan
@@ -145,9 +146,7 @@ def _write_failure(r: Reconciler, run: Run) -> Failure | None:
     if run.errors:
         errors = run.errors
         terminal = [e for e in errors if e.kind == "terminal"]
-        msg = f"{len(errors)} write{'s' if len(errors) > 1 else ''} failed: " + "; ".join(str(e) for e in errors[:3])
-        if len(errors) > 3:
-            msg += f" (and {len(errors) - 3} more)"
+        msg = f"{len(errors)} write{'s' if len(errors) > 1 else ''} failed: " + listed(errors, 3, sep="; ")
         run.note(Reason.APPLY_FAILED, msg, "Warning", key=("apply-failed", msg))
         return run.failure or Failure(Reason.APPLY_FAILED, msg, bool(terminal) and len(terminal) == len(errors),
                                       Outcome.APPLY_FAILED)
@@ -155,7 +154,7 @@ def _write_failure(r: Reconciler, run: Run) -> Failure | None:
         # Writes refused earlier and not retried until the next fetch: still the state of things.
         refused = [msg for (n, c), msg in r.memory.refused.items() if n in run.skip]
         return Failure(Reason.APPLY_FAILED, f"{len(refused)} write{'s' if len(refused) > 1 else ''} refused "
-                       f"(tried again at the next fetch): " + "; ".join(refused[:3]), True, Outcome.APPLY_FAILED)
+                       f"(tried again at the next fetch): " + listed(refused, 3, sep="; "), True, Outcome.APPLY_FAILED)
     if run.overdue and run.failure is None:
         name, why = run.overdue[0]
         more = f" (and {len(run.overdue) - 1} more node(s))" if len(run.overdue) > 1 else ""
