@@ -13,10 +13,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from migops.gitops.reasons import SourceReason
-from migops.mig.problems import MigError, Problem, index_path, key_path
-from migops.mig.text import listed
-from migops.mig.spec import MigPartedConfig, parse_config
 from migops.mig.fit import fit
+from migops.mig.problems import MigError, Problem, index_path, key_path
+from migops.mig.spec import MigPartedConfig, parse_config
+from migops.mig.text import listed
 from migops.mig.validate import STRATEGIES
 from migops.mig.yamlsafe import load_yaml
 

@@ -31,8 +31,13 @@ from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import HTTPError as Urllib3Error
 
 from migops.kube import ssa
-from migops.kube.names import (CONFIGMAP_KEY, MANAGED_BY_ANNOTATION, MIG_CONFIG_LABEL, RECONCILER_MANAGER,
-                               REVISION_ANNOTATION)
+from migops.kube.names import (
+    CONFIGMAP_KEY,
+    MANAGED_BY_ANNOTATION,
+    MIG_CONFIG_LABEL,
+    RECONCILER_MANAGER,
+    REVISION_ANNOTATION,
+)
 
 log = logging.getLogger(__name__)
 
@@ -92,7 +97,7 @@ def with_retries(call: Callable[[], T], target: str, *, attempts: int = 5, base:
     for attempt in range(1, attempts + 1):
         try:
             return call()
-        except Exception as exc:  # noqa: BLE001 - classified below
+        except Exception as exc:  # classified below
             kind, status, message = classify(exc)
             if kind == "terminal" or attempt == attempts or (stop is not None and stop.is_set()):
                 raise WriteError(target, kind, status, message) from exc

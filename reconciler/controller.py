@@ -30,17 +30,16 @@ from migops.gitops.source import GitAuth, default_cache_dir
 from migops.kube import clusterpolicy
 from migops.kube.informer import Informer
 from migops.kube.names import CONFIGMAP_KEY, MIG_CONFIG_STATE_LABEL, STATE_FAILED, STATE_SUCCESS
-from migops.reconciler import matching
+from migops.reconciler import matching, steps
 from migops.reconciler import record as applied_record
 from migops.reconciler import status as st
-from migops.reconciler import steps
 from migops.reconciler.apply import Writer
 from migops.reconciler.memo import ResolveMemo
 from migops.reconciler.metrics import Metrics
 from migops.reconciler.overlay import WriteOverlay
 from migops.reconciler.plan import IN_SYNC, Plan, trim_for_reconciler
-from migops.reconciler.record import AppliedRecord
 from migops.reconciler.reasons import Failure, Reason, SyncResult
+from migops.reconciler.record import AppliedRecord
 from migops.reconciler.recorder import EventRecorder
 from migops.reconciler.revisions import Revisions
 from migops.reconciler.summary import StatusWriter, conditions, finish, status_body

@@ -16,8 +16,8 @@ from migops.gitops.repo import RepoError
 from migops.gitops.source import SourceError, normalise_path
 from migops.kube.names import MIG_CONFIG_LABEL
 from migops.mig.text import listed
-from migops.reconciler.apply import WriteError, Writer
 from migops.reconciler import steps
+from migops.reconciler.apply import WriteError, Writer
 from migops.reconciler.plan import owns_config_label
 from migops.reconciler.reasons import Outcome, SyncResult
 

@@ -33,7 +33,7 @@ def run(r: Reconciler, stop: threading.Event, hook: threading.Event) -> None:
         r.wake.clear()
         try:
             result = r.sync(fetch=fetch)
-        except Exception as exc:  # noqa: BLE001 - the loop must survive anything
+        except Exception as exc:  # the loop must survive anything
             log.exception("sync failed: %s", exc)
             result = SyncResult(Outcome.APPLY_FAILED, message=str(exc))
         if fetch:

@@ -60,7 +60,7 @@ class _Handler(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(body)
 
-    def do_GET(self) -> None:  # noqa: N802 - http.server's name
+    def do_GET(self) -> None:
         path = self.path.split("?", 1)[0]
         if path in ("/healthz", "/livez"):
             ok, why = self.owner.healthy()
@@ -74,7 +74,7 @@ class _Handler(BaseHTTPRequestHandler):
             return
         self._send(200 if ok else 503, (why or ("ok" if ok else "not ready")).encode() + b"\n")
 
-    def do_POST(self) -> None:  # noqa: N802
+    def do_POST(self) -> None:
         owner = self.owner
         if self.path.split("?", 1)[0] != "/hook" or owner.hook_secret is None:
             self._send(404, b"not found\n")

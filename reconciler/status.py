@@ -12,7 +12,7 @@ import re
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from importlib import resources
 from typing import Any
 
@@ -129,7 +129,7 @@ class Condition:
 def merge_conditions(old: Sequence[Mapping[str, Any]], new: Sequence[Condition], generation: int | None) -> list[dict[str, Any]]:
     """New conditions, keeping lastTransitionTime where the status did not change."""
     before = {c.get("type"): c for c in old}
-    now = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     out = []
     for c in new:
         prev = before.get(c.type)

@@ -16,7 +16,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
-from migops.gitops.desired import DesiredState, resolve as resolve_desired
+from migops.gitops.desired import DesiredState
+from migops.gitops.desired import resolve as resolve_desired
 from migops.gitops.reasons import UNREADABLE, SourceReason
 from migops.gitops.repo import RepoError, RepoSpec
 from migops.gitops.source import Fetched, GitSource, SourceError, normalise_path
@@ -28,10 +29,10 @@ from migops.reconciler import matching
 from migops.reconciler import record as applied_record
 from migops.reconciler import status as st
 from migops.reconciler.apply import WriteError
-from migops.reconciler.plan import (DRIFTED, IN_SYNC, PROGRESSING, Plan, config_state, label_written_at, plan as plan_wave,
-                                    unmanaged)
-from migops.reconciler.record import record_name
+from migops.reconciler.plan import DRIFTED, IN_SYNC, PROGRESSING, Plan, config_state, label_written_at, unmanaged
+from migops.reconciler.plan import plan as plan_wave
 from migops.reconciler.reasons import Failure, Note, Outcome, Reason
+from migops.reconciler.record import record_name
 
 if TYPE_CHECKING:
     from migops.reconciler.controller import Reconciler

@@ -5,13 +5,19 @@ import time
 import uuid
 
 from gitrepo import CONFIG_YAML, nodes_yaml
-from reconciler_harness import agent_reports, condition, eventually, events_for, labels_of, migsync
 from kubernetes import client as k8s
+from reconciler_harness import agent_reports, condition, events_for, eventually, labels_of, migsync
 
 from migops.cli import main as cli
 from migops.kube import ssa
-from migops.kube.names import (AGENT_MANAGER, DRIFT_ANNOTATION, MANAGED_BY_ANNOTATION, MIG_CONFIG_LABEL,
-                               REVISION_ANNOTATION, UNMANAGED_LABEL)
+from migops.kube.names import (
+    AGENT_MANAGER,
+    DRIFT_ANNOTATION,
+    MANAGED_BY_ANNOTATION,
+    MIG_CONFIG_LABEL,
+    REVISION_ANNOTATION,
+    UNMANAGED_LABEL,
+)
 from migops.reconciler.record import read as read_record
 from migops.reconciler.status import CRD_NAME, SyncSpec, install_crd, migsync_object
 
@@ -23,7 +29,7 @@ def _pool(pool: str, config: str = "all-1g.10gb", rollout: str = "{maxUnavailabl
             f"  - nodeSelector: {{matchLabels: {{pool: {pool}}}}}\n    config: {config}\n")
 
 
-def _annotations(api, name: str) -> dict[str, str]:  # noqa: ANN001
+def _annotations(api, name: str) -> dict[str, str]:
     return k8s.CoreV1Api(api).read_node(name).metadata.annotations or {}
 
 
@@ -192,10 +198,10 @@ def test_a_node_past_its_progress_deadline_stalls_with_its_name_an_event_and_a_m
     assert names[0] in stalled["message"] and "progressDeadlineSeconds 2" in stalled["message"]
     (event,) = events_for(rapi, names[0], "ProgressDeadlineExceeded")
     assert event.type == "Warning"
-    assert rec.metrics.past_deadline._value.get() == 1  # noqa: SLF001
+    assert rec.metrics.past_deadline._value.get() == 1
     agent_reports(rapi, CONFIG_YAML, names[:1])
     eventually(lambda: rec.sync(fetch=False).outcome == "InSync")
-    assert rec.metrics.past_deadline._value.get() == 0  # noqa: SLF001
+    assert rec.metrics.past_deadline._value.get() == 0
 
 
 def test_status_after_a_kill_is_rebuilt_from_the_cluster(rapi, repo, gpu_nodes, make_reconciler) -> None:

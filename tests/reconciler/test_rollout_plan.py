@@ -6,11 +6,21 @@ from gitrepo import CONFIG_YAML, nodes_yaml
 from migops.gitops.desired import resolve
 from migops.gitops.repo import load_repo
 from migops.kube.clusterpolicy import MigSettings
-from migops.reconciler.plan import (DRIFTED, FAILED, IN_SYNC, PROGRESSING, WAITING, max_unavailable, owns_config_label, plan,
-                                   trim_for_reconciler, with_config_label)
+from migops.reconciler.plan import (
+    DRIFTED,
+    FAILED,
+    IN_SYNC,
+    PROGRESSING,
+    WAITING,
+    max_unavailable,
+    owns_config_label,
+    plan,
+    trim_for_reconciler,
+    with_config_label,
+)
 
 
-def _desired(max_unavailable: object = 2, prune: bool | None = None, n: int = 6):  # noqa: ANN202
+def _desired(max_unavailable: object = 2, prune: bool | None = None, n: int = 6):
     spec = load_repo({"config.yaml": CONFIG_YAML.encode(), "nodes.yaml": nodes_yaml(
         "  - nodeSelector: {matchLabels: {pool: p}}\n    config: all-1g.10gb", max_unavailable=max_unavailable,
         prune=prune).encode()}, "", "rev1")
@@ -149,8 +159,8 @@ def test_resolving_is_redone_only_when_a_node_changes_what_it_reads() -> None:
                     {"migops.io/mig.config.digest": "sha256:x"})
     assert memo.get(memo.key("rev1", "", MigSettings(strategy="mixed"))) == "resolved"
     # A label a selector may read, the GPUs, a node gone: resolved again.
-    for kind, labels, annotations in (("MODIFIED", {"pool": "q"}, {}), ("MODIFIED", {"pool": "q"}, {"migops.io/gpus": "0x233010DE"}),
+    for kind, labels, notes in (("MODIFIED", {"pool": "q"}, {}), ("MODIFIED", {"pool": "q"}, {"migops.io/gpus": "0x233010DE"}),
                                       ("DELETED", {}, {})):
         memo.put(memo.key("rev1", "", MigSettings(strategy="mixed")), "resolved")
-        memo.node_event(kind, "n0", labels, annotations)
+        memo.node_event(kind, "n0", labels, notes)
         assert memo.get(memo.key("rev1", "", MigSettings(strategy="mixed"))) is None
