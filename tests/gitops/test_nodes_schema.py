@@ -42,6 +42,7 @@ VALID = [
     },
     {"version": "v1", "rollout": {"maxUnavailable": "25%"}},
     {"version": "v1", "rollout": {"maxUnavailable": "100%"}},
+    {"version": "v1", "rollout": {"maxDefaulted": 0, "progressDeadlineSeconds": 60}},
 ]
 INVALID = [
     [],
@@ -54,6 +55,8 @@ INVALID = [
     {"version": "v1", "rollout": {"maxUnavailable": "101%"}},
     {"version": "v1", "rollout": {"maxUnavailable": True}},
     {"version": "v1", "rollout": {"surge": 1}},
+    {"version": "v1", "rollout": {"maxDefaulted": -1}},
+    {"version": "v1", "rollout": {"progressDeadlineSeconds": 0}},
     {"version": "v1", "prune": "yes"},
     {"version": "v1", "default": 3},
     {"version": "v1", "configMap": {"name": "Not_A_Name"}},
@@ -101,6 +104,14 @@ def test_invalid_for_both(doc: object) -> None:
     assert schema_problems(doc), "the schema accepts it"
     found: list = []
     assert parse_nodes(doc, found) is None and found, "the loader accepts it"
+
+
+def test_the_schema_names_the_fields_the_loader_knows() -> None:
+    """A field added to the loader and not to the schema would make the schema refuse a valid file."""
+    from migops.gitops import repo
+
+    assert set(schema()["properties"]) == set(repo._TOP_FIELDS)
+    assert set(schema()["properties"]["rollout"]["properties"]) == set(repo._ROLLOUT_FIELDS)
 
 
 def test_the_examples_pass_the_schema() -> None:
