@@ -213,7 +213,9 @@ def text(run: Run, out=None) -> None:  # noqa: ANN001
         configs = sum(len(c.reports) for c in run.checked)
         bad = sum(not c.valid for c in run.checked)
         ignored = f"; {len(run.ignored_files)} file(s) without a MIG config ignored" if run.ignored_files else ""
-        say(f"total: {run.files} file(s), {len(run.checked)} MIG config source(s), {configs} config(s); "
+        nodes = sum(c.kind == "nodes" for c in run.checked)
+        repo = f", {nodes} nodes.yaml" if nodes else ""
+        say(f"total: {run.files} file(s), {len(run.checked) - nodes} MIG config source(s){repo}, {configs} config(s); "
             f"{len(run.checked) - bad} source(s) valid, {bad} invalid{ignored}")
 
 
