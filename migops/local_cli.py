@@ -46,6 +46,18 @@ def register(sub: argparse._SubParsersAction) -> None:  # noqa: SLF001 - argpars
         func=_env)
 
 
+def _self() -> str:
+    """How to run this migops from any shell: `migops` when that is the one on PATH, else its full path
+    (a virtualenv's bin that nothing put on PATH; `local env` puts it there)."""
+    import shutil
+
+    mine = Path(sys.executable).parent / "migops"
+    on_path = shutil.which("migops")
+    if not mine.exists() or (on_path and Path(on_path).resolve() == mine.resolve()):
+        return "migops"
+    return shlex.quote(str(mine))
+
+
 def _home() -> Path:
     from migops.local.state import migops_home
 
@@ -105,7 +117,7 @@ def _up(args: argparse.Namespace) -> int:
               "`migops status`)")
     print("  scheduler:  kube-scheduler binds Pods to the nodes by their allocatable resources")
     print(f"  kubeconfig: {plane.kubeconfig}")
-    print('  next:       eval "$(migops local env)"; kubectl get nodes --show-labels')
+    print(f'  next:       eval "$({_self()} local env)"; kubectl get nodes --show-labels')
     return EXIT_OK
 
 
@@ -203,8 +215,12 @@ def _env(args: argparse.Namespace) -> int:
     if current is None or not current.running():
         _say("not running; start it with `migops local up`")
         return EXIT_INVALID
-    # Our kubectl first: the one on PATH may be another version, or not kubectl at all.
-    print(f'export PATH={shlex.quote(current.bin_dir)}:"$PATH"')
+    # Our kubectl first: the one on PATH may be another version, or not kubectl at all; then the migops
+    # this cluster belongs to (its virtualenv's bin), so `migops status` & co. work in any shell.
+    migops_bin = Path(sys.executable).parent
+    path = [current.bin_dir] + ([str(migops_bin)] if (migops_bin / "migops").exists() else [])
+    print(f'export PATH={":".join(shlex.quote(p) for p in path)}:"$PATH"')
     print(f"export KUBECONFIG={shlex.quote(current.kubeconfig)}")
+    print(f"export MIGOPS_HOME={shlex.quote(str(_home()))}")
     print('# eval "$(migops local env)"')
     return EXIT_OK
