@@ -47,22 +47,35 @@ def objects() -> list[dict]:
     return out
 
 
-def install(api: ApiClient, timeout: float = 30.0) -> None:
-    """Apply the ServiceAccount, RBAC and policy; return once the policy's type check has run (it is
-    compiled and about to reach admission)."""
+def install(api: ApiClient) -> None:
+    """Apply the ServiceAccount, RBAC and policy (wait_in_force tells when the policy denies)."""
     core = k8s.CoreV1Api(api)
     core.patch_namespace(NAMESPACE, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}},
                          field_manager=LOCAL_MANAGER, _content_type=ssa.APPLY_CONTENT_TYPE)
     for doc in objects():
         ssa.apply(api, doc, field_manager=LOCAL_MANAGER, force=True)
-    policies = k8s.AdmissionregistrationV1Api(api)
+
+
+def wait_in_force(agent_kubeconfig: Path, node: str, timeout: float = 30.0) -> None:
+    """Return once the policy denies this agent a label it does not own (a dry run: nothing is written).
+    The policy reaches admission through an informer, and its status is written by a controller that
+    does not run here, so its effect is the only sign."""
+    from kubernetes import config
+
+    probe = {"metadata": {"labels": {"migops.io/policy-probe": "x"}}}
     deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        status = policies.read_validating_admission_policy(POLICY).status
-        if status is not None and status.observed_generation:
-            return
-        time.sleep(0.1)
-    raise TimeoutError(f"ValidatingAdmissionPolicy {POLICY} not checked after {timeout:.0f}s")
+    with config.new_client_from_config(config_file=str(agent_kubeconfig)) as api:
+        core = k8s.CoreV1Api(api)
+        while time.monotonic() < deadline:
+            try:
+                core.patch_node(node, probe, dry_run="All")
+            except k8s.exceptions.ApiException as exc:
+                if exc.status in (403, 422) and POLICY in (exc.body or ""):
+                    return
+                if exc.status not in (401, 403):  # RBAC and the token reach the authorizer a moment late too
+                    raise
+            time.sleep(0.2)
+    raise TimeoutError(f"ValidatingAdmissionPolicy {POLICY} not in force after {timeout:.0f}s")
 
 
 def kubeconfig_for_node(api: ApiClient, server: str, ca_pem: bytes, node: str, out: Path) -> Path:

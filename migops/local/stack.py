@@ -71,6 +71,8 @@ def up(home: Path, options: Options, progress: Progress = lambda _: None) -> Sta
             for n in nodes:
                 agent_identity.kubeconfig_for_node(api, plane.url, plane.ca_pem, n.name,
                                                    agents.kubeconfig_path(plane.workdir, n.name))
+            if nodes:
+                agent_identity.wait_in_force(agents.kubeconfig_path(plane.workdir, nodes[0].name), nodes[0].name)
             for node, (popen, ref) in agents.start(plane.workdir,
                                                    [(n.name, n.gpu.device_id, n.gpus) for n in nodes]).items():
                 plane.adopt(AGENT_PREFIX + node, popen, ref)
