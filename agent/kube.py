@@ -24,7 +24,7 @@ from migops.kube import events, ssa
 from migops.kube.informer import Informer
 from migops.mig.text import listed
 from migops.kube.names import (AGENT_CONTROLLER, AGENT_MANAGER, DEPLOY_LABEL_PREFIX, DEVICE_ID_LABEL,
-                               MIG_CAPABLE_LABEL, MIG_CONFIG_STATE_LABEL, MIG_STRATEGY_LABEL,
+                               MIG_CAPABLE_LABEL, MIG_CONFIG_LABEL, MIG_CONFIG_STATE_LABEL, MIG_STRATEGY_LABEL,
                                PAUSED_FOR_MIG_CHANGE)
 
 log = logging.getLogger(__name__)
@@ -128,6 +128,10 @@ class NodeIO:
                 "metadata": {"name": self.node, "labels": new_labels, "annotations": new_annotations}}
         ssa.apply(self.api, body, field_manager=self.manager, force=True)
         self.labels, self.annotations = new_labels, new_annotations
+
+    def config_label(self) -> str | None:
+        """The node's nvidia.com/mig.config as the API server has it now (not as the watch saw it)."""
+        return (self.core.read_node(self.node).metadata.labels or {}).get(MIG_CONFIG_LABEL)
 
     def set_state(self, state: str, annotations: Mapping[str, str | None] = {}) -> None:
         self.apply({MIG_CONFIG_STATE_LABEL: state}, annotations)

@@ -13,11 +13,14 @@ import yaml
 from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 
-from agent_harness import ROOT, bound_token_kubeconfig, labels, node_events, seed_node, until
+from agent_harness import DEFAULT_CONFIG, ROOT, bound_token_kubeconfig, labels, node_events, seed_node, until
+from migops.agent.flow import Options, Reconfigure, Request
 from migops.agent.kube import NodeIO
+from migops.agent.simulated import SimulatedBackend, parse_gpus
 from migops.kube.names import (AGENT_CONTROLLER, APPLIED_ANNOTATION, DEVICE_ID_LABEL, DIGEST_ANNOTATION,
                                DRIFT_ANNOTATION, GPUS_ANNOTATION, LAYOUT_ANNOTATION, MIG_CONFIG_STATE_LABEL,
                                REASON_ANNOTATION)
+from migops.mig.spec import parse_config
 
 pytestmark = pytest.mark.cluster
 
@@ -231,6 +234,39 @@ def test_a_refused_write_is_not_sent_again(own_node) -> None:  # noqa: ANN001
         node.apply(annotations={APPLIED_ANNOTATION: "all-1g.10gb", DIGEST_ANNOTATION: "sha256:3"})
     node.apply({MIG_CONFIG_STATE_LABEL: "failed"})  # would be refused too if the digest were still sent
     assert labels(own_node.api_client, "rbac-a")[MIG_CONFIG_STATE_LABEL] == "failed"
+
+
+def test_a_config_applied_after_the_node_was_given_another_is_pending_not_failed(own_node, tmp_path) -> None:  # noqa: ANN001
+    """The race the digest rule costs: the node's label changed (the seeded all-disabled) while the agent
+    applied all-1g.10gb. The policy refuses applied=all-1g.10gb; the agent says pending (the new config
+    runs next), not failed, which would halt a MigSync's rollout."""
+    kube = NodeIO(own_node.api_client, "rbac-a")
+    backend = SimulatedBackend(tmp_path / "gpus.json", parse_gpus("2x0x233010DE"), node="rbac-a")
+    flow = Reconfigure(backend, kube, options=Options(pod_timeout=5, mode_change_settle=0))
+    kube.start_pod_watch()
+    try:
+        node = own_node.api_client.sanitize_for_serialization(own_node.read_node("rbac-a"))
+        request = Request("all-1g.10gb", parse_config(DEFAULT_CONFIG), None, "mixed", "gpu-operator", None)
+        outcome = flow.run(request, node)
+    finally:
+        kube.pods.stop()
+    assert outcome.state == "pending", outcome
+    assert labels(own_node.api_client, "rbac-a")[MIG_CONFIG_STATE_LABEL] == "pending"
+    notes = own_node.read_node("rbac-a").metadata.annotations or {}
+    assert APPLIED_ANNOTATION not in notes and DIGEST_ANNOTATION not in notes
+    assert [len(g["instances"]) for g in backend_state(tmp_path / "gpus.json")] == [7, 7]  # it was applied
+    # The config the node is labelled with: success, with its applied name and digest.
+    request = Request("all-disabled", parse_config(DEFAULT_CONFIG), None, "mixed", "gpu-operator", None)
+    kube.start_pod_watch()
+    try:
+        assert flow.run(request, node).state == "success"
+    finally:
+        kube.pods.stop()
+    assert own_node.read_node("rbac-a").metadata.annotations[APPLIED_ANNOTATION] == "all-disabled"
+
+
+def backend_state(path) -> list[dict]:  # noqa: ANN001
+    return json.loads(path.read_text())["gpus"]
 
 
 def test_events_go_only_to_default(own_node) -> None:  # noqa: ANN001
