@@ -135,6 +135,8 @@ DENIED = [
      "must be true, false or paused-for-mig-change"),
     ("annotation-managed-by", "node", {"metadata": {"annotations": {"migops.io/managed-by": "x/y"}}},
      "not metadata.annotations migops.io/managed-by"),
+    ("annotation-revision", "node", {"metadata": {"annotations": {"migops.io/mig.config.revision": "abc"}}},
+     "not metadata.annotations migops.io/mig.config.revision"),
     ("annotation-foreign", "node", {"metadata": {"annotations": {"example.com/x": "1"}}},
      "not metadata.annotations example.com/x"),
     ("annotation-digest-forged", "node", {"metadata": {"annotations": {"migops.io/mig.config.digest": "sha256:f"}}},
