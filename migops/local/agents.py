@@ -57,7 +57,8 @@ def kubeconfig_path(workdir: Path, node: str) -> Path:
     return agent_dir(workdir, node) / "kubeconfig"
 
 
-def start(workdir: Path, nodes: Iterable[tuple[str, str, int]]) -> dict[str, tuple[subprocess.Popen[bytes], ProcessRef]]:
+def start(workdir: Path,
+          nodes: Iterable[tuple[str, str, int]]) -> dict[str, tuple[subprocess.Popen[bytes], ProcessRef]]:
     """One agent per (node, device ID, GPU count), each a detached process logging to
     <workdir>/logs/agent-<node>.log, with the kubeconfig at kubeconfig_path(); the caller records them
     (migops.local.stack)."""

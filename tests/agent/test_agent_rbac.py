@@ -238,7 +238,8 @@ def test_a_refused_write_is_not_sent_again(own_node) -> None:  # noqa: ANN001
     assert labels(own_node.api_client, "rbac-a")[MIG_CONFIG_STATE_LABEL] == "failed"
 
 
-def test_a_config_applied_after_the_node_was_given_another_is_pending_not_failed(own_node, tmp_path) -> None:  # noqa: ANN001
+def test_a_config_applied_after_the_node_was_given_another_is_pending_not_failed(  # noqa: ANN001
+        own_node, tmp_path) -> None:
     """The race the digest rule costs: the node's label changed (the seeded all-disabled) while the agent
     applied all-1g.10gb. The policy refuses applied=all-1g.10gb; the agent says pending (the new config
     runs next), not failed, which would halt a MigSync's rollout."""
@@ -279,7 +280,8 @@ def test_events_go_only_to_default(own_node) -> None:  # noqa: ANN001
         assert err.value.status == 403, err.value.body
     events = k8s.EventsV1Api(own_node.api_client)
     with pytest.raises(ApiException) as err:  # the events.k8s.io API is not granted either
-        events.create_namespaced_event("default", {"metadata": {"generateName": "x."}, "eventTime": "2026-01-01T00:00:00.000000Z",
+        events.create_namespaced_event("default", {"metadata": {"generateName": "x."},
+                                                   "eventTime": "2026-01-01T00:00:00.000000Z",
                                                    "regarding": {"kind": "Node", "name": OTHER_EVENT_NODE},
                                                    "reason": "MigConfigFailed", "action": "x",
                                                    "reportingController": AGENT_CONTROLLER,
@@ -289,9 +291,9 @@ def test_events_go_only_to_default(own_node) -> None:  # noqa: ANN001
 
 def test_the_policy_compares_every_node_status_field(agent_plane) -> None:  # noqa: ANN001
     """A NodeStatus field a later Kubernetes adds must be named in the policy, or the agent could write it."""
-    spec = json.loads(subprocess.run([str(agent_plane.binaries.kubectl), "--kubeconfig", str(agent_plane.admin_kubeconfig),
-                                      "get", "--raw", "/openapi/v3/api/v1"], capture_output=True, text=True,
-                                     check=True, timeout=60).stdout)
+    kubectl = [str(agent_plane.binaries.kubectl), "--kubeconfig", str(agent_plane.admin_kubeconfig)]
+    spec = json.loads(subprocess.run([*kubectl, "get", "--raw", "/openapi/v3/api/v1"], capture_output=True,
+                                     text=True, check=True, timeout=60).stdout)
     fields = set(spec["components"]["schemas"]["io.k8s.api.core.v1.NodeStatus"]["properties"])
     policy = next(yaml.safe_load_all((ROOT / "manifests/base/agent/own-node-policy.yaml").read_text()))
     compared = next(v["expression"] for v in policy["spec"]["variables"] if v["name"] == "changedStatusFields")
