@@ -2,7 +2,8 @@
 
 Order: etcd, kube-apiserver, the cluster's seed (GPU nodes, the GPU Operator's ClusterPolicy and MIG
 ConfigMap), the admission webhook (registered before anything else writes MIG objects, so every later
-write passes through it), one simulated agent per node, the GitOps reconciler when a repo is given,
+write passes through it), the agents' ServiceAccount, RBAC and own-node policy (manifests/base/agent),
+one simulated agent per node with a token bound to its Node, the GitOps reconciler when a repo is given,
 kube-scheduler. Each process is adopted by the ControlPlane as soon as it starts, so a failure half-way
 stops what already runs (nothing is orphaned), the watchdog covers them while `up` runs, and state.json
 lists them all for `down`, which stops them in reverse order: the clients before the API server.
@@ -16,7 +17,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from migops.local import agents, cluster, reconciler, state, webhook
+from migops.local import agent_identity, agents, cluster, reconciler, state, webhook
 from migops.local.binaries import locate
 from migops.local.controlplane import ControlPlane
 from migops.local.controlplane import identifying_arguments as server_arguments
@@ -66,7 +67,13 @@ def up(home: Path, options: Options, progress: Progress = lambda _: None) -> Sta
             plane.adopt("webhook", hook.popen, hook.ref)
             progress(f"admission webhook registered at {hook.url}")
             agents.seed_mig_config(api)
-            for node, (popen, ref) in agents.start(plane.workdir, plane.admin_kubeconfig,
+            agent_identity.install(api)
+            for n in nodes:
+                agent_identity.kubeconfig_for_node(api, plane.url, plane.ca_pem, n.name,
+                                                   agents.kubeconfig_path(plane.workdir, n.name))
+            if nodes:
+                agent_identity.wait_in_force(agents.kubeconfig_path(plane.workdir, nodes[0].name), nodes[0].name)
+            for node, (popen, ref) in agents.start(plane.workdir,
                                                    [(n.name, n.gpu.device_id, n.gpus) for n in nodes]).items():
                 plane.adopt(AGENT_PREFIX + node, popen, ref)
             unready = agents.wait_ready(api, [n.name for n in nodes])
