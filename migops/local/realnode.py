@@ -33,7 +33,7 @@ from kubernetes.client import ApiClient
 from migops import certs
 from migops.local import images, nodeclean, nodenet
 from migops.local.binaries import NODE_NAMES, Binaries
-from migops.local.controlplane import SERVICE_CLUSTER_IP_RANGE, ControlPlane, ControlPlaneError
+from migops.local.controlplane import SERVICE_CLUSTER_IP_RANGE, ControlPlane
 
 NODE_NAME = "migops-node"
 LOCK_PATH = nodeclean.LOCK_PATH
@@ -306,12 +306,7 @@ class RealNode:
                 return False
             return any(c.type == "Ready" and c.status == "True" for c in (node.status.conditions or []))
 
-        try:
-            self._wait_for(plane, "kubelet", f"Node {self.name} Ready", ready, timeout=self.ready_timeout)
-        except RealNodeError:
-            raise
-        except ControlPlaneError as exc:  # pragma: no cover - passes the control plane's reason on
-            raise RealNodeError(str(exc)) from exc
+        self._wait_for(plane, "kubelet", f"Node {self.name} Ready", ready, timeout=self.ready_timeout)
 
 
 def remove_not_ready_taint(api: ApiClient, name: str) -> None:
