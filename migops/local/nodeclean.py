@@ -88,7 +88,7 @@ def sweep(node_dir: Path, kube_proxy: Path | None, owner: Path) -> list[str]:
     mounted under it any more (a delete must never descend into a mount).
     """
     problems: list[str] = []
-    other = _another_owner_holds_the_machine(owner)
+    other = another_owner_holds_the_machine(owner)
     if other:
         return [f"left alone: {other}"]
     _kill_node_processes(node_dir)
@@ -113,7 +113,7 @@ def sweep(node_dir: Path, kube_proxy: Path | None, owner: Path) -> list[str]:
 
 
 def lock_line(owner: Path) -> str:
-    """What the lock file says about its holder (the test in _another_owner_holds_the_machine)."""
+    """What the lock file says about its holder (the test in another_owner_holds_the_machine)."""
     return f"owner {owner}, started by pid {os.getpid()}"
 
 
@@ -126,8 +126,9 @@ def last_owner_is(owner: Path) -> bool:
         return False
 
 
-def _another_owner_holds_the_machine(owner: Path) -> str | None:
-    """The holder's description when the machine's real-node lock is held for another owner."""
+def another_owner_holds_the_machine(owner: Path) -> str | None:
+    """The holder's description when the machine's real-node lock is held for another owner (then the
+    node directory, its processes and everything machine-wide are that owner's)."""
     import fcntl
 
     if not LOCK_PATH.exists():

@@ -132,6 +132,8 @@ def down(home: Path) -> list[int]:
     node_dir = Path(recorded.real_node) if recorded and recorded.real_node else None
     if node_dir is None and nodeclean.NODE_DIR.exists() and nodeclean.last_owner_is(workdir):
         node_dir = nodeclean.NODE_DIR  # an `up --real-node` that died before it recorded its state
+    if node_dir is not None and nodeclean.another_owner_holds_the_machine(workdir):
+        node_dir = None  # our node is long gone; the one running now (same directory) is someone else's
     node_args = nodeclean.node_arguments(node_dir) if node_dir else ()
     for arg in (*reconciler.identifying_arguments(workdir), *agents.identifying_arguments(workdir),
                 *webhook.identifying_arguments(workdir), *node_args,

@@ -139,3 +139,21 @@ def test_down_after_a_crash_leaves_nothing(home: Path) -> None:
     assert down.returncode == 0, down.stderr
     assert nodeclean.leftovers(node_dir, NODE_NAME) == []
     assert _host_snapshot() == before
+
+
+def test_a_sweep_for_another_owner_touches_nothing(tmp_path: Path) -> None:
+    """The node directory and the KUBE-* chains are machine-wide: while the lock names another owner, a
+    `down` of a stale home (or a sweep) must leave that owner's running node alone."""
+    node_dir = tmp_path / "node"
+    (node_dir / "kubelet").mkdir(parents=True)
+    try:
+        fd = host_lock(tmp_path / "someone-else")
+    except RealNodeBusy:
+        fd = None  # a real node of someone else's runs right now: the same situation
+    try:
+        problems = nodeclean.sweep(node_dir, None, tmp_path / "me")
+    finally:
+        if fd is not None:
+            os.close(fd)
+    assert len(problems) == 1 and problems[0].startswith("left alone: another real node runs"), problems
+    assert (node_dir / "kubelet").is_dir()
