@@ -290,6 +290,35 @@ def _cni_files(base: Path) -> list[Path]:
     return ours + loopback + [p for p in (base / "networks" / nodenet.CNI_NETWORK,) if p.exists()]
 
 
+def _remove_sockets(node_dir: Path) -> None:
+    """The shims' sockets (in /run/containerd/s whatever containerd's state directory: each task's bundle
+    says which) and the kubelet's device-plugin socket; a shim killed by SIGKILL leaves its socket."""
+    tasks = node_dir / TASKS
+    if tasks.is_dir():
+        for address in tasks.glob("*/*/address"):
+            try:
+                sock = address.read_text().strip().removeprefix("unix://")
+            except OSError:
+                continue
+            if sock.startswith("/run/containerd/s/"):
+                for p in (Path(sock), Path(sock + ".debug")):
+                    p.unlink(missing_ok=True)
+    DEVICE_PLUGIN_SOCKET.unlink(missing_ok=True)
+
+
+def _remove_created_host_dirs(node_dir: Path) -> None:
+    try:
+        existed = json.loads((node_dir / HOST_DIRS_FILE).read_text())
+    except (OSError, ValueError):
+        return
+    for d in sorted(HOST_DIRS, key=lambda p: len(p.parts), reverse=True):
+        if not existed.get(str(d), True):
+            try:
+                d.rmdir()
+            except OSError:
+                pass  # absent, or someone else's files are in it now
+
+
 def _restore_sysctls(node_dir: Path) -> None:
     try:
         before = json.loads((node_dir / SYSCTL_FILE).read_text())
