@@ -182,6 +182,8 @@ def _status(args: argparse.Namespace) -> int:
         print(f"  webhook url:    {current.webhook_url}")
     if current.repo:
         print(f"  config repo:    {current.repo}")
+    if current.real_node:
+        print(f"  real node:      migops-node (containerd, kubelet, kube-proxy; {current.real_node})")
     print("  nodes:")
     for line in _node_lines(Path(current.kubeconfig)):
         print(f"    {line}")
