@@ -108,7 +108,8 @@ def _up(args: argparse.Namespace) -> int:
     print(f"  nodes:      {', '.join(n.name for n in started.nodes)}: {args.gpus_per_node} x {models}")
     if plane.real_node:
         print(f"  real node:  migops-node runs pods (containerd, kubelet, kube-proxy; state {plane.real_node}); "
-              "load images with `ctr -n k8s.io images import`")
+              "workloads: nodeSelector kubernetes.io/hostname=migops-node; images: "
+              f"ctr --address {plane.real_node}/containerd/containerd.sock -n k8s.io images import --local FILE")
     print(f"  strategy:   {args.strategy} (ClusterPolicy cluster-policy)")
     slow = started.unready_agents
     print(f"  agents:     one simulated MIG agent per node{' (not reporting yet: ' + ', '.join(slow) + ')' if slow else ''}")
