@@ -1,6 +1,6 @@
 """`migops agent`: the node agent (agent/), one process per GPU node.
 
-    migops agent --node NAME --backend nvml|simulated [--gpus 8x0x233010DE] [--state-file F] [--kubeconfig F]
+    migops agent --node NAME --backend nvml|simulated [--gpus 8x0x233010DE] [--state-file F] [--kubeconfig F] [--context NAME]
 
 Environment variables mig-manager users know are read as defaults: NODE_NAME, WITH_REBOOT,
 WITH_SHUTDOWN_HOST_GPU_CLIENTS, GPU_CLIENTS_FILE, DEFAULT_GPU_CLIENTS_NAMESPACE, KUBECONFIG.
@@ -8,6 +8,7 @@ WITH_SHUTDOWN_HOST_GPU_CLIENTS, GPU_CLIENTS_FILE, DEFAULT_GPU_CLIENTS_NAMESPACE,
 from __future__ import annotations
 
 import argparse
+import importlib
 import logging
 import os
 import shutil
@@ -15,7 +16,10 @@ import signal
 import sys
 import threading
 from pathlib import Path
+from typing import Any
 
+from migops import logs
+from migops.kube import client as kube_client
 from migops.usage import EXIT_INVALID, EXIT_OK, UsageError
 
 DEFAULT_WORK_DIR = "/var/lib/migops-agent"
@@ -37,7 +41,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # noqa: SLF001
                    "0x233010DE,0x20B510DE (needed when the state file does not exist yet)")
     a.add_argument("--state-file", metavar="F", help=f"simulated GPUs' state (default {DEFAULT_WORK_DIR}/gpus.json)")
     a.add_argument("--faults-file", metavar="F", help="simulated fault injection (default <state-file>.faults)")
-    a.add_argument("--kubeconfig", metavar="F", help="default: $KUBECONFIG, else the pod's service account")
+    kube_client.add_arguments(a)
     a.add_argument("--work-dir", default=DEFAULT_WORK_DIR, metavar="D",
                    help=f"where the agent keeps its journal (default {DEFAULT_WORK_DIR})")
     a.add_argument("--config-map", metavar="NS/NAME", help="MIG ConfigMap (default: the ClusterPolicy's)")
@@ -48,8 +52,18 @@ def register(sub: argparse._SubParsersAction) -> None:  # noqa: SLF001
                    help="how long to wait for GPU client pods to leave (default 300)")
     a.add_argument("--retry-base", type=float, default=10.0, metavar="S", help="first retry delay (default 10)")
     a.add_argument("--retry-max", type=float, default=600.0, metavar="S", help="longest retry delay (default 600)")
-    a.add_argument("--resync", type=float, default=0.0, metavar="S",
-                   help="re-check an applied config every S seconds and repair drift (default 0: off)")
+    a.add_argument("--drift-interval", type=float, default=30.0, metavar="S",
+                   help="compare the GPUs with the applied config every S seconds, and at start (default 30; "
+                        "0 turns drift checks off)")
+    a.add_argument("--drift", choices=("repair", "report"), default="repair",
+                   help="on drift (the GPUs changed out of band): repair through the apply flow, or only report "
+                        "it (state failed, migops.io/mig.drift); default repair")
+    a.add_argument("--drift-max-repairs", type=int, default=3, metavar="N",
+                   help="repairs allowed within --drift-window; drift beyond that holds repairs (state failed) "
+                        "until the window frees one (default 3)")
+    a.add_argument("--drift-window", type=float, default=600.0, metavar="S", help="(default 600)")
+    a.add_argument("--metrics-address", metavar="HOST:PORT",
+                   help="serve Prometheus metrics on GET /metrics there (e.g. :9400; default: none)")
     a.add_argument("--with-reboot", action="store_true", default=_env_bool("WITH_REBOOT"),
                    help="reboot the node when a MIG mode change cannot take effect otherwise (env WITH_REBOOT)")
     a.add_argument("--host-gpu-clients", action="store_true", default=_env_bool("WITH_SHUTDOWN_HOST_GPU_CLIENTS"),
@@ -66,7 +80,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # noqa: SLF001
     gfd.add_argument("--publish-gfd", dest="publish_gfd", action="store_true", default=None,
                      help="publish GFD labels and extended resources (default with --backend simulated)")
     gfd.add_argument("--no-publish-gfd", dest="publish_gfd", action="store_false")
-    a.add_argument("--log-level", default="INFO", choices=("DEBUG", "INFO", "WARNING", "ERROR"))
+    logs.add_arguments(a)
     a.set_defaults(func=cmd_agent)
 
 
@@ -82,9 +96,10 @@ def _split_configmap(text: str | None) -> tuple[str, str] | None:
 def cmd_agent(args: argparse.Namespace) -> int:
     if not args.node:
         raise UsageError("--node (or NODE_NAME) is required")
-    logging.basicConfig(level=getattr(logging, args.log_level), stream=sys.stderr,
-                        format=f"%(asctime)s %(levelname)s agent[{args.node}] %(name)s: %(message)s")
+    logs.from_args(args, "agent", {"node": args.node})
     from migops.agent.controller import Agent, IdentityError, Overrides, Retry, check_identity
+    from migops.agent.drift import DriftOptions
+    from migops.agent.metrics import AgentMetrics, serve
     from migops.agent.flow import Options, Reconfigure
     from migops.agent.host import HostCommands, Systemd, parse_gpu_clients
     from migops.agent.kube import NodeIO
@@ -108,7 +123,7 @@ def cmd_agent(args: argparse.Namespace) -> int:
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())  # until the agent exists; then agent.shutdown
-    api = api_client(args.kubeconfig)
+    api = api_client(args.kubeconfig, args.context)
     try:
         check_identity(api, args.node)
     except IdentityError as exc:
@@ -118,9 +133,14 @@ def cmd_agent(args: argparse.Namespace) -> int:
     kube.load()
     reboot = (lambda: None) if simulated_reboot else Systemd(host).reboot
     flow = Reconfigure(backend, kube, options=options, systemd=systemd, reboot=reboot, stop=stop)
+    if args.drift_interval < 0 or args.drift_max_repairs < 1 or args.drift_window <= 0:
+        raise UsageError("--drift-interval must be >= 0 (0: off), --drift-max-repairs >= 1, --drift-window > 0")
+    metrics = AgentMetrics()
+    server = serve(metrics, args.metrics_address) if args.metrics_address else None
     agent = Agent(api, args.node, backend, flow, kube, overrides=overrides,
-                  retry=Retry(args.retry_base, args.retry_max), resync=args.resync,
-                  simulated_reboot=simulated_reboot)
+                  retry=Retry(args.retry_base, args.retry_max),
+                  drift=DriftOptions(args.drift_interval, args.drift, args.drift_max_repairs, args.drift_window),
+                  metrics=metrics, simulated_reboot=simulated_reboot)
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: agent.shutdown())
     logging.getLogger(__name__).info("agent for node %s, backend %s, GPUs %s", args.node, backend.name,
@@ -128,6 +148,8 @@ def cmd_agent(args: argparse.Namespace) -> int:
     try:
         agent.run()
     finally:
+        if server is not None:
+            server.shutdown()
         backend.close()
         api.close()
     return EXIT_OK
@@ -167,22 +189,23 @@ def reset_commands(host_root: str):  # noqa: ANN201
     return HostCommands(None) if shutil.which("nvidia-smi") else HostCommands(host_root)
 
 
-def cmd_probe(args: argparse.Namespace, nvml: object = None) -> int:
+def cmd_probe(args: argparse.Namespace, nvml: Any = None) -> int:
     """`migops gpus --probe`: NVML's view of this machine's GPUs next to the catalogue. Read-only.
     Exit 0 when every GPU matches its catalogue entry, 1 on differences or without an NVIDIA driver."""
     import json
 
     from migops.agent.probe import probe, render
+    from migops.outputs import document
 
     if nvml is None:
-        import pynvml as nvml
+        nvml = importlib.import_module("pynvml")
     try:
         driver, gpus = probe(nvml)
-    except nvml.NVMLError as exc:  # type: ignore[attr-defined]
+    except nvml.NVMLError as exc:
         print(f"migops gpus --probe: NVML is not available here ({exc}): no NVIDIA driver or GPU", file=sys.stderr)
         return EXIT_INVALID
     if args.output == "json":
-        json.dump({"driver": driver, "gpus": [g.as_dict() for g in gpus]}, sys.stdout, indent=2)
+        json.dump(document("probe", {"driver": driver, "gpus": [g.as_dict() for g in gpus]}), sys.stdout, indent=2)
         sys.stdout.write("\n")
     else:
         for line in render(driver, gpus):
