@@ -80,6 +80,7 @@ def test_values_reach_the_objects(helm: Path) -> None:
         "reconciler.configRepo.url": "ssh://git@git.example/mig.git", "reconciler.configRepo.ref": "main",
         "reconciler.configRepo.path": "clusters/a", "reconciler.configRepo.sshSecret": "mig-deploy-key",
         "agent.backend": "simulated", "agent.simulatedGpus": "2x0x233010DE",
+        "logFormat": "text", "logLevel": "debug",
     }, namespace="mig")
     for doc in docs:
         for c in _containers(doc):
@@ -113,7 +114,11 @@ def test_values_reach_the_objects(helm: Path) -> None:
     assert sync["spec"] == {"url": "ssh://git@git.example/mig.git", "ref": "main", "path": "clusters/a",
                             "interval": "60s"}
     agent = find(docs, "DaemonSet", "migops-agent")["spec"]["template"]["spec"]["containers"][0]
-    assert agent["command"] == ["migops", "agent", "--backend", "simulated", "--gpus", "2x0x233010DE"]
+    assert agent["command"] == ["migops", "agent", "--backend", "simulated", "--log-format", "text",
+                                "--log-level", "debug", "--gpus", "2x0x233010DE"]
+    assert "--log-format=text" in rec["spec"]["template"]["spec"]["containers"][0]["args"]
+    env = {e["name"]: e.get("value") for e in hook["spec"]["template"]["spec"]["containers"][0]["env"]}
+    assert env["MIGOPS_WEBHOOK_LOG_FORMAT"] == "text" and env["MIGOPS_WEBHOOK_LOG_LEVEL"] == "debug"
     text = yaml.safe_dump_all(docs)
     for token in ("migops-system", "migops-mig-config", "namespace: gpu-operator"):
         assert token not in text, f"{token!r} left in a render with other names"
