@@ -40,6 +40,14 @@ def register(sub: argparse._SubParsersAction) -> None:  # noqa: SLF001 - argpars
     reconciler.add_arguments(up)
     up.set_defaults(func=_up)
 
+    image = cmds.add_parser("image", help="build the migops image from the Dockerfile and load it into the real node",
+                            description="Build the product image from the repository's Dockerfile on a base made "
+                            "from Debian packages (no image registry is reached; docs/deploy-image.md), save it "
+                            "under ~/.cache/migops/image and import it into the real node's containerd when "
+                            "`migops local up --real-node` runs. Prints the image reference.")
+    image.add_argument("--no-load", action="store_true", help="build only; do not import it into the real node")
+    image.set_defaults(func=_image)
+
     cmds.add_parser("down", help="stop the control plane and delete its data").set_defaults(func=_down)
     cmds.add_parser("status", help="is it running; API server URL; nodes").set_defaults(func=_status)
     cmds.add_parser("env", help='shell exports for kubectl: eval "$(migops local env)"').set_defaults(
@@ -117,6 +125,33 @@ def _resolve_gpus(names: list[str]) -> list:
         return [cat.resolve(n) for n in names]
     except UnknownGpuError as exc:
         raise UsageError(str(exc)) from None
+
+
+# --------------------------------------------------------------------------- image
+def _image(args: argparse.Namespace) -> int:
+    from migops.local import image, state
+
+    try:
+        built = image.build(log=lambda line: _say(line) if not line.startswith(" ") else None)
+    except image.ImageError as exc:
+        _say(str(exc))
+        return EXIT_INVALID
+    _say(f"built {built.reference} in {built.base_seconds + built.build_seconds:.0f}s "
+         f"({built.size / 2**20:.0f} MiB; saved to {built.archive})")
+    if not args.no_load:
+        current = state.load(_home())
+        address = image.node_containerd(current)
+        if address is None:
+            _say("no real node running (`migops local up --real-node`): not loaded anywhere")
+        else:
+            try:
+                image.load(built.archive, address=address)
+            except image.ImageError as exc:
+                _say(str(exc))
+                return EXIT_INVALID
+            _say(f"loaded into the real node's containerd ({address})")
+    print(built.reference)
+    return EXIT_OK
 
 
 # --------------------------------------------------------------------------- down
