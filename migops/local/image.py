@@ -215,14 +215,18 @@ def build(root: Path = ROOT, *, cache: Path | None = None, log: Log = lambda _: 
                 log(f"importing the base rootfs as {base}")
                 docker("import", "--change", "ENV LANG=C.UTF-8", str(rootfs), base, what="docker import")
             log(f"docker build {root} (Dockerfile; PYTHON_IMAGE={base})")
-            docker("build", "--pull=false", "--network=host", f"--build-arg=PYTHON_IMAGE={base}",
-                   f"--tag={ref}", str(root), what="docker build", log=log)
+            common = ["build", "--pull=false", "--network=host", f"--build-arg=PYTHON_IMAGE={base}"]
+            # The build stage tagged first: its layers stay referenced (the prune below keeps them), so
+            # an unchanged context reuses the pip install of the last build.
+            docker(*common, "--target=build", f"--tag={BASE_IMAGE}:build-stage", str(root),
+                   what="docker build (build stage)", log=log)
+            docker(*common, f"--tag={ref}", str(root), what="docker build", log=log)
             size = int(docker("image", "inspect", "--format={{.Size}}", ref, what="docker image inspect").strip())
             archive = cache / f"{IMAGE_NAME}-{version(root)}.tar"
             partial = archive.with_suffix(".partial")
             docker("save", f"--output={partial}", ref, what="docker save")
             partial.replace(archive)
-            # Dangling layers of earlier builds: the cache stays the size of one build.
+            # Layers of earlier builds no tag reaches any more: the cache stays the size of one build.
             docker("image", "prune", "--force", what="docker image prune")
         return Built(ref, archive, size, base_seconds, time.monotonic() - began)
 
