@@ -468,3 +468,32 @@ def test_the_documented_user_overlay_renames_every_image(tmp_path: Path) -> None
     docs = kustomize(tmp_path / "deploy" / "prod")
     images = {c["image"] for d in docs if pod_template(d) for c in pod_template(d)["spec"]["containers"]}
     assert images == {"registry.example.com/platform/migops:0.1.0"}
+
+
+def test_the_cert_manager_component_replaces_migops_own_certificates(rendered) -> None:
+    """Render-checked only (cert-manager cannot run here): the Certificate names the Secret the pods
+    mount and the SANs the API server dials; its CA injector is pointed at both configurations; the
+    pods serve the mounted files and wait for them; migops's CronJob is gone."""
+    from deploy_helpers import CERT_MANAGER
+
+    from migops.certs.rotation import service_dns_names
+
+    docs = rendered(CERT_MANAGER)
+    kinds = {(d["kind"], d["metadata"]["name"]): d for d in docs}
+    assert ("CronJob", "migops-webhook-certs") not in kinds
+    serving = kinds[("Certificate", "migops-webhook")]
+    assert serving["metadata"]["namespace"] == NS
+    assert set(serving["spec"]["dnsNames"]) == set(service_dns_names("migops-webhook", NS))
+    issuer = kinds[("Issuer", serving["spec"]["issuerRef"]["name"])]
+    assert kinds[("Certificate", "migops-webhook-ca")]["spec"]["secretName"] == issuer["spec"]["ca"]["secretName"]
+    for kind in WEBHOOK_KINDS:
+        assert kinds[(kind, "migops-webhook")]["metadata"]["annotations"]["cert-manager.io/inject-ca-from"] == \
+            f"{serving['metadata']['namespace']}/{serving['metadata']['name']}"
+    deployment = kinds[("Deployment", "migops-webhook")]
+    container = _container(docs, "Deployment", "migops-webhook")
+    assert _manifest_env(container)["MIGOPS_WEBHOOK_CERTS"] == "mounted"
+    (tls,) = [v for v in pod_template(deployment)["spec"]["volumes"] if v["name"] == "tls"]
+    assert tls["secret"] == {**tls["secret"], "secretName": serving["spec"]["secretName"], "optional": False}
+    # Without the component: the pods issue their own (the volume is optional, the mode `self`).
+    base = _container(rendered("gpu-operator"), "Deployment", "migops-webhook")
+    assert _manifest_env(base)["MIGOPS_WEBHOOK_CERTS"] == "self"
