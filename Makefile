@@ -4,7 +4,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-stamp
 
-.PHONY: demo test venv k8s-binaries bench bench-tools clean
+.PHONY: demo test venv k8s-binaries host-packages bench bench-tools clean
 
 venv: $(STAMP)
 
@@ -14,11 +14,17 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install -q -e '.[test]'
 	touch $@
 
-# etcd, kube-apiserver and kubectl, built once from their Go modules into ~/.cache/migops/k8s/.
+# etcd, kube-apiserver, kube-scheduler, kubectl, and the real node's kubelet, kube-controller-manager,
+# kube-proxy and containerd, built once from their Go modules into ~/.cache/migops/k8s/.
 k8s-binaries:
 	hack/k8s-binaries.sh >/dev/null
 
-test: venv k8s-binaries
+# The one place that installs Debian packages: what the real node (`migops local up --real-node`)
+# and the image build need. apt-get runs only when one is missing, so a warm machine pays nothing.
+host-packages:
+	hack/host-packages.sh
+
+test: venv k8s-binaries host-packages
 	$(PY) -m pytest
 
 demo: venv k8s-binaries

@@ -37,6 +37,10 @@ def register(sub: argparse._SubParsersAction) -> None:  # noqa: SLF001 - argpars
                     help=f"GPUs on each node (default {DEFAULT_GPUS_PER_NODE})")
     up.add_argument("--strategy", choices=("none", "single", "mixed"), default=DEFAULT_STRATEGY,
                     help=f"the GPU Operator's MIG strategy (default {DEFAULT_STRATEGY})")
+    up.add_argument("--real-node", action="store_true",
+                    help="also run one real node, migops-node, that runs pods (containerd, kubelet, kube-proxy, "
+                         "kube-controller-manager; root, one per machine), labelled as a GPU node of the first "
+                         "--gpu model")
     reconciler.add_arguments(up)
     up.set_defaults(func=_up)
 
@@ -79,7 +83,10 @@ def _up(args: argparse.Namespace) -> int:
     from migops.local.controlplane import ControlPlaneError
 
     home = _home()
-    options = stack.Options(args.nodes, gpus, args.gpus_per_node, args.strategy, args.repo, args.ref, args.path)
+    from migops.local.realnode import RealNodeError
+
+    options = stack.Options(args.nodes, gpus, args.gpus_per_node, args.strategy, args.repo, args.ref, args.path,
+                            real_node=args.real_node)
     with state.locked(home):
         current = state.load(home)
         if current is not None and current.running():
@@ -96,6 +103,9 @@ def _up(args: argparse.Namespace) -> int:
         except ControlPlaneError as exc:
             _say(f"failed to start: {exc}\n(logs kept in {logs})")
             return EXIT_INVALID
+        except RealNodeError as exc:
+            _say(f"the real node did not start: {exc}")
+            return EXIT_INVALID
         except (ApiException, TimeoutError, RuntimeError) as exc:
             _say(f"API server up, but starting the cluster failed: {exc}\n(logs kept in {logs})")
             return EXIT_INVALID
@@ -104,6 +114,9 @@ def _up(args: argparse.Namespace) -> int:
     print(f"migops local: up at {plane.api_url} in {started.seconds:.1f}s "
           f"(API server ready after {plane.ready_seconds:.1f}s)")
     print(f"  nodes:      {', '.join(n.name for n in started.nodes)}: {args.gpus_per_node} x {models}")
+    if plane.real_node:
+        print(f"  real node:  migops-node runs pods (containerd, kubelet, kube-proxy; state {plane.real_node}); "
+              "load images with `ctr -n k8s.io images import`")
     print(f"  strategy:   {args.strategy} (ClusterPolicy cluster-policy)")
     slow = started.unready_agents
     print(f"  agents:     one simulated MIG agent per node{' (not reporting yet: ' + ', '.join(slow) + ')' if slow else ''}")
@@ -163,7 +176,11 @@ def _down(args: argparse.Namespace) -> int:
         if not state.local_dir(home).exists():
             _say(f"not running (nothing under {state.local_dir(home)})")
             return EXIT_OK
-        survivors = stack.down(home)
+        try:
+            survivors = stack.down(home)
+        except RuntimeError as exc:  # the real node's sweep: says what is left
+            _say(str(exc))
+            return EXIT_INVALID
     if survivors:
         _say(f"could not stop pids {', '.join(map(str, survivors))}")
         return EXIT_INVALID

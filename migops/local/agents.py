@@ -16,7 +16,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from importlib import resources
 from pathlib import Path
 
@@ -46,15 +46,18 @@ def seed_mig_config(api: ApiClient) -> None:
             raise
 
 
-def start(workdir: Path, kubeconfig: Path,
-          nodes: Iterable[tuple[str, str, int]]) -> dict[str, tuple[subprocess.Popen[bytes], ProcessRef]]:
+def start(workdir: Path, kubeconfig: Path, nodes: Iterable[tuple[str, str, int]], *,
+          state_files: Mapping[str, Path] | None = None) -> dict[str, tuple[subprocess.Popen[bytes], ProcessRef]]:
     """One agent per (node, device ID, GPU count), each a detached process logging to
-    <workdir>/logs/agent-<node>.log; the caller records them (migops.local.stack)."""
+    <workdir>/logs/agent-<node>.log; the caller records them (migops.local.stack). `state_files` puts a
+    node's simulated GPUs elsewhere than its agent directory (the real node's live in its node directory,
+    where an agent pod on it finds them too)."""
     started: dict[str, tuple[subprocess.Popen[bytes], ProcessRef]] = {}
     for node, device_id, count in nodes:
         work = agent_dir(workdir, node)
+        gpus = (state_files or {}).get(node, work / "gpus.json")
         argv = [sys.executable, "-m", "migops", "agent", "--node", node, "--backend", "simulated",
-                "--gpus", f"{count}x{device_id}", "--state-file", str(work / "gpus.json"),
+                "--gpus", f"{count}x{device_id}", "--state-file", str(gpus),
                 f"--work-dir={work}", "--kubeconfig", str(kubeconfig),
                 "--pod-timeout", "60", "--retry-base", "2", "--retry-max", "60", "--mode-change-settle", "0"]
         started[node] = spawn(argv, workdir / "logs" / f"agent-{node}.log")

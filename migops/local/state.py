@@ -58,6 +58,7 @@ class LocalState:
     webhook_url: str | None = None
     repo: str | None = None  # the config repo the reconciler follows
     reconciler_url: str | None = None  # its /healthz, /readyz, /metrics and POST /hook
+    real_node: str | None = None  # the real node's directory (migops.local.realnode), when it runs
 
     def running(self) -> bool:
         """etcd and kube-apiserver alive (the very processes we started, not recycled pids): the
@@ -84,6 +85,7 @@ class LocalState:
             webhook_url=data.get("webhook_url"),
             repo=data.get("repo"),
             reconciler_url=data.get("reconciler_url"),
+            real_node=data.get("real_node"),
         )
 
 
