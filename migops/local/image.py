@@ -230,15 +230,3 @@ def build(root: Path = ROOT, *, cache: Path | None = None, log: Log = lambda _: 
             docker("image", "prune", "--force", what="docker image prune")
         return Built(ref, archive, size, base_seconds, time.monotonic() - began)
 
-
-def load(archive: Path, *, address: str, ctr: str | None = None, log: Log = lambda _: None) -> None:
-    """Import the saved image into a containerd's k8s.io namespace (the kubelet's)."""
-    binary = ctr or _tool("ctr", "containerd")
-    _run([binary, f"--address={address}", "--namespace=k8s.io", "images", "import", str(archive)],
-         "ctr images import", log=log)
-
-
-def node_containerd(current: object) -> str | None:
-    """The real node's containerd socket, when `migops local up --real-node` runs one."""
-    address = getattr(current, "containerd_address", None) if current is not None else None
-    return address if address and Path(address).exists() else None
