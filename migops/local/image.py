@@ -215,10 +215,12 @@ def build(root: Path = ROOT, *, cache: Path | None = None, log: Log = lambda _: 
                 log(f"importing the base rootfs as {base}")
                 docker("import", "--change", "ENV LANG=C.UTF-8", str(rootfs), base, what="docker import")
             log(f"docker build {root} (Dockerfile; PYTHON_IMAGE={base})")
+            stage = f"{BASE_IMAGE}:build-stage"
+            before = {t: docker("images", "--quiet", t, what="docker images").strip() for t in (stage, ref)}
             common = ["build", "--pull=false", "--network=host", f"--build-arg=PYTHON_IMAGE={base}"]
             # The build stage tagged first: its layers stay referenced (the prune below keeps them), so
             # an unchanged context reuses the pip install of the last build.
-            docker(*common, "--target=build", f"--tag={BASE_IMAGE}:build-stage", str(root),
+            docker(*common, "--target=build", f"--tag={stage}", str(root),
                    what="docker build (build stage)", log=log)
             docker(*common, f"--tag={ref}", str(root), what="docker build", log=log)
             size = int(docker("image", "inspect", "--format={{.Size}}", ref, what="docker image inspect").strip())
@@ -226,7 +228,12 @@ def build(root: Path = ROOT, *, cache: Path | None = None, log: Log = lambda _: 
             partial = archive.with_suffix(".partial")
             docker("save", f"--output={partial}", ref, what="docker save")
             partial.replace(archive)
-            # Layers of earlier builds no tag reaches any more: the cache stays the size of one build.
-            docker("image", "prune", "--force", what="docker image prune")
+            # The images these tags named before, if a build replaced them: the cache stays the size of
+            # one build. (Not `docker image prune`: dockerd 20.10 took minutes over it here.)
+            old = [i for t, i in before.items()
+                   if i and i != docker("images", "--quiet", t, what="docker images").strip()]
+            if old:
+                with contextlib.suppress(ImageError):
+                    docker("rmi", *old, what="docker rmi")
         return Built(ref, archive, size, base_seconds, time.monotonic() - began)
 
