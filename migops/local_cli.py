@@ -8,6 +8,7 @@ kube-scheduler), leaves it running detached, and records it under $MIGOPS_HOME/l
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import shlex
 import sys
 from pathlib import Path
@@ -188,9 +189,8 @@ def _deploy(args: argparse.Namespace) -> int:
     from migops.local.realnode import NODE_NAME, RealNode, RealNodeError
 
     home = _home()
-    overlay = deploy.overlay_dir(args.overlay) if "/" in args.overlay else None
     try:
-        overlay = overlay or deploy.overlay_dir(args.overlay)
+        overlay = deploy.overlay_dir(args.overlay)
     except deploy.DeployError as exc:
         raise UsageError(str(exc)) from None
     with state.locked(home):
@@ -213,9 +213,7 @@ def _deploy(args: argparse.Namespace) -> int:
             stop(proc, timeout=15)
         record = next((n for n in current.nodes if n.name == NODE_NAME), None)
         gpus = f"{record.gpus}x{record.device_id}" if record else None
-        from dataclasses import replace
-
-        current = replace(current, processes={k: v for k, v in current.processes.items() if k not in replaced},
+        current = dataclasses.replace(current, processes={k: v for k, v in current.processes.items() if k not in replaced},
                           webhook_url=None, reconciler_url=None)
         state.save(home, current)
         if replaced:

@@ -28,6 +28,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from migops.local.nodeclean import _unmount_under  # the real node's sweep: the same job
 from migops.local.process import ProcessRef, spawn, stop
 
 Log = Callable[[str], None]
@@ -175,6 +176,10 @@ def dockerd(cache: Path, log: Log) -> Iterator[Docker]:
         yield Docker(client, f"unix://{sock}")
     finally:
         stop(ref, timeout=20, popen=popen)
+        # dockerd bind-mounts its network namespace under the exec root and leaves it there.
+        left = _unmount_under(run)
+        if left:
+            raise ImageError(f"dockerd left mounts behind: {', '.join(left)}")
 
 
 def _wait_socket(sock: Path, ref: ProcessRef, logfile: Path, timeout: float = 60) -> None:

@@ -29,6 +29,7 @@ from polling import until
 
 from gitrepo import CONFIG_YAML, GitRepo, nodes_yaml
 from migops.local import agents, cluster, deploy, image
+from migops.local.process import find_by_argument
 from migops.mig.catalogue import catalogue
 
 NS = deploy.NAMESPACE
@@ -104,6 +105,9 @@ def test_the_image_is_built_from_the_dockerfile_and_loaded(deployed: Deployed) -
     assert manifest["RepoTags"] == [f"{built.reference}"]
     assert config["User"] == "65532:65532" and config["Entrypoint"] == ["migops"]
     assert config["Labels"]["org.opencontainers.image.title"] == "migops"
+    # The builder is gone with nothing left: no dockerd of ours, no mount under the cache.
+    assert not find_by_argument(f"--data-root={image.cache_dir() / 'docker' / 'data'}")
+    assert str(image.cache_dir()) not in Path("/proc/self/mountinfo").read_text()
     print(f"image {built.reference}: {built.size / 2**20:.0f} MiB, build {built.build_seconds:.1f}s "
           f"(base rootfs {built.base_seconds:.1f}s)")
 
