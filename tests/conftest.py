@@ -168,6 +168,10 @@ class RealNodeCluster:
     admin         ApiClient as system:masters on that control plane
     kubeconfig    the admin kubeconfig (for `kubectl --kubeconfig`)
     kubectl       path of the kubectl binary matching the API server
+    gpu_state_file  the simulated GPUs' state file of this node (under its directory), for an agent on it
+    The Node is labelled as a GPU node (GFD and GPU Operator labels, `nvidia.com/gpu` capacity) of
+    local_cli.DEFAULT_GPU with 8 GPUs, like `migops local up --real-node`; the GPU Operator's
+    ClusterPolicy and MIG ConfigMap are not seeded (migops.local.cluster.seed, agents.seed_mig_config).
     """
 
     name: str
@@ -176,6 +180,7 @@ class RealNodeCluster:
     admin: ApiClient
     kubeconfig: Path
     kubectl: Path
+    gpu_state_file: Path
 
     def load_image(self, archive: bytes | Path) -> str:
         """Import an image archive (OCI layout or `docker save` tar; bytes or a path) into the node's
@@ -218,7 +223,14 @@ def real_node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RealNodeClus
     atexit.register(stop)
     try:
         with plane.api_client() as api:
-            yield RealNodeCluster(node.name, plane, node, api, plane.admin_kubeconfig, binaries.kubectl)
+            from migops.local import cluster
+            from migops.local_cli import DEFAULT_GPU
+            from migops.mig.catalogue import catalogue
+
+            gpu = catalogue().resolve(DEFAULT_GPU)
+            cluster.apply_real_node(api, cluster.plan_node(node.name, gpu, 8, "single"))
+            yield RealNodeCluster(node.name, plane, node, api, plane.admin_kubeconfig, binaries.kubectl,
+                                  node.layout.gpu_dir / "gpus.json")
     finally:
         atexit.unregister(stop)
         restore()

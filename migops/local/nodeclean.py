@@ -24,6 +24,10 @@ from pathlib import Path
 from migops.local import nodenet
 from migops.local.process import ProcessRef, find_by_argument, is_alive, stop
 
+# One real node per machine, so one place for it, short enough for the unix sockets containerd and the
+# kubelet make under it (at most 104 bytes a path).
+NODE_DIR = Path("/var/lib/migops-node")
+LOCK_PATH = Path("/run/migops-real-node.lock")
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 KUBEPODS = "kubepods"
 CONTAINER_LOGS = Path("/var/log/containers")
@@ -34,6 +38,14 @@ CHAIN_PREFIX = "KUBE-"
 KUBELET_SYSCTLS = ("vm/overcommit_memory", "vm/panic_on_oom", "kernel/panic", "kernel/panic_on_oops",
                    "kernel/keys/root_maxkeys", "kernel/keys/root_maxbytes")
 SYSCTL_FILE = "sysctl-before.json"
+# Host directories the node's programs create whatever they are told (shim sockets in
+# /run/containerd/s, libcni's cache, the kubelet's device-plugin socket and its container log links):
+# those that did not exist before the node started are removed with it, once empty.
+HOST_DIRS = (Path("/run/containerd"), Path("/run/containerd/s"), Path("/var/lib/cni"), Path("/var/lib/cni/results"),
+             Path("/var/lib/kubelet"), Path("/var/lib/kubelet/device-plugins"), CONTAINER_LOGS)
+HOST_DIRS_FILE = "host-dirs-before.json"
+DEVICE_PLUGIN_SOCKET = Path("/var/lib/kubelet/device-plugins/kubelet.sock")
+TASKS = Path("containerd/state/io.containerd.runtime.v2.task")  # under the node dir: <ns>/<id>/address
 _MNT_DETACH = 2
 
 
@@ -51,6 +63,13 @@ def save_sysctls(node_dir: Path) -> None:
         path.write_text(json.dumps({k: _read_sysctl(k) for k in KUBELET_SYSCTLS}))
 
 
+def save_host_dirs(node_dir: Path) -> None:
+    """Record which of HOST_DIRS exist before the node starts."""
+    path = node_dir / HOST_DIRS_FILE
+    if not path.exists():
+        path.write_text(json.dumps({str(d): d.is_dir() for d in HOST_DIRS}))
+
+
 def _read_sysctl(key: str) -> str | None:
     try:
         return Path("/proc/sys", key).read_text().strip()
@@ -59,14 +78,19 @@ def _read_sysctl(key: str) -> str | None:
 
 
 # --------------------------------------------------------------------------- sweep
-def sweep(node_dir: Path, kube_proxy: Path | None) -> list[str]:
-    """Remove every trace of the real node whose directory is `node_dir`; return what could not be removed.
+def sweep(node_dir: Path, kube_proxy: Path | None, owner: Path) -> list[str]:
+    """Remove every trace of the real node whose directory is `node_dir`, started for `owner` (the
+    control plane's workdir); return what could not be removed. Nothing at all when the machine's lock
+    says another owner's node runs (the node directory and everything else are machine-wide).
 
     Order: processes (nothing may recreate what follows), mounts, iptables, the bridge, cgroups,
     log symlinks and CNI files, kernel settings, and last the directory itself, only when nothing is
     mounted under it any more (a delete must never descend into a mount).
     """
     problems: list[str] = []
+    other = another_owner_holds_the_machine(owner)
+    if other:
+        return [f"left alone: {other}"]
     _kill_node_processes(node_dir)
     problems += _unmount_under(node_dir)
     problems += _clean_iptables(kube_proxy)
@@ -77,6 +101,8 @@ def sweep(node_dir: Path, kube_proxy: Path | None) -> list[str]:
     problems += _remove_cgroups()
     _remove_log_links(node_dir)
     _remove_cni_state()
+    _remove_sockets(node_dir)
+    _remove_created_host_dirs(node_dir)
     _restore_sysctls(node_dir)
     if node_dir.exists():
         if _mounts_under(node_dir):
@@ -84,6 +110,39 @@ def sweep(node_dir: Path, kube_proxy: Path | None) -> list[str]:
         else:
             _rmtree(node_dir)
     return problems
+
+
+def lock_line(owner: Path) -> str:
+    """What the lock file says about its holder (the test in another_owner_holds_the_machine)."""
+    return f"owner {owner}, started by pid {os.getpid()}"
+
+
+def last_owner_is(owner: Path) -> bool:
+    """Whether the machine's real node was last started for `owner` (the lock file keeps its line after
+    release): `migops local down` after an `up` that died before recording its state."""
+    try:
+        return LOCK_PATH.read_text().startswith(f"owner {owner},")
+    except OSError:
+        return False
+
+
+def another_owner_holds_the_machine(owner: Path) -> str | None:
+    """The holder's description when the machine's real-node lock is held for another owner (then the
+    node directory, its processes and everything machine-wide are that owner's)."""
+    import fcntl
+
+    if not LOCK_PATH.exists():
+        return None
+    fd = os.open(LOCK_PATH, os.O_RDONLY)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+            return None  # nobody holds it
+        except BlockingIOError:
+            holder = os.pread(fd, 4096, 0).decode(errors="replace").strip()
+        return None if holder.startswith(f"owner {owner},") else f"another real node runs on this machine ({holder})"
+    finally:
+        os.close(fd)
 
 
 def _kill_node_processes(node_dir: Path) -> None:
@@ -221,11 +280,43 @@ def _remove_cni_state() -> None:
 
 
 def _cni_files(base: Path) -> list[Path]:
-    """libcni's cached results and host-local leases of our network (named after it)."""
+    """libcni's cached results and host-local leases of our network (named after it), and the loopback
+    results of the same sandboxes (a containerd without `use_internal_loopback` writes those)."""
     if not base.is_dir():
         return []
-    return [p for p in base.rglob(f"{nodenet.CNI_NETWORK}-*") if p.is_file()] + \
-        [p for p in (base / "networks" / nodenet.CNI_NETWORK,) if p.exists()]
+    ours = [p for p in base.rglob(f"{nodenet.CNI_NETWORK}-*") if p.is_file()]
+    ids = {p.name.split("-")[1] for p in ours}
+    loopback = [p for p in base.rglob("cni-loopback-*-lo") if p.is_file() and p.name.split("-")[2] in ids]
+    return ours + loopback + [p for p in (base / "networks" / nodenet.CNI_NETWORK,) if p.exists()]
+
+
+def _remove_sockets(node_dir: Path) -> None:
+    """The shims' sockets (in /run/containerd/s whatever containerd's state directory: each task's bundle
+    says which) and the kubelet's device-plugin socket; a shim killed by SIGKILL leaves its socket."""
+    tasks = node_dir / TASKS
+    if tasks.is_dir():
+        for address in tasks.glob("*/*/address"):
+            try:
+                sock = address.read_text().strip().removeprefix("unix://")
+            except OSError:
+                continue
+            if sock.startswith("/run/containerd/s/"):
+                for p in (Path(sock), Path(sock + ".debug")):
+                    p.unlink(missing_ok=True)
+    DEVICE_PLUGIN_SOCKET.unlink(missing_ok=True)
+
+
+def _remove_created_host_dirs(node_dir: Path) -> None:
+    try:
+        existed = json.loads((node_dir / HOST_DIRS_FILE).read_text())
+    except (OSError, ValueError):
+        return
+    for d in sorted(HOST_DIRS, key=lambda p: len(p.parts), reverse=True):
+        if not existed.get(str(d), True):
+            try:
+                d.rmdir()
+            except OSError:
+                pass  # absent, or someone else's files are in it now
 
 
 def _restore_sysctls(node_dir: Path) -> None:
@@ -263,6 +354,8 @@ def leftovers(node_dir: Path, node_name: str) -> list[str]:
         found += [f"symlink {p}" for p in CONTAINER_LOGS.iterdir()
                   if p.is_symlink() and os.readlink(p).startswith(str(node_dir) + "/")]
     found += [f"file {p}" for base in CNI_STATE for p in _cni_files(base)]
+    if DEVICE_PLUGIN_SOCKET.exists():
+        found.append(f"file {DEVICE_PLUGIN_SOCKET}")
     if HOSTS.exists():
         found += [f"hosts line {line!r}" for line in HOSTS.read_text().splitlines()
                   if node_name in line.split()]

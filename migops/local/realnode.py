@@ -11,8 +11,9 @@ docs/local-control-plane.md ("The real node"); in short:
 - network: migops.local.nodenet (one bridge, one /32 node address, no default route in pods);
 - one real node per machine (kube-proxy's KUBE-* chains are global): `host_lock()`.
 
-Every path the node writes that can be chosen is under `node_dir`; migops.local.nodeclean removes the
-rest. The processes are adopted by the ControlPlane, so its watchdog, stop() and detach() cover them
+Every path the node writes that can be chosen is under its node directory (one per machine,
+/var/lib/migops-node: the unix sockets under it must stay under 104 bytes); migops.local.nodeclean
+removes the rest. The processes are adopted by the ControlPlane, so its watchdog, stop() and detach() cover them
 like the servers.
 """
 from __future__ import annotations
@@ -32,10 +33,10 @@ from kubernetes.client import ApiClient
 from migops import certs
 from migops.local import images, nodeclean, nodenet
 from migops.local.binaries import NODE_NAMES, Binaries
-from migops.local.controlplane import SERVICE_CLUSTER_IP_RANGE, ControlPlane, ControlPlaneError
+from migops.local.controlplane import SERVICE_CLUSTER_IP_RANGE, ControlPlane
 
 NODE_NAME = "migops-node"
-LOCK_PATH = Path("/run/migops-real-node.lock")
+LOCK_PATH = nodeclean.LOCK_PATH
 NODE_USER = f"system:node:{NODE_NAME}"
 NODE_GROUPS = ("system:nodes",)
 PROXY_USER = "system:kube-proxy"  # bound to system:node-proxier by the bootstrap policy
@@ -98,8 +99,9 @@ class Layout:
         return self.root / "logs"
 
 
-def host_lock(node_dir: Path) -> int:
-    """Take the machine's real-node lock (flock on LOCK_PATH) without waiting; its file descriptor.
+def host_lock(owner: Path) -> int:
+    """Take the machine's real-node lock (flock on LOCK_PATH) for `owner` (the control plane's workdir)
+    without waiting; its file descriptor.
 
     The descriptor is handed to containerd, so the lock is held as long as the node's runtime (and
     the shims it starts) live, past the `migops local up` that took it.
@@ -115,16 +117,18 @@ def host_lock(node_dir: Path) -> int:
             f"KUBE-* iptables chains are global. Stop it first (`migops local down` with its MIGOPS_HOME, "
             f"or end the test session holding it); the lock is {LOCK_PATH}") from None
     os.ftruncate(fd, 0)
-    os.pwrite(fd, f"node directory {node_dir}, started by pid {os.getpid()}\n".encode(), 0)
+    os.pwrite(fd, (nodeclean.lock_line(owner) + "\n").encode(), 0)
     return fd
 
 
 class RealNode:
-    """The node `NODE_NAME`, its directory `node_dir`. prepare() before the control plane starts (the
-    API server binds the node address), join(plane) after; nodeclean.sweep() (cleanup()) removes it."""
+    """The node `NODE_NAME` in `node_dir`, for the control plane in `owner`. prepare() before the control
+    plane starts (the API server binds the node address), join(plane) after; cleanup() removes it."""
 
-    def __init__(self, binaries: Binaries, node_dir: Path, *, ready_timeout: float = 120.0) -> None:
+    def __init__(self, binaries: Binaries, owner: Path, node_dir: Path = nodeclean.NODE_DIR, *,
+                 ready_timeout: float = 120.0) -> None:
         self.binaries = binaries
+        self.owner = Path(owner).resolve()
         self.layout = Layout(Path(node_dir).resolve())
         self.network = nodenet.Network(service_cidr=SERVICE_CLUSTER_IP_RANGE)
         self.name = NODE_NAME
@@ -140,14 +144,15 @@ class RealNode:
     def prepare(self) -> None:
         """Check the host, take the machine's lock, clear what a crashed node left, create the network."""
         self._check_host()
-        self._lock_fd = host_lock(self.layout.root)
+        self._lock_fd = host_lock(self.owner)
         try:
-            leftover = nodeclean.sweep(self.layout.root, self.binaries.kube_proxy)
+            leftover = nodeclean.sweep(self.layout.root, self.binaries.kube_proxy, self.owner)
             if leftover:
                 raise RealNodeError("a previous real node left things that cannot be removed: " + "; ".join(leftover))
             for d in (self.layout.containerd_dir, self.layout.kubelet_dir, self.layout.cni_conf_dir,
                       self.layout.gpu_dir, self.layout.logs):
                 d.mkdir(parents=True, exist_ok=True)
+            nodeclean.save_host_dirs(self.layout.root)
             nodenet.create(self.network)
         except BaseException:
             self.release_lock()
@@ -172,8 +177,9 @@ class RealNode:
 
     def cleanup(self) -> list[str]:
         """After the processes are stopped: remove everything else (nodeclean.sweep); what remains."""
+        problems = nodeclean.sweep(self.layout.root, self.binaries.kube_proxy, self.owner)
         self.release_lock()
-        return nodeclean.sweep(self.layout.root, self.binaries.kube_proxy)
+        return problems
 
     def release_lock(self) -> None:
         fd, self._lock_fd = self._lock_fd, None
@@ -300,12 +306,7 @@ class RealNode:
                 return False
             return any(c.type == "Ready" and c.status == "True" for c in (node.status.conditions or []))
 
-        try:
-            self._wait_for(plane, "kubelet", f"Node {self.name} Ready", ready, timeout=self.ready_timeout)
-        except RealNodeError:
-            raise
-        except ControlPlaneError as exc:  # pragma: no cover - passes the control plane's reason on
-            raise RealNodeError(str(exc)) from exc
+        self._wait_for(plane, "kubelet", f"Node {self.name} Ready", ready, timeout=self.ready_timeout)
 
 
 def remove_not_ready_taint(api: ApiClient, name: str) -> None:
@@ -380,6 +381,8 @@ disabled_plugins = ['io.containerd.nri.v1.nri', 'io.containerd.snapshotter.v1.bt
       bin_dirs = ['{nodenet.CNI_BIN_DIR}']
       conf_dir = '{lay.cni_conf_dir}'
       max_conf_num = 1
+      # containerd brings the pod's loopback up itself: no `cni-loopback` network and its cache files.
+      use_internal_loopback = true
 
   [plugins.'io.containerd.grpc.v1.cri']
     disable_tcp_service = true
@@ -455,7 +458,7 @@ def start_cluster(binaries: Binaries, workdir: Path, *, watchdog: bool = True,
                   scheduler: bool = True) -> tuple[ControlPlane, RealNode]:
     """A control plane serving pods (in `workdir`), kube-controller-manager, kube-scheduler and the real
     node (in `workdir/node`), Ready. On failure everything started is stopped and swept."""
-    node = RealNode(binaries, workdir / "node")
+    node = RealNode(binaries, workdir)
     node.prepare()
     plane = ControlPlane(binaries, workdir, node_address=node.address, watchdog=watchdog)
     try:

@@ -61,7 +61,7 @@ def up(home: Path, options: Options, progress: Progress = lambda _: None) -> Sta
     real: realnode.RealNode | None = None
     real_spec: cluster.NodeSpec | None = None
     if options.real_node:
-        real = realnode.RealNode(binaries, state.local_dir(home) / "node")
+        real = realnode.RealNode(binaries, state.local_dir(home))
         real.prepare()  # the machine's lock and the node's bridge, before the API server binds its address
         real_spec = cluster.plan_node(real.name, options.gpus[0], options.gpus_per_node, options.strategy)
     plane = ControlPlane(binaries, state.local_dir(home), watchdog=True,
@@ -129,9 +129,14 @@ def down(home: Path) -> list[int]:
     recorded = state.load(home)
     refs = list(recorded.processes.values())[::-1] if recorded else []
     # Leftovers found by command line, clients first (they talk to the servers).
-    node_dir = workdir / "node"
+    node_dir = Path(recorded.real_node) if recorded and recorded.real_node else None
+    if node_dir is None and nodeclean.NODE_DIR.exists() and nodeclean.last_owner_is(workdir):
+        node_dir = nodeclean.NODE_DIR  # an `up --real-node` that died before it recorded its state
+    if node_dir is not None and nodeclean.another_owner_holds_the_machine(workdir):
+        node_dir = None  # our node is long gone; the one running now (same directory) is someone else's
+    node_args = nodeclean.node_arguments(node_dir) if node_dir else ()
     for arg in (*reconciler.identifying_arguments(workdir), *agents.identifying_arguments(workdir),
-                *webhook.identifying_arguments(workdir), *nodeclean.node_arguments(node_dir),
+                *webhook.identifying_arguments(workdir), *node_args,
                 *server_arguments(workdir)):
         refs += [r for r in find_by_argument(arg) if r not in refs]
     # A half-dead control plane (one server crashed) has nothing to shut down gracefully, and
@@ -143,10 +148,11 @@ def down(home: Path) -> list[int]:
         except RuntimeError:
             pass
     survivors = [r.pid for r in refs if is_alive(r)]
-    if node_dir.exists():
+    if node_dir is not None:
         # The real node: shims, containers, mounts, iptables, the bridge, cgroups... A directory with a
         # mount left under it is kept (deleting it would descend into the mount).
-        problems = nodeclean.sweep(node_dir, Path(recorded.bin_dir) / "kube-proxy" if recorded else None)
+        kube_proxy = Path(recorded.bin_dir) / "kube-proxy" if recorded else None
+        problems = nodeclean.sweep(node_dir, kube_proxy, workdir)
         if problems:
             raise RuntimeError("the real node could not be removed completely: " + "; ".join(problems))
     if not survivors:

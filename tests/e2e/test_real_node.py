@@ -94,6 +94,10 @@ def test_the_node_registers_ready_untainted_at_its_address(real_node) -> None:  
     assert addresses["InternalIP"] == nodenet.NODE_IP
     assert node.status.node_info.container_runtime_version.startswith("containerd://2.")
     assert node.status.node_info.kubelet_version == "v1.37.2"
+    # A GPU node as GFD and the GPU Operator label one, so the agent DaemonSet can run here.
+    assert node.metadata.labels["nvidia.com/gpu.product"] == "NVIDIA-H100-80GB-HBM3"
+    assert node.metadata.labels["kubernetes.io/hostname"] == real_node.name
+    assert node.status.allocatable["nvidia.com/gpu"] == "8"
 
 
 def test_a_deployment_of_two_replicas_becomes_ready(real_node, busybox, ns) -> None:  # noqa: ANN001

@@ -12,6 +12,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -34,7 +35,11 @@ def _cli(home: Path, *args: str, timeout: float = 300) -> subprocess.CompletedPr
 
 
 def _host_snapshot() -> dict:
-    return {"links": sorted(os.listdir("/sys/class/net")),
+    """What the real node touches outside its directory: links, the kernel settings the kubelet writes,
+    forwarding, and the host directories its programs create regardless of configuration (their
+    existence and entries), /run/netns."""
+    dirs = {str(d): sorted(os.listdir(d)) if d.is_dir() else None for d in (*nodeclean.HOST_DIRS, Path("/run/netns"))}
+    return {"links": sorted(os.listdir("/sys/class/net")), "dirs": dirs,
             "sysctls": {k: Path("/proc/sys", k).read_text() for k in nodeclean.KUBELET_SYSCTLS},
             "forwarding": Path("/proc/sys/net/ipv4/ip_forward").read_text()}
 
@@ -50,12 +55,15 @@ def _up_with_a_pod(home: Path) -> tuple[state.LocalState, Path, float]:
     current = state.load(home)
     assert current is not None and current.real_node
     node_dir = Path(current.real_node)
-    RealNode(locate(), node_dir).load_image(images.busybox_archive(IMAGE))
+    RealNode(locate(), state.local_dir(home), node_dir).load_image(images.busybox_archive(IMAGE))
     with config.new_client_from_config(config_file=current.kubeconfig) as api:
         core = k8s.CoreV1Api(api)
         until(lambda: _has_default_sa(core), 30, "the default ServiceAccount")
         core.create_namespaced_pod("default", {"metadata": {"name": "leftover", "labels": {"app": "leftover"}},
-                                               "spec": {"terminationGracePeriodSeconds": 1, "containers": [{
+                                               "spec": {"terminationGracePeriodSeconds": 1,
+                                                        # not on a simulated node (nothing runs there)
+                                                        "nodeSelector": {"kubernetes.io/hostname": NODE_NAME},
+                                                        "containers": [{
                                                    "name": "main", "image": IMAGE, "imagePullPolicy": "Never",
                                                    "command": ["sh", "-c", "echo hi; exec sleep 3600"],
                                                    "volumeMounts": [{"name": "scratch", "mountPath": "/scratch"}]}],
@@ -75,13 +83,32 @@ def _has_default_sa(core: k8s.CoreV1Api) -> bool:
         return False
 
 
+@pytest.fixture
+def home(tmp_path: Path) -> Iterator[Path]:
+    """A MIGOPS_HOME; `local down` afterwards whatever happened (a test's own down makes it a no-op)."""
+    path = tmp_path / "home"
+    yield path
+    _cli(path, "down")
+
+
+def _assert_host_as(before: dict) -> None:
+    """Nothing new on the host: same links, kernel settings, forwarding; no host directory that was not
+    there, and no entry in one that was (the sweep may remove what an earlier crashed node left)."""
+    after = _host_snapshot()
+    changed = {k: (before[k], after[k]) for k in before if k != "dirs" and before[k] != after[k]}
+    for d, entries in after["dirs"].items():
+        was = before["dirs"][d]
+        if entries is not None and (was is None or not set(entries) <= set(was)):
+            changed[d] = (was, entries)
+    assert changed == {}, changed
+
+
 def _kinds(found: list[str]) -> set[str]:
     return {item.split()[0] for item in found}
 
 
-def test_up_real_node_then_down_leaves_nothing(tmp_path: Path) -> None:
+def test_up_real_node_then_down_leaves_nothing(home: Path, tmp_path: Path) -> None:
     before = _host_snapshot()
-    home = tmp_path / "home"
     current, node_dir, took = _up_with_a_pod(home)
     print(f"migops local up --real-node: {took:.1f}s")
     try:
@@ -102,14 +129,13 @@ def test_up_real_node_then_down_leaves_nothing(tmp_path: Path) -> None:
     assert down.returncode == 0, down.stderr
     assert nodeclean.leftovers(node_dir, NODE_NAME) == []
     assert not state.local_dir(home).exists()
-    assert _host_snapshot() == before
+    _assert_host_as(before)
     os.close(host_lock(tmp_path / "after"))  # the machine's lock is free again
 
 
-def test_down_after_a_crash_leaves_nothing(tmp_path: Path) -> None:
+def test_down_after_a_crash_leaves_nothing(home: Path) -> None:
     """Every process SIGKILLed (containerd's shims and the containers live on): down still clears all."""
     before = _host_snapshot()
-    home = tmp_path / "home"
     current, node_dir, _ = _up_with_a_pod(home)
     try:
         for ref in current.processes.values():
@@ -124,4 +150,22 @@ def test_down_after_a_crash_leaves_nothing(tmp_path: Path) -> None:
         down = _cli(home, "down")
     assert down.returncode == 0, down.stderr
     assert nodeclean.leftovers(node_dir, NODE_NAME) == []
-    assert _host_snapshot() == before
+    _assert_host_as(before)
+
+
+def test_a_sweep_for_another_owner_touches_nothing(tmp_path: Path) -> None:
+    """The node directory and the KUBE-* chains are machine-wide: while the lock names another owner, a
+    `down` of a stale home (or a sweep) must leave that owner's running node alone."""
+    node_dir = tmp_path / "node"
+    (node_dir / "kubelet").mkdir(parents=True)
+    try:
+        fd = host_lock(tmp_path / "someone-else")
+    except RealNodeBusy:
+        fd = None  # a real node of someone else's runs right now: the same situation
+    try:
+        problems = nodeclean.sweep(node_dir, None, tmp_path / "me")
+    finally:
+        if fd is not None:
+            os.close(fd)
+    assert len(problems) == 1 and problems[0].startswith("left alone: another real node runs"), problems
+    assert (node_dir / "kubelet").is_dir()
