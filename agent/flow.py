@@ -35,7 +35,7 @@ from migops.mig.catalogue import GpuModel, catalogue
 from migops.mig.devices import DeviceIdSyntaxError, parse_device_id
 from migops.mig.problems import MigError
 from migops.mig.spec import MigPartedConfig
-from migops.mig.validate import validate_on_node
+from migops.mig.fit import NodeGpus, fit
 
 log = logging.getLogger(__name__)
 MAX_REASON = 1000  # annotation values may be long; keep the reason readable
@@ -107,7 +107,9 @@ def desired_on_node(request: Request, models: Sequence[GpuModel]) -> list[Desire
         request.config.select(request.name)
     except MigError as exc:
         raise Failure(f"config {request.name!r}: {exc.problems[0].message}") from None
-    report = validate_on_node(request.config, request.name, models)
+    # The same question the webhook, the reconciler and `migops validate` ask (migops.mig.fit): this
+    # node's GPUs plus the errors of the text itself, so the agent never applies what they refuse.
+    report = fit(request.config, request.name, NodeGpus(tuple(models), exact=True)).report
     if not report.valid:
         errors = "; ".join(str(p) for p in report.errors)
         raise Failure(f"config {request.name!r} is invalid on this node's GPUs: {errors}")

@@ -35,8 +35,8 @@ from typing import Any, TypeVar
 from kubernetes import client as k8s
 
 from migops.kube.informer import Informer
-from migops.kube.names import (APPLIED_ANNOTATION, DIGEST_ANNOTATION, DRIFT_ANNOTATION, LAYOUT_ANNOTATION,
-                               MIG_CONFIG_LABEL, MIG_CONFIG_STATE_LABEL)
+from migops.kube.names import (APPLIED_ANNOTATION, DIGEST_ANNOTATION, DRIFT_ANNOTATION, GPU_PRODUCT_LABEL,
+                               LAYOUT_ANNOTATION, MIG_CONFIG_LABEL, MIG_CONFIG_STATE_LABEL)
 from migops.local import agents as local_agents
 from migops.local import reconciler as local_reconciler
 from migops.local import stack, state
@@ -246,7 +246,7 @@ class Demo:
         config = (self.repo / "config.yaml").read_text()
         self.c.wait("every node to report success for all-balanced", lambda: self.in_sync(desired, config), 120)
         self.c.wait(f"the MigSync to record revision {head[:12]} as applied", lambda: self.applied_revision(head), 60)
-        self.run(["kubectl", "get", "nodes", "-L", f"{MIG_CONFIG_LABEL},{MIG_CONFIG_STATE_LABEL},nvidia.com/gpu.product"])
+        self.run(["kubectl", "get", "nodes", "-L", f"{MIG_CONFIG_LABEL},{MIG_CONFIG_STATE_LABEL},{GPU_PRODUCT_LABEL}"])
         labels = self.core.read_node("gpu-node-1").metadata.labels
         shown = {k: v for k, v in sorted(labels.items()) if k.startswith(("nvidia.com/mig-3g", "nvidia.com/mig."))}
         self.c.say("GFD's labels on gpu-node-1 (mixed strategy; nvidia.com/mig-3g.40gb.* and nvidia.com/mig.*):")

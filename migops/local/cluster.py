@@ -21,7 +21,7 @@ from typing import Any, Protocol
 from kubernetes import client as k8s
 from kubernetes.client import ApiClient
 
-from migops.kube.names import LOCAL_MANAGER
+from migops.kube.names import GPU_COUNT_LABEL, LOCAL_MANAGER
 from migops.mig.gfd import DEVICE_ID_LABEL, MIG_CONFIG_LABEL, node_labels_without_mig
 from migops.mig.yamlsafe import load_yaml
 
@@ -99,7 +99,7 @@ def apply_node(api: ApiClient, node: NodeSpec) -> None:
 
 
 def gpu_count(node: NodeSpec) -> str:
-    return node.gfd_labels.get("nvidia.com/gpu.count", str(node.gpus))
+    return node.gfd_labels.get(GPU_COUNT_LABEL, str(node.gpus))
 
 
 def apply_labels(api: ApiClient, node: NodeSpec) -> None:
