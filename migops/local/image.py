@@ -163,14 +163,10 @@ def dockerd(cache: Path, log: Log) -> Iterator[Docker]:
     sock.unlink(missing_ok=True)
     argv = [binary, f"--config-file={config}", f"--data-root={home / 'data'}", f"--exec-root={run / 'exec'}",
             f"--pidfile={run / 'dockerd.pid'}", f"--host=unix://{sock}"]
-    env_path = os.environ.get("PATH", "") + ":/usr/sbin:/usr/bin:/sbin"
-    old = os.environ.get("PATH")
-    os.environ["PATH"] = env_path  # dockerd finds containerd and runc on it
-    try:
-        popen, ref = spawn(argv, home / "dockerd.log")
-    finally:
-        if old is not None:
-            os.environ["PATH"] = old
+    # dockerd starts the containerd it finds on PATH: Debian's 1.6, its own version, first (`migops local
+    # env` puts the real node's containerd 2.x first on a user's PATH).
+    env = {**os.environ, "PATH": "/usr/sbin:/usr/bin:/sbin:/bin:" + os.environ.get("PATH", "")}
+    popen, ref = spawn(argv, home / "dockerd.log", env=env)
     try:
         _wait_socket(sock, ref, home / "dockerd.log")
         yield Docker(client, f"unix://{sock}")
