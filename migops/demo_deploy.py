@@ -89,7 +89,8 @@ def main() -> int:
 
         _say(f"a verification Pod asking for one {RESOURCE}, running for real on {NODE}")
         pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "mig-verify", "namespace": "default"},
-               "spec": {"restartPolicy": "Never", "securityContext": {"runAsNonRoot": True,
+               # The simulated node offers MIG devices too, but runs nothing: pinned to the real one.
+               "spec": {"restartPolicy": "Never", "nodeSelector": {"kubernetes.io/hostname": NODE}, "securityContext": {"runAsNonRoot": True,
                         "runAsUser": 65532}, "containers": [{
                             "name": "verify", "image": "migops:0.1.0", "imagePullPolicy": "Never",
                             "command": ["python", "-c", "import socket; print('MIG workload running on', "
