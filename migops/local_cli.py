@@ -70,6 +70,18 @@ def register(sub: argparse._SubParsersAction) -> None:  # noqa: SLF001 - argpars
         func=_env)
 
 
+def _self() -> str:
+    """How to run this migops from any shell: `migops` when that is the one on PATH, else its full path
+    (a virtualenv's bin that nothing put on PATH; `local env` puts it there)."""
+    import shutil
+
+    mine = Path(sys.executable).parent / "migops"
+    on_path = shutil.which("migops")
+    if not mine.exists() or (on_path and Path(on_path).resolve() == mine.resolve()):
+        return "migops"
+    return shlex.quote(str(mine))
+
+
 def _home() -> Path:
     from migops.local.state import migops_home
 
@@ -128,7 +140,8 @@ def _up(args: argparse.Namespace) -> int:
     print(f"  nodes:      {', '.join(n.name for n in started.nodes)}: {args.gpus_per_node} x {models}")
     if plane.real_node:
         print(f"  real node:  migops-node runs pods (containerd, kubelet, kube-proxy; state {plane.real_node}); "
-              "load images with `ctr -n k8s.io images import`")
+              "workloads: nodeSelector kubernetes.io/hostname=migops-node; images: "
+              f"ctr --address {plane.real_node}/containerd/containerd.sock -n k8s.io images import --local FILE")
     print(f"  strategy:   {args.strategy} (ClusterPolicy cluster-policy)")
     slow = started.unready_agents
     print(f"  agents:     one simulated MIG agent per node{' (not reporting yet: ' + ', '.join(slow) + ')' if slow else ''}")
@@ -138,7 +151,7 @@ def _up(args: argparse.Namespace) -> int:
               "`migops status`)")
     print("  scheduler:  kube-scheduler binds Pods to the nodes by their allocatable resources")
     print(f"  kubeconfig: {plane.kubeconfig}")
-    print('  next:       eval "$(migops local env)"; kubectl get nodes --show-labels')
+    print(f'  next:       eval "$({_self()} local env)"; kubectl get nodes --show-labels')
     return EXIT_OK
 
 
@@ -285,6 +298,8 @@ def _status(args: argparse.Namespace) -> int:
         print(f"  webhook url:    {current.webhook_url}")
     if current.repo:
         print(f"  config repo:    {current.repo}")
+    if current.real_node:
+        print(f"  real node:      migops-node (containerd, kubelet, kube-proxy; {current.real_node})")
     print("  nodes:")
     for line in _node_lines(Path(current.kubeconfig)):
         print(f"    {line}")
@@ -323,8 +338,12 @@ def _env(args: argparse.Namespace) -> int:
     if current is None or not current.running():
         _say("not running; start it with `migops local up`")
         return EXIT_INVALID
-    # Our kubectl first: the one on PATH may be another version, or not kubectl at all.
-    print(f'export PATH={shlex.quote(current.bin_dir)}:"$PATH"')
+    # Our kubectl first: the one on PATH may be another version, or not kubectl at all; then the migops
+    # this cluster belongs to (its virtualenv's bin), so `migops status` & co. work in any shell.
+    migops_bin = Path(sys.executable).parent
+    path = [current.bin_dir] + ([str(migops_bin)] if (migops_bin / "migops").exists() else [])
+    print(f'export PATH={":".join(shlex.quote(p) for p in path)}:"$PATH"')
     print(f"export KUBECONFIG={shlex.quote(current.kubeconfig)}")
+    print(f"export MIGOPS_HOME={shlex.quote(str(_home()))}")
     print('# eval "$(migops local env)"')
     return EXIT_OK

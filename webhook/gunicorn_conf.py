@@ -2,7 +2,8 @@
 
 The same settings as `migops webhook` (migops.webhook.server.gunicorn_options), from the environment:
 MIGOPS_WEBHOOK_TLS_CERT / _TLS_KEY (default /etc/migops/tls/tls.crt, tls.key: the mounted Secret),
-MIGOPS_WEBHOOK_PORT (8443), MIGOPS_WEBHOOK_WORKERS (2), MIGOPS_WEBHOOK_THREADS (16), MIGOPS_WEBHOOK_TMP
+MIGOPS_WEBHOOK_PORT (8443), MIGOPS_WEBHOOK_WORKERS (2), MIGOPS_WEBHOOK_THREADS (16), MIGOPS_WEBHOOK_LOG_LEVEL
+(debug|info|warning|error, default info), MIGOPS_WEBHOOK_LOG_FORMAT (text|json, default text), MIGOPS_WEBHOOK_TMP
 (a writable emptyDir when the root filesystem is read-only), and KUBECONFIG (in-cluster when unset).
 
 MIGOPS_WEBHOOK_CERTS=self (the manifests' default): before serving, make Secret
@@ -22,13 +23,15 @@ _key = os.environ.get("MIGOPS_WEBHOOK_TLS_KEY", "/etc/migops/tls/tls.key")
 _pairs = [(_cert, _key)]
 
 if os.environ.get("MIGOPS_WEBHOOK_CERTS", "mounted") == "self":
-    import logging
     from pathlib import Path
 
+    from migops import logs
     from migops.certs import bootstrap
     from migops.kube.client import api_client
 
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    # The bootstrap's lines in the webhook's format (gunicorn's logconfig takes over once it starts).
+    logs.setup("webhook", os.environ.get("MIGOPS_WEBHOOK_LOG_LEVEL", "info"),
+               os.environ.get("MIGOPS_WEBHOOK_LOG_FORMAT", "text"))
     _settings = bootstrap.Settings(
         namespace=os.environ.get("POD_NAMESPACE", "migops-system"),
         secret=os.environ.get("MIGOPS_WEBHOOK_CERT_SECRET", "migops-webhook-tls"),
@@ -49,6 +52,7 @@ globals().update(gunicorn_options(
     workers=_workers,
     threads=int(os.environ.get("MIGOPS_WEBHOOK_THREADS", "16")),
     log_level=os.environ.get("MIGOPS_WEBHOOK_LOG_LEVEL", "info"),
+    log_format=os.environ.get("MIGOPS_WEBHOOK_LOG_FORMAT", "text"),
 ))
 ssl_context = first_present_pair(_pairs)
 wsgi_app = "migops.webhook.wsgi:app"

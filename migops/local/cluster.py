@@ -21,7 +21,7 @@ from typing import Any, Protocol
 from kubernetes import client as k8s
 from kubernetes.client import ApiClient
 
-from migops.kube.names import GPU_COUNT_LABEL, LOCAL_MANAGER
+from migops.kube.names import GPU_COUNT_LABEL, GPU_RESOURCE, LOCAL_MANAGER
 from migops.mig.gfd import DEVICE_ID_LABEL, MIG_CONFIG_LABEL, node_labels_without_mig
 from migops.mig.yamlsafe import load_yaml
 
@@ -119,8 +119,8 @@ def apply_real_node(api: ApiClient, node: NodeSpec) -> None:
     apply_labels(api, node)
     k8s.CoreV1Api(api).patch_node_status(
         node.name, {"apiVersion": "v1", "kind": "Node", "metadata": {"name": node.name},
-                    "status": {"capacity": {"nvidia.com/gpu": gpu_count(node)},
-                               "allocatable": {"nvidia.com/gpu": gpu_count(node)}}},
+                    "status": {"capacity": {GPU_RESOURCE: gpu_count(node)},
+                               "allocatable": {GPU_RESOURCE: gpu_count(node)}}},
         field_manager=LOCAL_MANAGER, _content_type=APPLY)
 
 

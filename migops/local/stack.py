@@ -4,7 +4,8 @@ Order: etcd, kube-apiserver, with `real_node` kube-controller-manager and the re
 kubelet, kube-proxy: migops.local.realnode; its network is made before the API server, which serves on
 the node address), the cluster's seed (GPU nodes, the GPU Operator's ClusterPolicy and MIG
 ConfigMap), the admission webhook (registered before anything else writes MIG objects, so every later
-write passes through it), one simulated agent per node, the GitOps reconciler when a repo is given,
+write passes through it), the agents' ServiceAccount, RBAC and own-node policy (manifests/base/agent),
+one simulated agent per node with a token bound to its Node, the GitOps reconciler when a repo is given,
 kube-scheduler. Each process is adopted by the ControlPlane as soon as it starts, so a failure half-way
 stops what already runs (nothing is orphaned), the watchdog covers them while `up` runs, and state.json
 lists them all for `down`, which stops them in reverse order: the clients before the API server.
@@ -18,7 +19,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from migops.local import agents, cluster, nodeclean, realnode, reconciler, state, webhook
+from migops.local import agent_identity, agents, cluster, nodeclean, realnode, reconciler, state, webhook
 from migops.local.binaries import locate
 from migops.local.controlplane import ControlPlane
 from migops.local.controlplane import identifying_arguments as server_arguments
@@ -83,9 +84,16 @@ def up(home: Path, options: Options, progress: Progress = lambda _: None) -> Sta
             plane.adopt("webhook", hook.popen, hook.ref)
             progress(f"admission webhook registered at {hook.url}")
             agents.seed_mig_config(api)
+            agent_identity.install(api)
             gpu_nodes = [*nodes, *([real_spec] if real_spec else [])]
+            for n in gpu_nodes:
+                agent_identity.kubeconfig_for_node(api, plane.url, plane.ca_pem, n.name,
+                                                   agents.kubeconfig_path(plane.workdir, n.name))
+            if gpu_nodes:
+                agent_identity.wait_in_force(agents.kubeconfig_path(plane.workdir, gpu_nodes[0].name),
+                                             gpu_nodes[0].name)
             state_files = {real.name: real.layout.gpu_dir / "gpus.json"} if real else {}
-            for node, (popen, ref) in agents.start(plane.workdir, plane.admin_kubeconfig,
+            for node, (popen, ref) in agents.start(plane.workdir,
                                                    [(n.name, n.gpu.device_id, n.gpus) for n in gpu_nodes],
                                                    state_files=state_files).items():
                 plane.adopt(AGENT_PREFIX + node, popen, ref)

@@ -20,6 +20,10 @@ HOME_ENV = "MIGOPS_HOME"
 SERVERS = ("etcd", "kube-apiserver")
 
 
+def default_home() -> Path:
+    return (Path.home() / ".migops").expanduser().resolve()
+
+
 def migops_home() -> Path:
     """$MIGOPS_HOME, default ~/.migops (absolute, so state never depends on the cwd)."""
     return Path(os.environ.get(HOME_ENV) or Path.home() / ".migops").expanduser().resolve()

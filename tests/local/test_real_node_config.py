@@ -89,3 +89,18 @@ def test_unix_sockets_under_the_node_directory_fit() -> None:
     lay = realnode.Layout(realnode.nodeclean.NODE_DIR)
     assert len(f"{lay.socket}.ttrpc") < 104
     assert len(str(lay.kubelet_dir / "pod-resources" / "1234567890")) < 104
+
+
+def test_the_real_node_says_what_it_needs_before_touching_the_host(tmp_path: Path, monkeypatch) -> None:  # noqa: ANN001
+    import pytest
+
+    from migops.local.binaries import Binaries
+
+    node = realnode.RealNode(Binaries(tmp_path / "bin"), tmp_path / "owner", tmp_path / "node")
+    monkeypatch.setattr(realnode.os, "geteuid", lambda: 1000)
+    with pytest.raises(realnode.RealNodeError, match="needs root"):
+        node.prepare()
+    monkeypatch.setattr(realnode.os, "geteuid", lambda: 0)
+    with pytest.raises(realnode.RealNodeError, match="missing kubelet, .* run hack/k8s-binaries.sh"):
+        node.prepare()
+    assert not (tmp_path / "node").exists()
