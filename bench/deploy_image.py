@@ -8,6 +8,7 @@
    `kubectl delete -k` between runs). Needs the machine's one real node.
 Usage: .venv/bin/python bench/deploy_image.py [--cold] [RUNS]  (default 2)
 """
+
 from __future__ import annotations
 
 import shutil
@@ -31,8 +32,11 @@ def builds(cold: bool) -> image.Built:
     try:
         for label in ("as cached" if not cold else "cold", "unchanged"):
             built = image.build()
-            print(f"image build ({label}): {built.base_seconds + built.build_seconds:6.1f}s "
-                  f"(base rootfs {built.base_seconds:.1f}s)  size {built.size / 2**20:.0f} MiB", flush=True)
+            print(
+                f"image build ({label}): {built.base_seconds + built.build_seconds:6.1f}s "
+                f"(base rootfs {built.base_seconds:.1f}s)  size {built.size / 2**20:.0f} MiB",
+                flush=True,
+            )
     finally:
         if cold and aside.exists():
             shutil.rmtree(cache, ignore_errors=True)
@@ -48,17 +52,31 @@ def deploys(built: image.Built, runs: int) -> None:
             node.load_image(built.archive)
             with plane.api_client() as api:
                 cluster.seed(api, [], "mixed")
-                cluster.apply_real_node(api, cluster.plan_node(node.name, catalogue().resolve("0x233010DE"), 2, "mixed"))
+                cluster.apply_real_node(
+                    api, cluster.plan_node(node.name, catalogue().resolve("0x233010DE"), 2, "mixed")
+                )
                 agents.seed_mig_config(api)
                 overlay = deploy.OVERLAYS / "local"
                 times = []
                 for i in range(runs):
-                    seconds = deploy.deploy(api, binaries.kubectl, plane.admin_kubeconfig, overlay=overlay,
-                                            gpus="2x0x233010DE")
+                    seconds = deploy.deploy(
+                        api, binaries.kubectl, plane.admin_kubeconfig, overlay=overlay, gpus="2x0x233010DE"
+                    )
                     times.append(seconds)
                     print(f"deploy run {i + 1}: every workload Available after {seconds:.1f}s", flush=True)
-                    subprocess.run([str(binaries.kubectl), f"--kubeconfig={plane.admin_kubeconfig}", "delete", "-k",
-                                    str(overlay), "--wait", "--timeout=180s"], capture_output=True, check=False)
+                    subprocess.run(
+                        [
+                            str(binaries.kubectl),
+                            f"--kubeconfig={plane.admin_kubeconfig}",
+                            "delete",
+                            "-k",
+                            str(overlay),
+                            "--wait",
+                            "--timeout=180s",
+                        ],
+                        capture_output=True,
+                        check=False,
+                    )
                 print(f"deploy median: {statistics.median(times):.1f}s over {runs} run(s)")
         finally:
             realnode.stop_cluster(plane, node)

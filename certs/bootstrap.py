@@ -14,6 +14,7 @@ precondition (a loser reloads and finds nothing due), so every replica serves fr
 the caBundle holds. Publishing the bundle is a server-side apply of the same value: a no-op when
 nothing changed, and it fills in configurations created after the Secret (an Argo CD sync wave).
 """
+
 from __future__ import annotations
 
 import base64
@@ -22,6 +23,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
@@ -69,16 +71,22 @@ class GuardedSecretStore:
             data |= {"ca.crt": material.ca.cert_pem, "ca.key": material.ca.key_pem}
         if material.serving:
             data |= {"tls.crt": material.serving.cert_pem, "tls.key": material.serving.key_pem}
-        body = {"apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/tls",
-                "metadata": {"name": self.name, "namespace": self.namespace},
-                "data": {k: base64.b64encode(v).decode() for k, v in data.items()}}
+        metadata: dict[str, str] = {"name": self.name, "namespace": self.namespace}
+        body: dict[str, Any] = {
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "type": "kubernetes.io/tls",
+            "metadata": metadata,
+            "data": {k: base64.b64encode(v).decode() for k, v in data.items()},
+        }
         try:
             if self._version is None:
                 created = k8s.CoreV1Api(self.api).create_namespaced_secret(
-                    self.namespace, body, field_manager=CERTS_MANAGER)
+                    self.namespace, body, field_manager=CERTS_MANAGER
+                )
                 self._version = created.metadata.resource_version
             else:
-                body["metadata"]["resourceVersion"] = self._version
+                metadata["resourceVersion"] = self._version
                 applied = ssa.apply(self.api, body, field_manager=CERTS_MANAGER, force=True)
                 self._version = applied["metadata"]["resourceVersion"]
         except ApiException as exc:
@@ -117,8 +125,9 @@ def ensure_at_start(api: k8s.ApiClient, settings: Settings, scratch: Path, *, pa
             time.sleep(2.0)
 
 
-def ensure(api: k8s.ApiClient, settings: Settings, scratch: Path, *,
-           sleep: Callable[[float], None] = time.sleep) -> Path:
+def ensure(
+    api: k8s.ApiClient, settings: Settings, scratch: Path, *, sleep: Callable[[float], None] = time.sleep
+) -> Path:
     """Make the Secret valid, publish its bundle, copy the serving pair to `scratch`/tls.pem (key and
     certificate in one file, replaced by one rename); return that file."""
     store = GuardedSecretStore(api, settings.namespace, settings.secret)
@@ -153,5 +162,8 @@ def _publish(api: k8s.ApiClient, bundle: bytes, settings: Settings, sleep: Calla
     if written:
         log.info("caBundle written to %s", ", ".join(written))
     else:
-        log.warning("no webhook configuration named %s exists yet: its caBundle is set by the next "
-                    "webhook start or CronJob run", ", ".join(settings.configurations))
+        log.warning(
+            "no webhook configuration named %s exists yet: its caBundle is set by the next "
+            "webhook start or CronJob run",
+            ", ".join(settings.configurations),
+        )

@@ -11,6 +11,7 @@
 Not part of `make demo` (which stays under 3 minutes on a fresh clone): the first image build alone
 takes longer, and the real node needs root. Exit status 0 when every step behaved, 1 otherwise.
 """
+
 from __future__ import annotations
 
 import json
@@ -34,8 +35,7 @@ def _say(text: str) -> None:
 
 
 def _run(*argv: str, env: dict[str, str], capture: bool = False) -> str:
-    proc = subprocess.run(list(argv), env=env, text=True, check=False,
-                          stdout=subprocess.PIPE if capture else None)
+    proc = subprocess.run(list(argv), env=env, text=True, check=False, stdout=subprocess.PIPE if capture else None)
     if proc.returncode != 0:
         raise SystemExit(f"demo-deploy: {' '.join(argv)} failed (exit {proc.returncode})")
     return proc.stdout or ""
@@ -64,8 +64,21 @@ def main() -> int:
     began = time.monotonic()
     try:
         _say("migops local up --real-node (one simulated GPU node, and migops-node that runs pods)")
-        _run(*migops, "local", "up", "--real-node", "--nodes", "1", "--gpus-per-node", "2", "--strategy", "mixed",
-             "--repo", str(repo), env=env)
+        _run(
+            *migops,
+            "local",
+            "up",
+            "--real-node",
+            "--nodes",
+            "1",
+            "--gpus-per-node",
+            "2",
+            "--strategy",
+            "mixed",
+            "--repo",
+            str(repo),
+            env=env,
+        )
         kubeconfig = str(home / "home" / "local" / "admin.kubeconfig")
         kubectl = [str(locate().kubectl), f"--kubeconfig={kubeconfig}"]
         _say("migops local image (the Dockerfile, on a Debian base; no registry)")
@@ -79,8 +92,10 @@ def main() -> int:
         def applied() -> dict | None:
             node = json.loads(_run(*kubectl, "get", "node", NODE, "-o", "json", env=env, capture=True))
             labels = node["metadata"]["labels"]
-            ok = labels.get("nvidia.com/mig.config.state") == "success" and \
-                int(node["status"].get("allocatable", {}).get(RESOURCE, "0")) > 0
+            ok = (
+                labels.get("nvidia.com/mig.config.state") == "success"
+                and int(node["status"].get("allocatable", {}).get(RESOURCE, "0")) > 0
+            )
             return node if ok else None
 
         node = _until(applied, 180, f"{NODE}: a MIG config applied with {RESOURCE} allocatable")
@@ -88,25 +103,49 @@ def main() -> int:
         print(f"{NODE}: nvidia.com/mig.config={node['metadata']['labels']['nvidia.com/mig.config']}, allocatable {mig}")
 
         _say(f"a verification Pod asking for one {RESOURCE}, running for real on {NODE}")
-        pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "mig-verify", "namespace": "default"},
-               # The simulated node offers MIG devices too, but runs nothing: pinned to the real one.
-               "spec": {"restartPolicy": "Never", "nodeSelector": {"kubernetes.io/hostname": NODE}, "securityContext": {"runAsNonRoot": True,
-                        "runAsUser": 65532}, "containers": [{
-                            "name": "verify", "image": "migops:0.1.0", "imagePullPolicy": "Never",
-                            "command": ["python", "-c", "import socket; print('MIG workload running on', "
-                                                        "socket.gethostname())"],
-                            "resources": {"limits": {RESOURCE: "1"}},
-                            "securityContext": {"readOnlyRootFilesystem": True, "allowPrivilegeEscalation": False}}]}}
+        pod = {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": "mig-verify", "namespace": "default"},
+            # The simulated node offers MIG devices too, but runs nothing: pinned to the real one.
+            "spec": {
+                "restartPolicy": "Never",
+                "nodeSelector": {"kubernetes.io/hostname": NODE},
+                "securityContext": {"runAsNonRoot": True, "runAsUser": 65532},
+                "containers": [
+                    {
+                        "name": "verify",
+                        "image": "migops:0.1.0",
+                        "imagePullPolicy": "Never",
+                        "command": [
+                            "python",
+                            "-c",
+                            "import socket; print('MIG workload running on', socket.gethostname())",
+                        ],
+                        "resources": {"limits": {RESOURCE: "1"}},
+                        "securityContext": {"readOnlyRootFilesystem": True, "allowPrivilegeEscalation": False},
+                    }
+                ],
+            },
+        }
         subprocess.run([*kubectl, "apply", "-f", "-"], input=json.dumps(pod), text=True, env=env, check=True)
-        _until(lambda: _run(*kubectl, "get", "pod", "mig-verify", "-o", "jsonpath={.status.phase}", env=env,
-                            capture=True) == "Succeeded", 120, "the verification pod Succeeded")
+        _until(
+            lambda: (
+                _run(*kubectl, "get", "pod", "mig-verify", "-o", "jsonpath={.status.phase}", env=env, capture=True)
+                == "Succeeded"
+            ),
+            120,
+            "the verification pod Succeeded",
+        )
         _run(*kubectl, "get", "pod", "mig-verify", "-o", "wide", env=env)
         _run(*kubectl, "logs", "mig-verify", env=env)
         print(f"\ndemo-deploy: every step behaved ({time.monotonic() - began:.0f}s)")
         return 0
     finally:
         if os.environ.get("KEEP") == "1":
-            print(f'\nleft running: MIGOPS_HOME={home / "home"} ... ; eval "$(MIGOPS_HOME={home / "home"} migops local env)"')
+            print(
+                f'\nleft running: MIGOPS_HOME={home / "home"} ... ; eval "$(MIGOPS_HOME={home / "home"} migops local env)"'
+            )
         else:
             subprocess.run([*migops, "local", "down"], env=env, check=False)
             shutil.rmtree(home, ignore_errors=True)

@@ -21,7 +21,7 @@ DEFAULT_STRATEGY = "single"
 DEFAULT_GPUS_PER_NODE = 8
 
 
-def register(sub: argparse._SubParsersAction) -> None:  # noqa: SLF001 - argparse's own type
+def register(sub: argparse._SubParsersAction) -> None:
     """Add `migops local ...` to the command tree."""
     local = sub.add_parser(
         "local", help="run a local Kubernetes control plane with GPU nodes",
@@ -222,7 +222,7 @@ def _deploy(args: argparse.Namespace) -> int:
         # The pods replace the host processes that served the real node.
         replaced = {name: ref_ for name, ref_ in current.processes.items()
                     if name in ("webhook", "reconciler", f"agent/{NODE_NAME}")}
-        for name, proc in replaced.items():
+        for proc in replaced.values():
             stop(proc, timeout=15)
         record = next((n for n in current.nodes if n.name == NODE_NAME), None)
         gpus = f"{record.gpus}x{record.device_id}" if record else None

@@ -12,6 +12,7 @@ into the webhook configurations (migops.certs.bootstrap), so a fresh install nee
 serve the pod's copy until the kubelet has mounted the Secret. =mounted (cert-manager, or a Secret
 made by hand): serve the mounted files only.
 """
+
 import os
 
 from migops.webhook.server import DEFAULT_PORT, first_present_pair, gunicorn_options, prepare_metrics_dir
@@ -30,13 +31,17 @@ if os.environ.get("MIGOPS_WEBHOOK_CERTS", "mounted") == "self":
     from migops.kube.client import api_client
 
     # The bootstrap's lines in the webhook's format (gunicorn's logconfig takes over once it starts).
-    logs.setup("webhook", os.environ.get("MIGOPS_WEBHOOK_LOG_LEVEL", "info"),
-               os.environ.get("MIGOPS_WEBHOOK_LOG_FORMAT", "text"))
+    logs.setup(
+        "webhook",
+        os.environ.get("MIGOPS_WEBHOOK_LOG_LEVEL", "info"),
+        os.environ.get("MIGOPS_WEBHOOK_LOG_FORMAT", "text"),
+    )
     _settings = bootstrap.Settings(
         namespace=os.environ.get("POD_NAMESPACE", "migops-system"),
         secret=os.environ.get("MIGOPS_WEBHOOK_CERT_SECRET", "migops-webhook-tls"),
         service=os.environ.get("MIGOPS_WEBHOOK_SERVICE", "migops-webhook"),
-        configurations=tuple(os.environ.get("MIGOPS_WEBHOOK_CONFIGURATIONS", "migops-webhook").split(",")))
+        configurations=tuple(os.environ.get("MIGOPS_WEBHOOK_CONFIGURATIONS", "migops-webhook").split(",")),
+    )
     # Closed before gunicorn forks its workers: no connection of the master is shared with them.
     with api_client(os.environ.get("KUBECONFIG") or None) as _api:
         _own = bootstrap.ensure_at_start(_api, _settings, Path(os.environ.get("MIGOPS_WEBHOOK_TMP") or "/tmp") / "tls")
@@ -45,14 +50,16 @@ if os.environ.get("MIGOPS_WEBHOOK_CERTS", "mounted") == "self":
 # gunicorn checks at start that its certfile exists: the first pair present now; each connection
 # then takes the first pair present then (first_present_pair).
 _cert, _key = next(((c, k) for c, k in _pairs if os.path.isfile(c) and os.path.isfile(k)), _pairs[0])
-globals().update(gunicorn_options(
-    tls_cert=_cert,
-    tls_key=_key,
-    port=int(os.environ.get("MIGOPS_WEBHOOK_PORT", str(DEFAULT_PORT))),
-    workers=_workers,
-    threads=int(os.environ.get("MIGOPS_WEBHOOK_THREADS", "16")),
-    log_level=os.environ.get("MIGOPS_WEBHOOK_LOG_LEVEL", "info"),
-    log_format=os.environ.get("MIGOPS_WEBHOOK_LOG_FORMAT", "text"),
-))
+globals().update(
+    gunicorn_options(
+        tls_cert=_cert,
+        tls_key=_key,
+        port=int(os.environ.get("MIGOPS_WEBHOOK_PORT", str(DEFAULT_PORT))),
+        workers=_workers,
+        threads=int(os.environ.get("MIGOPS_WEBHOOK_THREADS", "16")),
+        log_level=os.environ.get("MIGOPS_WEBHOOK_LOG_LEVEL", "info"),
+        log_format=os.environ.get("MIGOPS_WEBHOOK_LOG_FORMAT", "text"),
+    )
+)
 ssl_context = first_present_pair(_pairs)
 wsgi_app = "migops.webhook.wsgi:app"

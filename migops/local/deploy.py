@@ -8,6 +8,7 @@ and waited on until every Deployment and DaemonSet is Available. The webhook, re
 (the host webhook's registration, by url, gives way to the overlay's, by Service). The simulated
 nodes' host agents stay: no pod can run on a node without a kubelet.
 """
+
 from __future__ import annotations
 
 import copy
@@ -46,8 +47,9 @@ def overlay_dir(name: str) -> Path:
 
 
 def render(kubectl: Path, overlay: Path) -> list[dict[str, Any]]:
-    out = subprocess.run([str(kubectl), "kustomize", str(overlay)], capture_output=True, text=True,
-                         timeout=120, check=False)
+    out = subprocess.run(
+        [str(kubectl), "kustomize", str(overlay)], capture_output=True, text=True, timeout=120, check=False
+    )
     if out.returncode != 0:
         raise DeployError(f"kubectl kustomize {overlay}: {out.stderr.strip()}")
     return [d for d in yaml.safe_load_all(out.stdout) if d]
@@ -74,20 +76,30 @@ def adjust(docs: Sequence[dict[str, Any]], *, gpus: str | None, repo: str | None
             repo = local
             spec = _template(doc)["spec"]
             spec.setdefault("volumes", []).append(
-                {"name": "config-repo", "hostPath": {"path": repo, "type": "Directory"}})
+                {"name": "config-repo", "hostPath": {"path": repo, "type": "Directory"}}
+            )
             container = spec["containers"][0]
             container.setdefault("volumeMounts", []).append(
-                {"name": "config-repo", "mountPath": repo, "readOnly": True})
+                {"name": "config-repo", "mountPath": repo, "readOnly": True}
+            )
             # The repo belongs to the user who made it, the pod runs as 65532: git may refuse it as
             # "dubious ownership". The reconciler drops GIT_* variables, so the trust is git config of
             # the pod's own ($XDG_CONFIG_HOME/git/config), from a ConfigMap in the overlay's namespace.
             spec["volumes"].append({"name": "git-config", "configMap": {"name": GIT_CONFIG}})
             container["volumeMounts"].append({"name": "git-config", "mountPath": "/etc/migops/xdg", "readOnly": True})
             container.setdefault("env", []).append({"name": "XDG_CONFIG_HOME", "value": "/etc/migops/xdg"})
-            out.append({"apiVersion": "v1", "kind": "ConfigMap",
-                        "metadata": {"name": GIT_CONFIG, "namespace": NAMESPACE,
-                                     "labels": {"app.kubernetes.io/part-of": "migops"}},
-                        "data": {"config": f"[safe]\n\tdirectory = {local}\n\tdirectory = {local}/.git\n"}})
+            out.append(
+                {
+                    "apiVersion": "v1",
+                    "kind": "ConfigMap",
+                    "metadata": {
+                        "name": GIT_CONFIG,
+                        "namespace": NAMESPACE,
+                        "labels": {"app.kubernetes.io/part-of": "migops"},
+                    },
+                    "data": {"config": f"[safe]\n\tdirectory = {local}\n\tdirectory = {local}/.git\n"},
+                }
+            )
             for v in spec["volumes"]:
                 if v["name"] == "git-config":
                     v["configMap"]["items"] = [{"key": "config", "path": "git/config"}]
@@ -108,18 +120,28 @@ def migsync(repo: str, ref: str | None, path: str, interval: str = "10s") -> dic
         spec["ref"] = ref
     if path:
         spec["path"] = path
-    return {"apiVersion": "migops.io/v1alpha1", "kind": "MigSync",
-            "metadata": {"name": MIGSYNC, "namespace": NAMESPACE}, "spec": spec}
+    return {
+        "apiVersion": "migops.io/v1alpha1",
+        "kind": "MigSync",
+        "metadata": {"name": MIGSYNC, "namespace": NAMESPACE},
+        "spec": spec,
+    }
 
 
 def drop_url_registrations(api: ApiClient, docs: Sequence[dict[str, Any]]) -> list[str]:
     """Delete the overlay's webhook configurations where they exist with url clientConfigs (the host
     webhook's): url and service cannot be merged into one object. Returns what was deleted."""
     admission = k8s.AdmissionregistrationV1Api(api)
-    ops = {"ValidatingWebhookConfiguration": (admission.read_validating_webhook_configuration,
-                                              admission.delete_validating_webhook_configuration),
-           "MutatingWebhookConfiguration": (admission.read_mutating_webhook_configuration,
-                                            admission.delete_mutating_webhook_configuration)}
+    ops = {
+        "ValidatingWebhookConfiguration": (
+            admission.read_validating_webhook_configuration,
+            admission.delete_validating_webhook_configuration,
+        ),
+        "MutatingWebhookConfiguration": (
+            admission.read_mutating_webhook_configuration,
+            admission.delete_mutating_webhook_configuration,
+        ),
+    }
     deleted = []
     for doc in docs:
         if doc["kind"] not in ops:
@@ -145,14 +167,30 @@ def apply(kubectl: Path, kubeconfig: Path, docs: Sequence[dict[str, Any]]) -> No
     for batch in (first, rest):
         if not batch:
             continue
-        out = subprocess.run([str(kubectl), "--kubeconfig", str(kubeconfig), "apply", "--server-side",
-                              "--force-conflicts", "-f", "-"], input=yaml.safe_dump_all(batch),
-                             capture_output=True, text=True, timeout=180, check=False)
+        out = subprocess.run(
+            [str(kubectl), "--kubeconfig", str(kubeconfig), "apply", "--server-side", "--force-conflicts", "-f", "-"],
+            input=yaml.safe_dump_all(batch),
+            capture_output=True,
+            text=True,
+            timeout=180,
+            check=False,
+        )
         if out.returncode != 0:
             raise DeployError(f"kubectl apply --server-side: {out.stderr.strip()[-3000:]}")
         for crd in (d for d in batch if d["kind"] == "CustomResourceDefinition"):
-            subprocess.run([str(kubectl), "--kubeconfig", str(kubeconfig), "wait", "--for=condition=Established",
-                            f"crd/{crd['metadata']['name']}", "--timeout=60s"], capture_output=True, check=False)
+            subprocess.run(
+                [
+                    str(kubectl),
+                    "--kubeconfig",
+                    str(kubeconfig),
+                    "wait",
+                    "--for=condition=Established",
+                    f"crd/{crd['metadata']['name']}",
+                    "--timeout=60s",
+                ],
+                capture_output=True,
+                check=False,
+            )
 
 
 def apply_migsync(api: ApiClient, body: dict[str, Any]) -> None:
@@ -168,22 +206,30 @@ def unavailable(api: ApiClient, docs: Sequence[dict[str, Any]]) -> list[str]:
         if doc["kind"] == "Deployment":
             d = apps.read_namespaced_deployment(name, ns)
             want = d.spec.replicas or 0
-            ok = (d.status.observed_generation or 0) >= d.metadata.generation and \
-                (d.status.updated_replicas or 0) == want and (d.status.available_replicas or 0) == want
+            ok = (
+                (d.status.observed_generation or 0) >= d.metadata.generation
+                and (d.status.updated_replicas or 0) == want
+                and (d.status.available_replicas or 0) == want
+            )
             if not ok:
                 waiting.append(f"Deployment {name}: {d.status.available_replicas or 0}/{want} available")
         elif doc["kind"] == "DaemonSet":
             d = apps.read_namespaced_daemon_set(name, ns)
             want = d.status.desired_number_scheduled or 0
-            ok = want > 0 and (d.status.observed_generation or 0) >= d.metadata.generation and \
-                (d.status.updated_number_scheduled or 0) == want and (d.status.number_available or 0) == want
+            ok = (
+                want > 0
+                and (d.status.observed_generation or 0) >= d.metadata.generation
+                and (d.status.updated_number_scheduled or 0) == want
+                and (d.status.number_available or 0) == want
+            )
             if not ok:
                 waiting.append(f"DaemonSet {name}: {d.status.number_available or 0}/{want} available")
     return waiting
 
 
-def wait_available(api: ApiClient, docs: Sequence[dict[str, Any]], *, timeout: float = 300.0,
-                   log: Log = lambda _: None) -> float:
+def wait_available(
+    api: ApiClient, docs: Sequence[dict[str, Any]], *, timeout: float = 300.0, log: Log = lambda _: None
+) -> float:
     began = time.monotonic()
     last: list[str] = []
     while True:
@@ -230,9 +276,19 @@ def ensure_image(node: Any, log: Log = lambda _: None) -> str:
     return ref
 
 
-def deploy(api: ApiClient, kubectl: Path, kubeconfig: Path, *, overlay: Path, gpus: str | None,
-           repo: str | None = None, ref: str | None = None, path: str = "", timeout: float = 300.0,
-           log: Log = lambda _: None) -> float:
+def deploy(
+    api: ApiClient,
+    kubectl: Path,
+    kubeconfig: Path,
+    *,
+    overlay: Path,
+    gpus: str | None,
+    repo: str | None = None,
+    ref: str | None = None,
+    path: str = "",
+    timeout: float = 300.0,
+    log: Log = lambda _: None,
+) -> float:
     """Render, adjust, apply the overlay (and the MigSync when a repo is given); seconds until every
     workload was Available."""
     began = time.monotonic()

@@ -13,6 +13,7 @@ registry) and no pull (the base is local). The image is saved to a tar in the ca
 the real node's containerd (`ctr -n k8s.io images import`), where pods run it with
 imagePullPolicy Never.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -35,16 +36,23 @@ Log = Callable[[str], None]
 ROOT = Path(__file__).resolve().parents[2]  # the repository (editable installs and CI clones)
 SUITE = "bookworm"
 # What the final stage needs, and what the build stage runs (`python -m pip`, `python -m venv`).
-BASE_PACKAGES = ("python3", "python3-venv", "python3-pip", "python-is-python3", "ca-certificates",
-                 "git", "openssh-client", "gpgv")
+BASE_PACKAGES = (
+    "python3",
+    "python3-venv",
+    "python3-pip",
+    "python-is-python3",
+    "ca-certificates",
+    "git",
+    "openssh-client",
+    "gpgv",
+)
 # Bumped when the recipe below changes in a way the package list does not show.
 RECIPE = "1"
 BASE_IMAGE = "migops-local-base"
 IMAGE_NAME = "migops"
 # Written into the base image: the build stage's pip uses the bundle the host trusts (below).
 CA_BUNDLE = Path("/etc/ssl/certs/ca-certificates.crt")
-DOCKERD_CONFIG = {"bridge": "none", "iptables": False, "ip6tables": False, "ip-forward": False,
-                  "ip-masq": False}
+DOCKERD_CONFIG = {"bridge": "none", "iptables": False, "ip6tables": False, "ip-forward": False, "ip-masq": False}
 
 
 class ImageError(RuntimeError):
@@ -76,10 +84,19 @@ class Built:
     build_seconds: float
 
 
-def _run(argv: Sequence[str], what: str, *, env: dict[str, str] | None = None, log: Log | None = None,
-         timeout: float = 1800) -> str:
-    proc = subprocess.run(list(argv), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                          text=True, env=env, timeout=timeout, check=False)
+def _run(
+    argv: Sequence[str], what: str, *, env: dict[str, str] | None = None, log: Log | None = None, timeout: float = 1800
+) -> str:
+    proc = subprocess.run(
+        list(argv),
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=env,
+        timeout=timeout,
+        check=False,
+    )
     if log:
         for line in proc.stdout.splitlines():
             log(line)
@@ -117,10 +134,22 @@ def ensure_base_rootfs(cache: Path, log: Log) -> tuple[Path, float]:
         # The build stage's pip reaches the package index through whatever TLS the host trusts (a
         # proxy's CA, say): the base gets the host's bundle. Nothing else of the host goes in.
         hooks.append(f"--customize-hook=upload {CA_BUNDLE} {CA_BUNDLE}")
-    _run([mmdebstrap, "--variant=apt", "--aptopt=APT::Install-Recommends \"false\"",
-          "--dpkgopt=path-exclude=/usr/share/doc/*", "--dpkgopt=path-exclude=/usr/share/man/*",
-          "--dpkgopt=path-exclude=/usr/share/locale/*", "--dpkgopt=path-exclude=/usr/share/info/*",
-          f"--include={','.join(BASE_PACKAGES)}", *hooks, SUITE, str(partial)], "mmdebstrap")
+    _run(
+        [
+            mmdebstrap,
+            "--variant=apt",
+            "--aptopt=APT::Install-Recommends \"false\"",
+            "--dpkgopt=path-exclude=/usr/share/doc/*",
+            "--dpkgopt=path-exclude=/usr/share/man/*",
+            "--dpkgopt=path-exclude=/usr/share/locale/*",
+            "--dpkgopt=path-exclude=/usr/share/info/*",
+            f"--include={','.join(BASE_PACKAGES)}",
+            *hooks,
+            SUITE,
+            str(partial),
+        ],
+        "mmdebstrap",
+    )
     partial.replace(tar)
     for old in cache.glob(f"base-{SUITE}-*"):
         if old != tar and old.is_file():
@@ -137,8 +166,12 @@ class Docker:
     host: str  # unix:///...
 
     def env(self) -> dict[str, str]:
-        return {**os.environ, "DOCKER_HOST": self.host, "DOCKER_BUILDKIT": "0",
-                "PATH": os.environ.get("PATH", "") + ":/usr/sbin:/usr/bin:/sbin"}
+        return {
+            **os.environ,
+            "DOCKER_HOST": self.host,
+            "DOCKER_BUILDKIT": "0",
+            "PATH": os.environ.get("PATH", "") + ":/usr/sbin:/usr/bin:/sbin",
+        }
 
     def __call__(self, *args: str, what: str, log: Log | None = None) -> str:
         return _run([self.client, *args], what, env=self.env(), log=log)
@@ -161,8 +194,14 @@ def dockerd(cache: Path, log: Log) -> Iterator[Docker]:
     config.write_text(json.dumps(DOCKERD_CONFIG))
     sock = run / "docker.sock"
     sock.unlink(missing_ok=True)
-    argv = [binary, f"--config-file={config}", f"--data-root={home / 'data'}", f"--exec-root={run / 'exec'}",
-            f"--pidfile={run / 'dockerd.pid'}", f"--host=unix://{sock}"]
+    argv = [
+        binary,
+        f"--config-file={config}",
+        f"--data-root={home / 'data'}",
+        f"--exec-root={run / 'exec'}",
+        f"--pidfile={run / 'dockerd.pid'}",
+        f"--host=unix://{sock}",
+    ]
     # dockerd starts the containerd it finds on PATH: Debian's 1.6, its own version, first (`migops local
     # env` puts the real node's containerd 2.x first on a user's PATH).
     env = {**os.environ, "PATH": "/usr/sbin:/usr/bin:/sbin:/bin:" + os.environ.get("PATH", "")}
@@ -221,8 +260,7 @@ def build(root: Path = ROOT, *, cache: Path | None = None, log: Log = lambda _: 
             common = ["build", "--pull=false", "--network=host", f"--build-arg=PYTHON_IMAGE={base}"]
             # The build stage tagged first: its layers stay referenced (the prune below keeps them), so
             # an unchanged context reuses the pip install of the last build.
-            docker(*common, "--target=build", f"--tag={stage}", str(root),
-                   what="docker build (build stage)", log=log)
+            docker(*common, "--target=build", f"--tag={stage}", str(root), what="docker build (build stage)", log=log)
             docker(*common, f"--tag={ref}", str(root), what="docker build", log=log)
             size = int(docker("image", "inspect", "--format={{.Size}}", ref, what="docker image inspect").strip())
             archive = cache / f"{IMAGE_NAME}-{version(root)}.tar"
@@ -231,10 +269,10 @@ def build(root: Path = ROOT, *, cache: Path | None = None, log: Log = lambda _: 
             partial.replace(archive)
             # The images these tags named before, if a build replaced them: the cache stays the size of
             # one build. (Not `docker image prune`: dockerd 20.10 took minutes over it here.)
-            old = [i for t, i in before.items()
-                   if i and i != docker("images", "--quiet", t, what="docker images").strip()]
+            old = [
+                i for t, i in before.items() if i and i != docker("images", "--quiet", t, what="docker images").strip()
+            ]
             if old:
                 with contextlib.suppress(ImageError):
                     docker("rmi", *old, what="docker rmi")
         return Built(ref, archive, size, base_seconds, time.monotonic() - began)
-

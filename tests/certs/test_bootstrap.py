@@ -5,6 +5,7 @@ must end with one CA, in the Secret and in every caBundle, and serve certificate
 a configuration created a moment later still gets its caBundle; a later start (or the CronJob's
 `migops certs rotate`) finds nothing due and changes nothing.
 """
+
 from __future__ import annotations
 
 import base64
@@ -26,26 +27,46 @@ from migops.certs.rotation import DirectoryStore, rotate, service_dns_names
 
 def _configuration(kind: str, name: str, namespace: str) -> dict:
     """A registration that matches nothing other tests write (a resource of a group nobody serves)."""
-    return {"apiVersion": "admissionregistration.k8s.io/v1", "kind": kind, "metadata": {"name": name},
-            "webhooks": [{"name": f"{w}.bootstrap.test.migops.io", "admissionReviewVersions": ["v1"],
-                          "sideEffects": "None", "failurePolicy": "Ignore",
-                          "clientConfig": {"service": {"name": "migops-webhook", "namespace": namespace}},
-                          "rules": [{"apiGroups": ["bootstrap.test.migops.io"], "apiVersions": ["v1"],
-                                     "resources": ["widgets"], "operations": ["CREATE"]}]}
-                         for w in ("a", "b")]}
+    return {
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": kind,
+        "metadata": {"name": name},
+        "webhooks": [
+            {
+                "name": f"{w}.bootstrap.test.migops.io",
+                "admissionReviewVersions": ["v1"],
+                "sideEffects": "None",
+                "failurePolicy": "Ignore",
+                "clientConfig": {"service": {"name": "migops-webhook", "namespace": namespace}},
+                "rules": [
+                    {
+                        "apiGroups": ["bootstrap.test.migops.io"],
+                        "apiVersions": ["v1"],
+                        "resources": ["widgets"],
+                        "operations": ["CREATE"],
+                    }
+                ],
+            }
+            for w in ("a", "b")
+        ],
+    }
 
 
 def _create(api: ApiClient, body: dict) -> None:
     admission = k8s.AdmissionregistrationV1Api(api)
-    create = {"ValidatingWebhookConfiguration": admission.create_validating_webhook_configuration,
-              "MutatingWebhookConfiguration": admission.create_mutating_webhook_configuration}[body["kind"]]
+    create = {
+        "ValidatingWebhookConfiguration": admission.create_validating_webhook_configuration,
+        "MutatingWebhookConfiguration": admission.create_mutating_webhook_configuration,
+    }[body["kind"]]
     create(body)
 
 
 def _bundles(api: ApiClient, name: str) -> list[bytes]:
     admission = k8s.AdmissionregistrationV1Api(api)
-    found = [*admission.read_validating_webhook_configuration(name).webhooks,
-             *admission.read_mutating_webhook_configuration(name).webhooks]
+    found = [
+        *admission.read_validating_webhook_configuration(name).webhooks,
+        *admission.read_mutating_webhook_configuration(name).webhooks,
+    ]
     return [base64.b64decode(w.client_config.ca_bundle or "") for w in found]
 
 
@@ -65,8 +86,9 @@ def _settings(namespace: str, configurations: str, wait: float = 5.0) -> bootstr
     return bootstrap.Settings(namespace=namespace, configurations=(configurations,), wait_for_configurations=wait)
 
 
-def test_two_replicas_on_a_fresh_install_agree_on_one_ca(admin: ApiClient, namespace: str, configurations: str,
-                                                         tmp_path: Path) -> None:
+def test_two_replicas_on_a_fresh_install_agree_on_one_ca(
+    admin: ApiClient, namespace: str, configurations: str, tmp_path: Path
+) -> None:
     for kind in ("ValidatingWebhookConfiguration", "MutatingWebhookConfiguration"):
         _create(admin, _configuration(kind, configurations, namespace))
     served: dict[int, Path] = {}
@@ -98,8 +120,9 @@ def test_two_replicas_on_a_fresh_install_agree_on_one_ca(admin: ApiClient, names
         assert set(sans.get_values_for_type(x509.DNSName)) == set(service_dns_names("migops-webhook", namespace))
 
 
-def test_a_later_start_and_the_cronjob_change_nothing(admin: ApiClient, namespace: str, configurations: str,
-                                                      tmp_path: Path) -> None:
+def test_a_later_start_and_the_cronjob_change_nothing(
+    admin: ApiClient, namespace: str, configurations: str, tmp_path: Path
+) -> None:
     for kind in ("ValidatingWebhookConfiguration", "MutatingWebhookConfiguration"):
         _create(admin, _configuration(kind, configurations, namespace))
     bootstrap.ensure(admin, _settings(namespace, configurations), tmp_path / "first")
@@ -107,16 +130,20 @@ def test_a_later_start_and_the_cronjob_change_nothing(admin: ApiClient, namespac
     version = core.read_namespaced_secret("migops-webhook-tls", namespace).metadata.resource_version
     bootstrap.ensure(admin, _settings(namespace, configurations), tmp_path / "second")
     # What the CronJob runs (`migops certs rotate` with its defaults): the same SANs, so nothing is due.
-    result = rotate(SecretStore(admin, namespace, "migops-webhook-tls"),
-                    dns_names=service_dns_names("migops-webhook", namespace), ip_addresses=["127.0.0.1"],
-                    publish=lambda bundle: None)
+    result = rotate(
+        SecretStore(admin, namespace, "migops-webhook-tls"),
+        dns_names=service_dns_names("migops-webhook", namespace),
+        ip_addresses=["127.0.0.1"],
+        publish=lambda bundle: None,
+    )
     assert result.steps == []
     assert core.read_namespaced_secret("migops-webhook-tls", namespace).metadata.resource_version == version
     assert (tmp_path / "first" / "tls.pem").read_bytes() == (tmp_path / "second" / "tls.pem").read_bytes()
 
 
-def test_configurations_created_after_the_pod_started_get_the_bundle(admin: ApiClient, namespace: str,
-                                                                     configurations: str, tmp_path: Path) -> None:
+def test_configurations_created_after_the_pod_started_get_the_bundle(
+    admin: ApiClient, namespace: str, configurations: str, tmp_path: Path
+) -> None:
     def later() -> None:
         time.sleep(2.0)
         for kind in ("ValidatingWebhookConfiguration", "MutatingWebhookConfiguration"):
@@ -132,8 +159,9 @@ def test_configurations_created_after_the_pod_started_get_the_bundle(admin: ApiC
     assert _bundles(admin, configurations) == [ca.cert_pem] * 4
 
 
-def test_a_refused_write_fails_at_once(client_for, kubeconfig_for, namespace: str, configurations: str,
-                                       tmp_path: Path) -> None:
+def test_a_refused_write_fails_at_once(
+    client_for, kubeconfig_for, namespace: str, configurations: str, tmp_path: Path
+) -> None:
     """An identity without the Secret grant: a clear 403, not a retry loop until the probe kills it."""
     nobody = client_for(kubeconfig_for("nobody"))
     began = time.monotonic()

@@ -9,6 +9,7 @@ the reconciler. Tests that disturb pods (a webhook pod deleted, the reconciler r
 the ones that watch them stay Ready. The module's teardown is `kubectl delete -k` of the overlay and
 asserts nothing of it remains.
 """
+
 from __future__ import annotations
 
 import json
@@ -23,11 +24,11 @@ from pathlib import Path
 
 import pytest
 import yaml
+from gitrepo import CONFIG_YAML, GitRepo, nodes_yaml
 from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 from polling import until
 
-from gitrepo import CONFIG_YAML, GitRepo, nodes_yaml
 from migops.local import agents, cluster, deploy, image
 from migops.local.process import find_by_argument
 from migops.mig.catalogue import catalogue
@@ -52,10 +53,17 @@ class Deployed:
     def api(self) -> k8s.ApiClient:
         return self.real_node.admin  # type: ignore[attr-defined]
 
-    def kubectl(self, *args: str, input: str | None = None, check: bool = True,
-                timeout: float = 120) -> subprocess.CompletedProcess[str]:
-        proc = subprocess.run([str(self.real_node.kubectl), f"--kubeconfig={self.real_node.kubeconfig}", *args],  # type: ignore[attr-defined]
-                              input=input, capture_output=True, text=True, timeout=timeout, check=False)
+    def kubectl(
+        self, *args: str, input: str | None = None, check: bool = True, timeout: float = 120
+    ) -> subprocess.CompletedProcess[str]:
+        proc = subprocess.run(
+            [str(self.real_node.kubectl), f"--kubeconfig={self.real_node.kubeconfig}", *args],  # type: ignore[attr-defined]
+            input=input,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+        )
         if check:
             assert proc.returncode == 0, f"kubectl {' '.join(args)}: {proc.stderr}"
         return proc
@@ -70,7 +78,7 @@ def _node(deployed: Deployed) -> k8s.V1Node:
 
 
 @pytest.fixture(scope="module")
-def deployed(real_node, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployed]:  # noqa: ANN001
+def deployed(real_node, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployed]:
     built = image.build()
     real_node.load_image(built.archive)
     api = real_node.admin
@@ -79,16 +87,23 @@ def deployed(real_node, tmp_path_factory: pytest.TempPathFactory) -> Iterator[De
     agents.seed_mig_config(api)
     repo = GitRepo(tmp_path_factory.mktemp("deploy") / "repo")
     repo.commit({"config.yaml": CONFIG_YAML, "nodes.yaml": nodes_yaml(default="all-disabled")})
-    seconds = deploy.deploy(api, real_node.kubectl, real_node.kubeconfig, overlay=OVERLAY,
-                            gpus=f"{GPUS}x{GPU}", repo=repo.url, timeout=300)
+    seconds = deploy.deploy(
+        api, real_node.kubectl, real_node.kubeconfig, overlay=OVERLAY, gpus=f"{GPUS}x{GPU}", repo=repo.url, timeout=300
+    )
     print(f"overlay local Available after {seconds:.1f}s")
     result = Deployed(real_node, built, repo, seconds, time.monotonic())
     yield result
     result.kubectl("delete", "-k", str(OVERLAY), "--wait", "--timeout=180s", timeout=240)
-    left = result.kubectl("get", "clusterroles,clusterrolebindings,validatingwebhookconfigurations,"
-                          "mutatingwebhookconfigurations,validatingadmissionpolicies,"
-                          "validatingadmissionpolicybindings,crd", "-l", "app.kubernetes.io/part-of=migops",
-                          "-o", "name").stdout.split()
+    left = result.kubectl(
+        "get",
+        "clusterroles,clusterrolebindings,validatingwebhookconfigurations,"
+        "mutatingwebhookconfigurations,validatingadmissionpolicies,"
+        "validatingadmissionpolicybindings,crd",
+        "-l",
+        "app.kubernetes.io/part-of=migops",
+        "-o",
+        "name",
+    ).stdout.split()
     assert left == [], f"kubectl delete -k left {left}"
     gone = result.kubectl("get", "namespace", NS, check=False)
     assert gone.returncode != 0 and "NotFound" in gone.stderr
@@ -108,8 +123,10 @@ def test_the_image_is_built_from_the_dockerfile_and_loaded(deployed: Deployed) -
     # The builder is gone with nothing left: no dockerd of ours, no mount under the cache.
     assert not find_by_argument(f"--data-root={image.cache_dir() / 'docker' / 'data'}")
     assert str(image.cache_dir()) not in Path("/proc/self/mountinfo").read_text()
-    print(f"image {built.reference}: {built.size / 2**20:.0f} MiB, build {built.build_seconds:.1f}s "
-          f"(base rootfs {built.base_seconds:.1f}s)")
+    print(
+        f"image {built.reference}: {built.size / 2**20:.0f} MiB, build {built.build_seconds:.1f}s "
+        f"(base rootfs {built.base_seconds:.1f}s)"
+    )
 
 
 # ----------------------------------------------------------------------------------------- the pods
@@ -123,9 +140,17 @@ def test_every_pod_is_ready_non_root_read_only_and_stays_ready(deployed: Deploye
         assert container.security_context.read_only_root_filesystem is True
         assert container.image_pull_policy == "Never"
         # What the process really is, inside the container: uid, and / not writable.
-        probe = deployed.kubectl("exec", "-n", NS, pod.metadata.name, "--", "python", "-c",
-                                 "import os\ntry:\n open('/probe','w')\n print(os.getuid(), 'writable')\n"
-                                 "except OSError as e:\n print(os.getuid(), e.strerror)")
+        probe = deployed.kubectl(
+            "exec",
+            "-n",
+            NS,
+            pod.metadata.name,
+            "--",
+            "python",
+            "-c",
+            "import os\ntry:\n open('/probe','w')\n print(os.getuid(), 'writable')\n"
+            "except OSError as e:\n print(os.getuid(), e.strerror)",
+        )
         uid, _, outcome = probe.stdout.strip().partition(" ")
         assert uid == "65532" and outcome == "Read-only file system", (pod.metadata.name, probe.stdout)
     # Ready with no restart, for a minute from the moment every workload was Available.
@@ -143,9 +168,14 @@ def test_every_pod_is_ready_non_root_read_only_and_stays_ready(deployed: Deploye
 
 # ----------------------------------------------------------------------------------------- the webhook
 def _mig_configmap(text: str) -> str:
-    return yaml.safe_dump({"apiVersion": "v1", "kind": "ConfigMap",
-                           "metadata": {"name": "default-mig-parted-config", "namespace": "gpu-operator"},
-                           "data": {"config.yaml": text}})
+    return yaml.safe_dump(
+        {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {"name": "default-mig-parted-config", "namespace": "gpu-operator"},
+            "data": {"config.yaml": text},
+        }
+    )
 
 
 def test_a_bad_mig_configmap_is_denied_through_the_service(deployed: Deployed) -> None:
@@ -154,33 +184,50 @@ def test_a_bad_mig_configmap_is_denied_through_the_service(deployed: Deployed) -
         assert hook.client_config.url is None and hook.client_config.service.name == "migops-webhook"
         assert hook.client_config.ca_bundle, "the webhook published its own CA: no manual step"
     for dry_run in ("--dry-run=server", None):
-        out = deployed.kubectl("apply", "--server-side", "--force-conflicts", *([dry_run] if dry_run else []),
-                               "-f", "-", input=_mig_configmap(BAD_CONFIG), check=False)
+        out = deployed.kubectl(
+            "apply",
+            "--server-side",
+            "--force-conflicts",
+            *([dry_run] if dry_run else []),
+            "-f",
+            "-",
+            input=_mig_configmap(BAD_CONFIG),
+            check=False,
+        )
         assert out.returncode != 0 and "denied the request" in out.stderr and "1g.9gb" in out.stderr, out.stderr
         assert "[unknown-profile]" in out.stderr
-    out = deployed.kubectl("apply", "--server-side", "--force-conflicts", "--dry-run=server", "-f", "-",
-                           input=_mig_configmap(CONFIG_YAML))
+    out = deployed.kubectl(
+        "apply", "--server-side", "--force-conflicts", "--dry-run=server", "-f", "-", input=_mig_configmap(CONFIG_YAML)
+    )
     assert "serverside-applied (server dry run)" in out.stdout
 
 
 # ----------------------------------------------------------------------------------------- GitOps to GPUs
 def _assign(deployed: Deployed, config: str) -> str:
     name = deployed.real_node.name  # type: ignore[attr-defined]
-    return deployed.repo.commit({"nodes.yaml": nodes_yaml(f"  - nodes: [{name}]\n    config: {config}",
-                                                          default="all-disabled")}, f"{name}: {config}")
+    return deployed.repo.commit(
+        {"nodes.yaml": nodes_yaml(f"  - nodes: [{name}]\n    config: {config}", default="all-disabled")},
+        f"{name}: {config}",
+    )
 
 
 def _applied(deployed: Deployed, config: str, resource: str, count: int) -> bool:
     node = _node(deployed)
     labels = node.metadata.labels or {}
-    return labels.get("nvidia.com/mig.config") == config and labels.get("nvidia.com/mig.config.state") == "success" \
+    return (
+        labels.get("nvidia.com/mig.config") == config
+        and labels.get("nvidia.com/mig.config.state") == "success"
         and (node.status.allocatable or {}).get(resource) == str(count)
+    )
 
 
 def test_a_commit_reaches_the_gpus_through_the_pods(deployed: Deployed) -> None:
     _assign(deployed, "all-1g.10gb")
-    until(lambda: _applied(deployed, "all-1g.10gb", "nvidia.com/mig-1g.10gb", 7 * GPUS), 180,
-          "all-1g.10gb applied by the agent pod, allocatable 14 x 1g.10gb")
+    until(
+        lambda: _applied(deployed, "all-1g.10gb", "nvidia.com/mig-1g.10gb", 7 * GPUS),
+        180,
+        "all-1g.10gb applied by the agent pod, allocatable 14 x 1g.10gb",
+    )
     (agent,) = deployed.pods("migops-agent")
     log = deployed.kubectl("logs", "-n", NS, agent.metadata.name).stdout
     assert "all-1g.10gb" in log, log[-2000:]
@@ -198,32 +245,55 @@ def test_a_mig_pod_runs_and_a_reconfiguration_waits_for_it(deployed: Deployed) -
     ns = f"mig-{uuid.uuid4().hex[:6]}"
     core.create_namespace({"metadata": {"name": ns}})
     until(lambda: core.list_namespaced_service_account(ns).items, 30, "default ServiceAccount")
-    script = ("import signal, sys, time\nprint('started', flush=True)\n"
-              "def bye(*_):\n    print('SIGTERM: stopping', flush=True); time.sleep(3); sys.exit(0)\n"
-              "signal.signal(signal.SIGTERM, bye)\nwhile True: time.sleep(1)\n")
+    script = (
+        "import signal, sys, time\nprint('started', flush=True)\n"
+        "def bye(*_):\n    print('SIGTERM: stopping', flush=True); time.sleep(3); sys.exit(0)\n"
+        "signal.signal(signal.SIGTERM, bye)\nwhile True: time.sleep(1)\n"
+    )
     labels = {"app": "mig-client"}
-    spec = {"nodeSelector": {CLIENT_LABEL: "true"}, "terminationGracePeriodSeconds": 20,
-            "securityContext": {"runAsNonRoot": True, "runAsUser": 65532},
-            "containers": [{"name": "main", "image": deployed.built.reference, "imagePullPolicy": "Never",
-                            "command": ["python", "-c", script],
-                            "resources": {"limits": {"nvidia.com/mig-1g.10gb": "1"}},
-                            "securityContext": {"readOnlyRootFilesystem": True, "allowPrivilegeEscalation": False}}]}
+    spec = {
+        "nodeSelector": {CLIENT_LABEL: "true"},
+        "terminationGracePeriodSeconds": 20,
+        "securityContext": {"runAsNonRoot": True, "runAsUser": 65532},
+        "containers": [
+            {
+                "name": "main",
+                "image": deployed.built.reference,
+                "imagePullPolicy": "Never",
+                "command": ["python", "-c", script],
+                "resources": {"limits": {"nvidia.com/mig-1g.10gb": "1"}},
+                "securityContext": {"readOnlyRootFilesystem": True, "allowPrivilegeEscalation": False},
+            }
+        ],
+    }
     try:
-        apps.create_namespaced_daemon_set(ns, {"apiVersion": "apps/v1", "kind": "DaemonSet",
-                                               "metadata": {"name": "mig-client"},
-                                               "spec": {"selector": {"matchLabels": labels},
-                                                        "template": {"metadata": {"labels": labels}, "spec": spec}}})
+        apps.create_namespaced_daemon_set(
+            ns,
+            {
+                "apiVersion": "apps/v1",
+                "kind": "DaemonSet",
+                "metadata": {"name": "mig-client"},
+                "spec": {
+                    "selector": {"matchLabels": labels},
+                    "template": {"metadata": {"labels": labels}, "spec": spec},
+                },
+            },
+        )
 
         def running() -> k8s.V1Pod | None:
             for pod in core.list_namespaced_pod(ns).items:
-                if pod.status.phase == "Running" and pod.spec.node_name == node and \
-                        "started" in deployed.kubectl("logs", "-n", ns, pod.metadata.name, check=False).stdout:
+                if (
+                    pod.status.phase == "Running"
+                    and pod.spec.node_name == node
+                    and "started" in deployed.kubectl("logs", "-n", ns, pod.metadata.name, check=False).stdout
+                ):
                     return pod
             return None
 
         pod = until(running, 120, "the MIG client running on the real node")
         first = pod.metadata.name
         _assign(deployed, "all-3g.40gb")
+
         # The agent pauses the client; the DaemonSet controller deletes its pod (gracefully); the kubelet
         # sends SIGTERM and the container takes 3 s to stop. Nothing is applied meanwhile.
         def terminating() -> bool:
@@ -232,12 +302,17 @@ def test_a_mig_pod_runs_and_a_reconfiguration_waits_for_it(deployed: Deployed) -
             except ApiException as exc:
                 assert exc.status != 404, "the pod vanished without being seen terminating"
                 raise
-            return p.metadata.deletion_timestamp is not None and \
-                "SIGTERM" in deployed.kubectl("logs", "-n", ns, first, check=False).stdout
+            return (
+                p.metadata.deletion_timestamp is not None
+                and "SIGTERM" in deployed.kubectl("logs", "-n", ns, first, check=False).stdout
+            )
+
         until(terminating, 120, "the client pod terminating after SIGTERM")
         labels_now = _node(deployed).metadata.labels
-        assert labels_now.get("nvidia.com/mig.config.state") != "success" or \
-            labels_now.get("nvidia.com/mig.config") != "all-3g.40gb"
+        assert (
+            labels_now.get("nvidia.com/mig.config.state") != "success"
+            or labels_now.get("nvidia.com/mig.config") != "all-3g.40gb"
+        )
         assert labels_now.get(CLIENT_LABEL) != "true", "the agent paused the client"
         assert _node(deployed).status.allocatable.get("nvidia.com/mig-3g.40gb") in (None, "0")
 
@@ -247,6 +322,7 @@ def test_a_mig_pod_runs_and_a_reconfiguration_waits_for_it(deployed: Deployed) -
                 return False
             except ApiException as exc:
                 return exc.status == 404
+
         until(gone, 60, "the client pod gone (no --force)")
         until(lambda: _applied(deployed, "all-3g.40gb", "nvidia.com/mig-3g.40gb", 2 * GPUS), 180, "all-3g.40gb")
         until(lambda: _node(deployed).metadata.labels.get(CLIENT_LABEL) == "true", 60, "the client resumed")
@@ -258,17 +334,21 @@ def test_a_mig_pod_runs_and_a_reconfiguration_waits_for_it(deployed: Deployed) -
 # ----------------------------------------------------------------------------------------- disruptions
 def test_deleting_a_webhook_pod_drops_no_admission_request(deployed: Deployed) -> None:
     core = k8s.CoreV1Api(deployed.api)
-    body = {"apiVersion": "v1", "kind": "ConfigMap",
-            "metadata": {"name": "default-mig-parted-config", "namespace": "gpu-operator"},
-            "data": {"config.yaml": CONFIG_YAML + "# a changed comment: the webhook is asked\n"}}
+    body = {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": "default-mig-parted-config", "namespace": "gpu-operator"},
+        "data": {"config.yaml": CONFIG_YAML + "# a changed comment: the webhook is asked\n"},
+    }
     results: list[str] = []
     stop = threading.Event()
 
     def load() -> None:
         while not stop.is_set():
             try:  # reaches the webhook (the MIG ConfigMap's content), writes nothing
-                core.replace_namespaced_config_map("default-mig-parted-config", "gpu-operator", body, dry_run="All",
-                                                   _request_timeout=15)
+                core.replace_namespaced_config_map(
+                    "default-mig-parted-config", "gpu-operator", body, dry_run="All", _request_timeout=15
+                )
                 results.append("ok")
             except ApiException as exc:
                 results.append(f"{exc.status}: {exc.body[:300] if exc.body else exc.reason}")
@@ -280,9 +360,13 @@ def test_deleting_a_webhook_pod_drops_no_admission_request(deployed: Deployed) -
         time.sleep(2)
         victim = deployed.pods("migops-webhook")[0].metadata.name
         deployed.kubectl("delete", "pod", "-n", NS, victim, "--wait=true", timeout=120)
-        until(lambda: not deploy.unavailable(deployed.api, [{"kind": "Deployment",
-                                                             "metadata": {"name": "migops-webhook"}}]),
-              120, "two webhook replicas again")
+        until(
+            lambda: (
+                not deploy.unavailable(deployed.api, [{"kind": "Deployment", "metadata": {"name": "migops-webhook"}}])
+            ),
+            120,
+            "two webhook replicas again",
+        )
         time.sleep(2)
     finally:
         stop.set()
@@ -305,14 +389,16 @@ def test_restarting_the_reconciler_hands_leadership_over(deployed: Deployed) -> 
     assert any(before.startswith(p) for p in old_pods), (before, old_pods)
     deployed.kubectl("rollout", "restart", "deployment/migops-reconciler", "-n", NS)
     deployed.kubectl("rollout", "status", "deployment/migops-reconciler", "-n", NS, "--timeout=180s", timeout=200)
-    new_pods = {p.metadata.name for p in deployed.pods("migops-reconciler")
-                if p.metadata.deletion_timestamp is None}
+    new_pods = {p.metadata.name for p in deployed.pods("migops-reconciler") if p.metadata.deletion_timestamp is None}
     assert not new_pods & old_pods
     until(lambda: any(holder().startswith(p) for p in new_pods), 120, "a new pod holding the lease")
     # The new leader reconciles: a commit made now reaches the node.
     _assign(deployed, "all-1g.10gb")
-    until(lambda: _applied(deployed, "all-1g.10gb", "nvidia.com/mig-1g.10gb", 7 * GPUS), 180,
-          "a commit after the hand-over applied")
+    until(
+        lambda: _applied(deployed, "all-1g.10gb", "nvidia.com/mig-1g.10gb", 7 * GPUS),
+        180,
+        "a commit after the hand-over applied",
+    )
 
 
 def test_the_agent_pod_has_its_own_identity_and_only_its_node(deployed: Deployed) -> None:
@@ -345,7 +431,9 @@ print(json.dumps(out))
         assert seen["extra"]["authentication.kubernetes.io/node-name"] == [deployed.real_node.name]  # type: ignore[attr-defined]
         assert seen["extra"]["authentication.kubernetes.io/pod-name"] == [agent.metadata.name]
         assert seen[deployed.real_node.name] == "allowed"  # type: ignore[attr-defined]
-        assert seen[other].startswith(("403", "422")) and f"only its own node {deployed.real_node.name}" in seen[other], seen  # type: ignore[attr-defined]
+        assert (
+            seen[other].startswith(("403", "422")) and f"only its own node {deployed.real_node.name}" in seen[other]
+        ), seen  # type: ignore[attr-defined]
     finally:
         core.delete_node(other)
         core.patch_node(deployed.real_node.name, {"metadata": {"labels": {"nvidia.com/e2e-probe": None}}})  # type: ignore[attr-defined]
