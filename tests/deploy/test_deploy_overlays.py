@@ -256,11 +256,16 @@ def _https(port: int, ca: bytes, path: str, body: dict | None = None) -> tuple[i
         return 0, b""
 
 
-def _published_bundle(api: ApiClient) -> bytes:
+def _bundles(api: ApiClient) -> set[str]:
+    """The distinct caBundles of every webhook of both configurations."""
     admission = k8s.AdmissionregistrationV1Api(api)
-    bundles = {hook.client_config.ca_bundle or "" for hook in
-               [*admission.read_validating_webhook_configuration("migops-webhook").webhooks,
-                *admission.read_mutating_webhook_configuration("migops-webhook").webhooks]}
+    return {hook.client_config.ca_bundle or "" for hook in
+            [*admission.read_validating_webhook_configuration("migops-webhook").webhooks,
+             *admission.read_mutating_webhook_configuration("migops-webhook").webhooks]}
+
+
+def _published_bundle(api: ApiClient) -> bytes:
+    bundles = _bundles(api)
     assert len(bundles) == 1, "every webhook of both configurations carries the same caBundle"
     return base64.b64decode(bundles.pop())
 
@@ -289,7 +294,8 @@ def test_a_fresh_install_needs_no_certificate_step(installed: Installed, image: 
     proc = Proc([*container_argv(webhook, image.dockerfile), "--bind", f"127.0.0.1:{port}"],
                 {**image.env, **env}, image.workdir, tmp_path / "webhook.log")
     try:
-        until(lambda: _published_bundle(installed.api) != b"" or proc.popen.poll() is not None, 60, "caBundle")
+        # Both configurations written (one apply each: a moment apart).
+        until(lambda: "" not in _bundles(installed.api) or proc.popen.poll() is not None, 60, "caBundle")
         bundle = _published_bundle(installed.api)
         until(lambda: _https(port, bundle, "/readyz")[0] == 200 or proc.popen.poll() is not None, 90, "webhook ready")
         assert proc.popen.poll() is None, (tmp_path / "webhook.log").read_text()[-3000:]

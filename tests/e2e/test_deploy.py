@@ -419,7 +419,7 @@ out = {{"user": review.status.user_info.username, "extra": review.status.user_in
 core = client.CoreV1Api(api)
 for name in ({deployed.real_node.name!r}, {other!r}):
     try:
-        core.patch_node(name, {{"metadata": {{"labels": {{"nvidia.com/e2e-probe": "x"}}}}}})
+        core.patch_node(name, {{"metadata": {{"labels": {{"nvidia.com/gpu.deploy.nvsm": "false"}}}}}})
         out[name] = "allowed"
     except ApiException as exc:
         out[name] = f"{{exc.status}} {{json.loads(exc.body)['message']}}"
@@ -436,4 +436,4 @@ print(json.dumps(out))
         ), seen  # type: ignore[attr-defined]
     finally:
         core.delete_node(other)
-        core.patch_node(deployed.real_node.name, {"metadata": {"labels": {"nvidia.com/e2e-probe": None}}})  # type: ignore[attr-defined]
+        core.patch_node(deployed.real_node.name, {"metadata": {"labels": {"nvidia.com/gpu.deploy.nvsm": None}}})  # type: ignore[attr-defined]
