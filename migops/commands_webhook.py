@@ -24,6 +24,9 @@ def register(sub: argparse._SubParsersAction) -> None:  # noqa: SLF001
     w.add_argument("--workers", type=int, default=1, metavar="N", help="worker processes (default 1)")
     w.add_argument("--threads", type=int, default=16, metavar="N", help="threads per worker (default 16: at least the connections the API server keeps open)")
     w.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"))
+    w.add_argument("--reconciler-user", action="append", default=None, metavar="USER",
+                   help="the reconciler's identity (repeatable): the only one allowed to change nvidia.com/mig.config "
+                   "on a node a MigSync manages (default system:serviceaccount:migops-system:migops-reconciler)")
     w.set_defaults(func=cmd_webhook)
 
     c = sub.add_parser("certs", help="the webhook's CA and serving certificate",
@@ -68,7 +71,7 @@ def cmd_webhook(args: argparse.Namespace) -> int:
                                       port=args.port, workers=args.workers, threads=args.threads,
                                       log_level=args.log_level)
     try:
-        server.serve(options, server.app_from_kubeconfig(args.kubeconfig))
+        server.serve(options, server.app_from_kubeconfig(args.kubeconfig, args.reconciler_user or ()))
     except FileNotFoundError as exc:
         raise UsageError(str(exc)) from None
     return EXIT_OK

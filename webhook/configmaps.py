@@ -20,7 +20,7 @@ from migops.mig.spec import MigPartedConfig
 from migops.webhook import checks
 from migops.webhook.admission import ALLOW, Request, Verdict, allow, deny, labels, merge_warnings
 from migops.webhook.findings import Finding, Warning_, node_names, split
-from migops.webhook.state import NodeView, Snapshot
+from migops.webhook.state import Snapshot
 
 
 def in_scope(req: Request, snap: Snapshot) -> tuple[bool, bool]:
@@ -122,15 +122,16 @@ def validate(req: Request, snap: Snapshot) -> Verdict:
     catalogue = checks.on_catalogue(config, names)
     for name in names:
         used_by = users.get(name, ())
-        _on_nodes(config, name, used_by, snap, findings, warnings)
+        if used_by:
+            _on_nodes(config, name, snap, findings, warnings)
         report = catalogue[name]
         if not used_by:
             errors, warns = split(report.problems)
             findings += errors
             warnings += warns
         if report.valid and report.fits:
-            fit = {g.device_id for g in report.fits}
-            cannot = [n for n in snap.gpu_nodes if n.config != name and not n.model_ids <= fit]
+            fit = frozenset(g.device_id for g in report.fits)
+            cannot = snap.not_served(fit, name)
             if cannot:
                 fits = ", ".join(dict.fromkeys(g.name for g in report.fits[:2])) + (" ..." if len(report.fits) > 2 else "")
                 warnings.append(("fits-some-gpus", key_path("mig-configs", name),
@@ -140,14 +141,12 @@ def validate(req: Request, snap: Snapshot) -> Verdict:
     return allow(merge_warnings(warnings))
 
 
-def _on_nodes(config: MigPartedConfig, name: str, nodes: tuple[NodeView, ...], snap: Snapshot,
+def _on_nodes(config: MigPartedConfig, name: str, snap: Snapshot,
               findings: list[Finding], warnings: list[Warning_]) -> None:
-    """Node mode: the config on each distinct set of GPUs among the nodes that select it."""
-    groups: dict[tuple, list[NodeView]] = {}
-    for node in nodes:
-        groups.setdefault((tuple(g.device_id for g in node.gpus), node.exact), []).append(node)
+    """Node mode: the config on each distinct set of GPUs among the nodes that select it (the state
+    keeps the nodes grouped so: a review never walks them)."""
     strategy = snap.strategy if snap.strategy in ("none", "single", "mixed") else None
-    for (ids, exact), members in groups.items():
+    for ids, exact, members in snap.groups(name):
         first = members[0]
         context = f"on {node_names(members)}: {first.describe()}"
         if not ids:
@@ -168,9 +167,9 @@ def _on_nodes(config: MigPartedConfig, name: str, nodes: tuple[NodeView, ...], s
 
 
 def _delete(subject: str, snap: Snapshot) -> Verdict:
-    users = [n for n in snap.nodes if n.config]
+    users = snap.configured()
     if not users:
         return ALLOW
-    configs = ", ".join(sorted({n.config for n in users if n.config})[:5])
+    configs = ", ".join(sorted(snap.users)[:5])
     return deny(subject, [("config-in-use", f"{node_names(users)} select configs from it ({MIG_CONFIG_LABEL}: {configs}); "
                            "mig-manager would have nothing to apply: relabel them first")], code=403, reason="Forbidden")

@@ -1,6 +1,7 @@
 """Turning the MIG core's Problems into the lines of a denial or a warning, and naming nodes briefly."""
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterable, Sequence
 
 from migops.mig.problems import Problem
@@ -27,6 +28,8 @@ def split(problems: Iterable[Problem], context: str = "") -> tuple[list[Finding]
 
 
 def node_names(nodes: Sequence[NodeView], limit: int = 5) -> str:
-    names = [n.name for n in nodes]
-    shown = ", ".join(names[:limit]) + (f" and {len(names) - limit} more" if len(names) > limit else "")
-    return f"node{'s' if len(names) != 1 else ''} {shown}"
+    """The first `limit` names and how many more: reads only those of a lazy state.NodeSample."""
+    count = len(nodes)
+    names = [n.name for n in itertools.islice(nodes, limit)]
+    shown = ", ".join(names) + (f" and {count - limit} more" if count > limit else "")
+    return f"node{'s' if count != 1 else ''} {shown}"

@@ -1,37 +1,112 @@
 """Rules for a Node whose nvidia.com/mig.config label is set or changed.
 
 The webhook configuration's matchConditions send only those writes here (kubelets and mig-manager
-write Nodes constantly). The name must exist in the MIG ConfigMap in force, and that config must be
-placeable on this node's GPUs under the cluster's MIG strategy (so under `single`, one MIG device
-type). Removing the label is always allowed: mig-manager then leaves the GPUs as they are.
+write Nodes constantly), and those that change the migops.io/managed-by annotation; through the Node
+and its `status` subresource alike (a status write can carry labels too).
+
+- On a node a MigSync manages (migops.io/managed-by, set by the reconciler) and not labelled
+  migops.io/unmanaged=true, git is the only writer of nvidia.com/mig.config: a change by anyone but
+  the reconciler's identity is denied, naming the MigSync, its repo and the file to change, and so is
+  anyone else's change of the annotation itself (which would otherwise take the node out in one step).
+- The name must exist in the MIG ConfigMap in force, and that config must be placeable on this
+  node's GPUs under the cluster's MIG strategy (so under `single`, one MIG device type). Removing the
+  label is allowed: mig-manager then leaves the GPUs as they are.
+
+A verdict reads no other node: it is cached under the settings, the config in force and the MigSync
+named, so a rollout across thousands of nodes is answered from the same few verdicts.
 """
 from __future__ import annotations
 
 import difflib
 
-from migops.kube.names import DEVICE_ID_LABEL, GPU_COUNT_LABEL, GPU_PRODUCT_LABEL, GPUS_ANNOTATION, MIG_CONFIG_LABEL
+from migops.gitops.repo import NODES_FILE
+from migops.kube.names import (
+    DEVICE_ID_LABEL, GPU_COUNT_LABEL, GPU_PRODUCT_LABEL, GPUS_ANNOTATION, MANAGED_BY_ANNOTATION, MIG_CONFIG_LABEL,
+    UNMANAGED_LABEL,
+)
 from migops.mig.problems import MigError, key_path
 from migops.webhook import checks
-from migops.webhook.admission import ALLOW, Request, Verdict, allow, deny, labels, merge_warnings
+from migops.webhook.admission import ALLOW, Request, Verdict, allow, annotations, deny, labels, merge_warnings
 from migops.webhook.findings import Finding, Warning_, split
 from migops.webhook.state import Snapshot, node_view
 
 _GPU_KEYS = (GPU_PRODUCT_LABEL, GPU_COUNT_LABEL, DEVICE_ID_LABEL)
 
 
+def _bounded(value: object) -> object:
+    """A value for a cache key: short ones as they are, long ones (an annotation) by digest."""
+    return checks.digest(value) if isinstance(value, str) and len(value) > 128 else value
+
+
 def cache_key(req: Request) -> tuple:
+    """What the verdict depends on in the request. Every part is bounded: label values by
+    admission.check_object (63 characters), the GPUs annotation by digest."""
     new, old = labels(req.object), labels(req.old_object)
-    annotations = ((req.object or {}).get("metadata") or {}).get("annotations") or {}
     return (req.name, req.operation, new.get(MIG_CONFIG_LABEL), old.get(MIG_CONFIG_LABEL),
-            tuple(new.get(k) for k in _GPU_KEYS), annotations.get(GPUS_ANNOTATION) if isinstance(annotations, dict) else None)
+            tuple(new.get(k) for k in _GPU_KEYS), _bounded(annotations(req.object).get(GPUS_ANNOTATION)),
+            _ownership_key(req))
+
+
+def _ownership_key(req: Request) -> tuple:
+    return (req.username, _bounded(annotations(req.object).get(MANAGED_BY_ANNOTATION)),
+            _bounded(annotations(req.old_object).get(MANAGED_BY_ANNOTATION)), labels(req.object).get(UNMANAGED_LABEL))
+
+
+def reads(req: Request, snap: Snapshot) -> tuple:
+    """What the verdict reads of the cluster state: the settings and the config in force, the MigSync
+    the node names and who the reconciler is. No other node."""
+    owner = _owner(req)
+    return snap.mig.key, snap.migsync(owner) if owner else None, snap.reconciler_users
+
+
+def _owner(req: Request) -> str | None:
+    """The MigSync (namespace/name) managing the node before this write (after it, on CREATE)."""
+    obj = req.old_object if req.operation == "UPDATE" else req.object
+    found = annotations(obj).get(MANAGED_BY_ANNOTATION)
+    return found or None
+
+
+def ownership(req: Request, snap: Snapshot) -> tuple[list[Finding], list[Warning_]]:
+    """Git owns nvidia.com/mig.config of a managed node: only the reconciler changes it (or the
+    managed-by annotation), unless the write labels the node migops.io/unmanaged=true."""
+    if req.username in snap.reconciler_users or labels(req.object).get(UNMANAGED_LABEL) == "true":
+        return [], []
+    new_value, old_value = labels(req.object).get(MIG_CONFIG_LABEL), labels(req.old_object).get(MIG_CONFIG_LABEL)
+    new_owner = annotations(req.object).get(MANAGED_BY_ANNOTATION)
+    old_owner = annotations(req.old_object).get(MANAGED_BY_ANNOTATION) if req.operation == "UPDATE" else new_owner
+    findings: list[Finding] = []
+    warnings: list[Warning_] = []
+    who = req.username or "this user"
+    out = (f"to take the node out of management, label it {UNMANAGED_LABEL}=true (the reconciler then leaves it "
+           "alone and anyone may set its labels)")
+    if req.operation == "UPDATE" and new_owner != old_owner:
+        findings.append(("managed-by", f"metadata.annotations.\"{MANAGED_BY_ANNOTATION}\": written by the reconciler "
+                         f"only, not by {who}; {out}"))
+    owner = old_owner
+    if owner and new_value != old_value:
+        sync = snap.migsync(owner)
+        if sync is None:
+            warnings.append(("managed-by-unknown", f"metadata.annotations.\"{MANAGED_BY_ANNOTATION}\"",
+                             f"names MigSync {owner}, which does not exist; the change is not git's to refuse"))
+        else:
+            where = f"{sync.path}/{NODES_FILE}" if sync.path else NODES_FILE
+            ref = f" (ref {sync.ref})" if sync.ref else ""
+            findings.append(("git-owned", f"metadata.labels.\"{MIG_CONFIG_LABEL}\": this node is managed by MigSync "
+                             f"{owner}: git is the only writer of its MIG config; change {where} in {sync.url}{ref} "
+                             f"and let the reconciler apply it (not {who}); {out}"))
+    return findings, warnings
 
 
 def validate(req: Request, snap: Snapshot) -> Verdict:
     if req.operation not in ("CREATE", "UPDATE"):
         return ALLOW
     value = labels(req.object).get(MIG_CONFIG_LABEL)
+    owned, owned_warnings = ownership(req, snap)
+    if owned:
+        return deny(f"Node {req.name}: {MIG_CONFIG_LABEL}={value}" if value is not None else f"Node {req.name}",
+                    owned, code=403, reason="Forbidden", warnings=merge_warnings(owned_warnings))
     if value is None or value == labels(req.old_object).get(MIG_CONFIG_LABEL):
-        return ALLOW  # removed or unchanged
+        return allow(merge_warnings(owned_warnings))  # removed or unchanged
     subject = f"Node {req.name}: {MIG_CONFIG_LABEL}={value}"
     where = f"metadata.labels.\"{MIG_CONFIG_LABEL}\""
     if not isinstance(value, str):
@@ -52,7 +127,7 @@ def validate(req: Request, snap: Snapshot) -> Verdict:
         return deny(subject, [("config-not-found", f"{where}: no config {value!r} in {snap.configmap_name} "
                                f"(has: {shown}){hint}")])
     node = node_view(req.object or {})
-    warnings: list[Warning_] = []
+    warnings: list[Warning_] = list(owned_warnings)
     findings: list[Finding] = []
     strategy = snap.strategy if snap.strategy in ("none", "single", "mixed") else None
     if not node.gpus:

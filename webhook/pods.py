@@ -101,7 +101,7 @@ def products(resource: str, snap: Snapshot) -> list[str]:
     """Product label values of nodes that can serve `resource` under `single`: the models in the
     cluster that have the profile, else every known model that has it."""
     profile, models = mig_resources()[resource]
-    present = [m for m in models if any(m in n.models for n in snap.gpu_nodes)]
+    present = [m for m in models if m in snap.models_present]
     return list(dict.fromkeys(_product(m, profile) for m in (present or models)))
 
 
@@ -128,7 +128,7 @@ def validate(req: Request, snap: Snapshot) -> Verdict:
                                  f"label the namespace {TRANSLATE_LABEL}=single to have it rewritten)"))
     elif not findings:
         for res in wanted:
-            if not any(res in n.offers for n in snap.nodes):
+            if res not in snap.offered:
                 warnings.append(("not-offered", res, "no node offers it now; the Pod stays Pending until one does"))
     subject = f"Pod {req.namespace}/{req.name or '(generated name)'}"
     if findings:

@@ -17,7 +17,7 @@ from migops.mig.validate import STRATEGIES
 from migops.webhook import checks
 from migops.webhook.admission import ALLOW, Request, Verdict, allow, deny
 from migops.webhook.findings import Finding, node_names
-from migops.webhook.state import NodeView, Snapshot
+from migops.webhook.state import NodeSample, NodeView, Snapshot
 
 _IMAGE_FIELDS = ("repository", "image", "version")
 
@@ -69,16 +69,21 @@ def _switch(strategy: str, snap: Snapshot) -> list[Finding]:
     config = snap.active_config
     if config is None or isinstance(config, MigError):
         return []
-    broken: dict[str, list[NodeView]] = {}
-    reasons: dict[str, str] = {}
-    for node in snap.nodes:
-        if not node.config or not node.exact or not node.gpus or node.config not in config.names():
+    broken: dict[str, list[tuple[NodeView, ...]]] = {}
+    reasons: dict[str, tuple[str, str]] = {}  # config -> (first broken node's name, its reason)
+    names = set(config.names())
+    for name in snap.users:
+        if name not in names:
             continue
-        report = checks.on_node(config, node.config, node.gpus, strategy)  # type: ignore[arg-type]
-        mismatch = [p for p in report.problems if p.rule == "strategy-mismatch" and p.severity == "error"]
-        if mismatch:
-            broken.setdefault(node.config, []).append(node)
-            reasons.setdefault(node.config, mismatch[0].message)
-    return [("strategy-mismatch", f"spec.mig.strategy: {strategy} would break {node_names(nodes)} "
-             f"(nvidia.com/mig.config={name}: {reasons[name]}); relabel them first")
-            for name, nodes in sorted(broken.items())]
+        for ids, exact, members in snap.groups(name):  # the nodes judged alike, checked once
+            if not exact or not ids:
+                continue
+            report = checks.on_node(config, name, members[0].gpus, strategy)  # type: ignore[arg-type]
+            mismatch = [p for p in report.problems if p.rule == "strategy-mismatch" and p.severity == "error"]
+            if mismatch:
+                broken.setdefault(name, []).append(members)
+                if name not in reasons or members[0].name < reasons[name][0]:
+                    reasons[name] = (members[0].name, mismatch[0].message)
+    return [("strategy-mismatch", f"spec.mig.strategy: {strategy} would break {node_names(NodeSample(groups))} "
+             f"(nvidia.com/mig.config={name}: {reasons[name][1]}); relabel them first")
+            for name, groups in sorted(broken.items())]

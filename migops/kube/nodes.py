@@ -13,6 +13,7 @@ from typing import Any
 
 from migops.kube.names import DEVICE_ID_LABEL, GPU_COUNT_LABEL, GPU_PRODUCT_LABEL, GPUS_ANNOTATION
 from migops.mig.catalogue import Catalogue, GpuModel, UnknownGpuError, catalogue
+from migops.mig.validate import MAX_GPUS_PER_NODE
 
 
 @dataclass(frozen=True)
@@ -30,7 +31,10 @@ def node_gpus(node: Mapping[str, Any], cat: Catalogue | None = None) -> NodeGpus
     annotations = meta.get("annotations") or {}
     listed = annotations.get(GPUS_ANNOTATION)
     if listed:
-        return NodeGpus(tuple(cat.resolve(d) for d in listed.split(",")), True)
+        ids = listed.split(",", MAX_GPUS_PER_NODE)  # bounded before any work: a label is not a list of thousands
+        if len(ids) > MAX_GPUS_PER_NODE:
+            raise UnknownGpuError(f"{GPUS_ANNOTATION}: more than the {MAX_GPUS_PER_NODE} GPUs any known node has")
+        return NodeGpus(tuple(cat.resolve(d) for d in ids), True)
     product = labels.get(GPU_PRODUCT_LABEL, "")
     single_mig = "-MIG-" in product
     name = labels.get(DEVICE_ID_LABEL) or (product.split("-MIG-")[0] if product else None)
@@ -40,6 +44,8 @@ def node_gpus(node: Mapping[str, Any], cat: Catalogue | None = None) -> NodeGpus
     count = labels.get(GPU_COUNT_LABEL, "")
     if single_mig or not count.isdigit() or int(count) < 1:
         return NodeGpus((model,), False)
+    if len(count) > 3 or int(count) > MAX_GPUS_PER_NODE:  # a count of 10**9 must not become a tuple of 10**9
+        raise UnknownGpuError(f"{GPU_COUNT_LABEL}={count[:20]}: more than the {MAX_GPUS_PER_NODE} GPUs any known node has")
     return NodeGpus((model,) * int(count), True)
 
 
