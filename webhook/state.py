@@ -669,8 +669,11 @@ class ClusterState:
             self._mig = MigView(self._mig.settings, None)
         if old is not None:
             threading.Thread(target=old.stop, name="informer-stop", daemon=True).start()
-        self.configmap.start()
+        self._start_informer(self.configmap)
         log.info("watching MIG ConfigMap %s/%s", namespace, name)
+
+    def _start_informer(self, informer: Informer) -> None:
+        informer.start()
 
 
 def _content(cm: Mapping[str, Any] | None) -> object:
