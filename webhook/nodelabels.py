@@ -86,8 +86,8 @@ def ownership(req: Request, snap: Snapshot) -> tuple[list[Finding], list[Warning
     if owner and new_value != old_value:
         sync = snap.migsync(owner)
         if sync is None:
-            warnings.append(("managed-by-unknown", f"metadata.annotations.\"{MANAGED_BY_ANNOTATION}\"",
-                             f"names MigSync {owner}, which does not exist; the change is not git's to refuse"))
+            warnings.append(("managed-by-unknown", MANAGED_BY_ANNOTATION,
+                             f"MigSync {owner} does not exist; not git-owned"))
         else:
             where = f"{sync.path}/{NODES_FILE}" if sync.path else NODES_FILE
             ref = f" (ref {sync.ref})" if sync.ref else ""
