@@ -165,11 +165,11 @@ def check_object(obj: dict[str, Any], where: str) -> list[tuple[str, str]]:
         total = 0
         for key, value in values.items():
             if not isinstance(value, str):
-                raise BadReview(f"{where}.metadata.{field_name}[{_short(key)}]: must be a string, "
+                raise BadReview(f"{where}.metadata.{field_name}[{_key(key)}]: must be a string, "
                                 f"not {type(value).__name__}")
             total += len(key) + len(value)
             if field_name == "labels" and (len(key) > MAX_LABEL_KEY or len(value) > MAX_LABEL_VALUE):
-                found.append(("object-limits", f"{where}.metadata.labels[{_short(key)}]: a label's value is at most "
+                found.append(("object-limits", f"{where}.metadata.labels[{_key(key)}]: a label's value is at most "
                               f"{MAX_LABEL_VALUE} characters and its key {MAX_LABEL_KEY}"))
         if field_name == "annotations" and total > MAX_ANNOTATIONS:
             found.append(("object-limits", f"{where}.metadata.annotations: more than {MAX_ANNOTATIONS} bytes in all"))
@@ -177,6 +177,12 @@ def check_object(obj: dict[str, Any], where: str) -> list[tuple[str, str]]:
     if managed is not None and not isinstance(managed, list):
         raise BadReview(f"{where}.metadata.managedFields: must be a list")
     return found
+
+
+def _key(key: str) -> str:
+    """A map key as the field path shows it: "nvidia.com/mig.config", at most 60 characters."""
+    text = json.dumps(key)
+    return text if len(text) <= 60 else text[:56] + '..."'
 
 
 def _short(value: object) -> str:

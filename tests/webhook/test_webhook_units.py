@@ -181,3 +181,19 @@ def test_several_workers_count_in_the_shared_directory(tmp_path) -> None:
     out = subprocess.run([sys.executable, "-c", code, str(tmp_path)], capture_output=True, text=True, check=True)
     assert 'migops_webhook_requests_total{endpoint="validate",kind="ConfigMap",result="allowed"} 1.0' in out.stdout
     assert list(tmp_path.glob("migops-webhook-metrics-*/counter_*.db"))
+
+
+def test_bad_request_lines_are_rate_limited(caplog) -> None:
+    import logging
+
+    from migops.webhook.ratelog import RateLimitedLog
+
+    now = [0.0]
+    limited = RateLimitedLog(logging.getLogger("ratelog-test"), per_interval=3, interval=10.0, clock=lambda: now[0])
+    with caplog.at_level(logging.WARNING, logger="ratelog-test"):
+        for i in range(1000):
+            limited.warning("bad request %d", i)
+        assert [r.getMessage() for r in caplog.records] == ["bad request 0", "bad request 1", "bad request 2"]
+        now[0] = 10.0
+        limited.warning("bad request %d", 1000)
+    assert caplog.records[-1].getMessage() == "bad request 1000 (997 similar lines dropped)"
