@@ -133,7 +133,7 @@ def create_app(state: State, *, cache_bytes: int = CACHE_BYTES) -> Flask:
             return Response(verdict.body(req.uid), 200, mimetype=JSON)
         finally:
             metrics.child(metrics.REQUESTS, endpoint, kind, result).inc()
-            metrics.child(metrics.LATENCY, endpoint).observe(time.perf_counter() - started)
+            metrics.child(metrics.LATENCY, endpoint, kind).observe(time.perf_counter() - started)
 
     @app.post("/validate")
     def validate() -> Response:
