@@ -28,8 +28,8 @@ errors = RateLimitedLog(log, per_interval=5, interval=10.0)
 
 MAX_BODY = 8 << 20  # an AdmissionReview holds object and oldObject, each up to etcd's 1.5 MiB
 # Verdicts are weighed by their bytes (message, warnings, patch) plus their key's (digests and values
-# of at most Kubernetes' limits: admission.check_object): 8 MiB of them whatever the requests hold.
-CACHE_BYTES = 8 << 20
+# of at most Kubernetes' limits: admission.check_object): 4 MiB of them whatever the requests hold.
+CACHE_BYTES = 4 << 20
 _KEY_WEIGHT = 1024
 SYNC_WAIT = 2.0  # a review that arrives before the caches are synced waits at most this long
 JSON = "application/json"

@@ -56,7 +56,7 @@ def _text_key(obj: Mapping[str, Any] | None) -> str:
     text = data.get(CONFIGMAP_KEY) if isinstance(data, dict) else None
     if isinstance(text, str):
         return checks.digest(text)
-    return "none:" + (",".join(sorted(map(str, data)))[:1000] if isinstance(data, dict) else type(data).__name__)
+    return "none:" + (checks.digest(",".join(sorted(map(str, data)))) if isinstance(data, dict) else type(data).__name__)
 
 
 def cache_key(req: Request) -> tuple:

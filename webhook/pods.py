@@ -25,6 +25,7 @@ from migops.mig.gfd import advertise, resource_name
 from migops.mig.profile import compute_subprofile_allowed, parse_profile
 from migops.mig.validate import GpuResult
 from migops.webhook.admission import ALLOW, Request, Verdict, allow, deny, escape_pointer, merge_warnings
+from migops.webhook.checks import digest
 from migops.webhook.findings import Finding, Warning_
 from migops.webhook.state import MIG_RESOURCE_PREFIX, Snapshot
 
@@ -87,8 +88,9 @@ def requested(pod: Mapping[str, Any]) -> dict[str, str]:
 def cache_key(req: Request) -> tuple:
     pod = req.object or {}
     spec = pod.get("spec") if isinstance(pod.get("spec"), dict) else {}
-    return (req.operation, repr([(k, i, c.get("resources")) for k, i, c in _containers(pod)])[:8000],
-            repr(spec.get("nodeSelector")), repr(spec.get("affinity"))[:4000])
+    # Digests: bounded keys (a review may hold megabytes there), and no two pods that differ share one.
+    return (req.operation, digest(repr([(k, i, c.get("resources")) for k, i, c in _containers(pod)])),
+            digest(repr(spec.get("nodeSelector"))), digest(repr(spec.get("affinity"))))
 
 
 def _product(model: GpuModel, profile: str) -> str:

@@ -38,8 +38,9 @@ def strategy_of(obj: Mapping[str, Any] | None) -> object:
 
 def cache_key(req: Request) -> tuple:
     new, old = _spec(req.object), _spec(req.old_object)
-    return (req.name, req.operation, repr(_part(new, "mig")), repr(_part(new, "migManager"))[:4000],
-            repr(_part(old, "mig")))
+    # Digests: bounded keys whatever the spec holds, and no two specs that differ share one.
+    return (req.name, req.operation, checks.digest(repr(_part(new, "mig"))), checks.digest(repr(_part(new, "migManager"))),
+            checks.digest(repr(_part(old, "mig"))))
 
 
 def validate(req: Request, snap: Snapshot) -> Verdict:

@@ -74,6 +74,9 @@ def app_from_kubeconfig(kubeconfig: str | None, reconciler_users: Sequence[str] 
         from migops.webhook.pods import mig_resources
         from migops.webhook.state import DEFAULT_RECONCILER_USER, ClusterState
 
+        from migops.webhook.memory import bound_malloc
+
+        bound_malloc()  # before the informers and the first review allocate
         logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
         state = ClusterState(api_client(kubeconfig),
                              reconciler_users=reconciler_users or (DEFAULT_RECONCILER_USER,)).start()
