@@ -3,12 +3,14 @@
 The hot path is short on purpose: read the body, decode it (orjson), check the envelope, look the
 verdict up by (what the rule reads of the object, cluster-state version), answer with the verdict's
 response bytes, serialised once per verdict; no logging, metric children looked up once. Only a miss
-runs the rules, and the rules never call the API server: they read the informers' Snapshot. dryRun
+runs the rules, and the rules read the informers' Snapshot, never the API server (one exception: a
+ClusterPolicy switching to another MIG ConfigMap reads that ConfigMap, uncached; policies.py). dryRun
 is never read, so a server-side dry-run gets exactly the answer the real request will get.
 """
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Callable
 from typing import Any, Protocol
@@ -83,16 +85,47 @@ class State(Protocol):
     def errors(self) -> dict[str, str]: ...
 
 
-def create_app(state: State, *, cache_bytes: int = CACHE_BYTES) -> Flask:
+def create_app(state: State, *, cache_bytes: int = CACHE_BYTES,
+               read_configmap: policies.ReadConfigMap | None = None) -> Flask:
+    """The app over `state`; `read_configmap` is how a ClusterPolicy switching to another MIG ConfigMap
+    gets that ConfigMap (webhook/policies.py; without it such a switch is denied as uncheckable). It is
+    read before the state's lock is taken, so a slow API server holds up no other review."""
     app = Flask("migops.webhook")
     app.config["MAX_CONTENT_LENGTH"] = MAX_BODY
     verdicts: LRU[tuple, Verdict] = LRU(cache_bytes)
+    policy_key, policy_rule, policy_reads = RULES["validate"][("nvidia.com", "ClusterPolicy")]
+    prefetched = threading.local()
+
+    def read_prefetched(namespace: str, name: str) -> Any:
+        found = getattr(prefetched, "value", None)
+        if found is None or found[0] != (namespace, name):
+            raise RuntimeError("the switch target was not read before the review")  # denied as unreadable
+        if isinstance(found[1], Exception):
+            raise found[1]
+        return found[1]
+
+    bound = {**RULES, "validate": {**RULES["validate"], ("nvidia.com", "ClusterPolicy"): (
+        policy_key, lambda req, snap: policy_rule(req, snap, read_prefetched if read_configmap else None),
+        policy_reads)}}  # type: ignore[call-arg]
+
+    def prefetch(req: Request) -> None:
+        """A ClusterPolicy naming another MIG ConfigMap than the one in force: read it now, unlocked."""
+        prefetched.value = None
+        if read_configmap is None or (req.group, req.kind) != ("nvidia.com", "ClusterPolicy"):
+            return
+        target = policies.target_of(req.object)
+        if req.operation not in ("CREATE", "UPDATE") or target == state.snapshot().settings.configmap:
+            return
+        try:
+            prefetched.value = (target, read_configmap(*target))
+        except Exception as exc:  # noqa: BLE001 - the rule turns it into a denial that says why
+            prefetched.value = (target, exc)
     app.extensions["migops.verdicts"] = verdicts
 
     def review(endpoint: str) -> Response:
         started = time.perf_counter()
         kind, result = "-", "error"
-        rules = RULES[endpoint]
+        rules = bound[endpoint]
         try:
             try:
                 req = parse_review(decode(_read_body()))
@@ -117,6 +150,7 @@ def create_app(state: State, *, cache_bytes: int = CACHE_BYTES) -> Flask:
                                      req.refusal[0][1])
                 verdict = deny(f"{req.kind} {req.name or '(no name)'}", list(req.refusal))
             else:
+                prefetch(req)
                 with state.lock:
                     snap = state.snapshot()
                     key = (endpoint, req.kind, rule[0](req), rule[2](req, snap))

@@ -1,10 +1,10 @@
 """Turning the MIG core's Problems into the lines of a denial or a warning, and naming nodes briefly."""
 from __future__ import annotations
 
-import itertools
 from collections.abc import Iterable, Sequence
 
 from migops.mig.problems import Problem
+from migops.mig.text import listed
 from migops.webhook.state import NodeView
 
 Finding = tuple[str, str]  # (rule, text): one line of a denial
@@ -28,8 +28,6 @@ def split(problems: Iterable[Problem], context: str = "") -> tuple[list[Finding]
 
 
 def node_names(nodes: Sequence[NodeView], limit: int = 5) -> str:
-    """The first `limit` names and how many more: reads only those of a lazy state.NodeSample."""
+    """The first `limit` names and how many there are: reads only those of a lazy state.NodeSample."""
     count = len(nodes)
-    names = [n.name for n in itertools.islice(nodes, limit)]
-    shown = ", ".join(names) + (f" and {count - limit} more" if count > limit else "")
-    return f"node{'s' if count != 1 else ''} {shown}"
+    return f"node{'s' if count != 1 else ''} {listed((n.name for n in nodes), limit, total=count)}"

@@ -71,17 +71,17 @@ def app_from_kubeconfig(kubeconfig: str | None, reconciler_users: Sequence[str] 
     def load() -> Any:
         from migops.kube.client import api_client
         from migops.webhook.app import create_app
-        from migops.webhook.pods import mig_resources
+        from migops.mig.gfd import mig_resources
         from migops.webhook.state import DEFAULT_RECONCILER_USER, ClusterState
 
         from migops.webhook.memory import bound_malloc
 
         bound_malloc()  # before the informers and the first review allocate
         logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-        state = ClusterState(api_client(kubeconfig),
-                             reconciler_users=reconciler_users or (DEFAULT_RECONCILER_USER,)).start()
+        api = api_client(kubeconfig)
+        state = ClusterState(api, reconciler_users=reconciler_users or (DEFAULT_RECONCILER_USER,)).start()
         mig_resources()  # build the catalogue's tables now, not in the first review
-        app = create_app(state)
+        app = create_app(state, read_configmap=configmap_reader(api))
         # Everything loaded so far (the Kubernetes client's models, Flask, the catalogue: ~75,000
         # objects) lives as long as the worker; a full collection walking it took ~36 ms, a pause
         # any review could hit. Frozen, collections walk only what reviews allocate.
@@ -90,6 +90,28 @@ def app_from_kubeconfig(kubeconfig: str | None, reconciler_users: Sequence[str] 
         return app
 
     return load
+
+
+READ_TIMEOUT = 5.0  # seconds for the one GET a ClusterPolicy switch costs (the API server waits 10 s for us)
+
+
+def configmap_reader(api: Any) -> Callable[[str, str], dict[str, Any] | None]:
+    """A ConfigMap by (namespace, name) as a plain object, None when it does not exist: what a
+    ClusterPolicy switching to another MIG ConfigMap is judged on (webhook/policies.py)."""
+    from kubernetes import client as k8s
+
+    core = k8s.CoreV1Api(api)
+
+    def read(namespace: str, name: str) -> dict[str, Any] | None:
+        try:
+            obj = core.read_namespaced_config_map(name, namespace, _request_timeout=READ_TIMEOUT)
+        except k8s.exceptions.ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise
+        return api.sanitize_for_serialization(obj)
+
+    return read
 
 
 def serve(options: dict[str, Any], load: Callable[[], Any]) -> None:
