@@ -33,7 +33,7 @@ from migops.mig.gfd import single_product
 from migops.mig.sources import read_file
 from migops.webhook import configmaps, nodelabels
 from migops.webhook.admission import Request
-from migops.webhook.state import Snapshot, node_view
+from migops.webhook.state import MigView, Placement, Snapshot, node_view
 
 HERE = Path(__file__).resolve().parent
 CONFORMANCE = HERE.parent / "mig" / "conformance"
@@ -95,13 +95,15 @@ def _denial(verdict: Any) -> Answer:
 # ------------------------------------------------------------------------------------------ deciders
 def webhook_node(case: Case) -> Answer:
     """A Node's nvidia.com/mig.config set to the config, the ConfigMap in force holding the text."""
-    snap = Snapshot(1, MigSettings(strategy=case.strategy), [node_view(case.node(False))], _configmap(case.text))
+    snap = Snapshot(MigView(MigSettings(strategy=case.strategy), _configmap(case.text)),
+                    Placement([node_view(case.node(False))]))
     return _denial(nodelabels.validate(_request("Node", case.node(True), case.node(False)), snap))
 
 
 def webhook_configmap(case: Case) -> Answer:
     """The ConfigMap in force written with the text while the node selects the config."""
-    snap = Snapshot(1, MigSettings(strategy=case.strategy), [node_view(case.node(True))], _configmap(case.text))
+    snap = Snapshot(MigView(MigSettings(strategy=case.strategy), _configmap(case.text)),
+                    Placement([node_view(case.node(True))]))
     cm = _configmap(case.text)
     return _denial(configmaps.validate(_request("ConfigMap", cm, _configmap(case.text), CM_NS), snap))
 

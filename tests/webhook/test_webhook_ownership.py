@@ -48,6 +48,11 @@ def reconciler_api(plane, api) -> Iterator[k8s.ApiClient]:
     assert core.read_namespace(NS)
     with plane.api_client(kubeconfig) as client:
         yield client
+    # The package's plane is shared: leave nothing the manifests test creates itself.
+    rbac = k8s.RbacAuthorizationV1Api(api)
+    rbac.delete_cluster_role_binding("test-reconciler-nodes")
+    rbac.delete_cluster_role("test-reconciler-nodes")
+    core.delete_namespaced_service_account("migops-reconciler", NS)
 
 
 @pytest.fixture(scope="module")
@@ -60,6 +65,7 @@ def migsync(api) -> Iterator[None]:
         "spec": {"url": URL, "path": "clusters/prod", "ref": "main"}})
     yield
     custom.delete_namespaced_custom_object("migops.io", "v1alpha1", NS, "migsyncs", SYNC)
+    k8s.ApiextensionsV1Api(api).delete_custom_resource_definition("migsyncs.migops.io")
 
 
 @pytest.fixture
