@@ -178,6 +178,7 @@ def sequential(api: k8s.ApiClient, hook_: Webhook, names: list[str], bundle: byt
             ssa.apply(api, validating, field_manager="bench", force=True)
         time.sleep(3.0)  # the API server picks a changed configuration up within a second or two
 
+    sent: list[float] = []
     times: dict[str, list[float]] = {"config": [], "scratch": [], "config, do-nothing webhook": [],
                                      "scratch, do-nothing webhook": []}
     for _ in range(3):
@@ -186,13 +187,17 @@ def sequential(api: k8s.ApiClient, hook_: Webhook, names: list[str], bundle: byt
             suffix = "" if kind == "migops" else ", do-nothing webhook"
             timed_writes(core, sample[:10], scratch_body)  # warm the connections
             times["scratch" + suffix] += timed_writes(core, sample, scratch_body)
+            reviews = hook_.histogram()[1]
             times["config" + suffix] += timed_writes(core, sample, config_body)
             current["config"] += 1
+            if kind == "migops":
+                sent.append((hook_.histogram()[1] - reviews) / len(sample))
     registration("migops")
     med = {k: statistics.median(v) for k, v in times.items()}
     return {
         "config write ms (median)": med["config"], "scratch write ms (median)": med["scratch"],
         "ratio config / scratch": med["config"] / med["scratch"],
+        "webhook Node reviews per config write": statistics.mean(sent),
         "do-nothing webhook: config write ms": med["config, do-nothing webhook"],
         "do-nothing webhook: ratio": med["config, do-nothing webhook"] / med["scratch, do-nothing webhook"],
     }
@@ -229,16 +234,15 @@ def rollout(plane: ControlPlane, api: k8s.ApiClient, hook_: Webhook, tmp: Path, 
         repo.commit({"nodes.yaml": nodes_yaml(every % target)})
         before, n0, s0 = hook_.histogram()
         cache0 = hook_.cache()
+        writes = metric(port, "migops_api_writes_total", resource="nodes", result="ok")
         t0 = time.monotonic()
         hook(port)
-
-        def done() -> bool:
-            labels = {n.metadata.labels.get("nvidia.com/mig.config")
-                      for n in core.list_node(_request_timeout=60).items}
-            return labels == {target}
-
-        wait_for(lambda: done() or (time.sleep(0.5) or False), 1800, "rollout")
+        # The reconciler's own count of node writes (a list of 10,000 Nodes per poll would load the API server).
+        wait_for(lambda: metric(port, "migops_api_writes_total", resource="nodes", result="ok") - writes >= count
+                 or (time.sleep(0.2) or False), 1800, "rollout")
         out["rollout: hook -> every label written s"] = time.monotonic() - t0
+        labels = {n.metadata.labels.get("nvidia.com/mig.config") for n in core.list_node(_request_timeout=120).items}
+        assert labels == {target}, labels
         after, n1, s1 = hook_.histogram()
         cache1 = hook_.cache()
         out["rollout: Node reviews"] = n1 - n0
