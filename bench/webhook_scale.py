@@ -13,7 +13,7 @@ ClusterPolicy (mixed) and a MIG ConfigMap; then `migops webhook` (BENCH_WORKERS,
 2. a reconciler rollout of every node (`migops reconcile`, maxUnavailable 100%, as the local stack runs it
    under its own identity): the time from the push hook until every label is written, and the webhook's
    own time per Node review meanwhile (p50/p99 from its histogram, mean from its sum/count), with its
-   verdict cache hits;
+   verdict cache hits; then the same rollout (back to another config) with no webhook registered;
 3. the webhook worker's peak RSS (VmHWM) at the end.
 
 Usage: .venv/bin/python bench/webhook_scale.py [NODES ...]   (default: 100 1000 10000)
@@ -203,7 +203,8 @@ def sequential(api: k8s.ApiClient, hook_: Webhook, names: list[str], bundle: byt
     }
 
 
-def rollout(plane: ControlPlane, api: k8s.ApiClient, hook_: Webhook, tmp: Path, count: int) -> dict[str, float]:
+def rollout(plane: ControlPlane, api: k8s.ApiClient, hook_: Webhook, tmp: Path, count: int,
+            bundle: bytes) -> dict[str, float]:
     """The local stack's reconciler (its own identity), one commit moving every node to another config."""
     core = k8s.CoreV1Api(api)
     core.create_namespace({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "migops-system"}})
@@ -252,6 +253,17 @@ def rollout(plane: ControlPlane, api: k8s.ApiClient, hook_: Webhook, tmp: Path, 
         hits = cache1.get("hit", 0) - cache0.get("hit", 0)
         misses = cache1.get("miss", 0) - cache0.get("miss", 0)
         out["rollout: verdict cache hits / reviews"] = hits / max(hits + misses, 1)
+        # The same rollout with no webhook registered: what the webhook adds end to end.
+        unregister(api)
+        time.sleep(3.0)
+        repo.commit({"nodes.yaml": nodes_yaml(every % CONFIGS[1])})
+        writes = metric(port, "migops_api_writes_total", resource="nodes", result="ok")
+        t0 = time.monotonic()
+        hook(port)
+        wait_for(lambda: metric(port, "migops_api_writes_total", resource="nodes", result="ok") - writes >= count
+                 or (time.sleep(0.2) or False), 1800, "rollout without the webhook")
+        out["rollout without the webhook s"] = time.monotonic() - t0
+        register(api, hook_.url, bundle, field_manager="bench")
     finally:
         os.killpg(proc.pid, signal.SIGTERM)
         proc.wait(60)
@@ -281,7 +293,7 @@ def run(count: int) -> dict[str, float]:
             register(api, webhook.url, bundle, field_manager="bench")
             time.sleep(2.0)
             out = sequential(api, webhook, names, bundle, f"https://127.0.0.1:{trivial_port}")
-            out.update(rollout(plane, api, webhook, tmp, count))
+            out.update(rollout(plane, api, webhook, tmp, count, bundle))
             out["webhook worker peak RSS MiB"] = max(peak_rss_mib(p) for p in webhook.worker_pids())
         finally:
             unregister(api)

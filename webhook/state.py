@@ -497,16 +497,6 @@ class Snapshot:
     def config_models(self) -> frozenset[str]:
         return self.placement.config_models
 
-    @property
-    def nodes(self) -> tuple[NodeView, ...]:
-        """Every node in name order: O(nodes), for tools and tests; no rule reads it."""
-        return tuple(sorted(self.placement.nodes.values(), key=lambda n: n.name))
-
-    @property
-    def gpu_nodes(self) -> tuple[NodeView, ...]:
-        """Nodes with known GPUs in name order: O(nodes), for tools and tests; no rule reads it."""
-        return tuple(n for n in self.nodes if n.gpus)
-
     def migsync(self, key: str) -> MigSyncRef | None:
         """The MigSync `namespace/name`, None when there is none (or no MigSync CRD)."""
         return self.migsyncs.get(key)
