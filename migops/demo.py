@@ -491,7 +491,8 @@ Left running (KEEP=1). Explore:
   migops status --nodes                       # the reconciler's view (MigSync migops-system/migops)
   kubectl get pods -n {WORKLOADS} -o wide
   git -C {repo} log --oneline                 # edit, commit: the reconciler polls every 5s
-  kubectl label node gpu-node-3 {MIG_CONFIG_LABEL}=all-balanced --overwrite   # the reconciler reverts it
+  kubectl label node gpu-node-3 {MIG_CONFIG_LABEL}=all-balanced --overwrite   # denied: git owns it (the webhook)
+  kubectl label node gpu-node-3 migops.io/unmanaged=true   # out of management: then anyone may set it
   migops sim show --node gpu-node-2           # the simulated GPUs as they are
   migops sim destroy-gi --node gpu-node-2 --gpu 1 --start 4   # by hand (nvidia-smi mig -dgi): the agent repairs it
   kubectl get events --field-selector involvedObject.name=gpu-node-2   # MigDriftDetected, MigDriftRepaired
