@@ -105,33 +105,41 @@ def validate(req: Request, snap: Snapshot) -> Verdict:
     if req.operation not in ("CREATE", "UPDATE"):
         return ALLOW
     value = labels(req.object).get(MIG_CONFIG_LABEL)
-    owned, owned_warnings = ownership(req, snap)
-    if owned:
-        return deny(f"Node {req.name}: {MIG_CONFIG_LABEL}={value}" if value is not None else f"Node {req.name}",
-                    owned, code=403, reason="Forbidden", warnings=merge_warnings(owned_warnings))
+    subject = f"Node {req.name}: {MIG_CONFIG_LABEL}={value}" if value is not None else f"Node {req.name}"
+    owned, warnings = ownership(req, snap)
+    findings, more = _config(req, snap, value)
+    warnings += more
+    if owned:  # with what else is wrong, so one answer says everything
+        return deny(subject, owned + findings, code=403, reason="Forbidden", warnings=merge_warnings(warnings))
+    if findings:
+        return deny(subject, findings, warnings=merge_warnings(warnings))
+    return allow(merge_warnings(warnings))
+
+
+def _config(req: Request, snap: Snapshot, value: object) -> tuple[list[Finding], list[Warning_]]:
+    """The label's value against the MIG ConfigMap in force and this node's GPUs."""
     if value is None or value == labels(req.old_object).get(MIG_CONFIG_LABEL):
-        return allow(merge_warnings(owned_warnings))  # removed or unchanged
-    subject = f"Node {req.name}: {MIG_CONFIG_LABEL}={value}"
+        return [], []  # removed or unchanged
     where = f"metadata.labels.\"{MIG_CONFIG_LABEL}\""
     if not isinstance(value, str):
-        return deny(subject, [("label-value", f"{where}: must be a string")])
+        return [("label-value", f"{where}: must be a string")], []
     config = snap.active_config
     if config is None:
-        return deny(subject, [("configmap-missing", f"{where}: the MIG ConfigMap {snap.configmap_name} (named by the "
-                               "ClusterPolicy) does not exist or has no config.yaml; mig-manager has nothing to apply")])
+        return [("configmap-missing", f"{where}: the MIG ConfigMap {snap.configmap_name} (named by the "
+                 "ClusterPolicy) does not exist or has no config.yaml; mig-manager has nothing to apply")], []
     if isinstance(config, MigError):
         first = config.problems[0]
-        return deny(subject, [("configmap-invalid", f"{where}: the MIG ConfigMap {snap.configmap_name} is itself "
-                               f"invalid ({first.path}: {first.message})")])
+        return [("configmap-invalid", f"{where}: the MIG ConfigMap {snap.configmap_name} is itself "
+                 f"invalid ({first.path}: {first.message})")], []
     names = config.names()
     if value not in names:
         near = difflib.get_close_matches(value, names, n=1)
         hint = f"; did you mean {near[0]!r}?" if near else ""
         shown = listed(names, 8)
-        return deny(subject, [("config-not-found", f"{where}: no config {value!r} in {snap.configmap_name} "
-                               f"(has: {shown}){hint}")])
+        return [("config-not-found", f"{where}: no config {value!r} in {snap.configmap_name} "
+                 f"(has: {shown}){hint}")], []
     node = node_view(req.object or {})
-    warnings: list[Warning_] = list(owned_warnings)
+    warnings: list[Warning_] = []
     strategy = snap.strategy if snap.strategy in STRATEGIES else None
     if node.gpus:
         verdict = checks.fit(config, value, NodeGpus(node.gpus, node.exact), strategy)  # type: ignore[arg-type]
@@ -142,7 +150,4 @@ def validate(req: Request, snap: Snapshot) -> Verdict:
         verdict = checks.fit(config, value, None, strategy)  # type: ignore[arg-type]
         context = ""
     findings, warns = split(verdict.problems, context)
-    warnings += warns
-    if findings:
-        return deny(subject, findings, warnings=merge_warnings(warnings))
-    return allow(merge_warnings(warnings))
+    return findings, warnings + warns

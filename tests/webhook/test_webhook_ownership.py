@@ -113,6 +113,8 @@ def test_a_hand_edit_of_a_managed_node_is_denied_naming_the_migsync_repo_and_fil
         assert f"{UNMANAGED_LABEL}=true" in out.stderr and "[git-owned]" in out.stderr
     out = kubectl("label", "node", NODE, f"{MIG_CONFIG_LABEL}-")  # removing is a change too
     assert out.returncode == 1 and "[git-owned]" in out.stderr
+    out = kubectl("label", "node", NODE, f"{MIG_CONFIG_LABEL}=no-such-config", "--overwrite")
+    assert "[git-owned]" in out.stderr and "[config-not-found]" in out.stderr, out.stderr  # one answer, all of it
     assert _config(api) == "all-disabled"
 
 
