@@ -99,7 +99,7 @@ def on_model(config: MigPartedConfig, name: str, model: GpuModel, strategy: Stra
     found = _reports.get(key)
     if found is None:
         found = validate_on_model(config, name, model, strategy)
-        _reports.put(key, found)
+        _reports.put(key, found, weight=REPORT_BYTES)
     return found
 
 
