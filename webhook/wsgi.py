@@ -7,4 +7,4 @@ import os
 from migops.webhook.server import app_from_kubeconfig
 
 _users = [u.strip() for u in os.environ.get("MIGOPS_WEBHOOK_RECONCILER_USERS", "").split(",") if u.strip()]
-app = app_from_kubeconfig(os.environ.get("KUBECONFIG"), _users)()
+app = app_from_kubeconfig(os.environ.get("KUBECONFIG"), reconciler_users=_users)()
