@@ -34,6 +34,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 sys.path.insert(0, str(ROOT / "bench"))
 
+import ssl  # noqa: E402
+
+import urllib3  # noqa: E402
 from gitrepo import CONFIG_YAML, GitRepo, nodes_yaml  # noqa: E402
 from kubernetes import client as k8s  # noqa: E402
 
@@ -50,9 +53,6 @@ from migops.mig.catalogue import catalogue  # noqa: E402
 from migops.reconciler.status import install_crd  # noqa: E402
 from migops.webhook.registration import configurations, register, unregister  # noqa: E402
 from reconciler import SECRET, hook, metric, peak_rss_mib, wait_for  # noqa: E402
-
-import urllib3  # noqa: E402
-import ssl  # noqa: E402
 
 MIGOPS = Path(sys.executable).parent / "migops"
 WORKERS = int(os.environ.get("BENCH_WORKERS", "1"))
@@ -148,7 +148,7 @@ def quantile(before: dict[float, float], after: dict[float, float], q: float) ->
     return float("nan")
 
 
-def timed_writes(core: k8s.CoreV1Api, names: list[str], body) -> list[float]:  # noqa: ANN001
+def timed_writes(core: k8s.CoreV1Api, names: list[str], body) -> list[float]:
     times = []
     for i, name in enumerate(names):
         started = time.perf_counter()

@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import cache
 
-from migops.mig.catalogue import Catalogue, GiProfile, GpuModel, catalogue
+from migops.mig.catalogue import Catalogue, GiProfile, GpuModel, UnknownGpuError, catalogue
 from migops.mig.profile import compute_subprofile_allowed, parse_profile
 from migops.mig.validate import MAX_GPUS_PER_NODE, GpuResult, Strategy
 

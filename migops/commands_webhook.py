@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     from migops.certs.rotation import DirectoryStore
 
 
-def register(sub: argparse._SubParsersAction) -> None:  # noqa: SLF001
+def register(sub: argparse._SubParsersAction) -> None:
     w = sub.add_parser("webhook", help="serve the validating + mutating admission webhook (TLS)",
                        description="Serve POST /validate and /mutate (AdmissionReview v1), /healthz, /readyz and "
                        "/metrics with gunicorn (gthread workers, keep-alive) over TLS. Cluster state comes from "
@@ -148,7 +148,7 @@ def cmd_certs_show(args: argparse.Namespace) -> int:
     if m.serving is None:
         print("migops certs: no serving certificate", file=sys.stderr)
         return 1
-    now = dt.datetime.now(dt.timezone.utc)
+    now = dt.datetime.now(dt.UTC)
 
     def line(cert: x509.Certificate) -> str:
         left = cert.not_valid_after_utc - now

@@ -35,8 +35,15 @@ from typing import Any, TypeVar
 from kubernetes import client as k8s
 
 from migops.kube.informer import Informer
-from migops.kube.names import (APPLIED_ANNOTATION, DIGEST_ANNOTATION, DRIFT_ANNOTATION, GPU_PRODUCT_LABEL,
-                               LAYOUT_ANNOTATION, MIG_CONFIG_LABEL, MIG_CONFIG_STATE_LABEL)
+from migops.kube.names import (
+    APPLIED_ANNOTATION,
+    DIGEST_ANNOTATION,
+    DRIFT_ANNOTATION,
+    GPU_PRODUCT_LABEL,
+    LAYOUT_ANNOTATION,
+    MIG_CONFIG_LABEL,
+    MIG_CONFIG_STATE_LABEL,
+)
 from migops.local import agents as local_agents
 from migops.local import reconciler as local_reconciler
 from migops.local import stack, state

@@ -308,10 +308,15 @@ def annotations(obj: Mapping[str, Any] | None) -> dict[str, Any]:
     return found if isinstance(found, dict) else {}
 
 
+def annotations_of(obj: Mapping[str, Any] | None) -> dict[str, Any]:
+    """annotations() under a name that no `from __future__ import annotations` shadows in its importer."""
+    return annotations(obj)
+
+
 def escape_pointer(key: str) -> str:
     """A JSON Pointer segment (RFC 6901): annotation keys hold '/'."""
     return key.replace("~", "~0").replace("/", "~1")
 
 
-__all__ = ["ALLOW", "BadReview", "Request", "Verdict", "allow", "annotations", "decode", "deny", "escape_pointer",
-           "labels", "merge_warnings", "parse_review", "shorten"]
+__all__ = ["ALLOW", "BadReview", "Request", "Verdict", "allow", "annotations", "annotations_of", "check_object",
+           "decode", "deny", "escape_pointer", "labels", "merge_warnings", "parse_review", "shorten"]

@@ -20,8 +20,8 @@ from werkzeug.exceptions import HTTPException, RequestEntityTooLarge
 
 from migops.webhook import annotate, configmaps, metrics, nodelabels, pods, policies
 from migops.webhook.admission import ALLOW, BadReview, Request, Verdict, decode, deny, parse_review, shorten
-from migops.webhook.ratelog import RateLimitedLog
 from migops.webhook.cache import LRU
+from migops.webhook.ratelog import RateLimitedLog
 from migops.webhook.state import Snapshot
 
 log = logging.getLogger(__name__)

@@ -24,7 +24,7 @@ from migops.mig.validate import STRATEGIES
 from migops.webhook import checks
 from migops.webhook.admission import ALLOW, Request, Verdict, allow, deny, labels, merge_warnings
 from migops.webhook.findings import Finding, Warning_, node_names, split
-from migops.webhook.state import Snapshot
+from migops.webhook.state import NodeView, Snapshot
 
 
 def in_scope(req: Request, snap: Snapshot) -> tuple[bool, bool]:

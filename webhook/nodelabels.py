@@ -22,7 +22,12 @@ import difflib
 
 from migops.gitops.repo import NODES_FILE
 from migops.kube.names import (
-    DEVICE_ID_LABEL, GPU_COUNT_LABEL, GPU_PRODUCT_LABEL, GPUS_ANNOTATION, MANAGED_BY_ANNOTATION, MIG_CONFIG_LABEL,
+    DEVICE_ID_LABEL,
+    GPU_COUNT_LABEL,
+    GPU_PRODUCT_LABEL,
+    GPUS_ANNOTATION,
+    MANAGED_BY_ANNOTATION,
+    MIG_CONFIG_LABEL,
     UNMANAGED_LABEL,
 )
 from migops.mig.gfd import NodeGpus
@@ -30,7 +35,7 @@ from migops.mig.problems import MigError
 from migops.mig.text import listed
 from migops.mig.validate import STRATEGIES
 from migops.webhook import checks
-from migops.webhook.admission import ALLOW, Request, Verdict, allow, annotations, deny, labels, merge_warnings
+from migops.webhook.admission import ALLOW, Request, Verdict, allow, annotations_of, deny, labels, merge_warnings
 from migops.webhook.findings import Finding, Warning_, split
 from migops.webhook.state import Snapshot, node_view
 
@@ -47,13 +52,13 @@ def cache_key(req: Request) -> tuple:
     admission.check_object (63 characters), the GPUs annotation by digest."""
     new, old = labels(req.object), labels(req.old_object)
     return (req.name, req.operation, new.get(MIG_CONFIG_LABEL), old.get(MIG_CONFIG_LABEL),
-            tuple(new.get(k) for k in _GPU_KEYS), _bounded(annotations(req.object).get(GPUS_ANNOTATION)),
+            tuple(new.get(k) for k in _GPU_KEYS), _bounded(annotations_of(req.object).get(GPUS_ANNOTATION)),
             _ownership_key(req))
 
 
 def _ownership_key(req: Request) -> tuple:
-    return (req.username, _bounded(annotations(req.object).get(MANAGED_BY_ANNOTATION)),
-            _bounded(annotations(req.old_object).get(MANAGED_BY_ANNOTATION)), labels(req.object).get(UNMANAGED_LABEL))
+    return (req.username, _bounded(annotations_of(req.object).get(MANAGED_BY_ANNOTATION)),
+            _bounded(annotations_of(req.old_object).get(MANAGED_BY_ANNOTATION)), labels(req.object).get(UNMANAGED_LABEL))
 
 
 def reads(req: Request, snap: Snapshot) -> tuple:
@@ -66,7 +71,7 @@ def reads(req: Request, snap: Snapshot) -> tuple:
 def _owner(req: Request) -> str | None:
     """The MigSync (namespace/name) managing the node before this write (after it, on CREATE)."""
     obj = req.old_object if req.operation == "UPDATE" else req.object
-    found = annotations(obj).get(MANAGED_BY_ANNOTATION)
+    found = annotations_of(obj).get(MANAGED_BY_ANNOTATION)
     return found or None
 
 
@@ -76,8 +81,8 @@ def ownership(req: Request, snap: Snapshot) -> tuple[list[Finding], list[Warning
     if req.username in snap.reconciler_users or labels(req.object).get(UNMANAGED_LABEL) == "true":
         return [], []
     new_value, old_value = labels(req.object).get(MIG_CONFIG_LABEL), labels(req.old_object).get(MIG_CONFIG_LABEL)
-    new_owner = annotations(req.object).get(MANAGED_BY_ANNOTATION)
-    old_owner = annotations(req.old_object).get(MANAGED_BY_ANNOTATION) if req.operation == "UPDATE" else new_owner
+    new_owner = annotations_of(req.object).get(MANAGED_BY_ANNOTATION)
+    old_owner = annotations_of(req.old_object).get(MANAGED_BY_ANNOTATION) if req.operation == "UPDATE" else new_owner
     findings: list[Finding] = []
     warnings: list[Warning_] = []
     who = req.username or "this user"

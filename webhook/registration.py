@@ -27,7 +27,11 @@ from kubernetes import client as k8s
 
 from migops.kube import ssa
 from migops.kube.names import (
-    CONFIG_DIGEST_ANNOTATION, MANAGED_BY_ANNOTATION, MIG_CONFIGMAP_LABEL, TRANSLATE_LABEL, WEBHOOK_SKIP_LABEL,
+    CONFIG_DIGEST_ANNOTATION,
+    MANAGED_BY_ANNOTATION,
+    MIG_CONFIGMAP_LABEL,
+    TRANSLATE_LABEL,
+    WEBHOOK_SKIP_LABEL,
 )
 
 NAME = "migops-webhook"

@@ -76,11 +76,10 @@ def app_from_kubeconfig(kubeconfig: str | None, context: str | None = None,
 
     def load() -> Any:
         from migops.kube.client import api_client
-        from migops.webhook.app import create_app
         from migops.mig.gfd import mig_resources
-        from migops.webhook.state import DEFAULT_RECONCILER_USER, ClusterState
-
+        from migops.webhook.app import create_app
         from migops.webhook.memory import bound_malloc
+        from migops.webhook.state import DEFAULT_RECONCILER_USER, ClusterState
 
         bound_malloc()  # before the informers and the first review allocate
         logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")

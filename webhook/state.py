@@ -30,14 +30,21 @@ from kubernetes import client as k8s
 from migops.kube import clusterpolicy
 from migops.kube.informer import Informer, Obj, object_key
 from migops.kube.names import (
-    CONFIGMAP_KEY, DEVICE_ID_LABEL, GPU_COUNT_LABEL, GPU_PRODUCT_LABEL, GPUS_ANNOTATION, MIG_CONFIG_LABEL,
+    CONFIGMAP_KEY,
+    DEVICE_ID_LABEL,
+    GPU_COUNT_LABEL,
+    GPU_PRODUCT_LABEL,
+    GPUS_ANNOTATION,
+    MIG_CONFIG_LABEL,
 )
 from migops.kube.nodes import UnknownGpuError, node_gpus
 from migops.mig import gfd
 from migops.mig.catalogue import GpuModel
 from migops.mig.problems import MigError
 from migops.mig.spec import MigPartedConfig
-from migops.reconciler.status import GROUP as MIGSYNC_GROUP, PLURAL as MIGSYNC_PLURAL, VERSION as MIGSYNC_VERSION
+from migops.reconciler.status import GROUP as MIGSYNC_GROUP
+from migops.reconciler.status import PLURAL as MIGSYNC_PLURAL
+from migops.reconciler.status import VERSION as MIGSYNC_VERSION
 from migops.webhook import checks
 
 log = logging.getLogger(__name__)

@@ -20,7 +20,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from migops.local.ports import free_ports
-from migops.local.process import ProcessRef, spawn, stop as stop_process
+from migops.local.process import ProcessRef, spawn
+from migops.local.process import stop as stop_process
 
 NAMESPACE = "migops-system"
 # Its own identity (a client certificate, in system:masters like the rest of the local stack), not the

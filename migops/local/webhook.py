@@ -13,8 +13,8 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from dataclasses import dataclass
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from kubernetes.client import ApiClient
@@ -24,8 +24,8 @@ from migops.kube.names import LOCAL_MANAGER
 from migops.local.ports import LOOPBACK, free_ports
 from migops.local.process import ProcessRef, is_alive, spawn, stop
 from migops.local.reconciler import LOCAL_RECONCILER_USER
-from migops.webhook.state import DEFAULT_RECONCILER_USER
 from migops.webhook.registration import register
+from migops.webhook.state import DEFAULT_RECONCILER_USER
 
 
 @dataclass(frozen=True)

@@ -25,7 +25,12 @@ from migops.gitops.desired import FitCache, resolve
 from migops.gitops.repo import RepoError, load_repo
 from migops.kube.clusterpolicy import MigSettings
 from migops.kube.names import (
-    CONFIGMAP_KEY, DEVICE_ID_LABEL, GPU_COUNT_LABEL, GPU_PRODUCT_LABEL, GPUS_ANNOTATION, MIG_CONFIG_LABEL,
+    CONFIGMAP_KEY,
+    DEVICE_ID_LABEL,
+    GPU_COUNT_LABEL,
+    GPU_PRODUCT_LABEL,
+    GPUS_ANNOTATION,
+    MIG_CONFIG_LABEL,
 )
 from migops.kube.nodes import node_gpus
 from migops.mig.catalogue import catalogue

@@ -11,7 +11,6 @@ import pytest
 import urllib3
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-
 from webhook_helpers import CM_NAME, CM_NS, DEFAULT_CONFIG, configmap, review
 
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import yaml
 from kubernetes import client as k8s
+from webhook_helpers import ROOT
 
 from migops.webhook.registration import render
-from webhook_helpers import ROOT
 
 BASE = ROOT / "manifests" / "base"
 

@@ -14,12 +14,12 @@ from pathlib import Path
 import pytest
 from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
+from webhook_helpers import MANAGER, eventually
 
 from migops.kube import ssa
 from migops.kube.names import MANAGED_BY_ANNOTATION, MIG_CONFIG_LABEL, UNMANAGED_LABEL
 from migops.local.reconciler import LOCAL_RECONCILER_USER
 from migops.reconciler.status import install_crd
-from webhook_helpers import MANAGER, eventually
 
 pytestmark = pytest.mark.usefixtures("cluster_state")
 

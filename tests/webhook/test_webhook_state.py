@@ -12,16 +12,24 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from kubernetes import client as k8s
+from webhook_helpers import A100, DEFAULT_CONFIG, H100, configmap, review
 
 from migops.kube.informer import Informer, object_key
 from migops.webhook import annotate, configmaps, policies
 from migops.webhook.admission import parse_review
 from migops.webhook.app import create_app
 from migops.webhook.state import (
-    ClusterState, MigView, NodeView, Placement, Snapshot, node_view, trim_configmap, trim_migsync, trim_node,
+    ClusterState,
+    MigView,
+    NodeView,
+    Placement,
+    Snapshot,
+    node_view,
+    trim_configmap,
+    trim_migsync,
+    trim_node,
     trim_policy,
 )
-from webhook_helpers import DEFAULT_CONFIG, H100, A100, configmap, review
 
 UNKNOWN = "0xDEAD10DE"
 NAMES = [f"gpu-node-{i}" for i in range(8)]

@@ -7,12 +7,12 @@ import json
 
 import pytest
 from cryptography import x509
+from webhook_helpers import CM_NS, DEFAULT_CONFIG, configmap, review
 
 from migops.certs.rotation import DirectoryStore, certificates, remaining, rotate
 from migops.webhook import annotate, configmaps, nodelabels, pods, policies
 from migops.webhook.admission import MAX_WARNING, BadReview, merge_warnings, parse_review
 from migops.webhook.state import Snapshot, trim_node
-from webhook_helpers import CM_NS, DEFAULT_CONFIG, configmap, review
 
 H100_NODE = {"metadata": {"name": "n1", "labels": {"migops.io/gpu.device-id": "0x233010DE", "nvidia.com/gpu.count": "8",
                                                    "nvidia.com/mig.config": "all-balanced"}}}
@@ -70,9 +70,9 @@ def test_node_rule_with_unknown_count_checks_the_model() -> None:
 def test_config_reports_are_remembered_per_config_not_per_file() -> None:
     """Editing one config of a file re-validates that one; the others' reports are the remembered
     objects, and every report equals what the MIG core says of the new file afresh."""
+    from migops.mig.catalogue import catalogue
     from migops.mig.spec import parse_config
     from migops.mig.validate import validate_against_catalogue, validate_on_node
-    from migops.mig.catalogue import catalogue
     from migops.webhook import checks
 
     checks.forget()
@@ -153,7 +153,7 @@ def test_rotation_in_a_directory(tmp_path) -> None:
     assert b"PRIVATE KEY" in pem and b"CERTIFICATE" in pem
     assert rotate(store, dns_names=["svc.ns.svc"], ip_addresses=["127.0.0.1"], publish=published.append).steps == []
     # Within the renewal window: a new serving certificate from the same CA, nothing published.
-    later = dt.datetime.now(dt.timezone.utc) + dt.timedelta(days=70)
+    later = dt.datetime.now(dt.UTC) + dt.timedelta(days=70)
     renewed = rotate(store, dns_names=["svc.ns.svc"], ip_addresses=["127.0.0.1"], publish=published.append, now=later)
     assert renewed.steps == ["issued serving certificate"] and len(published) == 1
     assert remaining(store.load().serving.cert_pem) > dt.timedelta(days=80)
