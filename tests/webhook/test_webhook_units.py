@@ -197,3 +197,18 @@ def test_bad_request_lines_are_rate_limited(caplog) -> None:
         now[0] = 10.0
         limited.warning("bad request %d", 1000)
     assert caplog.records[-1].getMessage() == "bad request 1000 (997 similar lines dropped)"
+
+
+def test_gpu_counts_and_lists_beyond_any_node_are_a_problem_not_a_billion_gpus() -> None:
+    from migops.webhook.state import node_view
+
+    huge = {"metadata": {"name": "n", "labels": {"migops.io/gpu.device-id": "0x233010DE",
+                                                 "nvidia.com/gpu.count": "999999999"}}}
+    view = node_view(huge)
+    assert view.gpus == () and "more than the 16 GPUs" in (view.gpu_problem or "")
+    listed = {"metadata": {"name": "n", "annotations": {"migops.io/gpus": ",".join(["0x233010DE"] * 5000)}}}
+    assert "more than the 16 GPUs" in (node_view(listed).gpu_problem or "")
+    labelled = {**huge, "metadata": {**huge["metadata"], "labels": {**huge["metadata"]["labels"],
+                                                                    "nvidia.com/mig.config": "all-balanced"}}}
+    verdict = nodelabels.validate(req(review(labelled, operation="UPDATE", old=huge, kind="Node")), snap())
+    assert verdict.allowed and "geometry not checked" in " ".join(verdict.warnings)
