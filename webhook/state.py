@@ -437,7 +437,8 @@ class Snapshot:
     def build(cls, version: int, nodes: Iterable[Mapping[str, Any]], policies: Iterable[Mapping[str, Any]],
               configmaps: Iterable[Mapping[str, Any]], migsyncs: Iterable[Mapping[str, Any]] = (),
               reconciler_users: Iterable[str] = (DEFAULT_RECONCILER_USER,)) -> Snapshot:
-        """From whole lists of objects (tests, benchmarks and the property tests' full rebuild)."""
+        """From whole lists of objects (tests, benchmarks and the property tests' full rebuild).
+        `version` is not used (versions live in the Placement); kept for the callers' signature."""
         settings = clusterpolicy.settings_from_policies(policies)
         active = None
         for cm in configmaps:
