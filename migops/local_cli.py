@@ -3,7 +3,7 @@
 `up` starts the local stack (migops.local.stack: etcd, kube-apiserver, GPU nodes seeded as a GPU
 Operator cluster, the admission webhook, one simulated agent per node, the reconciler with --repo,
 kube-scheduler), leaves it running detached, and records it under $MIGOPS_HOME/local/. Nodes cycle through the given GPU models: node i gets
-`gpus[i % len(gpus)]`, with `--gpus-per-node` GPUs each.
+`gpus[i % len(gpus)]`, with `--gpus-per-node` GPUs each. `--flux` adds Flux's controllers and a git server.
 """
 from __future__ import annotations
 
@@ -37,6 +37,9 @@ def register(sub: argparse._SubParsersAction) -> None:  # noqa: SLF001 - argpars
                     help=f"GPUs on each node (default {DEFAULT_GPUS_PER_NODE})")
     up.add_argument("--strategy", choices=("none", "single", "mixed"), default=DEFAULT_STRATEGY,
                     help=f"the GPU Operator's MIG strategy (default {DEFAULT_STRATEGY})")
+    up.add_argument("--flux", action="store_true",
+                    help="also run Flux's source-controller and kustomize-controller (built once from their Go "
+                         "modules, hack/flux-binaries.sh) syncing the MIG ConfigMap from a loopback git server")
     reconciler.add_arguments(up)
     up.set_defaults(func=_up)
 
@@ -71,7 +74,8 @@ def _up(args: argparse.Namespace) -> int:
     from migops.local.controlplane import ControlPlaneError
 
     home = _home()
-    options = stack.Options(args.nodes, gpus, args.gpus_per_node, args.strategy, args.repo, args.ref, args.path)
+    options = stack.Options(args.nodes, gpus, args.gpus_per_node, args.strategy, args.repo, args.ref, args.path,
+                            flux=args.flux)
     with state.locked(home):
         current = state.load(home)
         if current is not None and current.running():
@@ -103,6 +107,10 @@ def _up(args: argparse.Namespace) -> int:
     if args.repo:
         print(f"  reconciler: following {args.repo} (log {Path(plane.workdir) / 'logs' / 'reconciler.log'}; "
               "`migops status`)")
+    if plane.flux_git:
+        print(f"  flux:       source-controller + kustomize-controller (processes, users flux-source-controller and "
+              f"flux-kustomize-controller); git clone {plane.flux_git}, edit mig-config/config.yaml, push; "
+              "`kubectl get gitrepository,kustomization -n flux-system`")
     print("  scheduler:  kube-scheduler binds Pods to the nodes by their allocatable resources")
     print(f"  kubeconfig: {plane.kubeconfig}")
     print('  next:       eval "$(migops local env)"; kubectl get nodes --show-labels')
@@ -165,6 +173,8 @@ def _status(args: argparse.Namespace) -> int:
         print(f"  webhook url:    {current.webhook_url}")
     if current.repo:
         print(f"  config repo:    {current.repo}")
+    if current.flux_git:
+        print(f"  flux git:       {current.flux_git}")
     print("  nodes:")
     for line in _node_lines(Path(current.kubeconfig)):
         print(f"    {line}")

@@ -2,7 +2,8 @@
 
 Order: etcd, kube-apiserver, the cluster's seed (GPU nodes, the GPU Operator's ClusterPolicy and MIG
 ConfigMap), the admission webhook (registered before anything else writes MIG objects, so every later
-write passes through it), one simulated agent per node, the GitOps reconciler when a repo is given,
+write passes through it), one simulated agent per node, with --flux a loopback git server and Flux's
+source- and kustomize-controller (migops.local.flux), the GitOps reconciler when a repo is given,
 kube-scheduler. Each process is adopted by the ControlPlane as soon as it starts, so a failure half-way
 stops what already runs (nothing is orphaned), the watchdog covers them while `up` runs, and state.json
 lists them all for `down`, which stops them in reverse order: the clients before the API server.
@@ -16,11 +17,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from migops.local import agents, cluster, reconciler, state, webhook
+from migops.local import agents, cluster, flux, gitserver, reconciler, state, webhook
 from migops.local.binaries import locate
 from migops.local.controlplane import ControlPlane
 from migops.local.controlplane import identifying_arguments as server_arguments
-from migops.local.process import find_by_argument, is_alive, stop
+from migops.local.process import find_by_argument, find_by_environment, is_alive, stop
 from migops.mig.catalogue import GpuModel
 
 Progress = Callable[[str], None]
@@ -37,6 +38,7 @@ class Options:
     ref: str | None = None
     path: str = ""
     interval: str = "10s"  # the reconciler's poll interval
+    flux: bool = False  # also run Flux (source- and kustomize-controller) on a loopback git server
 
 
 @dataclass(frozen=True)
@@ -71,6 +73,9 @@ def up(home: Path, options: Options, progress: Progress = lambda _: None) -> Sta
                 plane.adopt(AGENT_PREFIX + node, popen, ref)
             unready = agents.wait_ready(api, [n.name for n in nodes])
             progress(f"{len(nodes) - len(unready)} of {len(nodes)} simulated agent(s) reporting")
+            flux_git = None
+            if options.flux:
+                flux_git = flux.up(api, plane, progress)
             reconciler_url = None
             if options.repo:
                 rec = reconciler.start(api, plane.workdir, plane.admin_kubeconfig, options.repo, options.ref,
@@ -85,7 +90,7 @@ def up(home: Path, options: Options, progress: Progress = lambda _: None) -> Sta
             workdir=str(plane.workdir), strategy=options.strategy, processes=plane.processes,
             nodes=[state.NodeRecord(n.name, n.gpu.product, n.gpu.device_id, n.gpus) for n in nodes],
             ready_seconds=plane.ready_seconds, webhook_url=hook.url, repo=options.repo,
-            reconciler_url=reconciler_url)
+            reconciler_url=reconciler_url, flux_git=flux_git)
         state.save(home, recorded)
         plane.detach()
     except BaseException:
@@ -106,8 +111,10 @@ def down(home: Path) -> list[int]:
     recorded = state.load(home)
     refs = list(recorded.processes.values())[::-1] if recorded else []
     # Leftovers found by command line, clients first (they talk to the servers).
-    for arg in (*reconciler.identifying_arguments(workdir), *agents.identifying_arguments(workdir),
-                *webhook.identifying_arguments(workdir), *server_arguments(workdir)):
+    refs += [r for r in find_by_environment(flux.WORKDIR_ENV, str(workdir)) if r not in refs]
+    for arg in (*reconciler.identifying_arguments(workdir), *gitserver.identifying_arguments(flux.git_root(workdir)),
+                *agents.identifying_arguments(workdir), *webhook.identifying_arguments(workdir),
+                *server_arguments(workdir)):
         refs += [r for r in find_by_argument(arg) if r not in refs]
     # A half-dead control plane (one server crashed) has nothing to shut down gracefully, and
     # kube-apiserver without its etcd would sit out the whole grace period.

@@ -58,6 +58,7 @@ class LocalState:
     webhook_url: str | None = None
     repo: str | None = None  # the config repo the reconciler follows
     reconciler_url: str | None = None  # its /healthz, /readyz, /metrics and POST /hook
+    flux_git: str | None = None  # with --flux: the git URL Flux's GitRepository follows (push here)
 
     def running(self) -> bool:
         """etcd and kube-apiserver alive (the very processes we started, not recycled pids): the
@@ -84,6 +85,7 @@ class LocalState:
             webhook_url=data.get("webhook_url"),
             repo=data.get("repo"),
             reconciler_url=data.get("reconciler_url"),
+            flux_git=data.get("flux_git"),
         )
 
 
