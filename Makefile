@@ -4,7 +4,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-stamp
 
-.PHONY: demo test venv k8s-binaries bench bench-tools clean
+.PHONY: demo test venv k8s-binaries flux-binaries bench bench-tools clean
 
 venv: $(STAMP)
 
@@ -18,7 +18,11 @@ $(STAMP): pyproject.toml
 k8s-binaries:
 	hack/k8s-binaries.sh >/dev/null
 
-test: venv k8s-binaries
+# Flux's source-controller and kustomize-controller (tests/flux), built once into ~/.cache/migops/flux/.
+flux-binaries:
+	hack/flux-binaries.sh >/dev/null
+
+test: venv k8s-binaries flux-binaries
 	$(PY) -m pytest
 
 demo: venv k8s-binaries

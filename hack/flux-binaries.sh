@@ -9,8 +9,9 @@ here=$(cd "$(dirname "$0")" && pwd)
 . "$here/flux-versions.env"
 S=$SOURCE_CONTROLLER_VERSION
 K=$KUSTOMIZE_CONTROLLER_VERSION
-# The approved toolchain, fetched by the go command only when a module's go line is newer than the local Go.
-export GOTOOLCHAIN="$FLUX_GOTOOLCHAIN+auto"
+# Always the approved toolchain (the go command fetches it once from the module proxy): the same compiler
+# on every machine, whatever Go is installed, and ready for v1.10.x's `go 1.27.0`.
+export GOTOOLCHAIN=$FLUX_GOTOOLCHAIN
 cache=${MIGOPS_FLUX_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/migops/flux}
 out="$cache/source-$S-kustomize-$K"
 log() { echo "flux-binaries: $*" >&2; }
@@ -39,7 +40,7 @@ if command -v flock >/dev/null; then
   if ! flock -n 9; then log "another build is running; waiting for it"; flock 9; fi
   if have_all; then echo "$out"; exit 0; fi
 fi
-log "cold build: fetches $GOTOOLCHAIN and the modules, compiles for a long while on 2 cores (once per cache)"
+log "cold build: fetches $GOTOOLCHAIN and the modules, compiles for ~15 min on 2 cores (once per cache)"
 work=$(mktemp -d); trap 'chmod -R u+w "$work" 2>/dev/null; rm -rf "$work"' EXIT
 export GOFLAGS="-mod=mod -buildvcs=false" CGO_ENABLED=0
 start=$(date +%s)

@@ -109,7 +109,7 @@ def start(binaries: FluxBinaries, workdir: Path, kubeconfig_for: Kubeconfig, *,
     """Start source-controller, then kustomize-controller; return once both serve /readyz. The caller
     adopts them (ControlPlane.adopt) so they are stopped with the stack; on failure both are stopped."""
     base = workdir / "flux"
-    base.mkdir(parents=True, exist_ok=True)
+    (base / "storage").mkdir(parents=True, exist_ok=True)  # source-controller refuses a missing one
     storage, s_metrics, s_health, k_metrics, k_health = free_ports(5)
     common = ["--watch-all-namespaces=false", "--enable-leader-election=false", "--log-level=info",
               "--log-encoding=console"]
