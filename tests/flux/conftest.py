@@ -20,7 +20,8 @@ from gitrepo import run
 from kubernetes import config as kconfig
 from kubernetes.client import ApiClient
 
-from migops.local import flux, state
+from migops.local import flux, gitserver, state
+from migops.local.process import find_by_argument, find_by_environment
 
 MIGOPS = Path(sys.executable).parent / "migops"
 INTERVAL = "2s"
@@ -92,8 +93,12 @@ def flux_local(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FluxLocal]:
         finally:
             api.close()
     finally:
+        workdir = state.local_dir(home)
         down = migops("down", timeout=300)
         assert down.returncode == 0, down.stderr
+        # Nothing of Flux's survives: both controllers (found by their environment) and the git server.
+        assert not find_by_environment(flux.WORKDIR_ENV, str(workdir))
+        assert not find_by_argument(gitserver.identifying_arguments(flux.git_root(workdir))[0])
 
 
 @pytest.fixture

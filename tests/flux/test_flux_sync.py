@@ -253,3 +253,48 @@ def test_flux_owns_the_configmap_and_the_reconciler_the_labels_side_by_side(flux
         assert sha  # the commit both started from
     finally:
         stop(rec.ref, popen=rec.popen)
+
+
+# ------------------------------------------------------------------------------------------- least privilege
+@pytest.mark.parametrize(("user", "verb", "resource", "namespace", "allowed"), [
+    (flux.SOURCE_USER, "list", "gitrepositories.source.toolkit.fluxcd.io", flux.NAMESPACE, True),
+    (flux.SOURCE_USER, "patch", "gitrepositories.source.toolkit.fluxcd.io", flux.NAMESPACE, True),
+    (flux.SOURCE_USER, "list", "gitrepositories.source.toolkit.fluxcd.io", "default", False),
+    (flux.SOURCE_USER, "get", "secrets", flux.NAMESPACE, False),
+    (flux.SOURCE_USER, "get", "configmaps", NAMESPACE, False),
+    (flux.SOURCE_USER, "patch", "kustomizations.kustomize.toolkit.fluxcd.io", flux.NAMESPACE, False),
+    (flux.KUSTOMIZE_USER, "patch", "configmaps", NAMESPACE, True),
+    (flux.KUSTOMIZE_USER, "patch", "nodes", "", True),
+    (flux.KUSTOMIZE_USER, "create", "nodes", "", False),
+    (flux.KUSTOMIZE_USER, "delete", "nodes", "", False),
+    (flux.KUSTOMIZE_USER, "patch", "configmaps", "default", False),
+    (flux.KUSTOMIZE_USER, "get", "secrets", NAMESPACE, False),
+    (flux.KUSTOMIZE_USER, "patch", "gitrepositories.source.toolkit.fluxcd.io", flux.NAMESPACE, False),
+    (flux.KUSTOMIZE_USER, "patch", "migsyncs.migops.io", "migops-system", False),
+])
+def test_each_controller_may_do_only_its_part(flux_local, user: str, verb: str, resource: str, namespace: str,
+                                              allowed: bool) -> None:
+    name, _, group = resource.partition(".")
+    review = k8s.AuthorizationV1Api(flux_local.api).create_subject_access_review({
+        "apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview",
+        "spec": {"user": user, "resourceAttributes": {"verb": verb, "resource": name, "group": group,
+                                                      "namespace": namespace}}})
+    assert review.status.allowed is allowed
+
+
+def test_a_commit_outside_the_granted_scope_is_forbidden_in_flux_status(flux_local, clone, labels_kustomization) -> None:
+    """The repository can only carry what flux-kustomize-controller may apply: anything else is the
+    API server's Forbidden, shown on the Kustomization, and nothing of that commit is applied."""
+    api = flux_local.api
+    node1 = flux_local.state.nodes[0].name
+    good = clone.push({f"{NODES_DIR}/{node1}.yaml": node_manifest(node1, "all-1g.10gb")}, "label")
+    flux.wait_applied(api, labels_kustomization, good)
+    sneaky = ("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: not-mig\n  namespace: default\n"
+              "data:\n  a: b\n")
+    sha = clone.push({f"{NODES_DIR}/extra.yaml": sneaky}, "something else")
+    ready = wait_refused(api, labels_kustomization, sha)
+    assert "forbidden" in ready["message"].lower() and "flux-kustomize-controller" in ready["message"], ready
+    with pytest.raises(k8s.exceptions.ApiException) as err:
+        k8s.CoreV1Api(api).read_namespaced_config_map("not-mig", "default")
+    assert err.value.status == 404
+    clone.push({f"{NODES_DIR}/extra.yaml": None}, "revert")
