@@ -1,6 +1,7 @@
 """The agent's loop: watch this Node, the ClusterPolicy and the MIG ConfigMap; run the flow when the
 node's config (name, content as this node sees it, or MIG strategy) changes; retry a failure with
-exponential backoff, whatever the labels do.
+exponential backoff, whatever the labels do; check an applied config against the GPUs every
+`--drift-interval` and report or repair what changed out of band (agent/drift.py, docs/agent.md).
 
 A change while a run is in progress is seen when it ends (as in mig-manager); a burst of changes
 collapses to the latest. Own writes wake the loop too, and are recognised as nothing new.
@@ -18,14 +19,18 @@ from typing import Any
 from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 
-from migops.agent.backend import Backend
-from migops.agent.flow import Outcome, Reconfigure, Request
-from migops.agent.kube import NodeIO
+from migops.agent.backend import Backend, GpuError
+from migops.agent.drift import Check, DriftOptions, DriftWatch
+from migops.agent.flow import Failure, Outcome, Reconfigure, Request, clip
+from migops.agent.kube import NodeIO, layout_json
+from migops.agent.metrics import AgentMetrics
+from migops.agent.plan import layout_annotation
 from migops.kube import clusterpolicy
 from migops.kube.clusterpolicy import MigSettings, settings_from_policies
 from migops.kube.informer import Informer
-from migops.kube.names import (CONFIGMAP_KEY, MIG_CONFIG_LABEL, MIG_CONFIG_STATE_LABEL, STATE_FAILED,
-                               STATE_REBOOTING, STATE_SUCCESS)
+from migops.kube.names import (APPLIED_ANNOTATION, CONFIGMAP_KEY, DIGEST_ANNOTATION, DRIFT_ANNOTATION,
+                               LAYOUT_ANNOTATION, MIG_CONFIG_LABEL, MIG_CONFIG_STATE_LABEL, REASON_ANNOTATION,
+                               STATE_FAILED, STATE_REBOOTING, STATE_SUCCESS)
 from migops.mig.problems import MigError
 from migops.mig.spec import MigPartedConfig, parse_config
 
@@ -76,8 +81,9 @@ def check_identity(api: k8s.ApiClient, node: str) -> str | None:
 
 class Agent:
     def __init__(self, api: k8s.ApiClient, node: str, backend: Backend, flow: Reconfigure, kube: NodeIO, *,
-                 overrides: Overrides = Overrides(), retry: Retry = Retry(), resync: float = 0.0,
-                 simulated_reboot: Callable[[], None] | None = None) -> None:
+                 overrides: Overrides = Overrides(), retry: Retry = Retry(), drift: DriftOptions = DriftOptions(),
+                 metrics: AgentMetrics | None = None, simulated_reboot: Callable[[], None] | None = None,
+                 crd_recheck: float = 10.0) -> None:
         self.api = api
         self.node_name = node
         self.backend = backend
@@ -85,7 +91,9 @@ class Agent:
         self.kube = kube
         self.overrides = overrides
         self.retry = retry
-        self.resync = resync
+        self.drift = DriftWatch(drift)
+        self.metrics = metrics or AgentMetrics()
+        self.crd_recheck = crd_recheck  # how often an absent ClusterPolicy CRD is looked for again
         self._simulated_reboot = simulated_reboot
         self.stop = flow.stop
         self.wake = threading.Event()
@@ -109,16 +117,12 @@ class Agent:
     def start_watches(self) -> None:
         self.nodes = Informer(self.core.list_node, name=f"node-{self.node_name}", handler=self._wakeup,
                               field_selector=f"metadata.name={self.node_name}").start()
+        # Optional CRD: absent (no GPU Operator yet) counts as no ClusterPolicy, the GPU Operator's defaults
+        # apply, and the informer looks again every `crd_recheck` s, so one installed later is picked up.
         objects = k8s.CustomObjectsApi(self.api)
-        try:
-            objects.list_cluster_custom_object(clusterpolicy.GROUP, clusterpolicy.VERSION, clusterpolicy.PLURAL,
-                                               limit=1)
-            self.policies = Informer(objects.list_cluster_custom_object, clusterpolicy.GROUP, clusterpolicy.VERSION,
-                                     clusterpolicy.PLURAL, name="clusterpolicies", handler=self._wakeup).start()
-        except ApiException as exc:
-            if exc.status != 404:
-                raise
-            log.info("no ClusterPolicy CRD in this cluster: the GPU Operator's defaults apply")
+        self.policies = Informer(objects.list_cluster_custom_object, clusterpolicy.GROUP, clusterpolicy.VERSION,
+                                 clusterpolicy.PLURAL, name="clusterpolicies", handler=self._wakeup, missing_ok=True,
+                                 backoff=(0.2, self.crd_recheck)).start()
         self.kube.start_pod_watch()
 
     def shutdown(self) -> None:
@@ -192,7 +196,7 @@ class Agent:
 
     # ------------------------------------------------------------------------------ the loop
     def step(self, prior_state: str | None = None) -> Outcome | None:
-        """Look once and run the flow if it is due; None when there was nothing to do."""
+        """Look once and run the flow (or a drift check) if it is due; None when there was nothing to do."""
         assert self.nodes is not None
         node = self.nodes.get(self.node_name)
         if node is None:
@@ -201,20 +205,38 @@ class Agent:
         if request is None:
             self.last_key, self.last = None, None
             return None
-        now = time.monotonic()
         key = self.key(request)
-        due = (key != self.last_key or self.last is None
-               or (self.last.state == STATE_FAILED and now >= self.next_retry)
-               or (self.last.state == STATE_SUCCESS and self.resync and now - self.last_run >= self.resync)
-               or prior_state == STATE_REBOOTING)
-        if not due:
-            return None
-        if key != self.last_key:
+        if key != self.last_key or self.last is None:
+            first = self.last is None
             self.failures = 0
-        self.last_run = now
+            self.drift.reset()
+            labels = (node.get("metadata") or {}).get("labels") or {}
+            if (first and self.drift.options.enabled and prior_state != STATE_REBOOTING
+                    and labels.get(MIG_CONFIG_STATE_LABEL) != STATE_REBOOTING and _applied_before(node, request)):
+                # Agent start with this config applied before: what differs now changed out of band.
+                outcome = self._check_drift(request, node, key, at_start=True)
+                if outcome is not None:
+                    return outcome  # else the flow runs: it also restores what a killed agent paused
+            elif DRIFT_ANNOTATION in self.kube.annotations:
+                self.kube.apply(annotations={DRIFT_ANNOTATION: None})  # drift from a config being replaced
+            return self._run_flow(request, node, key)
+        if prior_state == STATE_REBOOTING:
+            return self._run_flow(request, node, key)
+        assert self.last is not None
+        if self.last.state == STATE_FAILED and not self.drift.holding:
+            return self._run_flow(request, node, key) if time.monotonic() >= self.next_retry else None
+        if self.drift.due():
+            return self._check_drift(request, node, key)
+        return None
+
+    def _run_flow(self, request: Request, node: dict[str, Any], key: tuple) -> Outcome:
+        if self.drift.repairing:
+            request = replace(request, repair=True)
+        self.last_run = time.monotonic()
         self.runs += 1
         outcome = self.flow.run(request, node)
         self.last_key, self.last = key, outcome
+        self.drift.holding = False
         if outcome.state == STATE_FAILED:
             self.failures += 1
             delay = self.retry.delay(self.failures)
@@ -224,7 +246,111 @@ class Agent:
         else:
             self.failures = 0
             log.info("MIG config %r: %s", request.name, outcome.state)
+        if request.repair:
+            self.metrics.repairs.labels(outcome.state).inc()
+        if outcome.state == STATE_SUCCESS:
+            self.drift.schedule()
+            self.drift.reported = ""
+            self.metrics.drifted.set(0)
+            if self.drift.repairing:
+                self.drift.repairing = False
+                self.kube.event(node, "MigDriftRepaired", f"the GPUs match MIG config {request.name!r} again: "
+                                f"{outcome.steps} driver calls on GPU {', '.join(map(str, outcome.touched)) or '-'}")
         return outcome
+
+    def _check_drift(self, request: Request, node: dict[str, Any], key: tuple, *,
+                     at_start: bool = False) -> Outcome | None:
+        """Read the GPUs and compare them with the applied config; report, repair or hold. None: nothing
+        to do (no drift, or the same drift still held or reported; at start, no drift)."""
+        try:
+            return self._drift_step(request, node, key, at_start)
+        except ApiException as exc:
+            # Written next time: the drift counts as unreported and the layout as unpublished.
+            log.warning("drift check: could not write the Node: HTTP %s %s", exc.status, exc.reason)
+            self.drift.reported = ""
+            self.kube.annotations.pop(LAYOUT_ANNOTATION, None)
+            return None
+
+    def _drift_step(self, request: Request, node: dict[str, Any], key: tuple, at_start: bool) -> Outcome | None:
+        d, m = self.drift, self.metrics
+        d.schedule()
+        try:
+            check = d.check(self.backend, request, key)
+        except (GpuError, Failure) as exc:
+            log.warning("drift check: %s", exc)
+            return None
+        m.checks.inc()
+        m.check_seconds.observe(check.seconds)
+        m.drifted.set(len(check.drifts))
+        # Labels and allocatable follow the instances that exist, from the moment a difference is seen.
+        layout = {}
+        if _layout(check) != self.kube.annotations.get(LAYOUT_ANNOTATION):
+            layout = self.flow.publish(node, request.strategy, check.models, check.states)
+        if not check.drifts:
+            if at_start:
+                return None
+            if d.reported or d.holding or DRIFT_ANNOTATION in self.kube.annotations:
+                log.info("the GPUs match MIG config %r again", request.name)
+                d.reported, d.holding, d.repairing = "", False, False
+                self.kube.set_state(STATE_SUCCESS, {**layout, DRIFT_ANNOTATION: None, REASON_ANNOTATION: None})
+                self.kube.event(node, "MigDriftResolved", f"the GPUs match MIG config {request.name!r} again "
+                                "(changed back out of band)")
+                self.last_key, self.last = key, Outcome(STATE_SUCCESS)
+                return self.last
+            if layout:
+                self.kube.apply(annotations=layout)
+            return None
+        text = check.text
+        new = text != d.reported
+        if new:
+            d.reported = text
+            for g in check.drifts:
+                m.detected.labels(str(g.index)).inc()
+            log.warning("drift: the GPUs differ from MIG config %r: %s", request.name, text)
+            self.kube.event(node, "MigDriftDetected", f"the GPUs differ from MIG config {request.name!r} (changed "
+                            f"out of band): {text}; " + ("repairing" if d.options.policy == "repair" else
+                                                           "not repaired (--drift=report)"), warning=True)
+        notes = {**layout, DRIFT_ANNOTATION: clip(text)}
+        if d.options.policy == "report":
+            if new or layout or not d.holding:
+                reason = (f"MIG config {request.name!r}: the GPUs differ from the applied config ({text}); "
+                          "not repaired (--drift=report)")
+                self.kube.set_state(STATE_FAILED, {**notes, REASON_ANNOTATION: clip(reason)})
+                if new:
+                    m.repairs.labels("report").inc()
+                d.holding = True
+                self.last_key, self.last = key, Outcome(STATE_FAILED, reason)
+                return self.last
+            return None
+        if d.holding and d.now() < d.held_until:
+            if new or layout:
+                self.kube.apply(annotations=notes)
+            return None
+        if d.repairs_left() <= 0:
+            wait = d.hold()
+            reason = (f"MIG config {request.name!r}: the GPUs were changed out of band again after "
+                      f"{d.options.max_repairs} repairs in the last {d.options.window:g}s ({text}); not repairing "
+                      f"for {wait:.0f}s (drift backoff)")
+            log.warning("%s", reason)
+            self.kube.set_state(STATE_FAILED, {**notes, REASON_ANNOTATION: clip(reason)})
+            self.kube.event(node, "MigDriftRepairHeld", reason, warning=True)
+            m.repairs.labels("held").inc()
+            self.last_key, self.last = key, Outcome(STATE_FAILED, reason)
+            return self.last
+        d.repairs.append(d.now())
+        d.repairing = True
+        self.kube.apply(annotations=notes)
+        return self._run_flow(request, node, key)
+
+    def _idle_timeout(self) -> float:
+        """Until the next retry or drift check (60 s at most: a missed wake-up costs no more)."""
+        if self.last is None:
+            return 60.0
+        if self.last.state == STATE_FAILED and not self.drift.holding:
+            return min(max(self.next_retry - time.monotonic(), 0.0), 60.0)
+        if self.drift.options.enabled:
+            return min(max(self.drift.next_check - time.monotonic(), 0.0), 60.0)
+        return 60.0
 
     def run(self) -> None:
         self.start_watches()
@@ -249,11 +375,17 @@ class Agent:
                     self._simulated_reboot()
                     prior = STATE_REBOOTING  # as a restarted agent reads it from the label
                     continue
-                timeout = None
-                if self.last is not None and self.last.state == STATE_FAILED:
-                    timeout = max(self.next_retry - time.monotonic(), 0.0)
-                elif self.last is not None and self.resync:
-                    timeout = self.resync
-                self.wake.wait(timeout if timeout is not None else 60.0)
+                self.wake.wait(self._idle_timeout())
         finally:
             self.stop_watches()
+
+
+def _layout(check: Check) -> str:
+    return layout_json(layout_annotation(check.models, check.states))
+
+
+def _applied_before(node: dict[str, Any], request: Request) -> bool:
+    """The Node says this very config (name and content) was applied: the GPUs should hold it."""
+    notes = (node.get("metadata") or {}).get("annotations") or {}
+    return (request.digest is not None and notes.get(APPLIED_ANNOTATION) == request.name
+            and notes.get(DIGEST_ANNOTATION) == request.digest)

@@ -28,14 +28,14 @@ from migops.agent.kube import (OPERATOR_VALIDATOR_APP, VALIDATOR_APPS, NodeIO, d
                                deploy_values_restored, layout_json)
 from migops.agent.plan import (Desired, GpuPlan, desired_from_result, gfd_advertisement, layout_annotation, matches,
                                plan_gpu)
-from migops.kube.names import (APPLIED_ANNOTATION, DEVICE_ID_LABEL, DIGEST_ANNOTATION, GPUS_ANNOTATION,
-                               LAYOUT_ANNOTATION, REASON_ANNOTATION, STATE_FAILED, STATE_PENDING, STATE_REBOOTING,
-                               STATE_SUCCESS)
+from migops.kube.names import (APPLIED_ANNOTATION, DEVICE_ID_LABEL, DIGEST_ANNOTATION, DRIFT_ANNOTATION,
+                               GPUS_ANNOTATION, LAYOUT_ANNOTATION, REASON_ANNOTATION, STATE_FAILED, STATE_PENDING,
+                               STATE_REBOOTING, STATE_SUCCESS)
 from migops.mig.catalogue import GpuModel, catalogue
 from migops.mig.devices import DeviceIdSyntaxError, parse_device_id
 from migops.mig.problems import MigError
 from migops.mig.spec import MigPartedConfig
-from migops.mig.validate import validate_on_node
+from migops.mig.fit import NodeGpus, fit
 
 log = logging.getLogger(__name__)
 MAX_REASON = 1000  # annotation values may be long; keep the reason readable
@@ -63,6 +63,7 @@ class Request:
     strategy: str
     clients_namespace: str
     prior_state: str | None  # the state label before this run (the reboot-loop guard reads it)
+    repair: bool = False  # a repair of drift (agent/drift.py): the same flow, told as a repair
 
     @property
     def digest(self) -> str | None:
@@ -95,6 +96,24 @@ class _Run:
     stopped: list[str] = field(default_factory=list)
     touched: set[int] = field(default_factory=set)
     steps: int = 0
+
+
+def desired_on_node(request: Request, models: Sequence[GpuModel]) -> list[Desired]:
+    """Step 1: the config validated on this node's GPUs, as what each GPU should become. Raises Failure."""
+    if request.problem:
+        raise Failure(request.problem)
+    assert request.config is not None
+    try:
+        request.config.select(request.name)
+    except MigError as exc:
+        raise Failure(f"config {request.name!r}: {exc.problems[0].message}") from None
+    # The same question the webhook, the reconciler and `migops validate` ask (migops.mig.fit): this
+    # node's GPUs plus the errors of the text itself, so the agent never applies what they refuse.
+    report = fit(request.config, request.name, NodeGpus(tuple(models), exact=True)).report
+    if not report.valid:
+        errors = "; ".join(str(p) for p in report.errors)
+        raise Failure(f"config {request.name!r} is invalid on this node's GPUs: {errors}")
+    return [desired_from_result(r) for r in report.gpus]
 
 
 def node_models(devices: Sequence[Any]) -> list[GpuModel]:
@@ -147,18 +166,9 @@ class Reconfigure:
         # 1. Validate before touching anything.
         if request.problem:
             raise Failure(request.problem)
-        assert request.config is not None
         devices = self.backend.devices()
         models = node_models(devices)
-        try:
-            request.config.select(request.name)
-        except MigError as exc:
-            raise Failure(f"config {request.name!r}: {exc.problems[0].message}") from None
-        report = validate_on_node(request.config, request.name, models)
-        if not report.valid:
-            errors = "; ".join(str(p) for p in report.errors)
-            raise Failure(f"config {request.name!r} is invalid on this node's GPUs: {errors}")
-        desired = [desired_from_result(r) for r in report.gpus]
+        desired = desired_on_node(request, models)
         states = [self.backend.read(d.index) for d in devices]
         # 2. Already applied: success, nothing paused.
         if all(matches(s, d) for s, d in zip(states, desired)):
@@ -174,7 +184,8 @@ class Reconfigure:
         self._check_busy(plans, "nothing was paused")
         # 3. pending, 4. pause the GPU clients and wait for their pods to go.
         self.kube.set_state(STATE_PENDING)
-        self.kube.event(run.node, "MigConfigPending", f"applying MIG config {request.name!r}: "
+        doing = "repairing drift from" if request.repair else "applying"
+        self.kube.event(run.node, "MigConfigPending", f"{doing} MIG config {request.name!r}: "
                         + "; ".join(_summary(p) for p in plans if p.touches))
         labels = (run.node.get("metadata") or {}).get("labels") or {}
         run.paused = True
@@ -292,11 +303,17 @@ class Reconfigure:
         return problems
 
     def _publish(self, run: _Run, models: Sequence[GpuModel], states: Sequence[GpuState]) -> dict[str, str]:
+        return self.publish(run.node, run.request.strategy, models, states)
+
+    def publish(self, node: dict[str, Any], strategy: str, models: Sequence[GpuModel],
+                states: Sequence[GpuState]) -> dict[str, str]:
+        """GFD labels and resources (simulated GPUs) for the instances that exist now; returns the layout
+        annotations for the caller's next state write."""
         annotations = {LAYOUT_ANNOTATION: layout_json(layout_annotation(models, states)),
                        GPUS_ANNOTATION: ",".join(m.device_id for m in models)}
         if self.options.publish_gfd:
-            ad = gfd_advertisement(models, states, run.request.strategy)  # type: ignore[arg-type]
-            self.kube.publish_gfd(run.node, ad.labels, ad.resources)
+            ad = gfd_advertisement(models, states, strategy)  # type: ignore[arg-type]
+            self.kube.publish_gfd(node, ad.labels, ad.resources)
         else:
             self.kube.apply({DEVICE_ID_LABEL: models[0].device_id} if models else {})
         return annotations
@@ -312,7 +329,7 @@ class Reconfigure:
             return self._fail(run, "applied, but " + "; ".join(problems))
         annotations = self._publish(run, models, states)
         annotations.update({APPLIED_ANNOTATION: run.request.name, DIGEST_ANNOTATION: run.request.digest or "",
-                            REASON_ANNOTATION: None})
+                            REASON_ANNOTATION: None, DRIFT_ANNOTATION: None})
         self.kube.set_state(STATE_SUCCESS, annotations)
         if run.steps or run.paused:
             self.kube.event(run.node, "MigConfigApplied",
@@ -325,7 +342,7 @@ class Reconfigure:
         problems = self._restore(run)
         if problems:
             reason += " (and " + "; ".join(problems) + ")"
-        annotations: dict[str, str | None] = {REASON_ANNOTATION: _clip(reason)}
+        annotations: dict[str, str | None] = {REASON_ANNOTATION: clip(reason)}
         try:
             devices = self.backend.devices()
             models = node_models(devices)
@@ -341,7 +358,7 @@ class Reconfigure:
         return Outcome(STATE_FAILED, reason, run.paused, tuple(sorted(run.touched)), run.steps)
 
 
-def _clip(text: str) -> str:
+def clip(text: str) -> str:
     return text if len(text) <= MAX_REASON else text[: MAX_REASON - 3] + "..."
 
 

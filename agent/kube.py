@@ -22,6 +22,7 @@ from kubernetes.client.exceptions import ApiException
 
 from migops.kube import events, ssa
 from migops.kube.informer import Informer
+from migops.mig.text import listed
 from migops.kube.names import (AGENT_CONTROLLER, AGENT_MANAGER, DEPLOY_LABEL_PREFIX, DEVICE_ID_LABEL,
                                MIG_CONFIG_STATE_LABEL, PAUSED_FOR_MIG_CHANGE)
 
@@ -188,7 +189,7 @@ class NodeIO:
                 return
             remaining = deadline - time.monotonic()
             if remaining <= 0:
-                shown = ", ".join(map(str, left[:5])) + (f" and {len(left) - 5} more" if len(left) > 5 else "")
+                shown = listed(left, 5)
                 raise TimeoutError(f"timed out after {timeout:g}s waiting for GPU client pods to leave the "
                                    f"node: {shown}")
             if stop.is_set():

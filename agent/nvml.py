@@ -6,6 +6,10 @@ are created with `CreateGpuInstanceWithPlacement` at the start the planner chose
 would put them. A GPU reset (to apply a pending MIG mode) has no NVML call; it runs `nvidia-smi -r -i
 <bus IDs>` on the host, as mig-parted does, but only on the GPUs whose mode changes.
 
+Every read (devices, MIG mode, GPU and compute instances, processes: what the flow plans from and
+what the drift check compares) goes through `probe.ReadOnlyNvml`, which refuses any NVML function but
+initialisation and getters; only the six changing methods reach NVML's setters.
+
 `nvml` is the pynvml module or, in tests, a fake with the same functions and ctypes structures.
 """
 from __future__ import annotations
@@ -16,6 +20,7 @@ from typing import Any
 
 from migops.agent.backend import ComputeInstance, Device, GpuError, GpuInstance, GpuState
 from migops.agent.plan import gi_profile
+from migops.agent.probe import ReadOnlyNvml
 from migops.mig.catalogue import GiProfile, GpuModel, catalogue
 
 # NVML_COMPUTE_INSTANCE_PROFILE_<N>_SLICE enum by compute slices.
@@ -59,6 +64,7 @@ class NvmlBackend:
 
     def __init__(self, nvml: Any | None = None, reset: Callable[[Sequence[str]], None] | None = None) -> None:
         self.nvml = nvml or load_pynvml()
+        self.reader = ReadOnlyNvml(self.nvml)  # the only path of every read
         self._reset_command = reset
         self._call("nvmlInit", None, self.nvml.nvmlInit)
         self._devices: list[Device] | None = None
@@ -72,7 +78,7 @@ class NvmlBackend:
             raise GpuError(op, gpu, error_code(self.nvml, exc), str(exc)) from None
 
     def _handle(self, index: int) -> Any:
-        return self._call("nvmlDeviceGetHandleByIndex", index, self.nvml.nvmlDeviceGetHandleByIndex, index)
+        return self._call("nvmlDeviceGetHandleByIndex", index, self.reader.nvmlDeviceGetHandleByIndex, index)
 
     def model(self, index: int) -> GpuModel | None:
         return catalogue().by_device_id(self.devices()[index].device_id)
@@ -80,14 +86,14 @@ class NvmlBackend:
     # ------------------------------------------------------------------ reading
     def devices(self) -> list[Device]:
         if self._devices is None:
-            count = self._call("nvmlDeviceGetCount", None, self.nvml.nvmlDeviceGetCount)
+            count = self._call("nvmlDeviceGetCount", None, self.reader.nvmlDeviceGetCount)
             found = []
             for i in range(count):
                 h = self._handle(i)
-                pci = self._call("nvmlDeviceGetPciInfo", i, self.nvml.nvmlDeviceGetPciInfo, h)
-                uuid = _text(self._call("nvmlDeviceGetUUID", i, self.nvml.nvmlDeviceGetUUID, h))
+                pci = self._call("nvmlDeviceGetPciInfo", i, self.reader.nvmlDeviceGetPciInfo, h)
+                uuid = _text(self._call("nvmlDeviceGetUUID", i, self.reader.nvmlDeviceGetUUID, h))
                 try:
-                    self.nvml.nvmlDeviceGetMigMode(h)
+                    self.reader.nvmlDeviceGetMigMode(h)
                     capable = True
                 except self.nvml.NVMLError:
                     capable = False
@@ -97,13 +103,15 @@ class NvmlBackend:
 
     def driver_profiles(self, index: int) -> dict[int, tuple[int, Any]]:
         """NVML GI profile ID -> (enum index, profile info) for every GI profile the driver offers on
-        this GPU (enum indices 0..17; NOT_SUPPORTED ones skipped). Read once per GPU and mode."""
-        if index not in self._profile_ids:
+        this GPU (enum indices 0..17; NOT_SUPPORTED ones skipped). Read once per GPU and mode; an empty
+        answer (some drivers list none while MIG is disabled) is not kept, so MIG enabled out of band
+        is read correctly."""
+        if not self._profile_ids.get(index):
             h = self._handle(index)
             found: dict[int, tuple[int, Any]] = {}
             for enum in range(GI_PROFILE_COUNT):
                 try:
-                    info = self.nvml.nvmlDeviceGetGpuInstanceProfileInfo(h, enum)
+                    info = self.reader.nvmlDeviceGetGpuInstanceProfileInfo(h, enum)
                 except self.nvml.NVMLError:
                     continue
                 found[int(info.id)] = (enum, info)
@@ -119,7 +127,7 @@ class NvmlBackend:
 
     def read(self, index: int) -> GpuState:
         h = self._handle(index)
-        current, pending = self._call("nvmlDeviceGetMigMode", index, self.nvml.nvmlDeviceGetMigMode, h)
+        current, pending = self._call("nvmlDeviceGetMigMode", index, self.reader.nvmlDeviceGetMigMode, h)
         enabled = current == self.nvml.NVML_DEVICE_MIG_ENABLE
         will_be = pending == self.nvml.NVML_DEVICE_MIG_ENABLE
         if not enabled:
@@ -129,7 +137,7 @@ class NvmlBackend:
         instances = []
         for profile_id, (_, profile_info) in sorted(self.driver_profiles(index).items()):
             for gi in self._gpu_instances(index, h, profile_id, int(profile_info.instanceCount)):
-                info = self._call("nvmlGpuInstanceGetInfo", index, self.nvml.nvmlGpuInstanceGetInfo, gi)
+                info = self._call("nvmlGpuInstanceGetInfo", index, self.reader.nvmlGpuInstanceGetInfo, gi)
                 cis = tuple(ComputeInstance(int(ci_info.id), slices)
                             for ci_info, slices in self._compute_instances(index, gi))
                 instances.append(GpuInstance(
@@ -141,7 +149,7 @@ class NvmlBackend:
     def _gpu_instances(self, index: int, h: Any, profile_id: int, capacity: int) -> list[Any]:
         array = (self.nvml.c_nvmlGpuInstance_t * max(capacity, 1))()
         count = ctypes.c_uint(0)
-        self._call("nvmlDeviceGetGpuInstances", index, self.nvml.nvmlDeviceGetGpuInstances, h, profile_id, array,
+        self._call("nvmlDeviceGetGpuInstances", index, self.reader.nvmlDeviceGetGpuInstances, h, profile_id, array,
                    ctypes.byref(count))
         return [array[i] for i in range(count.value)]
 
@@ -149,15 +157,15 @@ class NvmlBackend:
         found = []
         for slices, enum in CI_PROFILE_BY_SLICES.items():
             try:
-                info = self.nvml.nvmlGpuInstanceGetComputeInstanceProfileInfo(gi, enum, CI_ENGINE_SHARED)
+                info = self.reader.nvmlGpuInstanceGetComputeInstanceProfileInfo(gi, enum, CI_ENGINE_SHARED)
             except self.nvml.NVMLError:
                 continue
             array = (self.nvml.c_nvmlComputeInstance_t * max(int(info.instanceCount), 1))()
             count = ctypes.c_uint(0)
-            self._call("nvmlGpuInstanceGetComputeInstances", index, self.nvml.nvmlGpuInstanceGetComputeInstances,
+            self._call("nvmlGpuInstanceGetComputeInstances", index, self.reader.nvmlGpuInstanceGetComputeInstances,
                        gi, int(info.id), array, ctypes.byref(count))
             for i in range(count.value):
-                ci_info = self._call("nvmlComputeInstanceGetInfo", index, self.nvml.nvmlComputeInstanceGetInfo,
+                ci_info = self._call("nvmlComputeInstanceGetInfo", index, self.reader.nvmlComputeInstanceGetInfo,
                                      array[i])
                 found.append((ci_info, slices))
         return found
@@ -165,7 +173,7 @@ class NvmlBackend:
     def _processes(self, index: int, h: Any) -> dict[int, list[int]]:
         """GPU-instance ID -> PIDs of the compute processes running in it."""
         procs = self._call("nvmlDeviceGetComputeRunningProcesses", index,
-                           self.nvml.nvmlDeviceGetComputeRunningProcesses, h)
+                           self.reader.nvmlDeviceGetComputeRunningProcesses, h)
         by_gi: dict[int, list[int]] = {}
         for p in procs:
             by_gi.setdefault(int(getattr(p, "gpuInstanceId", 0xFFFFFFFF)), []).append(int(p.pid))

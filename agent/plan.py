@@ -16,7 +16,6 @@ from migops.agent.backend import GpuInstance, GpuState
 from migops.mig.catalogue import GiProfile, GpuModel
 from migops.mig.gfd import advertise
 from migops.mig.placement import Placement, plan_change
-from migops.mig.profile import parse_profile
 from migops.mig.validate import GpuResult, Strategy
 
 
@@ -41,33 +40,14 @@ def gi_profile(model: GpuModel, name: str) -> GiProfile | None:
 
 
 def desired_from_result(result: GpuResult) -> Desired:
-    """The validator's verdict for one GPU as instances: its layout (GI placements) with the MIG
-    devices of each profile spread over that profile's GIs, largest compute instance first, each GI
-    filled while it has compute slices left (mig-parted's reuse of the previous GI, which is how the
-    validator counted the GIs in the layout)."""
+    """The validator's verdict for one GPU as instances: its GPU instances with the compute instances
+    packed into each, exactly as `migops.mig.validate` decided (`GpuResult.instances`); the agent
+    executes that packing, it does not work it out again."""
     if not result.mig_enabled:
         return Desired(result.index, result.gpu, result.mig_enabled)
-    model = result.gpu
-    sizes: dict[str, list[int]] = {}
-    for text in result.mig_devices:
-        profile = parse_profile(text)
-        found = model.find_profile(profile)
-        if found is None:  # the validator resolved it; an unresolvable one cannot get here
-            raise ValueError(f"GPU {result.index}: {text} does not resolve on {model.name}")
-        sizes.setdefault(found[0].name, []).append(profile.compute)
-    instances: list[tuple[Placement, tuple[int, ...]]] = []
-    for name in sizes:
-        sizes[name].sort(reverse=True)
-    for placement in sorted(result.layout or ()):
-        gi = gi_profile(model, placement.profile)
-        assert gi is not None
-        room, mine = gi.compute_slices, []
-        queue = sizes.get(placement.profile, [])
-        while queue and queue[0] <= room:
-            room -= queue[0]
-            mine.append(queue.pop(0))
-        instances.append((placement, tuple(mine)))
-    return Desired(result.index, model, True, tuple(instances))
+    if result.layout and not result.instances:  # a result the validator did not make (or an invalid one)
+        raise ValueError(f"GPU {result.index}: the verdict carries no compute-instance packing")
+    return Desired(result.index, result.gpu, True, tuple(sorted(result.instances)))
 
 
 # ------------------------------------------------------------------------------------------ steps

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import migops.mig.placement as placement
 from migops.mig.catalogue import catalogue
+from migops.mig.fit import NodeGpus, fit_all
 from migops.mig.spec import parse_config
 from migops.mig.validate import validate
 
@@ -116,6 +117,12 @@ def main() -> int:
         row(f"node mode, 81 configs on 1 x {gpu.name} ({gpu.device_id})", ms(med), ms(high), "< 20 ms")
     t = sample(lambda: validate(config, node=[cat.by_device_id("0x233010DE")] * 8, strategy="mixed"), 20)
     row("node mode, 81 configs on 8 x H100-SXM5-80GB, mixed", ms(statistics.median(t)), ms(p90(t)), "< 20 ms")
+    # What `migops validate --gpu` asks (migops.mig.fit): the node's report and the text's own errors
+    # (catalogue mode under the same strategy).
+    h100x8 = NodeGpus((cat.by_device_id("0x233010DE"),) * 8, True)
+    t = sample(lambda: fit_all(config, None, h100x8, "mixed"), 20)
+    row("fit (node + the text's errors), 81 configs on 8 x H100, mixed", ms(statistics.median(t)), ms(p90(t)),
+        "(none)")
 
     # Counts are judged by arithmetic: a count of 2^63-1 (mig-parted's largest) costs what 7 does.
     header("Huge counts (one config, count 2^63-1)")

@@ -2,9 +2,10 @@
 
 Explicit `nodes:` lists win over selectors; a node two selectors match (or two lists name) is an error;
 `default` covers the GPU nodes nothing else matches. Every assigned config must fit the node's GPUs
-(from `migops.kube.nodes.node_gpus`) under the cluster's MIG strategy, checked by `migops.mig.validate`:
-one failing node makes the whole commit invalid, so nothing of it is applied. The verdicts are cached
-by (config digest, GPUs, strategy): 2,000 nodes of three models cost three validations.
+(from `migops.kube.nodes.node_gpus`) under the cluster's MIG strategy, as `migops.mig.fit` answers it
+(the node's own report and the errors of the config's text, the same verdict as the webhook's and
+`migops validate`'s): one failing node makes the whole commit invalid, so nothing of it is applied. The verdicts are cached
+by (config entries, GPUs, strategy): 2,000 nodes of three models cost three validations.
 """
 from __future__ import annotations
 
@@ -16,8 +17,9 @@ from typing import Any
 from migops.gitops.repo import NODES_FILE, RepoError, RepoProblem, RepoSpec, referenced_configs
 from migops.kube.clusterpolicy import MigSettings
 from migops.kube.nodes import NodeGpus, UnknownGpuError, node_gpus
+from migops.mig.fit import DIRECT, Fit, Reports, fit
 from migops.mig.problems import Problem, key_path
-from migops.mig.validate import validate_against_catalogue, validate_on_node
+from migops.mig.text import listed
 
 _SHOWN_NODES = 5  # a problem shared by many nodes names this many of them
 
@@ -46,42 +48,37 @@ class DesiredState:
 
 
 class FitCache:
-    """Bounded memo of per-(config, GPUs, strategy) verdicts: the error Problems, empty when it fits."""
+    """Bounded memo of `migops.mig.fit` verdicts by (config entries, GPUs, strategy): it remembers, the
+    MIG core decides."""
 
     def __init__(self, size: int = 4096) -> None:
         self._size = size
-        self._items: OrderedDict[tuple, tuple[Problem, ...]] = OrderedDict()
+        self._items: OrderedDict[tuple, Fit] = OrderedDict()
 
-    def check(self, spec: RepoSpec, config: str, gpus: NodeGpus, strategy: str) -> tuple[Problem, ...]:
-        key = (spec.digest(config), config, tuple(g.device_id for g in gpus.gpus), gpus.exact, strategy)
+    def fit(self, spec: RepoSpec, config: str, gpus: NodeGpus | None, strategy: str) -> Fit:
+        """The config on these GPUs (None: the catalogue) under the strategy."""
+        # By the entries as parsed, not the digest: the digest is what the node sees, and two spellings
+        # with one digest (`devices: [1, 1]` and `[1]`) get different verdicts.
+        key = (config, spec.config.entries(config),
+               None if gpus is None else (tuple(g.device_id for g in gpus.gpus), gpus.exact), strategy)
         found = self._items.get(key)
         if found is None:
-            if gpus.exact:
-                report = validate_on_node(spec.config, config, gpus.gpus, strategy)  # type: ignore[arg-type]
-                found = report.errors
-            else:
-                # GFD under the single strategy tells the model, not the count: the config must fit a
-                # node of that model as the catalogue check sizes it.
-                report = validate_against_catalogue(spec.config, config, strategy)  # type: ignore[arg-type]
-                found = report.errors if report.errors or gpus.gpus[0] in report.fits else (
-                    Problem(key_path("mig-configs", config), "does-not-fit-model",
-                            f"config {config!r} does not fit {gpus.gpus[0].name}"),)
-            self._items[key] = found
+            # The catalogue question is asked once per config, not once per distinct set of GPUs.
+            reports = Reports(catalogue=lambda c, n, s: self.fit(spec, n, None, s).report) if gpus is not None else DIRECT
+            found = self._items[key] = fit(spec.config, config, gpus, strategy, reports)  # type: ignore[arg-type]
             if len(self._items) > self._size:
                 self._items.popitem(last=False)
         else:
             self._items.move_to_end(key)
         return found
 
+    def check(self, spec: RepoSpec, config: str, gpus: NodeGpus, strategy: str) -> tuple[Problem, ...]:
+        """The errors of the config on these GPUs; empty when it fits."""
+        return self.fit(spec, config, gpus, strategy).errors
 
     def catalogue(self, spec: RepoSpec, config: str, strategy: str) -> tuple[Problem, ...]:
-        key = (spec.digest(config), config, "catalogue", strategy)
-        found = self._items.get(key)
-        if found is None:
-            found = self._items[key] = validate_against_catalogue(spec.config, config, strategy).errors  # type: ignore[arg-type]
-            if len(self._items) > self._size:
-                self._items.popitem(last=False)
-        return found
+        """The errors of the config against the catalogue (a config no node has now)."""
+        return self.fit(spec, config, None, strategy).errors
 
 
 def _labels(node: Mapping[str, Any]) -> Mapping[str, str]:
@@ -145,6 +142,7 @@ def resolve(spec: RepoSpec, nodes: Mapping[str, Mapping[str, Any]], settings: Mi
             "a node may match one selector only (list it under nodes: to choose)")))
 
     failures: dict[tuple[str, str, str], list[str]] = defaultdict(list)
+    causes: dict[str, Problem] = {}  # a failure's text -> the MIG core's problem it reports
     gpu_of: dict[str, NodeGpus] = {}
     for name, node in nodes.items():
         explicit = name in chosen
@@ -169,7 +167,9 @@ def resolve(spec: RepoSpec, nodes: Mapping[str, Mapping[str, Any]], settings: Mi
         if gpus is None:
             continue  # reported above
         for p in cache.check(spec, config, gpus, strategy):
-            failures[(source, config, f"{spec.file('config.yaml')}: {p}")].append(name)
+            why = f"{spec.file('config.yaml')}: {p}"
+            failures[(source, config, why)].append(name)
+            causes[why] = p
         digest = digests.get(config) or digests.setdefault(config, spec.digest(config))
         targets[name] = NodeTarget(config, digest, source)
     # A config no node has now must still fit some GPU: the node it is meant for may join tomorrow.
@@ -183,17 +183,15 @@ def resolve(spec: RepoSpec, nodes: Mapping[str, Mapping[str, Any]], settings: Mi
         model = _describe(gpu_of.get(names[0]))
         problems.append(RepoProblem(nodes_file, Problem(
             key_path(source, "config") if source != "default" else "default", "does-not-fit-node",
-            f"config {config!r} cannot be applied to {_some(names)}{model}: {why}")))
+            f"config {config!r} cannot be applied to {_some(names)}{model}: {why}"),
+            tuple(c for c in (causes.get(why),) if c)))
     if problems:
         raise RepoError(problems + warnings)
     return DesiredState(spec, strategy, namespace, configmap, targets, tuple(spec.warnings) + tuple(warnings))
 
 
 def _some(names: list[str]) -> str:
-    names = sorted(names)
-    shown = ", ".join(names[:_SHOWN_NODES])
-    more = f" and {len(names) - _SHOWN_NODES} more" if len(names) > _SHOWN_NODES else ""
-    return f"node{'s' if len(names) > 1 else ''} {shown}{more}"
+    return f"node{'s' if len(names) > 1 else ''} {listed(sorted(names), _SHOWN_NODES)}"
 
 
 def _describe(gpus: NodeGpus | None) -> str:

@@ -12,8 +12,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from migops.mig.problems import MigError, Problem, index_path, key_path
+from migops.mig.text import listed
 from migops.mig.spec import MigPartedConfig, parse_config
-from migops.mig.validate import STRATEGIES, validate_against_catalogue
+from migops.mig.fit import fit
+from migops.mig.validate import STRATEGIES
 from migops.mig.yamlsafe import load_yaml
 
 CONFIG_FILE = "config.yaml"
@@ -31,6 +33,7 @@ class RepoProblem:
 
     file: str
     problem: Problem
+    causes: tuple[Problem, ...] = ()  # the MIG core's problems behind it (does-not-fit-node), rules intact
 
     @property
     def severity(self) -> str:
@@ -50,7 +53,7 @@ class RepoError(Exception):
         self.problems = tuple(problems)
         self.reason = reason
         errors = [p for p in self.problems if p.severity == "error"] or list(self.problems)
-        super().__init__("; ".join(str(p) for p in errors[:5]) + (f" (and {len(errors) - 5} more)" if len(errors) > 5 else ""))
+        super().__init__(listed(errors, 5, sep="; "))
 
 
 @dataclass(frozen=True)
@@ -172,7 +175,7 @@ def _check_references(config: MigPartedConfig, nodes: NodesFile, cfg_file: str, 
     for name in config.names():
         if name in referenced:
             continue
-        for p in validate_against_catalogue(config, name, nodes.strategy).problems:  # type: ignore[arg-type]
+        for p in fit(config, name, None, nodes.strategy).problems:  # type: ignore[arg-type]
             if p.severity == "error":
                 p = Problem(p.path, p.rule, p.message + " (no assignment names this config)", "warning")
             problems.append(RepoProblem(cfg_file, p))

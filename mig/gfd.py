@@ -1,23 +1,35 @@
-"""What GPU Feature Discovery and the device plugin will publish for a node, per MIG strategy.
+"""What GPU Feature Discovery and the device plugin publish for a node, per MIG strategy: written
+(`advertise`, `node_labels_without_mig`) and read back (`read_gpus`, `mig_offers`) in one place.
 
 The contract is GFD's (NVIDIA/k8s-device-plugin internal/lm; mig-hardware.md section 6), so users can
-predict the labels and resources a config produces, and the local stack can label simulated nodes the
-way a GPU Operator cluster does.
+predict the labels and resources a config produces, the local stack can label simulated nodes the
+way a GPU Operator cluster does, and the webhook and gitops read a node's GPUs from the same labels.
+Pure functions over label dicts; the names are re-exported by `migops.kube.names`.
 """
 from __future__ import annotations
 
+import dataclasses
+import re
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from functools import cache
 
-from migops.mig.catalogue import GiProfile, GpuModel
-from migops.mig.profile import parse_profile
+from migops.mig.catalogue import Catalogue, GiProfile, GpuModel, catalogue
+from migops.mig.profile import compute_subprofile_allowed, parse_profile
 from migops.mig.validate import GpuResult, Strategy
 
 PREFIX = "nvidia.com/"
 DEVICE_ID_LABEL = "migops.io/gpu.device-id"  # ours: the PCI device ID, which GFD does not publish
 MIG_CONFIG_LABEL = "nvidia.com/mig.config"
 MIG_CONFIG_STATE_LABEL = "nvidia.com/mig.config.state"
+GPU_PRODUCT_LABEL = f"{PREFIX}gpu.product"
+GPU_COUNT_LABEL = f"{PREFIX}gpu.count"
+GPUS_ANNOTATION = "migops.io/gpus"  # the agent's: the node's GPUs in index order, "0x233010DE,0x233010DE"
+GPU_RESOURCE = f"{PREFIX}gpu"  # whole GPUs, and MIG devices under `single`
+MIG_RESOURCE_PREFIX = f"{PREFIX}mig-"  # MIG devices under `mixed`: nvidia.com/mig-<profile>
+MIG_COUNT_LABEL = re.compile(r"^nvidia\.com/mig-(.+)\.count$")  # `mixed`: MIG devices of a profile
+_SINGLE_MIG = "-MIG-"  # `single`: gpu.product is <product>-MIG-<profile>
 
 
 def resource_name(profile: str) -> str:
@@ -133,3 +145,72 @@ def advertise(results: Sequence[GpuResult], strategy: Strategy) -> Advertisement
         labels[f"{prefix}.count"] = str(count)
         resources[resource_name(profile)] = count
     return Advertisement(resources, labels)
+
+
+# ------------------------------------------------------------------------------------------ reading
+
+
+@dataclass(frozen=True)
+class NodeGpus:
+    """A node's GPUs as its labels tell them."""
+
+    gpus: tuple[GpuModel, ...]  # index order; one entry per GPU when exact, else one per model
+    exact: bool  # False: the model is known, not the count (GFD under the single strategy)
+
+
+def read_gpus(labels: Mapping[str, object], annotations: Mapping[str, object],
+              cat: Catalogue | None = None) -> NodeGpus | None:
+    """The node's GPUs (docs/interfaces.md). In order: the agent's `migops.io/gpus` annotation (every
+    GPU, index order: exact); else the device-ID label (or GFD's product name) times GFD's gpu.count.
+    Under the single strategy GFD counts MIG devices there, not GPUs, and names the product
+    `<model>-MIG-<profile>`: then only the model is known. None when nothing names a GPU; raises
+    UnknownGpuError for a device ID or product the catalogue cannot resolve."""
+    cat = cat or catalogue()
+    listed = annotations.get(GPUS_ANNOTATION)
+    if listed and isinstance(listed, str):
+        return NodeGpus(tuple(cat.resolve(d) for d in listed.split(",")), True)
+    product = labels.get(GPU_PRODUCT_LABEL)
+    product = product if isinstance(product, str) else ""
+    device = labels.get(DEVICE_ID_LABEL)
+    name = (device if isinstance(device, str) else "") or product.split(_SINGLE_MIG)[0]
+    if not name:
+        return None
+    model = cat.resolve(name)
+    count = labels.get(GPU_COUNT_LABEL)
+    count = count if isinstance(count, str) else ""
+    if _SINGLE_MIG in product or not count.isdigit() or int(count) < 1:
+        return NodeGpus((model,), False)
+    return NodeGpus((model,) * int(count), True)
+
+
+def mig_offers(labels: Mapping[str, object], capacity: Mapping[str, object]) -> frozenset[str]:
+    """The MIG resources (nvidia.com/mig-<profile>) a node advertises now: GFD's count labels and the
+    device plugin's capacity, where either is above zero."""
+    offers = {MIG_RESOURCE_PREFIX + m.group(1) for k, v in labels.items()
+              if (m := MIG_COUNT_LABEL.match(k)) and str(v).isdigit() and int(str(v)) > 0}
+    offers.update(k for k, v in capacity.items() if k.startswith(MIG_RESOURCE_PREFIX) and str(v) not in ("0", ""))
+    return frozenset(offers)
+
+
+@cache
+def mig_resources() -> dict[str, tuple[str, tuple[GpuModel, ...]]]:
+    """Every MIG resource name a known GPU can advertise under `mixed` -> (profile, models): each
+    GPU-instance profile (and its driver aliases), and each compute-instance sub-profile mig-parted can
+    create in it, named as the device plugin names them (`resource_name`)."""
+    found: dict[str, tuple[str, list[GpuModel]]] = {}
+    for gpu in catalogue().gpus:
+        for gi in gpu.profiles:
+            for name in (gi.name, *gi.aliases):
+                base = parse_profile(name)
+                for c in range(1, base.gpu + 1):
+                    if compute_subprofile_allowed(c, base.gpu):
+                        profile = str(dataclasses.replace(base, compute=c))
+                        entry = found.setdefault(resource_name(profile), (profile, []))
+                        if gpu not in entry[1]:
+                            entry[1].append(gpu)
+    return {k: (p, tuple(models)) for k, (p, models) in found.items()}
+
+
+def single_product(model: GpuModel, profile: str) -> str:
+    """The gpu.product value GFD publishes under `single` for a node of this model with this profile."""
+    return advertise([GpuResult(0, model, None, True, (), (profile,))], "single").labels[GPU_PRODUCT_LABEL]

@@ -23,6 +23,7 @@ from migops.mig.placement import Placement, place
 from migops.mig.problems import Problem, Severity, index_path, key_path
 from migops.mig.profile import MigProfile, compute_subprofile_allowed
 from migops.mig.spec import MigConfigEntry, MigPartedConfig, ProfileCount
+from migops.mig.text import listed
 
 Strategy = Literal["none", "single", "mixed"]
 STRATEGIES: tuple[str, ...] = ("none", "single", "mixed")
@@ -30,6 +31,9 @@ MAX_GPUS_PER_NODE = 16  # HGX boards carry 8; no MIG-capable system puts more th
 
 # A Kubernetes label value: the config name must be one to be selectable via nvidia.com/mig.config.
 _LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
+
+
+Packing = tuple[tuple[Placement, tuple[int, ...]], ...]
 
 
 @dataclass(frozen=True)
@@ -42,6 +46,9 @@ class GpuResult:
     mig_enabled: bool | None
     layout: tuple[Placement, ...] | None = None  # GPU instances, when the geometry is valid
     mig_devices: tuple[str, ...] = ()  # one profile string per MIG device (compute instance)
+    # The layout's GPU instances (placement order) with the compute instances mig-parted creates in
+    # each (their compute slices, largest first): what the agent executes, packed as `_pack` counted.
+    instances: Packing = ()
 
     def as_dict(self) -> dict[str, object]:
         return {
@@ -156,8 +163,7 @@ def _merge(batches: Sequence[_Batch]) -> list[_Merged]:
     for (path, rule, _, severity), (message, names) in gpus.items():
         head = ""
         if names:
-            shown = ", ".join(names[:6]) + (f" and {len(names) - 6} more" if len(names) > 6 else "")
-            head = f"on {shown}: "
+            head = f"on {listed(names, 6)}: "
         merged.append((path, rule, head, message, severity))
     return merged
 
@@ -176,8 +182,7 @@ def _ranges(values: Iterable[int], most: int = 12) -> str:
             runs[-1][1] = v
         else:
             runs.append([v, v])
-    shown = ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in runs[:most])
-    return shown + (f" and {len(runs) - most} more" if len(runs) > most else "")
+    return listed((str(a) if a == b else f"{a}-{b}" for a, b in runs), most)
 
 
 def _gpus(indices: Sequence[int]) -> str:
@@ -256,8 +261,7 @@ def _prepare_entry(entry: MigConfigEntry, path: str, cat: Catalogue, out: list[_
             values = sorted({v for _, v in negative})
             out.append(_Finding(index_path(devices_path, negative[0][0]), "negative-device-index",
                                 f"GPU index {values[0]} is negative" if len(values) == 1 else
-                                f"GPU indices {', '.join(map(str, values[:12]))}"
-                                + (f" and {len(values) - 12} more" if len(values) > 12 else "") + " are negative"))
+                                f"GPU indices {listed(values, 12)} are negative"))
         if repeated:
             values = sorted({v for _, v in repeated})
             out.append(_Finding(index_path(devices_path, repeated[0][0]), "duplicate-device-index",
@@ -294,14 +298,15 @@ _MODEL = "<model>"
 class _Geometry:
     """One entry's geometry on one profile table: findings (about `_MODEL`), layout, MIG devices."""
 
-    __slots__ = ("findings", "errors", "layout", "mig_devices", "_credited")
+    __slots__ = ("findings", "errors", "layout", "mig_devices", "instances", "_credited")
 
     def __init__(self, findings: tuple[_Finding, ...], layout: tuple[Placement, ...] | None,
-                 mig_devices: tuple[str, ...]) -> None:
+                 mig_devices: tuple[str, ...], instances: Packing = ()) -> None:
         self.findings = findings
         self.errors = sum(f.severity == "error" for f in findings)
         self.layout = layout
         self.mig_devices = mig_devices
+        self.instances = instances
         self._credited: dict[str, list[_Finding]] = {}
 
     def credited(self, gpu: str) -> list[_Finding]:
@@ -327,8 +332,7 @@ def _did_you_mean(profile: MigProfile, gpu: GpuModel, cat: Catalogue) -> str:
     hint = f"; did you mean {best.name!r}?"
     elsewhere = list(dict.fromkeys(g.name for g in cat.gpus_with_profile(profile)))
     if elsewhere:
-        more = f" and {len(elsewhere) - 4} more" if len(elsewhere) > 4 else ""
-        hint += f" ({profile.gi_name} exists on {', '.join(elsewhere[:4])}{more})"
+        hint += f" ({profile.gi_name} exists on {listed(elsewhere, 4)})"
     return f"profile {str(profile)!r} does not exist on this GPU (it has: {', '.join(names)}){hint}"
 
 
@@ -348,6 +352,24 @@ def _pack(gi: GiProfile, sizes: dict[int, int]) -> int:
             gis += full + (1 if rest else 0)
             room = slices - (rest or per) * c
     return gis
+
+
+def _packed(layout: Sequence[Placement], wanted: dict[GiProfile, dict[int, int]]) -> Packing:
+    """Which compute instances go into which GPU instance of the layout: mig-parted's reuse of the
+    previous GI of a profile while it has compute slices left (next-fit, largest first), the packing
+    `_pack` counted GIs by. Each GI of a profile, in placement order, takes CIs from the largest while
+    they fit (a fresh GI takes one even when it is larger, as `_pack` allows)."""
+    by_name = {gi.name: gi for gi in wanted}
+    queues = {gi.name: sorted((c for c, n in sizes.items() for _ in range(n)), reverse=True)
+              for gi, sizes in wanted.items()}
+    out: list[tuple[Placement, tuple[int, ...]]] = []
+    for placement in sorted(layout):
+        queue, room, mine = queues[placement.profile], by_name[placement.profile].compute_slices, []
+        while queue and (queue[0] <= room or not mine):
+            room -= queue[0]
+            mine.append(queue.pop(0))
+        out.append((placement, tuple(mine)))
+    return tuple(out)
 
 
 def _resolve_item(path: str, item: ProfileCount, gpu: GpuModel, ctx: _Context) -> _Item:
@@ -409,7 +431,8 @@ def _geometry(entry: _Entry, gpu: GpuModel, ctx: _Context) -> _Geometry:
         findings.append(_Finding(devices_path, "engine-budget", over, gpu=_MODEL))
         return _Geometry(tuple(findings), None, ())
     # Every count is now within the GPU's maximum, so listing one string per MIG device is cheap.
-    return _Geometry(tuple(findings), layout, tuple(name for name, count in devices for _ in range(count)))
+    return _Geometry(tuple(findings), layout, tuple(name for name, count in devices for _ in range(count)),
+                     _packed(layout, wanted))
 
 
 def _plural(n: int, kind: str) -> str:
@@ -484,6 +507,7 @@ class _GpuOutcome(NamedTuple):
     mig_enabled: bool | None
     layout: tuple[Placement, ...] | None = None
     mig_devices: tuple[str, ...] = ()
+    instances: Packing = ()
 
 
 class _Selection(NamedTuple):
@@ -642,7 +666,8 @@ def _evaluate_node(config_path: str, entries: Sequence[_Entry], selection: _Sele
         errors += geometry.errors
         if outcomes:
             entry_paths[index] = last.path
-            results.append(_GpuOutcome(index, gpu, last.path, True, geometry.layout, geometry.mig_devices))
+            results.append(_GpuOutcome(index, gpu, last.path, True, geometry.layout, geometry.mig_devices,
+                                       geometry.instances))
     if strategy is not None:
         found = _strategy_findings(config_path, results, strategy, entry_paths)
         findings.extend(found)
@@ -678,6 +703,8 @@ def _against_catalogue(config_path: str, entries: Sequence[_Entry], findings: li
         models += [cat.model(f) for primary, f in named.items() if cat.by_device_id(primary) is None]
     else:
         models = list(cat.gpus)
+    if ctx.only is not None:  # the question is one model (validate_on_model)
+        models = [g for g in models if g.device_id == ctx.only.device_id]
     # A node of each model, as large as the highest index asks for (no node has more than 16 GPUs).
     highest = max([max(e.indices, default=-1) + 1 for e in entries if e.indices is not None] + [1])
     size = min(highest, MAX_GPUS_PER_NODE)
@@ -779,7 +806,9 @@ def _against_catalogue(config_path: str, entries: Sequence[_Entry], findings: li
             if errors == fewest:
                 batches.append((fs, members))
         batches.append(([_Finding(config_path, "fits-no-gpu", "the config fits no known GPU model (see the problems "
-                                  "above for the closest ones)")], None))
+                                  "above for the closest ones)")] if ctx.only is None else
+                         [_Finding(config_path, "does-not-fit-model", f"the config does not fit {ctx.only.name} "
+                                   "(see the problems above)")], None))
     if entry_errors:
         fits.clear()
     if len(fits) > 1:
@@ -801,11 +830,10 @@ MAX_PROBLEMS = 100
 def _truncated(config_path: str, hidden: Sequence[_Merged]) -> Problem:
     rules = Counter(rule for _, rule, _, _, _ in hidden)
     errors = sum(severity == "error" for *_, severity in hidden)
-    shown = ", ".join(f"{rule} x {n}" for rule, n in rules.most_common(5))
-    more = f" and {len(rules) - 5} more rules" if len(rules) > 5 else ""
+    shown = listed((f"{rule} x {n}" for rule, n in rules.most_common()), 5, more="more rules")
     return Problem(config_path, "problems-truncated",
                    f"{len(hidden)} more problems of this config are not listed ({errors} errors, "
-                   f"{len(hidden) - errors} warnings: {shown}{more}); migops lists at most {MAX_PROBLEMS} per config",
+                   f"{len(hidden) - errors} warnings: {shown}); migops lists at most {MAX_PROBLEMS} per config",
                    "error" if errors else "warning")
 
 
@@ -828,10 +856,12 @@ class _Context:
     """The question (node or catalogue, strategy) and the work shared by every config of one call:
     verdicts per distinct list of entries, geometries per (entry, profile table), did-you-mean hints."""
 
-    def __init__(self, cat: Catalogue, node: Sequence[GpuModel] | None, strategy: Strategy | None) -> None:
+    def __init__(self, cat: Catalogue, node: Sequence[GpuModel] | None, strategy: Strategy | None,
+                 only: GpuModel | None = None) -> None:
         self.cat = cat
         self.node = tuple(node) if node else None
         self.strategy = strategy
+        self.only = only  # catalogue mode on this one (MIG-capable) model
         self._verdicts: dict[tuple, _Verdict] = {}
         self._geometries: dict[tuple, _Geometry] = {}
         self._hints: dict[tuple, _Lazy] = {}
@@ -840,7 +870,7 @@ class _Context:
         tables: dict[str, list[GpuModel]] = {}
         for gpu in cat.gpus:
             tables.setdefault(gpu.table.id, []).append(gpu)
-        self.table_groups = list(tables.items())
+        self.table_groups = list(tables.items()) if only is None else [(only.table.id, [only])]
 
     def geometry(self, entry: _Entry, gpu: GpuModel) -> _Geometry:
         found = entry.geometries.get(gpu.table.id)
@@ -886,7 +916,7 @@ class _Context:
         if verdict is None:
             verdict = self._verdicts[key] = self._evaluate(root, entries, paths)
         gpus = tuple(GpuResult(r.index, r.gpu, None if r.entry is None else prefix + r.entry, r.mig_enabled,
-                               r.layout, r.mig_devices) for r in verdict.gpus)
+                               r.layout, r.mig_devices, r.instances) for r in verdict.gpus)
         merged = verdict.problems
         problems = _config_findings(name) + _render(merged[:MAX_PROBLEMS], prefix)
         if len(merged) > MAX_PROBLEMS:
@@ -916,6 +946,17 @@ def validate_against_catalogue(config: MigPartedConfig, name: str, strategy: Str
     """Is config `name` valid on the GPU models it targets (or, unfiltered, on at least one model)?"""
     with paused_gc():
         return _Context(cat or catalogue(), None, strategy).report(name, config.entries(name))
+
+
+def validate_on_model(config: MigPartedConfig, name: str, model: GpuModel, strategy: Strategy | None = None,
+                      cat: Catalogue | None = None) -> ConfigReport:
+    """Is config `name` valid on a node of this MIG-capable model whose GPU count is unknown (GFD under
+    the single strategy)? Catalogue mode restricted to the model: `fits` is (model,) or (), and when
+    it does not fit, the problems say why on that model (`does-not-fit-model` for an unfiltered config)."""
+    if model.table is None:
+        raise ValueError(f"{model.name} cannot do MIG: ask validate_on_node")
+    with paused_gc():
+        return _Context(cat or catalogue(), None, strategy, model).report(name, config.entries(name))
 
 
 def validate(config: MigPartedConfig, names: Sequence[str] | None = None, node: Sequence[GpuModel] | None = None,

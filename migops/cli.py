@@ -5,7 +5,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from migops import commands_agent, commands_mig, commands_reconcile, commands_webhook, local_cli
+from migops import commands_agent, commands_mig, commands_reconcile, commands_sim, commands_webhook, local_cli
 from migops.usage import EXIT_OK, EXIT_USAGE, UsageError
 
 
@@ -19,6 +19,7 @@ def build_parser() -> argparse.ArgumentParser:
     commands_reconcile.register(sub)
     local_cli.register(sub)
     commands_agent.register(sub)
+    commands_sim.register(sub)
     commands_webhook.register(sub)
     return parser
 

@@ -48,8 +48,18 @@ def register(sub: argparse._SubParsersAction) -> None:  # noqa: SLF001
                    help="how long to wait for GPU client pods to leave (default 300)")
     a.add_argument("--retry-base", type=float, default=10.0, metavar="S", help="first retry delay (default 10)")
     a.add_argument("--retry-max", type=float, default=600.0, metavar="S", help="longest retry delay (default 600)")
-    a.add_argument("--resync", type=float, default=0.0, metavar="S",
-                   help="re-check an applied config every S seconds and repair drift (default 0: off)")
+    a.add_argument("--drift-interval", type=float, default=30.0, metavar="S",
+                   help="compare the GPUs with the applied config every S seconds, and at start (default 30; "
+                        "0 turns drift checks off)")
+    a.add_argument("--drift", choices=("repair", "report"), default="repair",
+                   help="on drift (the GPUs changed out of band): repair through the apply flow, or only report "
+                        "it (state failed, migops.io/mig.drift); default repair")
+    a.add_argument("--drift-max-repairs", type=int, default=3, metavar="N",
+                   help="repairs allowed within --drift-window; drift beyond that holds repairs (state failed) "
+                        "until the window frees one (default 3)")
+    a.add_argument("--drift-window", type=float, default=600.0, metavar="S", help="(default 600)")
+    a.add_argument("--metrics-address", metavar="HOST:PORT",
+                   help="serve Prometheus metrics on GET /metrics there (e.g. :9400; default: none)")
     a.add_argument("--with-reboot", action="store_true", default=_env_bool("WITH_REBOOT"),
                    help="reboot the node when a MIG mode change cannot take effect otherwise (env WITH_REBOOT)")
     a.add_argument("--host-gpu-clients", action="store_true", default=_env_bool("WITH_SHUTDOWN_HOST_GPU_CLIENTS"),
@@ -85,6 +95,8 @@ def cmd_agent(args: argparse.Namespace) -> int:
     logging.basicConfig(level=getattr(logging, args.log_level), stream=sys.stderr,
                         format=f"%(asctime)s %(levelname)s agent[{args.node}] %(name)s: %(message)s")
     from migops.agent.controller import Agent, IdentityError, Overrides, Retry, check_identity
+    from migops.agent.drift import DriftOptions
+    from migops.agent.metrics import AgentMetrics, serve
     from migops.agent.flow import Options, Reconfigure
     from migops.agent.host import HostCommands, Systemd, parse_gpu_clients
     from migops.agent.kube import NodeIO
@@ -118,9 +130,14 @@ def cmd_agent(args: argparse.Namespace) -> int:
     kube.load()
     reboot = (lambda: None) if simulated_reboot else Systemd(host).reboot
     flow = Reconfigure(backend, kube, options=options, systemd=systemd, reboot=reboot, stop=stop)
+    if args.drift_interval < 0 or args.drift_max_repairs < 1 or args.drift_window <= 0:
+        raise UsageError("--drift-interval must be >= 0 (0: off), --drift-max-repairs >= 1, --drift-window > 0")
+    metrics = AgentMetrics()
+    server = serve(metrics, args.metrics_address) if args.metrics_address else None
     agent = Agent(api, args.node, backend, flow, kube, overrides=overrides,
-                  retry=Retry(args.retry_base, args.retry_max), resync=args.resync,
-                  simulated_reboot=simulated_reboot)
+                  retry=Retry(args.retry_base, args.retry_max),
+                  drift=DriftOptions(args.drift_interval, args.drift, args.drift_max_repairs, args.drift_window),
+                  metrics=metrics, simulated_reboot=simulated_reboot)
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: agent.shutdown())
     logging.getLogger(__name__).info("agent for node %s, backend %s, GPUs %s", args.node, backend.name,
@@ -128,6 +145,8 @@ def cmd_agent(args: argparse.Namespace) -> int:
     try:
         agent.run()
     finally:
+        if server is not None:
+            server.shutdown()
         backend.close()
         api.close()
     return EXIT_OK

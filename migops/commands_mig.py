@@ -19,7 +19,8 @@ from migops.mig.catalogue import GpuModel, UnknownGpuError, catalogue, raw_catal
 from migops.mig.problems import MigError, Problem, key_path
 from migops.mig.sources import ConfigSource, read_file
 from migops.mig.spec import MigPartedConfig, no_config_problems
-from migops.mig.validate import STRATEGIES, validate
+from migops.mig.fit import NodeGpus, fit_all
+from migops.mig.validate import STRATEGIES
 from migops.render import draw_layout, table
 from migops.report import Checked, Run, emit_json, node_text, problem_line
 from migops.usage import EXIT_INVALID, EXIT_OK, UsageError
@@ -127,6 +128,11 @@ def _split_notes(config: MigPartedConfig, names: Sequence[str]) -> tuple[list[Pr
     return whole, per
 
 
+def _question(node: Sequence[GpuModel]) -> NodeGpus | None:
+    """--gpu given: that node, exactly; none: the catalogue (migops.mig.fit)."""
+    return NodeGpus(tuple(node), True) if node else None
+
+
 def check_source(file: str, source: ConfigSource, node: Sequence[GpuModel], strategy: str | None,
                  selected: str | None) -> Checked:
     """Validate one config source; every problem located in the file."""
@@ -142,7 +148,7 @@ def check_source(file: str, source: ConfigSource, node: Sequence[GpuModel], stra
         except MigError as exc:
             return Checked(file, source.object, source.line, True, tuple(problems) + exc.problems)
     whole, per = _split_notes(config, names)
-    reports = validate(config, names, node or None, strategy)  # type: ignore[arg-type]
+    reports = [f.report for f in fit_all(config, names, _question(node), strategy)]  # type: ignore[arg-type]
     placed = tuple(replace(r, problems=config.place(tuple(per.get(r.name, ())) + r.problems)) for r in reports)
     return Checked(file, source.object, source.line, True, tuple(problems + whole), placed)
 
@@ -230,7 +236,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
             print(f"{file}: INVALID")
             _print_problems(exc.problems, file)
         return EXIT_INVALID
-    (found,) = validate(config, [name], node, args.strategy)
+    (verdict,) = fit_all(config, [name], _question(node), args.strategy)
+    found = verdict.report
     found = replace(found, problems=config.place(found.problems))
     if args.output == "json":
         doc: dict[str, object] = {

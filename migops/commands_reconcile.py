@@ -237,7 +237,10 @@ def cmd_status(args: argparse.Namespace) -> int:
 
     api = _api(args.kubeconfig)
     objects = k8s.CustomObjectsApi(api)
+    drift: dict[str, str] = {}
     try:
+        if args.nodes:
+            drift = _node_drift(api)
         if args.all_namespaces:
             items = objects.list_cluster_custom_object(st.GROUP, st.VERSION, st.PLURAL)["items"]
         elif args.name:
@@ -272,13 +275,36 @@ def cmd_status(args: argparse.Namespace) -> int:
                 print(f"  {i['metadata']['name']}: {problem}")
             if args.nodes:
                 rows = [[n.get("name", ""), n.get("config", "-"), n.get("phase", "-"), n.get("state", "-"),
-                         (n.get("revision") or "-")[:12], n.get("message", "")] for n in s.get("nodes") or ()]
+                         (n.get("revision") or "-")[:12],
+                         _with_drift(n.get("message", ""), drift.get(n.get("name", "")))]
+                        for n in s.get("nodes") or ()]
                 print()
                 print(f"{i['metadata']['name']}: {(s.get('summary') or {}).get('inSync', '0/0')} nodes in sync")
                 for line in table(rows, ["NODE", "CONFIG", "PHASE", "STATE", "REVISION", "MESSAGE"]):
                     print(line)
     ok = all(_condition(i.get("status") or {}, "Ready").get("status") == "True" for i in items)
     return EXIT_OK if ok and items else EXIT_INVALID
+
+
+def _node_drift(api: Any) -> dict[str, str]:
+    """Node name -> what its agent says differs between its GPUs and the applied config (DRIFT_ANNOTATION)."""
+    from kubernetes import client as k8s
+    from kubernetes.client.exceptions import ApiException
+
+    from migops.kube.names import DRIFT_ANNOTATION
+
+    try:
+        nodes = k8s.CoreV1Api(api).list_node().items
+    except ApiException:
+        return {}  # the MigSync table still prints; only the drift notes are missing
+    return {n.metadata.name: (n.metadata.annotations or {})[DRIFT_ANNOTATION] for n in nodes
+            if DRIFT_ANNOTATION in (n.metadata.annotations or {})}
+
+
+def _with_drift(message: str, drift: str | None) -> str:
+    if not drift or drift in message:
+        return message
+    return f"GPUs drifted: {drift}" + (f"; {message}" if message else "")
 
 
 def _condition(status: dict, kind: str) -> dict:

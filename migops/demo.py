@@ -9,8 +9,10 @@ following a config repo (examples/config-repo, committed to a throwaway git repo
 2. a commit with a geometry that cannot be placed: not applied, the status names file, path and reason;
 3. `kubectl apply` of a bad MIG ConfigMap and `kubectl label` naming a missing config: denied;
 4. a valid change: rolled out in waves within maxUnavailable, the agents report `success`;
-5. MIG workloads: a Pod per MIG resource, bound by the real scheduler (never run: no kubelet here);
-6. a summary of every node and a picture of every GPU's slices.
+5. a GPU changed by hand (`migops sim`, as `nvidia-smi mig -dgi` on a real node): the agent sees the
+   drift, publishes what is really there, and repairs it;
+6. MIG workloads: a Pod per MIG resource, bound by the real scheduler (never run: no kubelet here);
+7. a summary of every node and a picture of every GPU's slices.
 
 Everything is torn down at the end; `KEEP=1 make demo` leaves it running for exploring.
 Exit status 0 when every step behaved as described, 1 otherwise.
@@ -33,8 +35,9 @@ from typing import Any, TypeVar
 from kubernetes import client as k8s
 
 from migops.kube.informer import Informer
-from migops.kube.names import (APPLIED_ANNOTATION, DIGEST_ANNOTATION, LAYOUT_ANNOTATION, MIG_CONFIG_LABEL,
-                               MIG_CONFIG_STATE_LABEL)
+from migops.kube.names import (APPLIED_ANNOTATION, DIGEST_ANNOTATION, DRIFT_ANNOTATION, GPU_PRODUCT_LABEL,
+                               LAYOUT_ANNOTATION, MIG_CONFIG_LABEL, MIG_CONFIG_STATE_LABEL)
+from migops.local import agents as local_agents
 from migops.local import reconciler as local_reconciler
 from migops.local import stack, state
 from migops.mig.catalogue import catalogue
@@ -219,6 +222,7 @@ class Demo:
             ("a commit whose geometry cannot be placed is not applied", self.bad_commit),
             ("kubectl mistakes are denied at admission", self.admission),
             ("a valid change rolls out in waves", self.valid_change),
+            ("a GPU changed by hand is put back as git says", self.out_of_band),
             ("MIG workloads: Pods bound to the nodes that advertise their profile", self.workloads),
             ("summary", self.summary),
         ]
@@ -242,7 +246,7 @@ class Demo:
         config = (self.repo / "config.yaml").read_text()
         self.c.wait("every node to report success for all-balanced", lambda: self.in_sync(desired, config), 120)
         self.c.wait(f"the MigSync to record revision {head[:12]} as applied", lambda: self.applied_revision(head), 60)
-        self.run(["kubectl", "get", "nodes", "-L", f"{MIG_CONFIG_LABEL},{MIG_CONFIG_STATE_LABEL},nvidia.com/gpu.product"])
+        self.run(["kubectl", "get", "nodes", "-L", f"{MIG_CONFIG_LABEL},{MIG_CONFIG_STATE_LABEL},{GPU_PRODUCT_LABEL}"])
         labels = self.core.read_node("gpu-node-1").metadata.labels
         shown = {k: v for k, v in sorted(labels.items()) if k.startswith(("nvidia.com/mig-3g", "nvidia.com/mig."))}
         self.c.say("GFD's labels on gpu-node-1 (mixed strategy; nvidia.com/mig-3g.40gb.* and nvidia.com/mig.*):")
@@ -314,6 +318,50 @@ class Demo:
         self.run(["migops", "status", "--nodes"])
         self.c.ok(f"rolled out in {rollout.waves} waves, at most {rollout.busiest} node reconfiguring at a time "
                   "(maxUnavailable 1); every agent reported success")
+
+    def out_of_band(self) -> None:
+        node = "gpu-node-1"
+        assert self.local is not None
+        gpus = json.loads((local_agents.agent_dir(Path(self.local.workdir), node) / "gpus.json").read_text())["gpus"]
+        victim = max(gpus[0]["instances"], key=lambda i: i["start"])
+        self.c.say(f"Someone removes a GPU instance on {node} by hand (on a real node: nvidia-smi mig -dci/-dgi). On")
+        self.c.say("simulated GPUs the same change is `migops sim`, behind the agent's back:")
+        seen: list[tuple[str, dict[str, str]]] = []
+
+        def watch(kind: str, obj: dict[str, Any]) -> None:
+            notes = (obj.get("metadata") or {}).get("annotations") or {}
+            if obj["metadata"].get("name") == node and DRIFT_ANNOTATION in notes and not seen:
+                alloc = (obj.get("status") or {}).get("allocatable") or {}
+                seen.append((notes[DRIFT_ANNOTATION], {k: v for k, v in alloc.items() if k.startswith("nvidia.com/")}))
+
+        began = time.monotonic()
+        with Informer(self.core.list_node, handler=watch, watch_timeout=60) as informer:
+            informer.wait_synced(30)
+            self.run(["migops", "sim", "destroy-gi", "--node", node, "--gpu", "0", "--start", str(victim["start"])])
+            self.c.wait(f"the agent on {node} to notice (it compares every {local_agents.DRIFT_INTERVAL:g}s)",
+                        lambda: seen, 30)
+            detected = time.monotonic() - began
+            drift, alloc = seen[0]
+            self.c.say(f"  {DRIFT_ANNOTATION}: {drift}")
+            self.c.say(f"  allocatable while drifted: {json.dumps(alloc, sort_keys=True)} (what really exists)")
+
+            def repaired() -> bool:
+                n = self.core.read_node(node)
+                notes, labels = n.metadata.annotations or {}, n.metadata.labels or {}
+                return DRIFT_ANNOTATION not in notes and labels.get(MIG_CONFIG_STATE_LABEL) == "success"
+            self.c.wait("the repair", repaired, 60)
+        took = time.monotonic() - began
+        events = self.core.list_namespaced_event("default", field_selector=f"involvedObject.name={node}").items
+        events = sorted((e for e in events if e.reason in ("MigDriftDetected", "MigDriftRepaired")),
+                        key=lambda e: e.event_time)
+        for e in events[-2:]:
+            self.c.say(f"  Event {e.type} {e.reason}: {e.message}")
+        self.run(["migops", "sim", "show", "--node", node])
+        gpus = json.loads((local_agents.agent_dir(Path(self.local.workdir), node) / "gpus.json").read_text())["gpus"]
+        if not any(i["start"] == victim["start"] for i in gpus[0]["instances"]):
+            raise DemoFailed("the removed GPU instance was not recreated")
+        self.c.ok(f"drift seen after {detected:.1f}s, repaired after {took:.1f}s through the same safe flow as an "
+                  "apply; the GPUs are what git says again")
 
     def workloads(self) -> None:
         self.core.create_namespace({"metadata": {"name": WORKLOADS}})
@@ -444,6 +492,9 @@ Left running (KEEP=1). Explore:
   kubectl get pods -n {WORKLOADS} -o wide
   git -C {repo} log --oneline                 # edit, commit: the reconciler polls every 5s
   kubectl label node gpu-node-3 {MIG_CONFIG_LABEL}=all-balanced --overwrite   # the reconciler reverts it
+  migops sim show --node gpu-node-2           # the simulated GPUs as they are
+  migops sim destroy-gi --node gpu-node-2 --gpu 1 --start 4   # by hand (nvidia-smi mig -dgi): the agent repairs it
+  kubectl get events --field-selector involvedObject.name=gpu-node-2   # MigDriftDetected, MigDriftRepaired
 Stop everything:
   migops local down""")
 

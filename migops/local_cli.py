@@ -186,7 +186,7 @@ def _node_lines(kubeconfig_path: Path) -> list[str]:
     from kubernetes import client as k8s
     from kubernetes import config
 
-    from migops.mig.gfd import DEVICE_ID_LABEL, MIG_CONFIG_LABEL
+    from migops.mig.gfd import DEVICE_ID_LABEL, GPU_COUNT_LABEL, GPU_PRODUCT_LABEL, MIG_CONFIG_LABEL
 
     try:
         with config.new_client_from_config(config_file=str(kubeconfig_path)) as api:
@@ -198,8 +198,8 @@ def _node_lines(kubeconfig_path: Path) -> list[str]:
         labels = node.metadata.labels or {}
         lines.append("  ".join([
             node.metadata.name,
-            labels.get("nvidia.com/gpu.product", "-"),
-            f"x{labels.get('nvidia.com/gpu.count', '?')}",
+            labels.get(GPU_PRODUCT_LABEL, "-"),
+            f"x{labels.get(GPU_COUNT_LABEL, '?')}",
             labels.get(DEVICE_ID_LABEL, "-"),
             f"mig.config={labels.get(MIG_CONFIG_LABEL, '-')}",
         ]))

@@ -15,6 +15,7 @@ from migops.mig.catalogue import GpuModel, catalogue
 from migops.mig.gfd import advertise
 from migops.mig.problems import Problem
 from migops.mig.sources import Skipped
+from migops.mig.text import listed
 from migops.mig.validate import STRATEGIES, ConfigReport, Strategy
 
 @dataclass(frozen=True)
@@ -147,10 +148,9 @@ def text(run: Run, out=None) -> None:  # noqa: ANN001
         whole = "; the file itself is INVALID" if any(p.severity == "error" for p in c.problems) else ""
         say(f"{len(c.reports) - bad} valid, {bad} invalid{whole}")
     if run.skipped:
-        shown = ", ".join(f"{s.kind} {s.name or f'{f}:{s.line}'}" + (f" ({s.reason})" if s.reason else "")
-                          for f, s in run.skipped[:8])
-        more = f" and {len(run.skipped) - 8} more" if len(run.skipped) > 8 else ""
-        say(f"{len(run.skipped)} object(s) skipped, holding no MIG config: {shown}{more}")
+        shown = listed((f"{s.kind} {s.name or f'{f}:{s.line}'}" + (f" ({s.reason})" if s.reason else "")
+                        for f, s in run.skipped), 8)
+        say(f"{len(run.skipped)} object(s) skipped, holding no MIG config: {shown}")
     if len(run.checked) != 1 or run.files != 1 or run.ignored_files:
         configs = sum(len(c.reports) for c in run.checked)
         bad = sum(not c.valid for c in run.checked)

@@ -3,7 +3,8 @@
 The hot path is short on purpose: read the body, decode it (orjson), check the envelope, look the
 verdict up by (what the rule reads of the object, cluster-state version), answer with the verdict's
 response bytes, serialised once per verdict; no logging, metric children looked up once. Only a miss
-runs the rules, and the rules never call the API server: they read the informers' Snapshot. dryRun
+runs the rules, and the rules read the informers' Snapshot, never the API server (one exception: a
+ClusterPolicy switching to another MIG ConfigMap reads that ConfigMap, uncached; policies.py). dryRun
 is never read, so a server-side dry-run gets exactly the answer the real request will get.
 """
 from __future__ import annotations
@@ -61,16 +62,21 @@ class State(Protocol):
     def errors(self) -> dict[str, str]: ...
 
 
-def create_app(state: State, *, cache_size: int = 4096) -> Flask:
+def create_app(state: State, *, cache_size: int = 4096, read_configmap: policies.ReadConfigMap | None = None) -> Flask:
+    """The app over `state`; `read_configmap` is how a ClusterPolicy switching to another MIG ConfigMap
+    gets that ConfigMap (webhook/policies.py; without it such a switch is denied as uncheckable)."""
     app = Flask("migops.webhook")
     app.config["MAX_CONTENT_LENGTH"] = MAX_BODY
     verdicts: LRU[tuple, Verdict] = LRU(cache_size)
+    policy_key, policy_rule = RULES["validate"][("nvidia.com", "ClusterPolicy")]
+    bound = {**RULES, "validate": {**RULES["validate"], ("nvidia.com", "ClusterPolicy"): (
+        policy_key, lambda req, snap: policy_rule(req, snap, read_configmap))}}  # type: ignore[call-arg]
     app.extensions["migops.verdicts"] = verdicts
 
     def review(endpoint: str) -> Response:
         started = time.perf_counter()
         kind, result = "-", "error"
-        rules = RULES[endpoint]
+        rules = bound[endpoint]
         try:
             try:
                 req = parse_review(decode(_read_body()))

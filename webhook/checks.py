@@ -1,7 +1,8 @@
 """The MIG core's verdicts, memoised: the same config text is parsed once, the same config judged once.
 
-Every rule comes from `migops.mig` (parse_config, validate, validate_on_node); this module only
-remembers results:
+Every rule comes from `migops.mig` (parse_config, validate, validate_on_node, validate_on_model, and
+`migops.mig.fit`, which alone decides what a node's verdict is made of); this module only remembers
+results:
 - parsed files by a SHA-256 of the text, so a dry-run followed by the apply, Flux's re-apply every
   interval, and every Node label change against the same ConfigMap cost one parse;
 - each named config's report by what it depends on: its name and entries (as parsed: paths,
@@ -15,10 +16,12 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Iterable, Sequence
 
+from migops.mig import fit as _fit
 from migops.mig.catalogue import GpuModel
+from migops.mig.gfd import NodeGpus
 from migops.mig.problems import MigError
 from migops.mig.spec import MigConfigEntry, MigPartedConfig, parse_config
-from migops.mig.validate import ConfigReport, Strategy, validate, validate_on_node
+from migops.mig.validate import ConfigReport, Strategy, validate, validate_on_model, validate_on_node
 from migops.webhook.cache import LRU
 
 # Parsed files weigh their text's length: 2 MiB of text is ~170 files of NVIDIA's default config (0.3 MB
@@ -83,6 +86,28 @@ def on_node(config: MigPartedConfig, name: str, gpus: Sequence[GpuModel], strate
         found = validate_on_node(config, name, gpus, strategy)
         _reports.put(key, found)
     return found
+
+
+def on_model(config: MigPartedConfig, name: str, model: GpuModel, strategy: Strategy | None) -> ConfigReport:
+    """validate_on_model, remembered by (name, entries, the model's device ID, strategy)."""
+    key = ("model", name, config.entries(name), model.device_id, strategy)
+    found = _reports.get(key)
+    if found is None:
+        found = validate_on_model(config, name, model, strategy)
+        _reports.put(key, found)
+    return found
+
+
+def _catalogue_one(config: MigPartedConfig, name: str, strategy: Strategy | None) -> ConfigReport:
+    return on_catalogue(config, [name], strategy)[name]
+
+
+REPORTS = _fit.Reports(catalogue=_catalogue_one, node=on_node, model=on_model)
+
+
+def fit(config: MigPartedConfig, name: str, gpus: NodeGpus | None, strategy: Strategy | None) -> _fit.Fit:
+    """`migops.mig.fit.fit` over the remembered reports."""
+    return _fit.fit(config, name, gpus, strategy, REPORTS)
 
 
 def forget() -> None:

@@ -2,7 +2,8 @@
 
 - The content must parse (mig-parted's rules, with paths) and each named config must be placeable:
   on the GPUs of the nodes whose nvidia.com/mig.config names it, under the cluster's MIG strategy
-  (node mode); a config no node uses must fit at least one known GPU model (catalogue mode).
+  (node mode, with the errors of the text itself: `migops.mig.fit`); a config no node uses must fit
+  at least one known GPU model (catalogue mode).
 - A config that fits only some models is admitted with a warning naming the nodes it cannot serve.
 - In the ConfigMap in force, removing a config that a node's label names is denied, naming the nodes;
   so is deleting that ConfigMap while any node selects a config from it.
@@ -11,12 +12,15 @@ catalogue only: no node uses it yet.
 """
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from migops.kube.names import CONFIGMAP_KEY, MIG_CONFIG_LABEL, MIG_CONFIGMAP_LABEL
+from migops.mig.gfd import NodeGpus
 from migops.mig.problems import MigError, key_path
 from migops.mig.spec import MigPartedConfig
+from migops.mig.text import listed
+from migops.mig.validate import STRATEGIES
 from migops.webhook import checks
 from migops.webhook.admission import ALLOW, Request, Verdict, allow, deny, labels, merge_warnings
 from migops.webhook.findings import Finding, Warning_, node_names, split
@@ -40,7 +44,7 @@ def payload(obj: Mapping[str, Any] | None) -> tuple[str | None, list[Finding]]:
                          f"text; put it under data.\"{CONFIGMAP_KEY}\""))
     data = obj.get("data")
     if not isinstance(data, dict) or CONFIGMAP_KEY not in data:
-        keys = ", ".join(sorted(map(str, data))[:10]) if isinstance(data, dict) and data else "none"
+        keys = listed(sorted(map(str, data)), 10) if isinstance(data, dict) and data else "none"
         findings.append(("configmap-key", f"data.\"{CONFIGMAP_KEY}\": missing (keys: {keys}); the GPU Operator's "
                          "mig-manager reads the config from that key"))
         return None, findings
@@ -119,50 +123,62 @@ def validate(req: Request, snap: Snapshot) -> Verdict:
                                  f"({MIG_CONFIG_LABEL}); relabel them first"))
             else:
                 warnings.append(("config-not-found", where, f"not defined, but {node_names(nodes)} select it"))
-    catalogue = checks.on_catalogue(config, names)
-    for name in names:
-        used_by = users.get(name, ())
-        _on_nodes(config, name, used_by, snap, findings, warnings)
-        report = catalogue[name]
-        if not used_by:
-            errors, warns = split(report.problems)
-            findings += errors
-            warnings += warns
-        if report.valid and report.fits:
-            fit = {g.device_id for g in report.fits}
-            cannot = [n for n in snap.gpu_nodes if n.config != name and not n.model_ids <= fit]
-            if cannot:
-                fits = ", ".join(dict.fromkeys(g.name for g in report.fits[:2])) + (" ..." if len(report.fits) > 2 else "")
-                warnings.append(("fits-some-gpus", key_path("mig-configs", name),
-                                 f"cannot serve {node_names(cannot, 3)} (fits only {fits})"))
+    errors, warns = judge(config, users, snap, snap.strategy)
+    findings += errors
+    warnings += warns
     if findings:
         return deny(subject, findings, warnings=merge_warnings(warnings))
     return allow(merge_warnings(warnings))
 
 
-def _on_nodes(config: MigPartedConfig, name: str, nodes: tuple[NodeView, ...], snap: Snapshot,
+def judge(config: MigPartedConfig, users: Mapping[str, Sequence[NodeView]], snap: Snapshot,
+          strategy: str) -> tuple[list[Finding], list[Warning_]]:
+    """Every config of a MIG ConfigMap's content: one that nodes select on each distinct set of their
+    GPUs under `strategy` (`migops.mig.fit`, node or model question), one no node selects against the
+    catalogue; plus the `fits-some-gpus` warning. Also what a ClusterPolicy switching to this content
+    is judged by (webhook/policies.py)."""
+    findings: list[Finding] = []
+    warnings: list[Warning_] = []
+    names = config.names()
+    catalogue = checks.on_catalogue(config, names)
+    known = strategy if strategy in STRATEGIES else None
+    for name in names:
+        used_by = users.get(name, ())
+        if used_by:
+            _on_nodes(config, name, used_by, known, findings, warnings)
+        else:
+            errors, warns = split(checks.fit(config, name, None, None).problems)
+            findings += errors
+            warnings += warns
+        report = catalogue[name]
+        if report.valid and report.fits:
+            fit = {g.device_id for g in report.fits}
+            cannot = [n for n in snap.gpu_nodes if n.config != name and not n.model_ids <= fit]
+            if cannot:
+                fits = listed(dict.fromkeys(g.name for g in report.fits), 2)
+                warnings.append(("fits-some-gpus", key_path("mig-configs", name),
+                                 f"cannot serve {node_names(cannot, 3)} (fits only {fits})"))
+    return findings, warnings
+
+
+def _on_nodes(config: MigPartedConfig, name: str, nodes: Sequence[NodeView], strategy: str | None,
               findings: list[Finding], warnings: list[Warning_]) -> None:
-    """Node mode: the config on each distinct set of GPUs among the nodes that select it."""
+    """The config on each distinct set of GPUs among the nodes that select it (node question, or the
+    model question when GFD tells the model only)."""
     groups: dict[tuple, list[NodeView]] = {}
     for node in nodes:
         groups.setdefault((tuple(g.device_id for g in node.gpus), node.exact), []).append(node)
-    strategy = snap.strategy if snap.strategy in ("none", "single", "mixed") else None
     for (ids, exact), members in groups.items():
         first = members[0]
         context = f"on {node_names(members)}: {first.describe()}"
         if not ids:
             why = first.gpu_problem or "no GPU labels"
             warnings.append(("gpus-unknown", node_names(members), f"config {name} not checked on them: {why}"))
-            continue
-        if exact:
-            errors, warns = split(checks.on_node(config, name, first.gpus, strategy).problems, context)
-        else:  # GPU count unknown (GFD under strategy single): does the model fit at all
-            report = checks.on_catalogue(config, [name], strategy)[name]
-            errors, warns = [], []
-            if first.gpus[0] not in report.fits:
-                model = first.gpus[0].name
-                errors = [e for e in split(report.problems, context)[0] if model in e[1]] or [
-                    ("gpu-model-not-fitting", f"{key_path('mig-configs', name)}: does not fit {model} ({context})")]
+            verdict = checks.fit(config, name, None, strategy)  # type: ignore[arg-type]
+            context = ""
+        else:
+            verdict = checks.fit(config, name, NodeGpus(first.gpus, exact), strategy)  # type: ignore[arg-type]
+        errors, warns = split(verdict.problems, context)
         findings.extend(errors)
         warnings.extend(warns)
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 
 from migops.mig.problems import Problem
+from migops.mig.text import listed
 from migops.webhook.state import NodeView
 
 Finding = tuple[str, str]  # (rule, text): one line of a denial
@@ -28,5 +29,4 @@ def split(problems: Iterable[Problem], context: str = "") -> tuple[list[Finding]
 
 def node_names(nodes: Sequence[NodeView], limit: int = 5) -> str:
     names = [n.name for n in nodes]
-    shown = ", ".join(names[:limit]) + (f" and {len(names) - limit} more" if len(names) > limit else "")
-    return f"node{'s' if len(names) != 1 else ''} {shown}"
+    return f"node{'s' if len(names) != 1 else ''} {listed(names, limit)}"

@@ -3,17 +3,22 @@
 The webhook configuration's matchConditions send only those writes here (kubelets and mig-manager
 write Nodes constantly). The name must exist in the MIG ConfigMap in force, and that config must be
 placeable on this node's GPUs under the cluster's MIG strategy (so under `single`, one MIG device
-type). Removing the label is always allowed: mig-manager then leaves the GPUs as they are.
+type): `migops.mig.fit` answers that, with the errors of the config's text itself (as `migops
+validate` and gitops do). Removing the label is always allowed: mig-manager then leaves the GPUs as
+they are.
 """
 from __future__ import annotations
 
 import difflib
 
 from migops.kube.names import DEVICE_ID_LABEL, GPU_COUNT_LABEL, GPU_PRODUCT_LABEL, GPUS_ANNOTATION, MIG_CONFIG_LABEL
-from migops.mig.problems import MigError, key_path
+from migops.mig.gfd import NodeGpus
+from migops.mig.problems import MigError
+from migops.mig.text import listed
+from migops.mig.validate import STRATEGIES
 from migops.webhook import checks
 from migops.webhook.admission import ALLOW, Request, Verdict, allow, deny, labels, merge_warnings
-from migops.webhook.findings import Finding, Warning_, split
+from migops.webhook.findings import Warning_, split
 from migops.webhook.state import Snapshot, node_view
 
 _GPU_KEYS = (GPU_PRODUCT_LABEL, GPU_COUNT_LABEL, DEVICE_ID_LABEL)
@@ -48,26 +53,22 @@ def validate(req: Request, snap: Snapshot) -> Verdict:
     if value not in names:
         near = difflib.get_close_matches(value, names, n=1)
         hint = f"; did you mean {near[0]!r}?" if near else ""
-        shown = ", ".join(names[:8]) + (f" and {len(names) - 8} more" if len(names) > 8 else "")
+        shown = listed(names, 8)
         return deny(subject, [("config-not-found", f"{where}: no config {value!r} in {snap.configmap_name} "
                                f"(has: {shown}){hint}")])
     node = node_view(req.object or {})
     warnings: list[Warning_] = []
-    findings: list[Finding] = []
-    strategy = snap.strategy if snap.strategy in ("none", "single", "mixed") else None
-    if not node.gpus:
+    strategy = snap.strategy if snap.strategy in STRATEGIES else None
+    if node.gpus:
+        verdict = checks.fit(config, value, NodeGpus(node.gpus, node.exact), strategy)  # type: ignore[arg-type]
+        context = f"on this node: {node.describe()}"
+    else:  # the text's own errors still hold; the geometry on this node cannot be checked
         why = node.gpu_problem or "the node has no GPU labels"
         warnings.append(("gpus-unknown", req.name, f"geometry not checked: {why}"))
-    elif node.exact:
-        findings, warns = split(checks.on_node(config, value, node.gpus, strategy).problems,
-                                f"on this node: {node.describe()}")
-        warnings += warns
-    else:
-        report = checks.on_catalogue(config, [value], strategy)[value]
-        model = node.gpus[0]
-        if model not in report.fits:
-            findings = [f for f in split(report.problems)[0] if model.name in f[1]] or [
-                ("gpu-model-not-fitting", f"{key_path('mig-configs', value)}: does not fit {model.name}")]
+        verdict = checks.fit(config, value, None, strategy)  # type: ignore[arg-type]
+        context = ""
+    findings, warns = split(verdict.problems, context)
+    warnings += warns
     if findings:
         return deny(subject, findings, warnings=merge_warnings(warnings))
     return allow(merge_warnings(warnings))

@@ -13,45 +13,18 @@ spec serves both strategies.
 """
 from __future__ import annotations
 
-import dataclasses
 import difflib
 from collections.abc import Iterator, Mapping
-from functools import cache
 from typing import Any
 
-from migops.kube.names import TRANSLATE_LABEL, TRANSLATED_ANNOTATION
-from migops.mig.catalogue import GpuModel, catalogue
-from migops.mig.gfd import advertise, resource_name
-from migops.mig.profile import compute_subprofile_allowed, parse_profile
-from migops.mig.validate import GpuResult
+from migops.kube.names import GPU_PRODUCT_LABEL as PRODUCT_LABEL
+from migops.kube.names import GPU_RESOURCE, MIG_RESOURCE_PREFIX, TRANSLATE_LABEL, TRANSLATED_ANNOTATION
+from migops.mig.gfd import mig_resources, single_product
 from migops.webhook.admission import ALLOW, Request, Verdict, allow, deny, escape_pointer, merge_warnings
 from migops.webhook.findings import Finding, Warning_
-from migops.webhook.state import MIG_RESOURCE_PREFIX, Snapshot
+from migops.webhook.state import Snapshot
 
-GPU_RESOURCE = "nvidia.com/gpu"
-PRODUCT_LABEL = "nvidia.com/gpu.product"
 _CONTAINER_LISTS = ("initContainers", "containers")
-
-
-@cache
-def mig_resources() -> dict[str, tuple[str, tuple[GpuModel, ...]]]:
-    """Every MIG resource name a known GPU can advertise under `mixed` -> (profile, models).
-
-    From the catalogue: each GPU-instance profile (and its driver aliases), and each compute-instance
-    sub-profile mig-parted can create in it, named as the device plugin names them (gfd.resource_name).
-    """
-    found: dict[str, tuple[str, list[GpuModel]]] = {}
-    for gpu in catalogue().gpus:
-        for gi in gpu.profiles:
-            for name in (gi.name, *gi.aliases):
-                base = parse_profile(name)
-                for c in range(1, base.gpu + 1):
-                    if compute_subprofile_allowed(c, base.gpu):
-                        profile = str(dataclasses.replace(base, compute=c))
-                        entry = found.setdefault(resource_name(profile), (profile, []))
-                        if gpu not in entry[1]:
-                            entry[1].append(gpu)
-    return {k: (p, tuple(models)) for k, (p, models) in found.items()}
 
 
 def _containers(pod: Mapping[str, Any]) -> Iterator[tuple[str, int, dict[str, Any]]]:
@@ -91,18 +64,12 @@ def cache_key(req: Request) -> tuple:
             repr(spec.get("nodeSelector")), repr(spec.get("affinity"))[:4000])
 
 
-def _product(model: GpuModel, profile: str) -> str:
-    """The nvidia.com/gpu.product value GFD publishes under `single` for this model and profile."""
-    result = GpuResult(0, model, None, True, (), (profile,))
-    return advertise([result], "single").labels[PRODUCT_LABEL]
-
-
 def products(resource: str, snap: Snapshot) -> list[str]:
     """Product label values of nodes that can serve `resource` under `single`: the models in the
     cluster that have the profile, else every known model that has it."""
     profile, models = mig_resources()[resource]
     present = [m for m in models if any(m in n.models for n in snap.gpu_nodes)]
-    return list(dict.fromkeys(_product(m, profile) for m in (present or models)))
+    return list(dict.fromkeys(single_product(m, profile) for m in (present or models)))
 
 
 def validate(req: Request, snap: Snapshot) -> Verdict:

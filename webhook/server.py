@@ -69,13 +69,14 @@ def app_from_kubeconfig(kubeconfig: str | None) -> Callable[[], Any]:
     def load() -> Any:
         from migops.kube.client import api_client
         from migops.webhook.app import create_app
-        from migops.webhook.pods import mig_resources
+        from migops.mig.gfd import mig_resources
         from migops.webhook.state import ClusterState
 
         logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-        state = ClusterState(api_client(kubeconfig)).start()
+        api = api_client(kubeconfig)
+        state = ClusterState(api).start()
         mig_resources()  # build the catalogue's tables now, not in the first review
-        app = create_app(state)
+        app = create_app(state, read_configmap=configmap_reader(api))
         # Everything loaded so far (the Kubernetes client's models, Flask, the catalogue: ~75,000
         # objects) lives as long as the worker; a full collection walking it took ~36 ms, a pause
         # any review could hit. Frozen, collections walk only what reviews allocate.
@@ -84,6 +85,28 @@ def app_from_kubeconfig(kubeconfig: str | None) -> Callable[[], Any]:
         return app
 
     return load
+
+
+READ_TIMEOUT = 5.0  # seconds for the one GET a ClusterPolicy switch costs (the API server waits 10 s for us)
+
+
+def configmap_reader(api: Any) -> Callable[[str, str], dict[str, Any] | None]:
+    """A ConfigMap by (namespace, name) as a plain object, None when it does not exist: what a
+    ClusterPolicy switching to another MIG ConfigMap is judged on (webhook/policies.py)."""
+    from kubernetes import client as k8s
+
+    core = k8s.CoreV1Api(api)
+
+    def read(namespace: str, name: str) -> dict[str, Any] | None:
+        try:
+            obj = core.read_namespaced_config_map(name, namespace, _request_timeout=READ_TIMEOUT)
+        except k8s.exceptions.ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise
+        return api.sanitize_for_serialization(obj)
+
+    return read
 
 
 def serve(options: dict[str, Any], load: Callable[[], Any]) -> None:

@@ -9,7 +9,6 @@ so verdicts cached under one version stay valid until then.
 from __future__ import annotations
 
 import logging
-import re
 import threading
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
@@ -24,6 +23,7 @@ from migops.kube.names import (
     CONFIGMAP_KEY, DEVICE_ID_LABEL, GPU_COUNT_LABEL, GPU_PRODUCT_LABEL, GPUS_ANNOTATION, MIG_CONFIG_LABEL,
 )
 from migops.kube.nodes import UnknownGpuError, node_gpus
+from migops.mig import gfd
 from migops.mig.catalogue import GpuModel
 from migops.mig.problems import MigError
 from migops.mig.spec import MigPartedConfig
@@ -32,8 +32,8 @@ from migops.webhook import checks
 log = logging.getLogger(__name__)
 
 _NODE_LABELS = frozenset({MIG_CONFIG_LABEL, DEVICE_ID_LABEL, GPU_PRODUCT_LABEL, GPU_COUNT_LABEL})
-_MIG_COUNT_LABEL = re.compile(r"^nvidia\.com/mig-(.+)\.count$")
-MIG_RESOURCE_PREFIX = "nvidia.com/mig-"
+_MIG_COUNT_LABEL = gfd.MIG_COUNT_LABEL
+MIG_RESOURCE_PREFIX = gfd.MIG_RESOURCE_PREFIX
 
 
 # ------------------------------------------------------------------------------------------ trimming
@@ -105,14 +105,10 @@ def node_view(obj: Mapping[str, Any]) -> NodeView:
         gpus, exact, problem = (found.gpus, found.exact, None) if found else ((), False, None)
     except UnknownGpuError as exc:
         gpus, exact, problem = (), False, str(exc)
-    offers = {MIG_RESOURCE_PREFIX + m.group(1) for k, v in labels.items()
-              if (m := _MIG_COUNT_LABEL.match(k)) and str(v).isdigit() and int(v) > 0}
-    for k, v in ((obj.get("status") or {}).get("capacity") or {}).items():
-        if k.startswith(MIG_RESOURCE_PREFIX) and str(v) not in ("0", ""):
-            offers.add(k)
+    offers = gfd.mig_offers(labels, (obj.get("status") or {}).get("capacity") or {})
     config = labels.get(MIG_CONFIG_LABEL)
     return NodeView(str(meta.get("name")), config if isinstance(config, str) else None, gpus, exact, problem,
-                    frozenset(offers))
+                    offers)
 
 
 class Snapshot:

@@ -1,46 +1,23 @@
-"""Which GPUs a Node holds, as far as its labels and annotations tell (docs/interfaces.md).
-
-In order: the agent's `migops.io/gpus` annotation (every GPU, index order: exact); else the device-ID
-label (`migops.io/gpu.device-id`, or GFD's product name) times GFD's `nvidia.com/gpu.count`. Under the
-single strategy GFD counts MIG devices there, not GPUs, and names the product `<model>-MIG-<profile>`:
-then the model is known but not the count, and `NodeGpus.exact` is False.
-"""
+"""Which GPUs a Node object holds: its labels and annotations read by `migops.mig.gfd.read_gpus`
+(where GFD's labels are also written; docs/interfaces.md). Only the Node object's shape is read here."""
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
 
-from migops.kube.names import DEVICE_ID_LABEL, GPU_COUNT_LABEL, GPU_PRODUCT_LABEL, GPUS_ANNOTATION
-from migops.mig.catalogue import Catalogue, GpuModel, UnknownGpuError, catalogue
+from migops.mig.catalogue import Catalogue, UnknownGpuError
+from migops.mig.gfd import NodeGpus, read_gpus
 
 
-@dataclass(frozen=True)
-class NodeGpus:
-    gpus: tuple[GpuModel, ...]  # index order; one entry per GPU when exact, else one per model
-    exact: bool
+def _mapping(value: object) -> Mapping[str, Any]:
+    return value if isinstance(value, Mapping) else {}
 
 
 def node_gpus(node: Mapping[str, Any], cat: Catalogue | None = None) -> NodeGpus | None:
     """The node's GPUs; None when nothing on the node names a GPU. Raises UnknownGpuError for a
     device ID or product that the catalogue cannot resolve."""
-    cat = cat or catalogue()
-    meta = node.get("metadata") or {}
-    labels = meta.get("labels") or {}
-    annotations = meta.get("annotations") or {}
-    listed = annotations.get(GPUS_ANNOTATION)
-    if listed:
-        return NodeGpus(tuple(cat.resolve(d) for d in listed.split(",")), True)
-    product = labels.get(GPU_PRODUCT_LABEL, "")
-    single_mig = "-MIG-" in product
-    name = labels.get(DEVICE_ID_LABEL) or (product.split("-MIG-")[0] if product else None)
-    if not name:
-        return None
-    model = cat.resolve(name)
-    count = labels.get(GPU_COUNT_LABEL, "")
-    if single_mig or not count.isdigit() or int(count) < 1:
-        return NodeGpus((model,), False)
-    return NodeGpus((model,) * int(count), True)
+    meta = _mapping(node.get("metadata"))
+    return read_gpus(_mapping(meta.get("labels")), _mapping(meta.get("annotations")), cat)
 
 
 __all__ = ["NodeGpus", "UnknownGpuError", "node_gpus"]

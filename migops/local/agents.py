@@ -10,6 +10,9 @@ ConfigMap is seeded too, if absent, since the agents read their configs from it.
 The seeded `nvidia.com/gpu` capacity (field manager `migops-local`) is taken over by each agent on
 its first run: it applies the resources it computes with force as `migops-agent` and removes stale
 ones, so nothing is left owned twice.
+
+`migops sim ... --node <node>` changes a node's simulated GPUs out of band; its agent checks them every
+DRIFT_INTERVAL seconds and repairs what differs from the applied config.
 """
 from __future__ import annotations
 
@@ -27,6 +30,8 @@ from kubernetes.client.exceptions import ApiException
 from migops.local.process import ProcessRef, spawn
 
 MIG_CONFIGMAP = ("gpu-operator", "default-mig-parted-config")
+# Short, so that a change made with `migops sim --node ...` is seen at once (a check costs well under 5 ms).
+DRIFT_INTERVAL = 2.0
 
 
 def agent_dir(workdir: Path, node: str) -> Path:
@@ -56,7 +61,8 @@ def start(workdir: Path, kubeconfig: Path,
         argv = [sys.executable, "-m", "migops", "agent", "--node", node, "--backend", "simulated",
                 "--gpus", f"{count}x{device_id}", "--state-file", str(work / "gpus.json"),
                 f"--work-dir={work}", "--kubeconfig", str(kubeconfig),
-                "--pod-timeout", "60", "--retry-base", "2", "--retry-max", "60", "--mode-change-settle", "0"]
+                "--pod-timeout", "60", "--retry-base", "2", "--retry-max", "60", "--mode-change-settle", "0",
+                "--drift-interval", str(DRIFT_INTERVAL)]
         started[node] = spawn(argv, workdir / "logs" / f"agent-{node}.log")
     return started
 

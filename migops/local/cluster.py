@@ -21,7 +21,7 @@ from typing import Any, Protocol
 from kubernetes import client as k8s
 from kubernetes.client import ApiClient
 
-from migops.kube.names import LOCAL_MANAGER
+from migops.kube.names import GPU_COUNT_LABEL, LOCAL_MANAGER
 from migops.mig.gfd import DEVICE_ID_LABEL, MIG_CONFIG_LABEL, node_labels_without_mig
 from migops.mig.yamlsafe import load_yaml
 
@@ -97,7 +97,7 @@ def apply_node(api: ApiClient, node: NodeSpec) -> None:
                 "metadata": {"name": node.name, "labels": labels}}
         core.patch_node(node.name, body, field_manager=manager, _content_type=APPLY)
     # What the device plugin would advertise for GPUs with MIG disabled: one per GPU.
-    gpus = node.gfd_labels.get("nvidia.com/gpu.count", str(node.gpus))
+    gpus = node.gfd_labels.get(GPU_COUNT_LABEL, str(node.gpus))
     mark_ready(api, node.name, {"nvidia.com/gpu": gpus})
 
 

@@ -1,6 +1,8 @@
 """The per-GPU diff: what stays, what goes, what is created where."""
 from __future__ import annotations
 
+import pytest
+
 from migops.agent.backend import ComputeInstance, GpuInstance, GpuState
 from migops.agent.plan import desired_from_result, gfd_advertisement, matches, observed_results, plan_gpu
 from migops.mig.catalogue import catalogue
@@ -84,3 +86,40 @@ def test_what_gfd_sees_comes_from_the_gpus() -> None:
     ad = gfd_advertisement([H100], [BALANCED], "mixed")
     assert ad.resources == {"nvidia.com/mig-1g.10gb": 2, "nvidia.com/mig-2g.20gb": 1, "nvidia.com/mig-3g.40gb": 1}
     assert gfd_advertisement([H100], [BALANCED], "single").labels["nvidia.com/gpu.product"].endswith("MIG-INVALID")
+
+
+def test_the_agent_executes_the_validators_packing_and_decides_none_of_its_own() -> None:
+    """desired_from_result takes GpuResult.instances as it is (here one the validator would not make:
+    the full CI in the GI at slice 0), and refuses a result that carries a layout but no packing."""
+    import dataclasses
+
+    import pytest
+
+    report = validate_on_node(parse_config(
+        'version: v1\nmig-configs:\n  c:\n    - devices: all\n      mig-enabled: true\n'
+        '      mig-devices: {"1c.3g.40gb": 3, "3g.40gb": 1}\n'), "c", [H100])
+    result = report.gpus[0]
+    (low, first), (high, second) = sorted(result.instances)
+    swapped = dataclasses.replace(result, instances=((low, second), (high, first)))
+    assert desired_from_result(swapped).instances == ((low, second), (high, first))
+    assert desired_from_result(result).instances == tuple(sorted(result.instances))
+    with pytest.raises(ValueError, match="no compute-instance packing"):
+        desired_from_result(dataclasses.replace(result, instances=()))
+
+
+def test_the_agent_refuses_a_text_error_about_another_model_as_the_other_deciders_do() -> None:
+    """One verdict (migops.mig.fit): an H100 entry naming a profile H100 lacks makes the config wrong for an
+    A100 node too, so the agent refuses it before anything is paused, as webhook, reconciler and CLI do."""
+    from migops.agent.flow import Failure, Request, desired_on_node
+    from migops.mig.catalogue import catalogue
+    from migops.mig.spec import parse_config
+
+    text = ("version: v1\nmig-configs:\n  mixed-fleet:\n"
+            "    - device-filter: [\"0x233010DE\"]\n      devices: all\n      mig-enabled: true\n"
+            "      mig-devices: {\"3g.45gb\": 1}\n"
+            "    - device-filter: [\"0x20B010DE\"]\n      devices: all\n      mig-enabled: true\n"
+            "      mig-devices: {\"3g.20gb\": 2}\n")
+    a100 = catalogue().resolve("0x20B010DE")
+    request = Request("mixed-fleet", parse_config(text), None, "mixed", "gpu-operator", None)
+    with pytest.raises(Failure, match="3g.45gb"):
+        desired_on_node(request, [a100, a100])

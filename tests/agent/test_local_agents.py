@@ -2,6 +2,7 @@
 `down` stops the agents."""
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -51,6 +52,20 @@ def test_local_up_runs_an_agent_per_node(agent_plane, tmp_path: Path) -> None:  
         managers = {m.manager for m in core.read_node("gpu-node-2").metadata.managed_fields
                     if m.subresource == "status"}
         assert "migops-agent" in managers
+        # A person removes an instance by hand (`migops sim --node`, the local stack's state file): the agent
+        # sees it within its interval, and repairs it.
+        sim = subprocess.run([str(MIGOPS), "sim", "destroy-gi", "--node", "gpu-node-2", "--gpu", "1", "--start", "4"],
+                             env={**os.environ, "MIGOPS_HOME": str(home)}, capture_output=True, text=True, timeout=60)
+        assert sim.returncode == 0 and "2g.20gb@2[2]" in sim.stdout and "3g.40gb" not in sim.stdout, sim.stderr
+        def repaired() -> set[str]:
+            events = core.list_namespaced_event("default", field_selector="involvedObject.name=gpu-node-2").items
+            reasons = {e.reason for e in events}
+            return reasons if {"MigDriftDetected", "MigDriftRepaired"} <= reasons else set()
+        until(repaired, 60, "drift detected and repaired")
+        until(lambda: "migops.io/mig.drift" not in core.read_node("gpu-node-2").metadata.annotations, 30, "no drift")
+        assert core.read_node("gpu-node-2").status.allocatable["nvidia.com/mig-3g.40gb"] == "2"
+        gpu1 = json.loads((home / "local" / "agents" / "gpu-node-2" / "gpus.json").read_text())["gpus"][1]
+        assert sorted(i["start"] for i in gpu1["instances"]) == [0, 1, 2, 4]
         api.close()
     finally:
         down = _run(home, "down")

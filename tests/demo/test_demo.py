@@ -28,6 +28,8 @@ def test_demo_runs_every_step_and_leaves_nothing_running(tmp_path: Path) -> None
         'admission webhook "configmaps.validate.migops.io" denied the request', "[unknown-profile]",
         'admission webhook "nodes.validate.migops.io" denied the request', "[config-not-found]",
         "at most 1 node reconfiguring at a time",
+        "migops.io/mig.drift: GPU 0: missing 3g.40gb", "Event Normal MigDriftRepaired",
+        "the GPUs are what git says again",
         "Insufficient nvidia.com/mig-3g.40gb", "the Pods are bound, not executed",
         "gpu-node-3  2 x A100-SXM4-40GB  a100-training   success",
         "every step behaved as described",
