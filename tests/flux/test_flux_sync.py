@@ -113,6 +113,8 @@ def test_a_good_commit_lands_as_git_says_through_the_webhook(flux_local, clone) 
     assert status["lastAppliedRevision"] == f"main@sha1:{sha}"
     # wait: true is Flux's health check of what it applied; the inventory lists the ConfigMap.
     assert [e["id"] for e in status["inventory"]["entries"]] == [f"{NAMESPACE}_{NAME}__ConfigMap"]
+    healthy = next(c for c in status["conditions"] if c["type"] == "Healthy")
+    assert healthy["status"] == "True", healthy
     table = get_kustomizations(flux_local)
     assert f"Applied revision: main@sha1:{sha}" in table and "True" in table
 
@@ -225,7 +227,10 @@ def test_flux_owns_the_configmap_and_the_reconciler_the_labels_side_by_side(flux
     assignment = f"  - config: all-3g.40gb\n    nodes: [{node2}]\n"
     sha = push_and_wait(flux_local, clone, {CONFIG_FILE: MORE, f"{flux.CONFIG_DIR}/nodes.yaml": nodes_yaml(assignment)},
                         "reconciler assignments")
-    rec = reconciler.start(api, flux_local.workdir, flux_local.workdir / "admin.kubeconfig",
+    # The reconciler's own identity (as `migops local up --repo` gives it), which the webhook lets write
+    # the labels of the nodes it manages.
+    identity = flux_local.kubeconfig_for(RECONCILER_MANAGER, ("system:masters",))
+    rec = reconciler.start(api, flux_local.workdir, identity,
                            str(flux.git_root(flux_local.workdir) / f"{flux.REPO}.git"), path=flux.CONFIG_DIR,
                            interval="2s")
     try:
