@@ -35,6 +35,7 @@ sys.path.insert(0, str(ROOT / "tests"))
 from gitrepo import CONFIG_YAML, GitRepo, nodes_yaml  # noqa: E402
 from kubernetes import client as k8s  # noqa: E402
 
+from migops.kube.names import MANAGED_BY_ANNOTATION  # noqa: E402
 from migops.local.binaries import locate  # noqa: E402
 from migops.local import cluster  # noqa: E402
 from migops.local.cluster import plan_nodes  # noqa: E402
@@ -100,7 +101,10 @@ def seed(api: k8s.ApiClient, count: int) -> list[str]:
                   "nvidia.com/mig.config": "all-1g.10gb", "nvidia.com/mig.config.state": "success"}
         core.create_node({"apiVersion": "v1", "kind": "Node",
                           "metadata": {"name": spec.name, "labels": labels,
-                                       "annotations": {"migops.io/mig.config.digest": digest}}},
+                                       # managed by the MigSync "bench" (as after its first sync): an older
+                                       # cluster gets the annotation once, one write per node, at the first sync
+                                       "annotations": {"migops.io/mig.config.digest": digest,
+                                                       MANAGED_BY_ANNOTATION: "migops-system/bench"}}},
                          _preload_content=False).drain_conn()
         return spec.name
 

@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from migops.gitops.reasons import SourceReason
 from migops.gitops.repo import NODES_FILE, RepoError, RepoProblem, RepoSpec, referenced_configs
 from migops.kube.clusterpolicy import MigSettings
 from migops.kube.nodes import NodeGpus, UnknownGpuError, node_gpus
@@ -98,7 +99,7 @@ def resolve(spec: RepoSpec, nodes: Mapping[str, Mapping[str, Any]], settings: Mi
             "strategy", "strategy-mismatch",
             f"strategy {cfg.strategy!r} does not match the cluster's MIG strategy {settings.strategy!r} "
             f"(ClusterPolicy {settings.policy or '(none: the default)'} spec.mig.strategy); nothing is applied")))
-        raise RepoError(problems, reason="StrategyMismatch")
+        raise RepoError(problems, reason=SourceReason.STRATEGY_MISMATCH)
     namespace = cfg.configmap_namespace or settings.namespace
     configmap = cfg.configmap_name or settings.config_name
     warnings: list[RepoProblem] = []
@@ -123,18 +124,27 @@ def resolve(spec: RepoSpec, nodes: Mapping[str, Mapping[str, Any]], settings: Mi
             else:
                 warnings.append(RepoProblem(nodes_file, Problem(
                     key_path(a.path, "nodes"), "node-not-found",
-                    f"node {name} does not exist (yet); it gets {a.config!r} when it joins", "warning")))
+                    f"{a.path} matches no node: node {name} does not exist (yet); it gets {a.config!r} when it "
+                    "joins", "warning")))
     selectors = [a for a in cfg.assignments if a.selector is not None]
     clashes: dict[tuple[str, str], list[str]] = defaultdict(list)
+    matched: set[str] = set()  # selectors' paths that match some node
     for name, node in nodes.items():
         if name in named:
             continue
         labels = _labels(node)
         hits = [a for a in selectors if a.selector.matches(labels)]  # type: ignore[union-attr]
+        matched.update(a.path for a in hits)
         if len(hits) > 1:
             clashes[(hits[0].path, hits[1].path)].append(name)
         elif hits:
             chosen[name] = (hits[0].config, hits[0].path)
+    for a in selectors:
+        if a.path not in matched:
+            warnings.append(RepoProblem(nodes_file, Problem(
+                key_path(a.path, "nodeSelector"), "matches-no-node",
+                f"{a.path} matches no node: no node (not listed by name) has the labels its nodeSelector asks "
+                f"for, so nothing gets {a.config!r} from it", "warning")))
     for (first, second), names in sorted(clashes.items()):
         problems.append(RepoProblem(nodes_file, Problem(
             second, "selectors-overlap",

@@ -10,11 +10,13 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
-from migops.mig.problems import MigError, Problem, index_path, key_path
-from migops.mig.text import listed
-from migops.mig.spec import MigPartedConfig, parse_config
+from migops.gitops.reasons import SourceReason
 from migops.mig.fit import fit
+from migops.mig.problems import MigError, Problem, index_path, key_path
+from migops.mig.spec import MigPartedConfig, parse_config
+from migops.mig.text import listed
 from migops.mig.validate import STRATEGIES
 from migops.mig.yamlsafe import load_yaml
 
@@ -49,7 +51,7 @@ class RepoProblem:
 class RepoError(Exception):
     """The commit cannot be applied; carries every problem found (errors, and warnings beside them)."""
 
-    def __init__(self, problems: Sequence[RepoProblem], reason: str = "ValidationFailed") -> None:
+    def __init__(self, problems: Sequence[RepoProblem], reason: SourceReason = SourceReason.VALIDATION_FAILED) -> None:
         self.problems = tuple(problems)
         self.reason = reason
         errors = [p for p in self.problems if p.severity == "error"] or list(self.problems)
@@ -92,6 +94,10 @@ class Assignment:
     selector: LabelSelector | None = None
 
 
+DEFAULT_PROGRESS_DEADLINE = 600.0  # as a Deployment's progressDeadlineSeconds
+_ROLLOUT_FIELDS = ("maxUnavailable", "maxDefaulted", "progressDeadlineSeconds")
+
+
 @dataclass(frozen=True)
 class NodesFile:
     strategy: str | None = None  # must equal the ClusterPolicy's when given
@@ -101,6 +107,8 @@ class NodesFile:
     default: str | None = None  # config for GPU nodes no assignment matches; None leaves them alone
     prune: bool = False  # remove the label from nodes that leave every assignment
     assignments: tuple[Assignment, ...] = ()
+    max_defaulted: int | None = None  # refuse a commit moving more nodes than this to `default`; None: no limit
+    progress_deadline: float = DEFAULT_PROGRESS_DEADLINE  # seconds a node may reconfigure before it is Stalled
 
 
 @dataclass(frozen=True)
@@ -113,6 +121,7 @@ class RepoSpec:
     config: MigPartedConfig
     nodes: NodesFile
     warnings: tuple[RepoProblem, ...] = ()
+    nodes_text: str = ""  # nodes.yaml as committed (kept with config_text in the cluster's applied record)
 
     def file(self, name: str) -> str:
         return f"{self.path}/{name}" if self.path else name
@@ -158,7 +167,8 @@ def load_repo(files: Mapping[str, bytes | None], path: str, revision: str = "") 
         problems.extend(_check_references(config, nodes, cfg_file, nodes_file))
     if any(p.severity == "error" for p in problems) or config is None or nodes is None:
         raise RepoError(problems)
-    return RepoSpec(revision, path, config_text, config, nodes, tuple(problems))
+    return RepoSpec(revision, path, config_text, config, nodes, tuple(problems),
+                    raw_nodes.decode("utf-8", errors="replace") if raw_nodes is not None else "")
 
 
 def _check_references(config: MigPartedConfig, nodes: NodesFile, cfg_file: str, nodes_file: str) -> list[RepoProblem]:
@@ -228,7 +238,7 @@ def parse_nodes(doc: object, problems: list[Problem]) -> NodesFile | None:
                 problems.append(Problem("configMap.name", "invalid-name", f"{cm_name!r} is not a valid ConfigMap name"))
             if cm_ns is not None and not (isinstance(cm_ns, str) and _DNS_LABEL.match(cm_ns) and len(cm_ns) <= 63):
                 problems.append(Problem("configMap.namespace", "invalid-name", f"{cm_ns!r} is not a valid namespace name"))
-    max_unavailable = _parse_rollout(doc.get("rollout"), problems)
+    max_unavailable, max_defaulted, deadline = _parse_rollout(doc.get("rollout"), problems)
     default = doc.get("default")
     if default is not None and not isinstance(default, str):
         problems.append(Problem("default", "invalid-config-name", f"default must be a config name, not {default!r}"))
@@ -238,19 +248,35 @@ def parse_nodes(doc: object, problems: list[Problem]) -> NodesFile | None:
     assignments = _parse_assignments(doc.get("assignments"), problems)
     if len(problems) > start:
         return None
-    return NodesFile(strategy, cm_name, cm_ns, max_unavailable, default, prune, assignments)
+    return NodesFile(strategy, cm_name, cm_ns, max_unavailable, default, prune, assignments, max_defaulted, deadline)
 
 
-def _parse_rollout(raw: object, problems: list[Problem]) -> int | str:
+def _parse_rollout(raw: object, problems: list[Problem]) -> tuple[int | str, int | None, float]:
+    """(maxUnavailable, maxDefaulted, progressDeadlineSeconds)."""
     if raw is None:
-        return 1
+        return 1, None, DEFAULT_PROGRESS_DEADLINE
     if not isinstance(raw, Mapping):
         problems.append(Problem("rollout", "invalid-rollout", "rollout must be a mapping such as {maxUnavailable: 1}"))
-        return 1
+        return 1, None, DEFAULT_PROGRESS_DEADLINE
     for k in raw:
-        if k != "maxUnavailable":
-            problems.append(Problem(key_path("rollout", k), "unexpected-field", f"unexpected field {k!r} (allowed: maxUnavailable)"))
-    value = raw.get("maxUnavailable", 1)
+        if k not in _ROLLOUT_FIELDS:
+            problems.append(Problem(key_path("rollout", k), "unexpected-field",
+                                    f"unexpected field {k!r} (allowed: {', '.join(_ROLLOUT_FIELDS)})"))
+    return (_max_unavailable(raw.get("maxUnavailable", 1), problems),
+            _whole(raw, "maxDefaulted", 0, None, problems),
+            float(_whole(raw, "progressDeadlineSeconds", 1, DEFAULT_PROGRESS_DEADLINE, problems) or DEFAULT_PROGRESS_DEADLINE))
+
+
+def _whole(raw: Mapping[str, object], key: str, least: int, default: float | None, problems: list[Problem]) -> Any:
+    value = raw.get(key, default)
+    if value is default or (isinstance(value, int) and not isinstance(value, bool) and value >= least):
+        return value
+    problems.append(Problem(key_path("rollout", key), f"invalid-{key.lower()}",
+                            f"{key} must be a whole number >= {least}, not {value!r}"))
+    return default
+
+
+def _max_unavailable(value: object, problems: list[Problem]) -> int | str:
     if isinstance(value, int) and not isinstance(value, bool) and value >= 1:
         return value
     if isinstance(value, str):

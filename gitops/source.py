@@ -22,6 +22,8 @@ import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from migops.gitops.reasons import SourceReason
+
 MAX_FILE_BYTES = 1 << 20  # a ConfigMap holds at most 1 MiB: a bigger config could never be applied
 _HEX = re.compile(r"^[0-9a-f]{7,64}$")
 _FETCH_REFSPECS = ("+refs/heads/*:refs/remotes/origin/*", "+refs/tags/*:refs/tags/*")
@@ -31,10 +33,10 @@ _HEAD_REFSPEC = "+HEAD:refs/migops/remote-HEAD"  # only when no ref is given: an
 class SourceError(Exception):
     """The repository could not be fetched, or the ref or a file could not be read.
 
-    `reason` is a CamelCase word for conditions: GitUnreachable, RefNotFound, GitFailed, FileTooLarge.
+    `reason` (gitops.reasons): GitUnreachable, RefNotFound, GitFailed, FileTooLarge.
     """
 
-    def __init__(self, reason: str, message: str) -> None:
+    def __init__(self, reason: SourceReason, message: str) -> None:
         super().__init__(message)
         self.reason = reason
 
@@ -115,7 +117,7 @@ class GitSource:
                     self._git(*argv, self.ref, network=True)
                     return self._resolve()
                 except SourceError as exc:
-                    if exc.reason == "GitUnreachable":
+                    if exc.reason == SourceReason.GIT_UNREACHABLE:
                         raise
             self._git(*argv, network=True)
             return self._resolve()
@@ -148,7 +150,7 @@ class GitSource:
                                author=meta[1] if len(meta) > 1 else "",
                                committed_at=int(meta[0]) if meta and meta[0].isdigit() else 0)
         what = "the remote's HEAD" if not ref else f"ref {ref!r}"
-        raise SourceError("RefNotFound", f"{what} not found in {self.url} (no such branch, tag or commit)")
+        raise SourceError(SourceReason.REF_NOT_FOUND, f"{what} not found in {self.url} (no such branch, tag or commit)")
 
     # ------------------------------------------------------------------------------ reading
     def read_files(self, revision: str, paths: list[str]) -> dict[str, bytes | None]:
@@ -168,13 +170,24 @@ class GitSource:
                 if header[1] != "blob":
                     found[p] = None
                 elif size > MAX_FILE_BYTES:
-                    raise SourceError("FileTooLarge", f"{p} is {size} bytes at {revision[:12]}; "
+                    raise SourceError(SourceReason.FILE_TOO_LARGE, f"{p} is {size} bytes at {revision[:12]}; "
                                       f"a ConfigMap holds at most {MAX_FILE_BYTES} bytes")
                 else:
                     found[p] = body
             else:
                 found[p] = None  # "<name> missing"
         return found
+
+    def contains(self, head: str, revision: str) -> bool:
+        """Whether `revision` is `head` or in its history (False too when the mirror lacks it: a
+        history rewrite, e.g. a force-push, took it out of every ref that was fetched)."""
+        if head == revision:
+            return True
+        try:
+            self._git("merge-base", "--is-ancestor", revision, head)
+            return True
+        except SourceError:
+            return False
 
     def commit_object(self, revision: str) -> bytes:
         """The raw commit object (headers, signature, message): what a signature covers."""
@@ -218,17 +231,17 @@ class GitSource:
             proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                     env=self._env(), start_new_session=True)
         except FileNotFoundError:
-            raise SourceError("GitFailed", "git is not installed") from None
+            raise SourceError(SourceReason.GIT_FAILED, "git is not installed") from None
         try:
             out, err = proc.communicate(stdin, timeout=self.timeout)
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)  # git and its ssh/remote helpers
             proc.communicate()
-            raise SourceError("GitUnreachable" if network else "GitFailed",
+            raise SourceError(SourceReason.GIT_UNREACHABLE if network else SourceReason.GIT_FAILED,
                               f"git {args[0]} {self._shown_url()} timed out after {self.timeout:.0f}s") from None
         if proc.returncode != 0 and check:
             text = err.decode(errors="replace").strip().replace(str(self.mirror), "<cache>")
-            raise SourceError("GitUnreachable" if network else "GitFailed",
+            raise SourceError(SourceReason.GIT_UNREACHABLE if network else SourceReason.GIT_FAILED,
                               f"git {args[0]} {self._shown_url()} failed: {text or 'exit ' + str(proc.returncode)}")
         return out if proc.returncode == 0 else b""
 

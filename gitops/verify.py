@@ -17,6 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
+from migops.gitops.reasons import SourceReason
+
 Mode = Literal["none", "head"]
 MODES: tuple[str, ...] = ("none", "head")
 _SSH_ARMOR = b"-----BEGIN SSH SIGNATURE-----"
@@ -26,6 +28,8 @@ _SIG_HEADERS = (b"gpgsig", b"gpgsig-sha256")
 
 class VerificationError(Exception):
     """The commit must not be applied: unsigned, badly signed, or signed by a key nobody trusts."""
+
+    reason = SourceReason.VERIFICATION_FAILED
 
 
 @dataclass(frozen=True)

@@ -165,7 +165,7 @@ def _print_result(result: Any) -> None:
 
 
 def cmd_reconcile(args: argparse.Namespace) -> int:
-    from migops.reconciler.controller import INVALID, UNVERIFIED
+    from migops.reconciler.reasons import Outcome
 
     _logging(args.verbose)
     if args.dry_run:
@@ -181,7 +181,7 @@ def cmd_reconcile(args: argparse.Namespace) -> int:
         _print_result(result)
         if result.ok:
             return EXIT_OK
-        return EXIT_INVALID if result.outcome in (INVALID, UNVERIFIED) else EXIT_FAILED
+        return EXIT_INVALID if result.outcome in (Outcome.INVALID, Outcome.UNVERIFIED) else EXIT_FAILED
     from migops.reconciler.main import ServeOptions, serve
 
     host, _, port = args.http_address.rpartition(":")

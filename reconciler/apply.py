@@ -8,9 +8,11 @@
   until something changes (a new commit, a node change, or the next interval).
 
 Node labels are written by a small thread pool: each write is one server-side apply of the one label
-(and nothing else) under the field manager `migops-reconciler`, forced, because that label is ours by
-contract: the GPU Operator seeds it (manager `gpu-operator`) and a hand edit (`kubectl-label`) takes it
-over; force moves ownership of that single field to us and leaves every other field where it was.
+and our two annotations (managed-by, revision; nothing else) under the field manager
+`migops-reconciler`, forced, because that label is ours by contract: the GPU Operator seeds it (manager
+`gpu-operator`) and a hand edit (`kubectl-label`) takes it over; force moves ownership of those fields
+to us and leaves every other field where it was. A node leaving management loses the annotations by
+a merge patch that touches nothing else.
 """
 from __future__ import annotations
 
@@ -29,7 +31,13 @@ from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import HTTPError as Urllib3Error
 
 from migops.kube import ssa
-from migops.kube.names import CONFIGMAP_KEY, MIG_CONFIG_LABEL, RECONCILER_MANAGER
+from migops.kube.names import (
+    CONFIGMAP_KEY,
+    MANAGED_BY_ANNOTATION,
+    MIG_CONFIG_LABEL,
+    RECONCILER_MANAGER,
+    REVISION_ANNOTATION,
+)
 
 log = logging.getLogger(__name__)
 
@@ -89,7 +97,7 @@ def with_retries(call: Callable[[], T], target: str, *, attempts: int = 5, base:
     for attempt in range(1, attempts + 1):
         try:
             return call()
-        except Exception as exc:  # noqa: BLE001 - classified below
+        except Exception as exc:  # classified below
             kind, status, message = classify(exc)
             if kind == "terminal" or attempt == attempts or (stop is not None and stop.is_set()):
                 raise WriteError(target, kind, status, message) from exc
@@ -108,8 +116,10 @@ class Writer:
     """Applies the reconciler's objects; counts every request it sends (for metrics and benchmarks)."""
 
     def __init__(self, api: k8s.ApiClient, *, workers: int = 8, dry_run: bool = False,
-                 stop: threading.Event | None = None, count: Callable[[str, str, int | None], None] | None = None) -> None:
+                 stop: threading.Event | None = None, count: Callable[[str, str, int | None], None] | None = None,
+                 owner: str = "") -> None:
         self.api = api
+        self.owner = owner  # "<namespace>/<migsync>": the managed-by annotation's value
         self.dry_run = dry_run
         self._stop = stop
         # Threads beyond the connection pool would only open and throw away connections.
@@ -133,40 +143,70 @@ class Writer:
         self._apply({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name, "namespace": namespace},
                      "data": {CONFIGMAP_KEY: text}}, "configmaps", f"ConfigMap/{namespace}/{name}", force=True)
 
-    def label(self, node: str, config: str | None) -> None:
-        """Apply our one label; None applies none, which releases it (removed, as no one else owns it)."""
-        labels = {MIG_CONFIG_LABEL: config} if config is not None else {}
-        self._apply({"apiVersion": "v1", "kind": "Node", "metadata": {"name": node, "labels": labels}},
-                    "nodes", f"Node/{node}", force=True)
+    def label(self, node: str, config: str | None, revision: str = "") -> None:
+        """Apply our label with the managed-by and revision annotations (one SSA); None applies none of
+        them, which releases them (removed, as no one else owns them)."""
+        meta: dict[str, Any] = {"name": node, "labels": {}}
+        if config is not None:
+            meta["labels"] = {MIG_CONFIG_LABEL: config}
+            meta["annotations"] = {MANAGED_BY_ANNOTATION: self.owner, **({REVISION_ANNOTATION: revision} if revision else {})}
+        self._apply({"apiVersion": "v1", "kind": "Node", "metadata": meta}, "nodes", f"Node/{node}", force=True)
 
-    def labels(self, items: Iterable[tuple[str, str | None]]) -> tuple[list[str], list[WriteError]]:
+    def release(self, node: str) -> None:
+        """Drop our annotations from a node that left management, and nothing else: its label stays as it is
+        (a merge patch: an apply would have to send the label, racing a person who now owns it)."""
+        body = {"metadata": {"annotations": {MANAGED_BY_ANNOTATION: None, REVISION_ANNOTATION: None}}}
+
+        def once() -> None:
+            k8s.CoreV1Api(self.api).patch_node(node, body, field_manager=RECONCILER_MANAGER, _request_timeout=30,
+                                               _content_type="application/merge-patch+json",
+                                               **({"dry_run": "All"} if self.dry_run else {}))
+        try:
+            with_retries(once, f"Node/{node}", stop=self._stop, on_retry=lambda status: self._count("nodes", "retry", status))
+        except WriteError as err:
+            self._count("nodes", "error", err.status)
+            raise
+        self._count("nodes", "ok", 200)
+
+    def labels(self, items: Iterable[tuple[str, str | None]], revision: str = "") -> tuple[list[str], list[WriteError]]:
         """Label many nodes in parallel; (written node names, errors)."""
-        items = list(items)
+        wanted = dict(items)
+        return self._each(list(wanted), lambda name: self.label(name, wanted[name], revision))
+
+    def releases(self, nodes: Iterable[str]) -> tuple[list[str], list[WriteError]]:
+        return self._each(list(nodes), self.release)
+
+    def _each(self, names: list[str], write: Callable[[str], None]) -> tuple[list[str], list[WriteError]]:
         done: list[str] = []
         errors: list[WriteError] = []
-        if not items:
+        if not names:
             return done, errors
 
-        def one(item: tuple[str, str | None]) -> tuple[str, WriteError | None]:
+        def one(name: str) -> tuple[str, WriteError | None]:
             if self._stop is not None and self._stop.is_set():
-                return item[0], WriteError(f"Node/{item[0]}", "transient", None, "stopping")
+                return name, WriteError(f"Node/{name}", "transient", None, "stopping")
             try:
-                self.label(*item)
-                return item[0], None
+                write(name)
+                return name, None
             except WriteError as err:
-                return item[0], err
+                return name, err
 
-        if len(items) == 1 or self.workers == 1:
-            results = [one(i) for i in items]
+        if len(names) == 1 or self.workers == 1:
+            results = [one(n) for n in names]
         else:
             with ThreadPoolExecutor(self.workers, thread_name_prefix="label") as pool:
-                results = list(pool.map(one, items))
+                results = list(pool.map(one, names))
         for name, err in results:
             if err is None:
                 done.append(name)
             else:
                 errors.append(err)
         return done, errors
+
+    def record(self, body: Mapping[str, Any]) -> None:
+        """The applied record (reconciler/record.py): a ConfigMap of ours, all its fields ours."""
+        meta = body["metadata"]
+        self._apply(body, "applied-records", f"ConfigMap/{meta['namespace']}/{meta['name']}", force=True)
 
     def status(self, body: Mapping[str, Any]) -> None:
         meta = body["metadata"]

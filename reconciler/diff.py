@@ -9,12 +9,20 @@ from __future__ import annotations
 import difflib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from migops.gitops.desired import DesiredState
+from migops.gitops.desired import DesiredState, resolve
+from migops.gitops.repo import RepoError
+from migops.gitops.source import SourceError, normalise_path
 from migops.kube.names import MIG_CONFIG_LABEL
+from migops.mig.text import listed
+from migops.reconciler import steps
 from migops.reconciler.apply import WriteError, Writer
-from migops.reconciler.plan import OWNED_KEY
+from migops.reconciler.plan import owns_config_label
+from migops.reconciler.reasons import Outcome, SyncResult
+
+if TYPE_CHECKING:
+    from migops.reconciler.controller import Reconciler
 
 
 @dataclass(frozen=True)
@@ -32,6 +40,7 @@ class Diff:
     labels: list[LabelChange]
     unchanged: int  # managed nodes already right
     denied: list[str] = field(default_factory=list)  # server-side dry-run refusals
+    defaulted: tuple[str, ...] = ()  # nodes moved to `default` because no assignment matches them any more
 
     @property
     def changed(self) -> bool:
@@ -48,9 +57,13 @@ class Diff:
             out.append(f"nvidia.com/mig.config on {len(self.labels)} node(s) ({self.unchanged} unchanged):")
             width = max(len(c.node) for c in self.labels)
             for c in self.labels:
-                out.append(f"  {c.node.ljust(width)}  {c.current or '(none)'} -> {c.desired or '(removed)'}")
+                why = "  (default: no assignment matches it any more)" if c.node in self.defaulted else ""
+                out.append(f"  {c.node.ljust(width)}  {c.current or '(none)'} -> {c.desired or '(removed)'}{why}")
         else:
             out.append(f"node labels: unchanged ({self.unchanged} nodes)")
+        if self.defaulted:
+            out.append(f"warning: {len(self.defaulted)} node(s) move to default because no assignment matches them "
+                       f"any more: {listed(self.defaulted, 20)}")
         for d in self.denied:
             out.append(f"denied by the API server (dry run): {d}")
         return out
@@ -58,7 +71,8 @@ class Diff:
     def as_dict(self) -> dict[str, Any]:
         return {"revision": self.revision, "configMap": self.configmap, "configMapDiff": self.configmap_diff,
                 "labels": [{"node": c.node, "current": c.current, "desired": c.desired} for c in self.labels],
-                "unchanged": self.unchanged, "denied": self.denied, "changed": self.changed}
+                "unchanged": self.unchanged, "denied": self.denied, "changed": self.changed,
+                "defaulted": list(self.defaulted)}
 
 
 def compute(desired: DesiredState, nodes: Mapping[str, Mapping[str, Any]], configmap_text: str | None) -> Diff:
@@ -82,7 +96,7 @@ def compute(desired: DesiredState, nodes: Mapping[str, Mapping[str, Any]], confi
         for name in sorted(nodes):
             obj = nodes[name]
             current = ((obj.get("metadata") or {}).get("labels") or {}).get(MIG_CONFIG_LABEL)
-            if name not in desired.targets and obj.get(OWNED_KEY) and current is not None:
+            if name not in desired.targets and owns_config_label(obj) and current is not None:
                 changes.append(LabelChange(name, current, None))
     return Diff(desired.revision, f"{desired.namespace}/{desired.configmap}", cm_diff, changes, unchanged)
 
@@ -97,3 +111,34 @@ def server_dry_run(diff: Diff, desired: DesiredState, writer: Writer) -> None:
             diff.denied.append(str(err))
     _, errors = writer.labels((c.node, c.desired) for c in diff.labels)
     diff.denied += [str(e) for e in errors]
+
+
+def preview(r: Reconciler, server_side: bool) -> tuple[Diff | None, SyncResult]:
+    """The diff of the repo's current revision on `r`'s cluster (fetch, verify, load, resolve: the
+    sync's own steps); None with a failed result when the revision is unreachable or invalid."""
+    spec = r.current_spec()
+    run = steps.Run(True, spec, normalise_path(spec.path), r.revisions.source(spec.url, spec.ref), r.settings())
+    assert run.source is not None and run.settings is not None
+    try:
+        run.fetched = fetched = run.source.fetch()
+    except SourceError as exc:
+        return None, SyncResult(Outcome.UNREACHABLE, message=str(exc))
+    r.last_attempted = fetched.revision
+    steps.verify(r, run)
+    steps.load(r, run)
+    if run.candidate is None:
+        f = run.failure
+        assert f is not None
+        return None, SyncResult(f.outcome, fetched.revision, message=f.message, problems=f.problems)
+    try:
+        desired = resolve(run.candidate, steps.managed_nodes(r.nodes.items()), run.settings, r.fit_cache)
+    except RepoError as exc:
+        return None, SyncResult(Outcome.INVALID, fetched.revision, message=f"revision {fetched.short} cannot "
+                                f"be applied: {exc}", problems=tuple(str(p) for p in exc.problems))
+    seen = r.overlay.configmap_text(r.configmap_seen(desired.namespace, desired.configmap))
+    found = compute(desired, r.overlay.nodes(r.nodes.items()), seen)
+    found.defaulted = r.moved_to_default(desired)
+    if server_side and found.changed:
+        server_dry_run(found, desired, Writer(r.api, dry_run=True, stop=r.stop_event, owner=r.owner))
+    return found, SyncResult(Outcome.IN_SYNC if not found.changed else Outcome.PROGRESSING, fetched.revision,
+                             problems=tuple(str(w) for w in desired.warnings))

@@ -46,72 +46,89 @@ def serve(reconciler: Reconciler, options: ServeOptions, stop: threading.Event |
     if threading.current_thread() is threading.main_thread():
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, lambda signum, frame: stop.set())
-    hook = threading.Event()
-    leading = threading.Event()
-    lost = threading.Event()
-    loop: threading.Thread | None = None
-
-    def trigger() -> None:
-        hook.set()
-        reconciler.wake.set()
-
-    def healthy() -> tuple[bool, str]:
-        if lost.is_set():
-            return False, "lost the lease"
-        if loop is not None and not loop.is_alive() and not stop.is_set():
-            return False, "the reconcile loop has stopped"
-        return True, "ok"
-
-    def ready() -> tuple[bool, str]:
-        if not leading.is_set():
-            return True, "standby (not the leader)"
-        return (True, "ok") if reconciler.synced else (False, "caches not synced yet")
-
-    server = Server((options.http_host, options.http_port), metrics=reconciler.metrics, trigger=trigger,
-                    healthy=healthy, ready=ready, hook_secret=options.hook_secret).start()
+    service = _Service(reconciler, options, stop)
+    server = Server((options.http_host, options.http_port), metrics=reconciler.metrics, trigger=service.trigger,
+                    healthy=service.healthy, ready=service.ready, hook_secret=options.hook_secret).start()
     log.info("serving /healthz /readyz /metrics%s on %s:%d", " /hook" if options.hook_secret else "",
              options.http_host, server.port)
     elector_stop = threading.Event()  # released only after the loop has stopped writing
-    elector_thread = None
-    if options.leader_elect:
+    elector_thread = service.elect(elector_stop)
+    if started is not None:
+        started.set()
+    try:
+        return service.lead()
+    finally:
+        reconciler.stop()
+        if service.loop is not None:
+            service.loop.join(30)
+        elector_stop.set()
+        if elector_thread is not None:
+            elector_thread.join(10)
+        server.stop()
+
+
+class _Service:
+    """The states a replica goes through: standby, leading (informers and loop), lost the Lease."""
+
+    def __init__(self, reconciler: Reconciler, options: ServeOptions, stop: threading.Event) -> None:
+        self.reconciler, self.options, self.stop = reconciler, options, stop
+        self.hook = threading.Event()
+        self.leading = threading.Event()
+        self.lost = threading.Event()
+        self.loop: threading.Thread | None = None
+
+    def trigger(self) -> None:
+        self.hook.set()
+        self.reconciler.wake.set()
+
+    def healthy(self) -> tuple[bool, str]:
+        if self.lost.is_set():
+            return False, "lost the lease"
+        if self.loop is not None and not self.loop.is_alive() and not self.stop.is_set():
+            return False, "the reconcile loop has stopped"
+        return True, "ok"
+
+    def ready(self) -> tuple[bool, str]:
+        if not self.leading.is_set():
+            return True, "standby (not the leader)"
+        return (True, "ok") if self.reconciler.synced else (False, "caches not synced yet")
+
+    def elect(self, elector_stop: threading.Event) -> threading.Thread | None:
+        """Start leader election (or lead at once without it); the elector's thread."""
+        options, reconciler = self.options, self.reconciler
+        if not options.leader_elect:
+            self.leading.set()
+            return None
         identity = options.identity or f"{socket.gethostname()}_{os.getpid()}"
         elector = LeaderElector(reconciler.api, options.lease_namespace or reconciler.namespace,
                                 lease_name(reconciler.name), identity, lease_duration=options.lease_duration,
                                 renew_deadline=options.renew_deadline, retry_period=options.retry_period)
 
-        def elect() -> None:
-            if not elector.run(elector_stop, on_started=leading.set):
-                lost.set()
+        def run() -> None:
+            if not elector.run(elector_stop, on_started=self.leading.set):
+                self.lost.set()
                 reconciler.stop()  # stop writing now: another replica may already lead
-                stop.set()
+                self.stop.set()
             reconciler.metrics.leader.set(0)
 
-        elector_thread = threading.Thread(target=elect, name="leader-election", daemon=True)
-        elector_thread.start()
-    else:
-        leading.set()
-    if started is not None:
-        started.set()
-    try:
-        while not stop.is_set() and not leading.wait(0.2):
+        thread = threading.Thread(target=run, name="leader-election", daemon=True)
+        thread.start()
+        return thread
+
+    def lead(self) -> int:
+        """Wait for the Lease, then run the loop until stopped; the exit status."""
+        while not self.stop.is_set() and not self.leading.wait(0.2):
             pass
-        if leading.is_set() and not stop.is_set():
-            reconciler.metrics.leader.set(1)
+        if self.leading.is_set() and not self.stop.is_set():
+            self.reconciler.metrics.leader.set(1)
             try:
-                reconciler.start()
+                self.reconciler.start()
             except Exception as exc:  # noqa: BLE001 - e.g. no permission to list Nodes: say so, exit non-zero
                 log.error("cannot start: %s", exc)
-                lost.set()
+                self.lost.set()
                 return 1
-            loop = threading.Thread(target=reconciler.run, kwargs={"stop": stop, "hook": hook}, name="reconcile", daemon=True)
-            loop.start()
-            stop.wait()
-    finally:
-        reconciler.stop()
-        if loop is not None:
-            loop.join(30)
-        elector_stop.set()
-        if elector_thread is not None:
-            elector_thread.join(10)
-        server.stop()
-    return 1 if lost.is_set() else 0
+            self.loop = threading.Thread(target=self.reconciler.run, kwargs={"stop": self.stop, "hook": self.hook},
+                                         name="reconcile", daemon=True)
+            self.loop.start()
+            self.stop.wait()
+        return 1 if self.lost.is_set() else 0

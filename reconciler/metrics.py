@@ -21,6 +21,8 @@ class Metrics:
         self.requests = Counter("migops_api_writes", "Writes sent to the API server, by resource and result "
                                 "(ok, retry, error) and HTTP status", ["resource", "result", "code"], registry=r)
         self.nodes = Gauge("migops_nodes", "Managed nodes by phase", ["phase"], registry=r)
+        self.past_deadline = Gauge("migops_nodes_past_progress_deadline", "Managed nodes reconfiguring for longer than "
+                                   "rollout.progressDeadlineSeconds", registry=r)
         self.revision = Gauge("migops_applied_revision_info", "The last applied revision (value 1)",
                               ["revision"], registry=r)
         self.leader = Gauge("migops_leader", "1 while this replica holds the Lease", registry=r)

@@ -6,7 +6,8 @@ digest of the config assigned; a node run by NVIDIA's mig-manager has no digest,
 label we wait to see the state leave `success` and come back (the caller tracks that: `awaiting`).
 
 Waves: at most `maxUnavailable` nodes reconfigure at once. Unavailable = busy (given its config, not
-done yet; or mid-change for another reason: pending/rebooting) + failed on the config it was given.
+done yet; or mid-change for another reason: pending/rebooting; or drifted: its agent reports that the
+GPUs differ from the applied config) + failed on the config it was given.
 A node that failed on its desired config halts the rollout (nothing more is written to nodes) until a
 new commit or a resume acknowledges the failure; acknowledged failures no longer count.
 """
@@ -15,47 +16,132 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from datetime import datetime
+from enum import StrEnum
 from typing import Any
 
 from migops.gitops.desired import DesiredState, NodeTarget
-from migops.kube.names import (APPLIED_ANNOTATION, DIGEST_ANNOTATION, GPUS_ANNOTATION, LAYOUT_ANNOTATION,
-                               MIG_CONFIG_LABEL, MIG_CONFIG_STATE_LABEL, REASON_ANNOTATION, RECONCILER_MANAGER,
-                               STATE_FAILED, STATE_PENDING, STATE_REBOOTING, STATE_SUCCESS)
+from migops.kube.names import (
+    APPLIED_ANNOTATION,
+    DIGEST_ANNOTATION,
+    DRIFT_ANNOTATION,
+    GPUS_ANNOTATION,
+    LAYOUT_ANNOTATION,
+    MANAGED_BY_ANNOTATION,
+    MIG_CONFIG_LABEL,
+    MIG_CONFIG_STATE_LABEL,
+    REASON_ANNOTATION,
+    RECONCILER_MANAGER,
+    REVISION_ANNOTATION,
+    STATE_FAILED,
+    STATE_PENDING,
+    STATE_REBOOTING,
+    STATE_SUCCESS,
+    UNMANAGED_LABEL,
+)
 
 _AGENT_ANNOTATIONS = (DIGEST_ANNOTATION, APPLIED_ANNOTATION, GPUS_ANNOTATION, LAYOUT_ANNOTATION)
-_KEPT_ANNOTATIONS = (*_AGENT_ANNOTATIONS, REASON_ANNOTATION)
-OWNED_KEY = "migops/owned"  # set by trim_node: the reconciler's field manager owns the config label
+_KEPT_ANNOTATIONS = (*_AGENT_ANNOTATIONS, REASON_ANNOTATION, DRIFT_ANNOTATION, MANAGED_BY_ANNOTATION, REVISION_ANNOTATION)
 _LABEL_FIELD = "f:" + MIG_CONFIG_LABEL
 
-# Phases, as status shows them.
-IN_SYNC = "InSync"
-PROGRESSING = "Progressing"  # given its config (or changing for another reason), not done yet
-WAITING = "Waiting"  # its turn has not come (waves) or the rollout is halted
-FAILED = "Failed"
+
+class Phase(StrEnum):
+    """A managed node's phase, as status and `migops_nodes{phase}` show it."""
+
+    IN_SYNC = "InSync"
+    PROGRESSING = "Progressing"  # given its config (or changing for another reason), not done yet
+    WAITING = "Waiting"  # its turn has not come (waves) or the rollout is halted
+    FAILED = "Failed"
+    DRIFTED = "Drifted"  # applied, but its GPUs differ from the config (the agent's drift annotation)
 
 
-def trim_node(obj: dict[str, Any]) -> dict[str, Any]:
-    """Informer transform: keep what the reconciler reads of a Node (name, labels, our annotations)
-    and whether we own the config label; a Node object is mostly status nobody here needs."""
+IN_SYNC, PROGRESSING, WAITING, FAILED, DRIFTED = Phase.IN_SYNC, Phase.PROGRESSING, Phase.WAITING, Phase.FAILED, Phase.DRIFTED
+
+
+def trim_for_reconciler(obj: dict[str, Any]) -> dict[str, Any]:
+    """Informer transform: a Node as the reconciler reads it (name, labels, the agent's annotations, and
+    our own managedFields entry for the config label when we own it); the rest is status nobody here
+    needs. The result is still a Node's shape: resolve() and node_gpus() read it like any Node."""
     meta = obj.get("metadata") or {}
     annotations = meta.get("annotations") or {}
     return {"metadata": {"name": meta.get("name"), "uid": meta.get("uid"), "resourceVersion": meta.get("resourceVersion"),
                          "labels": meta.get("labels") or {},
-                         "annotations": {k: annotations[k] for k in _KEPT_ANNOTATIONS if k in annotations}},
-            OWNED_KEY: _owns_label(meta.get("managedFields") or ())}
+                         "annotations": {k: annotations[k] for k in _KEPT_ANNOTATIONS if k in annotations},
+                         "managedFields": _our_label_entry(meta.get("managedFields"))}}
 
 
-def _owns_label(managed: Any) -> bool:
-    for entry in managed:
+def _our_label_entry(managed: Any) -> list[dict[str, Any]]:
+    """Our Apply entry, cut down to the config label, when our field manager owns that label."""
+    for entry in managed or ():
         if entry.get("manager") == RECONCILER_MANAGER and entry.get("operation") == "Apply":
             labels = ((entry.get("fieldsV1") or {}).get("f:metadata") or {}).get("f:labels") or {}
             if _LABEL_FIELD in labels:
-                return True
-    return False
+                return [{"manager": RECONCILER_MANAGER, "operation": "Apply", "time": entry.get("time"),
+                         "fieldsV1": {"f:metadata": {"f:labels": {_LABEL_FIELD: {}}}}}]
+    return []
+
+
+def owns_config_label(obj: Mapping[str, Any]) -> bool:
+    """Whether our field manager owns the node's nvidia.com/mig.config (from its managedFields)."""
+    return bool(_our_label_entry((obj.get("metadata") or {}).get("managedFields")))
+
+
+def unmanaged(obj: Mapping[str, Any]) -> bool:
+    """A person took the node out of management (migops.io/unmanaged=true): the reconciler leaves it."""
+    return ((obj.get("metadata") or {}).get("labels") or {}).get(UNMANAGED_LABEL) == "true"
+
+
+def label_written_at(obj: Mapping[str, Any]) -> float | None:
+    """When our field manager last wrote the config label (its managedFields time), unix seconds."""
+    for entry in _our_label_entry((obj.get("metadata") or {}).get("managedFields")):
+        if entry.get("time"):
+            try:
+                return datetime.fromisoformat(str(entry["time"]).replace("Z", "+00:00")).timestamp()
+            except ValueError:
+                return None
+    return None
+
+
+def defaulted(new: DesiredState, before: Mapping[str, str] | None) -> tuple[str, ...]:
+    """Nodes `new` gives the `default` config that an assignment chose a config for before
+    (`before`: node -> the source that chose its config, as the revision in force resolved it)."""
+    if not before:
+        return ()
+    return tuple(sorted(name for name, t in new.targets.items()
+                        if t.source == "default" and before.get(name) not in (None, "default")))
+
+
+def with_config_label(obj: Mapping[str, Any], label: str | None, owner: str = "", revision: str = "") -> dict[str, Any]:
+    """The node as it is once our write of `label` (with the managed-by `owner` and `revision`
+    annotations) lands; None: our label and annotations released and removed."""
+    meta = obj.get("metadata") or {}
+    labels = dict(meta.get("labels") or {})
+    annotations = {k: v for k, v in (meta.get("annotations") or {}).items()
+                   if k not in (MANAGED_BY_ANNOTATION, REVISION_ANNOTATION)}
+    if label is None:
+        labels.pop(MIG_CONFIG_LABEL, None)
+    else:
+        labels[MIG_CONFIG_LABEL] = label
+        annotations[MANAGED_BY_ANNOTATION] = owner
+        if revision:
+            annotations[REVISION_ANNOTATION] = revision
+    owned = _our_label_entry([{"manager": RECONCILER_MANAGER, "operation": "Apply",
+                               "fieldsV1": {"f:metadata": {"f:labels": {_LABEL_FIELD: {}}}}}]) if label is not None else []
+    return {**obj, "metadata": {**meta, "labels": labels, "annotations": annotations, "managedFields": owned}}
+
+
+def without_annotations(obj: Mapping[str, Any]) -> dict[str, Any]:
+    """The node once our release (managed-by and revision annotations removed) lands."""
+    meta = obj.get("metadata") or {}
+    annotations = {k: v for k, v in (meta.get("annotations") or {}).items()
+                   if k not in (MANAGED_BY_ANNOTATION, REVISION_ANNOTATION)}
+    return {**obj, "metadata": {**meta, "annotations": annotations}}
 
 
 @dataclass(frozen=True)
-class NodeView:
+class NodeConfigState:
+    """What a node shows of its MIG config: the reconciler's reading (webhook/state.py has its own)."""
+
     name: str
     label: str | None  # nvidia.com/mig.config
     state: str | None  # nvidia.com/mig.config.state
@@ -63,15 +149,20 @@ class NodeView:
     reason: str | None  # migops.io/mig.config.reason
     agent: bool  # run by the migops agent (it annotates), else by mig-manager or nothing
     owned: bool  # our field manager owns the label
+    drift: str | None = None  # migops.io/mig.drift: what differs between the GPUs and the applied config
+    managed_by: str | None = None  # migops.io/managed-by
+    revision: str | None = None  # migops.io/mig.config.revision: the revision that gave it its label
 
 
-def node_view(obj: Mapping[str, Any]) -> NodeView:
+def config_state(obj: Mapping[str, Any]) -> NodeConfigState:
     meta = obj.get("metadata") or {}
     labels = meta.get("labels") or {}
     annotations = meta.get("annotations") or {}
-    return NodeView(meta.get("name"), labels.get(MIG_CONFIG_LABEL), labels.get(MIG_CONFIG_STATE_LABEL),
-                    annotations.get(DIGEST_ANNOTATION), annotations.get(REASON_ANNOTATION),
-                    any(k in annotations for k in _AGENT_ANNOTATIONS), bool(obj.get(OWNED_KEY)))
+    return NodeConfigState(meta.get("name"), labels.get(MIG_CONFIG_LABEL), labels.get(MIG_CONFIG_STATE_LABEL),
+                           annotations.get(DIGEST_ANNOTATION), annotations.get(REASON_ANNOTATION),
+                           any(k in annotations for k in _AGENT_ANNOTATIONS), owns_config_label(obj),
+                           annotations.get(DRIFT_ANNOTATION), annotations.get(MANAGED_BY_ANNOTATION),
+                           annotations.get(REVISION_ANNOTATION))
 
 
 @dataclass(frozen=True)
@@ -81,6 +172,7 @@ class NodeStatus:
     phase: str
     state: str  # the state label, or "-"
     message: str = ""
+    revision: str | None = None  # the revision that gave it its config, from the node's annotation
 
 
 @dataclass(frozen=True)
@@ -94,6 +186,8 @@ class Plan:
     unavailable: int
     halted: tuple[NodeStatus, ...] = ()  # failed nodes that stop the rollout
     counts: dict[str, int] = field(default_factory=dict)
+    annotate: tuple[tuple[str, str], ...] = ()  # (node, config): already has its label, lacks our managed-by
+    releases: tuple[str, ...] = ()  # nodes that left management: our annotations go, the label stays
 
     @property
     def converged(self) -> bool:
@@ -107,7 +201,7 @@ def max_unavailable(value: int | str, total: int) -> int:
     return max(1, value)
 
 
-def is_done(view: NodeView, target: NodeTarget, awaiting: bool) -> bool:
+def is_done(view: NodeConfigState, target: NodeTarget, awaiting: bool) -> bool:
     if view.label != target.config:
         return False
     awaiting = awaiting and not view.agent  # the digest tells an agent's node; only mig-manager needs the transition
@@ -121,51 +215,36 @@ def is_done(view: NodeView, target: NodeTarget, awaiting: bool) -> bool:
 
 def plan(desired: DesiredState, nodes: Mapping[str, Mapping[str, Any]], configmap_text: str | None, *,
          acknowledged: frozenset[str] = frozenset(), awaiting: frozenset[str] = frozenset(),
-         reached: Mapping[str, str] | None = None, skip: frozenset[str] = frozenset()) -> Plan:
+         reached: Mapping[str, str] | None = None, skip: frozenset[str] = frozenset(), owner: str = "") -> Plan:
     """What to write for `desired` on `nodes` (name -> trimmed Node).
 
     acknowledged: failed nodes a resume or a new commit has acknowledged (they no longer halt or count);
     awaiting: mig-manager nodes we relabelled and have not yet seen leave `success`;
     reached: node -> config it was last seen done with (to tell a hand edit from a new assignment);
-    skip: nodes not to write this time (a write to them was refused and nothing has changed since).
+    skip: nodes not to write this time (a write to them was refused and nothing has changed since);
+    owner: "<namespace>/<migsync>", the managed-by annotation every node given a config carries.
+    Nodes a person took out of management (unmanaged) are neither targets nor written, only released.
     """
     reached = reached or {}
     statuses: list[NodeStatus] = []
     busy = 0
     halted: list[NodeStatus] = []
     eligible: list[tuple[int, str, str]] = []  # (priority, node, config)
-    counts = {IN_SYNC: 0, PROGRESSING: 0, WAITING: 0, FAILED: 0}
+    annotate: list[tuple[str, str]] = []
+    counts = {phase: 0 for phase in Phase}
     for name in sorted(desired.targets):
         obj = nodes.get(name)
-        if obj is None:
+        if obj is None or unmanaged(obj):
             continue
-        target = desired.targets[name]
-        view = node_view(obj)
-        state = view.state or "-"
-        at_desired = view.label == target.config
-        if view.state == STATE_FAILED:
-            why = view.reason or "the node reports nvidia.com/mig.config.state=failed"
-            if at_desired:
-                s = NodeStatus(name, target.config, FAILED, state, why)
-                if name not in acknowledged:
-                    halted.append(s)
-            else:
-                s = NodeStatus(name, target.config, WAITING, state, f"failed on {view.label!r}: {why}")
-                if name not in skip:
-                    eligible.append((0, name, target.config))
-        elif at_desired:
-            if is_done(view, target, name in awaiting):
-                s = NodeStatus(name, target.config, IN_SYNC, state)
-            else:
-                busy += 1
-                s = NodeStatus(name, target.config, PROGRESSING, state, _progress_message(view, target, name in awaiting))
-        elif view.state in (STATE_PENDING, STATE_REBOOTING):
-            busy += 1
-            s = NodeStatus(name, target.config, PROGRESSING, state, f"still changing to {view.label!r}; waits its turn")
-        else:
-            s = NodeStatus(name, target.config, WAITING, state, f"has {view.label!r}" if view.label else "has no config label")
-            if name not in skip:
-                eligible.append((1, name, target.config))
+        view = config_state(obj)
+        s, turn = _classify(view, desired.targets[name], name in awaiting)
+        if owner and view.label == s.config and view.managed_by != owner and name not in skip:
+            annotate.append((name, s.config))
+        if s.phase == FAILED and name not in acknowledged:
+            halted.append(s)
+        busy += s.phase in (PROGRESSING, DRIFTED)
+        if turn is not None and name not in skip:
+            eligible.append((turn, name, s.config))
         counts[s.phase] += 1
         statuses.append(s)
     limit = max_unavailable(desired.spec.nodes.max_unavailable, len(statuses))
@@ -174,16 +253,55 @@ def plan(desired: DesiredState, nodes: Mapping[str, Mapping[str, Any]], configma
     eligible.sort()
     writes = tuple((name, config) for _, name, config in eligible[:budget])
     drift = frozenset(name for name, config in writes if reached.get(name) == config)
-    prunes: tuple[str, ...] = ()
-    if desired.spec.nodes.prune:
-        prunes = tuple(sorted(name for name, obj in nodes.items()
-                              if name not in desired.targets and obj.get(OWNED_KEY)
-                              and (obj.get("metadata") or {}).get("labels", {}).get(MIG_CONFIG_LABEL) is not None))
-    return Plan(configmap_text != desired.spec.config_text, writes, drift, prunes, tuple(statuses), limit,
-                unavailable, tuple(halted), counts)
+    prunes = _prunes(desired, nodes)
+    return Plan(configmap_text != desired.spec.config_text, writes, drift, prunes, tuple(statuses),
+                limit, unavailable, tuple(halted), counts, tuple(annotate), _releases(desired, nodes, owner, prunes))
 
 
-def _progress_message(view: NodeView, target: NodeTarget, awaiting: bool) -> str:
+def _classify(view: NodeConfigState, target: NodeTarget, awaiting: bool) -> tuple[NodeStatus, int | None]:
+    """The node's status, and its priority for a new label (None: it needs none now)."""
+    def status(phase: Phase, message: str = "") -> NodeStatus:
+        return NodeStatus(view.name, target.config, phase, view.state or "-", message,
+                          view.revision if view.label == target.config else None)
+
+    at_desired = view.label == target.config
+    if view.state == STATE_FAILED:
+        why = view.reason or "the node reports nvidia.com/mig.config.state=failed"
+        if at_desired:
+            return status(FAILED, why), None
+        return status(WAITING, f"failed on {view.label!r}: {why}"), 0
+    if at_desired:
+        if not is_done(view, target, awaiting):
+            return status(PROGRESSING, _progress_message(view, target, awaiting)), None
+        if view.drift:
+            return status(DRIFTED, f"the GPUs differ from {target.config!r}: {view.drift}"), None
+        return status(IN_SYNC), None
+    if view.state in (STATE_PENDING, STATE_REBOOTING):
+        return status(PROGRESSING, f"still changing to {view.label!r}; waits its turn"), None
+    return status(WAITING, f"has {view.label!r}" if view.label else "has no config label"), 1
+
+
+def _prunes(desired: DesiredState, nodes: Mapping[str, Mapping[str, Any]]) -> tuple[str, ...]:
+    """With prune: nodes outside every assignment whose label we set (and still own)."""
+    if not desired.spec.nodes.prune:
+        return ()
+    return tuple(sorted(name for name, obj in nodes.items()
+                        if name not in desired.targets and owns_config_label(obj) and not unmanaged(obj)
+                        and ((obj.get("metadata") or {}).get("labels") or {}).get(MIG_CONFIG_LABEL) is not None))
+
+
+def _releases(desired: DesiredState, nodes: Mapping[str, Mapping[str, Any]], owner: str,
+              prunes: tuple[str, ...]) -> tuple[str, ...]:
+    """Nodes carrying our managed-by that are no longer ours to manage (unmanaged, or outside every
+    assignment without prune; a pruned node loses the annotation with its label)."""
+    if not owner:
+        return ()
+    return tuple(sorted(name for name, obj in nodes.items()
+                        if ((obj.get("metadata") or {}).get("annotations") or {}).get(MANAGED_BY_ANNOTATION) == owner
+                        and (name not in desired.targets or unmanaged(obj)) and name not in prunes))
+
+
+def _progress_message(view: NodeConfigState, target: NodeTarget, awaiting: bool) -> str:
     if view.state is None:
         return "waiting for the node's MIG manager to report nvidia.com/mig.config.state"
     if view.state == STATE_SUCCESS and view.agent and view.digest != target.digest:

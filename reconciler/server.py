@@ -41,70 +41,80 @@ def check_signature(secret: bytes, body: bytes, headers: dict[str, str]) -> str 
     return "unsigned request (need X-Hub-Signature-256, X-Signature or X-Gitlab-Token)"
 
 
+class _Handler(BaseHTTPRequestHandler):
+    server_version = "migops-reconciler"
+    protocol_version = "HTTP/1.1"
+    timeout = 10  # seconds a client may take to send its request: a stalled one cannot pin a thread
+
+    @property
+    def owner(self) -> Server:
+        return self.server.owner  # type: ignore[attr-defined]
+
+    def log_message(self, fmt: str, *args: object) -> None:  # requests are logged at debug level only
+        log.debug("%s " + fmt, self.address_string(), *args)
+
+    def _send(self, code: int, body: bytes, content_type: str = "text/plain; charset=utf-8") -> None:
+        self.send_response(code)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def do_GET(self) -> None:
+        path = self.path.split("?", 1)[0]
+        if path in ("/healthz", "/livez"):
+            ok, why = self.owner.healthy()
+        elif path == "/readyz":
+            ok, why = self.owner.ready()
+        elif path == "/metrics":
+            self._send(200, generate_latest(self.owner.metrics.registry), CONTENT_TYPE_LATEST)
+            return
+        else:
+            self._send(404, b"not found\n")
+            return
+        self._send(200 if ok else 503, (why or ("ok" if ok else "not ready")).encode() + b"\n")
+
+    def do_POST(self) -> None:
+        owner = self.owner
+        if self.path.split("?", 1)[0] != "/hook" or owner.hook_secret is None:
+            self._send(404, b"not found\n")
+            return
+        body = self._body()
+        if body is None:
+            owner.metrics.hooks.labels("rejected").inc()
+            return
+        headers = {k.lower(): v for k, v in self.headers.items()}
+        why = check_signature(owner.hook_secret, body, headers)
+        if why is not None:
+            owner.metrics.hooks.labels("unauthorized").inc()
+            self._send(401, why.encode() + b"\n")
+        elif headers.get("x-github-event") == "ping":
+            owner.metrics.hooks.labels("ping").inc()
+            self._send(200, b"pong\n")
+        else:
+            owner.metrics.hooks.labels("accepted").inc()
+            owner.trigger()
+            self._send(202, b"sync triggered\n")
+
+    def _body(self) -> bytes | None:
+        """The request body, or None (answered 400/413) when its length is missing or too large."""
+        try:
+            length = int(self.headers.get("Content-Length") or "0")
+        except ValueError:
+            length = -1
+        if length < 0 or length > MAX_HOOK_BODY:
+            self.close_connection = True
+            self._send(413 if length > MAX_HOOK_BODY else 400, b"bad Content-Length\n")
+            return None
+        return self.rfile.read(length)
+
+
 class Server:
     def __init__(self, address: tuple[str, int], *, metrics: Metrics, trigger: Callable[[], None],
                  healthy: Probe, ready: Probe, hook_secret: bytes | None = None) -> None:
-        outer = self
-
-        class Handler(BaseHTTPRequestHandler):
-            server_version = "migops-reconciler"
-            protocol_version = "HTTP/1.1"
-            timeout = 10  # seconds a client may take to send its request: a stalled one cannot pin a thread
-
-            def log_message(self, fmt: str, *args: object) -> None:  # requests are logged at debug level only
-                log.debug("%s " + fmt, self.address_string(), *args)
-
-            def _send(self, code: int, body: bytes, content_type: str = "text/plain; charset=utf-8") -> None:
-                self.send_response(code)
-                self.send_header("Content-Type", content_type)
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            def do_GET(self) -> None:  # noqa: N802 - http.server's name
-                path = self.path.split("?", 1)[0]
-                if path in ("/healthz", "/livez"):
-                    ok, why = outer.healthy()
-                elif path == "/readyz":
-                    ok, why = outer.ready()
-                elif path == "/metrics":
-                    self._send(200, generate_latest(outer.metrics.registry), CONTENT_TYPE_LATEST)
-                    return
-                else:
-                    self._send(404, b"not found\n")
-                    return
-                self._send(200 if ok else 503, (why or ("ok" if ok else "not ready")).encode() + b"\n")
-
-            def do_POST(self) -> None:  # noqa: N802
-                if self.path.split("?", 1)[0] != "/hook" or outer.hook_secret is None:
-                    self._send(404, b"not found\n")
-                    return
-                try:
-                    length = int(self.headers.get("Content-Length") or "0")
-                except ValueError:
-                    length = -1
-                if length < 0 or length > MAX_HOOK_BODY:
-                    outer.metrics.hooks.labels("rejected").inc()
-                    self.close_connection = True
-                    self._send(413 if length > MAX_HOOK_BODY else 400, b"bad Content-Length\n")
-                    return
-                body = self.rfile.read(length)
-                headers = {k.lower(): v for k, v in self.headers.items()}
-                why = check_signature(outer.hook_secret, body, headers)
-                if why is not None:
-                    outer.metrics.hooks.labels("unauthorized").inc()
-                    self._send(401, why.encode() + b"\n")
-                    return
-                if headers.get("x-github-event") == "ping":
-                    outer.metrics.hooks.labels("ping").inc()
-                    self._send(200, b"pong\n")
-                    return
-                outer.metrics.hooks.labels("accepted").inc()
-                outer.trigger()
-                self._send(202, b"sync triggered\n")
-
         self.metrics, self.trigger, self.healthy, self.ready, self.hook_secret = metrics, trigger, healthy, ready, hook_secret
-        self.httpd = ThreadingHTTPServer(address, Handler)
+        self.httpd = ThreadingHTTPServer(address, _Handler)
+        self.httpd.owner = self  # type: ignore[attr-defined]
         self.httpd.daemon_threads = True
         self._thread: threading.Thread | None = None
 

@@ -12,7 +12,7 @@ import re
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from importlib import resources
 from typing import Any
 
@@ -20,7 +20,7 @@ from kubernetes import client as k8s
 
 from migops.gitops.verify import TrustPolicy
 from migops.mig.yamlsafe import load_yaml
-from migops.reconciler.plan import FAILED, IN_SYNC, PROGRESSING, WAITING, Plan
+from migops.reconciler.plan import DRIFTED, FAILED, IN_SYNC, PROGRESSING, WAITING, Plan
 
 GROUP, VERSION, PLURAL, KIND = "migops.io", "v1alpha1", "migsyncs", "MigSync"
 API_VERSION = f"{GROUP}/{VERSION}"
@@ -129,7 +129,7 @@ class Condition:
 def merge_conditions(old: Sequence[Mapping[str, Any]], new: Sequence[Condition], generation: int | None) -> list[dict[str, Any]]:
     """New conditions, keeping lastTransitionTime where the status did not change."""
     before = {c.get("type"): c for c in old}
-    now = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     out = []
     for c in new:
         prev = before.get(c.type)
@@ -148,13 +148,14 @@ def summary(plan: Plan | None) -> dict[str, Any]:
     total = len(plan.nodes)
     return {"inSync": f"{plan.counts.get(IN_SYNC, 0)}/{total}", "total": total,
             "progressing": plan.counts.get(PROGRESSING, 0), "waiting": plan.counts.get(WAITING, 0),
-            "failed": plan.counts.get(FAILED, 0), "maxUnavailable": plan.max_unavailable}
+            "failed": plan.counts.get(FAILED, 0), "drifted": plan.counts.get(DRIFTED, 0),
+            "maxUnavailable": plan.max_unavailable}
 
 
-_ORDER = {FAILED: 0, PROGRESSING: 1, WAITING: 2, IN_SYNC: 3}
+_ORDER = {FAILED: 0, DRIFTED: 1, PROGRESSING: 2, WAITING: 3, IN_SYNC: 4}
 
 
-def node_entries(plan: Plan | None, revisions: Mapping[str, str]) -> list[dict[str, Any]]:
+def node_entries(plan: Plan | None) -> list[dict[str, Any]]:
     """Per node, those needing attention first, capped at MAX_STATUS_NODES."""
     if plan is None:
         return []
@@ -162,8 +163,8 @@ def node_entries(plan: Plan | None, revisions: Mapping[str, str]) -> list[dict[s
     out = []
     for s in ranked:
         entry: dict[str, Any] = {"name": s.name, "config": s.config, "phase": s.phase, "state": s.state}
-        if revisions.get(s.name):
-            entry["revision"] = revisions[s.name]
+        if s.revision:
+            entry["revision"] = s.revision
         if s.message:
             entry["message"] = s.message[:1024]
         out.append(entry)

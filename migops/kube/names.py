@@ -38,6 +38,9 @@ DRIFT_ANNOTATION = "migops.io/mig.drift"
 # On a Node, by the reconciler: "<namespace>/<migsync>" that owns its nvidia.com/mig.config (git is the only
 # writer: the webhook denies anyone else's change of that label while this is set).
 MANAGED_BY_ANNOTATION = "migops.io/managed-by"
+# On a Node, by the reconciler, in the same write as the label: the revision that gave it its config
+# (status is rebuilt from it after a restart).
+REVISION_ANNOTATION = "migops.io/mig.config.revision"
 # On a Node, by a person: "true" takes it out of management (the reconciler leaves it and drops the
 # annotation above; the webhook lets anyone set its nvidia.com/mig.config again).
 UNMANAGED_LABEL = "migops.io/unmanaged"

@@ -16,7 +16,8 @@ from prometheus_client import Counter, Gauge, Histogram
 
 import migops.webhook.metrics as webhook_metrics
 from deploy_helpers import OVERLAYS
-from migops.reconciler import controller, plan
+from migops.reconciler.plan import Phase
+from migops.reconciler.reasons import Outcome
 from migops.reconciler.metrics import Metrics
 
 RULES = OVERLAYS / "components" / "monitoring" / "prometheusrule.yaml"
@@ -50,10 +51,8 @@ def _exported() -> dict[str, tuple[set[str], Any]]:
 
 # The values the code gives these labels.
 KNOWN_VALUES = {
-    ("migops_reconcile_total", "outcome"): {controller.APPLIED, controller.IN_SYNC_OUTCOME, controller.PROGRESSING,
-                                            controller.INVALID, controller.UNVERIFIED, controller.UNREACHABLE,
-                                            controller.APPLY_FAILED, controller.HALTED, controller.SUSPENDED},
-    ("migops_nodes", "phase"): {plan.IN_SYNC, plan.PROGRESSING, plan.WAITING, plan.FAILED},
+    ("migops_reconcile_total", "outcome"): set(Outcome),
+    ("migops_nodes", "phase"): set(Phase),
     ("migops_api_writes_total", "result"): {"ok", "retry", "error"},
 }
 

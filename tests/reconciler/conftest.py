@@ -101,7 +101,8 @@ def make_reconciler(rapi: ApiClient, tmp_path: Path) -> Iterator[Callable[..., A
         spec = SyncSpec(url, ref, path, 60.0, False, trust or TrustPolicy())
         name = name or f"t-{uuid.uuid4().hex[:8]}"
         ssa.apply(rapi, migsync_object(name, "migops-system", spec), field_manager="migops-test", force=True)
-        rec = Reconciler(rapi, name=name, namespace="migops-system", spec=spec, cache_dir=tmp_path / "git-cache", **kwargs)
+        kwargs.setdefault("cache_dir", tmp_path / "git-cache")
+        rec = Reconciler(rapi, name=name, namespace="migops-system", spec=spec, **kwargs)
         made.append(rec)
         return rec.start()
 

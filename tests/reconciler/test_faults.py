@@ -143,6 +143,8 @@ def test_two_replicas_one_leader_and_takeover(rplane, rapi, repo, gpu_nodes, tmp
         assert {holder, new_holder} == {"replica-0", "replica-1"}
         k8s.CoreV1Api(rapi).patch_node(names[1], {"metadata": {"labels": {MIG_CONFIG_LABEL: "all-disabled"}}})
         eventually(lambda: labels_of(rapi, names)[names[1]][MIG_CONFIG_LABEL] == "all-1g.10gb")
+        # The write is counted once its response is read: the label can show before that.
+        eventually(lambda: standby.metrics.writes("nodes") >= 1, timeout=10)
         assert standby.metrics.writes("nodes") == 1
     finally:
         for _, stop, thread in replicas:

@@ -18,6 +18,7 @@ from migops.local.binaries import locate
 from migops.mig.yamlsafe import load_yaml
 from migops.reconciler.controller import Reconciler
 from migops.reconciler.main import ServeOptions, serve
+from migops.reconciler.record import read as read_record
 from migops.reconciler.status import SyncSpec, crd, migsync_object
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -83,4 +84,7 @@ def test_reconciler_runs_with_exactly_its_rbac(rplane, rapi, repo, gpu_nodes, tm
     assert events_for(rapi, "migops", "ReconciliationSucceeded", "migops-system")
     assert events_for(rapi, "migops", "MigConfigAssigned", "migops-system")
     assert rec.metrics.writes() >= 4
+    # Its applied record was written with exactly that RBAC (a Role on that one ConfigMap's name).
+    record = read_record(rapi, "migops-system", "migops")
+    assert record is not None and record.path == "other"
 

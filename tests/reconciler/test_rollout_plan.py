@@ -6,10 +6,21 @@ from gitrepo import CONFIG_YAML, nodes_yaml
 from migops.gitops.desired import resolve
 from migops.gitops.repo import load_repo
 from migops.kube.clusterpolicy import MigSettings
-from migops.reconciler.plan import FAILED, IN_SYNC, OWNED_KEY, PROGRESSING, WAITING, max_unavailable, plan, trim_node
+from migops.reconciler.plan import (
+    DRIFTED,
+    FAILED,
+    IN_SYNC,
+    PROGRESSING,
+    WAITING,
+    max_unavailable,
+    owns_config_label,
+    plan,
+    trim_for_reconciler,
+    with_config_label,
+)
 
 
-def _desired(max_unavailable: object = 2, prune: bool | None = None, n: int = 6):  # noqa: ANN202
+def _desired(max_unavailable: object = 2, prune: bool | None = None, n: int = 6):
     spec = load_repo({"config.yaml": CONFIG_YAML.encode(), "nodes.yaml": nodes_yaml(
         "  - nodeSelector: {matchLabels: {pool: p}}\n    config: all-1g.10gb", max_unavailable=max_unavailable,
         prune=prune).encode()}, "", "rev1")
@@ -30,7 +41,8 @@ def _node(name: str, label: str | None = "all-disabled", state: str | None = Non
         ann["migops.io/mig.config.digest"] = digest
     if reason:
         ann["migops.io/mig.config.reason"] = reason
-    return {"metadata": {"name": name, "labels": labels, "annotations": ann}, OWNED_KEY: owned}
+    node = {"metadata": {"name": name, "labels": labels, "annotations": ann}}
+    return with_config_label(node, label) if owned else node
 
 
 def test_first_wave_is_bounded_and_ordered() -> None:
@@ -38,7 +50,7 @@ def test_first_wave_is_bounded_and_ordered() -> None:
     nodes = {f"n{i}": _node(f"n{i}") for i in range(6)}
     p = plan(d, nodes, None)
     assert p.configmap_changed and p.writes == (("n0", "all-1g.10gb"), ("n1", "all-1g.10gb"))
-    assert p.counts == {IN_SYNC: 0, PROGRESSING: 0, WAITING: 6, FAILED: 0}
+    assert p.counts == {IN_SYNC: 0, PROGRESSING: 0, WAITING: 6, FAILED: 0, DRIFTED: 0}
 
 
 def test_a_node_counts_until_success_for_the_assigned_digest() -> None:
@@ -92,12 +104,63 @@ def test_max_unavailable() -> None:
     assert max_unavailable("10%", 3) == 1  # never 0: a rollout must move
 
 
-def test_trim_node_keeps_what_is_read_and_ownership() -> None:
+def test_trim_for_reconciler_keeps_what_is_read_and_ownership() -> None:
     node = {"metadata": {"name": "n", "uid": "u", "resourceVersion": "7", "labels": {"a": "b"},
                          "annotations": {"migops.io/mig.config.digest": "d", "big": "x" * 1000},
                          "managedFields": [{"manager": "migops-reconciler", "operation": "Apply",
                                             "fieldsV1": {"f:metadata": {"f:labels": {"f:nvidia.com/mig.config": {}}}}}]},
             "status": {"images": ["..."] * 50}}
-    t = trim_node(node)
+    t = trim_for_reconciler(node)
+    ours = [{"manager": "migops-reconciler", "operation": "Apply", "time": None,
+             "fieldsV1": {"f:metadata": {"f:labels": {"f:nvidia.com/mig.config": {}}}}}]
     assert t == {"metadata": {"name": "n", "uid": "u", "resourceVersion": "7", "labels": {"a": "b"},
-                              "annotations": {"migops.io/mig.config.digest": "d"}}, OWNED_KEY: True}
+                              "annotations": {"migops.io/mig.config.digest": "d"}, "managedFields": ours}}
+    assert owns_config_label(t)
+    # Another manager's entry, or ours without the label, is not kept: not ours.
+    node["metadata"]["managedFields"] = [{"manager": "kubectl-label", "operation": "Update",
+                                          "fieldsV1": {"f:metadata": {"f:labels": {"f:nvidia.com/mig.config": {}}}}}]
+    assert not owns_config_label(trim_for_reconciler(node))
+    assert trim_for_reconciler(node)["metadata"]["managedFields"] == []
+
+
+def test_a_drifted_node_is_not_in_sync_and_takes_a_slot() -> None:
+    d = _desired(1, n=2)
+    digest = d.targets["n0"].digest
+    nodes = {n: _node(n, "all-1g.10gb", "success", digest, owned=True) for n in ("n0", "n1")}
+    nodes["n0"]["metadata"]["annotations"]["migops.io/mig.drift"] = "gpu 1: missing 1g.10gb@3"
+    p = plan(d, nodes, CONFIG_YAML)
+    drifted = next(s for s in p.nodes if s.name == "n0")
+    assert drifted.phase == DRIFTED and "gpu 1: missing 1g.10gb@3" in drifted.message
+    assert p.counts[IN_SYNC] == 1 and not p.converged and p.unavailable == 1
+
+
+def test_managed_by_is_written_on_assigned_nodes_and_released_from_unmanaged_ones() -> None:
+    d = _desired(6, n=3)
+    digest = d.targets["n0"].digest
+    nodes = {n: _node(n, "all-1g.10gb", "success", digest, owned=True) for n in ("n0", "n1", "n2")}
+    nodes["n1"]["metadata"]["annotations"]["migops.io/managed-by"] = "ns/ms"
+    nodes["n2"]["metadata"]["annotations"]["migops.io/managed-by"] = "ns/ms"
+    nodes["n2"]["metadata"]["labels"]["migops.io/unmanaged"] = "true"
+    p = plan(d, nodes, CONFIG_YAML, owner="ns/ms")
+    assert p.annotate == (("n0", "all-1g.10gb"),)  # its label is right, the annotation is missing
+    assert p.releases == ("n2",) and p.writes == ()  # n2: left alone but for the annotation
+    assert [s.name for s in p.nodes] == ["n0", "n1"]
+
+
+def test_resolving_is_redone_only_when_a_node_changes_what_it_reads() -> None:
+    from migops.reconciler.memo import ResolveMemo
+
+    memo = ResolveMemo()
+    memo.node_event("ADDED", "n0", {"pool": "p", "nvidia.com/mig.config": "a"}, {})
+    key = memo.key("rev1", "", MigSettings(strategy="mixed"))
+    memo.put(key, "resolved")
+    # A rollout's events: the config and state labels, the agent's digest: the answer stands.
+    memo.node_event("MODIFIED", "n0", {"pool": "p", "nvidia.com/mig.config": "b", "nvidia.com/mig.config.state": "pending"},
+                    {"migops.io/mig.config.digest": "sha256:x"})
+    assert memo.get(memo.key("rev1", "", MigSettings(strategy="mixed"))) == "resolved"
+    # A label a selector may read, the GPUs, a node gone: resolved again.
+    for kind, labels, notes in (("MODIFIED", {"pool": "q"}, {}), ("MODIFIED", {"pool": "q"}, {"migops.io/gpus": "0x233010DE"}),
+                                      ("DELETED", {}, {})):
+        memo.put(memo.key("rev1", "", MigSettings(strategy="mixed")), "resolved")
+        memo.node_event(kind, "n0", labels, notes)
+        assert memo.get(memo.key("rev1", "", MigSettings(strategy="mixed"))) is None

@@ -48,7 +48,7 @@ def test_waves_respect_max_unavailable_and_a_failure_halts_until_resume(rapi, re
     k8s.CustomObjectsApi(rapi).patch_namespaced_custom_object(
         "migops.io", "v1alpha1", "migops-system", "migsyncs", rec.name,
         {"metadata": {"annotations": {RESUME_ANNOTATION: "1"}}})
-    eventually(lambda: rec._check_resume() is None and rec._handled_resume == "1")  # noqa: SLF001
+    eventually(lambda: ((rec.migsync_object() or {})["metadata"].get("annotations") or {}).get(RESUME_ANNOTATION) == "1")
     assert rec.sync(fetch=False).writes == 2
     while True:
         agent_reports(rapi, CONFIG_YAML, _busy(rapi, names, "all-1g.10gb"))
@@ -127,7 +127,9 @@ def test_drift_is_reverted_with_an_event(rapi, repo, gpu_nodes, make_reconciler)
     core.patch_namespaced_config_map("default-mig-parted-config", "gpu-operator", {"data": {"config.yaml": "version: v1\n"}})
     eventually(lambda: rec.sync(fetch=False).writes > 0, timeout=20)
     eventually(lambda: labels_of(rapi, names)[names[0]][MIG_CONFIG_LABEL] == "all-1g.10gb")
-    assert core.read_namespaced_config_map("default-mig-parted-config", "gpu-operator").data["config.yaml"] == CONFIG_YAML
+    # The two edits reach the informers as two events: a sync may come between them.
+    cm_text = lambda: core.read_namespaced_config_map("default-mig-parted-config", "gpu-operator").data["config.yaml"]  # noqa: E731
+    eventually(lambda: rec.sync(fetch=False) is not None and cm_text() == CONFIG_YAML, timeout=20)
     (event,) = events_for(rapi, names[0], "DriftReverted")
     assert event.type == "Warning" and "put back to 'all-1g.10gb'" in event.message
     assert events_for(rapi, "default-mig-parted-config", "DriftReverted", "gpu-operator")

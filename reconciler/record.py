@@ -1,0 +1,101 @@
+"""What was last applied, kept in the cluster (as Flux keeps its last artifact), not only in git.
+
+A ConfigMap `migops-applied-<migsync>` beside the MigSync (owned by it: deleted with it) holds the
+revision in force, its two files (config.yaml, nodes.yaml: compressed, the desired labels follow from
+them on the nodes of the day), the config's digest, when it was adopted, and the desired label per node
+as resolved then. It is written once per adopted revision, before any write of that revision. A fresh
+reconciler (its git cache is an emptyDir) whose remote is unreachable, or whose followed branch was
+rewritten so that the revision is gone, enforces that record instead of nothing.
+"""
+from __future__ import annotations
+
+import base64
+import gzip
+import hashlib
+import json
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from kubernetes import client as k8s
+from kubernetes.client.exceptions import ApiException
+
+from migops.gitops.desired import DesiredState
+from migops.gitops.repo import CONFIG_FILE, NODES_FILE, RepoSpec, load_repo
+from migops.reconciler import status as st
+
+log = logging.getLogger(__name__)
+
+RECORD_KEY = "applied.json.gz"
+
+
+def record_name(migsync: str) -> str:
+    return f"migops-applied-{migsync}"[:253]
+
+
+@dataclass(frozen=True)
+class AppliedRecord:
+    revision: str
+    path: str
+    config_text: str
+    nodes_text: str
+    adopted_at: float  # unix seconds
+    targets: Mapping[str, tuple[str, str]] = field(default_factory=dict)  # node -> (config, source)
+
+    @property
+    def config_digest(self) -> str:
+        return "sha256:" + hashlib.sha256(self.config_text.encode()).hexdigest()
+
+    def spec(self) -> RepoSpec:
+        """The revision as parsed from the record (raises RepoError if it no longer parses)."""
+        where = (lambda n: f"{self.path}/{n}" if self.path else n)  # noqa: E731
+        return load_repo({where(CONFIG_FILE): self.config_text.encode(), where(NODES_FILE): self.nodes_text.encode()},
+                         self.path, self.revision)
+
+
+def of(desired: DesiredState, adopted_at: float) -> AppliedRecord:
+    return AppliedRecord(desired.revision, desired.spec.path, desired.spec.config_text, desired.spec.nodes_text,
+                         adopted_at, {n: (t.config, t.source) for n, t in desired.targets.items()})
+
+
+def to_configmap(record: AppliedRecord, namespace: str, migsync: str, owner_uid: str | None) -> dict[str, Any]:
+    doc = {"revision": record.revision, "path": record.path, "configText": record.config_text,
+           "nodesText": record.nodes_text, "adoptedAt": record.adopted_at,
+           "targets": {n: list(t) for n, t in record.targets.items()}}
+    meta: dict[str, Any] = {"name": record_name(migsync), "namespace": namespace,
+                            "labels": {"app.kubernetes.io/managed-by": "migops-reconciler"}}
+    if owner_uid:
+        meta["ownerReferences"] = [{"apiVersion": st.API_VERSION, "kind": st.KIND, "name": migsync, "uid": owner_uid}]
+    return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta,
+            "data": {"revision": record.revision, "configDigest": record.config_digest},
+            "binaryData": {RECORD_KEY: base64.b64encode(gzip.compress(json.dumps(doc).encode(), 6)).decode()}}
+
+
+def from_configmap(obj: Mapping[str, Any]) -> AppliedRecord:
+    """Raises ValueError when the record is not one (edited, truncated)."""
+    try:
+        raw = ((obj.get("binaryData") or {}).get(RECORD_KEY)) or ""
+        doc = json.loads(gzip.decompress(base64.b64decode(raw)))
+        record = AppliedRecord(str(doc["revision"]), str(doc.get("path") or ""), str(doc["configText"]),
+                               str(doc["nodesText"]), float(doc.get("adoptedAt") or 0),
+                               {str(n): (str(t[0]), str(t[1])) for n, t in (doc.get("targets") or {}).items()})
+    except (ValueError, KeyError, TypeError, OSError, EOFError) as exc:
+        raise ValueError(f"not an applied record: {exc}") from None
+    if (obj.get("data") or {}).get("configDigest") not in (None, record.config_digest):
+        raise ValueError("configDigest does not match the recorded config.yaml")
+    return record
+
+
+def read(api: k8s.ApiClient, namespace: str, migsync: str) -> AppliedRecord | None:
+    """The record, or None (none yet, unreadable, or not allowed: said in the log)."""
+    try:
+        obj = k8s.CoreV1Api(api).read_namespaced_config_map(record_name(migsync), namespace, _preload_content=False,
+                                                             _request_timeout=30)
+        return from_configmap(json.loads(obj.data))
+    except ApiException as exc:
+        if exc.status != 404:
+            log.warning("cannot read the applied record %s/%s: HTTP %s", namespace, record_name(migsync), exc.status)
+    except ValueError as exc:
+        log.warning("ignoring ConfigMap %s/%s: %s", namespace, record_name(migsync), exc)
+    return None

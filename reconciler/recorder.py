@@ -1,0 +1,49 @@
+"""Events of the reconciler: recorded on the MigSync (else the MIG ConfigMap), repeats de-duplicated."""
+from __future__ import annotations
+
+from collections.abc import Callable, Hashable, Mapping
+from typing import Any
+
+from kubernetes import client as k8s
+
+from migops.kube import events
+from migops.kube.names import RECONCILER_CONTROLLER
+from migops.reconciler.metrics import Metrics
+from migops.reconciler.reasons import Note
+
+
+class Dedup:
+    """Keys seen before, bounded: past `size` keys it forgets them all (a repeat then is one more Event,
+    never unbounded memory)."""
+
+    def __init__(self, size: int = 1000) -> None:
+        self._size = size
+        self._seen: set[Hashable] = set()
+
+    def first(self, key: Hashable) -> bool:
+        if key in self._seen:
+            return False
+        self._seen.add(key)
+        if len(self._seen) > self._size:
+            self._seen.clear()
+        return True
+
+
+class EventRecorder:
+    def __init__(self, api: k8s.ApiClient, metrics: Metrics, *, dry_run: bool,
+                 default_target: Callable[[], Mapping[str, Any] | None]) -> None:
+        self._api = api
+        self._metrics = metrics
+        self._dry_run = dry_run
+        self._default_target = default_target
+        self._dedup = Dedup()
+
+    def record(self, note: Note) -> None:
+        if self._dry_run or (note.key is not None and not self._dedup.first(note.key)):
+            return
+        target = note.involved or self._default_target()
+        if target is None:
+            return
+        self._metrics.events.labels(note.reason).inc()
+        events.record(self._api, target, note.reason, note.message, type=note.type,  # type: ignore[arg-type]
+                      controller=RECONCILER_CONTROLLER)
