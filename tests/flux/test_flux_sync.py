@@ -17,7 +17,7 @@ from kubernetes import client as k8s
 from kubernetes.client import ApiClient
 from polling import until
 
-from migops.kube.names import CONFIG_DIGEST_ANNOTATION, MIG_CONFIG_LABEL, RECONCILER_MANAGER
+from migops.kube.names import CONFIG_DIGEST_ANNOTATION, MANAGED_BY_ANNOTATION, MIG_CONFIG_LABEL, RECONCILER_MANAGER
 from migops.local import flux, reconciler
 from migops.local.agents import MIG_CONFIGMAP
 from migops.local.process import stop
@@ -255,6 +255,9 @@ def test_flux_owns_the_configmap_and_the_reconciler_the_labels_side_by_side(flux
         n = node(api, node2)
         assert managers(n, ("metadata", "labels"), MIG_CONFIG_LABEL) == {RECONCILER_MANAGER}
         assert "kustomize-controller" not in {e["manager"] for e in n["metadata"]["managedFields"]}
+        # The reconciler marks the node it manages; the node Flux labels is not its.
+        assert MANAGED_BY_ANNOTATION in n["metadata"]["annotations"]
+        assert MANAGED_BY_ANNOTATION not in (node(api, flux_local.state.nodes[0].name)["metadata"].get("annotations") or {})
         assert sha  # the commit both started from
     finally:
         stop(rec.ref, popen=rec.popen)
