@@ -81,6 +81,13 @@ class Clone:
         return run(["git", "-C", str(self.path), "rev-parse", "HEAD"]).strip()
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """These need the real API server too (through `migops local up`), so `-m "not cluster"` leaves them out."""
+    for item in items:
+        if "flux_local" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.cluster)
+
+
 @pytest.fixture(scope="package")
 def flux_local(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FluxLocal]:
     home = tmp_path_factory.mktemp("flux-home")
