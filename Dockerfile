@@ -32,9 +32,15 @@ ENV PATH=/opt/migops/bin:$PATH \
     PYTHONUNBUFFERED=1 \
     PYTHONDONTWRITEBYTECODE=1 \
     HOME=/tmp
+# The release's version (pyproject.toml's; tests/packaging checks the default) and commit, as OCI labels:
+#   docker build --build-arg VERSION=0.1.0 --build-arg REVISION=$(git rev-parse HEAD) .
+ARG VERSION=0.1.0
+ARG REVISION=""
 LABEL org.opencontainers.image.title="migops" \
       org.opencontainers.image.description="Declarative, GitOps-managed NVIDIA MIG partitioning for Kubernetes" \
-      org.opencontainers.image.licenses="Apache-2.0"
+      org.opencontainers.image.licenses="Apache-2.0" \
+      org.opencontainers.image.version="${VERSION}" \
+      org.opencontainers.image.revision="${REVISION}"
 # The manifests' runAsUser; the agent alone overrides it with 0 (MIG changes need root on the GPUs).
 USER 65532:65532
 ENTRYPOINT ["migops"]

@@ -4,17 +4,39 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-stamp
 
-.PHONY: demo test venv k8s-binaries flux-binaries bench bench-tools clean
+.PHONY: demo test test-unit lint lock venv k8s-binaries flux-binaries host-packages bench bench-tools clean
 
 venv: $(STAMP)
 
-$(STAMP): pyproject.toml
+# The exact, hashed versions of requirements-dev.lock (runtime + test + lint), then migops itself,
+# editable, without resolving anything again (docs/releasing.md: updating the locks).
+$(STAMP): pyproject.toml requirements-dev.lock
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[test]'
+	$(PY) -m pip install -q --require-hashes -r requirements-dev.lock
+	$(PY) -m pip install -q --no-deps -e .
 	touch $@
 
-# etcd, kube-apiserver and kubectl, built once from their Go modules into ~/.cache/migops/k8s/.
+# ruff (lint, then format as a check) and mypy (strict on the MIG core), all configured in pyproject.toml.
+lint: venv
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/mypy
+
+# The fast tier: every test that needs no API server (seconds, no binaries to build).
+test-unit: venv
+	$(PY) -m pytest -m "not cluster"
+
+# After changing dependencies in pyproject.toml: re-resolve both locks, keeping every pin the ranges
+# still allow (pip-compile --upgrade-package NAME moves one on purpose), with the hashes of each file.
+PIP_COMPILE = $(PY) -m piptools compile -q --generate-hashes --strip-extras --allow-unsafe --no-emit-index-url --no-emit-find-links
+lock: venv
+	$(PY) -m pip install -q pip-tools==7.6.2
+	$(PIP_COMPILE) -o requirements.lock pyproject.toml
+	$(PIP_COMPILE) --extra test --extra lint -o requirements-dev.lock pyproject.toml
+
+# etcd, kube-apiserver, kube-scheduler, kubectl, and the real node's kubelet, kube-controller-manager,
+# kube-proxy and containerd, built once from their Go modules into ~/.cache/migops/k8s/.
 k8s-binaries:
 	hack/k8s-binaries.sh >/dev/null
 
@@ -22,7 +44,12 @@ k8s-binaries:
 flux-binaries:
 	hack/flux-binaries.sh >/dev/null
 
-test: venv k8s-binaries flux-binaries
+# The one place that installs Debian packages: what the real node (`migops local up --real-node`)
+# and the image build need. apt-get runs only when one is missing, so a warm machine pays nothing.
+host-packages:
+	hack/host-packages.sh
+
+test: venv k8s-binaries flux-binaries host-packages
 	$(PY) -m pytest
 
 demo: venv k8s-binaries

@@ -77,7 +77,7 @@ class Request:
 
 @dataclass(frozen=True)
 class Outcome:
-    state: str  # success | failed | rebooting
+    state: str  # success | failed | rebooting | pending (the node was given another config meanwhile)
     reason: str = ""
     paused: bool = False  # were GPU clients paused on the way
     touched: tuple[int, ...] = ()  # GPUs that saw a driver call that changes them
@@ -330,7 +330,20 @@ class Reconfigure:
         annotations = self._publish(run, models, states)
         annotations.update({APPLIED_ANNOTATION: run.request.name, DIGEST_ANNOTATION: run.request.digest or "",
                             REASON_ANNOTATION: None, DRIFT_ANNOTATION: None})
-        self.kube.set_state(STATE_SUCCESS, annotations)
+        try:
+            self.kube.set_state(STATE_SUCCESS, annotations)
+        except ApiException as exc:
+            label = self.kube.config_label() if exc.status in (403, 422) else run.request.name
+            if label == run.request.name:
+                raise
+            # The node was given another config while this one was applied: the own-node policy refuses
+            # an applied config and digest the node's label no longer names. The new one is pending; the
+            # next step runs it at once (the label change woke the loop).
+            log.info("MIG config %r applied, but the node is now labelled %r: pending", run.request.name, label)
+            self.kube.set_state(STATE_PENDING, {k: v for k, v in annotations.items()
+                                                if k not in (APPLIED_ANNOTATION, DIGEST_ANNOTATION)})
+            return Outcome(STATE_PENDING, f"the node's config changed to {label!r}", run.paused,
+                           tuple(sorted(run.touched)), run.steps)
         if run.steps or run.paused:
             self.kube.event(run.node, "MigConfigApplied",
                             f"MIG config {run.request.name!r} applied ({run.steps} driver calls on GPU "

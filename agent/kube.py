@@ -24,7 +24,8 @@ from migops.kube import events, ssa
 from migops.kube.informer import Informer
 from migops.mig.text import listed
 from migops.kube.names import (AGENT_CONTROLLER, AGENT_MANAGER, DEPLOY_LABEL_PREFIX, DEVICE_ID_LABEL,
-                               MIG_CONFIG_STATE_LABEL, PAUSED_FOR_MIG_CHANGE)
+                               MIG_CAPABLE_LABEL, MIG_CONFIG_LABEL, MIG_CONFIG_STATE_LABEL, MIG_STRATEGY_LABEL,
+                               PAUSED_FOR_MIG_CHANGE)
 
 log = logging.getLogger(__name__)
 
@@ -37,10 +38,12 @@ OPERATOR_VALIDATOR_APP = "nvidia-operator-validator"
 
 
 def is_gfd_label(key: str) -> bool:
-    """Labels GFD (and the agent in its place, for simulated GPUs) owns as a set."""
-    if key.startswith(DEPLOY_LABEL_PREFIX) or key.startswith("nvidia.com/mig.config"):
+    """Labels GFD (and the agent in its place, for simulated GPUs) owns as a set: those migops.mig.gfd
+    writes, and no more (the own-node policy lets the agent change exactly these)."""
+    if key.startswith(DEPLOY_LABEL_PREFIX):
         return False
-    return key.startswith(("nvidia.com/gpu.", "nvidia.com/mig-", "nvidia.com/mig.")) or key == DEVICE_ID_LABEL
+    return (key.startswith(("nvidia.com/gpu.", "nvidia.com/mig-"))
+            or key in (MIG_CAPABLE_LABEL, MIG_STRATEGY_LABEL, DEVICE_ID_LABEL))
 
 
 def is_gpu_resource(key: str) -> bool:
@@ -117,16 +120,18 @@ class NodeIO:
         return node
 
     def apply(self, labels: Mapping[str, str | None] = {}, annotations: Mapping[str, str | None] = {}) -> None:
-        """Change some owned fields (None drops one) and apply the whole owned set."""
-        for target, changes in ((self.labels, labels), (self.annotations, annotations)):
-            for key, value in changes.items():
-                if value is None:
-                    target.pop(key, None)
-                else:
-                    target[key] = value
+        """Change some owned fields (None drops one) and apply the whole owned set. The owned set is
+        kept only once the write is accepted: a refused write (the own-node policy denies, say, a digest
+        for a config the node is no longer labelled with) is not sent again with every later write."""
+        new_labels, new_annotations = _changed(self.labels, labels), _changed(self.annotations, annotations)
         body = {"apiVersion": "v1", "kind": "Node",
-                "metadata": {"name": self.node, "labels": dict(self.labels), "annotations": dict(self.annotations)}}
+                "metadata": {"name": self.node, "labels": new_labels, "annotations": new_annotations}}
         ssa.apply(self.api, body, field_manager=self.manager, force=True)
+        self.labels, self.annotations = new_labels, new_annotations
+
+    def config_label(self) -> str | None:
+        """The node's nvidia.com/mig.config as the API server has it now (not as the watch saw it)."""
+        return (self.core.read_node(self.node).metadata.labels or {}).get(MIG_CONFIG_LABEL)
 
     def set_state(self, state: str, annotations: Mapping[str, str | None] = {}) -> None:
         self.apply({MIG_CONFIG_STATE_LABEL: state}, annotations)
@@ -211,6 +216,16 @@ class NodeIO:
                     if exc.status != 404:
                         raise
         return deleted
+
+
+def _changed(current: Mapping[str, str], changes: Mapping[str, str | None]) -> dict[str, str]:
+    out = dict(current)
+    for key, value in changes.items():
+        if value is None:
+            out.pop(key, None)
+        else:
+            out[key] = value
+    return out
 
 
 def layout_json(value: object) -> str:

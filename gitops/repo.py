@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from migops.gitops.reasons import SourceReason
+from migops.gitops.schema import schema_problems
 from migops.mig.fit import fit
 from migops.mig.problems import MigError, Problem, index_path, key_path
 from migops.mig.spec import MigPartedConfig, parse_config
@@ -246,6 +247,8 @@ def parse_nodes(doc: object, problems: list[Problem]) -> NodesFile | None:
     if not isinstance(prune, bool):
         problems.append(Problem("prune", "invalid-prune", f"prune must be true or false, not {prune!r}"))
     assignments = _parse_assignments(doc.get("assignments"), problems)
+    if len(problems) == start:  # the published schema (gitops/schema.py) holds too: label key syntax, ...
+        problems.extend(schema_problems(doc))
     if len(problems) > start:
         return None
     return NodesFile(strategy, cm_name, cm_ns, max_unavailable, default, prune, assignments, max_defaulted, deadline)

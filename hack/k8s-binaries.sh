@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
-# Build etcd, kube-apiserver, kube-scheduler and kubectl from their Go modules into a cache outside the repo.
-# Idempotent: does nothing when the binaries for the pinned versions are already there.
+# Build etcd, kube-apiserver, kube-scheduler and kubectl (the control plane), kubelet,
+# kube-controller-manager and kube-proxy (the real node of `migops local up --real-node`) and containerd
+# (containerd, containerd-shim-runc-v2, ctr) from their Go modules into a cache outside the repo.
+# Idempotent: does nothing when the binaries for the pinned versions are already there; builds only the
+# missing ones (adding the node binaries to a cache holding the first four compiles just those).
 # Prints the directory holding the binaries on its last line of stdout.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -8,22 +11,32 @@ here=$(cd "$(dirname "$0")" && pwd)
 . "$here/k8s-versions.env"
 K=$KUBERNETES_VERSION
 E=$ETCD_VERSION
+C=$CONTAINERD_VERSION
 cache=${MIGOPS_K8S_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/migops/k8s}
 out="$cache/$K-etcd$E"
 log() { echo "k8s-binaries: $*" >&2; }
 
-have_all() { [ -x "$out/etcd" ] && [ -x "$out/kube-apiserver" ] && [ -x "$out/kube-scheduler" ] && [ -x "$out/kubectl" ]; }
+K8S_CMDS="kube-apiserver kube-scheduler kubectl kubelet kube-controller-manager kube-proxy"
+CONTAINERD_CMDS="containerd containerd-shim-runc-v2 ctr"
+have() { for b in "$@"; do [ -x "$out/$b" ] || return 1; done; }
+# containerd's version is not in the directory name (that would orphan the cached Kubernetes builds when
+# only containerd moves): a stamp next to the binaries says which one they are.
+have_containerd() { have $CONTAINERD_CMDS && [ "$(cat "$out/containerd.version" 2>/dev/null)" = "$C" ]; }
+have_k8s() { have $K8S_CMDS; }
+have_all() { have etcd && have_k8s && have_containerd; }
 # A directory of ready binaries (built elsewhere) replaces the cache and the build.
 if [ -n "${MIGOPS_K8S_BIN:-}" ]; then
   out=$(cd "$MIGOPS_K8S_BIN" && pwd)
-  have_all || { log "MIGOPS_K8S_BIN=$MIGOPS_K8S_BIN lacks an executable etcd, kube-apiserver, kube-scheduler or kubectl"; exit 1; }
+  # The node binaries are needed only by the real node, which checks for them when it starts.
+  have etcd kube-apiserver kube-scheduler kubectl || {
+    log "MIGOPS_K8S_BIN=$MIGOPS_K8S_BIN lacks an executable etcd, kube-apiserver, kube-scheduler or kubectl"; exit 1; }
   echo "$out"; exit 0
 fi
 if have_all; then echo "$out"; exit 0; fi
 
 command -v go >/dev/null || {
   log "Go is required to build etcd $E and kube-apiserver/kube-scheduler/kubectl $K (no 'go' on PATH)."
-  log "Install Go >= 1.26, or build them elsewhere and set MIGOPS_K8S_BIN=<dir with etcd, kube-apiserver, kube-scheduler, kubectl>."
+  log "Install Go >= 1.26, or build them elsewhere and set MIGOPS_K8S_BIN=<dir with etcd $K8S_CMDS $CONTAINERD_CMDS>."
   exit 1
 }
 mkdir -p "$out"
@@ -48,8 +61,8 @@ if [ ! -x "$out/etcd" ]; then
   mv "$out/etcd.tmp" "$out/etcd"
 fi
 
-if [ ! -x "$out/kube-apiserver" ] || [ ! -x "$out/kube-scheduler" ] || [ ! -x "$out/kubectl" ]; then
-  log "building kube-apiserver, kube-scheduler and kubectl $K"
+if ! have_k8s; then
+  log "building the missing ones of $K8S_CMDS ($K)"
   S=v0.${K#v1.}; MINOR=$(echo "$K" | cut -d. -f2)
   mkdir -p "$work/kas"; cd "$work/kas"
   go mod init tmp/kas >/dev/null 2>&1
@@ -60,26 +73,47 @@ if [ ! -x "$out/kube-apiserver" ] || [ ! -x "$out/kube-scheduler" ] || [ ! -x "$
   done
   go mod edit -go="$(sed -n 's/^go //p' "$KMOD")"
   grep '^godebug' "$KMOD" >> go.mod || true
-  go get "k8s.io/kubernetes/cmd/kube-apiserver@$K" "k8s.io/kubernetes/cmd/kube-scheduler@$K" \
-    "k8s.io/kubernetes/cmd/kubectl@$K" >&2
+  pkgs=""; for cmd in $K8S_CMDS; do pkgs="$pkgs k8s.io/kubernetes/cmd/$cmd@$K"; done
+  # shellcheck disable=SC2086
+  go get $pkgs >&2
   LD='-s -w'
   for p in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
     LD="$LD -X $p.gitVersion=$K -X $p.gitMajor=1 -X $p.gitMinor=$MINOR -X $p.gitTreeState=clean"
   done
-  if [ ! -x "$out/kube-apiserver" ]; then
-    go build -trimpath -tags selinux,notest -ldflags="$LD" -o "$out/kube-apiserver.tmp" k8s.io/kubernetes/cmd/kube-apiserver >&2
-    mv "$out/kube-apiserver.tmp" "$out/kube-apiserver"
-  fi
   # The scheduler binds Pods to Nodes by their allocatable resources: where MIG workloads land.
-  for cmd in kube-scheduler kubectl; do
-    if [ ! -x "$out/$cmd" ]; then
-      go build -trimpath -ldflags="$LD" -o "$out/$cmd.tmp" "k8s.io/kubernetes/cmd/$cmd" >&2
-      mv "$out/$cmd.tmp" "$out/$cmd"
-    fi
+  # kubelet, kube-controller-manager and kube-proxy run the real node; the server binaries get
+  # upstream's tags (selinux,notest), as hack/lib/golang.sh builds them.
+  for cmd in $K8S_CMDS; do
+    [ -x "$out/$cmd" ] && continue
+    tags=""
+    case $cmd in kube-apiserver|kubelet|kube-controller-manager|kube-proxy) tags="-tags=selinux,notest" ;; esac
+    t0=$(date +%s)
+    # shellcheck disable=SC2086
+    go build -trimpath $tags -ldflags="$LD" -o "$out/$cmd.tmp" "k8s.io/kubernetes/cmd/$cmd" >&2
+    mv "$out/$cmd.tmp" "$out/$cmd"
+    log "$cmd built in $(( $(date +%s) - t0 ))s"
   done
+fi
+
+if ! have_containerd; then
+  log "building containerd $C (containerd, containerd-shim-runc-v2, ctr)"
+  mkdir -p "$work/containerd"; cd "$work/containerd"
+  go mod init tmp/containerd >/dev/null 2>&1
+  go get "github.com/containerd/containerd/v2@$C" >&2
+  # No cgo: the btrfs snapshotter and seccomp-by-libseccomp go (overlayfs is what the node uses).
+  t0=$(date +%s)
+  for cmd in $CONTAINERD_CMDS; do
+    go build -trimpath -tags=no_btrfs -ldflags="-s -w -X github.com/containerd/containerd/v2/version.Version=$C" \
+      -o "$out/$cmd.tmp" "github.com/containerd/containerd/v2/cmd/$cmd" >&2
+  done
+  for cmd in $CONTAINERD_CMDS; do mv "$out/$cmd.tmp" "$out/$cmd"; done
+  echo "$C" > "$out/containerd.version"
+  log "containerd built in $(( $(date +%s) - t0 ))s"
 fi
 
 "$out/etcd" --version >&2
 "$out/kube-apiserver" --version >&2
+"$out/kubelet" --version >&2
+"$out/containerd" --version >&2
 log "built in $(( $(date +%s) - start ))s into $out"
 echo "$out"

@@ -1,6 +1,6 @@
 """`migops agent`: the node agent (agent/), one process per GPU node.
 
-    migops agent --node NAME --backend nvml|simulated [--gpus 8x0x233010DE] [--state-file F] [--kubeconfig F]
+    migops agent --node NAME --backend nvml|simulated [--gpus 8x0x233010DE] [--state-file F] [--kubeconfig F] [--context NAME]
 
 Environment variables mig-manager users know are read as defaults: NODE_NAME, WITH_REBOOT,
 WITH_SHUTDOWN_HOST_GPU_CLIENTS, GPU_CLIENTS_FILE, DEFAULT_GPU_CLIENTS_NAMESPACE, KUBECONFIG.
@@ -8,6 +8,7 @@ WITH_SHUTDOWN_HOST_GPU_CLIENTS, GPU_CLIENTS_FILE, DEFAULT_GPU_CLIENTS_NAMESPACE,
 from __future__ import annotations
 
 import argparse
+import importlib
 import logging
 import os
 import shutil
@@ -15,7 +16,10 @@ import signal
 import sys
 import threading
 from pathlib import Path
+from typing import Any
 
+from migops import logs
+from migops.kube import client as kube_client
 from migops.usage import EXIT_INVALID, EXIT_OK, UsageError
 
 DEFAULT_WORK_DIR = "/var/lib/migops-agent"
@@ -37,7 +41,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # noqa: SLF001
                    "0x233010DE,0x20B510DE (needed when the state file does not exist yet)")
     a.add_argument("--state-file", metavar="F", help=f"simulated GPUs' state (default {DEFAULT_WORK_DIR}/gpus.json)")
     a.add_argument("--faults-file", metavar="F", help="simulated fault injection (default <state-file>.faults)")
-    a.add_argument("--kubeconfig", metavar="F", help="default: $KUBECONFIG, else the pod's service account")
+    kube_client.add_arguments(a)
     a.add_argument("--work-dir", default=DEFAULT_WORK_DIR, metavar="D",
                    help=f"where the agent keeps its journal (default {DEFAULT_WORK_DIR})")
     a.add_argument("--config-map", metavar="NS/NAME", help="MIG ConfigMap (default: the ClusterPolicy's)")
@@ -76,7 +80,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # noqa: SLF001
     gfd.add_argument("--publish-gfd", dest="publish_gfd", action="store_true", default=None,
                      help="publish GFD labels and extended resources (default with --backend simulated)")
     gfd.add_argument("--no-publish-gfd", dest="publish_gfd", action="store_false")
-    a.add_argument("--log-level", default="INFO", choices=("DEBUG", "INFO", "WARNING", "ERROR"))
+    logs.add_arguments(a)
     a.set_defaults(func=cmd_agent)
 
 
@@ -92,8 +96,7 @@ def _split_configmap(text: str | None) -> tuple[str, str] | None:
 def cmd_agent(args: argparse.Namespace) -> int:
     if not args.node:
         raise UsageError("--node (or NODE_NAME) is required")
-    logging.basicConfig(level=getattr(logging, args.log_level), stream=sys.stderr,
-                        format=f"%(asctime)s %(levelname)s agent[{args.node}] %(name)s: %(message)s")
+    logs.from_args(args, "agent", {"node": args.node})
     from migops.agent.controller import Agent, IdentityError, Overrides, Retry, check_identity
     from migops.agent.drift import DriftOptions
     from migops.agent.metrics import AgentMetrics, serve
@@ -120,7 +123,7 @@ def cmd_agent(args: argparse.Namespace) -> int:
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())  # until the agent exists; then agent.shutdown
-    api = api_client(args.kubeconfig)
+    api = api_client(args.kubeconfig, args.context)
     try:
         check_identity(api, args.node)
     except IdentityError as exc:
@@ -186,22 +189,23 @@ def reset_commands(host_root: str):  # noqa: ANN201
     return HostCommands(None) if shutil.which("nvidia-smi") else HostCommands(host_root)
 
 
-def cmd_probe(args: argparse.Namespace, nvml: object = None) -> int:
+def cmd_probe(args: argparse.Namespace, nvml: Any = None) -> int:
     """`migops gpus --probe`: NVML's view of this machine's GPUs next to the catalogue. Read-only.
     Exit 0 when every GPU matches its catalogue entry, 1 on differences or without an NVIDIA driver."""
     import json
 
     from migops.agent.probe import probe, render
+    from migops.outputs import document
 
     if nvml is None:
-        import pynvml as nvml
+        nvml = importlib.import_module("pynvml")
     try:
         driver, gpus = probe(nvml)
-    except nvml.NVMLError as exc:  # type: ignore[attr-defined]
+    except nvml.NVMLError as exc:
         print(f"migops gpus --probe: NVML is not available here ({exc}): no NVIDIA driver or GPU", file=sys.stderr)
         return EXIT_INVALID
     if args.output == "json":
-        json.dump({"driver": driver, "gpus": [g.as_dict() for g in gpus]}, sys.stdout, indent=2)
+        json.dump(document("probe", {"driver": driver, "gpus": [g.as_dict() for g in gpus]}), sys.stdout, indent=2)
         sys.stdout.write("\n")
     else:
         for line in render(driver, gpus):

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import sys
 from collections.abc import Iterator, Sequence
 from dataclasses import replace
@@ -21,6 +22,8 @@ from migops.mig.sources import ConfigSource, read_file
 from migops.mig.spec import MigPartedConfig, no_config_problems
 from migops.mig.fit import NodeGpus, fit_all
 from migops.mig.validate import STRATEGIES
+from migops.mig.yamlsafe import load_yaml
+from migops.outputs import document
 from migops.render import draw_layout, table
 from migops.report import Checked, Run, emit_json, node_text, problem_line
 from migops.usage import EXIT_INVALID, EXIT_OK, UsageError
@@ -62,7 +65,9 @@ def register(sub: argparse._SubParsersAction) -> None:  # noqa: SLF001
     p.set_defaults(func=cmd_plan)
 
     g = sub.add_parser("gpus", help="list the MIG-capable GPU catalogue")
-    g.add_argument("-o", "--output", choices=("text", "json"), default="text")
+    g.add_argument("-o", "--output", choices=("text", "wide", "json"), default="text",
+                   help="text (default: the terminal's width, profiles wrapped), wide (every column, one line "
+                   "per GPU), json")
     g.add_argument("--probe", action="store_true",
                    help="read this machine's GPUs through NVML (read-only) and compare them with the catalogue")
     g.set_defaults(func=cmd_gpus)
@@ -164,6 +169,11 @@ def check(inputs: Sequence[str], node: Sequence[GpuModel], strategy: str | None,
     for name, walked in expand_inputs(inputs):
         data = read_input(name)
         file = "<stdin>" if name == "-" else name
+        nodes = _nodes_file(name, data)
+        if nodes is not None:
+            files += 1
+            checked.append(check_nodes_file(file, name, data, node, strategy))
+            continue
         contents = read_file(data)
         if (walked or skip_unrelated) and not contents.manifests and b"mig-configs" not in data:
             ignored.append(file)  # a YAML file of the repository that is not a MIG config
@@ -173,6 +183,33 @@ def check(inputs: Sequence[str], node: Sequence[GpuModel], strategy: str | None,
         for source in contents.sources:
             checked.append(check_source(file, source, node, strategy, selected))
     return Run(tuple(checked), tuple(skipped), files, tuple(node), strategy, tuple(ignored))
+
+
+def _nodes_file(name: str, data: bytes) -> bool | None:
+    """True for a config repo's nodes.yaml (gitops.check.is_nodes_file: by name, or by shape), else None."""
+    from migops.gitops.check import NAMES, is_nodes_file
+
+    if Path(name).name in NAMES:
+        return True
+    if b"assignments" not in data or b"mig-configs" in data:
+        return None
+    try:
+        doc = load_yaml(data)
+    except MigError:
+        return None
+    return True if is_nodes_file(name, doc) else None
+
+
+def check_nodes_file(file: str, name: str, data: bytes, node: Sequence[GpuModel], strategy: str | None) -> Checked:
+    """A nodes.yaml, checked with the config.yaml beside it (gitops.check)."""
+    from migops.gitops.check import check_nodes
+    from migops.gitops.repo import CONFIG_FILE
+
+    beside = Path(name).parent / CONFIG_FILE if name != "-" else Path(CONFIG_FILE)
+    config_text = beside.read_bytes() if beside.is_file() else None
+    config_file = str(beside) if name != "-" else CONFIG_FILE
+    found = check_nodes(file, data, config_text, config_file, node, strategy)
+    return Checked(file, config_file, None, True, found.problems, kind="nodes", assignments=found.assignments)
 
 
 def _version() -> str:
@@ -193,7 +230,8 @@ def _load_one(args: argparse.Namespace, listing: str) -> tuple[str, list[GpuMode
     (source,) = contents.sources
     if source.config is None:
         if args.output == "json":
-            emit_json({"source": file, "valid": False, "problems": [p.as_dict() for p in source.problems], listing: []})
+            emit_json(document("plan", {"source": file, "valid": False,
+                                        "problems": [p.as_dict() for p in source.problems], listing: []}))
         else:
             print(f"{file}: INVALID")
             _print_problems(source.problems, file)
@@ -231,7 +269,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
         name, _ = config.select(args.config)
     except MigError as exc:
         if args.output == "json":
-            emit_json({"source": file, "valid": False, "problems": [p.as_dict() for p in exc.problems], "gpus": []})
+            emit_json(document("plan", {"source": file, "valid": False,
+                                        "problems": [p.as_dict() for p in exc.problems], "gpus": []}))
         else:
             print(f"{file}: INVALID")
             _print_problems(exc.problems, file)
@@ -255,7 +294,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
         if not found.valid or found.problems:
             doc["problems"] = [p.as_dict() for p in found.problems]
         doc["valid"] = found.valid
-        emit_json(doc)
+        emit_json(document("plan", doc))
         return EXIT_OK if found.valid else EXIT_INVALID
     if not found.valid:
         print(f"{name}: cannot be laid out on {node_text(node)}")
@@ -288,18 +327,26 @@ def cmd_gpus(args: argparse.Namespace) -> int:
     if args.output == "json":
         raw = raw_catalogue()
         tables = raw["profile_tables"]
-        emit_json({"gpus": [{**g, "profiles": tables[g["table"]]["profiles"],
+        emit_json(document("gpus", {"gpus": [{**g, "profiles": tables[g["table"]]["profiles"],
                               "compute_slices": tables[g["table"]]["compute_slices"],
                               "memory_slices": tables[g["table"]]["memory_slices"],
                               "inferred": sorted(set(g.get("inferred", [])) | set(tables[g["table"]]["inferred"]))}
-                             for g in raw["gpus"]]})
+                             for g in raw["gpus"]]}))
         return EXIT_OK
-    rows = []
+    wide = args.output == "wide"
+    rows: list[tuple[str, ...]] = []
     for g in cat.gpus:
+        table_ = g.table
+        assert table_ is not None  # the catalogue lists MIG-capable GPUs only
         profiles = " ".join(f"{p.name}({p.max_count})" for p in g.profiles)
-        inferred = ",".join(sorted(set(g.inferred) | set(g.table.inferred))) or "-"
-        rows.append((g.device_id, g.name, g.product, g.architecture,
-                     f"{g.table.compute_slices}/{g.table.memory_slices}", profiles, inferred))
-    for line in table(rows, ("DEVICE ID", "NAME", "PRODUCT", "ARCH", "C/M SLICES", "PROFILES (MAX COUNT)", "INFERRED")):
+        inferred = ",".join(sorted(set(g.inferred) | set(table_.inferred))) or "-"
+        slices = f"{table_.compute_slices}/{table_.memory_slices}"
+        if wide:
+            rows.append((g.device_id, g.name, g.product or "-", g.architecture or "-", slices, profiles, inferred))
+        else:
+            rows.append((g.device_id, g.name, g.architecture or "-", slices, profiles))
+    header = (("DEVICE ID", "NAME", "PRODUCT", "ARCH", "C/M SLICES", "PROFILES (MAX COUNT)", "INFERRED") if wide
+              else ("DEVICE ID", "NAME", "ARCH", "C/M SLICES", "PROFILES (MAX COUNT)"))
+    for line in table(rows, header, None if wide else shutil.get_terminal_size().columns):
         print(line)
     return EXIT_OK

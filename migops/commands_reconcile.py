@@ -14,6 +14,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from migops import logs
+from migops.outputs import document
+from migops.kube import client as kube_client
 from migops.usage import EXIT_INVALID, EXIT_OK, UsageError
 
 EXIT_FAILED = 3
@@ -36,6 +39,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # noqa: SLF001
     r.add_argument("--no-leader-elect", dest="leader_elect", action="store_false",
                    help="run without the Lease (only safe with one replica)")
     r.add_argument("--workers", type=int, default=8, help="parallel label writes (default 8)")
+    logs.add_arguments(r)
     r.set_defaults(func=cmd_reconcile)
 
     d = sub.add_parser("diff", help="what the config repo would change in the cluster (for pull-request checks)",
@@ -44,6 +48,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # noqa: SLF001
                        "3 invalid/unverified/unreachable.")
     _source_args(d)
     d.add_argument("-o", "--output", choices=("text", "json"), default="text")
+    logs.add_arguments(d, default_level="warning")
     d.add_argument("--no-server-dry-run", dest="server_dry_run", action="store_false",
                    help="do not send the changes as server-side dry runs (needs no write permission)")
     d.set_defaults(func=cmd_diff)
@@ -55,7 +60,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # noqa: SLF001
     s.add_argument("-n", "--namespace", default="migops-system")
     s.add_argument("-A", "--all-namespaces", action="store_true")
     s.add_argument("--nodes", action="store_true", help="per-node desired config, phase, state and revision")
-    s.add_argument("--kubeconfig", type=Path, help="default $KUBECONFIG, else in-cluster")
+    kube_client.add_arguments(s)
     s.add_argument("-o", "--output", choices=("text", "json"), default="text")
     s.set_defaults(func=cmd_status)
 
@@ -64,7 +69,7 @@ def _source_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--repo", metavar="URL", help="git URL: path, file://, https:// or ssh://")
     p.add_argument("--ref", metavar="REF", help="branch, tag or commit (default: the remote's HEAD)")
     p.add_argument("--path", default="", metavar="P", help="directory holding config.yaml and nodes.yaml")
-    p.add_argument("--kubeconfig", type=Path, help="default $KUBECONFIG, else in-cluster")
+    kube_client.add_arguments(p)
     p.add_argument("--name", default="migops", help="the MigSync that holds the spec/status (default migops)")
     p.add_argument("-n", "--namespace", default="migops-system", help="its namespace (default migops-system)")
     p.add_argument("--allowed-signers", type=Path, metavar="FILE",
@@ -77,7 +82,8 @@ def _source_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--https-password-file", type=Path, metavar="FILE", help="password or token (bearer without a user)")
     p.add_argument("--ca-file", type=Path, metavar="FILE", help="CA bundle for https:// URLs")
     p.add_argument("--cache-dir", type=Path, metavar="DIR", help="git mirrors (default ~/.cache/migops/git)")
-    p.add_argument("-v", "--verbose", action="count", default=0)
+    # Before --log-level: -v info, -vv debug (kept so older command lines still work).
+    p.add_argument("-v", "--verbose", action="count", default=0, help=argparse.SUPPRESS)
 
 
 def _read(path: Path) -> str:
@@ -111,18 +117,16 @@ def _auth(args: argparse.Namespace):  # noqa: ANN202
     return GitAuth(args.ssh_key, args.known_hosts, args.https_username, args.https_password_file, args.ca_file)
 
 
-def _logging(verbose: int) -> None:
-    level = logging.WARNING if verbose == 0 else logging.INFO if verbose == 1 else logging.DEBUG
-    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+def _logging(args: argparse.Namespace) -> None:
+    level = args.log_level if not args.verbose else "info" if args.verbose == 1 else "debug"
+    logs.setup("reconciler", level, args.log_format, {"migsync": f"{args.namespace}/{args.name}"})
 
 
-def _api(kubeconfig: Path | None):  # noqa: ANN202
+def _api(args: argparse.Namespace):  # noqa: ANN202
     from kubernetes.config.config_exception import ConfigException
 
-    from migops.kube.client import api_client
-
     try:
-        return api_client(kubeconfig)
+        return kube_client.api_client(args.kubeconfig, args.context)
     except (ConfigException, OSError) as exc:
         raise UsageError(f"no cluster to talk to: {exc}") from None
 
@@ -131,7 +135,7 @@ def _reconciler(args: argparse.Namespace, *, dry_run: bool, once: bool):  # noqa
     from migops.reconciler.controller import Reconciler
 
     spec = _spec(args)
-    api = _api(args.kubeconfig)
+    api = _api(args)
     rec = Reconciler(api, name=args.name, namespace=args.namespace, spec=spec, cache_dir=args.cache_dir,
                      auth=_auth(args), dry_run=dry_run, workers=getattr(args, "workers", 8),
                      enforce_last_good=not once)
@@ -167,7 +171,7 @@ def _print_result(result: Any) -> None:
 def cmd_reconcile(args: argparse.Namespace) -> int:
     from migops.reconciler.reasons import Outcome
 
-    _logging(args.verbose)
+    _logging(args)
     if args.dry_run:
         return _diff(args, output="text", server_dry_run=True, exit_on_change=False)
     rec = _reconciler(args, dry_run=False, once=args.once)
@@ -199,7 +203,7 @@ def cmd_reconcile(args: argparse.Namespace) -> int:
 
 
 def cmd_diff(args: argparse.Namespace) -> int:
-    _logging(args.verbose)
+    _logging(args)
     return _diff(args, output=args.output, server_dry_run=args.server_dry_run, exit_on_change=True)
 
 
@@ -212,12 +216,13 @@ def _diff(args: argparse.Namespace, *, output: str, server_dry_run: bool, exit_o
         rec.stop()
     if found is None:
         if output == "json":
-            print(json.dumps({"outcome": result.outcome, "message": result.message, "problems": list(result.problems)}, indent=2))
+            print(json.dumps(document("diff", {"outcome": result.outcome, "message": result.message,
+                                               "problems": list(result.problems)}), indent=2))
         else:
             _print_result(result)
         return EXIT_FAILED
     if output == "json":
-        print(json.dumps({**found.as_dict(), "warnings": list(result.problems)}, indent=2))
+        print(json.dumps(document("diff", {**found.as_dict(), "warnings": list(result.problems)}), indent=2))
     else:
         for line in found.lines():
             print(line)
@@ -235,7 +240,7 @@ def cmd_status(args: argparse.Namespace) -> int:
     from migops.reconciler import status as st
     from migops.render import table
 
-    api = _api(args.kubeconfig)
+    api = _api(args)
     objects = k8s.CustomObjectsApi(api)
     drift: dict[str, str] = {}
     try:
@@ -256,8 +261,9 @@ def cmd_status(args: argparse.Namespace) -> int:
     finally:
         api.close()
     if args.output == "json":
-        print(json.dumps([{"name": i["metadata"]["name"], "namespace": i["metadata"]["namespace"],
-                           "spec": i.get("spec"), "status": i.get("status")} for i in items], indent=2))
+        print(json.dumps(document("status", {"items": [
+            {"name": i["metadata"]["name"], "namespace": i["metadata"]["namespace"], "spec": i.get("spec"),
+             "status": i.get("status")} for i in items]}), indent=2))
     else:
         rows = []
         for i in items:

@@ -5,25 +5,35 @@ import argparse
 import datetime as dt
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
+from migops import logs
+from migops.kube import client as kube_client
 from migops.usage import EXIT_OK, UsageError
+
+if TYPE_CHECKING:
+    from kubernetes.client import ApiClient
+
+    from migops.certs.publish import SecretStore
+    from migops.certs.rotation import DirectoryStore
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # noqa: SLF001
     w = sub.add_parser("webhook", help="serve the validating + mutating admission webhook (TLS)",
                        description="Serve POST /validate and /mutate (AdmissionReview v1), /healthz, /readyz and "
                        "/metrics with gunicorn (gthread workers, keep-alive) over TLS. Cluster state comes from "
-                       "watches on the API server named by --kubeconfig (default: $KUBECONFIG, else in-cluster).")
+                       "watches on the API server named by --kubeconfig and --context (found as kubectl finds it).")
     w.add_argument("--tls-cert", required=True, metavar="FILE", help="serving certificate (PEM); re-read for each "
                    "new connection, so a rotated file is used without a restart")
     w.add_argument("--tls-key", required=True, metavar="FILE", help="its private key (may be the same file)")
     w.add_argument("--port", type=int, default=8443, metavar="N", help="port (default 8443)")
     w.add_argument("--bind-address", default="0.0.0.0", metavar="ADDR", help="address (default 0.0.0.0)")
-    w.add_argument("--kubeconfig", metavar="FILE", help="kubeconfig (default $KUBECONFIG, else the service account)")
+    kube_client.add_arguments(w)
     w.add_argument("--workers", type=int, default=1, metavar="N", help="worker processes (default 1)")
     w.add_argument("--threads", type=int, default=16, metavar="N", help="threads per worker (default 16: at least the connections the API server keeps open)")
-    w.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"))
+    logs.add_arguments(w)
     w.set_defaults(func=cmd_webhook)
 
     c = sub.add_parser("certs", help="the webhook's CA and serving certificate",
@@ -38,7 +48,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # noqa: SLF001
         where.add_argument("--dir", type=Path, metavar="DIR", help="a directory (ca.crt, ca.key, ca-bundle.crt, "
                            "tls.pem = key + certificate, tls.crt, tls.key)")
         where.add_argument("--secret", metavar="NAMESPACE/NAME", help="a kubernetes.io/tls Secret")
-        p.add_argument("--kubeconfig", metavar="FILE")
+        kube_client.add_arguments(p)
         if name == "show":
             p.set_defaults(func=cmd_certs_show)
             continue
@@ -66,21 +76,24 @@ def cmd_webhook(args: argparse.Namespace) -> int:
         raise UsageError("--workers and --threads must be at least 1")
     options = server.gunicorn_options(tls_cert=args.tls_cert, tls_key=args.tls_key, bind=args.bind_address,
                                       port=args.port, workers=args.workers, threads=args.threads,
-                                      log_level=args.log_level)
+                                      log_level=args.log_level, log_format=args.log_format)
     try:
-        server.serve(options, server.app_from_kubeconfig(args.kubeconfig))
+        server.serve(options, server.app_from_kubeconfig(args.kubeconfig, args.context))
     except FileNotFoundError as exc:
         raise UsageError(str(exc)) from None
     return EXIT_OK
 
 
-def _api(args: argparse.Namespace):
-    from migops.kube.client import api_client
+def _api(args: argparse.Namespace) -> ApiClient:
+    from kubernetes.config.config_exception import ConfigException
 
-    return api_client(args.kubeconfig)
+    try:
+        return kube_client.api_client(args.kubeconfig, args.context)
+    except (ConfigException, OSError) as exc:
+        raise UsageError(f"no cluster to talk to: {exc}") from None
 
 
-def _store(args: argparse.Namespace):
+def _store(args: argparse.Namespace) -> DirectoryStore | SecretStore:
     from migops.certs.publish import SecretStore
     from migops.certs.rotation import DirectoryStore
 
@@ -92,7 +105,7 @@ def _store(args: argparse.Namespace):
     return SecretStore(_api(args), namespace, name)
 
 
-def _rotate(args: argparse.Namespace, publish) -> int:
+def _rotate(args: argparse.Namespace, publish: Callable[[bytes], None]) -> int:
     from migops.certs.rotation import rotate, service_dns_names
 
     ips = args.ip if args.ip is not None else ["127.0.0.1"]

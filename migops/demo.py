@@ -483,20 +483,34 @@ def _teardown(console: Console, home: Path, workdir: Path) -> None:
     console.say("  nothing left running" if not survivors else f"  could not stop pids {survivors}")
 
 
+def explore_commands(home: Path, repo: Path) -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
+    """(explore, stop): the commands KEEP=1 prints, each with its comment. Each works as printed in a new
+    shell (tests/demo runs them so): the first puts this migops and the cluster's kubectl on PATH."""
+    migops = shlex.quote(str(Path(sys.executable).parent / "migops"))
+    home_env = "" if home == state.default_home() else f"MIGOPS_HOME={shlex.quote(str(home))} "
+    explore = [
+        (f'eval "$({home_env}{migops} local env)"', "migops and kubectl on PATH, KUBECONFIG for this cluster"),
+        (f"kubectl get nodes -L {MIG_CONFIG_LABEL},{MIG_CONFIG_STATE_LABEL}", ""),
+        ("migops status --nodes", "the reconciler's view (MigSync migops-system/migops)"),
+        (f"kubectl get pods -n {WORKLOADS} -o wide", ""),
+        (f"git -C {shlex.quote(str(repo))} log --oneline", "edit, commit: the reconciler polls every 5s"),
+        (f"kubectl label node gpu-node-3 {MIG_CONFIG_LABEL}=all-balanced --overwrite", "the reconciler reverts it"),
+        ("migops sim show --node gpu-node-2", "the simulated GPUs as they are"),
+        ("migops sim destroy-gi --node gpu-node-2 --gpu 1 --start 4",
+         "by hand (nvidia-smi mig -dgi): the agent repairs it"),
+        ("kubectl get events --field-selector involvedObject.name=gpu-node-2", "MigDriftDetected, MigDriftRepaired"),
+    ]
+    return explore, [("migops local down", "")]
+
+
 def _explore(home: Path, repo: Path) -> None:
-    print(f"""
-Left running (KEEP=1). Explore:
-  eval "$(migops local env)"                 # kubectl for this cluster (MIGOPS_HOME={home})
-  kubectl get nodes -L {MIG_CONFIG_LABEL},{MIG_CONFIG_STATE_LABEL}
-  migops status --nodes                       # the reconciler's view (MigSync migops-system/migops)
-  kubectl get pods -n {WORKLOADS} -o wide
-  git -C {repo} log --oneline                 # edit, commit: the reconciler polls every 5s
-  kubectl label node gpu-node-3 {MIG_CONFIG_LABEL}=all-balanced --overwrite   # the reconciler reverts it
-  migops sim show --node gpu-node-2           # the simulated GPUs as they are
-  migops sim destroy-gi --node gpu-node-2 --gpu 1 --start 4   # by hand (nvidia-smi mig -dgi): the agent repairs it
-  kubectl get events --field-selector involvedObject.name=gpu-node-2   # MigDriftDetected, MigDriftRepaired
-Stop everything:
-  migops local down""")
+    explore, stop = explore_commands(home, repo)
+
+    def lines(commands: list[tuple[str, str]]) -> str:
+        width = max(len(c) for c, _ in commands)
+        return "\n".join(f"  {c.ljust(width)}   # {why}" if why else f"  {c}" for c, why in commands)
+
+    print(f"\nLeft running (KEEP=1). Explore:\n{lines(explore)}\nStop everything:\n{lines(stop)}")
 
 
 if __name__ == "__main__":

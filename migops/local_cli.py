@@ -37,6 +37,10 @@ def register(sub: argparse._SubParsersAction) -> None:  # noqa: SLF001 - argpars
                     help=f"GPUs on each node (default {DEFAULT_GPUS_PER_NODE})")
     up.add_argument("--strategy", choices=("none", "single", "mixed"), default=DEFAULT_STRATEGY,
                     help=f"the GPU Operator's MIG strategy (default {DEFAULT_STRATEGY})")
+    up.add_argument("--real-node", action="store_true",
+                    help="also run one real node, migops-node, that runs pods (containerd, kubelet, kube-proxy, "
+                         "kube-controller-manager; root, one per machine), labelled as a GPU node of the first "
+                         "--gpu model")
     up.add_argument("--flux", action="store_true",
                     help="also run Flux's source-controller and kustomize-controller (built once from their Go "
                          "modules, hack/flux-binaries.sh) syncing the MIG ConfigMap from a loopback git server")
@@ -47,6 +51,18 @@ def register(sub: argparse._SubParsersAction) -> None:  # noqa: SLF001 - argpars
     cmds.add_parser("status", help="is it running; API server URL; nodes").set_defaults(func=_status)
     cmds.add_parser("env", help='shell exports for kubectl: eval "$(migops local env)"').set_defaults(
         func=_env)
+
+
+def _self() -> str:
+    """How to run this migops from any shell: `migops` when that is the one on PATH, else its full path
+    (a virtualenv's bin that nothing put on PATH; `local env` puts it there)."""
+    import shutil
+
+    mine = Path(sys.executable).parent / "migops"
+    on_path = shutil.which("migops")
+    if not mine.exists() or (on_path and Path(on_path).resolve() == mine.resolve()):
+        return "migops"
+    return shlex.quote(str(mine))
 
 
 def _home() -> Path:
@@ -74,8 +90,10 @@ def _up(args: argparse.Namespace) -> int:
     from migops.local.controlplane import ControlPlaneError
 
     home = _home()
+    from migops.local.realnode import RealNodeError
+
     options = stack.Options(args.nodes, gpus, args.gpus_per_node, args.strategy, args.repo, args.ref, args.path,
-                            flux=args.flux)
+                            real_node=args.real_node, flux=args.flux)
     with state.locked(home):
         current = state.load(home)
         if current is not None and current.running():
@@ -92,6 +110,9 @@ def _up(args: argparse.Namespace) -> int:
         except ControlPlaneError as exc:
             _say(f"failed to start: {exc}\n(logs kept in {logs})")
             return EXIT_INVALID
+        except RealNodeError as exc:
+            _say(f"the real node did not start: {exc}")
+            return EXIT_INVALID
         except (ApiException, TimeoutError, RuntimeError) as exc:
             _say(f"API server up, but starting the cluster failed: {exc}\n(logs kept in {logs})")
             return EXIT_INVALID
@@ -100,6 +121,10 @@ def _up(args: argparse.Namespace) -> int:
     print(f"migops local: up at {plane.api_url} in {started.seconds:.1f}s "
           f"(API server ready after {plane.ready_seconds:.1f}s)")
     print(f"  nodes:      {', '.join(n.name for n in started.nodes)}: {args.gpus_per_node} x {models}")
+    if plane.real_node:
+        print(f"  real node:  migops-node runs pods (containerd, kubelet, kube-proxy; state {plane.real_node}); "
+              "workloads: nodeSelector kubernetes.io/hostname=migops-node; images: "
+              f"ctr --address {plane.real_node}/containerd/containerd.sock -n k8s.io images import --local FILE")
     print(f"  strategy:   {args.strategy} (ClusterPolicy cluster-policy)")
     slow = started.unready_agents
     print(f"  agents:     one simulated MIG agent per node{' (not reporting yet: ' + ', '.join(slow) + ')' if slow else ''}")
@@ -113,7 +138,7 @@ def _up(args: argparse.Namespace) -> int:
               "`kubectl get gitrepository,kustomization -n flux-system`")
     print("  scheduler:  kube-scheduler binds Pods to the nodes by their allocatable resources")
     print(f"  kubeconfig: {plane.kubeconfig}")
-    print('  next:       eval "$(migops local env)"; kubectl get nodes --show-labels')
+    print(f'  next:       eval "$({_self()} local env)"; kubectl get nodes --show-labels')
     return EXIT_OK
 
 
@@ -136,7 +161,11 @@ def _down(args: argparse.Namespace) -> int:
         if not state.local_dir(home).exists():
             _say(f"not running (nothing under {state.local_dir(home)})")
             return EXIT_OK
-        survivors = stack.down(home)
+        try:
+            survivors = stack.down(home)
+        except RuntimeError as exc:  # the real node's sweep: says what is left
+            _say(str(exc))
+            return EXIT_INVALID
     if survivors:
         _say(f"could not stop pids {', '.join(map(str, survivors))}")
         return EXIT_INVALID
@@ -173,6 +202,8 @@ def _status(args: argparse.Namespace) -> int:
         print(f"  webhook url:    {current.webhook_url}")
     if current.repo:
         print(f"  config repo:    {current.repo}")
+    if current.real_node:
+        print(f"  real node:      migops-node (containerd, kubelet, kube-proxy; {current.real_node})")
     if current.flux_git:
         print(f"  flux git:       {current.flux_git}")
     print("  nodes:")
@@ -213,8 +244,12 @@ def _env(args: argparse.Namespace) -> int:
     if current is None or not current.running():
         _say("not running; start it with `migops local up`")
         return EXIT_INVALID
-    # Our kubectl first: the one on PATH may be another version, or not kubectl at all.
-    print(f'export PATH={shlex.quote(current.bin_dir)}:"$PATH"')
+    # Our kubectl first: the one on PATH may be another version, or not kubectl at all; then the migops
+    # this cluster belongs to (its virtualenv's bin), so `migops status` & co. work in any shell.
+    migops_bin = Path(sys.executable).parent
+    path = [current.bin_dir] + ([str(migops_bin)] if (migops_bin / "migops").exists() else [])
+    print(f'export PATH={":".join(shlex.quote(p) for p in path)}:"$PATH"')
     print(f"export KUBECONFIG={shlex.quote(current.kubeconfig)}")
+    print(f"export MIGOPS_HOME={shlex.quote(str(_home()))}")
     print('# eval "$(migops local env)"')
     return EXIT_OK

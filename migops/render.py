@@ -22,6 +22,7 @@ def draw_layout(gpu: GpuModel, layout: Sequence[Placement], indent: str = "  ") 
              +--------+--------+-----------------+-----------------------------------+
     """
     table = gpu.table
+    assert table is not None, f"{gpu.name} cannot do MIG: no layout to draw"
     cell = 9 if table.memory_slices <= 8 else 6
     by_start = {p.start: p for p in layout}
     segments: list[tuple[int, str]] = []  # (size in slices, label)
@@ -49,10 +50,39 @@ def draw_layout(gpu: GpuModel, layout: Sequence[Placement], indent: str = "  ") 
     ]
 
 
-def table(rows: Sequence[Sequence[str]], header: Sequence[str]) -> list[str]:
-    """A plain left-aligned table (like kubectl's), columns two spaces apart."""
-    widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
+def table(rows: Sequence[Sequence[str]], header: Sequence[str], width: int | None = None) -> list[str]:
+    """A plain left-aligned table (like kubectl's), columns two spaces apart. With `width`, no line is
+    longer: the last column's words wrap onto continuation lines under it, or, when the other columns
+    leave it fewer than MIN_LAST, onto lines of their own below each row, indented."""
+    cells = [[str(v) for v in r] for r in [header, *rows]]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(header))]
+    lead = sum(w + 2 for w in widths[:-1])
+    stacked = width is not None and width - lead < MIN_LAST
+    if width is not None and not stacked:
+        widths[-1] = min(widths[-1], width - lead)
     lines = []
-    for row in [header, *rows]:
-        lines.append("  ".join(str(v).ljust(w) for v, w in zip(row, widths)).rstrip())
+    for row in cells:
+        *first, last = row
+        if stacked:
+            assert width is not None
+            lines.append("  ".join(v.ljust(w) for v, w in zip(first, widths, strict=False)).rstrip())
+            lines += ["    " + part for part in _wrap(last, max(width - 4, MIN_LAST))]
+            continue
+        parts = _wrap(last, widths[-1]) if width is not None else [last]
+        lines.append("  ".join(v.ljust(w) for v, w in zip([*first, parts[0]], widths, strict=True)).rstrip())
+        lines += [(" " * lead + part).rstrip() for part in parts[1:]]
     return lines
+
+
+MIN_LAST = 20
+
+
+def _wrap(text: str, width: int) -> list[str]:
+    """Words onto lines of at most `width` characters (a longer word has a line of its own)."""
+    lines: list[str] = []
+    for word in text.split(" "):
+        if lines and len(lines[-1]) + 1 + len(word) <= width:
+            lines[-1] += " " + word
+        else:
+            lines.append(word)
+    return lines or [""]

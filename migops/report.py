@@ -7,11 +7,14 @@ a ConfigMap, the line within the whole file).
 from __future__ import annotations
 
 import json
+import os
+import re
 import sys
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from migops.mig.catalogue import GpuModel, catalogue
+from migops.outputs import document
 from migops.mig.gfd import advertise
 from migops.mig.problems import Problem
 from migops.mig.sources import Skipped
@@ -28,9 +31,13 @@ class Checked:
     parsed: bool  # mig-parted's own parser would read it (the reports below exist only then)
     problems: tuple[Problem, ...]  # about the source as a whole (parse errors, no configs, reading notes)
     reports: tuple[ConfigReport, ...] = ()
+    kind: str = "mig-config"  # or "nodes": a config repo's nodes.yaml (gitops.check), object names its config.yaml
+    assignments: int = 0  # nodes: how many were read
 
     @property
     def source(self) -> str:
+        if self.kind == "nodes":
+            return f"{self.file}: nodes.yaml"
         if self.object is None:
             return self.file
         return f"{self.file}:{self.line}: {self.object}" if self.line else f"{self.file}: {self.object}"
@@ -115,6 +122,50 @@ def _fits_text(report: ConfigReport) -> str:
     return ", ".join(dict.fromkeys(g.name for g in report.fits))
 
 
+_ON_MODELS = re.compile(r"^on (?P<models>[^:]+?)(?: and (?P<more>\d+) more)?: (?P<rest>.*)$", re.S)
+_STEM_END = re.compile(r" \(|; |: ")
+
+
+def merge_across_families(problems: Sequence[Problem]) -> list[Problem]:
+    """Catalogue mode: one problem per path and rule, where the core reports it once per GPU family (each
+    family's own detail, such as the profiles it has, makes the messages differ). The merged line keeps
+    what the messages share, names the models, and says where each one's detail is (--gpu, -o json)."""
+    groups: dict[tuple[str, str, str, int | None, int | None], list[tuple[Problem, re.Match[str]]]] = {}
+    order: list[Problem | tuple[str, str, str, int | None, int | None]] = []
+    for p in problems:
+        match = _ON_MODELS.match(p.message)
+        if match is None:
+            order.append(p)
+            continue
+        key = (p.path, p.rule, p.severity, p.line, p.column)
+        if key not in groups:
+            groups[key] = []
+            order.append(key)
+        groups[key].append((p, match))
+    out: list[Problem] = []
+    for item in order:
+        if isinstance(item, Problem):
+            out.append(item)
+            continue
+        found = groups[item]
+        if len(found) == 1:
+            out.append(found[0][0])
+            continue
+        models = [m for _, match in found for m in match["models"].split(", ")]
+        more = sum(int(match["more"] or 0) for _, match in found)
+        stem = os.path.commonprefix([match["rest"] for _, match in found])
+        if stem != found[0][1]["rest"]:
+            # back to the last clause boundary outside parentheses: what every family's message says
+            cut = [m.start() for m in _STEM_END.finditer(stem) if stem.count("(", 0, m.start()) == stem.count(")", 0, m.start())]
+            stem = stem[: cut[-1]] if cut else stem.rstrip()
+        shown = ", ".join(models[:6])
+        hidden = len(models) - 6 + more if len(models) > 6 else more
+        named = shown + (f" and {hidden} more" if hidden else "")
+        message = f"on {named} ({len(found)} GPU families): {stem} (each family's detail: --gpu MODEL or -o json)"
+        out.append(replace(found[0][0], message=message))
+    return out
+
+
 def text(run: Run, out=None) -> None:  # noqa: ANN001
     out = out or sys.stdout
 
@@ -125,6 +176,13 @@ def text(run: Run, out=None) -> None:  # noqa: ANN001
     where_text = f" on a node with {node_text(node)}" if node else " against the GPU catalogue"
     strategy = f", MIG strategy {run.strategy}" if run.strategy else ""
     for c in run.checked:
+        if c.kind == "nodes":
+            against = f" on a node with {node_text(node)}" if node else ""
+            say(f"{c.source}: {c.assignments} assignment(s) checked against {c.object}{against}: "
+                f"{'valid' if c.valid else 'INVALID'}")
+            for p in c.problems:
+                say(f"  {problem_line(c.file, p)}")
+            continue
         if not c.parsed:
             say(f"{c.source}: INVALID")
             for p in c.problems:
@@ -138,7 +196,7 @@ def text(run: Run, out=None) -> None:  # noqa: ANN001
             mark = "valid  " if r.valid else "INVALID"
             detail = _summary(r) if node else (f"fits: {_fits_text(r)}" if r.fits else "")
             say(f"  {mark} {r.name.ljust(width)}  {detail}".rstrip())
-            for p in r.problems:
+            for p in (r.problems if node else merge_across_families(r.problems)):
                 say(f"      {problem_line(c.file, p)}")
             if node and r.valid and run.strategy:
                 ad = advertise(r.gpus, run.strategy)  # type: ignore[arg-type]
@@ -155,7 +213,9 @@ def text(run: Run, out=None) -> None:  # noqa: ANN001
         configs = sum(len(c.reports) for c in run.checked)
         bad = sum(not c.valid for c in run.checked)
         ignored = f"; {len(run.ignored_files)} file(s) without a MIG config ignored" if run.ignored_files else ""
-        say(f"total: {run.files} file(s), {len(run.checked)} MIG config source(s), {configs} config(s); "
+        nodes = sum(c.kind == "nodes" for c in run.checked)
+        repo = f", {nodes} nodes.yaml" if nodes else ""
+        say(f"total: {run.files} file(s), {len(run.checked) - nodes} MIG config source(s){repo}, {configs} config(s); "
             f"{len(run.checked) - bad} source(s) valid, {bad} invalid{ignored}")
 
 
@@ -173,12 +233,13 @@ def _advertises(report: ConfigReport, strategies: Sequence[str]) -> dict[str, ob
 def as_json(run: Run) -> dict[str, object]:
     strategies: tuple[Strategy, ...] = (run.strategy,) if run.strategy else STRATEGIES  # type: ignore[assignment]
     node = run.node
-    return {
+    return document("validate", {
         "valid": run.valid,
         "strategy": run.strategy,
         "node": [g.device_id for g in node],
         "sources": [
             {
+                "kind": c.kind,
                 "file": c.file,
                 "object": c.object,
                 "line": c.line,
@@ -202,7 +263,7 @@ def as_json(run: Run) -> dict[str, object]:
         "skipped": [{"file": f, "kind": s.kind, "name": s.name, "line": s.line, "reason": s.reason}
                     for f, s in run.skipped],
         "ignored_files": list(run.ignored_files),
-    }
+    })
 
 
 def emit_json(doc: object, out=None) -> None:  # noqa: ANN001
@@ -257,7 +318,7 @@ def gitlab(run: Run) -> list[dict[str, object]]:
     when lines above the problem move."""
     import hashlib
 
-    issues = []
+    issues: list[dict[str, object]] = []
     for c in run.checked:
         for name, p in c.all_problems():
             key = "\0".join((c.file, c.object or "", name or "", p.path, p.rule, p.message))

@@ -12,6 +12,8 @@ Fixtures:
   client_for(kubeconfig_path)           function -> ApiClient, closed after the test
   namespace                             function  name of a fresh namespace
   node                                  function  name of a fresh, unlabelled Node (deleted after)
+  real_node                             session  RealNodeCluster: a second control plane serving pods
+                                                 and the real node migops-node running them (root)
 """
 from __future__ import annotations
 
@@ -20,6 +22,7 @@ import re
 import signal
 import uuid
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING
@@ -30,15 +33,23 @@ if TYPE_CHECKING:
     from kubernetes.client import ApiClient
 
     from migops.local.controlplane import ControlPlane
+    from migops.local.realnode import RealNode
 
 ClientFactory = Callable[[Path], "ApiClient"]
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Mark every test that uses the control plane `cluster` (so `-m 'not cluster'` works)."""
+    """Mark every test that uses the control plane `cluster` (so `-m 'not cluster'` works), and every
+    test on the real node `real_node`."""
     for item in items:
-        if "control_plane" in getattr(item, "fixturenames", ()):
+        names = getattr(item, "fixturenames", ())
+        if "control_plane" in names or "real_node" in names:
             item.add_marker(pytest.mark.cluster)
+        if "real_node" in names:
+            item.add_marker(pytest.mark.real_node)
+    # One real node per machine: tests that start their own run before the session's `real_node`
+    # fixture takes the machine's lock (it holds it until the session ends).
+    items.sort(key=lambda item: item.get_closest_marker("real_node_exclusive") is None)
 
 
 @pytest.fixture(scope="session")
@@ -144,3 +155,83 @@ def node(admin: ApiClient, request: pytest.FixtureRequest) -> Iterator[str]:
     core.create_node({"apiVersion": "v1", "kind": "Node", "metadata": {"name": name}})
     yield name
     core.delete_node(name)
+
+
+@dataclass(frozen=True)
+class RealNodeCluster:
+    """What the `real_node` fixture yields.
+
+    name          the Node's name, `migops-node` (Ready, untainted, labelled as a GPU node)
+    plane         its ControlPlane (serves on `plane.url`, the node address; kube-controller-manager
+                  and kube-scheduler run): `plane.kubeconfig_for(...)`, `plane.api_client(...)`
+    node          the migops.local.realnode.RealNode (`node.layout` paths, `node.ctr(...)`)
+    admin         ApiClient as system:masters on that control plane
+    kubeconfig    the admin kubeconfig (for `kubectl --kubeconfig`)
+    kubectl       path of the kubectl binary matching the API server
+    gpu_state_file  the simulated GPUs' state file of this node (under its directory), for an agent on it
+    The Node is labelled as a GPU node (GFD and GPU Operator labels, `nvidia.com/gpu` capacity) of
+    local_cli.DEFAULT_GPU with 8 GPUs, like `migops local up --real-node`; the GPU Operator's
+    ClusterPolicy and MIG ConfigMap are not seeded (migops.local.cluster.seed, agents.seed_mig_config).
+    """
+
+    name: str
+    plane: ControlPlane
+    node: RealNode
+    admin: ApiClient
+    kubeconfig: Path
+    kubectl: Path
+    gpu_state_file: Path
+
+    def load_image(self, archive: bytes | Path) -> str:
+        """Import an image archive (OCI layout or `docker save` tar; bytes or a path) into the node's
+        containerd; pods then use it with `imagePullPolicy: Never` (or IfNotPresent)."""
+        return self.node.load_image(archive)
+
+
+@pytest.fixture(scope="session")
+def real_node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RealNodeCluster]:
+    """A control plane that serves pods (its own, not `control_plane`'s) and the real node `migops-node`
+    running them: containerd, kubelet and kube-proxy on the host, kube-controller-manager (all controllers
+    but node-lifecycle) and kube-scheduler. Started once per session, on first use (about 10 s).
+
+    Needs root and the host packages (`make host-packages`); only one real node runs per machine at a
+    time (a host-wide lock; a second fails with a message naming the holder). Images: build an archive
+    (migops.local.images.busybox_archive, or a `docker save`) and `real_node.load_image(archive)`; no
+    registry is reachable. Teardown stops every process and removes everything the node left
+    (migops.local.nodeclean.sweep: mounts, netns, iptables chains, the bridge, cgroups, log links) and
+    fails the session if anything remains.
+    """
+    from migops.local import realnode
+    from migops.local.binaries import BinariesUnavailable, locate
+
+    try:
+        binaries = locate()
+    except BinariesUnavailable as exc:
+        pytest.fail(f"cannot run real-node tests: {exc}", pytrace=False)
+    workdir = tmp_path_factory.mktemp("realnode")
+    try:
+        plane, node = realnode.start_cluster(binaries, workdir)
+    except realnode.RealNodeError as exc:
+        pytest.fail(f"cannot start the real node: {exc}", pytrace=False)
+
+    def stop() -> None:
+        problems = realnode.stop_cluster(plane, node)
+        if problems:
+            raise RuntimeError("the real node left: " + "; ".join(problems))
+
+    restore = _stop_on_signals(stop)
+    atexit.register(stop)
+    try:
+        with plane.api_client() as api:
+            from migops.local import cluster
+            from migops.local_cli import DEFAULT_GPU
+            from migops.mig.catalogue import catalogue
+
+            gpu = catalogue().resolve(DEFAULT_GPU)
+            cluster.apply_real_node(api, cluster.plan_node(node.name, gpu, 8, "single"))
+            yield RealNodeCluster(node.name, plane, node, api, plane.admin_kubeconfig, binaries.kubectl,
+                                  node.layout.gpu_dir / "gpus.json")
+    finally:
+        atexit.unregister(stop)
+        restore()
+        stop()

@@ -2,7 +2,8 @@
 
 The same settings as `migops webhook` (migops.webhook.server.gunicorn_options), from the environment:
 MIGOPS_WEBHOOK_TLS_CERT / _TLS_KEY (default /etc/migops/tls/tls.crt, tls.key: the mounted Secret),
-MIGOPS_WEBHOOK_PORT (8443), MIGOPS_WEBHOOK_WORKERS (2), MIGOPS_WEBHOOK_THREADS (16), MIGOPS_WEBHOOK_TMP
+MIGOPS_WEBHOOK_PORT (8443), MIGOPS_WEBHOOK_WORKERS (2), MIGOPS_WEBHOOK_THREADS (16), MIGOPS_WEBHOOK_LOG_LEVEL
+(debug|info|warning|error, default info), MIGOPS_WEBHOOK_LOG_FORMAT (text|json, default text), MIGOPS_WEBHOOK_TMP
 (a writable emptyDir when the root filesystem is read-only), and KUBECONFIG (in-cluster when unset).
 """
 import os
@@ -19,5 +20,6 @@ globals().update(gunicorn_options(
     workers=_workers,
     threads=int(os.environ.get("MIGOPS_WEBHOOK_THREADS", "16")),
     log_level=os.environ.get("MIGOPS_WEBHOOK_LOG_LEVEL", "info"),
+    log_format=os.environ.get("MIGOPS_WEBHOOK_LOG_FORMAT", "text"),
 ))
 wsgi_app = "migops.webhook.wsgi:app"

@@ -25,8 +25,11 @@ MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
 
 
 def gunicorn_options(*, tls_cert: str, tls_key: str, bind: str = "0.0.0.0", port: int = DEFAULT_PORT,
-                     workers: int = 1, threads: int = 16, log_level: str = "info") -> dict[str, Any]:
+                     workers: int = 1, threads: int = 16, log_level: str = "info",
+                     log_format: str = "text") -> dict[str, Any]:
     """The gunicorn settings, one place for `migops webhook` and the container's config."""
+    from migops import logs
+
     return {
         "bind": [f"{bind}:{port}"],
         "worker_class": "migops.webhook.worker.ThreadWorker",
@@ -42,6 +45,8 @@ def gunicorn_options(*, tls_cert: str, tls_key: str, bind: str = "0.0.0.0", port
         "accesslog": None,
         "errorlog": "-",
         "loglevel": log_level,
+        # gunicorn's own lines and the app's, through migops.logs (--log-format text|json)
+        "logconfig_dict": logs.gunicorn_logconfig("webhook", log_level, log_format),
         "preload_app": False,
         "proc_name": "migops-webhook",
         "child_exit": _child_exit,
@@ -63,7 +68,7 @@ def prepare_metrics_dir(workers: int) -> None:
         os.environ[MULTIPROC_ENV] = tempfile.mkdtemp(prefix="migops-webhook-metrics-", dir=base)
 
 
-def app_from_kubeconfig(kubeconfig: str | None) -> Callable[[], Any]:
+def app_from_kubeconfig(kubeconfig: str | None, context: str | None = None) -> Callable[[], Any]:
     """A factory run in each worker: informers on the API server, then the Flask app."""
 
     def load() -> Any:
@@ -73,7 +78,7 @@ def app_from_kubeconfig(kubeconfig: str | None) -> Callable[[], Any]:
         from migops.webhook.state import ClusterState
 
         logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-        api = api_client(kubeconfig)
+        api = api_client(kubeconfig, context)
         state = ClusterState(api).start()
         mig_resources()  # build the catalogue's tables now, not in the first review
         app = create_app(state, read_configmap=configmap_reader(api))

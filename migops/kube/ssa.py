@@ -37,6 +37,10 @@ def plural(kind: str) -> str:
     return lower + "s"
 
 
+def is_cluster_scoped(kind: str) -> bool:
+    return kind in _CLUSTER_SCOPED
+
+
 def object_path(api_version: str, kind: str, name: str | None = None, namespace: str | None = None) -> str:
     """The REST path of an object (or, without a name, of its collection)."""
     base = "/api/v1" if api_version == "v1" else f"/apis/{api_version}"

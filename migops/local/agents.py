@@ -3,9 +3,10 @@
 
 Each agent gets the node's GPUs as simulated GPUs (state under `<workdir>/agents/<node>/`), so
 labelling a node `nvidia.com/mig.config=<name>` reconfigures them and the node's state label, GFD
-labels and allocatable resources follow, as on a GPU Operator cluster. The agents use the admin
-kubeconfig (the local cluster installs no migops manifests). The GPU Operator's default MIG
-ConfigMap is seeded too, if absent, since the agents read their configs from it.
+labels and allocatable resources follow, as on a GPU Operator cluster. Each agent runs with the
+identity it has in a cluster (migops.local.agent_identity): the `migops-agent` ServiceAccount, its
+RBAC and the own-node admission policy of manifests/base/agent, and a token naming its node. The GPU
+Operator's default MIG ConfigMap is seeded too, if absent, since the agents read their configs from it.
 
 The seeded `nvidia.com/gpu` capacity (field manager `migops-local`) is taken over by each agent on
 its first run: it applies the resources it computes with force as `migops-agent` and removes stale
@@ -19,7 +20,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from importlib import resources
 from pathlib import Path
 
@@ -51,16 +52,24 @@ def seed_mig_config(api: ApiClient) -> None:
             raise
 
 
-def start(workdir: Path, kubeconfig: Path,
-          nodes: Iterable[tuple[str, str, int]]) -> dict[str, tuple[subprocess.Popen[bytes], ProcessRef]]:
+def kubeconfig_path(workdir: Path, node: str) -> Path:
+    """Where the agent of `node` finds its credentials (agent_identity.kubeconfig_for_node writes them)."""
+    return agent_dir(workdir, node) / "kubeconfig"
+
+
+def start(workdir: Path, nodes: Iterable[tuple[str, str, int]], *,
+          state_files: Mapping[str, Path] | None = None) -> dict[str, tuple[subprocess.Popen[bytes], ProcessRef]]:
     """One agent per (node, device ID, GPU count), each a detached process logging to
-    <workdir>/logs/agent-<node>.log; the caller records them (migops.local.stack)."""
+    <workdir>/logs/agent-<node>.log, with the kubeconfig at kubeconfig_path(); the caller records them
+    (migops.local.stack). `state_files` puts a node's simulated GPUs elsewhere than its agent directory
+    (the real node's live in its node directory, where an agent pod on it finds them too)."""
     started: dict[str, tuple[subprocess.Popen[bytes], ProcessRef]] = {}
     for node, device_id, count in nodes:
         work = agent_dir(workdir, node)
+        gpus = (state_files or {}).get(node, work / "gpus.json")
         argv = [sys.executable, "-m", "migops", "agent", "--node", node, "--backend", "simulated",
-                "--gpus", f"{count}x{device_id}", "--state-file", str(work / "gpus.json"),
-                f"--work-dir={work}", "--kubeconfig", str(kubeconfig),
+                "--gpus", f"{count}x{device_id}", "--state-file", str(gpus),
+                f"--work-dir={work}", "--kubeconfig", str(kubeconfig_path(workdir, node)),
                 "--pod-timeout", "60", "--retry-base", "2", "--retry-max", "60", "--mode-change-settle", "0",
                 "--drift-interval", str(DRIFT_INTERVAL)]
         started[node] = spawn(argv, workdir / "logs" / f"agent-{node}.log")

@@ -1,4 +1,5 @@
-"""Locate etcd, kube-apiserver, kube-scheduler and kubectl: built by hack/k8s-binaries.sh, never committed.
+"""Locate etcd, kube-apiserver, kube-scheduler and kubectl, and the real node's kubelet,
+kube-controller-manager, kube-proxy and containerd: built by hack/k8s-binaries.sh, never committed.
 
 The script is the only place that knows the pinned versions and the cache layout; this module
 runs it (instant when the binaries are cached) and takes the directory from its last line of
@@ -14,6 +15,9 @@ from pathlib import Path
 
 BIN_ENV = "MIGOPS_K8S_BIN"
 NAMES = ("etcd", "kube-apiserver", "kube-scheduler", "kubectl")
+# Only the real node (migops.local.realnode) needs these; it checks for them when it starts, so a
+# MIGOPS_K8S_BIN directory with just the four above still runs everything else.
+NODE_NAMES = ("kubelet", "kube-controller-manager", "kube-proxy", "containerd", "containerd-shim-runc-v2", "ctr")
 # hack/ sits next to the migops package in the repository (editable installs and CI clones).
 SCRIPT = Path(__file__).resolve().parents[2] / "hack" / "k8s-binaries.sh"
 
@@ -44,9 +48,29 @@ class Binaries:
     def kubectl(self) -> Path:
         return self.directory / "kubectl"
 
-    def missing(self) -> list[str]:
-        """Names of the binaries not present and executable in `directory`."""
-        return [n for n in NAMES if not os.access(self.directory / n, os.X_OK)]
+    @property
+    def kubelet(self) -> Path:
+        return self.directory / "kubelet"
+
+    @property
+    def kube_controller_manager(self) -> Path:
+        return self.directory / "kube-controller-manager"
+
+    @property
+    def kube_proxy(self) -> Path:
+        return self.directory / "kube-proxy"
+
+    @property
+    def containerd(self) -> Path:
+        return self.directory / "containerd"
+
+    @property
+    def ctr(self) -> Path:
+        return self.directory / "ctr"
+
+    def missing(self, names: tuple[str, ...] = NAMES) -> list[str]:
+        """Names of the binaries (default: the control plane's) not present and executable in `directory`."""
+        return [n for n in names if not os.access(self.directory / n, os.X_OK)]
 
 
 def locate(*, echo_build: bool = False) -> Binaries:

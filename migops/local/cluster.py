@@ -21,7 +21,7 @@ from typing import Any, Protocol
 from kubernetes import client as k8s
 from kubernetes.client import ApiClient
 
-from migops.kube.names import GPU_COUNT_LABEL, LOCAL_MANAGER
+from migops.kube.names import GPU_COUNT_LABEL, GPU_RESOURCE, LOCAL_MANAGER
 from migops.mig.gfd import DEVICE_ID_LABEL, MIG_CONFIG_LABEL, node_labels_without_mig
 from migops.mig.yamlsafe import load_yaml
 
@@ -62,16 +62,18 @@ def plan_nodes(count: int, gpus: Sequence[Gpu], gpus_per_node: int, strategy: st
     """Nodes `gpu-node-1..count`; node i carries `gpus_per_node` GPUs of model gpus[i % len]."""
     if not gpus:
         raise ValueError("at least one GPU model is needed")
-    nodes = []
-    for i in range(count):
-        gpu = gpus[i % len(gpus)]
-        gfd = dict(node_labels_without_mig(gpu, count=gpus_per_node, strategy=strategy))
-        gfd[DEVICE_ID_LABEL] = gpu.device_id  # migops.mig.gfd sets it too; the issue requires it
-        # The GPU Operator's node-labelling controller: only MIG-capable nodes get these.
-        operator = ({MIG_CONFIG_LABEL: "all-disabled", DEPLOY_MIG_MANAGER_LABEL: "true"}
-                    if gfd.get(MIG_CAPABLE_LABEL) == "true" else {})
-        nodes.append(NodeSpec(f"{NODE_PREFIX}{i + 1}", gpu, gpus_per_node, gfd, operator))
-    return nodes
+    return [plan_node(f"{NODE_PREFIX}{i + 1}", gpus[i % len(gpus)], gpus_per_node, strategy)
+            for i in range(count)]
+
+
+def plan_node(name: str, gpu: Gpu, gpus: int, strategy: str) -> NodeSpec:
+    """One GPU node `name` with `gpus` GPUs of model `gpu`, labelled as GFD and the GPU Operator would."""
+    gfd = dict(node_labels_without_mig(gpu, count=gpus, strategy=strategy))
+    gfd[DEVICE_ID_LABEL] = gpu.device_id  # migops.mig.gfd sets it too; the issue requires it
+    # The GPU Operator's node-labelling controller: only MIG-capable nodes get these.
+    operator = ({MIG_CONFIG_LABEL: "all-disabled", DEPLOY_MIG_MANAGER_LABEL: "true"}
+                if gfd.get(MIG_CAPABLE_LABEL) == "true" else {})
+    return NodeSpec(name, gpu, gpus, gfd, operator)
 
 
 def seed(api: ApiClient, nodes: Sequence[NodeSpec], strategy: str) -> None:
@@ -91,14 +93,35 @@ def seed(api: ApiClient, nodes: Sequence[NodeSpec], strategy: str) -> None:
 
 def apply_node(api: ApiClient, node: NodeSpec) -> None:
     """Create/update the Node: GFD labels, operator labels, and `nvidia.com/gpu` capacity."""
+    apply_labels(api, node)
+    # What the device plugin would advertise for GPUs with MIG disabled: one per GPU.
+    mark_ready(api, node.name, {"nvidia.com/gpu": gpu_count(node)})
+
+
+def gpu_count(node: NodeSpec) -> str:
+    return node.gfd_labels.get(GPU_COUNT_LABEL, str(node.gpus))
+
+
+def apply_labels(api: ApiClient, node: NodeSpec) -> None:
+    """GFD's and the GPU Operator's labels, each under its own field manager (creates the Node if absent)."""
     core = k8s.CoreV1Api(api)
     for manager, labels in ((GFD_MANAGER, node.gfd_labels), (OPERATOR_MANAGER, node.operator_labels)):
         body = {"apiVersion": "v1", "kind": "Node",
                 "metadata": {"name": node.name, "labels": labels}}
         core.patch_node(node.name, body, field_manager=manager, _content_type=APPLY)
-    # What the device plugin would advertise for GPUs with MIG disabled: one per GPU.
-    gpus = node.gfd_labels.get(GPU_COUNT_LABEL, str(node.gpus))
-    mark_ready(api, node.name, {"nvidia.com/gpu": gpus})
+
+
+def apply_real_node(api: ApiClient, node: NodeSpec) -> None:
+    """Label a Node its kubelet registered as a GPU node, and advertise `nvidia.com/gpu` in its capacity
+    (the kubelet keeps extended resources others put there and derives allocatable from them on its next
+    status update; allocatable is set too so the scheduler sees it at once). Its
+    conditions stay the kubelet's."""
+    apply_labels(api, node)
+    k8s.CoreV1Api(api).patch_node_status(
+        node.name, {"apiVersion": "v1", "kind": "Node", "metadata": {"name": node.name},
+                    "status": {"capacity": {GPU_RESOURCE: gpu_count(node)},
+                               "allocatable": {GPU_RESOURCE: gpu_count(node)}}},
+        field_manager=LOCAL_MANAGER, _content_type=APPLY)
 
 
 def mark_ready(api: ApiClient, name: str, extended: dict[str, str] | None = None) -> None:

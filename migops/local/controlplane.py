@@ -6,6 +6,13 @@ service-account token signing), and on request kube-scheduler (`start_scheduler`
 controller-manager or kubelet: namespaces never finish terminating, nothing garbage-collects, Nodes
 are plain objects, and a Pod the scheduler binds is never run.
 
+With `node_address` (the real node of migops.local.realnode) the API server is what pods need
+instead: it serves on that address (a bridge the setup made; pods reach it there and through the
+`kubernetes` Service, whose endpoints it now maintains), admits Pods through ServiceAccount admission
+(kube-controller-manager, `start_controller_manager`, creates the `default` ServiceAccounts),
+authorizes kubelets with the Node authorizer + NodeRestriction, and dials kubelets by InternalIP with
+its own client certificate, verifying theirs.
+
 Three CAs keep trust separate: `ca` signs the API server's serving certificate (the one
 kubeconfigs pin), `client-ca` signs user certificates (any user kubeconfig we mint), and
 `etcd-ca` signs etcd's certificates, so a user certificate can never talk to etcd directly.
@@ -40,6 +47,10 @@ if TYPE_CHECKING:
 ADMIN_USER = "admin"
 ADMIN_GROUPS = ("system:masters",)
 SCHEDULER_USER = "system:kube-scheduler"
+CONTROLLER_MANAGER_USER = "system:kube-controller-manager"
+# kube-controller-manager's node-lifecycle controller would mark the simulated Nodes (no kubelet)
+# Unknown within ~40 s and taint them NoExecute, evicting their pods.
+CONTROLLERS = "*,-node-lifecycle-controller"
 SERVICE_CLUSTER_IP_RANGE = "10.0.0.0/24"
 # The first address of the service range is the `kubernetes` Service; put it in the SANs so a
 # future in-cluster style client verifying the serving certificate does not trip over it.
@@ -81,6 +92,7 @@ class ControlPlane:
         stop_timeout: float = 15.0,
         watchdog: bool = True,
         apiserver_args: Sequence[str] = (),
+        node_address: str | None = None,
     ) -> None:
         self.binaries = binaries
         self._own_workdir = workdir is None
@@ -89,6 +101,8 @@ class ControlPlane:
         self.stop_timeout = stop_timeout
         self._use_watchdog = watchdog
         self._apiserver_args = tuple(apiserver_args)  # extra flags, e.g. for tests of watch expiry
+        self.node_address = node_address  # serve pods too (see the module docstring)
+        self.address = node_address or LOOPBACK
         self._watchdog: subprocess.Popen[str] | None = None
         self._procs: dict[str, tuple[subprocess.Popen[bytes] | None, ProcessRef]] = {}
         self.ports: Ports | None = None
@@ -114,7 +128,7 @@ class ControlPlane:
     def url(self) -> str:
         if self.ports is None:
             raise ControlPlaneError("control plane not started")
-        return f"https://{LOOPBACK}:{self.ports.api}"
+        return f"https://{self.address}:{self.ports.api}"
 
     @property
     def ca_pem(self) -> bytes:
@@ -176,37 +190,61 @@ class ControlPlane:
         kubelet it binds Pods to Nodes by their allocatable resources, labels and taints, and records
         why a Pod cannot be placed: where MIG workloads would land. Stopped by stop() with the rest.
         """
-        if "kube-scheduler" in self._procs:
+        self._start_component("kube-scheduler", self.binaries.kube_scheduler, SCHEDULER_USER,
+                              self.workdir / "scheduler", ["--leader-elect=false"])
+
+    def start_controller_manager(self) -> None:
+        """Start kube-controller-manager (idempotent; for a plane with `node_address`); return once healthy.
+
+        Every controller but node-lifecycle (CONTROLLERS), each with its own ServiceAccount's token
+        (`--use-service-account-credentials`, as kubeadm runs it): Deployments, ReplicaSets, DaemonSets,
+        endpoints, namespace deletion, garbage collection, the `default` ServiceAccounts and the
+        `kube-root-ca.crt` ConfigMap pods verify the API server with.
+        """
+        p = self.pki
+        self._start_component("kube-controller-manager", self.binaries.kube_controller_manager,
+                              CONTROLLER_MANAGER_USER, self.workdir / "controller-manager", [
+                                  "--leader-elect=false",
+                                  f"--controllers={CONTROLLERS}",
+                                  "--use-service-account-credentials=true",
+                                  f"--service-account-private-key-file={p / 'sa.key'}",
+                                  f"--root-ca-file={p / 'ca.crt'}",
+                              ])
+
+    def _start_component(self, name: str, binary: Path, user: str, cert_dir: Path, extra: list[str]) -> None:
+        """Start a control-plane component authenticating as `user` on a free loopback port; wait for /healthz."""
+        if name in self._procs:
             return
         if not self._procs:
             raise ControlPlaneError("control plane not started")
-        identity = self.kubeconfig_for(SCHEDULER_USER)
+        identity = self.kubeconfig_for(user)
         for attempt in range(1, _START_ATTEMPTS + 1):
             (port,) = free_ports(1)
             argv = [
-                str(self.binaries.kube_scheduler),
+                str(binary),
                 f"--kubeconfig={identity}",
                 f"--authentication-kubeconfig={identity}",
                 f"--authorization-kubeconfig={identity}",
                 f"--bind-address={LOOPBACK}",
                 f"--secure-port={port}",
-                f"--cert-dir={self.workdir / 'scheduler'}",
-                "--leader-elect=false",
+                f"--cert-dir={cert_dir}",
+                *extra,
             ]
-            self._launch("kube-scheduler", argv)
+            self._launch(name, argv)
             insecure = ssl.create_default_context()
             insecure.check_hostname = False
             insecure.verify_mode = ssl.CERT_NONE  # its self-signed serving cert; /healthz carries no secret
             try:
-                self._wait("kube-scheduler", f"https://{LOOPBACK}:{port}/healthz", insecure,
+                self._wait(name, f"https://{LOOPBACK}:{port}/healthz", insecure,
                            ready=lambda body: body.strip() == "ok")
-                self.scheduler_port = port
+                if name == "kube-scheduler":
+                    self.scheduler_port = port
                 return
             except _PortClash:
-                popen, ref = self._procs.pop("kube-scheduler")
+                popen, ref = self._procs.pop(name)
                 stop(ref, timeout=self.stop_timeout, popen=popen)
                 if attempt == _START_ATTEMPTS:
-                    raise ControlPlaneError("kube-scheduler: ports kept clashing; giving up") from None
+                    raise ControlPlaneError(f"{name}: ports kept clashing; giving up") from None
 
     def stop(self) -> None:
         """Stop the servers in reverse start order (scheduler, kube-apiserver, etcd); wait until all are
@@ -279,13 +317,18 @@ class ControlPlane:
             return  # a restart in the same workdir keeps its identity
         ca = certs.create_ca("migops-local-ca")
         ca.write(self.pki / "ca.crt", self.pki / "ca.key")
+        ips = (*_SERVING_IPS, *((self.node_address,) if self.node_address else ()))
         certs.issue_serving(ca, "kube-apiserver", dns_names=_SERVING_DNS,
-                            ip_addresses=_SERVING_IPS).write(
+                            ip_addresses=ips).write(
             self.pki / "apiserver.crt", self.pki / "apiserver.key")
         client_ca = certs.create_ca("migops-local-client-ca")
         client_ca.write(self.pki / "client-ca.crt", self.pki / "client-ca.key")
         certs.issue_client(client_ca, ADMIN_USER, ADMIN_GROUPS).write(
             self.pki / "admin.crt", self.pki / "admin.key")
+        # What the API server shows a kubelet for logs/exec (the kubelet's webhook authorizer lets
+        # system:masters through).
+        certs.issue_client(client_ca, "kube-apiserver-kubelet-client", ADMIN_GROUPS).write(
+            self.pki / "apiserver-kubelet-client.crt", self.pki / "apiserver-kubelet-client.key")
         etcd_ca = certs.create_ca("migops-local-etcd-ca")
         etcd_ca.write(self.pki / "etcd-ca.crt", self.pki / "etcd-ca.key")
         certs.issue_serving(etcd_ca, "etcd", dns_names=("localhost",),
@@ -298,6 +341,11 @@ class ControlPlane:
         key_path = self.pki / "sa.key"
         key_path.touch(mode=0o600)
         key_path.write_bytes(sa_key)
+
+    def serving_ca(self) -> certs.KeyPair:
+        """The CA of the API server's serving certificate (also signs the real node's kubelet certificate,
+        which the API server verifies)."""
+        return certs.KeyPair((self.pki / "ca.crt").read_bytes(), (self.pki / "ca.key").read_bytes())
 
     def _client_ca(self) -> certs.KeyPair:
         return certs.KeyPair((self.pki / "client-ca.crt").read_bytes(),
@@ -346,28 +394,22 @@ class ControlPlane:
             f"--etcd-cafile={p / 'etcd-ca.crt'}",
             f"--etcd-certfile={p / 'etcd-client.crt'}",
             f"--etcd-keyfile={p / 'etcd-client.key'}",
-            f"--bind-address={LOOPBACK}",
+            f"--bind-address={self.address}",
             # Without it the API server derives an address from the default route and fails
             # on hosts that have none (controller-runtime #669).
-            f"--advertise-address={LOOPBACK}",
+            f"--advertise-address={self.address}",
             f"--secure-port={self.ports.api}",
             f"--cert-dir={self.workdir / 'apiserver'}",
             f"--tls-cert-file={p / 'apiserver.crt'}",
             f"--tls-private-key-file={p / 'apiserver.key'}",
             f"--client-ca-file={p / 'client-ca.crt'}",
-            "--authorization-mode=RBAC",
-            f"--service-account-issuer=https://{LOOPBACK}:{self.ports.api}",
+            f"--authorization-mode={'Node,RBAC' if self.node_address else 'RBAC'}",
+            f"--service-account-issuer={self.url}",
             f"--service-account-key-file={p / 'sa.pub'}",
             f"--service-account-signing-key-file={p / 'sa.key'}",
             f"--service-cluster-ip-range={SERVICE_CLUSTER_IP_RANGE}",
-            # No controller-manager creates `default` ServiceAccounts, so this admission
-            # plugin would reject every Pod; everything else keeps the upstream defaults
-            # (mutating/validating webhooks stay on).
-            "--disable-admission-plugins=ServiceAccount",
             "--allow-privileged=true",
-            # The `kubernetes` Service endpoint would be 127.0.0.1, which endpoint validation
-            # rejects; nothing here routes to it anyway.
-            "--endpoint-reconciler-type=none",
+            *(self._node_args() if self.node_address else self._loopback_only_args()),
             *self._apiserver_args,
         ]
         self._launch("kube-apiserver", argv)
@@ -375,6 +417,29 @@ class ControlPlane:
         self._wait("kube-apiserver", f"{self.url}/readyz", ctx, ready=lambda body: body.strip() == "ok")
         self._wait("kube-apiserver", f"{self.url}/api/v1/namespaces/default", ctx,
                    ready=lambda body: json.loads(body).get("metadata", {}).get("name") == "default")
+
+    @staticmethod
+    def _loopback_only_args() -> list[str]:
+        return [
+            # No controller-manager creates `default` ServiceAccounts, so this admission
+            # plugin would reject every Pod; everything else keeps the upstream defaults
+            # (mutating/validating webhooks stay on).
+            "--disable-admission-plugins=ServiceAccount",
+            # The `kubernetes` Service endpoint would be 127.0.0.1, which endpoint validation
+            # rejects; nothing here routes to it anyway.
+            "--endpoint-reconciler-type=none",
+        ]
+
+    def _node_args(self) -> list[str]:
+        p = self.pki
+        return [
+            "--enable-admission-plugins=NodeRestriction",
+            # No DNS resolves the node's name: dial it by the address it reports.
+            "--kubelet-preferred-address-types=InternalIP",
+            f"--kubelet-certificate-authority={p / 'ca.crt'}",
+            f"--kubelet-client-certificate={p / 'apiserver-kubelet-client.crt'}",
+            f"--kubelet-client-key={p / 'apiserver-kubelet-client.key'}",
+        ]
 
     def _launch(self, name: str, argv: list[str]) -> None:
         log = self.logs / f"{name}.log"
@@ -465,7 +530,7 @@ def identifying_arguments(workdir: Path) -> tuple[str, ...]:
     Lets `migops local down` and tests find leftover servers by their command line.
     """
     return (f"--data-dir={workdir / 'etcd'}", f"--cert-dir={workdir / 'apiserver'}",
-            f"--cert-dir={workdir / 'scheduler'}")
+            f"--cert-dir={workdir / 'scheduler'}", f"--cert-dir={workdir / 'controller-manager'}")
 
 
 class _PortClash(Exception):

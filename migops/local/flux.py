@@ -10,8 +10,10 @@ may later run them as pods; the objects and the verdicts would be the same).
 The objects Flux is driven by (`git_repository`, `kustomization`) are built here too, so the tests, the
 CLI and docs/gitops-tools.md show the same ones.
 """
+
 from __future__ import annotations
 
+import os
 import subprocess
 import time
 import urllib.request
@@ -64,8 +66,9 @@ class Controller:
 def locate(*, echo_build: bool = False) -> FluxBinaries:
     """Build (once; a long cold build) or find the controllers and their CRDs."""
     if not SCRIPT.is_file():
-        raise BinariesUnavailable(f"{SCRIPT} not found; build Flux with the repository's "
-                                  "hack/flux-binaries.sh and set MIGOPS_FLUX_BIN")
+        raise BinariesUnavailable(
+            f"{SCRIPT} not found; build Flux with the repository's hack/flux-binaries.sh and set MIGOPS_FLUX_BIN"
+        )
     found = FluxBinaries(run_script(SCRIPT, echo_build=echo_build))
     missing = [n for n in ("source-controller", "kustomize-controller") if not (found.directory / n).is_file()]
     if missing or not found.crds:
@@ -94,7 +97,7 @@ def install(api: ApiClient, binaries: FluxBinaries, *, timeout: float = 60.0) ->
     deadline = time.monotonic() + timeout
     for name in names:
         while True:
-            conditions = (ext.read_custom_resource_definition(name).status.conditions or [])
+            conditions = ext.read_custom_resource_definition(name).status.conditions or []
             if any(c.type == "Established" and c.status == "True" for c in conditions):
                 break
             if time.monotonic() > deadline:
@@ -104,21 +107,38 @@ def install(api: ApiClient, binaries: FluxBinaries, *, timeout: float = 60.0) ->
         ssa.apply(api, body, field_manager=LOCAL_MANAGER, force=True)
 
 
-def start(binaries: FluxBinaries, workdir: Path, kubeconfig_for: Kubeconfig, *,
-          timeout: float = 90.0) -> list[Controller]:
+def start(
+    binaries: FluxBinaries, workdir: Path, kubeconfig_for: Kubeconfig, *, timeout: float = 90.0
+) -> list[Controller]:
     """Start source-controller, then kustomize-controller; return once both serve /readyz. The caller
     adopts them (ControlPlane.adopt) so they are stopped with the stack; on failure both are stopped."""
     base = workdir / "flux"
     (base / "storage").mkdir(parents=True, exist_ok=True)  # source-controller refuses a missing one
     storage, s_metrics, s_health, k_metrics, k_health = free_ports(5)
-    common = ["--watch-all-namespaces=false", "--enable-leader-election=false", "--log-level=info",
-              "--log-encoding=console"]
+    common = [
+        "--watch-all-namespaces=false",
+        "--enable-leader-election=false",
+        "--log-level=info",
+        "--log-encoding=console",
+    ]
     plans = [
-        ("source-controller", SOURCE_USER, s_health, [
-            f"--storage-path={base / 'storage'}", f"--storage-addr={LOOPBACK}:{storage}",
-            f"--storage-adv-addr={LOOPBACK}:{storage}", f"--metrics-addr={LOOPBACK}:{s_metrics}"]),
-        ("kustomize-controller", KUSTOMIZE_USER, k_health, [
-            f"--metrics-addr={LOOPBACK}:{k_metrics}", "--no-remote-bases=true", "--requeue-dependency=2s"]),
+        (
+            "source-controller",
+            SOURCE_USER,
+            s_health,
+            [
+                f"--storage-path={base / 'storage'}",
+                f"--storage-addr={LOOPBACK}:{storage}",
+                f"--storage-adv-addr={LOOPBACK}:{storage}",
+                f"--metrics-addr={LOOPBACK}:{s_metrics}",
+            ],
+        ),
+        (
+            "kustomize-controller",
+            KUSTOMIZE_USER,
+            k_health,
+            [f"--metrics-addr={LOOPBACK}:{k_metrics}", "--no-remote-bases=true", "--requeue-dependency=2s"],
+        ),
     ]
     started: list[Controller] = []
     try:
@@ -127,7 +147,7 @@ def start(binaries: FluxBinaries, workdir: Path, kubeconfig_for: Kubeconfig, *,
             identity.write_bytes(kubeconfig_for(user).read_bytes())
             identity.chmod(0o600)
             argv = [str(binaries.directory / name), *common, f"--health-addr={LOOPBACK}:{health}", *extra]
-            env = {"KUBECONFIG": str(identity), "RUNTIME_NAMESPACE": NAMESPACE, WORKDIR_ENV: str(workdir)}
+            env = {**os.environ, "KUBECONFIG": str(identity), "RUNTIME_NAMESPACE": NAMESPACE, WORKDIR_ENV: str(workdir)}
             popen, ref = spawn(argv, workdir / "logs" / f"{name}.log", env=env)
             started.append(Controller(name, popen, ref, f"http://{LOOPBACK}:{health}"))
         for c in started:
@@ -144,7 +164,9 @@ def _wait_ready(c: Controller, log: Path, timeout: float) -> None:
     while time.monotonic() < deadline:
         if c.popen.poll() is not None:
             tail = "\n".join(log.read_text(errors="replace").splitlines()[-20:]) if log.exists() else ""
-            raise RuntimeError(f"{c.name} exited ({c.popen.returncode}) during startup; last log lines ({log}):\n{tail}")
+            raise RuntimeError(
+                f"{c.name} exited ({c.popen.returncode}) during startup; last log lines ({log}):\n{tail}"
+            )
         try:
             with urllib.request.urlopen(f"{c.health}/readyz", timeout=2) as resp:
                 if resp.status == 200:
@@ -158,22 +180,43 @@ def _wait_ready(c: Controller, log: Path, timeout: float) -> None:
 # ------------------------------------------------------------------------------------------- objects
 def git_repository(name: str, url: str, *, interval: str = "1m", branch: str = "main") -> dict[str, Any]:
     """A GitRepository following `branch` of `url` (http(s) or ssh; Flux has no file://)."""
-    return {"apiVersion": "source.toolkit.fluxcd.io/v1", "kind": "GitRepository",
-            "metadata": {"name": name, "namespace": NAMESPACE},
-            "spec": {"interval": interval, "url": url, "ref": {"branch": branch}, "timeout": "20s"}}
+    return {
+        "apiVersion": "source.toolkit.fluxcd.io/v1",
+        "kind": "GitRepository",
+        "metadata": {"name": name, "namespace": NAMESPACE},
+        "spec": {"interval": interval, "url": url, "ref": {"branch": branch}, "timeout": "20s"},
+    }
 
 
-def kustomization(name: str, source: str, path: str, *, interval: str = "10m", retry: str = "1m",
-                  depends_on: tuple[str, ...] = (), timeout: str = "1m") -> dict[str, Any]:
+def kustomization(
+    name: str,
+    source: str,
+    path: str,
+    *,
+    interval: str = "10m",
+    retry: str = "1m",
+    depends_on: tuple[str, ...] = (),
+    timeout: str = "1m",
+) -> dict[str, Any]:
     """A Kustomization applying `path` of GitRepository `source`, waiting for what it applied to be
     healthy (`wait: true`), never pruning (a MIG ConfigMap or a Node must not vanish with a file)."""
-    spec: dict[str, Any] = {"interval": interval, "retryInterval": retry, "timeout": timeout,
-                            "sourceRef": {"kind": "GitRepository", "name": source}, "path": path,
-                            "prune": False, "wait": True}
+    spec: dict[str, Any] = {
+        "interval": interval,
+        "retryInterval": retry,
+        "timeout": timeout,
+        "sourceRef": {"kind": "GitRepository", "name": source},
+        "path": path,
+        "prune": False,
+        "wait": True,
+    }
     if depends_on:
         spec["dependsOn"] = [{"name": d} for d in depends_on]
-    return {"apiVersion": "kustomize.toolkit.fluxcd.io/v1", "kind": "Kustomization",
-            "metadata": {"name": name, "namespace": NAMESPACE}, "spec": spec}
+    return {
+        "apiVersion": "kustomize.toolkit.fluxcd.io/v1",
+        "kind": "Kustomization",
+        "metadata": {"name": name, "namespace": NAMESPACE},
+        "spec": spec,
+    }
 
 
 def apply(api: ApiClient, *bodies: dict[str, Any]) -> None:
@@ -183,8 +226,10 @@ def apply(api: ApiClient, *bodies: dict[str, Any]) -> None:
 
 def ready_condition(api: ApiClient, kind: str, name: str) -> dict[str, Any] | None:
     """The Ready condition of a Flux object in flux-system (None before the controller set one)."""
-    group, plural = {"GitRepository": ("source.toolkit.fluxcd.io", "gitrepositories"),
-                     "Kustomization": ("kustomize.toolkit.fluxcd.io", "kustomizations")}[kind]
+    group, plural = {
+        "GitRepository": ("source.toolkit.fluxcd.io", "gitrepositories"),
+        "Kustomization": ("kustomize.toolkit.fluxcd.io", "kustomizations"),
+    }[kind]
     obj = k8s.CustomObjectsApi(api).get_namespaced_custom_object(group, "v1", NAMESPACE, plural, name)
     return next((c for c in (obj.get("status") or {}).get("conditions") or () if c.get("type") == "Ready"), None)
 
@@ -192,17 +237,25 @@ def ready_condition(api: ApiClient, kind: str, name: str) -> dict[str, Any] | No
 def status(api: ApiClient, name: str) -> dict[str, Any]:
     """A Kustomization's status (lastAppliedRevision, lastAttemptedRevision, conditions, ...)."""
     obj = k8s.CustomObjectsApi(api).get_namespaced_custom_object(
-        "kustomize.toolkit.fluxcd.io", "v1", NAMESPACE, "kustomizations", name)
+        "kustomize.toolkit.fluxcd.io", "v1", NAMESPACE, "kustomizations", name
+    )
     return obj.get("status") or {}
 
 
 def request_reconcile(api: ApiClient, kind: str, name: str) -> None:
     """What `flux reconcile` does: a new reconcile.fluxcd.io/requestedAt makes the controller act now."""
-    group, plural = {"GitRepository": ("source.toolkit.fluxcd.io", "gitrepositories"),
-                     "Kustomization": ("kustomize.toolkit.fluxcd.io", "kustomizations")}[kind]
+    group, plural = {
+        "GitRepository": ("source.toolkit.fluxcd.io", "gitrepositories"),
+        "Kustomization": ("kustomize.toolkit.fluxcd.io", "kustomizations"),
+    }[kind]
     k8s.CustomObjectsApi(api).patch_namespaced_custom_object(
-        group, "v1", NAMESPACE, plural, name,
-        {"metadata": {"annotations": {"reconcile.fluxcd.io/requestedAt": f"{time.time():.6f}"}}})
+        group,
+        "v1",
+        NAMESPACE,
+        plural,
+        name,
+        {"metadata": {"annotations": {"reconcile.fluxcd.io/requestedAt": f"{time.time():.6f}"}}},
+    )
 
 
 # ------------------------------------------------------------------------------------------- `up --flux`
@@ -218,9 +271,11 @@ def config_kustomization(namespace: str, name: str) -> str:
     """kustomization.yaml making the MIG ConfigMap from config.yaml beside it, under its fixed name
     (mig-manager and the ClusterPolicy name it; kustomize's default hash suffix would rename it). The
     same config.yaml is what `migops validate` and the reconciler read."""
-    return ("apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nconfigMapGenerator:\n"
-            f"  - name: {name}\n    namespace: {namespace}\n    files: [config.yaml]\n"
-            "    options: {disableNameSuffixHash: true}\n")
+    return (
+        "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nconfigMapGenerator:\n"
+        f"  - name: {name}\n    namespace: {namespace}\n    files: [config.yaml]\n"
+        "    options: {disableNameSuffixHash: true}\n"
+    )
 
 
 def up(api: ApiClient, plane: Any, progress: Callable[[str], None], *, interval: str = "30s") -> str:
@@ -236,20 +291,30 @@ def up(api: ApiClient, plane: Any, progress: Callable[[str], None], *, interval:
     namespace, name = MIG_CONFIGMAP
     current = k8s.CoreV1Api(api).read_namespaced_config_map(name, namespace).data["config.yaml"]
     if not gitserver.has_commits(bare):
-        gitserver.commit(bare, {f"{CONFIG_DIR}/config.yaml": current,
-                                f"{CONFIG_DIR}/kustomization.yaml": config_kustomization(namespace, name)},
-                         "the GPU Operator's MIG config, as migops local seeded it")
+        gitserver.commit(
+            bare,
+            {
+                f"{CONFIG_DIR}/config.yaml": current,
+                f"{CONFIG_DIR}/kustomization.yaml": config_kustomization(namespace, name),
+            },
+            "the GPU Operator's MIG config, as migops local seeded it",
+        )
     popen, ref, base = gitserver.start(root, plane.logs / "gitserver.log", probe=REPO)
     plane.adopt("flux-git", popen, ref)
     install(api, binaries)
     for c in start(binaries, plane.workdir, plane.kubeconfig_for):
         plane.adopt(c.name, c.popen, c.ref)
     url = f"{base}/{REPO}.git"
-    apply(api, git_repository(REPO, url, interval=interval),
-          kustomization(REPO, REPO, f"./{CONFIG_DIR}", interval=interval, retry=interval))
+    apply(
+        api,
+        git_repository(REPO, url, interval=interval),
+        kustomization(REPO, REPO, f"./{CONFIG_DIR}", interval=interval, retry=interval),
+    )
     wait_applied(api, REPO, gitserver.head(bare))
-    progress(f"Flux {binaries.directory.name} syncing {url} ./{CONFIG_DIR} -> ConfigMap {namespace}/{name} "
-             f"(Kustomization {NAMESPACE}/{REPO}, every {interval})")
+    progress(
+        f"Flux {binaries.directory.name} syncing {url} ./{CONFIG_DIR} -> ConfigMap {namespace}/{name} "
+        f"(Kustomization {NAMESPACE}/{REPO}, every {interval})"
+    )
     return url
 
 
@@ -260,7 +325,7 @@ def wait_applied(api: ApiClient, name: str, sha: str, *, timeout: float = 120.0)
     last: dict[str, Any] = {}
     while time.monotonic() < deadline:
         last = status(api, name)
-        ready = next((c for c in last.get("conditions") or () if c.get("type") == "Ready"), {})
+        ready: dict[str, Any] = next((c for c in last.get("conditions") or () if c.get("type") == "Ready"), {})
         if last.get("lastAttemptedRevision", "").endswith(sha):
             if ready.get("status") == "True" and last.get("lastAppliedRevision", "").endswith(sha):
                 return last

@@ -10,6 +10,7 @@ Bounded: a request body over MAX_BODY is answered 413 before git sees it; anythi
 405; a path with `..` is 404, as is any path git does not serve. Run as `python -m migops.local.gitserver --root DIR
 --port N`; `start` runs it detached and waits until it answers.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -44,10 +45,10 @@ class _Handler(BaseHTTPRequestHandler):
     server_version = "migops-gitserver"
     root: Path  # set on the subclass made by serve()
 
-    def do_GET(self) -> None:  # noqa: N802 - http.server's naming
+    def do_GET(self) -> None:
         self._cgi(None)
 
-    def do_POST(self) -> None:  # noqa: N802
+    def do_POST(self) -> None:
         self._cgi(self._body())
 
     def _refuse(self, code: int, message: str) -> None:
@@ -125,8 +126,9 @@ class _Handler(BaseHTTPRequestHandler):
             env["HTTP_CONTENT_ENCODING"] = self.headers["Content-Encoding"]
         if self.headers.get("Git-Protocol"):
             env["GIT_PROTOCOL"] = self.headers["Git-Protocol"]
-        proc = subprocess.Popen([_git(), "http-backend"], env=env, stdin=body or subprocess.DEVNULL,
-                                stdout=subprocess.PIPE, stderr=None)
+        proc = subprocess.Popen(
+            [_git(), "http-backend"], env=env, stdin=body or subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=None
+        )
         try:
             self._relay(proc)
         finally:
@@ -157,12 +159,12 @@ class _Handler(BaseHTTPRequestHandler):
         shutil.copyfileobj(out, self.wfile, 1 << 16)
         self.close_connection = True
 
-    def do_PUT(self) -> None:  # noqa: N802
+    def do_PUT(self) -> None:
         self._refuse(405, "only GET and POST")
 
-    do_DELETE = do_PATCH = do_HEAD = do_PUT
+    do_DELETE = do_PATCH = do_HEAD = do_PUT  # noqa: N815 - http.server's naming
 
-    def log_message(self, format: str, *args: object) -> None:  # noqa: A002 - the base class's name
+    def log_message(self, format: str, *args: object) -> None:
         sys.stderr.write(f"{self.address_string()} {format % args}\n")
 
 
@@ -183,26 +185,45 @@ def init_bare(root: Path, name: str) -> Path:
     """An empty bare repository `<root>/<name>.git` whose HEAD is branch main."""
     path = root / f"{name}.git"
     if not path.exists():
-        subprocess.run([_git(), "init", "-q", "--bare", "-b", "main", str(path)], check=True,
-                       capture_output=True, timeout=60)
+        subprocess.run(
+            [_git(), "init", "-q", "--bare", "-b", "main", str(path)], check=True, capture_output=True, timeout=60
+        )
     return path
 
 
-_COMMITTER = {"GIT_AUTHOR_NAME": "migops local", "GIT_AUTHOR_EMAIL": "migops-local@localhost",
-              "GIT_COMMITTER_NAME": "migops local", "GIT_COMMITTER_EMAIL": "migops-local@localhost"}
+_COMMITTER = {
+    "GIT_AUTHOR_NAME": "migops local",
+    "GIT_AUTHOR_EMAIL": "migops-local@localhost",
+    "GIT_COMMITTER_NAME": "migops local",
+    "GIT_COMMITTER_EMAIL": "migops-local@localhost",
+}
 
 
 def _run(*argv: str, cwd: Path | None = None) -> str:
-    out = subprocess.run([_git(), *argv], cwd=cwd, env={**os.environ, **_COMMITTER}, capture_output=True,
-                         text=True, timeout=60, check=False)
+    out = subprocess.run(
+        [_git(), *argv],
+        cwd=cwd,
+        env={**os.environ, **_COMMITTER},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
     if out.returncode != 0:
         raise RuntimeError(f"git {' '.join(argv)} failed: {out.stderr.strip()}")
     return out.stdout
 
 
 def has_commits(bare: Path) -> bool:
-    return subprocess.run([_git(), "-C", str(bare), "rev-parse", "-q", "--verify", "refs/heads/main"],
-                          capture_output=True, timeout=60, check=False).returncode == 0
+    return (
+        subprocess.run(
+            [_git(), "-C", str(bare), "rev-parse", "-q", "--verify", "refs/heads/main"],
+            capture_output=True,
+            timeout=60,
+            check=False,
+        ).returncode
+        == 0
+    )
 
 
 def head(bare: Path) -> str:
@@ -226,15 +247,17 @@ def commit(bare: Path, files: dict[str, str], message: str) -> str:
         return _run("-C", str(work), "rev-parse", "HEAD").strip()
 
 
-def start(root: Path, log: Path, *, probe: str, timeout: float = 30.0
-          ) -> tuple[subprocess.Popen[bytes], ProcessRef, str]:
+def start(
+    root: Path, log: Path, *, probe: str, timeout: float = 30.0
+) -> tuple[subprocess.Popen[bytes], ProcessRef, str]:
     """Serve the bare repositories under `root` on a free loopback port; return once `probe` (the
     name of one of them, without .git) answers git's ref advertisement. (popen, ref, base URL)."""
     root.mkdir(parents=True, exist_ok=True)
     for _ in range(3):
         (port,) = free_ports(1)
-        popen, ref = spawn([sys.executable, "-m", "migops.local.gitserver", *identifying_arguments(root),
-                            f"--port={port}"], log)
+        popen, ref = spawn(
+            [sys.executable, "-m", "migops.local.gitserver", *identifying_arguments(root), f"--port={port}"], log
+        )
         base = f"http://{LOOPBACK}:{port}"
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline and popen.poll() is None:

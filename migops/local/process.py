@@ -10,7 +10,7 @@ import os
 import signal
 import subprocess
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -30,14 +30,14 @@ class ProcessRef:
         return cls(int(data["pid"]), int(data["start_time"]))
 
 
-def spawn(argv: Sequence[str], log_path: Path,
-          env: dict[str, str] | None = None) -> tuple[subprocess.Popen[bytes], ProcessRef]:
-    """Start `argv` detached from our terminal and session, output appended to `log_path`;
-    `env` is added to our environment.
+def spawn(argv: Sequence[str], log_path: Path, *, pass_fds: Sequence[int] = (),
+          env: Mapping[str, str] | None = None) -> tuple[subprocess.Popen[bytes], ProcessRef]:
+    """Start `argv` detached from our terminal and session, output appended to `log_path`.
 
-    stdin is /dev/null and no other descriptor is inherited, so a caller reading our stdout
-    through a pipe (e.g. `subprocess.run(capture_output=True)` on `migops local up`) is not
-    kept waiting by the servers we leave running.
+    stdin is /dev/null and no other descriptor is inherited (but `pass_fds`, e.g. a lock the
+    process is to hold), so a caller reading our stdout through a pipe (e.g.
+    `subprocess.run(capture_output=True)` on `migops local up`) is not kept waiting by the
+    servers we leave running.
     """
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with log_path.open("ab") as log:
@@ -48,7 +48,8 @@ def spawn(argv: Sequence[str], log_path: Path,
             stderr=subprocess.STDOUT,
             start_new_session=True,
             close_fds=True,
-            env={**os.environ, **env} if env else None,
+            pass_fds=tuple(pass_fds),
+            env=None if env is None else dict(env),
         )
     return proc, ProcessRef(proc.pid, _start_time(proc.pid) or 0)
 

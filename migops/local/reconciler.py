@@ -71,7 +71,7 @@ def start(api: object, workdir: Path, kubeconfig: Path, repo: str, ref: str | No
     argv = [str(Path(sys.executable).parent / "migops"), "reconcile", "--repo", repo, "--path", path,
             "--kubeconfig", str(kubeconfig), "--namespace", NAMESPACE, "--no-leader-elect",
             "--http-address", f"127.0.0.1:{port}", "--interval", interval, "--hook-secret-file", str(secret),
-            *identifying_arguments(workdir), "-v"]
+            *identifying_arguments(workdir), "--log-level=info"]
     if ref:
         argv += ["--ref", ref]
     log = workdir / "logs" / "reconciler.log"

@@ -1,8 +1,11 @@
 """Everything `migops local up` runs, started in order, recorded together, stopped in reverse.
 
-Order: etcd, kube-apiserver, the cluster's seed (GPU nodes, the GPU Operator's ClusterPolicy and MIG
+Order: etcd, kube-apiserver, with `real_node` kube-controller-manager and the real node (containerd,
+kubelet, kube-proxy: migops.local.realnode; its network is made before the API server, which serves on
+the node address), the cluster's seed (GPU nodes, the GPU Operator's ClusterPolicy and MIG
 ConfigMap), the admission webhook (registered before anything else writes MIG objects, so every later
-write passes through it), one simulated agent per node, with --flux a loopback git server and Flux's
+write passes through it), the agents' ServiceAccount, RBAC and own-node policy (manifests/base/agent),
+one simulated agent per node with a token bound to its Node, with --flux a loopback git server and Flux's
 source- and kustomize-controller (migops.local.flux), the GitOps reconciler when a repo is given,
 kube-scheduler. Each process is adopted by the ControlPlane as soon as it starts, so a failure half-way
 stops what already runs (nothing is orphaned), the watchdog covers them while `up` runs, and state.json
@@ -17,7 +20,18 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from migops.local import agents, cluster, flux, gitserver, reconciler, state, webhook
+from migops.local import (
+    agent_identity,
+    agents,
+    cluster,
+    flux,
+    gitserver,
+    nodeclean,
+    realnode,
+    reconciler,
+    state,
+    webhook,
+)
 from migops.local.binaries import locate
 from migops.local.controlplane import ControlPlane
 from migops.local.controlplane import identifying_arguments as server_arguments
@@ -38,6 +52,7 @@ class Options:
     ref: str | None = None
     path: str = ""
     interval: str = "10s"  # the reconciler's poll interval
+    real_node: bool = False  # also run the real node `migops-node` (root; one per machine)
     flux: bool = False  # also run Flux (source- and kustomize-controller) on a loopback git server
 
 
@@ -56,23 +71,47 @@ def up(home: Path, options: Options, progress: Progress = lambda _: None) -> Sta
     whatever had started."""
     nodes = cluster.plan_nodes(options.nodes, list(options.gpus), options.gpus_per_node, options.strategy)
     binaries = locate(echo_build=True)
-    plane = ControlPlane(binaries, state.local_dir(home), watchdog=True)
     began = time.monotonic()
+    real: realnode.RealNode | None = None
+    real_spec: cluster.NodeSpec | None = None
+    if options.real_node:
+        real = realnode.RealNode(binaries, state.local_dir(home))
+        real.prepare()  # the machine's lock and the node's bridge, before the API server binds its address
+        real_spec = cluster.plan_node(real.name, options.gpus[0], options.gpus_per_node, options.strategy)
+    plane = ControlPlane(binaries, state.local_dir(home), watchdog=True,
+                         node_address=real.address if real else None)
     try:
         plane.start()
         progress(f"etcd and kube-apiserver ready at {plane.url} ({plane.ready_seconds:.1f}s)")
+        if real is not None:
+            plane.start_controller_manager()
+            real.join(plane)
+            progress(f"real node {real.name} Ready at {real.address} ({real.ready_seconds:.1f}s): containerd, "
+                     "kubelet, kube-proxy; kube-controller-manager")
         with plane.api_client() as api:
             cluster.seed(api, nodes, options.strategy)
+            if real_spec is not None:
+                cluster.apply_real_node(api, real_spec)
             progress(f"seeded {len(nodes)} GPU node(s) and the GPU Operator's ClusterPolicy ({options.strategy})")
             hook = webhook.start(api, plane.workdir, plane.admin_kubeconfig, log=plane.logs / "webhook.log")
             plane.adopt("webhook", hook.popen, hook.ref)
             progress(f"admission webhook registered at {hook.url}")
             agents.seed_mig_config(api)
-            for node, (popen, ref) in agents.start(plane.workdir, plane.admin_kubeconfig,
-                                                   [(n.name, n.gpu.device_id, n.gpus) for n in nodes]).items():
+            agent_identity.install(api)
+            gpu_nodes = [*nodes, *([real_spec] if real_spec else [])]
+            for n in gpu_nodes:
+                agent_identity.kubeconfig_for_node(api, plane.url, plane.ca_pem, n.name,
+                                                   agents.kubeconfig_path(plane.workdir, n.name))
+            if gpu_nodes:
+                agent_identity.wait_in_force(agents.kubeconfig_path(plane.workdir, gpu_nodes[0].name),
+                                             gpu_nodes[0].name)
+            state_files = {real.name: real.layout.gpu_dir / "gpus.json"} if real else {}
+            for node, (popen, ref) in agents.start(plane.workdir,
+                                                   [(n.name, n.gpu.device_id, n.gpus) for n in gpu_nodes],
+                                                   state_files=state_files).items():
                 plane.adopt(AGENT_PREFIX + node, popen, ref)
-            unready = agents.wait_ready(api, [n.name for n in nodes])
-            progress(f"{len(nodes) - len(unready)} of {len(nodes)} simulated agent(s) reporting")
+            unready = agents.wait_ready(api, [n.name for n in gpu_nodes])
+            progress(f"{len(gpu_nodes) - len(unready)} of {len(gpu_nodes)} simulated agent(s) reporting")
             flux_git = None
             if options.flux:
                 flux_git = flux.up(api, plane, progress)
@@ -88,15 +127,18 @@ def up(home: Path, options: Options, progress: Progress = lambda _: None) -> Sta
         recorded = state.LocalState(
             api_url=plane.url, kubeconfig=str(plane.admin_kubeconfig), bin_dir=str(binaries.directory),
             workdir=str(plane.workdir), strategy=options.strategy, processes=plane.processes,
-            nodes=[state.NodeRecord(n.name, n.gpu.product, n.gpu.device_id, n.gpus) for n in nodes],
+            nodes=[state.NodeRecord(n.name, n.gpu.product, n.gpu.device_id, n.gpus) for n in gpu_nodes],
             ready_seconds=plane.ready_seconds, webhook_url=hook.url, repo=options.repo,
-            reconciler_url=reconciler_url, flux_git=flux_git)
+            reconciler_url=reconciler_url, flux_git=flux_git,
+            real_node=str(real.layout.root) if real else None)
         state.save(home, recorded)
         plane.detach()
     except BaseException:
         plane.stop()
+        if real is not None:
+            real.cleanup()
         raise
-    return Started(recorded, nodes, hook.url, unready, time.monotonic() - began)
+    return Started(recorded, gpu_nodes, hook.url, unready, time.monotonic() - began)
 
 
 def running_agents(current: state.LocalState) -> list[str]:
@@ -112,8 +154,15 @@ def down(home: Path) -> list[int]:
     refs = list(recorded.processes.values())[::-1] if recorded else []
     # Leftovers found by command line, clients first (they talk to the servers).
     refs += [r for r in find_by_environment(flux.WORKDIR_ENV, str(workdir)) if r not in refs]
+    node_dir = Path(recorded.real_node) if recorded and recorded.real_node else None
+    if node_dir is None and nodeclean.NODE_DIR.exists() and nodeclean.last_owner_is(workdir):
+        node_dir = nodeclean.NODE_DIR  # an `up --real-node` that died before it recorded its state
+    if node_dir is not None and nodeclean.another_owner_holds_the_machine(workdir):
+        node_dir = None  # our node is long gone; the one running now (same directory) is someone else's
+    node_args = nodeclean.node_arguments(node_dir) if node_dir else ()
     for arg in (*reconciler.identifying_arguments(workdir), *gitserver.identifying_arguments(flux.git_root(workdir)),
-                *agents.identifying_arguments(workdir), *webhook.identifying_arguments(workdir),
+                *agents.identifying_arguments(workdir),
+                *webhook.identifying_arguments(workdir), *node_args,
                 *server_arguments(workdir)):
         refs += [r for r in find_by_argument(arg) if r not in refs]
     # A half-dead control plane (one server crashed) has nothing to shut down gracefully, and
@@ -125,6 +174,13 @@ def down(home: Path) -> list[int]:
         except RuntimeError:
             pass
     survivors = [r.pid for r in refs if is_alive(r)]
+    if node_dir is not None:
+        # The real node: shims, containers, mounts, iptables, the bridge, cgroups... A directory with a
+        # mount left under it is kept (deleting it would descend into the mount).
+        kube_proxy = Path(recorded.bin_dir) / "kube-proxy" if recorded else None
+        problems = nodeclean.sweep(node_dir, kube_proxy, workdir)
+        if problems:
+            raise RuntimeError("the real node could not be removed completely: " + "; ".join(problems))
     if not survivors:
         shutil.rmtree(workdir, ignore_errors=True)
     return survivors

@@ -20,6 +20,10 @@ HOME_ENV = "MIGOPS_HOME"
 SERVERS = ("etcd", "kube-apiserver")
 
 
+def default_home() -> Path:
+    return (Path.home() / ".migops").expanduser().resolve()
+
+
 def migops_home() -> Path:
     """$MIGOPS_HOME, default ~/.migops (absolute, so state never depends on the cwd)."""
     return Path(os.environ.get(HOME_ENV) or Path.home() / ".migops").expanduser().resolve()
@@ -58,6 +62,7 @@ class LocalState:
     webhook_url: str | None = None
     repo: str | None = None  # the config repo the reconciler follows
     reconciler_url: str | None = None  # its /healthz, /readyz, /metrics and POST /hook
+    real_node: str | None = None  # the real node's directory (migops.local.realnode), when it runs
     flux_git: str | None = None  # with --flux: the git URL Flux's GitRepository follows (push here)
 
     def running(self) -> bool:
@@ -85,6 +90,7 @@ class LocalState:
             webhook_url=data.get("webhook_url"),
             repo=data.get("repo"),
             reconciler_url=data.get("reconciler_url"),
+            real_node=data.get("real_node"),
             flux_git=data.get("flux_git"),
         )
 

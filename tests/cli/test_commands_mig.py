@@ -162,7 +162,7 @@ def test_plan_needs_a_config_when_the_file_has_several(capsys) -> None:  # noqa:
 
 
 def test_gpus_lists_the_whole_catalogue(capsys) -> None:  # noqa: ANN001
-    code, out, _ = run(capsys, "gpus")
+    code, out, _ = run(capsys, "gpus", "-o", "wide")  # one line per GPU (text fits the terminal: test_readable_output)
     assert code == 0
     lines = out.splitlines()
     assert lines[0].startswith("DEVICE ID")

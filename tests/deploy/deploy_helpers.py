@@ -171,6 +171,12 @@ def build_context(dest: Path, root: Path = ROOT) -> list[str]:
         # Skip folders left out whole (no exception reaches inside them): .git, .venv, ...
         dirs[:] = sorted(d for d in dirs if not ignored(prefix + d, patterns)
                          or any(e.startswith(prefix + d + "/") for e in exceptions))
+        # A symbolic link is sent as a link (migops/mig -> ../mig, ...), as Docker sends it.
+        for name in [d for d in dirs if (Path(folder) / d).is_symlink()]:
+            dirs.remove(name)
+            (dest / prefix).mkdir(parents=True, exist_ok=True)
+            (dest / (prefix + name)).symlink_to(os.readlink(Path(folder) / name))
+            copied.append(prefix + name)
         for name in sorted(files):
             relative = prefix + name
             if ignored(relative, patterns):

@@ -6,6 +6,7 @@ a clean machine includes that build). The fixture then shortens the intervals of
 the Kustomization `up` created (2 s instead of 30 s), so each step of a test is seconds. Tests commit
 and push to the served repository over HTTP, as a user would (`clone`).
 """
+
 from __future__ import annotations
 
 import os
@@ -50,8 +51,9 @@ class FluxLocal:
         ca = certs.KeyPair((pki / "client-ca.crt").read_bytes(), (pki / "client-ca.key").read_bytes())
         client = certs.issue_client(ca, user, groups)
         path = self.workdir / "users" / f"test-{user}.kubeconfig"
-        return kubeconfig.write(path, kubeconfig.build(self.state.api_url, (pki / "ca.crt").read_bytes(), user,
-                                                       client=client))
+        return kubeconfig.write(
+            path, kubeconfig.build(self.state.api_url, (pki / "ca.crt").read_bytes(), user, client=client)
+        )
 
     @property
     def kubectl(self) -> list[str]:
@@ -104,9 +106,11 @@ def flux_local(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FluxLocal]:
         assert current is not None and current.flux_git, up.stdout
         api = kconfig.new_client_from_config(config_file=current.kubeconfig)
         try:
-            flux.apply(api, flux.git_repository(flux.REPO, current.flux_git, interval=INTERVAL),
-                       flux.kustomization(flux.REPO, flux.REPO, f"./{flux.CONFIG_DIR}", interval=INTERVAL,
-                                          retry=INTERVAL))
+            flux.apply(
+                api,
+                flux.git_repository(flux.REPO, current.flux_git, interval=INTERVAL),
+                flux.kustomization(flux.REPO, flux.REPO, f"./{flux.CONFIG_DIR}", interval=INTERVAL, retry=INTERVAL),
+            )
             yield FluxLocal(home, current, api)
         finally:
             api.close()

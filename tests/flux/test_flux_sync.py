@@ -4,6 +4,7 @@ All on one `migops local up --flux` (conftest): commits pushed over HTTP to the 
 fetched by source-controller, applied by kustomize-controller (server-side dry-run, then apply) as the
 least-privilege user flux-kustomize-controller, through migops's validating and mutating webhooks.
 """
+
 from __future__ import annotations
 
 import subprocess
@@ -25,7 +26,9 @@ from migops.local.process import stop
 NAMESPACE, NAME = MIG_CONFIGMAP
 CONFIG_FILE = f"{flux.CONFIG_DIR}/config.yaml"
 # Unplaceable on every GPU: 2 x 3g.40gb + 1 x 1g.10gb needs 9 memory slices of an H100's 8.
-UNPLACEABLE = CONFIG_YAML + """\
+UNPLACEABLE = (
+    CONFIG_YAML
+    + """\
   unplaceable:
     - devices: all
       mig-enabled: true
@@ -33,20 +36,27 @@ UNPLACEABLE = CONFIG_YAML + """\
         "3g.40gb": 2
         "1g.10gb": 1
 """
-UNKNOWN_PROFILE = CONFIG_YAML + """\
+)
+UNKNOWN_PROFILE = (
+    CONFIG_YAML
+    + """\
   typo:
     - devices: all
       mig-enabled: true
       mig-devices:
         "1g.9gb": 7
 """
-MORE = CONFIG_YAML + """\
+)
+MORE = (
+    CONFIG_YAML
+    + """\
   all-2g.20gb:
     - devices: all
       mig-enabled: true
       mig-devices:
         "2g.20gb": 3
 """
+)
 DENIED = 'admission webhook "configmaps.validate.migops.io" denied the request'
 
 
@@ -74,8 +84,9 @@ def managers(obj: dict[str, Any], path: Sequence[str], key: str) -> set[str]:
     return found
 
 
-def push_and_wait(flux_local: Any, clone: Any, files: dict[str, str | None], message: str,
-                  kustomization: str = flux.REPO) -> str:
+def push_and_wait(
+    flux_local: Any, clone: Any, files: dict[str, str | None], message: str, kustomization: str = flux.REPO
+) -> str:
     sha = clone.push(files, message)
     flux.wait_applied(flux_local.api, kustomization, sha)
     return sha
@@ -83,19 +94,29 @@ def push_and_wait(flux_local: Any, clone: Any, files: dict[str, str | None], mes
 
 def wait_refused(api: ApiClient, name: str, sha: str) -> dict[str, Any]:
     """The Kustomization's Ready condition once it has tried `sha` and failed (it stays failed)."""
+
     def refused() -> dict[str, Any] | None:
         s = flux.status(api, name)
         ready = next((c for c in s.get("conditions") or () if c["type"] == "Ready"), {})
-        if s.get("lastAttemptedRevision", "").endswith(sha) and ready.get("status") == "False" \
-                and ready.get("reason") != "Progressing":
+        if (
+            s.get("lastAttemptedRevision", "").endswith(sha)
+            and ready.get("status") == "False"
+            and ready.get("reason") != "Progressing"
+        ):
             return {**ready, "lastAppliedRevision": s.get("lastAppliedRevision")}
         return None
+
     return until(refused, timeout=90, what=f"Kustomization {name} refusing {sha[:12]}")
 
 
 def get_kustomizations(flux_local: Any) -> str:
-    out = subprocess.run([*flux_local.kubectl, "get", "kustomization", "-n", flux.NAMESPACE],
-                         capture_output=True, text=True, timeout=30, check=True)
+    out = subprocess.run(
+        [*flux_local.kubectl, "get", "kustomization", "-n", flux.NAMESPACE],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=True,
+    )
     print(out.stdout)  # shown with -s: the table a user sees
     return out.stdout
 
@@ -119,12 +140,17 @@ def test_a_good_commit_lands_as_git_says_through_the_webhook(flux_local, clone) 
     assert f"Applied revision: main@sha1:{sha}" in table and "True" in table
 
 
-@pytest.mark.parametrize(("bad", "rule", "path"), [
-    (UNPLACEABLE, "[placement-infeasible]", "mig-configs.unplaceable[0].mig-devices"),
-    (UNKNOWN_PROFILE, "[unknown-profile]", 'mig-configs.typo[0].mig-devices."1g.9gb"'),
-], ids=["unplaceable", "unknown-profile"])
+@pytest.mark.parametrize(
+    ("bad", "rule", "path"),
+    [
+        (UNPLACEABLE, "[placement-infeasible]", "mig-configs.unplaceable[0].mig-devices"),
+        (UNKNOWN_PROFILE, "[unknown-profile]", 'mig-configs.typo[0].mig-devices."1g.9gb"'),
+    ],
+    ids=["unplaceable", "unknown-profile"],
+)
 def test_a_bad_commit_is_denied_at_flux_dry_run_reported_and_the_next_good_one_recovers(
-        flux_local, clone, bad: str, rule: str, path: str) -> None:
+    flux_local, clone, bad: str, rule: str, path: str
+) -> None:
     api = flux_local.api
     good = push_and_wait(flux_local, clone, {CONFIG_FILE: CONFIG_YAML}, "good")
     before = configmap(api)["metadata"]["resourceVersion"]
@@ -160,10 +186,17 @@ def test_reconciling_an_unchanged_commit_writes_nothing(flux_local, clone) -> No
         # a full reconciliation (dry-run, diff) is done. The 2 s interval runs in between as well.
         flux.request_reconcile(api, "Kustomization", flux.REPO)
         token = k8s.CustomObjectsApi(api).get_namespaced_custom_object(
-            "kustomize.toolkit.fluxcd.io", "v1", flux.NAMESPACE, "kustomizations", flux.REPO,
+            "kustomize.toolkit.fluxcd.io",
+            "v1",
+            flux.NAMESPACE,
+            "kustomizations",
+            flux.REPO,
         )["metadata"]["annotations"]["reconcile.fluxcd.io/requestedAt"]
-        until(lambda: flux.status(api, flux.REPO).get("lastHandledReconcileAt") == token, timeout=60,
-              what=f"reconciliation {i + 1} handled")
+        until(
+            lambda: flux.status(api, flux.REPO).get("lastHandledReconcileAt") == token,
+            timeout=60,
+            what=f"reconciliation {i + 1} handled",
+        )
     time.sleep(4)  # two more intervals
     assert configmap(api)["metadata"]["resourceVersion"] == before
 
@@ -174,8 +207,7 @@ NODES_DIR = "nodes"
 
 def node_manifest(name: str, config: str) -> str:
     """A partial Node: only the label Flux owns (server-side apply never touches the rest)."""
-    return (f"apiVersion: v1\nkind: Node\nmetadata:\n  name: {name}\n  labels:\n"
-            f"    {MIG_CONFIG_LABEL}: {config}\n")
+    return f"apiVersion: v1\nkind: Node\nmetadata:\n  name: {name}\n  labels:\n    {MIG_CONFIG_LABEL}: {config}\n"
 
 
 @pytest.fixture
@@ -183,11 +215,14 @@ def labels_kustomization(flux_local) -> Iterator[str]:
     """A second Kustomization for ./nodes, after the ConfigMap's (dependsOn): a label is checked
     against the ConfigMap in force, so the config it names must land first."""
     name = "mig-labels"
-    flux.apply(flux_local.api, flux.kustomization(name, flux.REPO, f"./{NODES_DIR}", interval="2s", retry="2s",
-                                                  depends_on=(flux.REPO,)))
+    flux.apply(
+        flux_local.api,
+        flux.kustomization(name, flux.REPO, f"./{NODES_DIR}", interval="2s", retry="2s", depends_on=(flux.REPO,)),
+    )
     yield name
     k8s.CustomObjectsApi(flux_local.api).delete_namespaced_custom_object(
-        "kustomize.toolkit.fluxcd.io", "v1", flux.NAMESPACE, "kustomizations", name)
+        "kustomize.toolkit.fluxcd.io", "v1", flux.NAMESPACE, "kustomizations", name
+    )
 
 
 def test_node_labels_from_git_and_a_label_naming_no_config_is_denied(flux_local, clone, labels_kustomization) -> None:
@@ -200,8 +235,11 @@ def test_node_labels_from_git_and_a_label_naming_no_config_is_denied(flux_local,
     assert n["metadata"]["labels"][MIG_CONFIG_LABEL] == "all-1g.10gb"
     assert managers(n, ("metadata", "labels"), MIG_CONFIG_LABEL) == {"kustomize-controller"}
     # The simulated agent takes the label as mig-manager would.
-    until(lambda: node(api, node1)["metadata"]["labels"].get("nvidia.com/mig.config.state") == "success",
-          timeout=90, what="the agent applying all-1g.10gb")
+    until(
+        lambda: node(api, node1)["metadata"]["labels"].get("nvidia.com/mig.config.state") == "success",
+        timeout=90,
+        what="the agent applying all-1g.10gb",
+    )
 
     bad = clone.push({f"{NODES_DIR}/{node1}.yaml": node_manifest(node1, "no-such-config")}, "bad label")
     ready = wait_refused(api, labels_kustomization, bad)
@@ -225,28 +263,46 @@ def test_flux_owns_the_configmap_and_the_reconciler_the_labels_side_by_side(flux
     api = flux_local.api
     node2 = flux_local.state.nodes[1].name
     assignment = f"  - config: all-3g.40gb\n    nodes: [{node2}]\n"
-    sha = push_and_wait(flux_local, clone, {CONFIG_FILE: MORE, f"{flux.CONFIG_DIR}/nodes.yaml": nodes_yaml(assignment)},
-                        "reconciler assignments")
+    sha = push_and_wait(
+        flux_local,
+        clone,
+        {CONFIG_FILE: MORE, f"{flux.CONFIG_DIR}/nodes.yaml": nodes_yaml(assignment)},
+        "reconciler assignments",
+    )
     # The reconciler's own identity (as `migops local up --repo` gives it), which the webhook lets write
     # the labels of the nodes it manages.
     identity = flux_local.kubeconfig_for(RECONCILER_MANAGER, ("system:masters",))
-    rec = reconciler.start(api, flux_local.workdir, identity,
-                           str(flux.git_root(flux_local.workdir) / f"{flux.REPO}.git"), path=flux.CONFIG_DIR,
-                           interval="2s")
+    rec = reconciler.start(
+        api,
+        flux_local.workdir,
+        identity,
+        str(flux.git_root(flux_local.workdir) / f"{flux.REPO}.git"),
+        path=flux.CONFIG_DIR,
+        interval="2s",
+    )
     try:
-        until(lambda: node(api, node2)["metadata"]["labels"].get(MIG_CONFIG_LABEL) == "all-3g.40gb", timeout=90,
-              what="the reconciler labelling the node")
+        until(
+            lambda: node(api, node2)["metadata"]["labels"].get(MIG_CONFIG_LABEL) == "all-3g.40gb",
+            timeout=90,
+            what="the reconciler labelling the node",
+        )
         # Reassign in git: the reconciler relabels; Flux, whose file did not change, writes nothing.
         cm_rv = configmap(api)["metadata"]["resourceVersion"]
-        moved = clone.push({f"{flux.CONFIG_DIR}/nodes.yaml": nodes_yaml(assignment.replace("all-3g.40gb", "all-2g.20gb"))},
-                           "reassign")
+        moved = clone.push(
+            {f"{flux.CONFIG_DIR}/nodes.yaml": nodes_yaml(assignment.replace("all-3g.40gb", "all-2g.20gb"))}, "reassign"
+        )
         flux.wait_applied(api, flux.REPO, moved)
-        until(lambda: node(api, node2)["metadata"]["labels"].get(MIG_CONFIG_LABEL) == "all-2g.20gb", timeout=90,
-              what="the reconciler relabelling the node")
+        until(
+            lambda: node(api, node2)["metadata"]["labels"].get(MIG_CONFIG_LABEL) == "all-2g.20gb",
+            timeout=90,
+            what="the reconciler relabelling the node",
+        )
         samples = []
         for _ in range(5):  # several intervals of both
             cm = configmap(api)
-            samples.append((cm["metadata"]["resourceVersion"], node(api, node2)["metadata"]["labels"][MIG_CONFIG_LABEL]))
+            samples.append(
+                (cm["metadata"]["resourceVersion"], node(api, node2)["metadata"]["labels"][MIG_CONFIG_LABEL])
+            )
             time.sleep(2)
         assert samples == [(cm_rv, "all-2g.20gb")] * 5
         cm = configmap(api)
@@ -257,48 +313,61 @@ def test_flux_owns_the_configmap_and_the_reconciler_the_labels_side_by_side(flux
         assert "kustomize-controller" not in {e["manager"] for e in n["metadata"]["managedFields"]}
         # The reconciler marks the node it manages; the node Flux labels is not its.
         assert MANAGED_BY_ANNOTATION in n["metadata"]["annotations"]
-        assert MANAGED_BY_ANNOTATION not in (node(api, flux_local.state.nodes[0].name)["metadata"].get("annotations") or {})
+        assert MANAGED_BY_ANNOTATION not in (
+            node(api, flux_local.state.nodes[0].name)["metadata"].get("annotations") or {}
+        )
         assert sha  # the commit both started from
     finally:
         stop(rec.ref, popen=rec.popen)
 
 
 # ------------------------------------------------------------------------------------------- least privilege
-@pytest.mark.parametrize(("user", "verb", "resource", "namespace", "allowed"), [
-    (flux.SOURCE_USER, "list", "gitrepositories.source.toolkit.fluxcd.io", flux.NAMESPACE, True),
-    (flux.SOURCE_USER, "patch", "gitrepositories.source.toolkit.fluxcd.io", flux.NAMESPACE, True),
-    (flux.SOURCE_USER, "list", "gitrepositories.source.toolkit.fluxcd.io", "default", False),
-    (flux.SOURCE_USER, "get", "secrets", flux.NAMESPACE, False),
-    (flux.SOURCE_USER, "get", "configmaps", NAMESPACE, False),
-    (flux.SOURCE_USER, "patch", "kustomizations.kustomize.toolkit.fluxcd.io", flux.NAMESPACE, False),
-    (flux.KUSTOMIZE_USER, "patch", "configmaps", NAMESPACE, True),
-    (flux.KUSTOMIZE_USER, "patch", "nodes", "", True),
-    (flux.KUSTOMIZE_USER, "create", "nodes", "", False),
-    (flux.KUSTOMIZE_USER, "delete", "nodes", "", False),
-    (flux.KUSTOMIZE_USER, "patch", "configmaps", "default", False),
-    (flux.KUSTOMIZE_USER, "get", "secrets", NAMESPACE, False),
-    (flux.KUSTOMIZE_USER, "patch", "gitrepositories.source.toolkit.fluxcd.io", flux.NAMESPACE, False),
-    (flux.KUSTOMIZE_USER, "patch", "migsyncs.migops.io", "migops-system", False),
-])
-def test_each_controller_may_do_only_its_part(flux_local, user: str, verb: str, resource: str, namespace: str,
-                                              allowed: bool) -> None:
+@pytest.mark.parametrize(
+    ("user", "verb", "resource", "namespace", "allowed"),
+    [
+        (flux.SOURCE_USER, "list", "gitrepositories.source.toolkit.fluxcd.io", flux.NAMESPACE, True),
+        (flux.SOURCE_USER, "patch", "gitrepositories.source.toolkit.fluxcd.io", flux.NAMESPACE, True),
+        (flux.SOURCE_USER, "list", "gitrepositories.source.toolkit.fluxcd.io", "default", False),
+        (flux.SOURCE_USER, "get", "secrets", flux.NAMESPACE, False),
+        (flux.SOURCE_USER, "get", "configmaps", NAMESPACE, False),
+        (flux.SOURCE_USER, "patch", "kustomizations.kustomize.toolkit.fluxcd.io", flux.NAMESPACE, False),
+        (flux.KUSTOMIZE_USER, "patch", "configmaps", NAMESPACE, True),
+        (flux.KUSTOMIZE_USER, "patch", "nodes", "", True),
+        (flux.KUSTOMIZE_USER, "create", "nodes", "", False),
+        (flux.KUSTOMIZE_USER, "delete", "nodes", "", False),
+        (flux.KUSTOMIZE_USER, "patch", "configmaps", "default", False),
+        (flux.KUSTOMIZE_USER, "get", "secrets", NAMESPACE, False),
+        (flux.KUSTOMIZE_USER, "patch", "gitrepositories.source.toolkit.fluxcd.io", flux.NAMESPACE, False),
+        (flux.KUSTOMIZE_USER, "patch", "migsyncs.migops.io", "migops-system", False),
+    ],
+)
+def test_each_controller_may_do_only_its_part(
+    flux_local, user: str, verb: str, resource: str, namespace: str, allowed: bool
+) -> None:
     name, _, group = resource.partition(".")
-    review = k8s.AuthorizationV1Api(flux_local.api).create_subject_access_review({
-        "apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview",
-        "spec": {"user": user, "resourceAttributes": {"verb": verb, "resource": name, "group": group,
-                                                      "namespace": namespace}}})
+    review = k8s.AuthorizationV1Api(flux_local.api).create_subject_access_review(
+        {
+            "apiVersion": "authorization.k8s.io/v1",
+            "kind": "SubjectAccessReview",
+            "spec": {
+                "user": user,
+                "resourceAttributes": {"verb": verb, "resource": name, "group": group, "namespace": namespace},
+            },
+        }
+    )
     assert review.status.allowed is allowed
 
 
-def test_a_commit_outside_the_granted_scope_is_forbidden_in_flux_status(flux_local, clone, labels_kustomization) -> None:
+def test_a_commit_outside_the_granted_scope_is_forbidden_in_flux_status(
+    flux_local, clone, labels_kustomization
+) -> None:
     """The repository can only carry what flux-kustomize-controller may apply: anything else is the
     API server's Forbidden, shown on the Kustomization, and nothing of that commit is applied."""
     api = flux_local.api
     node1 = flux_local.state.nodes[0].name
     good = clone.push({f"{NODES_DIR}/{node1}.yaml": node_manifest(node1, "all-1g.10gb")}, "label")
     flux.wait_applied(api, labels_kustomization, good)
-    sneaky = ("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: not-mig\n  namespace: default\n"
-              "data:\n  a: b\n")
+    sneaky = "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: not-mig\n  namespace: default\ndata:\n  a: b\n"
     sha = clone.push({f"{NODES_DIR}/extra.yaml": sneaky}, "something else")
     ready = wait_refused(api, labels_kustomization, sha)
     assert "forbidden" in ready["message"].lower() and "flux-kustomize-controller" in ready["message"], ready

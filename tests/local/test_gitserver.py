@@ -1,5 +1,6 @@
 """The loopback git server Flux fetches from (migops.local.gitserver): real git over HTTP, and garbage
 answered with a 4xx, never a 500 or a hang."""
+
 from __future__ import annotations
 
 import http.client
@@ -40,8 +41,9 @@ def test_clone_push_and_fetch_over_http(served: tuple[Path, str], tmp_path: Path
     assert gitserver.head(bare) in listed
 
 
-def _request(base: str, method: str, path: str, body: bytes | None = None,
-             headers: dict[str, str] | None = None) -> int:
+def _request(
+    base: str, method: str, path: str, body: bytes | None = None, headers: dict[str, str] | None = None
+) -> int:
     host, port = base.removeprefix("http://").split(":")
     conn = http.client.HTTPConnection(host, int(port), timeout=30)
     try:
@@ -51,17 +53,22 @@ def _request(base: str, method: str, path: str, body: bytes | None = None,
         conn.close()
 
 
-@pytest.mark.parametrize(("method", "path", "headers", "body", "expected"), [
-    ("GET", "/../../etc/passwd", {}, None, 404),
-    ("GET", "/repo.git/../../x", {}, None, 404),
-    ("GET", "/missing.git/info/refs?service=git-upload-pack", {}, None, 404),
-    ("PUT", "/repo.git/info/refs", {}, b"x", 405),
-    ("POST", "/repo.git/git-upload-pack", {"Content-Length": str(gitserver.MAX_BODY + 1)}, b"", 413),
-    ("POST", "/repo.git/git-upload-pack", {"Content-Length": "nonsense"}, b"", 400),
-    ("POST", "/repo.git/git-upload-pack", {"Transfer-Encoding": "chunked"}, b"zz\r\n", 400),
-], ids=["dotdot", "dotdot-inside", "no-repo", "put", "too-big", "bad-length", "bad-chunk"])
-def test_garbage_is_a_4xx(served: tuple[Path, str], method: str, path: str, headers: dict[str, str],
-                          body: bytes | None, expected: int) -> None:
+@pytest.mark.parametrize(
+    ("method", "path", "headers", "body", "expected"),
+    [
+        ("GET", "/../../etc/passwd", {}, None, 404),
+        ("GET", "/repo.git/../../x", {}, None, 404),
+        ("GET", "/missing.git/info/refs?service=git-upload-pack", {}, None, 404),
+        ("PUT", "/repo.git/info/refs", {}, b"x", 405),
+        ("POST", "/repo.git/git-upload-pack", {"Content-Length": str(gitserver.MAX_BODY + 1)}, b"", 413),
+        ("POST", "/repo.git/git-upload-pack", {"Content-Length": "nonsense"}, b"", 400),
+        ("POST", "/repo.git/git-upload-pack", {"Transfer-Encoding": "chunked"}, b"zz\r\n", 400),
+    ],
+    ids=["dotdot", "dotdot-inside", "no-repo", "put", "too-big", "bad-length", "bad-chunk"],
+)
+def test_garbage_is_a_4xx(
+    served: tuple[Path, str], method: str, path: str, headers: dict[str, str], body: bytes | None, expected: int
+) -> None:
     assert _request(served[1], method, path, body, headers) == expected
 
 

@@ -2,11 +2,13 @@
 
 `mig`, `certs`, `webhook`, `agent`, ... are other distributions' names on PyPI: a wheel that put them at
 the top level would break an environment holding both. The folders stay at the top of the repository
-and install as `migops.<folder>` (pyproject's package-dir), so a forgotten mapping would silently drop a
-package from the wheel: the test walks the tree and checks that each one is there.
+and install as `migops.<folder>` through a symbolic link migops/<folder> -> ../<folder>, so a forgotten
+link would silently drop a package from the wheel: the test walks the tree and checks that each one is
+there, as real files (a wheel holds no links).
 """
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
@@ -26,7 +28,7 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> zipfile.ZipFile:
     # Build from a copy: setuptools writes build/ into the source tree, which would leave stale module
     # copies in the checkout.
     source = tmp_path_factory.mktemp("source") / "migops"
-    shutil.copytree(ROOT, source, ignore=shutil.ignore_patterns(".git", ".venv", "build", "dist", "*.egg-info",
+    shutil.copytree(ROOT, source, symlinks=True, ignore=shutil.ignore_patterns(".git", ".venv", "build", "dist", "*.egg-info",
                                                                   "__pycache__", ".pytest_cache", ".hypothesis"))
     result = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(out), str(source)],
                             capture_output=True, text=True, timeout=600)
@@ -62,6 +64,19 @@ def test_every_package_folder_is_in_the_wheel(wheel: zipfile.ZipFile) -> None:
         assert f"{dotted.replace('.', '/')}/__init__.py" in names, f"{folder} is not installed as {dotted}"
         for module in folder.glob("*.py"):
             assert f"{dotted.replace('.', '/')}/{module.name}" in names, f"{module} missing from the wheel"
+
+
+def test_every_package_folder_is_linked_into_migops() -> None:
+    """The links are the mapping: each top-level package folder has one, and each link names one."""
+    links = {p.name: os.readlink(p) for p in (ROOT / "migops").iterdir() if p.is_symlink()}
+    tops = {f.parts[0] for f in (p.relative_to(ROOT) for p in _source_packages().values()) if f.parts[0] != "migops"}
+    assert links == {name: f"../{name}" for name in tops}
+
+
+def test_wheel_holds_files_not_links(wheel: zipfile.ZipFile) -> None:
+    for info in wheel.infolist():
+        assert (info.external_attr >> 16) & 0o170000 != 0o120000, f"{info.filename} is a symbolic link"
+    assert len(wheel.read("migops/mig/catalogue.py")) > 1000
 
 
 def test_package_data_is_in_the_wheel(wheel: zipfile.ZipFile) -> None:
