@@ -117,7 +117,8 @@ def up(home: Path, options: Options, progress: Progress = lambda _: None) -> Sta
                 flux_git = flux.up(api, plane, progress)
             reconciler_url = None
             if options.repo:
-                rec = reconciler.start(api, plane.workdir, plane.admin_kubeconfig, options.repo, options.ref,
+                identity = plane.kubeconfig_for(reconciler.LOCAL_RECONCILER_USER, ("system:masters",))
+                rec = reconciler.start(api, plane.workdir, identity, options.repo, options.ref,
                                        options.path, interval=options.interval)
                 plane.adopt("reconciler", rec.popen, rec.ref)
                 reconciler_url = rec.url
