@@ -255,7 +255,9 @@ def test_node_labels_from_git_and_a_label_naming_no_config_is_denied(flux_local,
 
 
 # ------------------------------------------------------------------------------------------- with the reconciler
-def test_flux_owns_the_configmap_and_the_reconciler_the_labels_side_by_side(flux_local, clone) -> None:
+def test_flux_owns_the_configmap_and_the_reconciler_the_labels_side_by_side(
+    flux_local, clone, labels_kustomization
+) -> None:
     """Flux applies the ConfigMap from mig-config/config.yaml; migops's reconciler follows the same
     repository and path (config.yaml + nodes.yaml) and writes node labels. The reconciler writes the
     ConfigMap only where it differs from the commit: once Flux has applied it, never. No field has two
@@ -316,6 +318,31 @@ def test_flux_owns_the_configmap_and_the_reconciler_the_labels_side_by_side(flux
         assert MANAGED_BY_ANNOTATION not in (
             node(api, flux_local.state.nodes[0].name)["metadata"].get("annotations") or {}
         )
+
+        # Flux must not write what the reconciler owns: the webhook (git owns a managed node's label)
+        # refuses kustomize-controller the label of the reconciler's node at Flux's dry-run, so nothing
+        # of that stage is applied; without it, Flux's label of its own node passes.
+        node1 = flux_local.state.nodes[0].name
+        bad = clone.push(
+            {
+                f"{NODES_DIR}/{node2}.yaml": node_manifest(node2, "all-1g.10gb"),
+                f"{NODES_DIR}/{node1}.yaml": node_manifest(node1, "all-3g.40gb"),
+            },
+            "flux labels the reconciler's node",
+        )
+        ready = wait_refused(api, labels_kustomization, bad)
+        print(f"Ready=False {ready['reason']}: {ready['message']}")
+        message = ready["message"]
+        assert f"Node/{node2} dry-run failed" in message and "[git-owned]" in message, message
+        assert flux.KUSTOMIZE_USER in message and f"{flux.CONFIG_DIR}/nodes.yaml" in message, message
+        assert node(api, node2)["metadata"]["labels"][MIG_CONFIG_LABEL] == "all-2g.20gb"
+        assert node(api, node1)["metadata"]["labels"][MIG_CONFIG_LABEL] != "all-3g.40gb"
+        fixed = clone.push({f"{NODES_DIR}/{node2}.yaml": None}, "leave that node to the reconciler")
+        flux.wait_applied(api, labels_kustomization, fixed)
+        assert node(api, node1)["metadata"]["labels"][MIG_CONFIG_LABEL] == "all-3g.40gb"
+        assert node(api, node2)["metadata"]["labels"][MIG_CONFIG_LABEL] == "all-2g.20gb"
+        assert managers(node(api, node2), ("metadata", "labels"), MIG_CONFIG_LABEL) == {RECONCILER_MANAGER}
+        get_kustomizations(flux_local)
         assert sha  # the commit both started from
     finally:
         stop(rec.ref, popen=rec.popen)
