@@ -3,7 +3,7 @@
 `up` starts the local stack (migops.local.stack: etcd, kube-apiserver, GPU nodes seeded as a GPU
 Operator cluster, the admission webhook, one simulated agent per node, the reconciler with --repo,
 kube-scheduler), leaves it running detached, and records it under $MIGOPS_HOME/local/. Nodes cycle through the given GPU models: node i gets
-`gpus[i % len(gpus)]`, with `--gpus-per-node` GPUs each.
+`gpus[i % len(gpus)]`, with `--gpus-per-node` GPUs each. `--flux` adds Flux's controllers and a git server.
 """
 from __future__ import annotations
 
@@ -42,6 +42,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                     help="also run one real node, migops-node, that runs pods (containerd, kubelet, kube-proxy, "
                          "kube-controller-manager; root, one per machine), labelled as a GPU node of the first "
                          "--gpu model")
+    up.add_argument("--flux", action="store_true",
+                    help="also run Flux's source-controller and kustomize-controller (built once from their Go "
+                         "modules, hack/flux-binaries.sh) syncing the MIG ConfigMap from a loopback git server")
     reconciler.add_arguments(up)
     up.set_defaults(func=_up)
 
@@ -110,7 +113,7 @@ def _up(args: argparse.Namespace) -> int:
     from migops.local.realnode import RealNodeError
 
     options = stack.Options(args.nodes, gpus, args.gpus_per_node, args.strategy, args.repo, args.ref, args.path,
-                            real_node=args.real_node)
+                            real_node=args.real_node, flux=args.flux)
     with state.locked(home):
         current = state.load(home)
         if current is not None and current.running():
@@ -149,6 +152,10 @@ def _up(args: argparse.Namespace) -> int:
     if args.repo:
         print(f"  reconciler: following {args.repo} (log {Path(plane.workdir) / 'logs' / 'reconciler.log'}; "
               "`migops status`)")
+    if plane.flux_git:
+        print(f"  flux:       source-controller + kustomize-controller (processes, users flux-source-controller and "
+              f"flux-kustomize-controller); git clone {plane.flux_git}, edit mig-config/config.yaml, push; "
+              "`kubectl get gitrepository,kustomization -n flux-system`")
     print("  scheduler:  kube-scheduler binds Pods to the nodes by their allocatable resources")
     print(f"  kubeconfig: {plane.kubeconfig}")
     print(f'  next:       eval "$({_self()} local env)"; kubectl get nodes --show-labels')
@@ -300,6 +307,8 @@ def _status(args: argparse.Namespace) -> int:
         print(f"  config repo:    {current.repo}")
     if current.real_node:
         print(f"  real node:      migops-node (containerd, kubelet, kube-proxy; {current.real_node})")
+    if current.flux_git:
+        print(f"  flux git:       {current.flux_git}")
     print("  nodes:")
     for line in _node_lines(Path(current.kubeconfig)):
         print(f"    {line}")
