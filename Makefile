@@ -4,7 +4,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-stamp
 
-.PHONY: demo test test-unit lint lock venv k8s-binaries flux-binaries host-packages bench bench-tools clean
+.PHONY: demo demo-deploy test test-unit lint lock venv k8s-binaries flux-binaries host-packages bench bench-tools clean
 
 venv: $(STAMP)
 
@@ -54,6 +54,11 @@ test: venv k8s-binaries flux-binaries host-packages
 
 demo: venv k8s-binaries
 	$(PY) -m migops.demo
+
+# migops in pods on the real node (root): local up --real-node, local image, local deploy, a MIG pod
+# running for real. Separate from `demo`: the first image build alone takes ~4 min.
+demo-deploy: venv k8s-binaries host-packages
+	$(PY) -m migops.demo_deploy
 
 # The load generator of bench/webhook_load.py (vegeta), built once into ~/.cache/migops/bench-bin.
 bench-tools:

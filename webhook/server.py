@@ -54,6 +54,30 @@ def gunicorn_options(*, tls_cert: str, tls_key: str, bind: str = "0.0.0.0", port
     }
 
 
+def first_present_pair(pairs: Sequence[tuple[str, str]]) -> Callable[[Any, Callable[[], Any]], Any]:
+    """A gunicorn `ssl_context` hook (gunicorn calls it for each new connection) that serves the first
+    (cert, key) whose files both exist: the mounted Secret once the kubelet has it, until then the
+    pod's own copy (migops.certs.bootstrap). The rest is gunicorn's own context factory."""
+
+    def hook(conf: Any, default_factory: Callable[[], Any]) -> Any:
+        import ssl
+
+        from gunicorn import sock
+
+        cert, key = next(((c, k) for c, k in pairs if os.path.isfile(c) and os.path.isfile(k)), pairs[-1])
+        context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH, cafile=conf.ca_certs)
+        context.load_cert_chain(certfile=cert, keyfile=key)
+        context.verify_mode = conf.cert_reqs
+        if conf.ciphers:
+            context.set_ciphers(conf.ciphers)
+        alpn = getattr(sock, "_get_alpn_protocols", lambda _conf: None)(conf)
+        if alpn:
+            context.set_alpn_protocols(alpn)
+        return context
+
+    return hook
+
+
 def _child_exit(server: Any, worker: Any) -> None:
     if os.environ.get(MULTIPROC_ENV):
         from prometheus_client import multiprocess
