@@ -23,10 +23,13 @@ RUN python -m pip wheel --no-deps --wheel-dir /dist . \
 
 FROM ${PYTHON_IMAGE}
 # The reconciler fetches with git (ssh:// through openssh-client) and verifies commit signatures with
-# ssh-keygen (openssh-client) and gpgv. Nothing else is added to the base image.
-RUN apt-get update \
- && apt-get install --yes --no-install-recommends git openssh-client gpgv \
- && rm -rf /var/lib/apt/lists/*
+# ssh-keygen (openssh-client) and gpgv. Nothing else is added to the base image. A base that has them
+# already (`migops local image` builds one from Debian packages, with no registry) skips apt.
+RUN if dpkg-query --show --showformat='${db:Status-Status} ' git openssh-client gpgv 2>/dev/null \
+      | grep --quiet --extended-regexp '^(installed ){3}$'; then echo "git, openssh-client, gpgv: in the base"; \
+    else apt-get update \
+      && apt-get install --yes --no-install-recommends git openssh-client gpgv \
+      && rm -rf /var/lib/apt/lists/*; fi
 COPY --from=build /opt/migops /opt/migops
 ENV PATH=/opt/migops/bin:$PATH \
     PYTHONUNBUFFERED=1 \

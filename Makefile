@@ -4,7 +4,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-stamp
 
-.PHONY: demo test test-unit lint lock venv k8s-binaries host-packages bench bench-tools clean
+.PHONY: demo demo-deploy test test-unit lint lock venv k8s-binaries flux-binaries host-packages bench bench-tools clean
 
 venv: $(STAMP)
 
@@ -40,16 +40,25 @@ lock: venv
 k8s-binaries:
 	hack/k8s-binaries.sh >/dev/null
 
+# Flux's source-controller and kustomize-controller (tests/flux), built once into ~/.cache/migops/flux/.
+flux-binaries:
+	hack/flux-binaries.sh >/dev/null
+
 # The one place that installs Debian packages: what the real node (`migops local up --real-node`)
 # and the image build need. apt-get runs only when one is missing, so a warm machine pays nothing.
 host-packages:
 	hack/host-packages.sh
 
-test: venv k8s-binaries host-packages
+test: venv k8s-binaries flux-binaries host-packages
 	$(PY) -m pytest
 
 demo: venv k8s-binaries
 	$(PY) -m migops.demo
+
+# migops in pods on the real node (root): local up --real-node, local image, local deploy, a MIG pod
+# running for real. Separate from `demo`: the first image build alone takes ~4 min.
+demo-deploy: venv k8s-binaries host-packages
+	$(PY) -m migops.demo_deploy
 
 # The load generator of bench/webhook_load.py (vegeta), built once into ~/.cache/migops/bench-bin.
 bench-tools:

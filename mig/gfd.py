@@ -15,9 +15,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import cache
 
-from migops.mig.catalogue import Catalogue, GiProfile, GpuModel, catalogue
+from migops.mig.catalogue import Catalogue, GiProfile, GpuModel, UnknownGpuError, catalogue
 from migops.mig.profile import compute_subprofile_allowed, parse_profile
-from migops.mig.validate import GpuResult, Strategy
+from migops.mig.validate import MAX_GPUS_PER_NODE, GpuResult, Strategy
 
 PREFIX = "nvidia.com/"
 DEVICE_ID_LABEL = "migops.io/gpu.device-id"  # ours: the PCI device ID, which GFD does not publish
@@ -168,7 +168,10 @@ def read_gpus(labels: Mapping[str, object], annotations: Mapping[str, object],
     cat = cat or catalogue()
     listed = annotations.get(GPUS_ANNOTATION)
     if listed and isinstance(listed, str):
-        return NodeGpus(tuple(cat.resolve(d) for d in listed.split(",")), True)
+        ids = listed.split(",", MAX_GPUS_PER_NODE)  # bounded before any work: not a list of thousands
+        if len(ids) > MAX_GPUS_PER_NODE:
+            raise UnknownGpuError(f"{GPUS_ANNOTATION}: more than the {MAX_GPUS_PER_NODE} GPUs any known node has")
+        return NodeGpus(tuple(cat.resolve(d) for d in ids), True)
     product = labels.get(GPU_PRODUCT_LABEL)
     product = product if isinstance(product, str) else ""
     device = labels.get(DEVICE_ID_LABEL)
@@ -180,6 +183,8 @@ def read_gpus(labels: Mapping[str, object], annotations: Mapping[str, object],
     count = count if isinstance(count, str) else ""
     if _SINGLE_MIG in product or not count.isdigit() or int(count) < 1:
         return NodeGpus((model,), False)
+    if len(count) > 3 or int(count) > MAX_GPUS_PER_NODE:  # a count of 10**9 must not become a tuple of 10**9
+        raise UnknownGpuError(f"{GPU_COUNT_LABEL}={count[:20]}: more than the {MAX_GPUS_PER_NODE} GPUs any known node has")
     return NodeGpus((model,) * int(count), True)
 
 

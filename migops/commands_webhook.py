@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     from migops.certs.rotation import DirectoryStore
 
 
-def register(sub: argparse._SubParsersAction) -> None:  # noqa: SLF001
+def register(sub: argparse._SubParsersAction) -> None:
     w = sub.add_parser("webhook", help="serve the validating + mutating admission webhook (TLS)",
                        description="Serve POST /validate and /mutate (AdmissionReview v1), /healthz, /readyz and "
                        "/metrics with gunicorn (gthread workers, keep-alive) over TLS. Cluster state comes from "
@@ -34,6 +34,9 @@ def register(sub: argparse._SubParsersAction) -> None:  # noqa: SLF001
     w.add_argument("--workers", type=int, default=1, metavar="N", help="worker processes (default 1)")
     w.add_argument("--threads", type=int, default=16, metavar="N", help="threads per worker (default 16: at least the connections the API server keeps open)")
     logs.add_arguments(w)
+    w.add_argument("--reconciler-user", action="append", default=None, metavar="USER",
+                   help="the reconciler's identity (repeatable): the only one allowed to change nvidia.com/mig.config "
+                   "on a node a MigSync manages (default system:serviceaccount:migops-system:migops-reconciler)")
     w.set_defaults(func=cmd_webhook)
 
     c = sub.add_parser("certs", help="the webhook's CA and serving certificate",
@@ -78,7 +81,7 @@ def cmd_webhook(args: argparse.Namespace) -> int:
                                       port=args.port, workers=args.workers, threads=args.threads,
                                       log_level=args.log_level, log_format=args.log_format)
     try:
-        server.serve(options, server.app_from_kubeconfig(args.kubeconfig, args.context))
+        server.serve(options, server.app_from_kubeconfig(args.kubeconfig, args.context, args.reconciler_user or ()))
     except FileNotFoundError as exc:
         raise UsageError(str(exc)) from None
     return EXIT_OK
@@ -145,7 +148,7 @@ def cmd_certs_show(args: argparse.Namespace) -> int:
     if m.serving is None:
         print("migops certs: no serving certificate", file=sys.stderr)
         return 1
-    now = dt.datetime.now(dt.timezone.utc)
+    now = dt.datetime.now(dt.UTC)
 
     def line(cert: x509.Certificate) -> str:
         left = cert.not_valid_after_utc - now

@@ -35,8 +35,15 @@ from typing import Any, TypeVar
 from kubernetes import client as k8s
 
 from migops.kube.informer import Informer
-from migops.kube.names import (APPLIED_ANNOTATION, DIGEST_ANNOTATION, DRIFT_ANNOTATION, GPU_PRODUCT_LABEL,
-                               LAYOUT_ANNOTATION, MIG_CONFIG_LABEL, MIG_CONFIG_STATE_LABEL)
+from migops.kube.names import (
+    APPLIED_ANNOTATION,
+    DIGEST_ANNOTATION,
+    DRIFT_ANNOTATION,
+    GPU_PRODUCT_LABEL,
+    LAYOUT_ANNOTATION,
+    MIG_CONFIG_LABEL,
+    MIG_CONFIG_STATE_LABEL,
+)
 from migops.local import agents as local_agents
 from migops.local import reconciler as local_reconciler
 from migops.local import stack, state
@@ -494,7 +501,8 @@ def explore_commands(home: Path, repo: Path) -> tuple[list[tuple[str, str]], lis
         ("migops status --nodes", "the reconciler's view (MigSync migops-system/migops)"),
         (f"kubectl get pods -n {WORKLOADS} -o wide", ""),
         (f"git -C {shlex.quote(str(repo))} log --oneline", "edit, commit: the reconciler polls every 5s"),
-        (f"kubectl label node gpu-node-3 {MIG_CONFIG_LABEL}=all-balanced --overwrite", "the reconciler reverts it"),
+        (f"kubectl label node gpu-node-3 {MIG_CONFIG_LABEL}=all-balanced --overwrite || true",
+         "denied: git owns it (the webhook names the repo and file; migops.io/unmanaged=true takes it out)"),
         ("migops sim show --node gpu-node-2", "the simulated GPUs as they are"),
         ("migops sim destroy-gi --node gpu-node-2 --gpu 1 --start 4",
          "by hand (nvidia-smi mig -dgi): the agent repairs it"),

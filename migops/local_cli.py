@@ -3,11 +3,12 @@
 `up` starts the local stack (migops.local.stack: etcd, kube-apiserver, GPU nodes seeded as a GPU
 Operator cluster, the admission webhook, one simulated agent per node, the reconciler with --repo,
 kube-scheduler), leaves it running detached, and records it under $MIGOPS_HOME/local/. Nodes cycle through the given GPU models: node i gets
-`gpus[i % len(gpus)]`, with `--gpus-per-node` GPUs each.
+`gpus[i % len(gpus)]`, with `--gpus-per-node` GPUs each. `--flux` adds Flux's controllers and a git server.
 """
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import shlex
 import sys
 from pathlib import Path
@@ -20,7 +21,7 @@ DEFAULT_STRATEGY = "single"
 DEFAULT_GPUS_PER_NODE = 8
 
 
-def register(sub: argparse._SubParsersAction) -> None:  # noqa: SLF001 - argparse's own type
+def register(sub: argparse._SubParsersAction) -> None:
     """Add `migops local ...` to the command tree."""
     local = sub.add_parser(
         "local", help="run a local Kubernetes control plane with GPU nodes",
@@ -41,8 +42,30 @@ def register(sub: argparse._SubParsersAction) -> None:  # noqa: SLF001 - argpars
                     help="also run one real node, migops-node, that runs pods (containerd, kubelet, kube-proxy, "
                          "kube-controller-manager; root, one per machine), labelled as a GPU node of the first "
                          "--gpu model")
+    up.add_argument("--flux", action="store_true",
+                    help="also run Flux's source-controller and kustomize-controller (built once from their Go "
+                         "modules, hack/flux-binaries.sh) syncing the MIG ConfigMap from a loopback git server")
     reconciler.add_arguments(up)
     up.set_defaults(func=_up)
+
+    image = cmds.add_parser("image", help="build the migops image from the Dockerfile and load it into the real node",
+                            description="Build the product image from the repository's Dockerfile on a base made "
+                            "from Debian packages (no image registry is reached; docs/deploy-image.md), save it "
+                            "under ~/.cache/migops/image and import it into the real node's containerd when "
+                            "`migops local up --real-node` runs. Prints the image reference.")
+    image.add_argument("--no-load", action="store_true", help="build only; do not import it into the real node")
+    image.set_defaults(func=_image)
+
+    dep = cmds.add_parser("deploy", help="run migops in pods on the real node: apply an overlay, wait until Available",
+                          description="Apply a kustomize overlay (default manifests/overlays/local) with the image "
+                          "`migops local image` builds (built and loaded first when the node lacks it), and wait "
+                          "until every Deployment and DaemonSet is Available. The in-cluster webhook, reconciler "
+                          "and agent replace the host processes `local up` started for the real node. "
+                          "`kubectl delete -k manifests/overlays/local` removes it all.")
+    dep.add_argument("--overlay", default="local", metavar="NAME",
+                     help="an overlay under manifests/overlays/ or a directory (default local)")
+    dep.add_argument("--timeout", type=float, default=300.0, metavar="S", help="wait at most this long (default 300)")
+    dep.set_defaults(func=_deploy)
 
     cmds.add_parser("down", help="stop the control plane and delete its data").set_defaults(func=_down)
     cmds.add_parser("status", help="is it running; API server URL; nodes").set_defaults(func=_status)
@@ -90,7 +113,7 @@ def _up(args: argparse.Namespace) -> int:
     from migops.local.realnode import RealNodeError
 
     options = stack.Options(args.nodes, gpus, args.gpus_per_node, args.strategy, args.repo, args.ref, args.path,
-                            real_node=args.real_node)
+                            real_node=args.real_node, flux=args.flux)
     with state.locked(home):
         current = state.load(home)
         if current is not None and current.running():
@@ -129,6 +152,10 @@ def _up(args: argparse.Namespace) -> int:
     if args.repo:
         print(f"  reconciler: following {args.repo} (log {Path(plane.workdir) / 'logs' / 'reconciler.log'}; "
               "`migops status`)")
+    if plane.flux_git:
+        print(f"  flux:       source-controller + kustomize-controller (processes, users flux-source-controller and "
+              f"flux-kustomize-controller); git clone {plane.flux_git}, edit mig-config/config.yaml, push; "
+              "`kubectl get gitrepository,kustomization -n flux-system`")
     print("  scheduler:  kube-scheduler binds Pods to the nodes by their allocatable resources")
     print(f"  kubeconfig: {plane.kubeconfig}")
     print(f'  next:       eval "$({_self()} local env)"; kubectl get nodes --show-labels')
@@ -143,6 +170,89 @@ def _resolve_gpus(names: list[str]) -> list:
         return [cat.resolve(n) for n in names]
     except UnknownGpuError as exc:
         raise UsageError(str(exc)) from None
+
+
+# --------------------------------------------------------------------------- image
+def _image(args: argparse.Namespace) -> int:
+    from migops.local import image, state
+
+    try:
+        built = image.build(log=lambda line: _say(line) if not line.startswith(" ") else None)
+    except image.ImageError as exc:
+        _say(str(exc))
+        return EXIT_INVALID
+    _say(f"built {built.reference} in {built.base_seconds + built.build_seconds:.0f}s "
+         f"({built.size / 2**20:.0f} MiB; saved to {built.archive})")
+    if not args.no_load:
+        from migops.local.binaries import locate
+        from migops.local.realnode import RealNode, RealNodeError
+
+        current = state.load(_home())
+        if current is None or not current.running() or not current.real_node:
+            _say("no real node running (`migops local up --real-node`): not loaded anywhere")
+        else:
+            try:
+                RealNode(locate(), Path(current.real_node)).load_image(built.archive)
+            except RealNodeError as exc:
+                _say(str(exc))
+                return EXIT_INVALID
+            _say("loaded into the real node's containerd (migops-node)")
+    print(built.reference)
+    return EXIT_OK
+
+
+# --------------------------------------------------------------------------- deploy
+def _deploy(args: argparse.Namespace) -> int:
+    from migops.local import deploy, image, state
+    from migops.local.binaries import locate
+    from migops.local.process import stop
+    from migops.local.realnode import NODE_NAME, RealNode, RealNodeError
+
+    home = _home()
+    try:
+        overlay = deploy.overlay_dir(args.overlay)
+    except deploy.DeployError as exc:
+        raise UsageError(str(exc)) from None
+    with state.locked(home):
+        current = state.load(home)
+        if current is None or not current.running() or not current.real_node:
+            _say("needs a running cluster with the real node: `migops local up --real-node` first")
+            return EXIT_INVALID
+        binaries = locate()
+        node = RealNode(binaries, Path(current.real_node))
+        try:
+            ref = deploy.ensure_image(node, log=lambda line: None)
+        except (image.ImageError, RealNodeError) as exc:
+            _say(str(exc))
+            return EXIT_INVALID
+        _say(f"image {ref} is in {NODE_NAME}'s containerd")
+        # The pods replace the host processes that served the real node.
+        replaced = {name: ref_ for name, ref_ in current.processes.items()
+                    if name in ("webhook", "reconciler", f"agent/{NODE_NAME}")}
+        for proc in replaced.values():
+            stop(proc, timeout=15)
+        record = next((n for n in current.nodes if n.name == NODE_NAME), None)
+        gpus = f"{record.gpus}x{record.device_id}" if record else None
+        current = dataclasses.replace(current, processes={k: v for k, v in current.processes.items() if k not in replaced},
+                          webhook_url=None, reconciler_url=None)
+        state.save(home, current)
+        if replaced:
+            _say(f"stopped the host {', '.join(replaced)} (pods take over)")
+        from kubernetes import config
+
+        try:
+            with config.new_client_from_config(config_file=current.kubeconfig) as api:
+                seconds = deploy.deploy(api, binaries.kubectl, Path(current.kubeconfig), overlay=overlay, gpus=gpus,
+                                        repo=current.repo, timeout=args.timeout, log=_say)
+        except deploy.DeployError as exc:
+            _say(str(exc))
+            return EXIT_INVALID
+    print(f"migops local: {overlay.name} deployed; every workload Available after {seconds:.1f}s")
+    print("  webhook:    Deployment migops-webhook (2 replicas) behind Service migops-webhook")
+    print(f"  reconciler: Deployment migops-reconciler (leader-elected){' following ' + current.repo if current.repo else ''}")
+    print(f"  agent:      DaemonSet migops-agent on {NODE_NAME} ({gpus or 'simulated'} GPUs)")
+    print(f"  remove:     kubectl delete -k {overlay}")
+    return EXIT_OK
 
 
 # --------------------------------------------------------------------------- down
@@ -197,6 +307,8 @@ def _status(args: argparse.Namespace) -> int:
         print(f"  config repo:    {current.repo}")
     if current.real_node:
         print(f"  real node:      migops-node (containerd, kubelet, kube-proxy; {current.real_node})")
+    if current.flux_git:
+        print(f"  flux git:       {current.flux_git}")
     print("  nodes:")
     for line in _node_lines(Path(current.kubeconfig)):
         print(f"    {line}")

@@ -22,6 +22,15 @@ MAX_WARNING = 120  # the API server's advice; longer ones may be truncated
 MAX_WARNINGS = 10  # the API server drops warnings past 4096 characters in all
 MAX_MESSAGE = 4000  # status.message: enough for every problem of a bad config, bounded for the API server
 OPERATIONS = frozenset({"CREATE", "UPDATE", "DELETE", "CONNECT"})
+# Kubernetes' own limits on what the rules read (apimachinery's validation): nothing the API server
+# stores exceeds them, so a review beyond them is refused before any work, and no cache key or entry
+# ever holds more than them.
+MAX_NAME = 253  # metadata.name / namespace (DNS subdomain)
+MAX_LABEL_KEY = 253 + 1 + 63  # prefix / name
+MAX_LABEL_VALUE = 63
+MAX_ANNOTATIONS = 256 << 10  # total size of keys and values
+MAX_USERNAME = 1024  # no Kubernetes limit; longer ones are not names anyone authenticates as
+MAX_GROUPS = 256
 
 
 class BadReview(ValueError):
@@ -42,6 +51,9 @@ class Request:
     old_object: dict[str, Any] | None
     dry_run: bool
     raw: dict[str, Any]
+    username: str = ""  # request.userInfo.username: who writes
+    sub_resource: str = ""  # request.subResource ("status" for nodes/status)
+    refusal: tuple[tuple[str, str], ...] = ()  # (rule, text): beyond Kubernetes' limits, denied before any rule
 
 
 def decode(body: bytes) -> object:
@@ -75,21 +87,102 @@ def parse_review(doc: object) -> Request:
     if not isinstance(operation, str) or operation not in OPERATIONS:
         raise BadReview(f"request.operation: must be one of {', '.join(sorted(OPERATIONS))}, not {_short(operation)}")
     obj, old = req.get("object"), req.get("oldObject")
+    refusal: list[tuple[str, str]] = []
     for field_name, value in (("object", obj), ("oldObject", old)):
         if value is not None and not isinstance(value, dict):
             raise BadReview(f"request.{field_name}: must be an object or null")
+        if value is not None:
+            refusal += check_object(value, f"request.{field_name}")
     if operation in ("CREATE", "UPDATE") and obj is None:
         raise BadReview(f"request.object: required for {operation}")
     name, namespace = req.get("name") or "", req.get("namespace") or ""
     if not isinstance(name, str) or not isinstance(namespace, str):
         raise BadReview("request.name and request.namespace must be strings")
+    for field_name, value in (("name", name), ("namespace", namespace)):
+        if len(value) > MAX_NAME:
+            refusal.append(("object-limits", f"request.{field_name}: longer than {MAX_NAME} characters"))
     dry_run = req.get("dryRun", False)
     if not isinstance(dry_run, bool) and dry_run is not None:
         raise BadReview("request.dryRun: must be a boolean")
+    sub_resource = req.get("subResource") or ""
+    if not isinstance(sub_resource, str) or len(sub_resource) > 63:
+        raise BadReview("request.subResource: must be a string of at most 63 characters")
+    username = _username(req.get("userInfo"))
     if not name:
-        name = str(((obj or old or {}).get("metadata") or {}).get("name") or "")
-    return Request(uid, kind["kind"], kind.get("group", ""), operation, name, namespace, obj, old,
-                   bool(dry_run), req)
+        meta = (obj or old or {}).get("metadata") or {}
+        name = meta.get("name") or ""  # a string of at most MAX_NAME: check_object saw it
+    return Request(uid, kind["kind"], kind.get("group", ""), operation, name[:MAX_NAME], namespace[:MAX_NAME], obj,
+                   old, bool(dry_run), req, username, sub_resource, tuple(dict.fromkeys(refusal)))
+
+
+def _username(info: object) -> str:
+    if info is None:
+        return ""
+    if not isinstance(info, dict):
+        raise BadReview("request.userInfo: must be an object")
+    username = info.get("username", "")
+    if username is None:
+        username = ""
+    if not isinstance(username, str) or len(username) > MAX_USERNAME:
+        raise BadReview(f"request.userInfo.username: must be a string of at most {MAX_USERNAME} characters")
+    groups = info.get("groups")
+    if groups is not None and not (isinstance(groups, list) and len(groups) <= MAX_GROUPS
+                                   and all(isinstance(g, str) and len(g) <= MAX_USERNAME for g in groups)):
+        raise BadReview(f"request.userInfo.groups: must be a list of at most {MAX_GROUPS} strings")
+    return username
+
+
+_OBJECT_FIELDS = ("metadata", "spec", "status", "data", "binaryData")
+_META_STRINGS = ("name", "namespace", "generateName", "resourceVersion", "uid")
+
+
+def check_object(obj: dict[str, Any], where: str) -> list[tuple[str, str]]:
+    """The shape of every field a rule reads, in one place: a wrong type is a BadReview (400: the
+    API server never sends one); a size beyond Kubernetes' limits is returned as findings (denied
+    before any work). After this, labels and annotations are str -> str, so every cache key built
+    from them is hashable and bounded."""
+    for field_name in _OBJECT_FIELDS:
+        value = obj.get(field_name)
+        if value is not None and not isinstance(value, dict):
+            raise BadReview(f"{where}.{field_name}: must be an object, not {type(value).__name__}")
+    status = obj.get("status") or {}
+    if status.get("capacity") is not None and not isinstance(status["capacity"], dict):
+        raise BadReview(f"{where}.status.capacity: must be an object")
+    meta = obj.get("metadata") or {}
+    found: list[tuple[str, str]] = []
+    for field_name in _META_STRINGS:
+        value = meta.get(field_name)
+        if value is not None and not isinstance(value, str):
+            raise BadReview(f"{where}.metadata.{field_name}: must be a string")
+        if isinstance(value, str) and len(value) > MAX_NAME:
+            found.append(("object-limits", f"{where}.metadata.{field_name}: longer than {MAX_NAME} characters"))
+    for field_name in ("labels", "annotations"):
+        values = meta.get(field_name)
+        if values is None:
+            continue
+        if not isinstance(values, dict):
+            raise BadReview(f"{where}.metadata.{field_name}: must be an object of strings")
+        total = 0
+        for key, value in values.items():
+            if not isinstance(value, str):
+                raise BadReview(f"{where}.metadata.{field_name}[{_key(key)}]: must be a string, "
+                                f"not {type(value).__name__}")
+            total += len(key) + len(value)
+            if field_name == "labels" and (len(key) > MAX_LABEL_KEY or len(value) > MAX_LABEL_VALUE):
+                found.append(("object-limits", f"{where}.metadata.labels[{_key(key)}]: a label's value is at most "
+                              f"{MAX_LABEL_VALUE} characters and its key {MAX_LABEL_KEY}"))
+        if field_name == "annotations" and total > MAX_ANNOTATIONS:
+            found.append(("object-limits", f"{where}.metadata.annotations: more than {MAX_ANNOTATIONS} bytes in all"))
+    managed = meta.get("managedFields")
+    if managed is not None and not isinstance(managed, list):
+        raise BadReview(f"{where}.metadata.managedFields: must be a list")
+    return found
+
+
+def _key(key: str) -> str:
+    """A map key as the field path shows it: "nvidia.com/mig.config", at most 60 characters."""
+    text = json.dumps(key)
+    return text if len(text) <= 60 else text[:56] + '..."'
 
 
 def _short(value: object) -> str:
@@ -114,6 +207,11 @@ class Verdict:
         """The AdmissionReview answering request `uid`: everything but the uid is serialised once
         per verdict (a cached verdict is answered again and again)."""
         return _HEAD + json.dumps(uid).encode() + self._tail
+
+    @property
+    def weight(self) -> int:
+        """About the bytes it holds (its response, kept serialised, and its fields): the verdict cache's measure."""
+        return 2 * len(self._tail) + 200
 
     @cached_property
     def _tail(self) -> bytes:
@@ -210,10 +308,15 @@ def annotations(obj: Mapping[str, Any] | None) -> dict[str, Any]:
     return found if isinstance(found, dict) else {}
 
 
+def annotations_of(obj: Mapping[str, Any] | None) -> dict[str, Any]:
+    """annotations() under a name that no `from __future__ import annotations` shadows in its importer."""
+    return annotations(obj)
+
+
 def escape_pointer(key: str) -> str:
     """A JSON Pointer segment (RFC 6901): annotation keys hold '/'."""
     return key.replace("~", "~0").replace("/", "~1")
 
 
-__all__ = ["ALLOW", "BadReview", "Request", "Verdict", "allow", "annotations", "decode", "deny", "escape_pointer",
-           "labels", "merge_warnings", "parse_review", "shorten"]
+__all__ = ["ALLOW", "BadReview", "Request", "Verdict", "allow", "annotations", "annotations_of", "check_object",
+           "decode", "deny", "escape_pointer", "labels", "merge_warnings", "parse_review", "shorten"]

@@ -49,11 +49,7 @@ def wanted(req: Request, snap: Snapshot) -> dict[str, str]:
     text, _ = payload(req.object)
     if not (active or labelled) or text is None:
         return {}
-    models: set[str] = set()
-    if active:
-        for node in snap.nodes:
-            if node.config:
-                models.update(g.device_id for g in node.gpus)
+    models = snap.config_models if active else frozenset()
     return {CONFIG_DIGEST_ANNOTATION: "sha256:" + checks.digest(text), VALIDATED_STRATEGY_ANNOTATION: snap.strategy,
             VALIDATED_GPUS_ANNOTATION: ",".join(sorted(models)) or "catalogue"}
 

@@ -10,47 +10,70 @@ is never read, so a server-side dry-run gets exactly the answer the real request
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Callable
-from typing import Protocol
+from typing import Any, Protocol
 
 from flask import Flask, Response, request
 from werkzeug.exceptions import HTTPException, RequestEntityTooLarge
 
 from migops.webhook import annotate, configmaps, metrics, nodelabels, pods, policies
-from migops.webhook.admission import ALLOW, BadReview, Request, Verdict, decode, parse_review
+from migops.webhook.admission import ALLOW, BadReview, Request, Verdict, decode, deny, parse_review, shorten
 from migops.webhook.cache import LRU
+from migops.webhook.ratelog import RateLimitedLog
 from migops.webhook.state import Snapshot
 
 log = logging.getLogger(__name__)
+bad_requests = RateLimitedLog(log, per_interval=10, interval=10.0)  # one line per bad request, at most 10 per 10 s
+errors = RateLimitedLog(log, per_interval=5, interval=10.0)
 
 MAX_BODY = 8 << 20  # an AdmissionReview holds object and oldObject, each up to etcd's 1.5 MiB
+# Verdicts are weighed by their bytes (message, warnings, patch) plus their key's (digests and values
+# of at most Kubernetes' limits: admission.check_object): 4 MiB of them whatever the requests hold.
+CACHE_BYTES = 4 << 20
+_KEY_WEIGHT = 1024
 SYNC_WAIT = 2.0  # a review that arrives before the caches are synced waits at most this long
 JSON = "application/json"
 
-Rule = tuple[Callable[[Request], tuple], Callable[[Request, Snapshot], Verdict]]
+# (what the verdict depends on in the request, the rule, what it reads of the cluster state). The
+# verdict is cached under the first and the last: the versions of exactly the indexes the rule reads,
+# so a change elsewhere (another node's label, an agent's capacity) keeps it.
+Rule = tuple[Callable[[Request], tuple], Callable[[Request, Snapshot], Verdict], Callable[[Request, Snapshot], tuple]]
 
 
 def _both(*keys: Callable[[Request], tuple]) -> Callable[[Request], tuple]:
     return lambda req: tuple(k(req) for k in keys)
 
 
+def _placement(req: Request, snap: Snapshot) -> tuple:
+    """ConfigMap and ClusterPolicy rules: the settings, the config in force, the nodes' configs and GPUs."""
+    return snap.mig.key, snap.placement.version
+
+
+def _pods(req: Request, snap: Snapshot) -> tuple:
+    """Pod rules: the strategy, which MIG resources are offered, which GPU models are present."""
+    return snap.strategy, snap.placement.offers_version, snap.placement.models_version
+
+
 RULES: dict[str, dict[tuple[str, str], Rule]] = {
     "validate": {
-        ("", "ConfigMap"): (configmaps.cache_key, configmaps.validate),
-        ("", "Node"): (nodelabels.cache_key, nodelabels.validate),
-        ("nvidia.com", "ClusterPolicy"): (policies.cache_key, policies.validate),
-        ("", "Pod"): (pods.cache_key, pods.validate),
+        ("", "ConfigMap"): (configmaps.cache_key, configmaps.validate, _placement),
+        ("", "Node"): (nodelabels.cache_key, nodelabels.validate, nodelabels.reads),
+        ("nvidia.com", "ClusterPolicy"): (policies.cache_key, policies.validate, _placement),
+        ("", "Pod"): (pods.cache_key, pods.validate, _pods),
     },
     "mutate": {
-        ("", "ConfigMap"): (_both(configmaps.cache_key, annotate.cache_key), annotate.mutate),
-        ("", "Pod"): (pods.cache_key, pods.mutate),
+        ("", "ConfigMap"): (_both(configmaps.cache_key, annotate.cache_key), annotate.mutate, _placement),
+        ("", "Pod"): (pods.cache_key, pods.mutate, _pods),
     },
 }
 
 
 class State(Protocol):
     """What the app needs of migops.webhook.state.ClusterState (tests may pass a fixed one)."""
+
+    lock: Any  # held while a review reads the state (its indexes are updated in place)
 
     @property
     def synced(self) -> bool: ...
@@ -62,15 +85,41 @@ class State(Protocol):
     def errors(self) -> dict[str, str]: ...
 
 
-def create_app(state: State, *, cache_size: int = 4096, read_configmap: policies.ReadConfigMap | None = None) -> Flask:
+def create_app(state: State, *, cache_bytes: int = CACHE_BYTES,
+               read_configmap: policies.ReadConfigMap | None = None) -> Flask:
     """The app over `state`; `read_configmap` is how a ClusterPolicy switching to another MIG ConfigMap
-    gets that ConfigMap (webhook/policies.py; without it such a switch is denied as uncheckable)."""
+    gets that ConfigMap (webhook/policies.py; without it such a switch is denied as uncheckable). It is
+    read before the state's lock is taken, so a slow API server holds up no other review."""
     app = Flask("migops.webhook")
     app.config["MAX_CONTENT_LENGTH"] = MAX_BODY
-    verdicts: LRU[tuple, Verdict] = LRU(cache_size)
-    policy_key, policy_rule = RULES["validate"][("nvidia.com", "ClusterPolicy")]
+    verdicts: LRU[tuple, Verdict] = LRU(cache_bytes)
+    policy_key, policy_rule, policy_reads = RULES["validate"][("nvidia.com", "ClusterPolicy")]
+    prefetched = threading.local()
+
+    def read_prefetched(namespace: str, name: str) -> Any:
+        found = getattr(prefetched, "value", None)
+        if found is None or found[0] != (namespace, name):
+            raise RuntimeError("the switch target was not read before the review")  # denied as unreadable
+        if isinstance(found[1], Exception):
+            raise found[1]
+        return found[1]
+
     bound = {**RULES, "validate": {**RULES["validate"], ("nvidia.com", "ClusterPolicy"): (
-        policy_key, lambda req, snap: policy_rule(req, snap, read_configmap))}}  # type: ignore[call-arg]
+        policy_key, lambda req, snap: policy_rule(req, snap, read_prefetched if read_configmap else None),
+        policy_reads)}}  # type: ignore[call-arg]
+
+    def prefetch(req: Request) -> None:
+        """A ClusterPolicy naming another MIG ConfigMap than the one in force: read it now, unlocked."""
+        prefetched.value = None
+        if read_configmap is None or (req.group, req.kind) != ("nvidia.com", "ClusterPolicy"):
+            return
+        target = policies.target_of(req.object)
+        if req.operation not in ("CREATE", "UPDATE") or target == state.snapshot().settings.configmap:
+            return
+        try:
+            prefetched.value = (target, read_configmap(*target))
+        except Exception as exc:  # noqa: BLE001 - the rule turns it into a denial that says why
+            prefetched.value = (target, exc)
     app.extensions["migops.verdicts"] = verdicts
 
     def review(endpoint: str) -> Response:
@@ -86,6 +135,8 @@ def create_app(state: State, *, cache_size: int = 4096, read_configmap: policies
             except (ValueError, RecursionError) as exc:  # JSONDecodeError, UnicodeDecodeError, BadReview
                 result = "bad_request"
                 reason = str(exc) if isinstance(exc, BadReview) else f"body is not JSON: {exc}"
+                reason = shorten(reason, 300)
+                bad_requests.warning("bad AdmissionReview on %s: %s", request.path, reason)
                 return _plain(400, f"bad AdmissionReview: {reason}")
             rule = rules.get((req.group, req.kind))
             kind = req.kind if rule is not None else "other"
@@ -94,23 +145,29 @@ def create_app(state: State, *, cache_size: int = 4096, read_configmap: policies
                 return _plain(503, "cluster state not synced yet; the API server applies the failurePolicy")
             if rule is None:
                 verdict = ALLOW
+            elif req.refusal:  # beyond Kubernetes' limits: no rule runs, nothing is cached
+                bad_requests.warning("refused %s %s on %s: %s", req.kind, shorten(req.name, 60), request.path,
+                                     req.refusal[0][1])
+                verdict = deny(f"{req.kind} {req.name or '(no name)'}", list(req.refusal))
             else:
-                snap = state.snapshot()
-                key = (endpoint, req.kind, snap.version, rule[0](req))
-                verdict = verdicts.get(key)
-                if verdict is None:
-                    metrics.child(metrics.CACHE, "miss").inc()
-                    verdict = rule[1](req, snap)
-                    verdicts.put(key, verdict)
-                else:
-                    metrics.child(metrics.CACHE, "hit").inc()
+                prefetch(req)
+                with state.lock:
+                    snap = state.snapshot()
+                    key = (endpoint, req.kind, rule[0](req), rule[2](req, snap))
+                    verdict = verdicts.get(key)
+                    if verdict is None:
+                        metrics.child(metrics.CACHE, "miss").inc()
+                        verdict = rule[1](req, snap)
+                        verdicts.put(key, verdict, weight=verdict.weight + _KEY_WEIGHT)
+                    else:
+                        metrics.child(metrics.CACHE, "hit").inc()
             result = "allowed" if verdict.allowed else "denied"
             for rule_name in verdict.rules:
                 metrics.child(metrics.DENIALS, rule_name).inc()
             return Response(verdict.body(req.uid), 200, mimetype=JSON)
         finally:
             metrics.child(metrics.REQUESTS, endpoint, kind, result).inc()
-            metrics.child(metrics.LATENCY, endpoint).observe(time.perf_counter() - started)
+            metrics.child(metrics.LATENCY, endpoint, kind).observe(time.perf_counter() - started)
 
     @app.post("/validate")
     def validate() -> Response:
@@ -142,7 +199,7 @@ def create_app(state: State, *, cache_size: int = 4096, read_configmap: policies
 
     @app.errorhandler(Exception)
     def internal_error(exc: Exception) -> Response:
-        log.exception("internal error answering %s", request.path)
+        errors.error("internal error answering %s", request.path, exc_info=exc)
         return _plain(500, "internal error; the API server applies the failurePolicy")
 
     return app

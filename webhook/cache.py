@@ -1,8 +1,9 @@
 """A small thread-safe LRU map: verdicts by content hash, and the MIG core's results by content.
 
-Bounded by total weight: by default each entry weighs 1 (a verdict is a few hundred bytes, so even the
-4,096 default stays small); a caller can weigh entries (checks.py weighs a parsed file by its text
-length: a parsed 800 KB file takes ~26 MB). A flood of distinct objects only evicts, never grows memory.
+Bounded by total weight: by default each entry weighs 1; a caller can weigh entries (app.py weighs a
+verdict by its bytes, checks.py a parsed file by its text length: a parsed 800 KB file takes ~26 MB).
+Keys must be bounded by their maker (digests, values capped by admission.check_object). A flood of
+distinct objects only evicts, never grows memory.
 """
 from __future__ import annotations
 

@@ -24,11 +24,16 @@ from migops.mig.spec import MigConfigEntry, MigPartedConfig, parse_config
 from migops.mig.validate import ConfigReport, Strategy, validate, validate_on_model, validate_on_node
 from migops.webhook.cache import LRU
 
-# Parsed files weigh their text's length: 2 MiB of text is ~170 files of NVIDIA's default config (0.3 MB
-# parsed each) or 2 of the largest admissible ones (~26 MB parsed each for 800 KB of text), so a worker
-# stays well inside the Deployment's memory limit (it held 256 files of any size before).
-_parsed: LRU[str, MigPartedConfig | MigError] = LRU(2 << 20)
-_reports: LRU[tuple, ConfigReport] = LRU(8192)  # 0.5 KB (catalogue) to 3 KB (an 8-GPU node) each
+# Both memos are bounded by bytes (estimated), so a flood of distinct configs (bench/webhook_adversarial.py)
+# cannot grow a worker by more than they hold. A parsed file weighs PARSED_PER_CHAR x its text's length
+# (measured: 26 MB for the largest admissible 800 KB text, 0.3 MB for NVIDIA's 12 KB default): 12 MiB
+# is ~40 default-sized files, and a file over ~500 KB is parsed per review instead of kept (the config
+# in force is kept by the webhook's state in any case). A report weighs REPORT_BYTES: 0.5 KB
+# (catalogue) to 3 KB (an 8-GPU node), plus the parsed entries its key keeps alive.
+PARSED_PER_CHAR = 24
+REPORT_BYTES = 4096
+_parsed: LRU[str, MigPartedConfig | MigError] = LRU(12 << 20)
+_reports: LRU[tuple, ConfigReport] = LRU(8 << 20)
 
 
 def digest(text: str) -> str:
@@ -45,7 +50,7 @@ def parse(text: str, text_digest: str | None = None) -> MigPartedConfig:
             found = parse_config(text)
         except MigError as exc:
             found = exc
-        _parsed.put(key, found, weight=max(1, len(text)))
+        _parsed.put(key, found, weight=max(1, len(text)) * PARSED_PER_CHAR)
     if isinstance(found, MigError):
         raise found
     return found
@@ -74,7 +79,7 @@ def on_catalogue(config: MigPartedConfig, names: Iterable[str],
     if missing:
         for name, report in zip(missing, validate(config, missing, strategy=strategy)):
             found[name] = report
-            _reports.put(keys[name], report)
+            _reports.put(keys[name], report, weight=REPORT_BYTES)
     return found
 
 
@@ -84,7 +89,7 @@ def on_node(config: MigPartedConfig, name: str, gpus: Sequence[GpuModel], strate
     found = _reports.get(key)
     if found is None:
         found = validate_on_node(config, name, gpus, strategy)
-        _reports.put(key, found)
+        _reports.put(key, found, weight=REPORT_BYTES)
     return found
 
 
@@ -94,7 +99,7 @@ def on_model(config: MigPartedConfig, name: str, model: GpuModel, strategy: Stra
     found = _reports.get(key)
     if found is None:
         found = validate_on_model(config, name, model, strategy)
-        _reports.put(key, found)
+        _reports.put(key, found, weight=REPORT_BYTES)
     return found
 
 

@@ -60,7 +60,7 @@ def _text_key(obj: Mapping[str, Any] | None) -> str:
     text = data.get(CONFIGMAP_KEY) if isinstance(data, dict) else None
     if isinstance(text, str):
         return checks.digest(text)
-    return "none:" + (",".join(sorted(map(str, data)))[:1000] if isinstance(data, dict) else type(data).__name__)
+    return "none:" + (checks.digest(",".join(sorted(map(str, data)))) if isinstance(data, dict) else type(data).__name__)
 
 
 def cache_key(req: Request) -> tuple:
@@ -145,15 +145,15 @@ def judge(config: MigPartedConfig, users: Mapping[str, Sequence[NodeView]], snap
     for name in names:
         used_by = users.get(name, ())
         if used_by:
-            _on_nodes(config, name, used_by, known, findings, warnings)
+            _on_nodes(config, name, snap.groups(name), known, findings, warnings)
         else:
             errors, warns = split(checks.fit(config, name, None, None).problems)
             findings += errors
             warnings += warns
         report = catalogue[name]
         if report.valid and report.fits:
-            fit = {g.device_id for g in report.fits}
-            cannot = [n for n in snap.gpu_nodes if n.config != name and not n.model_ids <= fit]
+            fit = frozenset(g.device_id for g in report.fits)
+            cannot = snap.not_served(fit, name)
             if cannot:
                 fits = listed(dict.fromkeys(g.name for g in report.fits), 2)
                 warnings.append(("fits-some-gpus", key_path("mig-configs", name),
@@ -161,14 +161,12 @@ def judge(config: MigPartedConfig, users: Mapping[str, Sequence[NodeView]], snap
     return findings, warnings
 
 
-def _on_nodes(config: MigPartedConfig, name: str, nodes: Sequence[NodeView], strategy: str | None,
-              findings: list[Finding], warnings: list[Warning_]) -> None:
+def _on_nodes(config: MigPartedConfig, name: str, groups: Sequence[tuple[tuple[str, ...], bool, Sequence[NodeView]]],
+              strategy: str | None, findings: list[Finding], warnings: list[Warning_]) -> None:
     """The config on each distinct set of GPUs among the nodes that select it (node question, or the
-    model question when GFD tells the model only)."""
-    groups: dict[tuple, list[NodeView]] = {}
-    for node in nodes:
-        groups.setdefault((tuple(g.device_id for g in node.gpus), node.exact), []).append(node)
-    for (ids, exact), members in groups.items():
+    model question when GFD tells the model only); the state keeps them grouped (state.Placement), so
+    a review never walks the nodes."""
+    for ids, exact, members in groups:
         first = members[0]
         context = f"on {node_names(members)}: {first.describe()}"
         if not ids:
@@ -184,9 +182,9 @@ def _on_nodes(config: MigPartedConfig, name: str, nodes: Sequence[NodeView], str
 
 
 def _delete(subject: str, snap: Snapshot) -> Verdict:
-    users = [n for n in snap.nodes if n.config]
+    users = snap.configured()
     if not users:
         return ALLOW
-    configs = ", ".join(sorted({n.config for n in users if n.config})[:5])
+    configs = ", ".join(sorted(snap.users)[:5])
     return deny(subject, [("config-in-use", f"{node_names(users)} select configs from it ({MIG_CONFIG_LABEL}: {configs}); "
                            "mig-manager would have nothing to apply: relabel them first")], code=403, reason="Forbidden")

@@ -28,5 +28,6 @@ def split(problems: Iterable[Problem], context: str = "") -> tuple[list[Finding]
 
 
 def node_names(nodes: Sequence[NodeView], limit: int = 5) -> str:
-    names = [n.name for n in nodes]
-    return f"node{'s' if len(names) != 1 else ''} {listed(names, limit)}"
+    """The first `limit` names and how many there are: reads only those of a lazy state.NodeSample."""
+    count = len(nodes)
+    return f"node{'s' if count != 1 else ''} {listed((n.name for n in nodes), limit, total=count)}"

@@ -1,61 +1,148 @@
 """Rules for a Node whose nvidia.com/mig.config label is set or changed.
 
 The webhook configuration's matchConditions send only those writes here (kubelets and mig-manager
-write Nodes constantly). The name must exist in the MIG ConfigMap in force, and that config must be
-placeable on this node's GPUs under the cluster's MIG strategy (so under `single`, one MIG device
-type): `migops.mig.fit` answers that, with the errors of the config's text itself (as `migops
-validate` and gitops do). Removing the label is always allowed: mig-manager then leaves the GPUs as
-they are.
+write Nodes constantly), and those that change the migops.io/managed-by annotation; through the Node
+and its `status` subresource alike (a status write can carry labels too).
+
+- On a node a MigSync manages (migops.io/managed-by, set by the reconciler) and not labelled
+  migops.io/unmanaged=true, git is the only writer of nvidia.com/mig.config: a change by anyone but
+  the reconciler's identity is denied, naming the MigSync, its repo and the file to change, and so is
+  anyone else's change of the annotation itself (which would otherwise take the node out in one step).
+- The name must exist in the MIG ConfigMap in force, and that config must be placeable on this
+  node's GPUs under the cluster's MIG strategy (so under `single`, one MIG device type):
+  `migops.mig.fit` answers that, with the errors of the config's text itself (as `migops validate`
+  and gitops do). Removing the label is allowed: mig-manager then leaves the GPUs as they are.
+
+A verdict reads no other node: it is cached under the settings, the config in force and the MigSync
+named, so a rollout across thousands of nodes never invalidates it.
 """
 from __future__ import annotations
 
 import difflib
 
-from migops.kube.names import DEVICE_ID_LABEL, GPU_COUNT_LABEL, GPU_PRODUCT_LABEL, GPUS_ANNOTATION, MIG_CONFIG_LABEL
+from migops.gitops.repo import NODES_FILE
+from migops.kube.names import (
+    DEVICE_ID_LABEL,
+    GPU_COUNT_LABEL,
+    GPU_PRODUCT_LABEL,
+    GPUS_ANNOTATION,
+    MANAGED_BY_ANNOTATION,
+    MIG_CONFIG_LABEL,
+    UNMANAGED_LABEL,
+)
 from migops.mig.gfd import NodeGpus
 from migops.mig.problems import MigError
 from migops.mig.text import listed
 from migops.mig.validate import STRATEGIES
 from migops.webhook import checks
-from migops.webhook.admission import ALLOW, Request, Verdict, allow, deny, labels, merge_warnings
-from migops.webhook.findings import Warning_, split
+from migops.webhook.admission import ALLOW, Request, Verdict, allow, annotations_of, deny, labels, merge_warnings
+from migops.webhook.findings import Finding, Warning_, split
 from migops.webhook.state import Snapshot, node_view
 
 _GPU_KEYS = (GPU_PRODUCT_LABEL, GPU_COUNT_LABEL, DEVICE_ID_LABEL)
 
 
+def _bounded(value: object) -> object:
+    """A value for a cache key: short ones as they are, long ones (an annotation) by digest."""
+    return checks.digest(value) if isinstance(value, str) and len(value) > 128 else value
+
+
 def cache_key(req: Request) -> tuple:
+    """What the verdict depends on in the request. Every part is bounded: label values by
+    admission.check_object (63 characters), the GPUs annotation by digest."""
     new, old = labels(req.object), labels(req.old_object)
-    annotations = ((req.object or {}).get("metadata") or {}).get("annotations") or {}
     return (req.name, req.operation, new.get(MIG_CONFIG_LABEL), old.get(MIG_CONFIG_LABEL),
-            tuple(new.get(k) for k in _GPU_KEYS), annotations.get(GPUS_ANNOTATION) if isinstance(annotations, dict) else None)
+            tuple(new.get(k) for k in _GPU_KEYS), _bounded(annotations_of(req.object).get(GPUS_ANNOTATION)),
+            _ownership_key(req))
+
+
+def _ownership_key(req: Request) -> tuple:
+    return (req.username, _bounded(annotations_of(req.object).get(MANAGED_BY_ANNOTATION)),
+            _bounded(annotations_of(req.old_object).get(MANAGED_BY_ANNOTATION)), labels(req.object).get(UNMANAGED_LABEL))
+
+
+def reads(req: Request, snap: Snapshot) -> tuple:
+    """What the verdict reads of the cluster state: the settings and the config in force, the MigSync
+    the node names and who the reconciler is. No other node."""
+    owner = _owner(req)
+    return snap.mig.key, snap.migsync(owner) if owner else None, snap.reconciler_users
+
+
+def _owner(req: Request) -> str | None:
+    """The MigSync (namespace/name) managing the node before this write (after it, on CREATE)."""
+    obj = req.old_object if req.operation == "UPDATE" else req.object
+    found = annotations_of(obj).get(MANAGED_BY_ANNOTATION)
+    return found or None
+
+
+def ownership(req: Request, snap: Snapshot) -> tuple[list[Finding], list[Warning_]]:
+    """Git owns nvidia.com/mig.config of a managed node: only the reconciler changes it (or the
+    managed-by annotation), unless the write labels the node migops.io/unmanaged=true."""
+    if req.username in snap.reconciler_users or labels(req.object).get(UNMANAGED_LABEL) == "true":
+        return [], []
+    new_value, old_value = labels(req.object).get(MIG_CONFIG_LABEL), labels(req.old_object).get(MIG_CONFIG_LABEL)
+    new_owner = annotations_of(req.object).get(MANAGED_BY_ANNOTATION)
+    old_owner = annotations_of(req.old_object).get(MANAGED_BY_ANNOTATION) if req.operation == "UPDATE" else new_owner
+    findings: list[Finding] = []
+    warnings: list[Warning_] = []
+    who = req.username or "this user"
+    out = (f"to take the node out of management, label it {UNMANAGED_LABEL}=true (the reconciler then leaves it "
+           "alone and anyone may set its labels)")
+    if req.operation == "UPDATE" and new_owner != old_owner:
+        findings.append(("managed-by", f"metadata.annotations.\"{MANAGED_BY_ANNOTATION}\": written by the reconciler "
+                         f"only, not by {who}; {out}"))
+    owner = old_owner
+    if owner and new_value != old_value:
+        sync = snap.migsync(owner)
+        if sync is None:
+            warnings.append(("managed-by-unknown", MANAGED_BY_ANNOTATION,
+                             f"MigSync {owner} does not exist; not git-owned"))
+        else:
+            where = f"{sync.path}/{NODES_FILE}" if sync.path else NODES_FILE
+            ref = f" (ref {sync.ref})" if sync.ref else ""
+            findings.append(("git-owned", f"metadata.labels.\"{MIG_CONFIG_LABEL}\": this node is managed by MigSync "
+                             f"{owner}: git is the only writer of its MIG config; change {where} in {sync.url}{ref} "
+                             f"and let the reconciler apply it (not {who}); {out}"))
+    return findings, warnings
 
 
 def validate(req: Request, snap: Snapshot) -> Verdict:
     if req.operation not in ("CREATE", "UPDATE"):
         return ALLOW
     value = labels(req.object).get(MIG_CONFIG_LABEL)
+    subject = f"Node {req.name}: {MIG_CONFIG_LABEL}={value}" if value is not None else f"Node {req.name}"
+    owned, warnings = ownership(req, snap)
+    findings, more = _config(req, snap, value)
+    warnings += more
+    if owned:  # with what else is wrong, so one answer says everything
+        return deny(subject, owned + findings, code=403, reason="Forbidden", warnings=merge_warnings(warnings))
+    if findings:
+        return deny(subject, findings, warnings=merge_warnings(warnings))
+    return allow(merge_warnings(warnings))
+
+
+def _config(req: Request, snap: Snapshot, value: object) -> tuple[list[Finding], list[Warning_]]:
+    """The label's value against the MIG ConfigMap in force and this node's GPUs."""
     if value is None or value == labels(req.old_object).get(MIG_CONFIG_LABEL):
-        return ALLOW  # removed or unchanged
-    subject = f"Node {req.name}: {MIG_CONFIG_LABEL}={value}"
+        return [], []  # removed or unchanged
     where = f"metadata.labels.\"{MIG_CONFIG_LABEL}\""
     if not isinstance(value, str):
-        return deny(subject, [("label-value", f"{where}: must be a string")])
+        return [("label-value", f"{where}: must be a string")], []
     config = snap.active_config
     if config is None:
-        return deny(subject, [("configmap-missing", f"{where}: the MIG ConfigMap {snap.configmap_name} (named by the "
-                               "ClusterPolicy) does not exist or has no config.yaml; mig-manager has nothing to apply")])
+        return [("configmap-missing", f"{where}: the MIG ConfigMap {snap.configmap_name} (named by the "
+                 "ClusterPolicy) does not exist or has no config.yaml; mig-manager has nothing to apply")], []
     if isinstance(config, MigError):
         first = config.problems[0]
-        return deny(subject, [("configmap-invalid", f"{where}: the MIG ConfigMap {snap.configmap_name} is itself "
-                               f"invalid ({first.path}: {first.message})")])
+        return [("configmap-invalid", f"{where}: the MIG ConfigMap {snap.configmap_name} is itself "
+                 f"invalid ({first.path}: {first.message})")], []
     names = config.names()
     if value not in names:
         near = difflib.get_close_matches(value, names, n=1)
         hint = f"; did you mean {near[0]!r}?" if near else ""
         shown = listed(names, 8)
-        return deny(subject, [("config-not-found", f"{where}: no config {value!r} in {snap.configmap_name} "
-                               f"(has: {shown}){hint}")])
+        return [("config-not-found", f"{where}: no config {value!r} in {snap.configmap_name} "
+                 f"(has: {shown}){hint}")], []
     node = node_view(req.object or {})
     warnings: list[Warning_] = []
     strategy = snap.strategy if snap.strategy in STRATEGIES else None
@@ -68,7 +155,4 @@ def validate(req: Request, snap: Snapshot) -> Verdict:
         verdict = checks.fit(config, value, None, strategy)  # type: ignore[arg-type]
         context = ""
     findings, warns = split(verdict.problems, context)
-    warnings += warns
-    if findings:
-        return deny(subject, findings, warnings=merge_warnings(warnings))
-    return allow(merge_warnings(warnings))
+    return findings, warnings + warns

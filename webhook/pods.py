@@ -21,6 +21,7 @@ from migops.kube.names import GPU_PRODUCT_LABEL as PRODUCT_LABEL
 from migops.kube.names import GPU_RESOURCE, MIG_RESOURCE_PREFIX, TRANSLATE_LABEL, TRANSLATED_ANNOTATION
 from migops.mig.gfd import mig_resources, single_product
 from migops.webhook.admission import ALLOW, Request, Verdict, allow, deny, escape_pointer, merge_warnings
+from migops.webhook.checks import digest
 from migops.webhook.findings import Finding, Warning_
 from migops.webhook.state import Snapshot
 
@@ -60,15 +61,16 @@ def requested(pod: Mapping[str, Any]) -> dict[str, str]:
 def cache_key(req: Request) -> tuple:
     pod = req.object or {}
     spec = pod.get("spec") if isinstance(pod.get("spec"), dict) else {}
-    return (req.operation, repr([(k, i, c.get("resources")) for k, i, c in _containers(pod)])[:8000],
-            repr(spec.get("nodeSelector")), repr(spec.get("affinity"))[:4000])
+    # Digests: bounded keys (a review may hold megabytes there), and no two pods that differ share one.
+    return (req.operation, digest(repr([(k, i, c.get("resources")) for k, i, c in _containers(pod)])),
+            digest(repr(spec.get("nodeSelector"))), digest(repr(spec.get("affinity"))))
 
 
 def products(resource: str, snap: Snapshot) -> list[str]:
     """Product label values of nodes that can serve `resource` under `single`: the models in the
     cluster that have the profile, else every known model that has it."""
     profile, models = mig_resources()[resource]
-    present = [m for m in models if any(m in n.models for n in snap.gpu_nodes)]
+    present = [m for m in models if m in snap.models_present]
     return list(dict.fromkeys(single_product(m, profile) for m in (present or models)))
 
 
@@ -95,7 +97,7 @@ def validate(req: Request, snap: Snapshot) -> Verdict:
                                  f"label the namespace {TRANSLATE_LABEL}=single to have it rewritten)"))
     elif not findings:
         for res in wanted:
-            if not any(res in n.offers for n in snap.nodes):
+            if res not in snap.offered:
                 warnings.append(("not-offered", res, "no node offers it now; the Pod stays Pending until one does"))
     subject = f"Pod {req.namespace}/{req.name or '(generated name)'}"
     if findings:

@@ -27,7 +27,7 @@ from migops.mig.validate import STRATEGIES
 from migops.webhook import checks, configmaps
 from migops.webhook.admission import ALLOW, Request, Verdict, allow, deny, merge_warnings
 from migops.webhook.findings import Finding, Warning_, node_names, split
-from migops.webhook.state import NodeView, Snapshot
+from migops.webhook.state import NodeSample, NodeView, Snapshot
 
 log = logging.getLogger(__name__)
 
@@ -60,8 +60,9 @@ def cache_key(req: Request) -> tuple:
     new, old = _spec(req.object), _spec(req.old_object)
     # A review that may switch the ConfigMap is judged on a ConfigMap read now: never from the cache.
     switch = req.uid if req.operation == "CREATE" or target_of(req.object) != target_of(req.old_object) else ""
-    return (req.name, req.operation, repr(_part(new, "mig")), repr(_part(new, "migManager"))[:4000],
-            repr(_part(old, "mig")), switch)
+    # Digests: bounded keys whatever the spec holds, and no two specs that differ share one.
+    return (req.name, req.operation, checks.digest(repr(_part(new, "mig"))),
+            checks.digest(repr(_part(new, "migManager"))), checks.digest(repr(_part(old, "mig"))), switch)
 
 
 def validate(req: Request, snap: Snapshot, read: ReadConfigMap | None = None) -> Verdict:
@@ -130,16 +131,21 @@ def _switch(strategy: str, snap: Snapshot) -> list[Finding]:
     config = snap.active_config
     if config is None or isinstance(config, MigError):
         return []
-    broken: dict[str, list[NodeView]] = {}
-    reasons: dict[str, str] = {}
-    for node in snap.nodes:
-        if not node.config or not node.exact or not node.gpus or node.config not in config.names():
+    broken: dict[str, list[tuple[NodeView, ...]]] = {}
+    reasons: dict[str, tuple[str, str]] = {}  # config -> (first broken node's name, its reason)
+    names = set(config.names())
+    for name in snap.users:
+        if name not in names:
             continue
-        verdict = checks.fit(config, node.config, NodeGpus(node.gpus, True), strategy)  # type: ignore[arg-type]
-        mismatch = [p for p in verdict.errors if p.rule == "strategy-mismatch"]
-        if mismatch:
-            broken.setdefault(node.config, []).append(node)
-            reasons.setdefault(node.config, mismatch[0].message)
-    return [("strategy-mismatch", f"spec.mig.strategy: {strategy} would break {node_names(nodes)} "
-             f"(nvidia.com/mig.config={name}: {reasons[name]}); relabel them first")
-            for name, nodes in sorted(broken.items())]
+        for ids, exact, members in snap.groups(name):  # the nodes judged alike, checked once
+            if not exact or not ids:
+                continue
+            verdict = checks.fit(config, name, NodeGpus(members[0].gpus, True), strategy)  # type: ignore[arg-type]
+            mismatch = [p for p in verdict.errors if p.rule == "strategy-mismatch"]
+            if mismatch:
+                broken.setdefault(name, []).append(members)
+                if name not in reasons or members[0].name < reasons[name][0]:
+                    reasons[name] = (members[0].name, mismatch[0].message)
+    return [("strategy-mismatch", f"spec.mig.strategy: {strategy} would break {node_names(NodeSample(groups))} "
+             f"(nvidia.com/mig.config={name}: {reasons[name][1]}); relabel them first")
+            for name, groups in sorted(broken.items())]

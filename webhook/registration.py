@@ -5,8 +5,9 @@ them with a loopback URL.
 Scope, so that the webhook can never lock out the cluster or itself:
 - namespaced objects in kube-system, kube-node-lease and any namespace labelled migops.io/webhook=skip
   (migops-system is) are never sent;
-- Nodes only when nvidia.com/mig.config is set or changed (matchConditions: kubelets and mig-manager
-  write Nodes constantly, and a Node write must never wait on the webhook otherwise);
+- Nodes, and their status subresource (which stores labels too), only when nvidia.com/mig.config is
+  set or changed or the migops.io/managed-by annotation changes (matchConditions: kubelets and
+  mig-manager write Nodes constantly, and a Node write must never wait on the webhook otherwise);
 - ConfigMaps only when they could hold a MIG config (a config.yaml key, the migops label, or the GPU
   Operator's namespace), and an UPDATE only when it changes what the webhook judges (data,
   binaryData, the migops label; the mutation also when the digest annotation is gone): re-applies
@@ -25,7 +26,13 @@ from typing import Any
 from kubernetes import client as k8s
 
 from migops.kube import ssa
-from migops.kube.names import CONFIG_DIGEST_ANNOTATION, MIG_CONFIGMAP_LABEL, TRANSLATE_LABEL, WEBHOOK_SKIP_LABEL
+from migops.kube.names import (
+    CONFIG_DIGEST_ANNOTATION,
+    MANAGED_BY_ANNOTATION,
+    MIG_CONFIGMAP_LABEL,
+    TRANSLATE_LABEL,
+    WEBHOOK_SKIP_LABEL,
+)
 
 NAME = "migops-webhook"
 SERVICE_NAMESPACE = "migops-system"
@@ -79,8 +86,17 @@ _MIG_CONTENT_CHANGED = (f"request.operation != 'UPDATE' || !({_same('data')} && 
 # annotations always describe the content in force.
 _DIGEST_MISSING = ("!(has(object.metadata.annotations) && "
                    f"'{CONFIG_DIGEST_ANNOTATION}' in object.metadata.annotations)")
+def _annotation(var: str, key: str) -> str:
+    return (f"(has({var}.metadata.annotations) && '{key}' in {var}.metadata.annotations ? "
+            f"{var}.metadata.annotations['{key}'] : '')")
+
+
 _NODE_LABEL_CHANGED = (f"request.operation == 'CREATE' ? {_label('object')} != '' : "
                        f"{_label('object')} != {_label('oldObject')}")
+# The owner of a managed node's labels (nodelabels.ownership) is judged on writes of the annotation too.
+_MANAGED_BY_CHANGED = (f"request.operation == 'UPDATE' && {_annotation('object', MANAGED_BY_ANNOTATION)} != "
+                       f"{_annotation('oldObject', MANAGED_BY_ANNOTATION)}")
+_NODE_CONDITIONS = {"mig-config-label-or-owner-changed": f"({_NODE_LABEL_CHANGED}) || ({_MANAGED_BY_CHANGED})"}
 
 
 def _wants_mig(containers: str) -> str:
@@ -132,7 +148,11 @@ def configurations(client: dict[str, Any], ca_bundle: bytes | None = None) -> li
               [_rule("", "v1", "configmaps", "CREATE", "UPDATE", "DELETE")], "Fail",
               conditions={"may-hold-a-mig-config": _MIG_CONFIGMAP, "mig-content-changed": _MIG_CONTENT_CHANGED}),
         _hook("nodes.validate.migops.io", "/validate", client, [_rule("", "v1", "nodes", "CREATE", "UPDATE")], "Fail",
-              conditions={"mig-config-label-changed": _NODE_LABEL_CHANGED}),
+              conditions=_NODE_CONDITIONS),
+        # A write of the status subresource (the kubelet's, every few seconds) keeps metadata as sent:
+        # labels changed there are stored as well, so the same rule reviews it, under its own hook.
+        _hook("nodes-status.validate.migops.io", "/validate", client, [_rule("", "v1", "nodes/status", "UPDATE")],
+              "Fail", conditions=_NODE_CONDITIONS),
         _hook("clusterpolicies.validate.migops.io", "/validate", client,
               [_rule("nvidia.com", "v1", "clusterpolicies", "CREATE", "UPDATE")], "Fail"),
         _hook("pods.validate.migops.io", "/validate", client, [_rule("", "v1", "pods", "CREATE")], "Ignore",

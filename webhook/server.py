@@ -13,7 +13,7 @@ import gc
 import logging
 import os
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -54,6 +54,30 @@ def gunicorn_options(*, tls_cert: str, tls_key: str, bind: str = "0.0.0.0", port
     }
 
 
+def first_present_pair(pairs: Sequence[tuple[str, str]]) -> Callable[[Any, Callable[[], Any]], Any]:
+    """A gunicorn `ssl_context` hook (gunicorn calls it for each new connection) that serves the first
+    (cert, key) whose files both exist: the mounted Secret once the kubelet has it, until then the
+    pod's own copy (migops.certs.bootstrap). The rest is gunicorn's own context factory."""
+
+    def hook(conf: Any, default_factory: Callable[[], Any]) -> Any:
+        import ssl
+
+        from gunicorn import sock
+
+        cert, key = next(((c, k) for c, k in pairs if os.path.isfile(c) and os.path.isfile(k)), pairs[-1])
+        context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH, cafile=conf.ca_certs)
+        context.load_cert_chain(certfile=cert, keyfile=key)
+        context.verify_mode = conf.cert_reqs
+        if conf.ciphers:
+            context.set_ciphers(conf.ciphers)
+        alpn = getattr(sock, "_get_alpn_protocols", lambda _conf: None)(conf)
+        if alpn:
+            context.set_alpn_protocols(alpn)
+        return context
+
+    return hook
+
+
 def _child_exit(server: Any, worker: Any) -> None:
     if os.environ.get(MULTIPROC_ENV):
         from prometheus_client import multiprocess
@@ -68,18 +92,23 @@ def prepare_metrics_dir(workers: int) -> None:
         os.environ[MULTIPROC_ENV] = tempfile.mkdtemp(prefix="migops-webhook-metrics-", dir=base)
 
 
-def app_from_kubeconfig(kubeconfig: str | None, context: str | None = None) -> Callable[[], Any]:
-    """A factory run in each worker: informers on the API server, then the Flask app."""
+def app_from_kubeconfig(kubeconfig: str | None, context: str | None = None,
+                        reconciler_users: Sequence[str] = ()) -> Callable[[], Any]:
+    """A factory run in each worker: informers on the API server, then the Flask app.
+    `reconciler_users`: who may change what git owns on managed nodes (default: the reconciler's
+    ServiceAccount in migops-system)."""
 
     def load() -> Any:
         from migops.kube.client import api_client
-        from migops.webhook.app import create_app
         from migops.mig.gfd import mig_resources
-        from migops.webhook.state import ClusterState
+        from migops.webhook.app import create_app
+        from migops.webhook.memory import bound_malloc
+        from migops.webhook.state import DEFAULT_RECONCILER_USER, ClusterState
 
+        bound_malloc()  # before the informers and the first review allocate
         logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
         api = api_client(kubeconfig, context)
-        state = ClusterState(api).start()
+        state = ClusterState(api, reconciler_users=reconciler_users or (DEFAULT_RECONCILER_USER,)).start()
         mig_resources()  # build the catalogue's tables now, not in the first review
         app = create_app(state, read_configmap=configmap_reader(api))
         # Everything loaded so far (the Kubernetes client's models, Flask, the catalogue: ~75,000

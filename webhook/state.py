@@ -1,16 +1,26 @@
 """The cluster as the webhook needs to see it, kept in memory by informers: no API call per review.
 
-Three watches: Nodes (trimmed to the labels, annotation and capacity that name their GPUs, MIG config
+Four watches: Nodes (trimmed to the labels, annotation and capacity that name their GPUs, MIG config
 and MIG resources), ClusterPolicies (the MIG strategy and where the MIG ConfigMap lives; the CRD may be
-absent) and that one ConfigMap (re-targeted when the ClusterPolicy moves it). Rules read an immutable
-`Snapshot`; `version` changes only when something a rule reads changes (a kubelet heartbeat does not),
-so verdicts cached under one version stay valid until then.
+absent), that one ConfigMap (re-targeted when the ClusterPolicy moves it) and MigSyncs (which repo
+owns a managed node's labels; the CRD may be absent).
+
+Everything is maintained per event, never rebuilt: a Node event replaces that node's NodeView in the
+`Placement` indexes (nodes per config name, per GPU set, per (config, GPUs) group, the GPU models and
+MIG resources present), in O(1) plus the node's own labels; a ClusterPolicy or ConfigMap event
+replaces the small immutable `MigView` (settings, the config in force, parsed once). A review reads
+them through a `Snapshot`, under the state's lock, in O(1) or O(the nodes the rule is about), and its
+verdict is cached under the versions of exactly what its rule reads (app.py): a Node review reads no
+other node, so a rollout of 10,000 nodes never invalidates it.
 """
 from __future__ import annotations
 
+import heapq
+import itertools
 import logging
 import threading
-from collections.abc import Callable, Iterable, Mapping
+from collections import Counter
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
@@ -18,15 +28,23 @@ from typing import Any
 from kubernetes import client as k8s
 
 from migops.kube import clusterpolicy
-from migops.kube.informer import Informer, Obj
+from migops.kube.informer import Informer, Obj, object_key
 from migops.kube.names import (
-    CONFIGMAP_KEY, DEVICE_ID_LABEL, GPU_COUNT_LABEL, GPU_PRODUCT_LABEL, GPUS_ANNOTATION, MIG_CONFIG_LABEL,
+    CONFIGMAP_KEY,
+    DEVICE_ID_LABEL,
+    GPU_COUNT_LABEL,
+    GPU_PRODUCT_LABEL,
+    GPUS_ANNOTATION,
+    MIG_CONFIG_LABEL,
 )
 from migops.kube.nodes import UnknownGpuError, node_gpus
 from migops.mig import gfd
 from migops.mig.catalogue import GpuModel
 from migops.mig.problems import MigError
 from migops.mig.spec import MigPartedConfig
+from migops.reconciler.status import GROUP as MIGSYNC_GROUP
+from migops.reconciler.status import PLURAL as MIGSYNC_PLURAL
+from migops.reconciler.status import VERSION as MIGSYNC_VERSION
 from migops.webhook import checks
 
 log = logging.getLogger(__name__)
@@ -34,6 +52,9 @@ log = logging.getLogger(__name__)
 _NODE_LABELS = frozenset({MIG_CONFIG_LABEL, DEVICE_ID_LABEL, GPU_PRODUCT_LABEL, GPU_COUNT_LABEL})
 _MIG_COUNT_LABEL = gfd.MIG_COUNT_LABEL
 MIG_RESOURCE_PREFIX = gfd.MIG_RESOURCE_PREFIX
+# The reconciler's identity in a cluster (manifests/base/reconciler: its ServiceAccount); the only
+# writer of a managed node's nvidia.com/mig.config. `migops webhook --reconciler-user` names others.
+DEFAULT_RECONCILER_USER = "system:serviceaccount:migops-system:migops-reconciler"
 
 
 # ------------------------------------------------------------------------------------------ trimming
@@ -66,7 +87,15 @@ def trim_configmap(obj: Obj) -> Obj:
             "data": {CONFIGMAP_KEY: data[CONFIGMAP_KEY]} if CONFIGMAP_KEY in data else {}}
 
 
-# ------------------------------------------------------------------------------------------ snapshot
+def trim_migsync(obj: Obj) -> Obj:
+    """Where a MigSync's desired labels come from (its status, written constantly, is dropped)."""
+    meta = obj.get("metadata") or {}
+    spec = obj.get("spec") or {}
+    return {"metadata": {k: meta.get(k) for k in ("name", "namespace", "resourceVersion")},
+            "spec": {k: spec.get(k) for k in ("url", "ref", "path") if isinstance(spec.get(k), str)}}
+
+
+# ------------------------------------------------------------------------------------------ node views
 @dataclass(frozen=True)
 class NodeView:
     """One Node as the rules see it."""
@@ -86,6 +115,11 @@ class NodeView:
     def model_ids(self) -> frozenset[str]:
         """The device IDs of its GPU models (the catalogue's key for a model)."""
         return frozenset(g.device_id for g in self.gpus)
+
+    @cached_property
+    def device_ids(self) -> tuple[str, ...]:
+        """Its GPUs' device IDs in order: with `exact`, what a config is judged on."""
+        return tuple(g.device_id for g in self.gpus)
 
     def describe(self) -> str:
         if not self.gpus:
@@ -111,30 +145,245 @@ def node_view(obj: Mapping[str, Any]) -> NodeView:
                     offers)
 
 
-class Snapshot:
-    """Immutable view of the cluster at one version; derived values are computed once, on demand."""
+GroupKey = tuple[str, tuple[str, ...], bool]  # (config, device IDs in order, exact)
 
-    def __init__(self, version: int, settings: clusterpolicy.MigSettings, nodes: Iterable[NodeView],
-                 active: Mapping[str, Any] | None) -> None:
-        self.version = version
-        self.settings = settings
-        self.nodes = tuple(sorted(nodes, key=lambda n: n.name))
-        self.active = active  # the MIG ConfigMap named by the ClusterPolicy; None when it does not exist
 
-    @classmethod
-    def build(cls, version: int, nodes: Iterable[Mapping[str, Any]], policies: Iterable[Mapping[str, Any]],
-              configmaps: Iterable[Mapping[str, Any]]) -> Snapshot:
-        settings = clusterpolicy.settings_from_policies(policies)
-        active = None
-        for cm in configmaps:
-            meta = cm.get("metadata") or {}
-            if (meta.get("namespace"), meta.get("name")) == settings.configmap:
-                active = cm
-        return cls(version, settings, (node_view(n) for n in nodes), active)
+class NodeSample(Sequence[NodeView]):
+    """Nodes in name order, drawn lazily from sorted groups: `len` is known at once, and naming the
+    first few (findings.node_names) reads only those, however many nodes there are."""
+
+    def __init__(self, parts: Iterable[Sequence[NodeView]], count: int | None = None,
+                 keep: Callable[[NodeView], bool] | None = None) -> None:
+        self._parts = [p for p in parts if p]
+        self._keep = keep
+        self._count = count if count is not None else sum(len(p) for p in self._parts)
+        self._seen: list[NodeView] = []
+        self._iter: Iterator[NodeView] | None = None
+
+    def __len__(self) -> int:
+        return self._count
+
+    def _more(self) -> Iterator[NodeView]:
+        merged = heapq.merge(*self._parts, key=lambda n: n.name)
+        return filter(self._keep, merged) if self._keep else merged
+
+    def __iter__(self) -> Iterator[NodeView]:
+        yield from self._seen
+        if self._iter is None:
+            self._iter = self._more()
+        for node in self._iter:
+            self._seen.append(node)
+            yield node
+
+    def __getitem__(self, index: Any) -> Any:
+        if isinstance(index, slice):
+            stop = index.stop if index.stop is not None and index.stop >= 0 else None
+            if stop is not None and (index.start or 0) >= 0:
+                return list(itertools.islice(iter(self), stop))[index]
+            return list(self)[index]
+        if index < 0:
+            return list(self)[index]
+        for i, node in enumerate(self):
+            if i == index:
+                return node
+        raise IndexError(index)
+
+
+class _Bucket:
+    """Nodes by name, with their name-sorted tuple made on demand and kept until the bucket changes."""
+
+    __slots__ = ("nodes", "_sorted")
+
+    def __init__(self) -> None:
+        self.nodes: dict[str, NodeView] = {}
+        self._sorted: tuple[NodeView, ...] | None = None
+
+    def put(self, node: NodeView) -> None:
+        self.nodes[node.name] = node
+        self._sorted = None
+
+    def drop(self, name: str) -> bool:
+        """Remove `name`; True when the bucket is now empty."""
+        self.nodes.pop(name, None)
+        self._sorted = None
+        return not self.nodes
+
+    def sorted(self) -> tuple[NodeView, ...]:
+        found = self._sorted
+        if found is None:
+            found = self._sorted = tuple(sorted(self.nodes.values(), key=lambda n: n.name))
+        return found
+
+    def first(self) -> str:
+        return self.sorted()[0].name
+
+
+class Placement:
+    """Every Node's view and the indexes the rules read, updated one node at a time.
+
+    Versions say what changed, so verdicts are cached under what they read: `version` when any
+    node's config or GPUs (what ConfigMap and ClusterPolicy rules read) change, `offers_version` when
+    the set of MIG resources offered anywhere changes, `models_version` when the set of GPU models
+    present changes (what Pod rules read). A kubelet heartbeat or an agent's capacity update that
+    offers nothing new changes none of them.
+    """
+
+    def __init__(self, nodes: Iterable[NodeView] = ()) -> None:
+        self.nodes: dict[str, NodeView] = {}
+        self.version = 0
+        self.offers_version = 0
+        self.models_version = 0
+        self._by_config: dict[str, _Bucket] = {}
+        self._by_gpus: dict[frozenset[str], _Bucket] = {}  # GPU nodes by their models' device IDs
+        self._groups: dict[GroupKey, _Bucket] = {}  # nodes with a config, by (config, GPUs, exact)
+        self._groups_of: dict[str, set[GroupKey]] = {}  # config -> its group keys
+        self._models: Counter[GpuModel] = Counter()  # GPU nodes per model
+        self._offers: Counter[str] = Counter()  # nodes per MIG resource offered
+        self._config_models: Counter[str] = Counter()  # nodes with a config, per device ID of their models
+        for node in nodes:
+            self.put(node)
+
+    # ------------------------------------------------------------------ updates
+    def put(self, node: NodeView) -> None:
+        old = self.nodes.get(node.name)
+        if old == node:
+            return
+        if old is not None:
+            self._unindex(old)
+        self.nodes[node.name] = node
+        self._index(node)
+        if old is None or _placed(old) != _placed(node):
+            self.version += 1
+
+    def remove(self, name: str) -> None:
+        old = self.nodes.pop(name, None)
+        if old is not None:
+            self._unindex(old)
+            self.version += 1
+
+    def _index(self, node: NodeView) -> None:
+        if node.config:
+            self._by_config.setdefault(node.config, _Bucket()).put(node)
+            key = (node.config, node.device_ids, node.exact)
+            self._groups.setdefault(key, _Bucket()).put(node)
+            self._groups_of.setdefault(node.config, set()).add(key)
+            for device_id in node.model_ids:
+                self._config_models[device_id] += 1
+        if node.gpus:
+            self._by_gpus.setdefault(node.model_ids, _Bucket()).put(node)
+            for model in node.models:
+                self._models[model] += 1
+                if self._models[model] == 1:
+                    self.models_version += 1
+        for res in node.offers:
+            self._offers[res] += 1
+            if self._offers[res] == 1:
+                self.offers_version += 1
+
+    def _unindex(self, node: NodeView) -> None:
+        if node.config:
+            if self._by_config[node.config].drop(node.name):
+                del self._by_config[node.config]
+            key = (node.config, node.device_ids, node.exact)
+            if self._groups[key].drop(node.name):
+                del self._groups[key]
+                keys = self._groups_of[node.config]
+                keys.discard(key)
+                if not keys:
+                    del self._groups_of[node.config]
+            for device_id in node.model_ids:
+                _decrement(self._config_models, device_id)
+        if node.gpus:
+            if self._by_gpus[node.model_ids].drop(node.name):
+                del self._by_gpus[node.model_ids]
+            for model in node.models:
+                if _decrement(self._models, model):
+                    self.models_version += 1
+        for res in node.offers:
+            if _decrement(self._offers, res):
+                self.offers_version += 1
+
+    # ------------------------------------------------------------------ reading
+    def users(self) -> dict[str, tuple[NodeView, ...]]:
+        """Config name -> the nodes whose nvidia.com/mig.config names it (name order), the configs in
+        the order of their first node's name (as a scan of the nodes in name order finds them)."""
+        buckets = sorted(self._by_config.items(), key=lambda item: item[1].first())
+        return {name: bucket.sorted() for name, bucket in buckets}
+
+    def users_of(self, config: str) -> tuple[NodeView, ...]:
+        bucket = self._by_config.get(config)
+        return bucket.sorted() if bucket is not None else ()
+
+    def groups(self, config: str) -> list[tuple[tuple[str, ...], bool, tuple[NodeView, ...]]]:
+        """The nodes selecting `config`, by the GPUs they are judged on: (device IDs, exact, nodes),
+        groups in the order of their first node's name."""
+        found = [(key[1], key[2], self._groups[key].sorted()) for key in self._groups_of.get(config, ())]
+        return sorted(found, key=lambda g: g[2][0].name)
+
+    def configs(self) -> list[str]:
+        return list(self._by_config)
+
+    def configured(self) -> NodeSample:
+        """Every node that has a config, in name order."""
+        return NodeSample([b.sorted() for b in self._by_config.values()])
+
+    def not_served(self, fit: frozenset[str] | set[str], config: str) -> NodeSample:
+        """GPU nodes with a model outside `fit` (device IDs) that do not select `config` themselves."""
+        parts = [b for ids, b in self._by_gpus.items() if not ids <= fit]
+        count = sum(len(b.nodes) for b in parts)
+        count -= sum(len(self._groups[k].nodes) for k in self._groups_of.get(config, ())
+                     if not frozenset(k[1]) <= fit)
+        return NodeSample([b.sorted() for b in parts], count, keep=lambda n: n.config != config)
 
     @property
-    def strategy(self) -> str:
-        return self.settings.strategy
+    def models_present(self) -> frozenset[GpuModel]:
+        return frozenset(self._models)
+
+    @property
+    def offered(self) -> frozenset[str]:
+        return frozenset(self._offers)
+
+    @property
+    def config_models(self) -> frozenset[str]:
+        """Device IDs of the GPU models of the nodes that select a config."""
+        return frozenset(self._config_models)
+
+    def view(self) -> dict[str, Any]:
+        """Everything the indexes answer, as plain values (the property tests compare it with a rebuild)."""
+        return {
+            "nodes": dict(self.nodes),
+            "users": {k: [n.name for n in v] for k, v in self.users().items()},
+            "users order": list(self.users()),
+            "groups": {c: [(ids, exact, [n.name for n in ns]) for ids, exact, ns in self.groups(c)]
+                       for c in self._by_config},
+            "configured": [n.name for n in self.configured()],
+            "gpu sets": {ids: [n.name for n in b.sorted()] for ids, b in self._by_gpus.items()},
+            "models": self.models_present, "offered": self.offered, "config models": self.config_models,
+        }
+
+
+def _placed(node: NodeView) -> tuple:
+    """What ConfigMap and ClusterPolicy rules read of a node (not what it offers)."""
+    return node.config, node.gpus, node.exact, node.gpu_problem
+
+
+def _decrement(counter: Counter, key: Any) -> bool:
+    """Count one less; True when that was the last one."""
+    counter[key] -= 1
+    if counter[key] <= 0:
+        del counter[key]
+        return True
+    return False
+
+
+# ------------------------------------------------------------------------------------------ settings
+@dataclass(frozen=True)
+class MigView:
+    """The ClusterPolicy's settings and the MIG ConfigMap they name: immutable, replaced per event
+    (the config text is parsed once per content, by digest)."""
+
+    settings: clusterpolicy.MigSettings
+    active: Mapping[str, Any] | None  # the MIG ConfigMap named by the ClusterPolicy; None when it does not exist
 
     @cached_property
     def active_text(self) -> str | None:
@@ -158,61 +407,164 @@ class Snapshot:
             return exc
 
     @cached_property
-    def users(self) -> dict[str, tuple[NodeView, ...]]:
-        """Config name -> the nodes whose nvidia.com/mig.config names it."""
-        out: dict[str, list[NodeView]] = {}
-        for node in self.nodes:
-            if node.config:
-                out.setdefault(node.config, []).append(node)
-        return {k: tuple(v) for k, v in out.items()}
+    def key(self) -> tuple:
+        """What a verdict that reads only these settings and the config in force depends on."""
+        return self.settings, self.active_digest
 
-    @cached_property
-    def gpu_nodes(self) -> tuple[NodeView, ...]:
-        return tuple(n for n in self.nodes if n.gpus)
+
+@dataclass(frozen=True)
+class MigSyncRef:
+    namespace: str
+    name: str
+    url: str
+    ref: str
+    path: str
+
+
+# ------------------------------------------------------------------------------------------ snapshot
+class Snapshot:
+    """What a review reads: the MigView (immutable) and the Placement indexes (live: read them only
+    while the state's lock is held, as app.py does around a review)."""
+
+    def __init__(self, mig: MigView, placement: Placement, migsyncs: Mapping[str, MigSyncRef] | None = None,
+                 reconciler_users: frozenset[str] = frozenset()) -> None:
+        self.mig = mig
+        self.placement = placement
+        self.migsyncs = migsyncs if migsyncs is not None else {}
+        self.reconciler_users = reconciler_users  # who may write what git owns (the reconciler's identities)
+
+    @classmethod
+    def build(cls, version: int, nodes: Iterable[Mapping[str, Any]], policies: Iterable[Mapping[str, Any]],
+              configmaps: Iterable[Mapping[str, Any]], migsyncs: Iterable[Mapping[str, Any]] = (),
+              reconciler_users: Iterable[str] = (DEFAULT_RECONCILER_USER,)) -> Snapshot:
+        """From whole lists of objects (tests, benchmarks and the property tests' full rebuild).
+        `version` is not used (versions live in the Placement); kept for the callers' signature."""
+        settings = clusterpolicy.settings_from_policies(policies)
+        active = None
+        for cm in configmaps:
+            meta = cm.get("metadata") or {}
+            if (meta.get("namespace"), meta.get("name")) == settings.configmap:
+                active = cm
+        refs = {object_key(m): ref for m in migsyncs if (ref := migsync_ref(m)) is not None}
+        return cls(MigView(settings, active), Placement(node_view(n) for n in nodes), refs, frozenset(reconciler_users))
+
+    # the settings and the config in force
+    @property
+    def settings(self) -> clusterpolicy.MigSettings:
+        return self.mig.settings
+
+    @property
+    def strategy(self) -> str:
+        return self.mig.settings.strategy
+
+    @property
+    def active(self) -> Mapping[str, Any] | None:
+        return self.mig.active
+
+    @property
+    def active_text(self) -> str | None:
+        return self.mig.active_text
+
+    @property
+    def active_digest(self) -> str | None:
+        return self.mig.active_digest
+
+    @property
+    def active_config(self) -> MigPartedConfig | MigError | None:
+        return self.mig.active_config
 
     @property
     def configmap_name(self) -> str:
         ns, name = self.settings.configmap
         return f"{ns}/{name}"
 
+    # the nodes, through the indexes
+    @property
+    def users(self) -> dict[str, tuple[NodeView, ...]]:
+        """Config name -> the nodes whose nvidia.com/mig.config names it."""
+        return self.placement.users()
+
+    def groups(self, config: str) -> list[tuple[tuple[str, ...], bool, tuple[NodeView, ...]]]:
+        return self.placement.groups(config)
+
+    def configured(self) -> NodeSample:
+        return self.placement.configured()
+
+    def not_served(self, fit: frozenset[str] | set[str], config: str) -> NodeSample:
+        return self.placement.not_served(fit, config)
+
+    @property
+    def models_present(self) -> frozenset[GpuModel]:
+        return self.placement.models_present
+
+    @property
+    def offered(self) -> frozenset[str]:
+        return self.placement.offered
+
+    @property
+    def config_models(self) -> frozenset[str]:
+        return self.placement.config_models
+
+    def migsync(self, key: str) -> MigSyncRef | None:
+        """The MigSync `namespace/name`, None when there is none (or no MigSync CRD)."""
+        return self.migsyncs.get(key)
+
+
+def migsync_ref(obj: Mapping[str, Any]) -> MigSyncRef | None:
+    meta = obj.get("metadata") or {}
+    spec = obj.get("spec") or {}
+    if not isinstance(meta.get("name"), str):
+        return None
+    return MigSyncRef(str(meta.get("namespace") or ""), meta["name"], str(spec.get("url") or ""),
+                      str(spec.get("ref") or ""), str(spec.get("path") or ""))
+
 
 # ------------------------------------------------------------------------------------------ informers
 class ClusterState:
-    """Informers on Nodes, ClusterPolicies and the MIG ConfigMap, and the Snapshot they make."""
+    """Informers on Nodes, ClusterPolicies, the MIG ConfigMap and MigSyncs, and the indexes their
+    events maintain."""
 
-    def __init__(self, api: k8s.ApiClient, *, watch_timeout: int = 290) -> None:
+    def __init__(self, api: k8s.ApiClient, *, watch_timeout: int = 290,
+                 reconciler_users: Iterable[str] = (DEFAULT_RECONCILER_USER,)) -> None:
         self._api = api
+        self.reconciler_users = frozenset(reconciler_users)
         self._watch_timeout = watch_timeout
-        self._lock = threading.RLock()
-        self._version = 0
-        self._seen: dict[tuple[str, str], Obj] = {}
-        self._snapshot: Snapshot | None = None
+        self.lock = threading.RLock()
+        self._placement = Placement()
+        self._policies: dict[str, Obj] = {}
+        self._configmap_obj: Obj | None = None
+        self._mig = MigView(clusterpolicy.MigSettings(), None)
+        self._migsyncs: dict[str, MigSyncRef] = {}
         core = k8s.CoreV1Api(api)
         self._core = core
-        self.nodes = Informer(core.list_node, name="nodes", transform=trim_node, handler=self._handler("nodes"),
+        custom = k8s.CustomObjectsApi(api)
+        self.nodes = Informer(core.list_node, name="nodes", transform=trim_node, handler=self._node_event,
                               watch_timeout=watch_timeout)
-        self.policies = Informer(k8s.CustomObjectsApi(api).list_cluster_custom_object, clusterpolicy.GROUP,
+        self.policies = Informer(custom.list_cluster_custom_object, clusterpolicy.GROUP,
                                  clusterpolicy.VERSION, clusterpolicy.PLURAL, name="clusterpolicies",
                                  transform=trim_policy, handler=self._policy_event, missing_ok=True,
                                  watch_timeout=watch_timeout)
+        self.migsyncs = Informer(custom.list_cluster_custom_object, MIGSYNC_GROUP, MIGSYNC_VERSION, MIGSYNC_PLURAL,
+                                 name="migsyncs", transform=trim_migsync, handler=self._migsync_event,
+                                 missing_ok=True, watch_timeout=watch_timeout)
         self.configmap: Informer | None = None
         self._configmap_target: tuple[str, str] | None = None
         self._started = False
-        self._settings_cache: tuple[int, clusterpolicy.MigSettings] | None = None
 
     # --------------------------------------------------------------------------- lifecycle
     def start(self) -> ClusterState:
-        with self._lock:
+        with self.lock:
             if self._started:
                 return self
             self._started = True
         self.nodes.start()
         self.policies.start()
+        self.migsyncs.start()
         threading.Thread(target=self._first_target, name="state-target", daemon=True).start()
         return self
 
     def stop(self) -> None:
-        for informer in (self.nodes, self.policies, self.configmap):
+        for informer in (self.nodes, self.policies, self.migsyncs, self.configmap):
             if informer is not None:
                 informer.stop()
 
@@ -223,8 +575,8 @@ class ClusterState:
     @property
     def synced(self) -> bool:
         cm = self.configmap
-        return (self.nodes.synced and self.policies.synced and cm is not None and cm.synced
-                and self._configmap_target == self._settings().configmap)
+        return (self.nodes.synced and self.policies.synced and self.migsyncs.synced and cm is not None
+                and cm.synced and self._configmap_target == self._mig.settings.configmap)
 
     def wait_synced(self, timeout: float) -> bool:
         import time
@@ -237,73 +589,90 @@ class ClusterState:
         return True
 
     # --------------------------------------------------------------------------- reading
-    @property
-    def version(self) -> int:
-        return self._version
-
     def snapshot(self) -> Snapshot:
-        snap = self._snapshot
-        if snap is not None and snap.version == self._version:
-            return snap
-        with self._lock:
-            version = self._version
-            if self._snapshot is None or self._snapshot.version != version:
-                cm = self.configmap
-                self._snapshot = Snapshot.build(version, self.nodes.items().values(), self.policies.items().values(),
-                                                cm.items().values() if cm is not None else ())
-            return self._snapshot
+        """The current view: O(1). Read its nodes while holding `lock` (app.py holds it per review)."""
+        return Snapshot(self._mig, self._placement, self._migsyncs, self.reconciler_users)
 
     def errors(self) -> dict[str, str]:
         """Informers whose last list or watch failed, and why (for /readyz)."""
-        found = {i.name: i.last_error for i in (self.nodes, self.policies, self.configmap) if i and i.last_error}
+        found = {i.name: i.last_error for i in (self.nodes, self.policies, self.migsyncs, self.configmap)
+                 if i and i.last_error}
         return {k: v for k, v in found.items() if v}
 
     # --------------------------------------------------------------------------- events
-    def _settings(self) -> clusterpolicy.MigSettings:
-        """The ClusterPolicy's settings, recomputed only when the policies changed (read per review)."""
-        version = self.policies.version
-        cached = self._settings_cache
-        if cached is None or cached[0] != version:
-            cached = (version, clusterpolicy.settings_from_policies(self.policies.items().values()))
-            self._settings_cache = cached
-        return cached[1]
-
-    def _handler(self, source: str) -> Callable[[str, Obj], None]:
-        def handle(kind: str, obj: Obj) -> None:
-            meta = obj.get("metadata") or {}
-            key = (source, f"{meta.get('namespace') or ''}/{meta.get('name')}")
-            projection = {**obj, "metadata": {k: v for k, v in meta.items() if k != "resourceVersion"}}
-            with self._lock:
-                if kind == "DELETED":
-                    changed = self._seen.pop(key, None) is not None
-                else:
-                    changed = self._seen.get(key) != projection
-                    self._seen[key] = projection
-                if changed:
-                    self._version += 1
-        return handle
+    def _node_event(self, kind: str, obj: Obj) -> None:
+        view = node_view(obj)
+        with self.lock:
+            if kind == "DELETED":
+                self._placement.remove(view.name)
+            else:
+                self._placement.put(view)
 
     def _policy_event(self, kind: str, obj: Obj) -> None:
-        self._handler("clusterpolicies")(kind, obj)
+        key = object_key(obj)
+        with self.lock:
+            if kind == "DELETED":
+                self._policies.pop(key, None)
+            else:
+                self._policies[key] = obj
+            settings = clusterpolicy.settings_from_policies(self._policies.values())
+            if settings != self._mig.settings:
+                active = self._configmap_obj if settings.configmap == self._configmap_target else None
+                self._mig = MigView(settings, active)
         if self.policies.synced:
             self._retarget()
 
+    def _configmap_event(self, target: tuple[str, str]) -> Callable[[str, Obj], None]:
+        def handle(kind: str, obj: Obj) -> None:
+            meta = obj.get("metadata") or {}
+            with self.lock:
+                if target != self._configmap_target or (meta.get("namespace"), meta.get("name")) != target:
+                    return  # an informer being replaced, or not the ConfigMap in force
+                current = None if kind == "DELETED" else obj
+                self._configmap_obj = current
+                if self._mig.settings.configmap == target and _content(current) != _content(self._mig.active):
+                    self._mig = MigView(self._mig.settings, current)
+        return handle
+
+    def _migsync_event(self, kind: str, obj: Obj) -> None:
+        key = object_key(obj)
+        ref = None if kind == "DELETED" else migsync_ref(obj)
+        with self.lock:
+            if self._migsyncs.get(key) == ref:
+                return
+            found = dict(self._migsyncs)  # replaced, not changed: a review holds the old one (a few MigSyncs)
+            if ref is None:
+                found.pop(key, None)
+            else:
+                found[key] = ref
+            self._migsyncs = found
+
     def _retarget(self) -> None:
         """Watch the ConfigMap the ClusterPolicy names now (a new informer when it moved)."""
-        target = self._settings().configmap
-        with self._lock:
+        with self.lock:
+            target = self._mig.settings.configmap
             if target == self._configmap_target:
                 return
             old, self._configmap_target = self.configmap, target
             namespace, name = target
             self.configmap = Informer(self._core.list_namespaced_config_map, namespace, name=f"configmap {namespace}/{name}",
                                       field_selector=f"metadata.name={name}", transform=trim_configmap,
-                                      handler=self._handler("configmap"), watch_timeout=self._watch_timeout)
+                                      handler=self._configmap_event(target), watch_timeout=self._watch_timeout)
             # The old ConfigMap's contents are no longer the config in force.
-            for key in [k for k in self._seen if k[0] == "configmap"]:
-                del self._seen[key]
-            self._version += 1
+            self._configmap_obj = None
+            self._mig = MigView(self._mig.settings, None)
         if old is not None:
             threading.Thread(target=old.stop, name="informer-stop", daemon=True).start()
-        self.configmap.start()
+        self._start_informer(self.configmap)
         log.info("watching MIG ConfigMap %s/%s", namespace, name)
+
+    def _start_informer(self, informer: Informer) -> None:
+        informer.start()
+
+
+def _content(cm: Mapping[str, Any] | None) -> object:
+    """A ConfigMap as the rules read it (its resourceVersion aside)."""
+    if cm is None:
+        return None
+    meta = cm.get("metadata") or {}
+    return (meta.get("namespace"), meta.get("name"), cm.get("data"))

@@ -92,8 +92,19 @@ def locate(*, echo_build: bool = False) -> Binaries:
             f"{SCRIPT} not found (an installed copy without the repository?); "
             f"build the binaries with the repository's hack/k8s-binaries.sh and set ${BIN_ENV}"
         )
+    found = Binaries(run_script(SCRIPT, echo_build=echo_build))
+    if found.missing():
+        raise BinariesUnavailable(
+            f"{SCRIPT} reported {found.directory} but it lacks {', '.join(found.missing())}"
+        )
+    return found
+
+
+def run_script(script: Path, *, echo_build: bool = False) -> Path:
+    """Run a hack/*-binaries.sh build script (instant when its cache is warm); the directory it
+    prints on its last line of stdout. BinariesUnavailable with its output when it fails."""
     proc = subprocess.run(
-        ["bash", str(SCRIPT)],
+        ["bash", str(script)],
         stdout=subprocess.PIPE,
         stderr=None if echo_build else subprocess.PIPE,
         text=True,
@@ -103,14 +114,9 @@ def locate(*, echo_build: bool = False) -> Binaries:
     if proc.returncode != 0 or not lines:
         detail = (proc.stderr or "").strip()[-4000:] if not echo_build else "(see above)"
         raise BinariesUnavailable(
-            f"{SCRIPT} failed with exit code {proc.returncode}; its output:\n{detail}"
+            f"{script} failed with exit code {proc.returncode}; its output:\n{detail}"
         )
-    found = Binaries(Path(lines[-1]).resolve())
-    if found.missing():
-        raise BinariesUnavailable(
-            f"{SCRIPT} reported {found.directory} but it lacks {', '.join(found.missing())}"
-        )
-    return found
+    return Path(lines[-1]).resolve()
 
 
 if __name__ == "__main__":  # `python -m migops.local.binaries`: print the directory

@@ -10,7 +10,7 @@ import os
 import signal
 import subprocess
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -124,15 +124,26 @@ def find_by_argument(argument: str) -> list[ProcessRef]:
     A safety net for `migops local down`: finds servers even when the state file is lost,
     without matching a shell or test process that merely mentions the path.
     """
+    return _find(lambda entry: argument.encode() in (entry / "cmdline").read_bytes().split(b"\0")[1:])
+
+
+def find_by_environment(name: str, value: str) -> list[ProcessRef]:
+    """Live processes started with `name=value` in their environment: `find_by_argument` for
+    programs that take no argument naming their working directory (Flux's controllers)."""
+    wanted = f"{name}={value}".encode()
+    return _find(lambda entry: wanted in (entry / "environ").read_bytes().split(b"\0"))
+
+
+def _find(match: Callable[[Path], bool]) -> list[ProcessRef]:
     found = []
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
         try:
-            args = (entry / "cmdline").read_bytes().split(b"\0")
+            matched = match(entry)
         except OSError:
             continue
-        if argument.encode() in args[1:]:
+        if matched:
             start = _start_time(int(entry.name))
             if start is not None:
                 ref = ProcessRef(int(entry.name), start)

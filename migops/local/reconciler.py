@@ -20,9 +20,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from migops.local.ports import free_ports
-from migops.local.process import ProcessRef, spawn, stop as stop_process
+from migops.local.process import ProcessRef, spawn
+from migops.local.process import stop as stop_process
 
 NAMESPACE = "migops-system"
+# Its own identity (a client certificate, in system:masters like the rest of the local stack), not the
+# admin's: the webhook lets only the reconciler change a managed node's nvidia.com/mig.config, and a
+# person's kubectl in `migops local` is the admin.
+LOCAL_RECONCILER_USER = "migops-reconciler"
 
 
 def add_arguments(up: argparse.ArgumentParser) -> None:

@@ -5,7 +5,8 @@ kubelet, kube-proxy: migops.local.realnode; its network is made before the API s
 the node address), the cluster's seed (GPU nodes, the GPU Operator's ClusterPolicy and MIG
 ConfigMap), the admission webhook (registered before anything else writes MIG objects, so every later
 write passes through it), the agents' ServiceAccount, RBAC and own-node policy (manifests/base/agent),
-one simulated agent per node with a token bound to its Node, the GitOps reconciler when a repo is given,
+one simulated agent per node with a token bound to its Node, with --flux a loopback git server and Flux's
+source- and kustomize-controller (migops.local.flux), the GitOps reconciler when a repo is given,
 kube-scheduler. Each process is adopted by the ControlPlane as soon as it starts, so a failure half-way
 stops what already runs (nothing is orphaned), the watchdog covers them while `up` runs, and state.json
 lists them all for `down`, which stops them in reverse order: the clients before the API server.
@@ -19,11 +20,22 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from migops.local import agent_identity, agents, cluster, nodeclean, realnode, reconciler, state, webhook
+from migops.local import (
+    agent_identity,
+    agents,
+    cluster,
+    flux,
+    gitserver,
+    nodeclean,
+    realnode,
+    reconciler,
+    state,
+    webhook,
+)
 from migops.local.binaries import locate
 from migops.local.controlplane import ControlPlane
 from migops.local.controlplane import identifying_arguments as server_arguments
-from migops.local.process import find_by_argument, is_alive, stop
+from migops.local.process import find_by_argument, find_by_environment, is_alive, stop
 from migops.mig.catalogue import GpuModel
 
 Progress = Callable[[str], None]
@@ -41,6 +53,7 @@ class Options:
     path: str = ""
     interval: str = "10s"  # the reconciler's poll interval
     real_node: bool = False  # also run the real node `migops-node` (root; one per machine)
+    flux: bool = False  # also run Flux (source- and kustomize-controller) on a loopback git server
 
 
 @dataclass(frozen=True)
@@ -99,9 +112,13 @@ def up(home: Path, options: Options, progress: Progress = lambda _: None) -> Sta
                 plane.adopt(AGENT_PREFIX + node, popen, ref)
             unready = agents.wait_ready(api, [n.name for n in gpu_nodes])
             progress(f"{len(gpu_nodes) - len(unready)} of {len(gpu_nodes)} simulated agent(s) reporting")
+            flux_git = None
+            if options.flux:
+                flux_git = flux.up(api, plane, progress)
             reconciler_url = None
             if options.repo:
-                rec = reconciler.start(api, plane.workdir, plane.admin_kubeconfig, options.repo, options.ref,
+                identity = plane.kubeconfig_for(reconciler.LOCAL_RECONCILER_USER, ("system:masters",))
+                rec = reconciler.start(api, plane.workdir, identity, options.repo, options.ref,
                                        options.path, interval=options.interval)
                 plane.adopt("reconciler", rec.popen, rec.ref)
                 reconciler_url = rec.url
@@ -113,7 +130,7 @@ def up(home: Path, options: Options, progress: Progress = lambda _: None) -> Sta
             workdir=str(plane.workdir), strategy=options.strategy, processes=plane.processes,
             nodes=[state.NodeRecord(n.name, n.gpu.product, n.gpu.device_id, n.gpus) for n in gpu_nodes],
             ready_seconds=plane.ready_seconds, webhook_url=hook.url, repo=options.repo,
-            reconciler_url=reconciler_url,
+            reconciler_url=reconciler_url, flux_git=flux_git,
             real_node=str(real.layout.root) if real else None)
         state.save(home, recorded)
         plane.detach()
@@ -137,13 +154,15 @@ def down(home: Path) -> list[int]:
     recorded = state.load(home)
     refs = list(recorded.processes.values())[::-1] if recorded else []
     # Leftovers found by command line, clients first (they talk to the servers).
+    refs += [r for r in find_by_environment(flux.WORKDIR_ENV, str(workdir)) if r not in refs]
     node_dir = Path(recorded.real_node) if recorded and recorded.real_node else None
     if node_dir is None and nodeclean.NODE_DIR.exists() and nodeclean.last_owner_is(workdir):
         node_dir = nodeclean.NODE_DIR  # an `up --real-node` that died before it recorded its state
     if node_dir is not None and nodeclean.another_owner_holds_the_machine(workdir):
         node_dir = None  # our node is long gone; the one running now (same directory) is someone else's
     node_args = nodeclean.node_arguments(node_dir) if node_dir else ()
-    for arg in (*reconciler.identifying_arguments(workdir), *agents.identifying_arguments(workdir),
+    for arg in (*reconciler.identifying_arguments(workdir), *gitserver.identifying_arguments(flux.git_root(workdir)),
+                *agents.identifying_arguments(workdir),
                 *webhook.identifying_arguments(workdir), *node_args,
                 *server_arguments(workdir)):
         refs += [r for r in find_by_argument(arg) if r not in refs]

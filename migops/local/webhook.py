@@ -13,6 +13,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -22,7 +23,9 @@ from migops.certs.rotation import DirectoryStore, rotate
 from migops.kube.names import LOCAL_MANAGER
 from migops.local.ports import LOOPBACK, free_ports
 from migops.local.process import ProcessRef, is_alive, spawn, stop
+from migops.local.reconciler import LOCAL_RECONCILER_USER
 from migops.webhook.registration import register
+from migops.webhook.state import DEFAULT_RECONCILER_USER
 
 
 @dataclass(frozen=True)
@@ -43,15 +46,18 @@ def identifying_arguments(workdir: Path) -> tuple[str]:
 
 
 def start(api: ApiClient, workdir: Path, kubeconfig: Path, *, log: Path, timeout: float = 90.0,
-          port: int | None = None, workers: int = 1) -> LocalWebhook:
+          port: int | None = None, workers: int = 1,
+          reconciler_users: Sequence[str] = (LOCAL_RECONCILER_USER, DEFAULT_RECONCILER_USER)) -> LocalWebhook:
     """Start the webhook for the control plane at `kubeconfig` and register it; raise RuntimeError
-    (after stopping it) when it does not become ready."""
+    (after stopping it) when it does not become ready. `reconciler_users`: who may change a managed
+    node's nvidia.com/mig.config (the local reconciler's identity, and the in-cluster ServiceAccount's)."""
     store = DirectoryStore(certs_dir(workdir))
     material = rotate(store, dns_names=["localhost"], ip_addresses=[LOOPBACK], publish=lambda bundle: None).material
     port = port or free_ports(1)[0]
     argv = [sys.executable, "-m", "migops", "webhook", *identifying_arguments(workdir),
             f"--tls-key={store.serving_file}", f"--port={port}", f"--bind-address={LOOPBACK}",
-            f"--kubeconfig={kubeconfig}", f"--workers={workers}", "--log-level=warning"]
+            f"--kubeconfig={kubeconfig}", f"--workers={workers}", "--log-level=warning",
+            *(f"--reconciler-user={u}" for u in reconciler_users)]
     popen, ref = spawn(argv, log)
     url = f"https://{LOOPBACK}:{port}"
     try:

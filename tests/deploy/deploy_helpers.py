@@ -28,6 +28,7 @@ OVERLAYS = MANIFESTS / "overlays"
 DEPLOYABLE = ("gpu-operator", "gpu-operator-mig-manager", "gpu-operator-webhook-only", "kind")
 WITH_COMPONENTS = "gpu-operator+components"
 COMPONENTS = ("host-driver", "nvml-host-library", "git-ssh")
+CERT_MANAGER = "gpu-operator+cert-manager"  # render-checked only: cert-manager cannot run here
 WORKLOADS = ("Deployment", "DaemonSet", "StatefulSet", "Job", "CronJob")
 
 
@@ -260,7 +261,7 @@ def render(name: str, scratch: Path) -> list[dict[str, Any]]:
     so the repository is never written to."""
     if name == "base":
         return kustomize(MANIFESTS / "base")
-    if name not in (WITH_COMPONENTS, "monitoring"):
+    if name not in (WITH_COMPONENTS, "monitoring", CERT_MANAGER):
         return kustomize(OVERLAYS / name)
     copy = scratch / "manifests"
     if not copy.exists():
@@ -270,6 +271,8 @@ def render(name: str, scratch: Path) -> list[dict[str, Any]]:
     body: dict[str, Any] = {"apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization"}
     if name == WITH_COMPONENTS:
         body |= {"resources": ["../gpu-operator"], "components": [f"../components/{c}" for c in COMPONENTS]}
+    elif name == CERT_MANAGER:
+        body |= {"resources": ["../gpu-operator"], "components": ["../components/cert-manager"]}
     else:
         body |= {"components": ["../components/monitoring"]}
     (overlay / "kustomization.yaml").write_text(yaml.safe_dump(body))

@@ -203,8 +203,12 @@ def test_rbac_the_overlays_narrow(installed: Installed) -> None:
     assert not installed.can_i("migops-reconciler", "get", "configmaps/default-mig-parted-config", "gpu-operator")
     assert not installed.can_i("migops-reconciler", "create", "configmaps", "gpu-operator")
     assert not installed.can_i("migops-reconciler", "get", "secrets", "gpu-operator")
-    text = yaml.safe_dump_all(installed.docs)
-    assert ("migops-agent" in text) == agent and ("migops-reconciler" in text) == reconciler
+    # No object of a component the overlay leaves out, and no grant to its identity (the webhook's
+    # settings may still name the reconciler's identity: the one writer it lets change git-owned labels).
+    names = {d["metadata"]["name"] for d in installed.docs} | {
+        s["name"] for d in installed.docs for s in d.get("subjects") or ()}
+    assert any("migops-agent" in n for n in names) == agent
+    assert any("migops-reconciler" in n for n in names) == reconciler
 
 
 # ------------------------------------------------------------------ the components, as deployed (gpu-operator)
@@ -254,6 +258,77 @@ def _https(port: int, ca: bytes, path: str, body: dict | None = None) -> tuple[i
         return exc.code, exc.read()
     except OSError:
         return 0, b""
+
+
+def _bundles(api: ApiClient) -> set[str]:
+    """The distinct caBundles of every webhook of both configurations."""
+    admission = k8s.AdmissionregistrationV1Api(api)
+    return {hook.client_config.ca_bundle or "" for hook in
+            [*admission.read_validating_webhook_configuration("migops-webhook").webhooks,
+             *admission.read_mutating_webhook_configuration("migops-webhook").webhooks]}
+
+
+def _published_bundle(api: ApiClient) -> bytes:
+    bundles = _bundles(api)
+    assert len(bundles) == 1, "every webhook of both configurations carries the same caBundle"
+    return base64.b64decode(bundles.pop())
+
+
+def _served_certificate(port: int) -> bytes:
+    pem = ssl.get_server_certificate(("127.0.0.1", port), timeout=10)
+    return ssl.PEM_cert_to_DER_cert(pem)
+
+
+@pytest.mark.parametrize("installed", ["gpu-operator"], indirect=True)
+def test_a_fresh_install_needs_no_certificate_step(installed: Installed, image: Image, tmp_path: Path) -> None:
+    """The webhook's container command (manifest env), as its service account, on a cluster where no
+    certificate job ever ran: it creates the Secret, writes the caBundle and serves a certificate that
+    bundle trusts; it serves the mounted Secret once the kubelet has put it there, and follows the
+    CronJob's renewal through that mount."""
+    core = k8s.CoreV1Api(installed.api)
+    assert not [s for s in core.list_namespaced_secret(NS).items if s.metadata.name == "migops-webhook-tls"]
+    assert _published_bundle(installed.api) == b""
+    webhook = _container(installed.docs, "Deployment", "migops-webhook")
+    mount = tmp_path / "mount"  # the optional Secret volume, empty until the kubelet fills it
+    (port,) = free_ports(1)
+    env = {**_manifest_env(webhook), "MIGOPS_WEBHOOK_TMP": str(tmp_path), "POD_NAMESPACE": NS,
+           "MIGOPS_WEBHOOK_TLS_CERT": str(mount / "tls.crt"), "MIGOPS_WEBHOOK_TLS_KEY": str(mount / "tls.key"),
+           "KUBECONFIG": str(installed.plane.kubeconfig_for_service_account(NS, "migops-webhook"))}
+    assert env["MIGOPS_WEBHOOK_CERTS"] == "self"
+    proc = Proc([*container_argv(webhook, image.dockerfile), "--bind", f"127.0.0.1:{port}"],
+                {**image.env, **env}, image.workdir, tmp_path / "webhook.log")
+    try:
+        # Both configurations written (one apply each: a moment apart).
+        until(lambda: "" not in _bundles(installed.api) or proc.popen.poll() is not None, 60, "caBundle")
+        bundle = _published_bundle(installed.api)
+        until(lambda: _https(port, bundle, "/readyz")[0] == 200 or proc.popen.poll() is not None, 90, "webhook ready")
+        assert proc.popen.poll() is None, (tmp_path / "webhook.log").read_text()[-3000:]
+        secret = {k: base64.b64decode(v) for k, v in core.read_namespaced_secret("migops-webhook-tls", NS).data.items()}
+        assert secret["ca.crt"] == bundle
+        assert _served_certificate(port) == ssl.PEM_cert_to_DER_cert(secret["tls.crt"].decode())
+
+        # The CronJob renews the CA and the serving certificate (forced, no settle, for the test) ...
+        certs = _container(installed.docs, "CronJob", "migops-webhook-certs")
+        argv = container_argv(certs, image.dockerfile)
+        at = argv.index("--settle")
+        argv = [*argv[:at], "--settle", "0", *argv[at + 2:], "--force"]
+        out = image.run(argv, env={"KUBECONFIG": str(installed.plane.kubeconfig_for_service_account(
+            NS, "migops-webhook-certs"))})
+        assert out.returncode == 0, out.stderr
+        renewed = {k: base64.b64decode(v) for k, v in core.read_namespaced_secret("migops-webhook-tls", NS).data.items()}
+        assert renewed["tls.crt"] != secret["tls.crt"] and secret["ca.crt"] in renewed["ca-bundle.crt"]
+        # ... and the kubelet puts the renewed Secret into the volume: new connections get it.
+        mount.mkdir()
+        for key in ("tls.crt", "tls.key"):
+            (mount / key).write_bytes(renewed[key])
+        assert _served_certificate(port) == ssl.PEM_cert_to_DER_cert(renewed["tls.crt"].decode())
+        assert _https(port, _published_bundle(installed.api), "/readyz")[0] == 200
+        assert proc.stop() == 0
+    finally:
+        if proc.popen.poll() is None:
+            os.killpg(proc.popen.pid, signal.SIGKILL)
+            proc.popen.wait(10)
+        core.delete_namespaced_secret("migops-webhook-tls", NS)  # the next test installs as before
 
 
 @pytest.mark.parametrize("installed", ["gpu-operator"], indirect=True)
@@ -405,3 +480,32 @@ def test_the_documented_user_overlay_renames_every_image(tmp_path: Path) -> None
     docs = kustomize(tmp_path / "deploy" / "prod")
     images = {c["image"] for d in docs if pod_template(d) for c in pod_template(d)["spec"]["containers"]}
     assert images == {"registry.example.com/platform/migops:0.1.0"}
+
+
+def test_the_cert_manager_component_replaces_migops_own_certificates(rendered) -> None:
+    """Render-checked only (cert-manager cannot run here): the Certificate names the Secret the pods
+    mount and the SANs the API server dials; its CA injector is pointed at both configurations; the
+    pods serve the mounted files and wait for them; migops's CronJob is gone."""
+    from deploy_helpers import CERT_MANAGER
+
+    from migops.certs.rotation import service_dns_names
+
+    docs = rendered(CERT_MANAGER)
+    kinds = {(d["kind"], d["metadata"]["name"]): d for d in docs}
+    assert ("CronJob", "migops-webhook-certs") not in kinds
+    serving = kinds[("Certificate", "migops-webhook")]
+    assert serving["metadata"]["namespace"] == NS
+    assert set(serving["spec"]["dnsNames"]) == set(service_dns_names("migops-webhook", NS))
+    issuer = kinds[("Issuer", serving["spec"]["issuerRef"]["name"])]
+    assert kinds[("Certificate", "migops-webhook-ca")]["spec"]["secretName"] == issuer["spec"]["ca"]["secretName"]
+    for kind in WEBHOOK_KINDS:
+        assert kinds[(kind, "migops-webhook")]["metadata"]["annotations"]["cert-manager.io/inject-ca-from"] == \
+            f"{serving['metadata']['namespace']}/{serving['metadata']['name']}"
+    deployment = kinds[("Deployment", "migops-webhook")]
+    container = _container(docs, "Deployment", "migops-webhook")
+    assert _manifest_env(container)["MIGOPS_WEBHOOK_CERTS"] == "mounted"
+    (tls,) = [v for v in pod_template(deployment)["spec"]["volumes"] if v["name"] == "tls"]
+    assert tls["secret"] == {**tls["secret"], "secretName": serving["spec"]["secretName"], "optional": False}
+    # Without the component: the pods issue their own (the volume is optional, the mode `self`).
+    base = _container(rendered("gpu-operator"), "Deployment", "migops-webhook")
+    assert _manifest_env(base)["MIGOPS_WEBHOOK_CERTS"] == "self"

@@ -25,7 +25,12 @@ from migops.gitops.desired import FitCache, resolve
 from migops.gitops.repo import RepoError, load_repo
 from migops.kube.clusterpolicy import MigSettings
 from migops.kube.names import (
-    CONFIGMAP_KEY, DEVICE_ID_LABEL, GPU_COUNT_LABEL, GPU_PRODUCT_LABEL, GPUS_ANNOTATION, MIG_CONFIG_LABEL,
+    CONFIGMAP_KEY,
+    DEVICE_ID_LABEL,
+    GPU_COUNT_LABEL,
+    GPU_PRODUCT_LABEL,
+    GPUS_ANNOTATION,
+    MIG_CONFIG_LABEL,
 )
 from migops.kube.nodes import node_gpus
 from migops.mig.catalogue import catalogue
@@ -33,7 +38,7 @@ from migops.mig.gfd import single_product
 from migops.mig.sources import read_file
 from migops.webhook import configmaps, nodelabels
 from migops.webhook.admission import Request
-from migops.webhook.state import Snapshot, node_view
+from migops.webhook.state import MigView, Placement, Snapshot, node_view
 
 HERE = Path(__file__).resolve().parent
 CONFORMANCE = HERE.parent / "mig" / "conformance"
@@ -95,13 +100,15 @@ def _denial(verdict: Any) -> Answer:
 # ------------------------------------------------------------------------------------------ deciders
 def webhook_node(case: Case) -> Answer:
     """A Node's nvidia.com/mig.config set to the config, the ConfigMap in force holding the text."""
-    snap = Snapshot(1, MigSettings(strategy=case.strategy), [node_view(case.node(False))], _configmap(case.text))
+    snap = Snapshot(MigView(MigSettings(strategy=case.strategy), _configmap(case.text)),
+                    Placement([node_view(case.node(False))]))
     return _denial(nodelabels.validate(_request("Node", case.node(True), case.node(False)), snap))
 
 
 def webhook_configmap(case: Case) -> Answer:
     """The ConfigMap in force written with the text while the node selects the config."""
-    snap = Snapshot(1, MigSettings(strategy=case.strategy), [node_view(case.node(True))], _configmap(case.text))
+    snap = Snapshot(MigView(MigSettings(strategy=case.strategy), _configmap(case.text)),
+                    Placement([node_view(case.node(True))]))
     cm = _configmap(case.text)
     return _denial(configmaps.validate(_request("ConfigMap", cm, _configmap(case.text), CM_NS), snap))
 

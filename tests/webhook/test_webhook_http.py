@@ -11,7 +11,6 @@ import pytest
 import urllib3
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-
 from webhook_helpers import CM_NAME, CM_NS, DEFAULT_CONFIG, configmap, review
 
 
@@ -147,3 +146,61 @@ def test_fuzz_arbitrary_reviews(direct, request: dict, kind: str, operation: str
     if resp.status == 200:
         body = json.loads(resp.data)["response"]
         assert body["uid"] == base["request"]["uid"] and isinstance(body["allowed"], bool)
+
+
+# ------------------------------------------------------------------------------------------ shapes and sizes
+# Issue 21 items 6 and 2: a list or dict where a label or annotation value belongs, a string where
+# metadata belongs (both once 500s, `unhashable type`), values beyond Kubernetes' limits (once kept in the
+# verdict cache's keys: 80 reviews of 4 MB labels grew a worker by 335 MiB).
+_value = st.one_of(st.text(max_size=10), st.integers(), st.none(), st.booleans(), st.lists(st.text(max_size=3), max_size=2),
+                   st.dictionaries(st.text(max_size=3), st.text(max_size=3), max_size=2), st.just("v" * 64),
+                   st.just("x" * 300_000))
+_keys = st.sampled_from(["nvidia.com/mig.config", "nvidia.com/gpu.count", "migops.io/gpu.device-id", "migops.io/gpus",
+                         "migops.io/managed-by", "migops.io/unmanaged", "migops.io/mig-config", "k" * 400])
+_mapping = st.one_of(st.dictionaries(_keys, _value, max_size=3), _value)
+_metadata = st.one_of(
+    st.fixed_dictionaries({"name": st.one_of(st.just("gpu-node-1"), st.just("n" * 300), _value)},
+                          optional={"labels": _mapping, "annotations": _mapping, "namespace": _value,
+                                    "managedFields": _value}),
+    _value)
+
+
+@settings(max_examples=250, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(kind=st.sampled_from(["Node", "ConfigMap", "Pod", "ClusterPolicy"]), operation=st.sampled_from(["CREATE", "UPDATE"]),
+       meta=_metadata, old_meta=_metadata, status=st.one_of(_value, st.fixed_dictionaries({"capacity": _mapping})),
+       user=st.one_of(st.none(), _value, st.fixed_dictionaries({"username": _value, "groups": _value})),
+       path=st.sampled_from(["/validate", "/mutate"]))
+def test_fuzz_badly_typed_and_oversized_fields(direct, kind, operation, meta, old_meta, status, user, path) -> None:
+    obj = {"kind": kind, "metadata": meta, "status": status, "data": {"config.yaml": DEFAULT_CONFIG}, "spec": {}}
+    old = {"kind": kind, "metadata": old_meta} if operation == "UPDATE" else None
+    body = review({"metadata": {"name": "gpu-node-1", "namespace": CM_NS}}, operation=operation, kind=kind,
+                  group="nvidia.com" if kind == "ClusterPolicy" else "")
+    body["request"].update({"object": obj, "oldObject": old, "userInfo": user})
+    started = time.monotonic()
+    resp = direct.post(path, body)
+    assert time.monotonic() - started < 5, "no hang"
+    assert resp.status in (200, 400), (resp.status, resp.data[:300])
+    if resp.status == 200:
+        answer = json.loads(resp.data)["response"]
+        assert answer["uid"] == body["request"]["uid"]
+        labels = meta.get("labels") if isinstance(meta, dict) else None
+        if isinstance(labels, dict) and any(len(v) > 63 for v in labels.values() if isinstance(v, str)):
+            assert answer["allowed"] is False and "[object-limits]" in answer["status"]["message"]
+    else:
+        assert b"bad AdmissionReview: request." in resp.data, resp.data[:300]
+
+
+def test_badly_typed_fields_are_400_naming_the_field(direct) -> None:
+    node = {"metadata": {"name": "gpu-node-1", "labels": {"nvidia.com/mig.config": ["all-balanced"]}}}
+    for obj, field in ((node, 'metadata.labels["nvidia.com/mig.config"]: must be a string'),
+                       ({"metadata": "gpu-node-1"}, "request.object.metadata: must be an object"),
+                       ({"metadata": {"name": "x", "annotations": {"migops.io/gpus": {"a": 1}}}}, "annotations")):
+        resp = direct.post("/validate", review(obj, operation="CREATE", kind="Node"))
+        assert resp.status == 400 and field in resp.data.decode(), resp.data[:300]
+
+
+def test_oversized_label_values_are_denied_before_any_work(direct) -> None:
+    node = {"metadata": {"name": "gpu-node-1", "labels": {"nvidia.com/mig.config": "a" * (4 << 20)}}}
+    answer = _body(direct.post("/validate", review(node, operation="CREATE", kind="Node")))
+    assert answer["allowed"] is False and "[object-limits]" in answer["status"]["message"]
+    assert "at most 63 characters" in answer["status"]["message"]

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import yaml
 from kubernetes import client as k8s
+from webhook_helpers import ROOT
 
 from migops.webhook.registration import render
-from webhook_helpers import ROOT
 
 BASE = ROOT / "manifests" / "base"
 
@@ -75,3 +75,38 @@ def test_applied_to_the_api_server(kubectl, api) -> None:
     finally:
         for kind in ("validatingwebhookconfiguration", "mutatingwebhookconfiguration"):
             kubectl("delete", kind, "manifest-test", "--ignore-not-found")
+
+
+def test_network_policy_component_admits_only_non_pod_sources_to_the_webhook_port(kubectl, api, tmp_path) -> None:
+    """manifests/overlays/components/webhook-network-policy, added to the base: it selects the webhook's
+    pods, opens only their HTTPS port, and only to sources outside the pod network; the API server
+    accepts it (it cannot enforce it: the local control plane has no CNI, so enforcement is not tested)."""
+    import shutil
+
+    copy = tmp_path / "manifests"
+    shutil.copytree(ROOT / "manifests", copy)
+    overlay = copy / "overlays" / "test-network-policy"
+    overlay.mkdir()
+    (overlay / "kustomization.yaml").write_text(yaml.safe_dump({
+        "apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization", "resources": ["../../base"],
+        "components": ["../components/webhook-network-policy"]}))
+    out = kubectl("kustomize", str(overlay))
+    assert out.returncode == 0, out.stderr
+    docs = {(d["kind"], d["metadata"]["name"]): d for d in yaml.safe_load_all(out.stdout) if d}
+    policy = docs[("NetworkPolicy", "migops-webhook")]
+    pod = docs[("Deployment", "migops-webhook")]["spec"]["template"]
+    assert policy["metadata"]["namespace"] == "migops-system"
+    assert policy["spec"]["podSelector"]["matchLabels"].items() <= pod["metadata"]["labels"].items()
+    assert policy["spec"]["policyTypes"] == ["Ingress"]
+    (rule,) = policy["spec"]["ingress"]
+    (port,) = pod["spec"]["containers"][0]["ports"]
+    assert rule["ports"] == [{"port": port["containerPort"], "protocol": "TCP"}]
+    (source,) = rule["from"]
+    assert set(source) == {"ipBlock"} and source["ipBlock"]["except"], "every pod is shut out"
+    for doc in docs.values():  # no other policy selects the reconciler's or agents' pods
+        if doc["kind"] == "NetworkPolicy":
+            assert doc["metadata"]["name"] == "migops-webhook"
+    ns = yaml.safe_dump({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "migops-system"}})
+    assert kubectl("apply", "--server-side", "-f", "-", input=ns).returncode == 0
+    out = kubectl("apply", "--server-side", "--dry-run=server", "-f", "-", input=yaml.safe_dump(policy))
+    assert out.returncode == 0, out.stderr

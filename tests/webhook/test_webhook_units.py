@@ -7,12 +7,12 @@ import json
 
 import pytest
 from cryptography import x509
+from webhook_helpers import CM_NS, DEFAULT_CONFIG, configmap, review
 
 from migops.certs.rotation import DirectoryStore, certificates, remaining, rotate
 from migops.webhook import annotate, configmaps, nodelabels, pods, policies
 from migops.webhook.admission import MAX_WARNING, BadReview, merge_warnings, parse_review
 from migops.webhook.state import Snapshot, trim_node
-from webhook_helpers import CM_NS, DEFAULT_CONFIG, configmap, review
 
 H100_NODE = {"metadata": {"name": "n1", "labels": {"migops.io/gpu.device-id": "0x233010DE", "nvidia.com/gpu.count": "8",
                                                    "nvidia.com/mig.config": "all-balanced"}}}
@@ -70,9 +70,9 @@ def test_node_rule_with_unknown_count_checks_the_model() -> None:
 def test_config_reports_are_remembered_per_config_not_per_file() -> None:
     """Editing one config of a file re-validates that one; the others' reports are the remembered
     objects, and every report equals what the MIG core says of the new file afresh."""
+    from migops.mig.catalogue import catalogue
     from migops.mig.spec import parse_config
     from migops.mig.validate import validate_against_catalogue, validate_on_node
-    from migops.mig.catalogue import catalogue
     from migops.webhook import checks
 
     checks.forget()
@@ -153,7 +153,7 @@ def test_rotation_in_a_directory(tmp_path) -> None:
     assert b"PRIVATE KEY" in pem and b"CERTIFICATE" in pem
     assert rotate(store, dns_names=["svc.ns.svc"], ip_addresses=["127.0.0.1"], publish=published.append).steps == []
     # Within the renewal window: a new serving certificate from the same CA, nothing published.
-    later = dt.datetime.now(dt.timezone.utc) + dt.timedelta(days=70)
+    later = dt.datetime.now(dt.UTC) + dt.timedelta(days=70)
     renewed = rotate(store, dns_names=["svc.ns.svc"], ip_addresses=["127.0.0.1"], publish=published.append, now=later)
     assert renewed.steps == ["issued serving certificate"] and len(published) == 1
     assert remaining(store.load().serving.cert_pem) > dt.timedelta(days=80)
@@ -181,3 +181,34 @@ def test_several_workers_count_in_the_shared_directory(tmp_path) -> None:
     out = subprocess.run([sys.executable, "-c", code, str(tmp_path)], capture_output=True, text=True, check=True)
     assert 'migops_webhook_requests_total{endpoint="validate",kind="ConfigMap",result="allowed"} 1.0' in out.stdout
     assert list(tmp_path.glob("migops-webhook-metrics-*/counter_*.db"))
+
+
+def test_bad_request_lines_are_rate_limited(caplog) -> None:
+    import logging
+
+    from migops.webhook.ratelog import RateLimitedLog
+
+    now = [0.0]
+    limited = RateLimitedLog(logging.getLogger("ratelog-test"), per_interval=3, interval=10.0, clock=lambda: now[0])
+    with caplog.at_level(logging.WARNING, logger="ratelog-test"):
+        for i in range(1000):
+            limited.warning("bad request %d", i)
+        assert [r.getMessage() for r in caplog.records] == ["bad request 0", "bad request 1", "bad request 2"]
+        now[0] = 10.0
+        limited.warning("bad request %d", 1000)
+    assert caplog.records[-1].getMessage() == "bad request 1000 (997 similar lines dropped)"
+
+
+def test_gpu_counts_and_lists_beyond_any_node_are_a_problem_not_a_billion_gpus() -> None:
+    from migops.webhook.state import node_view
+
+    huge = {"metadata": {"name": "n", "labels": {"migops.io/gpu.device-id": "0x233010DE",
+                                                 "nvidia.com/gpu.count": "999999999"}}}
+    view = node_view(huge)
+    assert view.gpus == () and "more than the 16 GPUs" in (view.gpu_problem or "")
+    listed = {"metadata": {"name": "n", "annotations": {"migops.io/gpus": ",".join(["0x233010DE"] * 5000)}}}
+    assert "more than the 16 GPUs" in (node_view(listed).gpu_problem or "")
+    labelled = {**huge, "metadata": {**huge["metadata"], "labels": {**huge["metadata"]["labels"],
+                                                                    "nvidia.com/mig.config": "all-balanced"}}}
+    verdict = nodelabels.validate(req(review(labelled, operation="UPDATE", old=huge, kind="Node")), snap())
+    assert verdict.allowed and "geometry not checked" in " ".join(verdict.warnings)

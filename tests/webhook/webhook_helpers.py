@@ -60,7 +60,7 @@ def review(obj: dict | None, *, operation: str = "CREATE", old: dict | None = No
            group: str = "", dry_run: bool = False) -> dict[str, Any]:
     """An AdmissionReview as the API server sends it."""
     some = obj or old or {}
-    meta = some.get("metadata") or {}
+    meta = some.get("metadata") if isinstance(some.get("metadata"), dict) else {}
     kind = kind or some.get("kind", "ConfigMap")
     return {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {
         "uid": str(uuid.uuid4()), "kind": {"group": group, "version": "v1", "kind": kind},
