@@ -5,6 +5,7 @@ catalogue model, state in a file). Instances are described in catalogue terms (G
 placement start and size in memory slices, compute-instance sizes), so the planner in `migops.mig`
 and the agent never see NVML's IDs.
 """
+
 from __future__ import annotations
 
 from collections.abc import Sequence

@@ -6,6 +6,7 @@ exponential backoff, whatever the labels do; check an applied config against the
 A change while a run is in progress is seen when it ends (as in mig-manager); a burst of changes
 collapses to the latest. Own writes wake the loop too, and are recognised as nothing new.
 """
+
 from __future__ import annotations
 
 import logging
@@ -28,9 +29,19 @@ from migops.agent.plan import layout_annotation
 from migops.kube import clusterpolicy
 from migops.kube.clusterpolicy import MigSettings, settings_from_policies
 from migops.kube.informer import Informer
-from migops.kube.names import (APPLIED_ANNOTATION, CONFIGMAP_KEY, DIGEST_ANNOTATION, DRIFT_ANNOTATION,
-                               LAYOUT_ANNOTATION, MIG_CONFIG_LABEL, MIG_CONFIG_STATE_LABEL, REASON_ANNOTATION,
-                               STATE_FAILED, STATE_REBOOTING, STATE_SUCCESS)
+from migops.kube.names import (
+    APPLIED_ANNOTATION,
+    CONFIGMAP_KEY,
+    DIGEST_ANNOTATION,
+    DRIFT_ANNOTATION,
+    LAYOUT_ANNOTATION,
+    MIG_CONFIG_LABEL,
+    MIG_CONFIG_STATE_LABEL,
+    REASON_ANNOTATION,
+    STATE_FAILED,
+    STATE_REBOOTING,
+    STATE_SUCCESS,
+)
 from migops.mig.problems import MigError
 from migops.mig.spec import MigPartedConfig, parse_config
 
@@ -67,23 +78,37 @@ def check_identity(api: k8s.ApiClient, node: str) -> str | None:
     A token bound to another node is refused: the agent writes its own Node only."""
     try:
         review = k8s.AuthenticationV1Api(api).create_self_subject_review(
-            {"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview"})
+            {"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview"}
+        )
     except ApiException as exc:
         log.warning("could not review the agent's own identity: HTTP %s", exc.status)
         return None
     extra = (review.status.user_info.extra or {}) if review.status and review.status.user_info else {}
     bound = (extra.get(NODE_NAME_EXTRA) or [None])[0]
     if bound is not None and bound != node:
-        raise IdentityError(f"this agent's credentials are bound to node {bound!r}, not {node!r}: an agent "
-                            "manages only the node its pod runs on")
+        raise IdentityError(
+            f"this agent's credentials are bound to node {bound!r}, not {node!r}: an agent "
+            "manages only the node its pod runs on"
+        )
     return bound
 
 
 class Agent:
-    def __init__(self, api: k8s.ApiClient, node: str, backend: Backend, flow: Reconfigure, kube: NodeIO, *,
-                 overrides: Overrides = Overrides(), retry: Retry = Retry(), drift: DriftOptions = DriftOptions(),
-                 metrics: AgentMetrics | None = None, simulated_reboot: Callable[[], None] | None = None,
-                 crd_recheck: float = 10.0) -> None:
+    def __init__(
+        self,
+        api: k8s.ApiClient,
+        node: str,
+        backend: Backend,
+        flow: Reconfigure,
+        kube: NodeIO,
+        *,
+        overrides: Overrides = Overrides(),
+        retry: Retry = Retry(),
+        drift: DriftOptions = DriftOptions(),
+        metrics: AgentMetrics | None = None,
+        simulated_reboot: Callable[[], None] | None = None,
+        crd_recheck: float = 10.0,
+    ) -> None:
         self.api = api
         self.node_name = node
         self.backend = backend
@@ -115,14 +140,25 @@ class Agent:
         self.wake.set()
 
     def start_watches(self) -> None:
-        self.nodes = Informer(self.core.list_node, name=f"node-{self.node_name}", handler=self._wakeup,
-                              field_selector=f"metadata.name={self.node_name}").start()
+        self.nodes = Informer(
+            self.core.list_node,
+            name=f"node-{self.node_name}",
+            handler=self._wakeup,
+            field_selector=f"metadata.name={self.node_name}",
+        ).start()
         # Optional CRD: absent (no GPU Operator yet) counts as no ClusterPolicy, the GPU Operator's defaults
         # apply, and the informer looks again every `crd_recheck` s, so one installed later is picked up.
         objects = k8s.CustomObjectsApi(self.api)
-        self.policies = Informer(objects.list_cluster_custom_object, clusterpolicy.GROUP, clusterpolicy.VERSION,
-                                 clusterpolicy.PLURAL, name="clusterpolicies", handler=self._wakeup, missing_ok=True,
-                                 backoff=(0.2, self.crd_recheck)).start()
+        self.policies = Informer(
+            objects.list_cluster_custom_object,
+            clusterpolicy.GROUP,
+            clusterpolicy.VERSION,
+            clusterpolicy.PLURAL,
+            name="clusterpolicies",
+            handler=self._wakeup,
+            missing_ok=True,
+            backoff=(0.2, self.crd_recheck),
+        ).start()
         self.kube.start_pod_watch()
 
     def shutdown(self) -> None:
@@ -148,8 +184,13 @@ class Agent:
         if self._cm_key != (namespace, name):
             if self.configmaps is not None:
                 self.configmaps.stop()
-            self.configmaps = Informer(self.core.list_namespaced_config_map, namespace, name=f"configmap-{name}",
-                                       handler=self._wakeup, field_selector=f"metadata.name={name}").start()
+            self.configmaps = Informer(
+                self.core.list_namespaced_config_map,
+                namespace,
+                name=f"configmap-{name}",
+                handler=self._wakeup,
+                field_selector=f"metadata.name={name}",
+            ).start()
             self._cm_key = (namespace, name)
         assert self.configmaps is not None
         return self.configmaps
@@ -179,8 +220,14 @@ class Agent:
                     problem = f"{where} has no key {CONFIGMAP_KEY!r}"
                 else:
                     config, problem = self._parse(text, where)
-        return Request(name, config, problem, s.strategy, clients_ns,
-                       prior_state if prior_state is not None else labels.get(MIG_CONFIG_STATE_LABEL))
+        return Request(
+            name,
+            config,
+            problem,
+            s.strategy,
+            clients_ns,
+            prior_state if prior_state is not None else labels.get(MIG_CONFIG_STATE_LABEL),
+        )
 
     def _parse(self, text: str, where: str) -> tuple[MigPartedConfig | None, str | None]:
         if self._parsed[0] != text:
@@ -211,8 +258,13 @@ class Agent:
             self.failures = 0
             self.drift.reset()
             labels = (node.get("metadata") or {}).get("labels") or {}
-            if (first and self.drift.options.enabled and prior_state != STATE_REBOOTING
-                    and labels.get(MIG_CONFIG_STATE_LABEL) != STATE_REBOOTING and _applied_before(node, request)):
+            if (
+                first
+                and self.drift.options.enabled
+                and prior_state != STATE_REBOOTING
+                and labels.get(MIG_CONFIG_STATE_LABEL) != STATE_REBOOTING
+                and _applied_before(node, request)
+            ):
                 # Agent start with this config applied before: what differs now changed out of band.
                 outcome = self._check_drift(request, node, key, at_start=True)
                 if outcome is not None:
@@ -241,8 +293,13 @@ class Agent:
             self.failures += 1
             delay = self.retry.delay(self.failures)
             self.next_retry = time.monotonic() + delay
-            log.warning("MIG config %r failed (attempt %d); retrying in %.1fs: %s", request.name, self.failures,
-                        delay, outcome.reason)
+            log.warning(
+                "MIG config %r failed (attempt %d); retrying in %.1fs: %s",
+                request.name,
+                self.failures,
+                delay,
+                outcome.reason,
+            )
         else:
             self.failures = 0
             log.info("MIG config %r: %s", request.name, outcome.state)
@@ -254,12 +311,17 @@ class Agent:
             self.metrics.drifted.set(0)
             if self.drift.repairing:
                 self.drift.repairing = False
-                self.kube.event(node, "MigDriftRepaired", f"the GPUs match MIG config {request.name!r} again: "
-                                f"{outcome.steps} driver calls on GPU {', '.join(map(str, outcome.touched)) or '-'}")
+                self.kube.event(
+                    node,
+                    "MigDriftRepaired",
+                    f"the GPUs match MIG config {request.name!r} again: "
+                    f"{outcome.steps} driver calls on GPU {', '.join(map(str, outcome.touched)) or '-'}",
+                )
         return outcome
 
-    def _check_drift(self, request: Request, node: dict[str, Any], key: tuple, *,
-                     at_start: bool = False) -> Outcome | None:
+    def _check_drift(
+        self, request: Request, node: dict[str, Any], key: tuple, *, at_start: bool = False
+    ) -> Outcome | None:
         """Read the GPUs and compare them with the applied config; report, repair or hold. None: nothing
         to do (no drift, or the same drift still held or reported; at start, no drift)."""
         try:
@@ -293,8 +355,11 @@ class Agent:
                 log.info("the GPUs match MIG config %r again", request.name)
                 d.reported, d.holding, d.repairing = "", False, False
                 self.kube.set_state(STATE_SUCCESS, {**layout, DRIFT_ANNOTATION: None, REASON_ANNOTATION: None})
-                self.kube.event(node, "MigDriftResolved", f"the GPUs match MIG config {request.name!r} again "
-                                "(changed back out of band)")
+                self.kube.event(
+                    node,
+                    "MigDriftResolved",
+                    f"the GPUs match MIG config {request.name!r} again (changed back out of band)",
+                )
                 self.last_key, self.last = key, Outcome(STATE_SUCCESS)
                 return self.last
             if layout:
@@ -307,14 +372,21 @@ class Agent:
             for g in check.drifts:
                 m.detected.labels(str(g.index)).inc()
             log.warning("drift: the GPUs differ from MIG config %r: %s", request.name, text)
-            self.kube.event(node, "MigDriftDetected", f"the GPUs differ from MIG config {request.name!r} (changed "
-                            f"out of band): {text}; " + ("repairing" if d.options.policy == "repair" else
-                                                           "not repaired (--drift=report)"), warning=True)
+            self.kube.event(
+                node,
+                "MigDriftDetected",
+                f"the GPUs differ from MIG config {request.name!r} (changed "
+                f"out of band): {text}; "
+                + ("repairing" if d.options.policy == "repair" else "not repaired (--drift=report)"),
+                warning=True,
+            )
         notes = {**layout, DRIFT_ANNOTATION: clip(text)}
         if d.options.policy == "report":
             if new or layout or not d.holding:
-                reason = (f"MIG config {request.name!r}: the GPUs differ from the applied config ({text}); "
-                          "not repaired (--drift=report)")
+                reason = (
+                    f"MIG config {request.name!r}: the GPUs differ from the applied config ({text}); "
+                    "not repaired (--drift=report)"
+                )
                 self.kube.set_state(STATE_FAILED, {**notes, REASON_ANNOTATION: clip(reason)})
                 if new:
                     m.repairs.labels("report").inc()
@@ -328,9 +400,11 @@ class Agent:
             return None
         if d.repairs_left() <= 0:
             wait = d.hold()
-            reason = (f"MIG config {request.name!r}: the GPUs were changed out of band again after "
-                      f"{d.options.max_repairs} repairs in the last {d.options.window:g}s ({text}); not repairing "
-                      f"for {wait:.0f}s (drift backoff)")
+            reason = (
+                f"MIG config {request.name!r}: the GPUs were changed out of band again after "
+                f"{d.options.max_repairs} repairs in the last {d.options.window:g}s ({text}); not repairing "
+                f"for {wait:.0f}s (drift backoff)"
+            )
             log.warning("%s", reason)
             self.kube.set_state(STATE_FAILED, {**notes, REASON_ANNOTATION: clip(reason)})
             self.kube.event(node, "MigDriftRepairHeld", reason, warning=True)
@@ -387,5 +461,8 @@ def _layout(check: Check) -> str:
 def _applied_before(node: dict[str, Any], request: Request) -> bool:
     """The Node says this very config (name and content) was applied: the GPUs should hold it."""
     notes = (node.get("metadata") or {}).get("annotations") or {}
-    return (request.digest is not None and notes.get(APPLIED_ANNOTATION) == request.name
-            and notes.get(DIGEST_ANNOTATION) == request.digest)
+    return (
+        request.digest is not None
+        and notes.get(APPLIED_ANNOTATION) == request.name
+        and notes.get(DIGEST_ANNOTATION) == request.digest
+    )

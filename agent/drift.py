@@ -9,6 +9,7 @@ it). So a repair is an ordinary run of the flow, and a check that finds nothing 
 `differences` is pure; `DriftWatch` reads the GPUs (the backend's getters only: for NVML,
 `probe.ReadOnlyNvml`) and keeps what the controller needs to rate-limit repairs.
 """
+
 from __future__ import annotations
 
 import time
@@ -62,8 +63,10 @@ def _instances(model: GpuModel, keys: Counter[tuple[str, tuple[int, ...]]], pool
             key = (inst.profile, inst.composition)
             if left[key] > 0:
                 left[key] -= 1
-                shown.append(f"{_name(model, *key)}@{inst.start}" + (f" (pids {','.join(map(str, inst.pids))})"
-                                                                       if inst.pids else ""))
+                shown.append(
+                    f"{_name(model, *key)}@{inst.start}"
+                    + (f" (pids {','.join(map(str, inst.pids))})" if inst.pids else "")
+                )
         return ", ".join(shown)
     return ", ".join(f"{n} x {_name(model, *k)}" if n > 1 else _name(model, *k) for k, n in sorted(keys.items()))
 
@@ -75,11 +78,21 @@ def differences(states: Sequence[GpuState], desired: Sequence[Desired]) -> tuple
         if matches(s, d):
             continue
         if s.mode_pending:
-            out.append(GpuDrift(s.index, f"MIG mode change to {'enabled' if s.mig_pending else 'disabled'} pending "
-                                         f"(config: {'enabled' if d.mig_enabled else 'disabled'})"))
+            out.append(
+                GpuDrift(
+                    s.index,
+                    f"MIG mode change to {'enabled' if s.mig_pending else 'disabled'} pending "
+                    f"(config: {'enabled' if d.mig_enabled else 'disabled'})",
+                )
+            )
         elif s.mig_enabled != d.mig_enabled:
-            out.append(GpuDrift(s.index, f"MIG {'enabled' if s.mig_enabled else 'disabled'} "
-                                         f"(config: {'enabled' if d.mig_enabled else 'disabled'})"))
+            out.append(
+                GpuDrift(
+                    s.index,
+                    f"MIG {'enabled' if s.mig_enabled else 'disabled'} "
+                    f"(config: {'enabled' if d.mig_enabled else 'disabled'})",
+                )
+            )
         else:
             have = Counter((i.profile, i.composition) for i in s.instances)
             want = d.compositions()

@@ -11,6 +11,7 @@ Any failure after `pending`, a timeout included, restores the clients and ends i
 reason (label state, annotation, Event); the controller retries with backoff. The flow never returns
 with the state `pending`.
 """
+
 from __future__ import annotations
 
 import logging
@@ -24,18 +25,41 @@ from kubernetes.client.exceptions import ApiException
 
 from migops.agent.backend import Backend, GpuError, GpuState
 from migops.agent.host import KUBELET_SERVICE, HostError, Systemd
-from migops.agent.kube import (OPERATOR_VALIDATOR_APP, VALIDATOR_APPS, NodeIO, deploy_values_paused,
-                               deploy_values_restored, layout_json)
-from migops.agent.plan import (Desired, GpuPlan, desired_from_result, gfd_advertisement, layout_annotation, matches,
-                               plan_gpu)
-from migops.kube.names import (APPLIED_ANNOTATION, DEVICE_ID_LABEL, DIGEST_ANNOTATION, DRIFT_ANNOTATION,
-                               GPUS_ANNOTATION, LAYOUT_ANNOTATION, REASON_ANNOTATION, STATE_FAILED, STATE_PENDING,
-                               STATE_REBOOTING, STATE_SUCCESS)
+from migops.agent.kube import (
+    OPERATOR_VALIDATOR_APP,
+    VALIDATOR_APPS,
+    NodeIO,
+    deploy_values_paused,
+    deploy_values_restored,
+    layout_json,
+)
+from migops.agent.plan import (
+    Desired,
+    GpuPlan,
+    desired_from_result,
+    gfd_advertisement,
+    layout_annotation,
+    matches,
+    plan_gpu,
+)
+from migops.kube.names import (
+    APPLIED_ANNOTATION,
+    DEVICE_ID_LABEL,
+    DIGEST_ANNOTATION,
+    DRIFT_ANNOTATION,
+    GPUS_ANNOTATION,
+    LAYOUT_ANNOTATION,
+    REASON_ANNOTATION,
+    STATE_FAILED,
+    STATE_PENDING,
+    STATE_REBOOTING,
+    STATE_SUCCESS,
+)
 from migops.mig.catalogue import GpuModel, catalogue
 from migops.mig.devices import DeviceIdSyntaxError, parse_device_id
+from migops.mig.fit import NodeGpus, fit
 from migops.mig.problems import MigError
 from migops.mig.spec import MigPartedConfig
-from migops.mig.fit import NodeGpus, fit
 
 log = logging.getLogger(__name__)
 MAX_REASON = 1000  # annotation values may be long; keep the reason readable
@@ -131,9 +155,17 @@ def node_models(devices: Sequence[Any]) -> list[GpuModel]:
 
 
 class Reconfigure:
-    def __init__(self, backend: Backend, kube: NodeIO, *, options: Options = Options(),
-                 systemd: Systemd | None = None, reboot: Callable[[], None] | None = None,
-                 stop: threading.Event | None = None, sleep: Callable[[float], None] = time.sleep) -> None:
+    def __init__(
+        self,
+        backend: Backend,
+        kube: NodeIO,
+        *,
+        options: Options = Options(),
+        systemd: Systemd | None = None,
+        reboot: Callable[[], None] | None = None,
+        stop: threading.Event | None = None,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
         self.backend = backend
         self.kube = kube
         self.options = options
@@ -148,8 +180,9 @@ class Reconfigure:
         the webhook and the reconciler validate configs on exactly these GPUs, before any config runs."""
         models = node_models(self.backend.devices())
         if models:
-            self.kube.apply({DEVICE_ID_LABEL: models[0].device_id},
-                            {GPUS_ANNOTATION: ",".join(m.device_id for m in models)})
+            self.kube.apply(
+                {DEVICE_ID_LABEL: models[0].device_id}, {GPUS_ANNOTATION: ",".join(m.device_id for m in models)}
+            )
 
     def run(self, request: Request, node: dict[str, Any]) -> Outcome:
         run = _Run(request, node)
@@ -157,7 +190,7 @@ class Reconfigure:
             return self._run(run)
         except (Failure, GpuError, HostError, ApiException, TimeoutError, InterruptedError, MigError) as exc:
             return self._fail(run, _describe(exc))
-        except Exception as exc:  # noqa: BLE001 - a bug must still restore the clients, never leave pending
+        except Exception as exc:
             log.exception("unexpected error")
             return self._fail(run, f"internal error: {type(exc).__name__}: {exc}")
 
@@ -179,14 +212,19 @@ class Reconfigure:
                 raise Failure(p.error)
         mode_change = [p.index for p in plans if p.mode_change]
         if mode_change and request.prior_state == STATE_REBOOTING:
-            raise Failure(f"MIG mode change did not take effect after rebooting (GPU "
-                          f"{', '.join(map(str, mode_change))}); not rebooting again")
+            raise Failure(
+                f"MIG mode change did not take effect after rebooting (GPU "
+                f"{', '.join(map(str, mode_change))}); not rebooting again"
+            )
         self._check_busy(plans, "nothing was paused")
         # 3. pending, 4. pause the GPU clients and wait for their pods to go.
         self.kube.set_state(STATE_PENDING)
         doing = "repairing drift from" if request.repair else "applying"
-        self.kube.event(run.node, "MigConfigPending", f"{doing} MIG config {request.name!r}: "
-                        + "; ".join(_summary(p) for p in plans if p.touches))
+        self.kube.event(
+            run.node,
+            "MigConfigPending",
+            f"{doing} MIG config {request.name!r}: " + "; ".join(_summary(p) for p in plans if p.touches),
+        )
         labels = (run.node.get("metadata") or {}).get("labels") or {}
         run.paused = True
         self.kube.apply(deploy_values_paused({**labels, **self.kube.labels}))
@@ -211,8 +249,11 @@ class Reconfigure:
             self._check_busy([plan], "clients were restored")
             self._execute(run, plan)
         states = [self.backend.read(d.index) for d in devices]
-        wrong = [f"GPU {s.index} is {_describe_state(s)}, expected {_describe_desired(d)}"
-                 for s, d in zip(states, desired) if not matches(s, d)]
+        wrong = [
+            f"GPU {s.index} is {_describe_state(s)}, expected {_describe_desired(d)}"
+            for s, d in zip(states, desired)
+            if not matches(s, d)
+        ]
         if wrong:
             raise Failure("verify: " + "; ".join(wrong))
         # 8. Restart what was stopped, restore the clients, success.
@@ -223,11 +264,14 @@ class Reconfigure:
         busy = [(p.index, i) for p in plans for i in p.busy]
         if busy and not self.options.destroy_in_use:
             what = "; ".join(f"GPU {g}: {i.profile}@{i.start} (pids {', '.join(map(str, i.pids))})" for g, i in busy)
-            raise Failure(f"not reconfigured: instances the change must destroy have running processes ({what}); "
-                          f"{after}. Stop those workloads, or allow it with --destroy-in-use")
+            raise Failure(
+                f"not reconfigured: instances the change must destroy have running processes ({what}); "
+                f"{after}. Stop those workloads, or allow it with --destroy-in-use"
+            )
 
-    def _execute(self, run: _Run, plan: GpuPlan, ops: tuple[str, ...] = ("destroy_ci", "destroy_gi", "create_gi",
-                                                                           "create_ci")) -> None:
+    def _execute(
+        self, run: _Run, plan: GpuPlan, ops: tuple[str, ...] = ("destroy_ci", "destroy_gi", "create_gi", "create_ci")
+    ) -> None:
         created: dict[tuple[int, int], int] = {}
         for step in plan.steps:
             if step.op not in ops:
@@ -243,7 +287,8 @@ class Reconfigure:
                 self.backend.destroy_gpu_instance(step.gpu, step.gi)
             elif step.op == "create_gi":
                 created[(step.placement.start, step.placement.size)] = self.backend.create_gpu_instance(
-                    step.gpu, step.placement.profile, step.placement.start)
+                    step.gpu, step.placement.profile, step.placement.start
+                )
             elif step.op == "create_ci":
                 gi = step.gi if step.gi is not None else created[(step.placement.start, step.placement.size)]
                 self.backend.create_compute_instance(step.gpu, gi, step.slices)
@@ -271,18 +316,26 @@ class Reconfigure:
             return None
         gpus = ", ".join(map(str, still))
         if not self.options.with_reboot or self._reboot is None:
-            raise Failure(f"MIG mode change on GPU {gpus} is pending and the GPU reset failed{reset_error}; "
-                          "reboot the node, or set WITH_REBOOT=true to let the agent do it")
+            raise Failure(
+                f"MIG mode change on GPU {gpus} is pending and the GPU reset failed{reset_error}; "
+                "reboot the node, or set WITH_REBOOT=true to let the agent do it"
+            )
         try:
             self.kube.set_state(STATE_REBOOTING)
         except ApiException as exc:
             raise Failure(f"could not set state {STATE_REBOOTING} ({_describe(exc)}); not rebooting") from None
-        self.kube.event(run.node, "Rebooting", f"MIG mode change on GPU {gpus} needs a reboot{reset_error}",
-                        warning=True)
+        self.kube.event(
+            run.node, "Rebooting", f"MIG mode change on GPU {gpus} needs a reboot{reset_error}", warning=True
+        )
         log.warning("rebooting the node: MIG mode change on GPU %s is pending%s", gpus, reset_error)
         self._reboot()
-        return Outcome(STATE_REBOOTING, f"rebooting for the MIG mode change on GPU {gpus}", run.paused,
-                       tuple(sorted(run.touched)), run.steps)
+        return Outcome(
+            STATE_REBOOTING,
+            f"rebooting for the MIG mode change on GPU {gpus}",
+            run.paused,
+            tuple(sorted(run.touched)),
+            run.steps,
+        )
 
     # ------------------------------------------------------------------------------ endings
     def _restore(self, run: _Run) -> list[str]:
@@ -305,12 +358,15 @@ class Reconfigure:
     def _publish(self, run: _Run, models: Sequence[GpuModel], states: Sequence[GpuState]) -> dict[str, str]:
         return self.publish(run.node, run.request.strategy, models, states)
 
-    def publish(self, node: dict[str, Any], strategy: str, models: Sequence[GpuModel],
-                states: Sequence[GpuState]) -> dict[str, str]:
+    def publish(
+        self, node: dict[str, Any], strategy: str, models: Sequence[GpuModel], states: Sequence[GpuState]
+    ) -> dict[str, str]:
         """GFD labels and resources (simulated GPUs) for the instances that exist now; returns the layout
         annotations for the caller's next state write."""
-        annotations = {LAYOUT_ANNOTATION: layout_json(layout_annotation(models, states)),
-                       GPUS_ANNOTATION: ",".join(m.device_id for m in models)}
+        annotations = {
+            LAYOUT_ANNOTATION: layout_json(layout_annotation(models, states)),
+            GPUS_ANNOTATION: ",".join(m.device_id for m in models),
+        }
         if self.options.publish_gfd:
             ad = gfd_advertisement(models, states, strategy)  # type: ignore[arg-type]
             self.kube.publish_gfd(node, ad.labels, ad.resources)
@@ -328,8 +384,14 @@ class Reconfigure:
         if problems:
             return self._fail(run, "applied, but " + "; ".join(problems))
         annotations = self._publish(run, models, states)
-        annotations.update({APPLIED_ANNOTATION: run.request.name, DIGEST_ANNOTATION: run.request.digest or "",
-                            REASON_ANNOTATION: None, DRIFT_ANNOTATION: None})
+        annotations.update(
+            {
+                APPLIED_ANNOTATION: run.request.name,
+                DIGEST_ANNOTATION: run.request.digest or "",
+                REASON_ANNOTATION: None,
+                DRIFT_ANNOTATION: None,
+            }
+        )
         try:
             self.kube.set_state(STATE_SUCCESS, annotations)
         except ApiException as exc:
@@ -340,14 +402,24 @@ class Reconfigure:
             # an applied config and digest the node's label no longer names. The new one is pending; the
             # next step runs it at once (the label change woke the loop).
             log.info("MIG config %r applied, but the node is now labelled %r: pending", run.request.name, label)
-            self.kube.set_state(STATE_PENDING, {k: v for k, v in annotations.items()
-                                                if k not in (APPLIED_ANNOTATION, DIGEST_ANNOTATION)})
-            return Outcome(STATE_PENDING, f"the node's config changed to {label!r}", run.paused,
-                           tuple(sorted(run.touched)), run.steps)
+            self.kube.set_state(
+                STATE_PENDING,
+                {k: v for k, v in annotations.items() if k not in (APPLIED_ANNOTATION, DIGEST_ANNOTATION)},
+            )
+            return Outcome(
+                STATE_PENDING,
+                f"the node's config changed to {label!r}",
+                run.paused,
+                tuple(sorted(run.touched)),
+                run.steps,
+            )
         if run.steps or run.paused:
-            self.kube.event(run.node, "MigConfigApplied",
-                            f"MIG config {run.request.name!r} applied ({run.steps} driver calls on GPU "
-                            f"{', '.join(map(str, sorted(run.touched))) or '-'})")
+            self.kube.event(
+                run.node,
+                "MigConfigApplied",
+                f"MIG config {run.request.name!r} applied ({run.steps} driver calls on GPU "
+                f"{', '.join(map(str, sorted(run.touched))) or '-'})",
+            )
         return Outcome(STATE_SUCCESS, "", run.paused, tuple(sorted(run.touched)), run.steps)
 
     def _fail(self, run: _Run, reason: str) -> Outcome:

@@ -8,6 +8,7 @@ when the MIG mode changes. The agent does the same through `systemctl` run in th
 The services it stopped are written to a small journal file before they are stopped, so an agent
 killed in the middle still starts them again on its next run.
 """
+
 from __future__ import annotations
 
 import json
@@ -34,8 +35,9 @@ class HostError(RuntimeError):
 class HostCommands:
     """Runs a command in the host's root: `chroot <root> argv...`; with `root=None` on this machine."""
 
-    def __init__(self, root: str | None = DEFAULT_ROOT, *, timeout: float = 120.0,
-                 env: Mapping[str, str] | None = None) -> None:
+    def __init__(
+        self, root: str | None = DEFAULT_ROOT, *, timeout: float = 120.0, env: Mapping[str, str] | None = None
+    ) -> None:
         self.prefix: tuple[str, ...] = ("chroot", root) if root else ()
         self.timeout = timeout
         self.env = dict(env) if env is not None else None
@@ -43,8 +45,9 @@ class HostCommands:
     def run(self, argv: Sequence[str], *, check: bool = True) -> subprocess.CompletedProcess[str]:
         full = [*self.prefix, *argv]
         try:
-            result = subprocess.run(full, capture_output=True, text=True, timeout=self.timeout,
-                                    env=self.env, stdin=subprocess.DEVNULL)
+            result = subprocess.run(
+                full, capture_output=True, text=True, timeout=self.timeout, env=self.env, stdin=subprocess.DEVNULL
+            )
         except (OSError, subprocess.TimeoutExpired) as exc:
             raise HostError(f"{' '.join(full)}: {exc}") from None
         if check and result.returncode != 0:
@@ -82,11 +85,17 @@ class Systemd:
         self.journal = journal
 
     def unit(self, name: str) -> UnitState:
-        out = self.host.run(["systemctl", "show", "--property=LoadState,ActiveState,UnitFileState,Type",
-                             "--", name]).stdout
+        out = self.host.run(
+            ["systemctl", "show", "--property=LoadState,ActiveState,UnitFileState,Type", "--", name]
+        ).stdout
         props = dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
-        return UnitState(name, props.get("LoadState", "not-found"), props.get("ActiveState", "inactive"),
-                         props.get("UnitFileState", ""), props.get("Type", ""))
+        return UnitState(
+            name,
+            props.get("LoadState", "not-found"),
+            props.get("ActiveState", "inactive"),
+            props.get("UnitFileState", ""),
+            props.get("Type", ""),
+        )
 
     def stop(self, names: Sequence[str]) -> list[str]:
         """Stop the listed units that run (or failed); return them, in order, for `start`."""
@@ -150,8 +159,9 @@ def parse_gpu_clients(text: str | bytes, source: str = "gpu-clients file") -> tu
         raise ValueError(f"{source}: version must be \"v1\", not {doc.get('version')!r}")
     unknown = set(doc) - {"version", "systemd-services"}
     if unknown:
-        raise ValueError(f"{source}: unexpected field(s) {', '.join(sorted(map(str, unknown)))} "
-                         "(allowed: version, systemd-services)")
+        raise ValueError(
+            f"{source}: unexpected field(s) {', '.join(sorted(map(str, unknown)))} (allowed: version, systemd-services)"
+        )
     services = doc.get("systemd-services") or []
     if not isinstance(services, list) or not all(isinstance(s, str) and s.strip() == s and s for s in services):
         raise ValueError(f"{source}: systemd-services must be a list of unit names")

@@ -7,6 +7,7 @@ extended resources. Stale GFD labels and resources that another manager co-owns 
 `migops local`, a GFD that ran before) are removed with a JSON merge patch, as GFD rewrites its label
 set. The Node's name is fixed at construction: this module has no way to write any other Node.
 """
+
 from __future__ import annotations
 
 import json
@@ -22,10 +23,18 @@ from kubernetes.client.exceptions import ApiException
 
 from migops.kube import events, ssa
 from migops.kube.informer import Informer
+from migops.kube.names import (
+    AGENT_CONTROLLER,
+    AGENT_MANAGER,
+    DEPLOY_LABEL_PREFIX,
+    DEVICE_ID_LABEL,
+    MIG_CAPABLE_LABEL,
+    MIG_CONFIG_LABEL,
+    MIG_CONFIG_STATE_LABEL,
+    MIG_STRATEGY_LABEL,
+    PAUSED_FOR_MIG_CHANGE,
+)
 from migops.mig.text import listed
-from migops.kube.names import (AGENT_CONTROLLER, AGENT_MANAGER, DEPLOY_LABEL_PREFIX, DEVICE_ID_LABEL,
-                               MIG_CAPABLE_LABEL, MIG_CONFIG_LABEL, MIG_CONFIG_STATE_LABEL, MIG_STRATEGY_LABEL,
-                               PAUSED_FOR_MIG_CHANGE)
 
 log = logging.getLogger(__name__)
 
@@ -42,8 +51,11 @@ def is_gfd_label(key: str) -> bool:
     writes, and no more (the own-node policy lets the agent change exactly these)."""
     if key.startswith(DEPLOY_LABEL_PREFIX):
         return False
-    return (key.startswith(("nvidia.com/gpu.", "nvidia.com/mig-"))
-            or key in (MIG_CAPABLE_LABEL, MIG_STRATEGY_LABEL, DEVICE_ID_LABEL))
+    return key.startswith(("nvidia.com/gpu.", "nvidia.com/mig-")) or key in (
+        MIG_CAPABLE_LABEL,
+        MIG_STRATEGY_LABEL,
+        DEVICE_ID_LABEL,
+    )
 
 
 def is_gpu_resource(key: str) -> bool:
@@ -110,13 +122,18 @@ class NodeIO:
         node = self.api.sanitize_for_serialization(self.core.read_node(self.node))
         meta = node.get("metadata") or {}
         labels, annotations = meta.get("labels") or {}, meta.get("annotations") or {}
-        self.labels = {k: labels[k] for k in ssa.owned_keys(node, self.manager, ("metadata", "labels"))
-                       if k in labels}
-        self.annotations = {k: annotations[k] for k in ssa.owned_keys(node, self.manager, ("metadata", "annotations"))
-                            if k in annotations}
+        self.labels = {k: labels[k] for k in ssa.owned_keys(node, self.manager, ("metadata", "labels")) if k in labels}
+        self.annotations = {
+            k: annotations[k]
+            for k in ssa.owned_keys(node, self.manager, ("metadata", "annotations"))
+            if k in annotations
+        }
         capacity = (node.get("status") or {}).get("capacity") or {}
-        self.resources = {k: capacity[k] for k in ssa.owned_keys(node, self.manager, ("status", "capacity"),
-                                                                 subresource="status") if k in capacity}
+        self.resources = {
+            k: capacity[k]
+            for k in ssa.owned_keys(node, self.manager, ("status", "capacity"), subresource="status")
+            if k in capacity
+        }
         return node
 
     def apply(self, labels: Mapping[str, str | None] = {}, annotations: Mapping[str, str | None] = {}) -> None:
@@ -124,8 +141,11 @@ class NodeIO:
         kept only once the write is accepted: a refused write (the own-node policy denies, say, a digest
         for a config the node is no longer labelled with) is not sent again with every later write."""
         new_labels, new_annotations = _changed(self.labels, labels), _changed(self.annotations, annotations)
-        body = {"apiVersion": "v1", "kind": "Node",
-                "metadata": {"name": self.node, "labels": new_labels, "annotations": new_annotations}}
+        body = {
+            "apiVersion": "v1",
+            "kind": "Node",
+            "metadata": {"name": self.node, "labels": new_labels, "annotations": new_annotations},
+        }
         ssa.apply(self.api, body, field_manager=self.manager, force=True)
         self.labels, self.annotations = new_labels, new_annotations
 
@@ -151,35 +171,58 @@ class NodeIO:
         wanted = {k: str(v) for k, v in resources.items()}
         gone = [k for k in set(capacity) | set(self.resources) if is_gpu_resource(k) and k not in wanted]
         if gone:
-            self.core.patch_node_status(self.node, {"status": {"capacity": {k: None for k in gone},
-                                                               "allocatable": {k: None for k in gone}}})
+            self.core.patch_node_status(
+                self.node, {"status": {"capacity": {k: None for k in gone}, "allocatable": {k: None for k in gone}}}
+            )
         self.resources = wanted
-        ssa.apply(self.api, {"apiVersion": "v1", "kind": "Node", "metadata": {"name": self.node},
-                             "status": {"capacity": wanted, "allocatable": wanted}},
-                  field_manager=self.manager, force=True, subresource="status")
+        ssa.apply(
+            self.api,
+            {
+                "apiVersion": "v1",
+                "kind": "Node",
+                "metadata": {"name": self.node},
+                "status": {"capacity": wanted, "allocatable": wanted},
+            },
+            field_manager=self.manager,
+            force=True,
+            subresource="status",
+        )
 
     # ------------------------------------------------------------------ events
     def event(self, node: Mapping[str, Any], reason: str, message: str, *, warning: bool = False) -> None:
         meta = node.get("metadata") or {}
         ref = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": self.node, "uid": meta.get("uid")}}
-        events.record(self.api, ref, reason, message, type="Warning" if warning else "Normal",
-                      controller=AGENT_CONTROLLER)
+        events.record(
+            self.api, ref, reason, message, type="Warning" if warning else "Normal", controller=AGENT_CONTROLLER
+        )
 
     # ------------------------------------------------------------------ pods on this node
     def start_pod_watch(self) -> Informer:
         def changed(kind: str, obj: dict) -> None:
             self.pods_changed.set()
 
-        self.pods = Informer(self.core.list_pod_for_all_namespaces, name=f"pods-{self.node}", handler=changed,
-                             field_selector=f"spec.nodeName={self.node}").start()
+        self.pods = Informer(
+            self.core.list_pod_for_all_namespaces,
+            name=f"pods-{self.node}",
+            handler=changed,
+            field_selector=f"spec.nodeName={self.node}",
+        ).start()
         return self.pods
 
     def client_pods(self, clients_namespace: str) -> list[ClientPod]:
         assert self.pods is not None
-        return sorted((ClientPod(p["metadata"]["namespace"], p["metadata"]["name"],
-                                 (p["metadata"].get("labels") or {}).get("app", ""))
-                       for p in self.pods.items().values() if is_client_pod(p, clients_namespace)),
-                      key=str)
+        return sorted(
+            (
+                ClientPod(
+                    p["metadata"]["namespace"],
+                    p["metadata"]["name"],
+                    (p["metadata"].get("labels") or {}).get("app", ""),
+                )
+                for p in self.pods.items().values()
+                if is_client_pod(p, clients_namespace)
+            ),
+            key=str,
+        )
 
     def wait_clients_gone(self, clients_namespace: str, timeout: float, stop: threading.Event) -> None:
         """Block until no GPU client pod is left on the node; TimeoutError names the ones left."""
@@ -195,8 +238,9 @@ class NodeIO:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 shown = listed(left, 5)
-                raise TimeoutError(f"timed out after {timeout:g}s waiting for GPU client pods to leave the "
-                                   f"node: {shown}")
+                raise TimeoutError(
+                    f"timed out after {timeout:g}s waiting for GPU client pods to leave the node: {shown}"
+                )
             if stop.is_set():
                 raise InterruptedError("the agent is stopping")
             self.pods_changed.wait(min(remaining, 1.0))

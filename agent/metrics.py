@@ -3,6 +3,7 @@
 The node's state stays on the Node (labels, annotations, Events); these count what a dashboard or an
 alert needs over time: drift checks, drift found, repairs.
 """
+
 from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
@@ -12,17 +13,31 @@ class AgentMetrics:
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
         r = self.registry
-        self.checks = Counter("migops_agent_drift_checks", "Drift checks (the GPUs read and compared with the "
-                              "applied config)", registry=r)
-        self.check_seconds = Histogram("migops_agent_drift_check_seconds", "Time of one drift check", registry=r,
-                                       buckets=(0.0005, 0.001, 0.002, 0.005, 0.01, 0.05, 0.1, 0.5, 1))
-        self.detected = Counter("migops_agent_drift_detected", "New drift found on a GPU (each change of what "
-                                "differs counts once)", ["gpu"], registry=r)
-        self.drifted = Gauge("migops_agent_drifted_gpus", "GPUs whose MIG geometry differs from the applied "
-                             "config now", registry=r)
-        self.repairs = Counter("migops_agent_drift_repairs", "Drift repairs, by result (success, failed, held: "
-                               "not attempted because drift recurred too often, report: --drift=report)",
-                               ["result"], registry=r)
+        self.checks = Counter(
+            "migops_agent_drift_checks", "Drift checks (the GPUs read and compared with the applied config)", registry=r
+        )
+        self.check_seconds = Histogram(
+            "migops_agent_drift_check_seconds",
+            "Time of one drift check",
+            registry=r,
+            buckets=(0.0005, 0.001, 0.002, 0.005, 0.01, 0.05, 0.1, 0.5, 1),
+        )
+        self.detected = Counter(
+            "migops_agent_drift_detected",
+            "New drift found on a GPU (each change of what differs counts once)",
+            ["gpu"],
+            registry=r,
+        )
+        self.drifted = Gauge(
+            "migops_agent_drifted_gpus", "GPUs whose MIG geometry differs from the applied config now", registry=r
+        )
+        self.repairs = Counter(
+            "migops_agent_drift_repairs",
+            "Drift repairs, by result (success, failed, held: "
+            "not attempted because drift recurred too often, report: --drift=report)",
+            ["result"],
+            registry=r,
+        )
 
     def value(self, name: str, **labels: str) -> float:
         """A sample's value (tests read them)."""

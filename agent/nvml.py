@@ -12,6 +12,7 @@ initialisation and getters; only the six changing methods reach NVML's setters.
 
 `nvml` is the pynvml module or, in tests, a fake with the same functions and ctypes structures.
 """
+
 from __future__ import annotations
 
 import ctypes
@@ -46,7 +47,7 @@ def error_code(nvml: Any, exc: BaseException) -> str:
     value = getattr(exc, "value", None)
     for name in dir(pynvml):
         if name.startswith("NVML_ERROR_") and getattr(pynvml, name) == value:
-            return name[len("NVML_ERROR_"):]
+            return name[len("NVML_ERROR_") :]
     return f"NVML_ERROR_{value}"
 
 
@@ -122,8 +123,9 @@ class NvmlBackend:
         """Catalogue GI profile name -> the NVML profile ID this GPU's driver uses for it."""
         model = self.model(index)
         by_enum = {enum: pid for pid, (enum, _) in self.driver_profiles(index).items()}
-        return {gi.name: by_enum[gi.nvml_profile] for gi in (model.profiles if model else ())
-                if gi.nvml_profile in by_enum}
+        return {
+            gi.name: by_enum[gi.nvml_profile] for gi in (model.profiles if model else ()) if gi.nvml_profile in by_enum
+        }
 
     def read(self, index: int) -> GpuState:
         h = self._handle(index)
@@ -138,19 +140,33 @@ class NvmlBackend:
         for profile_id, (_, profile_info) in sorted(self.driver_profiles(index).items()):
             for gi in self._gpu_instances(index, h, profile_id, int(profile_info.instanceCount)):
                 info = self._call("nvmlGpuInstanceGetInfo", index, self.reader.nvmlGpuInstanceGetInfo, gi)
-                cis = tuple(ComputeInstance(int(ci_info.id), slices)
-                            for ci_info, slices in self._compute_instances(index, gi))
-                instances.append(GpuInstance(
-                    int(info.id), names.get(int(info.profileId), f"unknown-{int(info.profileId)}"),
-                    int(info.placement.start), int(info.placement.size), cis,
-                    tuple(sorted(pids.get(int(info.id), ())))))
+                cis = tuple(
+                    ComputeInstance(int(ci_info.id), slices) for ci_info, slices in self._compute_instances(index, gi)
+                )
+                instances.append(
+                    GpuInstance(
+                        int(info.id),
+                        names.get(int(info.profileId), f"unknown-{int(info.profileId)}"),
+                        int(info.placement.start),
+                        int(info.placement.size),
+                        cis,
+                        tuple(sorted(pids.get(int(info.id), ()))),
+                    )
+                )
         return GpuState(index, True, will_be, tuple(sorted(instances, key=lambda i: i.start)))
 
     def _gpu_instances(self, index: int, h: Any, profile_id: int, capacity: int) -> list[Any]:
         array = (self.nvml.c_nvmlGpuInstance_t * max(capacity, 1))()
         count = ctypes.c_uint(0)
-        self._call("nvmlDeviceGetGpuInstances", index, self.reader.nvmlDeviceGetGpuInstances, h, profile_id, array,
-                   ctypes.byref(count))
+        self._call(
+            "nvmlDeviceGetGpuInstances",
+            index,
+            self.reader.nvmlDeviceGetGpuInstances,
+            h,
+            profile_id,
+            array,
+            ctypes.byref(count),
+        )
         return [array[i] for i in range(count.value)]
 
     def _compute_instances(self, index: int, gi: Any) -> list[tuple[Any, int]]:
@@ -162,18 +178,27 @@ class NvmlBackend:
                 continue
             array = (self.nvml.c_nvmlComputeInstance_t * max(int(info.instanceCount), 1))()
             count = ctypes.c_uint(0)
-            self._call("nvmlGpuInstanceGetComputeInstances", index, self.reader.nvmlGpuInstanceGetComputeInstances,
-                       gi, int(info.id), array, ctypes.byref(count))
+            self._call(
+                "nvmlGpuInstanceGetComputeInstances",
+                index,
+                self.reader.nvmlGpuInstanceGetComputeInstances,
+                gi,
+                int(info.id),
+                array,
+                ctypes.byref(count),
+            )
             for i in range(count.value):
-                ci_info = self._call("nvmlComputeInstanceGetInfo", index, self.reader.nvmlComputeInstanceGetInfo,
-                                     array[i])
+                ci_info = self._call(
+                    "nvmlComputeInstanceGetInfo", index, self.reader.nvmlComputeInstanceGetInfo, array[i]
+                )
                 found.append((ci_info, slices))
         return found
 
     def _processes(self, index: int, h: Any) -> dict[int, list[int]]:
         """GPU-instance ID -> PIDs of the compute processes running in it."""
-        procs = self._call("nvmlDeviceGetComputeRunningProcesses", index,
-                           self.reader.nvmlDeviceGetComputeRunningProcesses, h)
+        procs = self._call(
+            "nvmlDeviceGetComputeRunningProcesses", index, self.reader.nvmlDeviceGetComputeRunningProcesses, h
+        )
         by_gi: dict[int, list[int]] = {}
         for p in procs:
             by_gi.setdefault(int(getattr(p, "gpuInstanceId", 0xFFFFFFFF)), []).append(int(p.pid))
@@ -187,8 +212,12 @@ class NvmlBackend:
 
     def reset(self, indices: Sequence[int]) -> None:
         if self._reset_command is None:
-            raise GpuError("reset", indices[0] if indices else None, "RESET_FAILED",
-                           "no way to reset GPUs configured (needs nvidia-smi on the host)")
+            raise GpuError(
+                "reset",
+                indices[0] if indices else None,
+                "RESET_FAILED",
+                "no way to reset GPUs configured (needs nvidia-smi on the host)",
+            )
         bus_ids = [self.devices()[i].bus_id for i in indices]
         for i in indices:
             self._profile_ids.pop(i, None)
@@ -205,8 +234,14 @@ class NvmlBackend:
         placement = self.nvml.c_nvmlGpuInstancePlacement_t()
         placement.start, placement.size = start, gi_profile.memory_slices
         h = self._handle(index)
-        gi = self._call("nvmlDeviceCreateGpuInstanceWithPlacement", index,
-                        self.nvml.nvmlDeviceCreateGpuInstanceWithPlacement, h, profile_id, placement)
+        gi = self._call(
+            "nvmlDeviceCreateGpuInstanceWithPlacement",
+            index,
+            self.nvml.nvmlDeviceCreateGpuInstanceWithPlacement,
+            h,
+            profile_id,
+            placement,
+        )
         info = self._call("nvmlGpuInstanceGetInfo", index, self.nvml.nvmlGpuInstanceGetInfo, gi)
         return int(info.id)
 
@@ -215,16 +250,28 @@ class NvmlBackend:
         if enum is None:
             raise GpuError("create_compute_instance", index, "NOT_SUPPORTED", f"no {slices}-slice CI profile")
         handle = self._gi_handle(index, gi)
-        info = self._call("nvmlGpuInstanceGetComputeInstanceProfileInfo", index,
-                          self.nvml.nvmlGpuInstanceGetComputeInstanceProfileInfo, handle, enum, CI_ENGINE_SHARED)
-        ci = self._call("nvmlGpuInstanceCreateComputeInstance", index,
-                        self.nvml.nvmlGpuInstanceCreateComputeInstance, handle, int(info.id))
+        info = self._call(
+            "nvmlGpuInstanceGetComputeInstanceProfileInfo",
+            index,
+            self.nvml.nvmlGpuInstanceGetComputeInstanceProfileInfo,
+            handle,
+            enum,
+            CI_ENGINE_SHARED,
+        )
+        ci = self._call(
+            "nvmlGpuInstanceCreateComputeInstance",
+            index,
+            self.nvml.nvmlGpuInstanceCreateComputeInstance,
+            handle,
+            int(info.id),
+        )
         return int(self._call("nvmlComputeInstanceGetInfo", index, self.nvml.nvmlComputeInstanceGetInfo, ci).id)
 
     def destroy_compute_instance(self, index: int, gi: int, ci: int) -> None:
         handle = self._gi_handle(index, gi)
-        ci_handle = self._call("nvmlGpuInstanceGetComputeInstanceById", index,
-                               self.nvml.nvmlGpuInstanceGetComputeInstanceById, handle, ci)
+        ci_handle = self._call(
+            "nvmlGpuInstanceGetComputeInstanceById", index, self.nvml.nvmlGpuInstanceGetComputeInstanceById, handle, ci
+        )
         self._call("nvmlComputeInstanceDestroy", index, self.nvml.nvmlComputeInstanceDestroy, ci_handle)
 
     def destroy_gpu_instance(self, index: int, gi: int) -> None:
@@ -237,8 +284,9 @@ class NvmlBackend:
             pass
 
     def _gi_handle(self, index: int, gi: int) -> Any:
-        return self._call("nvmlDeviceGetGpuInstanceById", index, self.nvml.nvmlDeviceGetGpuInstanceById,
-                          self._handle(index), gi)
+        return self._call(
+            "nvmlDeviceGetGpuInstanceById", index, self.nvml.nvmlDeviceGetGpuInstanceById, self._handle(index), gi
+        )
 
     def _gi_profile(self, index: int, name: str) -> GiProfile:
         model = self.model(index)

@@ -5,6 +5,7 @@ Per GPU: a mode change (which needs every instance gone), else a diff of GPU ins
 and, inside GPU instances that stay, a diff of compute instances. GPUs whose geometry already
 matches get no step at all.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -199,9 +200,16 @@ def mig_device_names(model: GpuModel, inst: GpuInstance) -> list[str]:
 def observed_results(models: Sequence[GpuModel], states: Sequence[GpuState]) -> tuple[GpuResult, ...]:
     """The node's GPUs as they are, in the validator's terms, for `migops.mig.gfd.advertise`."""
     return tuple(
-        GpuResult(s.index, m, None, s.mig_enabled, tuple(sorted(i.placement for i in s.instances)),
-                  tuple(d for i in s.instances for d in mig_device_names(m, i)))
-        for m, s in zip(models, states))
+        GpuResult(
+            s.index,
+            m,
+            None,
+            s.mig_enabled,
+            tuple(sorted(i.placement for i in s.instances)),
+            tuple(d for i in s.instances for d in mig_device_names(m, i)),
+        )
+        for m, s in zip(models, states)
+    )
 
 
 def gfd_advertisement(models: Sequence[GpuModel], states: Sequence[GpuState], strategy: Strategy):
@@ -211,6 +219,12 @@ def gfd_advertisement(models: Sequence[GpuModel], states: Sequence[GpuState], st
 
 def layout_annotation(models: Sequence[GpuModel], states: Sequence[GpuState]) -> list[dict[str, object]]:
     """docs/interfaces.md's `migops.io/mig.layout` value."""
-    return [{"gpu": s.index, "device_id": m.device_id, "mig_enabled": s.mig_enabled,
-             "instances": [{**i.placement.as_dict(), "compute": list(i.composition)} for i in s.instances]}
-            for m, s in zip(models, states)]
+    return [
+        {
+            "gpu": s.index,
+            "device_id": m.device_id,
+            "mig_enabled": s.mig_enabled,
+            "instances": [{**i.placement.as_dict(), "compute": list(i.composition)} for i in s.instances],
+        }
+        for m, s in zip(models, states)
+    ]

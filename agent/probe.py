@@ -5,6 +5,7 @@ compute slices, maximum count, memory, SMs, engines and possible placements, nex
 entry for that device ID, and names each difference. It never changes a GPU setting: NVML is reached
 through `ReadOnlyNvml`, which refuses every NVML function but initialisation and getters.
 """
+
 from __future__ import annotations
 
 import ctypes
@@ -14,8 +15,10 @@ from typing import Any
 
 from migops.mig.catalogue import GpuModel, catalogue
 
-_READ_ONLY = re.compile(r"^nvml(Init|InitWithFlags|Shutdown|SystemGet\w+|DeviceGet\w+|GpuInstanceGet\w+|"
-                        r"ComputeInstanceGet\w+|ErrorString)$")
+_READ_ONLY = re.compile(
+    r"^nvml(Init|InitWithFlags|Shutdown|SystemGet\w+|DeviceGet\w+|GpuInstanceGet\w+|"
+    r"ComputeInstanceGet\w+|ErrorString)$"
+)
 GI_PROFILE_COUNT = 18
 
 
@@ -89,22 +92,41 @@ def _probe_gpu(nv: ReadOnlyNvml, index: int) -> ProbedGpu:
     except nv.NVMLError:
         current = pending = None
         capable = False
-    gpu = ProbedGpu(index, device_id, _text(nv.nvmlDeviceGetName(h)), _text(nv.nvmlDeviceGetUUID(h)), capable,
-                    None if current is None else current == nv.NVML_DEVICE_MIG_ENABLE,
-                    None if pending is None else pending == nv.NVML_DEVICE_MIG_ENABLE,
-                    model.name if model else None)
+    gpu = ProbedGpu(
+        index,
+        device_id,
+        _text(nv.nvmlDeviceGetName(h)),
+        _text(nv.nvmlDeviceGetUUID(h)),
+        capable,
+        None if current is None else current == nv.NVML_DEVICE_MIG_ENABLE,
+        None if pending is None else pending == nv.NVML_DEVICE_MIG_ENABLE,
+        model.name if model else None,
+    )
     if capable:
         for enum in range(GI_PROFILE_COUNT):
             try:
                 info = nv.nvmlDeviceGetGpuInstanceProfileInfo(h, enum)
             except nv.NVMLError:
                 continue
-            gpu.profiles.append(ProbedProfile(
-                enum, int(info.id), _text(getattr(info, "name", b"")), int(info.sliceCount), int(info.instanceCount),
-                int(info.memorySizeMB), int(info.multiprocessorCount),
-                {"copy": int(info.copyEngineCount), "decoder": int(info.decoderCount),
-                 "encoder": int(info.encoderCount), "jpeg": int(info.jpegCount), "ofa": int(info.ofaCount)},
-                _placements(nv, h, int(info.id), int(info.instanceCount))))
+            gpu.profiles.append(
+                ProbedProfile(
+                    enum,
+                    int(info.id),
+                    _text(getattr(info, "name", b"")),
+                    int(info.sliceCount),
+                    int(info.instanceCount),
+                    int(info.memorySizeMB),
+                    int(info.multiprocessorCount),
+                    {
+                        "copy": int(info.copyEngineCount),
+                        "decoder": int(info.decoderCount),
+                        "encoder": int(info.encoderCount),
+                        "jpeg": int(info.jpegCount),
+                        "ofa": int(info.ofaCount),
+                    },
+                    _placements(nv, h, int(info.id), int(info.instanceCount)),
+                )
+            )
     gpu.differences = compare(gpu, model)
     return gpu
 
@@ -134,11 +156,15 @@ def compare(gpu: ProbedGpu, model: GpuModel | None) -> list[str]:
         if p is None:
             out.append(f"{gi.name}: in the catalogue (NVML enum {gi.nvml_profile}), not reported by the driver")
             continue
-        checks = [("profile ID", gi.smi_id, p.id), ("compute slices", gi.compute_slices, p.compute_slices),
-                  ("max count", gi.max_count, p.max_count), ("memory MiB", gi.memory_mib, p.memory_mib),
-                  ("SMs", gi.sms, p.sms),
-                  ("starts", list(gi.starts), [s for s, _ in p.placements]),
-                  ("size", gi.memory_slices, p.placements[0][1] if p.placements else None)]
+        checks = [
+            ("profile ID", gi.smi_id, p.id),
+            ("compute slices", gi.compute_slices, p.compute_slices),
+            ("max count", gi.max_count, p.max_count),
+            ("memory MiB", gi.memory_mib, p.memory_mib),
+            ("SMs", gi.sms, p.sms),
+            ("starts", list(gi.starts), [s for s, _ in p.placements]),
+            ("size", gi.memory_slices, p.placements[0][1] if p.placements else None),
+        ]
         if gi.engines is not None:
             checks.append(("engines", asdict(gi.engines), p.engines))
         for what, cat, seen in checks:
@@ -156,14 +182,18 @@ def render(driver: str, gpus: list[ProbedGpu]) -> list[str]:
         if g.mig_pending is not None and g.mig_pending != g.mig_current:
             mode += f" (pending: {'enabled' if g.mig_pending else 'disabled'})"
         lines.append(f"GPU {g.index}  {g.device_id}  {g.name}  {g.uuid}")
-        lines.append(f"  MIG capable: {'yes' if g.mig_capable else 'no'}  mode: {mode}  catalogue: "
-                     f"{g.catalogue_model or 'not listed'}")
+        lines.append(
+            f"  MIG capable: {'yes' if g.mig_capable else 'no'}  mode: {mode}  catalogue: "
+            f"{g.catalogue_model or 'not listed'}"
+        )
         for p in g.profiles:
             starts = ",".join(str(s) for s, _ in p.placements)
             size = p.placements[0][1] if p.placements else "?"
-            lines.append(f"    enum {p.enum:>2} id {p.id:>2} {p.name or '':<16} {p.compute_slices}c max {p.max_count} "
-                         f"{p.memory_mib} MiB {p.sms} SMs  starts {{{starts}}}:{size}  engines " +
-                         "/".join(str(p.engines[k]) for k in ("copy", "decoder", "encoder", "jpeg", "ofa")))
+            lines.append(
+                f"    enum {p.enum:>2} id {p.id:>2} {p.name or '':<16} {p.compute_slices}c max {p.max_count} "
+                f"{p.memory_mib} MiB {p.sms} SMs  starts {{{starts}}}:{size}  engines "
+                + "/".join(str(p.engines[k]) for k in ("copy", "decoder", "encoder", "jpeg", "ofa"))
+            )
         if g.differences:
             lines.append("  differs from the catalogue:")
             lines += [f"    - {d}" for d in g.differences]

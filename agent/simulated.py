@@ -20,6 +20,7 @@ only reads, so a test or a person can change it while an agent runs:
      "reboot_fails": true,            # a reboot does not apply the pending mode either
      "op_delay": 0.5}                 # seconds each changing call takes
 """
+
 from __future__ import annotations
 
 import fcntl
@@ -40,8 +41,14 @@ from migops.mig.profile import compute_subprofile_allowed
 
 STATE_VERSION = 1
 _REPEAT = re.compile(r"^([1-9][0-9]*)x(.+)$")
-OPS = ("set_mig_mode", "reset", "create_gpu_instance", "create_compute_instance",
-       "destroy_compute_instance", "destroy_gpu_instance")
+OPS = (
+    "set_mig_mode",
+    "reset",
+    "create_gpu_instance",
+    "create_compute_instance",
+    "destroy_compute_instance",
+    "destroy_gpu_instance",
+)
 
 
 def parse_gpus(text: str) -> list[GpuModel]:
@@ -72,9 +79,16 @@ def initial_state(models: Sequence[GpuModel], node: str) -> dict[str, Any]:
         "node": node,
         "boots": 0,
         "gpus": [
-            {"index": i, "device_id": m.device_id, "uuid": f"GPU-sim-{node}-{i}",
-             "bus_id": f"00000000:{0x18 + i:02X}:00.0", "mig": {"current": False, "pending": False},
-             "next_gi": 1, "instances": [], "ops": {op: 0 for op in OPS}}
+            {
+                "index": i,
+                "device_id": m.device_id,
+                "uuid": f"GPU-sim-{node}-{i}",
+                "bus_id": f"00000000:{0x18 + i:02X}:00.0",
+                "mig": {"current": False, "pending": False},
+                "next_gi": 1,
+                "instances": [],
+                "ops": {op: 0 for op in OPS},
+            }
             for i, m in enumerate(models)
         ],
     }
@@ -89,8 +103,15 @@ class SimulatedBackend:
 
     name = "simulated"
 
-    def __init__(self, state_file: str | Path, models: Sequence[GpuModel] | None = None, node: str = "node",
-                 faults_file: str | Path | None = None, sleep=time.sleep, out_of_band: bool = False) -> None:
+    def __init__(
+        self,
+        state_file: str | Path,
+        models: Sequence[GpuModel] | None = None,
+        node: str = "node",
+        faults_file: str | Path | None = None,
+        sleep=time.sleep,
+        out_of_band: bool = False,
+    ) -> None:
         self.path = Path(state_file)
         self.lock_path = self.path.with_name(self.path.name + ".lock")
         self.faults_path = Path(faults_file) if faults_file else self.path.with_name(self.path.name + ".faults")
@@ -102,8 +123,10 @@ class SimulatedBackend:
                 state = self._load()
                 have = [g["device_id"] for g in state["gpus"]]
                 if models is not None and have != [m.device_id for m in models]:
-                    raise ValueError(f"{self.path} holds GPUs {','.join(have)}, not the ones asked for "
-                                     f"({','.join(m.device_id for m in models)}); remove it to start afresh")
+                    raise ValueError(
+                        f"{self.path} holds GPUs {','.join(have)}, not the ones asked for "
+                        f"({','.join(m.device_id for m in models)}); remove it to start afresh"
+                    )
             else:
                 if not models:
                     raise ValueError(f"{self.path} does not exist: name the GPUs (e.g. --gpus 8x0x233010DE)")
@@ -111,8 +134,10 @@ class SimulatedBackend:
 
     # ------------------------------------------------------------------ reading
     def devices(self) -> list[Device]:
-        return [Device(g["index"], g["device_id"], g["uuid"], g["bus_id"], self._model(g).mig_capable)
-                for g in self._load()["gpus"]]
+        return [
+            Device(g["index"], g["device_id"], g["uuid"], g["bus_id"], self._model(g).mig_capable)
+            for g in self._load()["gpus"]
+        ]
 
     def model(self, index: int) -> GpuModel:
         return self._model(self._gpu(self._load(), index))
@@ -123,11 +148,22 @@ class SimulatedBackend:
             self._fault(faults, "read", index)
         g = self._gpu(self._load(), index)
         busy = self._busy(faults, g)
-        return GpuState(index, g["mig"]["current"], g["mig"]["pending"], tuple(
-            GpuInstance(i["id"], i["profile"], i["start"], i["size"],
-                        tuple(ComputeInstance(c["id"], c["slices"]) for c in i["compute"]),
-                        tuple(busy.get(i["start"], ())))
-            for i in sorted(g["instances"], key=lambda i: i["start"])))
+        return GpuState(
+            index,
+            g["mig"]["current"],
+            g["mig"]["pending"],
+            tuple(
+                GpuInstance(
+                    i["id"],
+                    i["profile"],
+                    i["start"],
+                    i["size"],
+                    tuple(ComputeInstance(c["id"], c["slices"]) for c in i["compute"]),
+                    tuple(busy.get(i["start"], ())),
+                )
+                for i in sorted(g["instances"], key=lambda i: i["start"])
+            ),
+        )
 
     def ops(self, index: int) -> dict[str, int]:
         """How many changing calls the agent made on each GPU (tests and benchmarks count them)."""
@@ -188,28 +224,46 @@ class SimulatedBackend:
             if gi is None:
                 raise GpuError("create_gpu_instance", index, "NOT_SUPPORTED", f"{model.name} has no profile {profile}")
             if start not in gi.starts:
-                raise GpuError("create_gpu_instance", index, "INVALID_ARGUMENT",
-                               f"{profile} cannot start at slice {start} (valid: {','.join(map(str, gi.starts))})")
+                raise GpuError(
+                    "create_gpu_instance",
+                    index,
+                    "INVALID_ARGUMENT",
+                    f"{profile} cannot start at slice {start} (valid: {','.join(map(str, gi.starts))})",
+                )
             new = Placement(start, gi.memory_slices, gi.name)
-            existing = [(gi_profile(model, i["profile"]), Placement(i["start"], i["size"], i["profile"]))
-                        for i in g["instances"]]
+            existing = [
+                (gi_profile(model, i["profile"]), Placement(i["start"], i["size"], i["profile"]))
+                for i in g["instances"]
+            ]
             clash = [p for _, p in existing if p.mask & new.mask]
             if clash:
-                raise GpuError("create_gpu_instance", index, "INSUFFICIENT_RESOURCES",
-                               f"slices {start}-{start + gi.memory_slices - 1} overlap "
-                               f"{clash[0].profile}@{clash[0].start}")
+                raise GpuError(
+                    "create_gpu_instance",
+                    index,
+                    "INSUFFICIENT_RESOURCES",
+                    f"slices {start}-{start + gi.memory_slices - 1} overlap {clash[0].profile}@{clash[0].start}",
+                )
             if sum(1 for p, _ in existing if p is gi) >= gi.max_count:
-                raise GpuError("create_gpu_instance", index, "INSUFFICIENT_RESOURCES",
-                               f"{gi.max_count} x {profile} already exist (the maximum)")
+                raise GpuError(
+                    "create_gpu_instance",
+                    index,
+                    "INSUFFICIENT_RESOURCES",
+                    f"{gi.max_count} x {profile} already exist (the maximum)",
+                )
             if sum(p.compute_slices for p, _ in existing if p) + gi.compute_slices > model.table.compute_slices:
                 raise GpuError("create_gpu_instance", index, "INSUFFICIENT_RESOURCES", "no compute slices left")
             if gi.has_media_extensions and any(p and p.has_media_extensions for p, _ in existing):
-                raise GpuError("create_gpu_instance", index, "INSUFFICIENT_RESOURCES",
-                               "the GPU's one media-engine set is taken by another +me instance")
+                raise GpuError(
+                    "create_gpu_instance",
+                    index,
+                    "INSUFFICIENT_RESOURCES",
+                    "the GPU's one media-engine set is taken by another +me instance",
+                )
             gid = g["next_gi"]
             g["next_gi"] += 1
-            g["instances"].append({"id": gid, "profile": gi.name, "start": start, "size": gi.memory_slices,
-                                   "compute": [], "next_ci": 0})
+            g["instances"].append(
+                {"id": gid, "profile": gi.name, "start": start, "size": gi.memory_slices, "compute": [], "next_ci": 0}
+            )
             self._count(g, "create_gpu_instance")
             return gid
 
@@ -221,12 +275,20 @@ class SimulatedBackend:
             profile = gi_profile(self._model(g), inst["profile"])
             assert profile is not None
             if not compute_subprofile_allowed(slices, profile.compute_slices):
-                raise GpuError("create_compute_instance", index, "NOT_SUPPORTED",
-                               f"a {profile.name} instance offers no {slices}-slice compute instance")
+                raise GpuError(
+                    "create_compute_instance",
+                    index,
+                    "NOT_SUPPORTED",
+                    f"a {profile.name} instance offers no {slices}-slice compute instance",
+                )
             used = sum(c["slices"] for c in inst["compute"])
             if used + slices > profile.compute_slices:
-                raise GpuError("create_compute_instance", index, "INSUFFICIENT_RESOURCES",
-                               f"{profile.name} has {profile.compute_slices - used} compute slices left")
+                raise GpuError(
+                    "create_compute_instance",
+                    index,
+                    "INSUFFICIENT_RESOURCES",
+                    f"{profile.name} has {profile.compute_slices - used} compute slices left",
+                )
             cid = inst["next_ci"]
             inst["next_ci"] += 1
             inst["compute"].append({"id": cid, "slices": slices})
@@ -252,8 +314,9 @@ class SimulatedBackend:
             g = self._gpu(state, index)
             inst = self._instance(g, index, gi, "destroy_gpu_instance")
             if inst["compute"] or self._busy(faults, g).get(inst["start"]):
-                raise GpuError("destroy_gpu_instance", index, "IN_USE", "the instance still has compute instances "
-                               "or processes")
+                raise GpuError(
+                    "destroy_gpu_instance", index, "IN_USE", "the instance still has compute instances or processes"
+                )
             g["instances"] = [i for i in g["instances"] if i["id"] != gi]
             self._count(g, "destroy_gpu_instance")
 
@@ -266,8 +329,9 @@ class SimulatedBackend:
         try:
             state = json.loads(self.path.read_text())
         except FileNotFoundError:
-            raise GpuError("read-state", None, "UNKNOWN", f"{self.path}: the simulated GPUs' state file is gone") \
-                from None
+            raise GpuError(
+                "read-state", None, "UNKNOWN", f"{self.path}: the simulated GPUs' state file is gone"
+            ) from None
         except ValueError as exc:
             raise GpuError("read-state", None, "UNKNOWN", f"{self.path}: not valid JSON ({exc})") from None
         if not isinstance(state, dict) or state.get("version") != STATE_VERSION:
@@ -325,8 +389,11 @@ class SimulatedBackend:
     def _busy(faults: dict[str, Any], g: dict[str, Any]) -> dict[int, tuple[int, ...]]:
         """start -> pids of the injected `in_use` processes on this GPU's existing instances."""
         starts = {i["start"] for i in g["instances"]}
-        return {f["start"]: tuple(f.get("pids") or (4242,)) for f in faults.get("in_use", ())
-                if f.get("gpu") == g["index"] and f.get("start") in starts}
+        return {
+            f["start"]: tuple(f.get("pids") or (4242,))
+            for f in faults.get("in_use", ())
+            if f.get("gpu") == g["index"] and f.get("start") in starts
+        }
 
     @staticmethod
     def _fault(faults: dict[str, Any], op: str, index: int) -> None:

@@ -6,6 +6,7 @@ must not change when the validator gets faster). The text is a pure function of 
 Python changes. Every file stays within migops's input bounds (1 MiB, 100,000 YAML nodes after alias
 expansion, depth 32); bench/mig_worst_case.py prints each file's size.
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
@@ -26,16 +27,54 @@ MODEL_PROFILES: tuple[tuple[str, ...], ...] = (
     ("1g.23gb", "1g.23gb+me", "1g.47gb", "2g.47gb", "3g.93gb", "4g.93gb", "7g.186gb", "1g.24gb", "7g.189gb"),
     ("1g.34gb", "1g.34gb+me", "1g.67gb", "2g.67gb", "3g.135gb", "4g.135gb", "7g.269gb"),
     ("1g.35gb", "1g.35gb+me", "1g.70gb", "2g.70gb", "3g.139gb", "4g.139gb", "7g.278gb"),
-    ("1g.24gb", "1g.24gb+me", "1g.24gb+gfx", "1g.24gb+me.all", "1g.24gb-me", "2g.48gb", "2g.48gb+gfx",
-     "2g.48gb+me.all", "2g.48gb-me", "4g.96gb", "4g.96gb+gfx"),
+    (
+        "1g.24gb",
+        "1g.24gb+me",
+        "1g.24gb+gfx",
+        "1g.24gb+me.all",
+        "1g.24gb-me",
+        "2g.48gb",
+        "2g.48gb+gfx",
+        "2g.48gb+me.all",
+        "2g.48gb-me",
+        "4g.96gb",
+        "4g.96gb+gfx",
+    ),
 )
-EXTRA_PROFILES = ("1c.2g.20gb", "1c.3g.40gb", "2c.3g.40gb", "1c.7g.80gb", "3c.7g.80gb", "1c.4g.40gb",
-                  "2c.4g.40gb", "3c.4g.40gb", "1c.3g.20gb", "7g.79gb", "1g.11gb", "5g.50gb", "1g.10gb+gfx",
-                  "1g.10gb-me", "1g.24gb+gfx,me")
+EXTRA_PROFILES = (
+    "1c.2g.20gb",
+    "1c.3g.40gb",
+    "2c.3g.40gb",
+    "1c.7g.80gb",
+    "3c.7g.80gb",
+    "1c.4g.40gb",
+    "2c.4g.40gb",
+    "3c.4g.40gb",
+    "1c.3g.20gb",
+    "7g.79gb",
+    "1g.11gb",
+    "5g.50gb",
+    "1g.10gb+gfx",
+    "1g.10gb-me",
+    "1g.24gb+gfx,me",
+)
 # Known IDs, a non-MIG GPU (DGX Station display), a typo, a subsystem form, and one that does not parse.
-FILTERS = ("0x233010DE", "0x20B010DE", "0x20B710DE", "0x2BB510DE", "0x294110DE", "0x290110DE", "0x233510DE",
-           "0x20B210DE", "0x232110DE", "0x31C210DE", "0x1FB010DE", "0x23301DE", "0x233010DE:0x16C110DE",
-           "MODEL")
+FILTERS = (
+    "0x233010DE",
+    "0x20B010DE",
+    "0x20B710DE",
+    "0x2BB510DE",
+    "0x294110DE",
+    "0x290110DE",
+    "0x233510DE",
+    "0x20B210DE",
+    "0x232110DE",
+    "0x31C210DE",
+    "0x1FB010DE",
+    "0x23301DE",
+    "0x233010DE:0x16C110DE",
+    "MODEL",
+)
 
 HEADER = "version: v1\nmig-configs:\n"
 
@@ -56,8 +95,9 @@ def _devices_map(items: dict[str, int], indent: str, flow: bool) -> str:
     return "\n" + "".join(f'{indent}"{k}": {v}\n' for k, v in items.items())
 
 
-def _entry(devices: str, enabled: bool, items: dict[str, int] | None, device_filter: str | None = None,
-           flow: bool = True) -> str:
+def _entry(
+    devices: str, enabled: bool, items: dict[str, int] | None, device_filter: str | None = None, flow: bool = True
+) -> str:
     """One entry of a config's list; `flow` writes mig-devices on one line, as many real files do."""
     out = "    - "
     if device_filter is not None:
@@ -193,8 +233,10 @@ def filters(configs: int = 400, per_entry: int = 60) -> str:
     """Long device-filter lists, known, unknown, malformed and subsystem IDs mixed."""
     parts = [HEADER]
     for c in range(configs):
-        ids = [FILTERS[(c + i) % len(FILTERS)] if i % 3 else f"0x{0x2000 + (c * per_entry + i) % 4096:04X}10DE"
-               for i in range(per_entry)]
+        ids = [
+            FILTERS[(c + i) % len(FILTERS)] if i % 3 else f"0x{0x2000 + (c * per_entry + i) % 4096:04X}10DE"
+            for i in range(per_entry)
+        ]
         text = "[" + ", ".join(f'"{i}"' for i in ids) + "]"
         items = {MODEL_PROFILES[c % len(MODEL_PROFILES)][0]: 2}
         parts.append(f"  filt-{c:04d}:\n{_entry('all', True, items, text)}")

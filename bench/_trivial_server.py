@@ -3,6 +3,7 @@
 load's baseline), and /echo/validate, which answers allow for the request's uid (the API server refuses
 a response for another uid; it is in the body's first bytes, where the API server writes it): a
 do-nothing webhook registered with the API server, the least any validating webhook costs there."""
+
 from __future__ import annotations
 
 import re
@@ -12,10 +13,11 @@ from flask import Flask, Response, request
 
 from migops.webhook.server import gunicorn_options, prepare_metrics_dir, serve
 
-ALLOW = (b'{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","response":'
-         b'{"uid":"00000000-0000-0000-0000-000000000000","allowed":true}}')
-ECHO = (b'{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","response":'
-        b'{"uid":"%s","allowed":true}}')
+ALLOW = (
+    b'{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","response":'
+    b'{"uid":"00000000-0000-0000-0000-000000000000","allowed":true}}'
+)
+ECHO = b'{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","response":{"uid":"%s","allowed":true}}'
 UID = re.compile(rb'"uid":"([0-9a-fA-F-]{1,64})"')
 
 
@@ -37,5 +39,15 @@ def load() -> Flask:
 if __name__ == "__main__":
     cert, port, workers, threads = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
     prepare_metrics_dir(workers)
-    serve(gunicorn_options(tls_cert=cert, tls_key=cert, bind="127.0.0.1", port=port, workers=workers,
-                           threads=threads, log_level="warning"), load)
+    serve(
+        gunicorn_options(
+            tls_cert=cert,
+            tls_key=cert,
+            bind="127.0.0.1",
+            port=port,
+            workers=workers,
+            threads=threads,
+            log_level="warning",
+        ),
+        load,
+    )

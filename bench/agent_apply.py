@@ -9,6 +9,7 @@ calls it takes (GPU- and compute-instance destroys and creates) with the GPU ins
 Both are executed on simulated GPUs (which refuse what hardware refuses) and counted there.
 Prints figures and ratios; no pass/fail.
 """
+
 from __future__ import annotations
 
 import statistics
@@ -26,7 +27,9 @@ from migops.agent.simulated import SimulatedBackend, parse_gpus  # noqa: E402
 from migops.mig.spec import parse_config  # noqa: E402
 from migops.mig.validate import validate_on_node  # noqa: E402
 
-CONFIG = (ROOT / "examples" / "nvidia-default-config.yaml").read_text().rstrip("\n") + """
+CONFIG = (
+    (ROOT / "examples" / "nvidia-default-config.yaml").read_text().rstrip("\n")
+    + """
   keep-3g:
     - devices: all
       mig-enabled: true
@@ -43,19 +46,28 @@ CONFIG = (ROOT / "examples" / "nvidia-default-config.yaml").read_text().rstrip("
       mig-enabled: true
       mig-devices: {"1g.10gb": 4, "3g.40gb": 1}
 """
-CHANGES = [("all-balanced", "all-1g.10gb"), ("all-1g.10gb", "all-balanced"), ("all-balanced", "all-3g.40gb"),
-           ("all-3g.40gb", "all-balanced"), ("all-balanced", "keep-3g"), ("all-2g.20gb", "all-balanced"),
-           ("all-balanced", "repartition-3g"), ("all-balanced", "gpu3-differs"), ("all-1g.10gb", "all-2g.20gb")]
+)
+CHANGES = [
+    ("all-balanced", "all-1g.10gb"),
+    ("all-1g.10gb", "all-balanced"),
+    ("all-balanced", "all-3g.40gb"),
+    ("all-3g.40gb", "all-balanced"),
+    ("all-balanced", "keep-3g"),
+    ("all-2g.20gb", "all-balanced"),
+    ("all-balanced", "repartition-3g"),
+    ("all-balanced", "gpu3-differs"),
+    ("all-1g.10gb", "all-2g.20gb"),
+]
 MUTATING = ("create_gpu_instance", "create_compute_instance", "destroy_compute_instance", "destroy_gpu_instance")
 
 
-def desired(config, name: str, models):  # noqa: ANN001, ANN201
+def desired(config, name: str, models):
     report = validate_on_node(config, name, models)
     assert report.valid, report.problems
     return [desired_from_result(r) for r in report.gpus]
 
 
-def run_plan(backend, goal) -> None:  # noqa: ANN001
+def run_plan(backend, goal) -> None:
     for d in goal:
         plan = plan_gpu(backend.read(d.index), d)
         created = {}
@@ -70,7 +82,7 @@ def run_plan(backend, goal) -> None:  # noqa: ANN001
                 backend.create_compute_instance(s.gpu, s.gi if s.gi is not None else created[s.placement], s.slices)
 
 
-def run_mig_parted(backend, goal) -> None:  # noqa: ANN001
+def run_mig_parted(backend, goal) -> None:
     """Skip GPUs whose profile counts already match; clear the others; create largest-first."""
     for d in goal:
         state = backend.read(d.index)
@@ -86,14 +98,14 @@ def run_mig_parted(backend, goal) -> None:  # noqa: ANN001
                 backend.create_compute_instance(d.index, gi, c)
 
 
-def counted(backend) -> Counter:  # noqa: ANN001
+def counted(backend) -> Counter:
     total: Counter = Counter()
     for i in range(8):
         total.update({k: v for k, v in backend.ops(i).items() if k in MUTATING})
     return total
 
 
-def node_at(tmp: str, config, models, start: str) -> SimulatedBackend:  # noqa: ANN001
+def node_at(tmp: str, config, models, start: str) -> SimulatedBackend:
     """Simulated GPUs with MIG on and config `start` applied."""
     b = SimulatedBackend(Path(tmp) / "gpus.json", models)
     for i in range(len(models)):
@@ -103,7 +115,7 @@ def node_at(tmp: str, config, models, start: str) -> SimulatedBackend:  # noqa: 
     return b
 
 
-def trial(config, models, start: str, goal: str, approach) -> tuple[Counter, int, set[int]]:  # noqa: ANN001
+def trial(config, models, start: str, goal: str, approach) -> tuple[Counter, int, set[int]]:
     with tempfile.TemporaryDirectory() as tmp:
         b = node_at(tmp, config, models, start)
         before_ids = {(i, inst.id) for i in range(8) for inst in b.read(i).instances}
@@ -122,8 +134,10 @@ def main() -> int:
     models = parse_gpus("8x0x233010DE")
     print("agent diff apply, simulated node with 8 x H100-SXM5-80GB (0x233010DE)")
     print("  driver calls = GPU/compute-instance destroys + creates; kept = GPU instances left in place\n")
-    header = (f"  {'change':<34} {'plan ms (p50/p90)':>17}  {'migops d/c':>10} {'kept':>4}  "
-              f"{'mig-parted d/c':>14} {'kept':>4}  {'calls ratio':>11}")
+    header = (
+        f"  {'change':<34} {'plan ms (p50/p90)':>17}  {'migops d/c':>10} {'kept':>4}  "
+        f"{'mig-parted d/c':>14} {'kept':>4}  {'calls ratio':>11}"
+    )
     print(header)
     totals = Counter()
     for start, goal in CHANGES:
@@ -146,11 +160,15 @@ def main() -> int:
         totals.update({"ours": d_o + c_o, "theirs": d_t + c_t, "kept_ours": kept_ours, "kept_theirs": kept_theirs})
         q = statistics.quantiles(times, n=10, method="inclusive")
         ratio = f"{(d_t + c_t) / (d_o + c_o):.2f}x" if d_o + c_o else "-"
-        print(f"  {start + ' -> ' + goal:<34} {statistics.median(times):>8.2f}/{q[-1]:<8.2f}  "
-              f"{d_o:>4}/{c_o:<5} {kept_ours:>4}  {d_t:>7}/{c_t:<6} {kept_theirs:>4}  {ratio:>11}")
-    print(f"\n  all changes: migops {totals['ours']} driver calls, {totals['kept_ours']} GPU instances kept; "
-          f"mig-parted approach {totals['theirs']} calls, {totals['kept_theirs']} kept "
-          f"({totals['theirs'] / totals['ours']:.2f}x the calls)")
+        print(
+            f"  {start + ' -> ' + goal:<34} {statistics.median(times):>8.2f}/{q[-1]:<8.2f}  "
+            f"{d_o:>4}/{c_o:<5} {kept_ours:>4}  {d_t:>7}/{c_t:<6} {kept_theirs:>4}  {ratio:>11}"
+        )
+    print(
+        f"\n  all changes: migops {totals['ours']} driver calls, {totals['kept_ours']} GPU instances kept; "
+        f"mig-parted approach {totals['theirs']} calls, {totals['kept_theirs']} kept "
+        f"({totals['theirs'] / totals['ours']:.2f}x the calls)"
+    )
     return 0
 
 

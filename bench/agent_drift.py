@@ -12,6 +12,7 @@ the detection latency a person's out-of-band change sees.
 
 Prints figures; no pass/fail.
 """
+
 from __future__ import annotations
 
 import json
@@ -53,8 +54,9 @@ def apply(backend: Backend) -> None:
         created: dict = {}
         for step in plan_gpu(backend.read(d.index), d).steps:
             if step.op == "create_gi":
-                created[step.placement] = backend.create_gpu_instance(d.index, step.placement.profile,
-                                                                      step.placement.start)
+                created[step.placement] = backend.create_gpu_instance(
+                    d.index, step.placement.profile, step.placement.start
+                )
             elif step.op == "create_ci":
                 backend.create_compute_instance(d.index, created[step.placement], step.slices)
 
@@ -96,8 +98,9 @@ def check_cost() -> None:
         show("simulated, one GPU drifted", times)
     h100 = catalogue().resolve("0x233010DE")
     fake = FakeNvml([h100] * 8)
-    nvml = NvmlBackend(fake, reset=lambda argv: fake.reset([int(b.split(":")[1], 16) - 0x18
-                                                            for b in argv[-1].split(",")]))
+    nvml = NvmlBackend(
+        fake, reset=lambda argv: fake.reset([int(b.split(":")[1], 16) - 0x18 for b in argv[-1].split(",")])
+    )
     apply(nvml)
     before = len(fake.calls)
     times, drifts = time_checks(nvml)
@@ -115,27 +118,62 @@ def detection_latency(rounds: int = 8, interval: float = 1.0) -> None:
     from migops.local.controlplane import ControlPlane
 
     print(f"\ndetection latency, one simulated agent (2 x H100, --drift-interval {interval:g}), {rounds} changes:")
-    with tempfile.TemporaryDirectory(prefix="migops-bench-") as tmp, ControlPlane(locate()) as plane, \
-            plane.api_client() as api:
+    with (
+        tempfile.TemporaryDirectory(prefix="migops-bench-") as tmp,
+        ControlPlane(locate()) as plane,
+        plane.api_client() as api,
+    ):
         cluster.seed(api, plan_nodes(1, [catalogue().resolve("0x233010DE")], 2, "mixed"), "mixed")
         core = k8s.CoreV1Api(api)
-        core.create_namespaced_config_map("gpu-operator", {"metadata": {"name": "default-mig-parted-config"},
-                                                           "data": {"config.yaml": CONFIG_TEXT}})
+        core.create_namespaced_config_map(
+            "gpu-operator", {"metadata": {"name": "default-mig-parted-config"}, "data": {"config.yaml": CONFIG_TEXT}}
+        )
         node = core.list_node().items[0].metadata.name
         state = Path(tmp) / "gpus.json"
         env = {k: v for k, v in os.environ.items() if k != "KUBECONFIG"}
         with open(Path(tmp) / "agent.log", "wb") as log:
             agent = subprocess.Popen(
-                [sys.executable, "-m", "migops", "agent", "--node", node, "--backend", "simulated", "--gpus",
-                 "2x0x233010DE", "--state-file", str(state), "--work-dir", tmp, "--kubeconfig",
-                 str(plane.admin_kubeconfig), "--pod-timeout", "5", "--retry-base", "0.5", "--retry-max", "2",
-                 "--mode-change-settle", "0", "--drift-interval", str(interval), "--drift-max-repairs", "100"],
-                stdout=log, stderr=subprocess.STDOUT, env=env, cwd=ROOT)
+                [
+                    sys.executable,
+                    "-m",
+                    "migops",
+                    "agent",
+                    "--node",
+                    node,
+                    "--backend",
+                    "simulated",
+                    "--gpus",
+                    "2x0x233010DE",
+                    "--state-file",
+                    str(state),
+                    "--work-dir",
+                    tmp,
+                    "--kubeconfig",
+                    str(plane.admin_kubeconfig),
+                    "--pod-timeout",
+                    "5",
+                    "--retry-base",
+                    "0.5",
+                    "--retry-max",
+                    "2",
+                    "--mode-change-settle",
+                    "0",
+                    "--drift-interval",
+                    str(interval),
+                    "--drift-max-repairs",
+                    "100",
+                ],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=env,
+                cwd=ROOT,
+            )
         try:
+
             def notes() -> dict[str, str]:
                 return core.read_node(node).metadata.annotations or {}
 
-            def wait(check, timeout: float = 60.0) -> float:  # noqa: ANN001
+            def wait(check, timeout: float = 60.0) -> float:
                 began = time.monotonic()
                 while not check():
                     if time.monotonic() - began > timeout:
@@ -144,24 +182,47 @@ def detection_latency(rounds: int = 8, interval: float = 1.0) -> None:
                 return time.monotonic()
 
             core.patch_node(node, {"metadata": {"labels": {"nvidia.com/mig.config": NAME}}})
-            wait(lambda: notes().get("migops.io/mig.config.applied") == NAME
-                 and (core.read_node(node).metadata.labels or {}).get("nvidia.com/mig.config.state") == "success")
+            wait(
+                lambda: (
+                    notes().get("migops.io/mig.config.applied") == NAME
+                    and (core.read_node(node).metadata.labels or {}).get("nvidia.com/mig.config.state") == "success"
+                )
+            )
             seen, repaired = [], []
             for i in range(rounds):
                 time.sleep(interval * ((i * 0.37) % 1))  # changes at spread-out points of the interval
                 gpu = json.loads(state.read_text())["gpus"][i % 2]
                 start = gpu["instances"][-1]["start"]
                 began = time.monotonic()
-                subprocess.run([sys.executable, "-m", "migops", "sim", "destroy-gi", "--state-file", str(state),
-                                "--gpu", str(i % 2), "--start", str(start)], check=True, capture_output=True)
+                subprocess.run(
+                    [
+                        sys.executable,
+                        "-m",
+                        "migops",
+                        "sim",
+                        "destroy-gi",
+                        "--state-file",
+                        str(state),
+                        "--gpu",
+                        str(i % 2),
+                        "--start",
+                        str(start),
+                    ],
+                    check=True,
+                    capture_output=True,
+                )
                 changed = time.monotonic()
                 seen.append(wait(lambda: "migops.io/mig.drift" in notes()) - changed)
                 repaired.append(wait(lambda: "migops.io/mig.drift" not in notes()) - changed)
                 del began
-            print(f"  change -> migops.io/mig.drift on the Node: p50 {statistics.median(seen):.2f} s, "
-                  f"max {max(seen):.2f} s (interval {interval:g} s; polled every 10 ms)")
-            print(f"  change -> repaired (success, annotation gone): p50 {statistics.median(repaired):.2f} s, "
-                  f"max {max(repaired):.2f} s")
+            print(
+                f"  change -> migops.io/mig.drift on the Node: p50 {statistics.median(seen):.2f} s, "
+                f"max {max(seen):.2f} s (interval {interval:g} s; polled every 10 ms)"
+            )
+            print(
+                f"  change -> repaired (success, annotation gone): p50 {statistics.median(repaired):.2f} s, "
+                f"max {max(repaired):.2f} s"
+            )
         finally:
             agent.terminate()
             agent.wait(20)

@@ -4,6 +4,7 @@ Measures ControlPlane.start() from nothing (new PKI, fresh etcd, kube-apiserver)
 namespace `default` is readable, and stop() until both servers are gone. Prints each run and
 the median. Usage: .venv/bin/python bench/controlplane_start.py [RUNS]  (default 3)
 """
+
 from __future__ import annotations
 
 import statistics

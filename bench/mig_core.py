@@ -3,6 +3,7 @@
 Prints figures next to their targets; no pass/fail. Run directly or through bench/run.py
 (`make bench`). Takes well under a minute on 2 cores.
 """
+
 from __future__ import annotations
 
 import statistics
@@ -89,8 +90,10 @@ def main() -> int:
     started = ns()
     cat = catalogue()
     text = DEFAULT_CONFIG.read_text()
-    print(f"MIG core benchmark (Python {sys.version.split()[0]}; {len(cat.gpus)} GPUs, {len(cat.tables)} profile "
-          f"tables; config {DEFAULT_CONFIG.name})")
+    print(
+        f"MIG core benchmark (Python {sys.version.split()[0]}; {len(cat.gpus)} GPUs, {len(cat.tables)} profile "
+        f"tables; config {DEFAULT_CONFIG.name})"
+    )
 
     # (d) parse
     header("Parse")
@@ -103,8 +106,9 @@ def main() -> int:
     reports = validate(config)
     assert len(reports) == 81 and all(r.valid for r in reports), "the default config must validate"
     t = sample(lambda: validate(config), 50)
-    row(f"catalogue mode, all 81 configs x {len(cat.gpus)} GPUs (warm)", ms(statistics.median(t)), ms(p90(t)),
-        "< 20 ms")
+    row(
+        f"catalogue mode, all 81 configs x {len(cat.gpus)} GPUs (warm)", ms(statistics.median(t)), ms(p90(t)), "< 20 ms"
+    )
     t = sample(lambda: validate(config), 50, setup=clear_place_cache)
     row("catalogue mode, placement cache cleared each run", ms(statistics.median(t)), ms(p90(t)), "< 20 ms")
     t = sample(lambda: (parse_config(text), validate(config)), 20)
@@ -121,13 +125,14 @@ def main() -> int:
     # (catalogue mode under the same strategy).
     h100x8 = NodeGpus((cat.by_device_id("0x233010DE"),) * 8, True)
     t = sample(lambda: fit_all(config, None, h100x8, "mixed"), 20)
-    row("fit (node + the text's errors), 81 configs on 8 x H100, mixed", ms(statistics.median(t)), ms(p90(t)),
-        "(none)")
+    row("fit (node + the text's errors), 81 configs on 8 x H100, mixed", ms(statistics.median(t)), ms(p90(t)), "(none)")
 
     # Counts are judged by arithmetic: a count of 2^63-1 (mig-parted's largest) costs what 7 does.
     header("Huge counts (one config, count 2^63-1)")
-    huge = ('version: v1\nmig-configs:\n  huge:\n    - devices: all\n      mig-enabled: true\n'
-            '      mig-devices: {"1g.10gb": 9223372036854775807, "1c.7g.80gb": 9223372036854775807}\n')
+    huge = (
+        'version: v1\nmig-configs:\n  huge:\n    - devices: all\n      mig-enabled: true\n'
+        '      mig-devices: {"1g.10gb": 9223372036854775807, "1c.7g.80gb": 9223372036854775807}\n'
+    )
     huge_config = parse_config(huge)
     assert not validate(huge_config)[0].valid
     t = sample(lambda: validate(parse_config(huge)), 50)
@@ -154,8 +159,10 @@ def main() -> int:
     row("plan_change A100-40: 7x1g.5gb -> 3g.20gb + 3x1g.5gb", us(statistics.median(t)), us(p90(t)), "(none)")
 
     # (c) worst case over every multiset of every table
-    print("\nPlacement search, every multiset of every table (counts 0..max_count, within memory), "
-          "uncached, best of 5 each")
+    print(
+        "\nPlacement search, every multiset of every table (counts 0..max_count, within memory), "
+        "uncached, best of 5 each"
+    )
     print(f"  {'table':<20} {'multisets':>9} {'feasible':>9} {'median':>10} {'worst':>10}   worst multiset")
     total = 0
     overall = (0, None, None)
@@ -172,12 +179,16 @@ def main() -> int:
                 worst = (best, request)
         total += len(times)
         shown = " + ".join(f"{c}x{gi.name}" for gi, c in worst[1].items()) or "(empty)"
-        print(f"  {table.id:<20} {len(times):>9} {feasible:>9} {us(statistics.median(times)):>10} "
-              f"{us(worst[0]):>10}   {shown}")
+        print(
+            f"  {table.id:<20} {len(times):>9} {feasible:>9} {us(statistics.median(times)):>10} "
+            f"{us(worst[0]):>10}   {shown}"
+        )
         if worst[0] > overall[0]:
             overall = (worst[0], table.id, shown)
-    print(f"  {'all tables':<20} {total:>9} {'':>9} {'':>10} {us(overall[0]):>10}   {overall[1]}: {overall[2]}"
-          "   (target < 100 µs)")
+    print(
+        f"  {'all tables':<20} {total:>9} {'':>9} {'':>10} {us(overall[0]):>10}   {overall[1]}: {overall[2]}"
+        "   (target < 100 µs)"
+    )
 
     print(f"\nbenchmark took {(ns() - started) / 1e9:.1f} s")
     return 0

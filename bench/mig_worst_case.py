@@ -10,6 +10,7 @@ carry over. Times are the best of 3 runs, wall clock; the load average is printe
 (the machine is shared: figures from a busy machine are larger). Targets: < 1 s and < 200 MB for any
 admissible file. Prints figures, never a verdict.
 """
+
 from __future__ import annotations
 
 import json
@@ -28,8 +29,7 @@ import _shapes  # noqa: E402
 
 RUNS = 3
 H100 = "0x233010DE"
-MIXED = ("0x20B010DE", "0x233010DE", "0x20B710DE", "0x2BB510DE", "0x294110DE", "0x233510DE", "0x290110DE",
-         "0x20B210DE")
+MIXED = ("0x20B010DE", "0x233010DE", "0x20B710DE", "0x2BB510DE", "0x294110DE", "0x233510DE", "0x290110DE", "0x20B210DE")
 
 
 def _best(fn) -> float:
@@ -98,14 +98,15 @@ def main() -> int:
         print(f"  {name:<9} {about}")
     results = []
     for name in _shapes.SHAPES:
-        done = subprocess.run([sys.executable, __file__, "--shape", name], capture_output=True, text=True,
-                              check=False)
+        done = subprocess.run([sys.executable, __file__, "--shape", name], capture_output=True, text=True, check=False)
         if done.returncode != 0:
             results.append((name, done.stderr.strip().splitlines()[-1:]))
             continue
         results.append((name, json.loads(done.stdout)))
     print(f"\n  {'':<9} {'':>8} {'':>7} {'':>7} {'catalogue':^26} {'8 x H100':^26} {'8 models, mixed':^26}")
-    print(f"  {'shape':<9} {'size':>8} {'configs':>7} {'parse':>7} " + f"{'validate':>8} {'total':>8} {'(cpu)':>8} " * 3)
+    print(
+        f"  {'shape':<9} {'size':>8} {'configs':>7} {'parse':>7} " + f"{'validate':>8} {'total':>8} {'(cpu)':>8} " * 3
+    )
     for name, r in results:
         if not isinstance(r, dict):
             print(f"  {name:<9} FAILED: {r}")
@@ -119,8 +120,10 @@ def main() -> int:
     print(f"  {'shape':<9} {'problems':>8} {'RSS':>8} {'catalogue':>10} {'8 x H100':>9} {'8 models':>9}")
     for name, r in results:
         if isinstance(r, dict):
-            print(f"  {name:<9} {r['problems']:>8} {r['rss_mib']:>4.0f} MiB {r['traced_catalogue']:>6.0f} MiB "
-                  f"{r['traced_node']:>5.0f} MiB {r['traced_mixed']:>5.0f} MiB")
+            print(
+                f"  {name:<9} {r['problems']:>8} {r['rss_mib']:>4.0f} MiB {r['traced_catalogue']:>6.0f} MiB "
+                f"{r['traced_node']:>5.0f} MiB {r['traced_mixed']:>5.0f} MiB"
+            )
     print(f"\n(load average {os.getloadavg()[0]:.2f} at the end)")
     print("  total: parse + validate from the text in one call (what issue 11 judges); (cpu): that call's CPU time.")
     print("  catalogue: against every model; 8 x H100: on a node of 8 x H100-SXM5-80GB; 8 models: on a node of")

@@ -7,6 +7,7 @@ Deployment until both replicas are Ready; stop + sweep until nothing is left. Pr
 medians. Needs the machine's one real node: fails at once if another runs.
 Usage: .venv/bin/python bench/real_node.py [RUNS]  (default 3)
 """
+
 from __future__ import annotations
 
 import statistics
@@ -25,13 +26,27 @@ IMAGE = "migops.local/bench-busybox:1"
 
 def _deployment() -> dict:
     labels = {"app": "bench"}
-    return {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "bench"}, "spec": {
-        "replicas": 2, "selector": {"matchLabels": labels},
-        "template": {"metadata": {"labels": labels}, "spec": {"terminationGracePeriodSeconds": 1, "containers": [{
-            "name": "main", "image": IMAGE, "imagePullPolicy": "Never", "command": ["sleep", "3600"]}]}}}}
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": "bench"},
+        "spec": {
+            "replicas": 2,
+            "selector": {"matchLabels": labels},
+            "template": {
+                "metadata": {"labels": labels},
+                "spec": {
+                    "terminationGracePeriodSeconds": 1,
+                    "containers": [
+                        {"name": "main", "image": IMAGE, "imagePullPolicy": "Never", "command": ["sleep", "3600"]}
+                    ],
+                },
+            },
+        },
+    }
 
 
-def run_once(binaries, workdir: Path) -> dict[str, float]:  # noqa: ANN001
+def run_once(binaries, workdir: Path) -> dict[str, float]:
     t: dict[str, float] = {}
     began = time.monotonic()
     plane, node = realnode.start_cluster(binaries, workdir)
@@ -81,8 +96,7 @@ def main(runs: int = 3) -> None:
         with tempfile.TemporaryDirectory(prefix="migops-bench-node-") as tmp:
             results.append(run_once(binaries, Path(tmp)))
         print(f"run {i + 1}: " + ", ".join(f"{k} {v:.2f}s" for k, v in results[-1].items()), flush=True)
-    print(f"median of {runs}: " + ", ".join(f"{k} {statistics.median(r[k] for r in results):.2f}s"
-                                           for k in results[0]))
+    print(f"median of {runs}: " + ", ".join(f"{k} {statistics.median(r[k] for r in results):.2f}s" for k in results[0]))
 
 
 if __name__ == "__main__":

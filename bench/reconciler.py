@@ -14,6 +14,7 @@ runs as its own process (loop mode, /hook and /metrics on loopback). Then:
 
 Usage: .venv/bin/python bench/reconciler.py [NODES ...]   (default: 2000 10000)
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -36,8 +37,8 @@ from gitrepo import CONFIG_YAML, GitRepo, nodes_yaml  # noqa: E402
 from kubernetes import client as k8s  # noqa: E402
 
 from migops.kube.names import MANAGED_BY_ANNOTATION  # noqa: E402
-from migops.local.binaries import locate  # noqa: E402
 from migops.local import cluster  # noqa: E402
+from migops.local.binaries import locate  # noqa: E402
 from migops.local.cluster import plan_nodes  # noqa: E402
 from migops.local.controlplane import ControlPlane  # noqa: E402
 from migops.mig.catalogue import catalogue  # noqa: E402
@@ -76,8 +77,11 @@ def apiserver_count(api: k8s.ApiClient, verb: str, resource: str) -> float:
     text = resp.data.decode()
     total = 0.0
     for line in text.splitlines():
-        if (line.startswith("apiserver_request_total{") and any(f'verb="{v}"' in line for v in verb.split("|"))
-                and f'resource="{resource}"' in line):
+        if (
+            line.startswith("apiserver_request_total{")
+            and any(f'verb="{v}"' in line for v in verb.split("|"))
+            and f'resource="{resource}"' in line
+        ):
             total += float(line.rsplit(" ", 1)[1])
     return total
 
@@ -97,15 +101,30 @@ def seed(api: k8s.ApiClient, count: int) -> list[str]:
 
     def create(i_spec: tuple[int, object]) -> str:
         i, spec = i_spec
-        labels = {**spec.gfd_labels, **spec.operator_labels, "pool": "p" if i % 10 else "q",
-                  "nvidia.com/mig.config": "all-1g.10gb", "nvidia.com/mig.config.state": "success"}
-        core.create_node({"apiVersion": "v1", "kind": "Node",
-                          "metadata": {"name": spec.name, "labels": labels,
-                                       # managed by the MigSync "bench" (as after its first sync): an older
-                                       # cluster gets the annotation once, one write per node, at the first sync
-                                       "annotations": {"migops.io/mig.config.digest": digest,
-                                                       MANAGED_BY_ANNOTATION: "migops-system/bench"}}},
-                         _preload_content=False).drain_conn()
+        labels = {
+            **spec.gfd_labels,
+            **spec.operator_labels,
+            "pool": "p" if i % 10 else "q",
+            "nvidia.com/mig.config": "all-1g.10gb",
+            "nvidia.com/mig.config.state": "success",
+        }
+        core.create_node(
+            {
+                "apiVersion": "v1",
+                "kind": "Node",
+                "metadata": {
+                    "name": spec.name,
+                    "labels": labels,
+                    # managed by the MigSync "bench" (as after its first sync): an older
+                    # cluster gets the annotation once, one write per node, at the first sync
+                    "annotations": {
+                        "migops.io/mig.config.digest": digest,
+                        MANAGED_BY_ANNOTATION: "migops-system/bench",
+                    },
+                },
+            },
+            _preload_content=False,
+        ).drain_conn()
         return spec.name
 
     with ThreadPoolExecutor(8) as pool:
@@ -118,7 +137,7 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def wait_for(check, timeout: float, what: str) -> float:  # noqa: ANN001
+def wait_for(check, timeout: float, what: str) -> float:
     began = time.monotonic()
     while not check():
         if time.monotonic() - began > timeout:
@@ -129,8 +148,11 @@ def wait_for(check, timeout: float, what: str) -> float:  # noqa: ANN001
 
 def run(count: int) -> dict[str, float]:
     out: dict[str, float] = {}
-    with tempfile.TemporaryDirectory(prefix="migops-bench-") as tmp, ControlPlane(locate()) as plane, \
-            plane.api_client() as api:
+    with (
+        tempfile.TemporaryDirectory(prefix="migops-bench-") as tmp,
+        ControlPlane(locate()) as plane,
+        plane.api_client() as api,
+    ):
         tmp_path = Path(tmp)
         core = k8s.CoreV1Api(api)
         cluster.seed(api, (), "mixed")  # the GPU Operator's namespace and ClusterPolicy; nodes below
@@ -144,26 +166,54 @@ def run(count: int) -> dict[str, float]:
         repo.commit({"config.yaml": CONFIG_YAML, "nodes.yaml": nodes_yaml(two % ("all-1g.10gb", "all-1g.10gb"))})
         (tmp_path / "secret").write_bytes(SECRET)
         port = free_port()
-        proc = subprocess.Popen([str(MIGOPS), "reconcile", "--repo", repo.url, "--ref", "main", "--name", "bench",
-                                 "--kubeconfig", str(plane.admin_kubeconfig), "--no-leader-elect",
-                                 "--http-address", f"127.0.0.1:{port}", "--hook-secret-file", str(tmp_path / "secret"),
-                                 "--interval", "1h", "--cache-dir", str(tmp_path / "cache")],
-                                stdout=subprocess.DEVNULL, stderr=open(tmp_path / "log", "wb"), start_new_session=True)
+        proc = subprocess.Popen(
+            [
+                str(MIGOPS),
+                "reconcile",
+                "--repo",
+                repo.url,
+                "--ref",
+                "main",
+                "--name",
+                "bench",
+                "--kubeconfig",
+                str(plane.admin_kubeconfig),
+                "--no-leader-elect",
+                "--http-address",
+                f"127.0.0.1:{port}",
+                "--hook-secret-file",
+                str(tmp_path / "secret"),
+                "--interval",
+                "1h",
+                "--cache-dir",
+                str(tmp_path / "cache"),
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=open(tmp_path / "log", "wb"),
+            start_new_session=True,
+        )
         try:
+
             def reconciles() -> float:
                 try:
                     return metric(port, "migops_reconcile_total")
                 except OSError:
                     return 0.0
+
             out["process start -> first sync done s"] = wait_for(lambda: reconciles() >= 1, 300, "first sync")
-            out["first sync writes (ConfigMap)"] = metric(port, "migops_api_writes_total", resource="configmaps", result="ok")
+            out["first sync writes (ConfigMap)"] = metric(
+                port, "migops_api_writes_total", resource="configmaps", result="ok"
+            )
             out["first sync node writes"] = metric(port, "migops_api_writes_total", resource="nodes", result="ok")
 
             # No-op syncs: a hook on an unchanged repo (fetch, resolve, plan, nothing to write).
             durations = []
             for _ in range(5):
-                n, s, w = (reconciles(), metric(port, "migops_reconcile_duration_seconds_sum"),
-                           metric(port, "migops_api_writes_total", result="ok", resource="nodes"))
+                n, s, w = (
+                    reconciles(),
+                    metric(port, "migops_reconcile_duration_seconds_sum"),
+                    metric(port, "migops_api_writes_total", result="ok", resource="nodes"),
+                )
                 hook(port)
                 wait_for(lambda: reconciles() > n, 60, "no-op sync")
                 durations.append(metric(port, "migops_reconcile_duration_seconds_sum") - s)
@@ -178,11 +228,17 @@ def run(count: int) -> dict[str, float]:
             repo.commit({"nodes.yaml": nodes_yaml(two % ("all-1g.10gb", "all-3g.40gb"))})
             changed = sum(1 for i in range(count) if i % 10 == 0)
             hook(port)
-            wait_for(lambda: metric(port, "migops_api_writes_total", resource="nodes", result="ok") - before >= changed, 120, "10%")
+            wait_for(
+                lambda: metric(port, "migops_api_writes_total", resource="nodes", result="ok") - before >= changed,
+                120,
+                "10%",
+            )
             time.sleep(1.0)
             writes = metric(port, "migops_api_writes_total", resource="nodes", result="ok") - before
             out["10% change: node writes per changed node"] = writes / changed
-            out["10% change: node writes per unchanged node"] = 0.0 if writes == changed else (writes - changed) / (count - changed)
+            out["10% change: node writes per unchanged node"] = (
+                0.0 if writes == changed else (writes - changed) / (count - changed)
+            )
 
             # Every assignment changes (maxUnavailable 100%): time from the hook to the last label written.
             pids = {name: ref.pid for name, ref in plane.processes.items()}
@@ -192,8 +248,11 @@ def run(count: int) -> dict[str, float]:
             cpu0 = {"reconciler": cpu_seconds(proc.pid), **{k: cpu_seconds(v) for k, v in pids.items()}}
             t0 = time.monotonic()
             hook(port)
-            wait_for(lambda: metric(port, "migops_api_writes_total", resource="nodes", result="ok") - before >= count,
-                     600, "100% change")
+            wait_for(
+                lambda: metric(port, "migops_api_writes_total", resource="nodes", result="ok") - before >= count,
+                600,
+                "100% change",
+            )
             took = time.monotonic() - t0
             cpu1 = {"reconciler": cpu_seconds(proc.pid), **{k: cpu_seconds(v) for k, v in pids.items()}}
             out["100% change: hook -> every label written s"] = took
@@ -201,8 +260,11 @@ def run(count: int) -> dict[str, float]:
                 out[f"100% change: CPU s {k}"] = cpu1[k] - cpu0[k]
             time.sleep(1.0)
             out["100% change: node writes per node (reconciler)"] = (
-                metric(port, "migops_api_writes_total", resource="nodes", result="ok") - before) / count
-            out["100% change: node PATCH/APPLY per node (API server's count)"] = (apiserver_count(api, "PATCH|APPLY", "nodes") - patches) / count
+                metric(port, "migops_api_writes_total", resource="nodes", result="ok") - before
+            ) / count
+            out["100% change: node PATCH/APPLY per node (API server's count)"] = (
+                apiserver_count(api, "PATCH|APPLY", "nodes") - patches
+            ) / count
             labels = {n.metadata.labels.get("nvidia.com/mig.config") for n in core.list_node().items}
             assert labels == {"five-1g-one-2g"}, labels
             out["reconciler peak RSS MiB"] = peak_rss_mib(proc.pid)
@@ -214,7 +276,9 @@ def run(count: int) -> dict[str, float]:
 
 def main(counts: list[int]) -> None:
     load = os.getloadavg()
-    print(f"machine: {os.cpu_count()} CPUs, load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f} at start", flush=True)
+    print(
+        f"machine: {os.cpu_count()} CPUs, load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f} at start", flush=True
+    )
     results = {}
     for count in counts:
         print(f"{count} nodes:", flush=True)
@@ -224,8 +288,10 @@ def main(counts: list[int]) -> None:
     if len(counts) > 1:
         a, b = counts[0], counts[-1]
         ra, rb = results[a]["reconciler peak RSS MiB"], results[b]["reconciler peak RSS MiB"]
-        print(f"memory: {ra:.0f} MiB at {a}, {rb:.0f} MiB at {b}; {(rb - ra) / (b - a) * 1024:.1f} KiB per extra node "
-              f"(ratio {rb / ra:.2f} for {b / a:.0f}x the nodes)")
+        print(
+            f"memory: {ra:.0f} MiB at {a}, {rb:.0f} MiB at {b}; {(rb - ra) / (b - a) * 1024:.1f} KiB per extra node "
+            f"(ratio {rb / ra:.2f} for {b / a:.0f}x the nodes)"
+        )
     load = os.getloadavg()
     print(f"load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f} at the end")
 

@@ -3,6 +3,7 @@ its own interpreter from the repository root, and print their output. `make benc
 
 Benchmarks print figures, not verdicts; the exit status is non-zero only if a script crashes.
 """
+
 from __future__ import annotations
 
 import subprocess
@@ -23,8 +24,7 @@ def main(argv: list[str]) -> int:
     if argv:
         chosen = [p for p in chosen if p.stem in argv or p.name in argv]
         if not chosen:
-            print(f"no benchmark named {' '.join(argv)}; have: {', '.join(p.stem for p in scripts())}",
-                  file=sys.stderr)
+            print(f"no benchmark named {' '.join(argv)}; have: {', '.join(p.stem for p in scripts())}", file=sys.stderr)
             return 2
     failed = []
     for script in chosen:

@@ -18,6 +18,7 @@ of the start.
 
 Usage: .venv/bin/python bench/webhook_adversarial.py   (BENCH_REVIEWS, default 10000)
 """
+
 from __future__ import annotations
 
 import json
@@ -61,13 +62,24 @@ def status_kib(pid: int, field: str) -> int:
 
 def review(kind: str, obj: dict, *, operation: str = "CREATE", old: dict | None = None, group: str = "") -> bytes:
     meta = obj.get("metadata") if isinstance(obj.get("metadata"), dict) else {}
-    return json.dumps({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {
-        "uid": str(uuid.uuid4()), "kind": {"group": group, "version": "v1", "kind": kind},
-        "resource": {"group": group, "version": "v1", "resource": kind.lower() + "s"},
-        "name": meta.get("name", "x") if isinstance(meta.get("name"), str) else "x",
-        "namespace": meta.get("namespace", ""), "operation": operation,
-        "userInfo": {"username": f"mallory-{uuid.uuid4().hex[:8]}"}, "object": obj, "oldObject": old,
-        "dryRun": False}}).encode()
+    return json.dumps(
+        {
+            "apiVersion": "admission.k8s.io/v1",
+            "kind": "AdmissionReview",
+            "request": {
+                "uid": str(uuid.uuid4()),
+                "kind": {"group": group, "version": "v1", "kind": kind},
+                "resource": {"group": group, "version": "v1", "resource": kind.lower() + "s"},
+                "name": meta.get("name", "x") if isinstance(meta.get("name"), str) else "x",
+                "namespace": meta.get("namespace", ""),
+                "operation": operation,
+                "userInfo": {"username": f"mallory-{uuid.uuid4().hex[:8]}"},
+                "object": obj,
+                "oldObject": old,
+                "dryRun": False,
+            },
+        }
+    ).encode()
 
 
 _CONFIG_NAMES = re.findall(r"^  ([A-Za-z0-9][-A-Za-z0-9_.]*):", DEFAULT_CONFIG, flags=re.M)
@@ -96,64 +108,131 @@ def adversarial(i: int) -> bytes:
         value = (tag * (size // len(tag) + 1))[:size]
         return review("Node", {"metadata": {"name": f"gpu-node-{i}", "labels": {"nvidia.com/mig.config": value}}})
     if kind == 1:
-        labels = {"nvidia.com/mig.config": ("c" + tag)[:63], "nvidia.com/gpu.product": ("p" + tag)[:63],
-                  "nvidia.com/gpu.count": "8", "migops.io/gpu.device-id": "0x233010DE"}
-        annotations = {"migops.io/gpus": ("0x233010DE," * 8)[:-1] + "," + tag * (200_000 // len(tag)),
-                       "migops.io/managed-by": "ns/" + tag * (50_000 // len(tag))}
+        labels = {
+            "nvidia.com/mig.config": ("c" + tag)[:63],
+            "nvidia.com/gpu.product": ("p" + tag)[:63],
+            "nvidia.com/gpu.count": "8",
+            "migops.io/gpu.device-id": "0x233010DE",
+        }
+        annotations = {
+            "migops.io/gpus": ("0x233010DE," * 8)[:-1] + "," + tag * (200_000 // len(tag)),
+            "migops.io/managed-by": "ns/" + tag * (50_000 // len(tag)),
+        }
         node = {"metadata": {"name": f"gpu-node-{tag}"[:63], "labels": labels, "annotations": annotations}}
-        old = {"metadata": {"name": node["metadata"]["name"], "labels": {"nvidia.com/mig.config": "all-disabled"},
-                            "annotations": {"migops.io/managed-by": "ns/" + tag * (50_000 // len(tag))}}}
+        old = {
+            "metadata": {
+                "name": node["metadata"]["name"],
+                "labels": {"nvidia.com/mig.config": "all-disabled"},
+                "annotations": {"migops.io/managed-by": "ns/" + tag * (50_000 // len(tag))},
+            }
+        }
         return review("Node", node, operation="UPDATE", old=old)
     if kind == 2:
-        cm = {"metadata": {"name": f"adversarial-{i}", "namespace": CM_NS, "labels": {"migops.io/mig-config": "true"}},
-              "data": {"config.yaml": renamed_config(i)}}
+        cm = {
+            "metadata": {"name": f"adversarial-{i}", "namespace": CM_NS, "labels": {"migops.io/mig-config": "true"}},
+            "data": {"config.yaml": renamed_config(i)},
+        }
         return review("ConfigMap", cm)
     if kind == 3:
         resources = {f"nvidia.com/mig-{tag}-{j}-" + "x" * 1000: "1" for j in range(20)}
-        pod = {"metadata": {"name": f"p-{i}", "namespace": "default"},
-               "spec": {"containers": [{"name": "c", "resources": {"limits": resources}}]}}
+        pod = {
+            "metadata": {"name": f"p-{i}", "namespace": "default"},
+            "spec": {"containers": [{"name": "c", "resources": {"limits": resources}}]},
+        }
         return review("Pod", pod)
     if kind == 4:
-        policy = {"metadata": {"name": "cluster-policy"}, "spec": {"mig": {"strategy": "mixed"}, "migManager": {
-            "enabled": True, "repository": "r", "image": "i", "version": "v", "junk": tag * (100_000 // len(tag))}}}
+        policy = {
+            "metadata": {"name": "cluster-policy"},
+            "spec": {
+                "mig": {"strategy": "mixed"},
+                "migManager": {
+                    "enabled": True,
+                    "repository": "r",
+                    "image": "i",
+                    "version": "v",
+                    "junk": tag * (100_000 // len(tag)),
+                },
+            },
+        }
         return review("ClusterPolicy", policy, operation="UPDATE", old=policy, group="nvidia.com")
-    bad = [{"metadata": {"name": "n", "labels": {"nvidia.com/mig.config": [tag]}}},
-           {"metadata": tag}, {"metadata": {"name": "n", "annotations": {"migops.io/gpus": {tag: tag}}}}][(i // 6) % 3]
+    bad = [
+        {"metadata": {"name": "n", "labels": {"nvidia.com/mig.config": [tag]}}},
+        {"metadata": tag},
+        {"metadata": {"name": "n", "annotations": {"migops.io/gpus": {tag: tag}}}},
+    ][(i // 6) % 3]
     return review("Node", bad)
 
 
 def main() -> int:
-    print(f"machine: {os.cpu_count()} CPUs, load average {loadavg()} at start; {REVIEWS} distinct adversarial reviews",
-          flush=True)
+    print(
+        f"machine: {os.cpu_count()} CPUs, load average {loadavg()} at start; {REVIEWS} distinct adversarial reviews",
+        flush=True,
+    )
     with ControlPlane(locate()) as plane, plane.api_client() as api, tempfile.TemporaryDirectory() as tmp:
         tmpdir = Path(tmp)
-        nodes = cluster.plan_nodes(3, [catalogue().resolve("0x233010DE"), catalogue().resolve("0x20B010DE")], 8, "mixed")
+        nodes = cluster.plan_nodes(
+            3, [catalogue().resolve("0x233010DE"), catalogue().resolve("0x20B010DE")], 8, "mixed"
+        )
         cluster.seed(api, nodes, "mixed")
-        ssa.apply(api, {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": CM_NAME, "namespace": CM_NS},
-                        "data": {"config.yaml": DEFAULT_CONFIG}}, field_manager="bench")
+        ssa.apply(
+            api,
+            {
+                "apiVersion": "v1",
+                "kind": "ConfigMap",
+                "metadata": {"name": CM_NAME, "namespace": CM_NS},
+                "data": {"config.yaml": DEFAULT_CONFIG},
+            },
+            field_manager="bench",
+        )
         store = DirectoryStore(tmpdir / "certs")
-        bundle = rotate(store, dns_names=["localhost"], ip_addresses=["127.0.0.1"], publish=lambda b: None).material.bundle
+        bundle = rotate(
+            store, dns_names=["localhost"], ip_addresses=["127.0.0.1"], publish=lambda b: None
+        ).material.bundle
         pem = str(store.serving_file)
         (port,) = free_ports(1)
-        argv = [sys.executable, "-m", "migops", "webhook", f"--tls-cert={pem}", f"--tls-key={pem}", f"--port={port}",
-                "--bind-address=127.0.0.1", f"--kubeconfig={plane.admin_kubeconfig}", "--workers=1", "--threads=16",
-                "--log-level=warning"]
+        argv = [
+            sys.executable,
+            "-m",
+            "migops",
+            "webhook",
+            f"--tls-cert={pem}",
+            f"--tls-key={pem}",
+            f"--port={port}",
+            "--bind-address=127.0.0.1",
+            f"--kubeconfig={plane.admin_kubeconfig}",
+            "--workers=1",
+            "--threads=16",
+            "--log-level=warning",
+        ]
         popen, ref = spawn(argv, tmpdir / "webhook.log")
         try:
             url = f"https://127.0.0.1:{port}"
             _wait_ready(url, bundle, popen, ref, tmpdir / "webhook.log", 120)
-            (worker,) = [int(p) for task in Path(f"/proc/{popen.pid}/task").iterdir()
-                         for p in (task / "children").read_text().split()]
-            pool = urllib3.HTTPSConnectionPool("127.0.0.1", port, ssl_context=ssl.create_default_context(
-                cadata=bundle.decode()), maxsize=1, timeout=urllib3.Timeout(connect=5, read=60), retries=False)
+            (worker,) = [
+                int(p)
+                for task in Path(f"/proc/{popen.pid}/task").iterdir()
+                for p in (task / "children").read_text().split()
+            ]
+            pool = urllib3.HTTPSConnectionPool(
+                "127.0.0.1",
+                port,
+                ssl_context=ssl.create_default_context(cadata=bundle.decode()),
+                maxsize=1,
+                timeout=urllib3.Timeout(connect=5, read=60),
+                retries=False,
+            )
 
             def post(body: bytes) -> int:
                 return pool.request("POST", "/validate", body=body, headers={"Content-Type": "application/json"}).status
 
             # Warm: every kind of ordinary review once, so the start figure includes what any worker loads.
             for i in range(60):
-                post(review("ConfigMap", {"metadata": {"name": CM_NAME, "namespace": CM_NS},
-                                          "data": {"config.yaml": DEFAULT_CONFIG}}))
+                post(
+                    review(
+                        "ConfigMap",
+                        {"metadata": {"name": CM_NAME, "namespace": CM_NS}, "data": {"config.yaml": DEFAULT_CONFIG}},
+                    )
+                )
                 post(adversarial(i + 6 * 1000000 if i % 6 != 2 else i))
             time.sleep(1.0)
             start = status_kib(worker, "VmRSS")
@@ -163,16 +242,21 @@ def main() -> int:
                 code = post(adversarial(10 + i))
                 statuses[code] = statuses.get(code, 0) + 1
                 if (i + 1) % 2000 == 0:
-                    print(f"  {i + 1:6d} reviews: RSS {status_kib(worker, 'VmRSS') / 1024:7.1f} MiB "
-                          f"({time.monotonic() - began:.0f}s)", flush=True)
+                    print(
+                        f"  {i + 1:6d} reviews: RSS {status_kib(worker, 'VmRSS') / 1024:7.1f} MiB "
+                        f"({time.monotonic() - began:.0f}s)",
+                        flush=True,
+                    )
             time.sleep(1.0)
             end, peak = status_kib(worker, "VmRSS"), status_kib(worker, "VmHWM")
             log_bytes = (tmpdir / "webhook.log").stat().st_size
         finally:
             stop(ref, popen=popen)
     print(f"HTTP statuses: {dict(sorted(statuses.items()))}  (no 5xx expected)")
-    print(f"worker RSS: start {start / 1024:.1f} MiB, after {REVIEWS} adversarial reviews {end / 1024:.1f} MiB "
-          f"(+{(end - start) / 1024:.1f} MiB; target <= +50 MB), peak {peak / 1024:.1f} MiB")
+    print(
+        f"worker RSS: start {start / 1024:.1f} MiB, after {REVIEWS} adversarial reviews {end / 1024:.1f} MiB "
+        f"(+{(end - start) / 1024:.1f} MiB; target <= +50 MB), peak {peak / 1024:.1f} MiB"
+    )
     print(f"webhook log: {log_bytes} bytes for {REVIEWS} reviews (bad requests logged rate-limited)")
     print(f"load average {loadavg()} at the end")
     return 0

@@ -19,6 +19,7 @@ Everything runs on this machine: control plane, webhook, load generator (so they
 the load average is printed with each figure. Environment: BENCH_WORKERS (2), BENCH_THREADS (16),
 BENCH_DURATION (5s), BENCH_PAIRS (6), BENCH_UPDATES (60 per phase).
 """
+
 from __future__ import annotations
 
 import json
@@ -71,19 +72,34 @@ def configmap(text: str, name: str = CM_NAME, labels: dict | None = None) -> dic
 
 
 def review_body(obj: dict, operation: str = "UPDATE", old: dict | None = None) -> bytes:
-    return json.dumps({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {
-        "uid": str(uuid.uuid4()), "kind": {"group": "", "version": "v1", "kind": "ConfigMap"},
-        "resource": {"group": "", "version": "v1", "resource": "configmaps"}, "name": obj["metadata"]["name"],
-        "namespace": CM_NS, "operation": operation, "userInfo": {"username": "flux"},
-        "object": obj, "oldObject": old if operation == "UPDATE" else None, "dryRun": True}}).encode()
+    return json.dumps(
+        {
+            "apiVersion": "admission.k8s.io/v1",
+            "kind": "AdmissionReview",
+            "request": {
+                "uid": str(uuid.uuid4()),
+                "kind": {"group": "", "version": "v1", "kind": "ConfigMap"},
+                "resource": {"group": "", "version": "v1", "resource": "configmaps"},
+                "name": obj["metadata"]["name"],
+                "namespace": CM_NS,
+                "operation": operation,
+                "userInfo": {"username": "flux"},
+                "object": obj,
+                "oldObject": old if operation == "UPDATE" else None,
+                "dryRun": True,
+            },
+        }
+    ).encode()
 
 
 def geometry(i: int) -> str:
     """The i-th of 1,785 distinct valid geometries for an 8-GPU H100/A100 node: 1g.10gb x (1..7) on
     a subset of the GPUs."""
     subset = [g for g in range(8) if (i % 255 + 1) >> g & 1]
-    return (f"  bench-geometry:\n    - devices: {subset}\n      mig-enabled: true\n"
-            f"      mig-devices: {{\"1g.10gb\": {1 + (i // 255) % 7}}}\n")
+    return (
+        f"  bench-geometry:\n    - devices: {subset}\n      mig-enabled: true\n"
+        f"      mig-devices: {{\"1g.10gb\": {1 + (i // 255) % 7}}}\n"
+    )
 
 
 def with_geometry(i: int) -> str:
@@ -106,8 +122,12 @@ def vegeta(binary: str, url: str, body: Path, ca: Path, *, rate: int | None, dur
     # Up to 16 connections at a fixed rate, about what an API server keeps to one webhook; 8 busy ones
     # at saturation (two per core for the two server processes and vegeta).
     rate_args = [f"-rate={rate}/s", "-max-workers=16"] if rate else ["-rate=0", "-max-workers=8", "-workers=8"]
-    attack = subprocess.run([binary, "attack", f"-duration={duration}", f"-root-certs={ca}", "-keepalive=true",
-                             *rate_args], input=target.encode(), capture_output=True, check=True)
+    attack = subprocess.run(
+        [binary, "attack", f"-duration={duration}", f"-root-certs={ca}", "-keepalive=true", *rate_args],
+        input=target.encode(),
+        capture_output=True,
+        check=True,
+    )
     report = subprocess.run([binary, "report", "-type=json"], input=attack.stdout, capture_output=True, check=True)
     result = json.loads(report.stdout)
     result["load"] = loadavg()
@@ -117,13 +137,17 @@ def vegeta(binary: str, url: str, body: Path, ca: Path, *, rate: int | None, dur
 def fmt(r: dict) -> str:
     lat = r["latencies"]
     ok = r["status_codes"].get("200", 0)
-    return (f"{r['throughput']:6.0f}/s  p50 {lat['50th'] / 1e6:5.2f} ms  p99 {lat['99th'] / 1e6:6.2f} ms  "
-            f"max {lat['max'] / 1e6:7.1f} ms  ({ok}/{r['requests']} HTTP 200; load {r['load']})")
+    return (
+        f"{r['throughput']:6.0f}/s  p50 {lat['50th'] / 1e6:5.2f} ms  p99 {lat['99th'] / 1e6:6.2f} ms  "
+        f"max {lat['max'] / 1e6:7.1f} ms  ({ok}/{r['requests']} HTTP 200; load {r['load']})"
+    )
 
 
 def direct_load(vegeta_bin: str, ours_url: str, trivial_url: str, body: Path, ca: Path) -> None:
-    print(f"\n1. POST /validate, default-config review ({body.stat().st_size} bytes), TLS keep-alive; "
-          f"pairs run back to back (trivial, then ours)")
+    print(
+        f"\n1. POST /validate, default-config review ({body.stat().st_size} bytes), TLS keep-alive; "
+        f"pairs run back to back (trivial, then ours)"
+    )
     for _ in range(2):  # warm both, and the verdict cache
         vegeta(vegeta_bin, f"{ours_url}/validate", body, ca, rate=200, duration="2s")
         vegeta(vegeta_bin, f"{trivial_url}/validate", body, ca, rate=200, duration="2s")
@@ -131,24 +155,30 @@ def direct_load(vegeta_bin: str, ours_url: str, trivial_url: str, body: Path, ca
     for i in range(PAIRS):
         # Back to back, the order alternating, so drift in the machine's load favours neither.
         order = ("trivial", "ours") if i % 2 == 0 else ("ours", "trivial")
-        got = {name: vegeta(vegeta_bin, f"{trivial_url if name == 'trivial' else ours_url}/validate", body, ca,
-                            rate=None) for name in order}
+        got = {
+            name: vegeta(vegeta_bin, f"{trivial_url if name == 'trivial' else ours_url}/validate", body, ca, rate=None)
+            for name in order
+        }
         ratios.append(got["ours"]["throughput"] / got["trivial"]["throughput"])
         print(f"  saturation  trivial Flask allow {fmt(got['trivial'])}")
         print(f"  saturation  migops webhook      {fmt(got['ours'])}   ratio {ratios[-1]:.2f}")
-    print(f"  ratio at saturation, migops / trivial: median {statistics.median(ratios):.2f} of {PAIRS} pairs "
-          f"({', '.join(f'{r:.2f}' for r in ratios)})   (target >= 0.9)")
+    print(
+        f"  ratio at saturation, migops / trivial: median {statistics.median(ratios):.2f} of {PAIRS} pairs "
+        f"({', '.join(f'{r:.2f}' for r in ratios)})   (target >= 0.9)"
+    )
     for rate in (500, 1000):
         p99 = {"trivial": [], "ours": []}
         for i in range(PAIRS):
             order = (("trivial", trivial_url), ("ours", ours_url))
-            for name, url in (order if i % 2 == 0 else order[::-1]):
+            for name, url in order if i % 2 == 0 else order[::-1]:
                 r = vegeta(vegeta_bin, f"{url}/validate", body, ca, rate=rate)
                 p99[name].append(r["latencies"]["99th"] / 1e6)
                 label = "trivial Flask allow" if name == "trivial" else "migops webhook"
                 print(f"  {rate:4d}/s      {label:<19} {fmt(r)}")
-        print(f"  {rate:4d}/s      p99 median of {PAIRS}: trivial {statistics.median(p99['trivial']):.2f} ms, "
-              f"migops {statistics.median(p99['ours']):.2f} ms" + ("   (target <= 5 ms)" if rate == 500 else ""))
+        print(
+            f"  {rate:4d}/s      p99 median of {PAIRS}: trivial {statistics.median(p99['trivial']):.2f} ms, "
+            f"migops {statistics.median(p99['ours']):.2f} ms" + ("   (target <= 5 ms)" if rate == 500 else "")
+        )
     print("  (ambition: >= 2,000 reviews/s on 2 cores)")
 
 
@@ -178,14 +208,22 @@ def first_review_in_process(api: k8s.ApiClient) -> None:
                 return fn(*args, **kwargs)
             finally:
                 spent[name] = spent.get(name, 0.0) + (time.perf_counter() - started) * 1e3
+
         return wrapper
 
     originals = {name: getattr(checks, name) for name in ("parse", "on_catalogue", "on_node")}
-    parts: dict[str, list[float]] = {k: [] for k in ("decode + envelope", "parse (MIG reader)",
-                                                     "catalogue validation (81 configs x every model)",
-                                                     "node validation (groups of selecting nodes)",
-                                                     "rule logic, messages, warnings", "mutation (annotations)",
-                                                     "response")}
+    parts: dict[str, list[float]] = {
+        k: []
+        for k in (
+            "decode + envelope",
+            "parse (MIG reader)",
+            "catalogue validation (81 configs x every model)",
+            "node validation (groups of selecting nodes)",
+            "rule logic, messages, warnings",
+            "mutation (annotations)",
+            "response",
+        )
+    }
     totals = []
     try:
         for name, fn in originals.items():
@@ -219,15 +257,18 @@ def first_review_in_process(api: k8s.ApiClient) -> None:
         for name, fn in originals.items():
             setattr(checks, name, fn)
         checks.forget()
-    print(f"  in-process, nothing remembered (memos emptied before each), {len(totals)} reviews: "
-          f"{quantiles(totals)}   (target < 30 ms; load {loadavg()})")
+    print(
+        f"  in-process, nothing remembered (memos emptied before each), {len(totals)} reviews: "
+        f"{quantiles(totals)}   (target < 30 ms; load {loadavg()})"
+    )
     for name, values in parts.items():
         print(f"    {name:<50} median {statistics.median(values):6.2f} ms")
 
 
 def first_review_https(port: int, bundle: bytes) -> None:
-    pool = urllib3.HTTPSConnectionPool("127.0.0.1", port, ssl_context=ssl.create_default_context(
-        cadata=bundle.decode()), maxsize=1)
+    pool = urllib3.HTTPSConnectionPool(
+        "127.0.0.1", port, ssl_context=ssl.create_default_context(cadata=bundle.decode()), maxsize=1
+    )
 
     def run(label: str, make: Callable[[int], bytes]) -> None:
         times = []
@@ -241,14 +282,21 @@ def first_review_https(port: int, bundle: bytes) -> None:
             assert resp.status == 200 and json.loads(resp.data)["response"]["allowed"], resp.data[:300]
         after = webhook_seconds(pool)["validate"]
         inside = (after[1] - before[1]) / (after[0] - before[0]) * 1e3
-        print(f"  HTTPS, {label}, {len(times) - 5} reviews: {quantiles(times[5:])}; "
-              f"mean inside the webhook {inside:.2f} ms   (load {loadavg()})")
+        print(
+            f"  HTTPS, {label}, {len(times) - 5} reviews: {quantiles(times[5:])}; "
+            f"mean inside the webhook {inside:.2f} ms   (load {loadavg()})"
+        )
 
-    run("a new ConfigMap, every config unseen (renamed per review)",
-        lambda i: review_body(configmap(renamed(i), name=f"bench-new-{i}", labels={"migops.io/mig-config": "true"}),
-                              operation="CREATE"))
-    run("the ConfigMap in force, one config changed to a new geometry",
-        lambda i: review_body(configmap(with_geometry(1000 + i)), old=configmap(with_geometry(999 + i))))
+    run(
+        "a new ConfigMap, every config unseen (renamed per review)",
+        lambda i: review_body(
+            configmap(renamed(i), name=f"bench-new-{i}", labels={"migops.io/mig-config": "true"}), operation="CREATE"
+        ),
+    )
+    run(
+        "the ConfigMap in force, one config changed to a new geometry",
+        lambda i: review_body(configmap(with_geometry(1000 + i)), old=configmap(with_geometry(999 + i))),
+    )
 
 
 # ------------------------------------------------------------------------------------------ 3. API server
@@ -266,8 +314,9 @@ def webhook_seconds(pool: urllib3.HTTPSConnectionPool) -> dict[str, tuple[float,
 def through_api_server(api: k8s.ApiClient, url: str, bundle: bytes, trivial_url: str) -> None:
     core = k8s.CoreV1Api(api)
     port = int(url.rsplit(":", 1)[1])
-    pool = urllib3.HTTPSConnectionPool("127.0.0.1", port, ssl_context=ssl.create_default_context(
-        cadata=bundle.decode()), maxsize=1)
+    pool = urllib3.HTTPSConnectionPool(
+        "127.0.0.1", port, ssl_context=ssl.create_default_context(cadata=bundle.decode()), maxsize=1
+    )
     counter = iter(range(10**9))
 
     def content_change() -> None:  # a new geometry every time: a cache miss for the content
@@ -279,8 +328,12 @@ def through_api_server(api: k8s.ApiClient, url: str, bundle: bytes, trivial_url:
 
     def timed_reapply() -> float:
         current = core.read_namespaced_config_map(CM_NAME, CM_NS)
-        manifest = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": CM_NAME, "namespace": CM_NS},
-                    "data": {"config.yaml": current.data["config.yaml"]}}
+        manifest = {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {"name": CM_NAME, "namespace": CM_NS},
+            "data": {"config.yaml": current.data["config.yaml"]},
+        }
         started = time.perf_counter()
         ssa.apply(api, manifest, field_manager="bench-flux", force=True)
         return (time.perf_counter() - started) * 1e3
@@ -304,6 +357,7 @@ def through_api_server(api: k8s.ApiClient, url: str, bundle: bytes, trivial_url:
             started = time.perf_counter()
             write()
             return (time.perf_counter() - started) * 1e3
+
         return run
 
     kinds["(a) content change, a new geometry"] = measured(content_change)
@@ -313,8 +367,10 @@ def through_api_server(api: k8s.ApiClient, url: str, bundle: bytes, trivial_url:
     times = {(k, p): [] for k in kinds for p in phases}
     inside: dict[str, list[float]] = {"validate": [], "mutate": []}
     calls: dict[tuple[str, str], float] = {}
-    print("\n3. Through the API server: updates of the MIG ConfigMap in force, phases interleaved "
-          f"({UPDATES} updates per kind and phase per round, 3 rounds)")
+    print(
+        "\n3. Through the API server: updates of the MIG ConfigMap in force, phases interleaved "
+        f"({UPDATES} updates per kind and phase per round, 3 rounds)"
+    )
     for _ in range(3):
         for phase in phases:
             registration(phase)
@@ -335,48 +391,89 @@ def through_api_server(api: k8s.ApiClient, url: str, bundle: bytes, trivial_url:
     print(f"  (load {loadavg()})")
     for kind in kinds:
         med = {p: statistics.median(times[(kind, p)]) for p in phases}
-        sent = ", ".join(f"{e} {calls.get((kind, 'with webhook', e), 0) / (3 * UPDATES):.1f}" for e in ("mutate", "validate"))
-        print(f"  {kind:<40} median with {med['with webhook']:6.2f} ms / without {med['without webhook']:6.2f} ms "
-              f"= {med['with webhook'] / med['without webhook']:.2f}   (webhook calls per update: {sent})")
+        sent = ", ".join(
+            f"{e} {calls.get((kind, 'with webhook', e), 0) / (3 * UPDATES):.1f}" for e in ("mutate", "validate")
+        )
+        print(
+            f"  {kind:<40} median with {med['with webhook']:6.2f} ms / without {med['without webhook']:6.2f} ms "
+            f"= {med['with webhook'] / med['without webhook']:.2f}   (webhook calls per update: {sent})"
+        )
         if kind.startswith("(a)"):
             only = med["validating only"]
-            print(f"  {'':<40} validating webhook only: {only:6.2f} ms = {only / med['without webhook']:.2f} "
-                  f"(the annotating mutation costs {med['with webhook'] - only:+.2f} ms)")
+            print(
+                f"  {'':<40} validating webhook only: {only:6.2f} ms = {only / med['without webhook']:.2f} "
+                f"(the annotating mutation costs {med['with webhook'] - only:+.2f} ms)"
+            )
             floor = med["do-nothing webhook"]
-            print(f"  {'':<40} a do-nothing validating webhook (same registration, answers allow at once): "
-                  f"{floor:6.2f} ms = {floor / med['without webhook']:.2f} (the least one webhook call costs here)")
+            print(
+                f"  {'':<40} a do-nothing validating webhook (same registration, answers allow at once): "
+                f"{floor:6.2f} ms = {floor / med['without webhook']:.2f} (the least one webhook call costs here)"
+            )
             extra = med["with webhook"] - med["without webhook"]
             v, m = statistics.median(inside["validate"]), statistics.median(inside["mutate"])
-            print(f"  {'':<40} where the {extra:.2f} ms go: inside the webhook, validate {v:.2f} ms + mutate {m:.2f} ms; "
-                  f"the rest ({extra - v - m:.2f} ms) is two HTTPS calls and the API server's part (encoding the "
-                  "object twice, applying the patch)")
+            print(
+                f"  {'':<40} where the {extra:.2f} ms go: inside the webhook, validate {v:.2f} ms + mutate {m:.2f} ms; "
+                f"the rest ({extra - v - m:.2f} ms) is two HTTPS calls and the API server's part (encoding the "
+                "object twice, applying the patch)"
+            )
     print("  (target <= 1.3)")
 
 
 def main() -> int:
-    vegeta_bin = subprocess.run([str(ROOT / "hack" / "bench-tools.sh")], capture_output=True, text=True,
-                                check=True).stdout.strip()
-    print(f"machine: {os.cpu_count()} cores; load average at start {loadavg()}; gunicorn "
-          f"(migops.webhook.worker.ThreadWorker) workers={WORKERS} threads={THREADS}; vegeta on the same machine")
+    vegeta_bin = subprocess.run(
+        [str(ROOT / "hack" / "bench-tools.sh")], capture_output=True, text=True, check=True
+    ).stdout.strip()
+    print(
+        f"machine: {os.cpu_count()} cores; load average at start {loadavg()}; gunicorn "
+        f"(migops.webhook.worker.ThreadWorker) workers={WORKERS} threads={THREADS}; vegeta on the same machine"
+    )
     with ControlPlane(locate()) as plane, plane.api_client() as api, tempfile.TemporaryDirectory() as tmp:
         tmpdir = Path(tmp)
         gpus = [catalogue().resolve(m) for m in MODELS]
         cluster.seed(api, cluster.plan_nodes(10, gpus, 8, "mixed"), "mixed")
-        ssa.apply(api, configmap(DEFAULT_CONFIG) | {"metadata": {"name": CM_NAME, "namespace": CM_NS}},
-                  field_manager="bench")
+        ssa.apply(
+            api, configmap(DEFAULT_CONFIG) | {"metadata": {"name": CM_NAME, "namespace": CM_NS}}, field_manager="bench"
+        )
         for i, config in ((1, "all-1g.10gb"), (2, "all-balanced"), (4, "all-1g.18gb")):
-            ssa.apply(api, {"apiVersion": "v1", "kind": "Node", "metadata": {"name": f"gpu-node-{i}", "labels": {
-                "nvidia.com/mig.config": config}}}, field_manager="gpu-operator", force=True)
+            ssa.apply(
+                api,
+                {
+                    "apiVersion": "v1",
+                    "kind": "Node",
+                    "metadata": {"name": f"gpu-node-{i}", "labels": {"nvidia.com/mig.config": config}},
+                },
+                field_manager="gpu-operator",
+                force=True,
+            )
         store = DirectoryStore(tmpdir / "certs")
-        bundle = rotate(store, dns_names=["localhost"], ip_addresses=["127.0.0.1"], publish=lambda b: None).material.bundle
+        bundle = rotate(
+            store, dns_names=["localhost"], ip_addresses=["127.0.0.1"], publish=lambda b: None
+        ).material.bundle
         ca = tmpdir / "certs" / "ca-bundle.crt"
         ours_port, trivial_port = free_ports(2)
         pem = str(store.serving_file)
-        ours_argv = [sys.executable, "-m", "migops", "webhook", f"--tls-cert={pem}", f"--tls-key={pem}",
-                     f"--port={ours_port}", "--bind-address=127.0.0.1", f"--kubeconfig={plane.admin_kubeconfig}",
-                     f"--workers={WORKERS}", f"--threads={THREADS}", "--log-level=warning"]
-        trivial_argv = [sys.executable, str(ROOT / "bench" / "_trivial_server.py"), pem, str(trivial_port),
-                        str(WORKERS), str(THREADS)]
+        ours_argv = [
+            sys.executable,
+            "-m",
+            "migops",
+            "webhook",
+            f"--tls-cert={pem}",
+            f"--tls-key={pem}",
+            f"--port={ours_port}",
+            "--bind-address=127.0.0.1",
+            f"--kubeconfig={plane.admin_kubeconfig}",
+            f"--workers={WORKERS}",
+            f"--threads={THREADS}",
+            "--log-level=warning",
+        ]
+        trivial_argv = [
+            sys.executable,
+            str(ROOT / "bench" / "_trivial_server.py"),
+            pem,
+            str(trivial_port),
+            str(WORKERS),
+            str(THREADS),
+        ]
         ours = spawn(ours_argv, tmpdir / "webhook.log")
         trivial = spawn(trivial_argv, tmpdir / "trivial.log")
         try:
@@ -387,8 +484,10 @@ def main() -> int:
             body.write_bytes(review_body(configmap(DEFAULT_CONFIG), old=configmap(DEFAULT_CONFIG)))
             if os.environ.get("BENCH_SKIP_LOAD") != "1":
                 direct_load(vegeta_bin, ours_url, trivial_url, body, ca)
-            print(f"\n2. First review of a new ConfigMap (cache miss), default config, {len(MODELS)} GPU models "
-                  "on 10 nodes, 3 nodes selecting configs besides all-disabled")
+            print(
+                f"\n2. First review of a new ConfigMap (cache miss), default config, {len(MODELS)} GPU models "
+                "on 10 nodes, 3 nodes selecting configs besides all-disabled"
+            )
             first_review_in_process(api)
             first_review_https(ours_port, bundle)
             through_api_server(api, ours_url, bundle, trivial_url)

@@ -18,6 +18,7 @@ ClusterPolicy (mixed) and a MIG ConfigMap; then `migops webhook` (BENCH_WORKERS,
 
 Usage: .venv/bin/python bench/webhook_scale.py [NODES ...]   (default: 100 1000 10000)
 """
+
 from __future__ import annotations
 
 import os
@@ -73,8 +74,10 @@ def seed(api: k8s.ApiClient, count: int) -> list[str]:
 
     def create(spec: cluster.NodeSpec) -> str:
         labels = {**spec.gfd_labels, **spec.operator_labels, "nvidia.com/mig.config": CONFIGS[0]}
-        core.create_node({"apiVersion": "v1", "kind": "Node", "metadata": {"name": spec.name, "labels": labels}},
-                         _preload_content=False).drain_conn()
+        core.create_node(
+            {"apiVersion": "v1", "kind": "Node", "metadata": {"name": spec.name, "labels": labels}},
+            _preload_content=False,
+        ).drain_conn()
         return spec.name
 
     with ThreadPoolExecutor(8) as pool:
@@ -85,15 +88,28 @@ class Webhook:
     """`migops webhook` on loopback, its /metrics read over TLS."""
 
     def __init__(self, plane: ControlPlane, tmp: Path, bundle: bytes, pem: str, port: int) -> None:
-        argv = [sys.executable, "-m", "migops", "webhook", f"--tls-cert={pem}", f"--tls-key={pem}", f"--port={port}",
-                "--bind-address=127.0.0.1", f"--kubeconfig={plane.admin_kubeconfig}", f"--workers={WORKERS}",
-                "--threads=16", "--log-level=warning", f"--reconciler-user={LOCAL_RECONCILER_USER}"]
+        argv = [
+            sys.executable,
+            "-m",
+            "migops",
+            "webhook",
+            f"--tls-cert={pem}",
+            f"--tls-key={pem}",
+            f"--port={port}",
+            "--bind-address=127.0.0.1",
+            f"--kubeconfig={plane.admin_kubeconfig}",
+            f"--workers={WORKERS}",
+            "--threads=16",
+            "--log-level=warning",
+            f"--reconciler-user={LOCAL_RECONCILER_USER}",
+        ]
         self.url = f"https://127.0.0.1:{port}"
         self.log = tmp / "webhook.log"
         self.popen, self.ref = spawn(argv, self.log)
         _wait_ready(self.url, bundle, self.popen, self.ref, self.log, 600)
-        self.pool = urllib3.HTTPSConnectionPool("127.0.0.1", port, ssl_context=ssl.create_default_context(
-            cadata=bundle.decode()), maxsize=1, timeout=30)
+        self.pool = urllib3.HTTPSConnectionPool(
+            "127.0.0.1", port, ssl_context=ssl.create_default_context(cadata=bundle.decode()), maxsize=1, timeout=30
+        )
 
     def histogram(self, kind: str = "Node") -> tuple[dict[float, float], float, float]:
         """(cumulative count per bucket bound, count, sum) of validate reviews of `kind`."""
@@ -157,7 +173,9 @@ def timed_writes(core: k8s.CoreV1Api, names: list[str], body) -> list[float]:
     return times
 
 
-def sequential(api: k8s.ApiClient, hook_: Webhook, names: list[str], bundle: bytes, trivial_url: str) -> dict[str, float]:
+def sequential(
+    api: k8s.ApiClient, hook_: Webhook, names: list[str], bundle: bytes, trivial_url: str
+) -> dict[str, float]:
     core = k8s.CoreV1Api(api)
     sample = names[:: max(1, len(names) // WRITES)][:WRITES]
     flip = iter(range(10**9))
@@ -179,8 +197,12 @@ def sequential(api: k8s.ApiClient, hook_: Webhook, names: list[str], bundle: byt
         time.sleep(3.0)  # the API server picks a changed configuration up within a second or two
 
     sent: list[float] = []
-    times: dict[str, list[float]] = {"config": [], "scratch": [], "config, do-nothing webhook": [],
-                                     "scratch, do-nothing webhook": []}
+    times: dict[str, list[float]] = {
+        "config": [],
+        "scratch": [],
+        "config, do-nothing webhook": [],
+        "scratch, do-nothing webhook": [],
+    }
     for _ in range(3):
         for kind in ("migops", "do-nothing"):
             registration(kind)
@@ -195,7 +217,8 @@ def sequential(api: k8s.ApiClient, hook_: Webhook, names: list[str], bundle: byt
     registration("migops")
     med = {k: statistics.median(v) for k, v in times.items()}
     return {
-        "config write ms (median)": med["config"], "scratch write ms (median)": med["scratch"],
+        "config write ms (median)": med["config"],
+        "scratch write ms (median)": med["scratch"],
         "ratio config / scratch": med["config"] / med["scratch"],
         "webhook Node reviews per config write": statistics.mean(sent),
         "do-nothing webhook: config write ms": med["config, do-nothing webhook"],
@@ -203,8 +226,9 @@ def sequential(api: k8s.ApiClient, hook_: Webhook, names: list[str], bundle: byt
     }
 
 
-def rollout(plane: ControlPlane, api: k8s.ApiClient, hook_: Webhook, tmp: Path, count: int,
-            bundle: bytes) -> dict[str, float]:
+def rollout(
+    plane: ControlPlane, api: k8s.ApiClient, hook_: Webhook, tmp: Path, count: int, bundle: bytes
+) -> dict[str, float]:
     """The local stack's reconciler (its own identity), one commit moving every node to another config."""
     core = k8s.CoreV1Api(api)
     core.create_namespace({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "migops-system"}})
@@ -217,13 +241,35 @@ def rollout(plane: ControlPlane, api: k8s.ApiClient, hook_: Webhook, tmp: Path, 
     (tmp / "secret").write_bytes(SECRET)
     (port,) = free_ports(1)
     identity = plane.kubeconfig_for(LOCAL_RECONCILER_USER, ("system:masters",))
-    proc = subprocess.Popen([str(MIGOPS), "reconcile", "--repo", repo.url, "--ref", "main", "--name", "bench",
-                             "--kubeconfig", str(identity), "--no-leader-elect", "--http-address", f"127.0.0.1:{port}",
-                             "--hook-secret-file", str(tmp / "secret"), "--interval", "1h", "--cache-dir",
-                             str(tmp / "cache")], stdout=subprocess.DEVNULL, stderr=open(tmp / "reconciler.log", "wb"),
-                            start_new_session=True)
+    proc = subprocess.Popen(
+        [
+            str(MIGOPS),
+            "reconcile",
+            "--repo",
+            repo.url,
+            "--ref",
+            "main",
+            "--name",
+            "bench",
+            "--kubeconfig",
+            str(identity),
+            "--no-leader-elect",
+            "--http-address",
+            f"127.0.0.1:{port}",
+            "--hook-secret-file",
+            str(tmp / "secret"),
+            "--interval",
+            "1h",
+            "--cache-dir",
+            str(tmp / "cache"),
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=open(tmp / "reconciler.log", "wb"),
+        start_new_session=True,
+    )
     out: dict[str, float] = {}
     try:
+
         def reconciles() -> float:
             try:
                 return metric(port, "migops_reconcile_total")
@@ -239,8 +285,14 @@ def rollout(plane: ControlPlane, api: k8s.ApiClient, hook_: Webhook, tmp: Path, 
         t0 = time.monotonic()
         hook(port)
         # The reconciler's own count of node writes (a list of 10,000 Nodes per poll would load the API server).
-        wait_for(lambda: metric(port, "migops_api_writes_total", resource="nodes", result="ok") - writes >= count
-                 or (time.sleep(0.2) or False), 1800, "rollout")
+        wait_for(
+            lambda: (
+                metric(port, "migops_api_writes_total", resource="nodes", result="ok") - writes >= count
+                or (time.sleep(0.2) or False)
+            ),
+            1800,
+            "rollout",
+        )
         out["rollout: hook -> every label written s"] = time.monotonic() - t0
         labels = {n.metadata.labels.get("nvidia.com/mig.config") for n in core.list_node(_request_timeout=120).items}
         assert labels == {target}, labels
@@ -260,8 +312,14 @@ def rollout(plane: ControlPlane, api: k8s.ApiClient, hook_: Webhook, tmp: Path, 
         writes = metric(port, "migops_api_writes_total", resource="nodes", result="ok")
         t0 = time.monotonic()
         hook(port)
-        wait_for(lambda: metric(port, "migops_api_writes_total", resource="nodes", result="ok") - writes >= count
-                 or (time.sleep(0.2) or False), 1800, "rollout without the webhook")
+        wait_for(
+            lambda: (
+                metric(port, "migops_api_writes_total", resource="nodes", result="ok") - writes >= count
+                or (time.sleep(0.2) or False)
+            ),
+            1800,
+            "rollout without the webhook",
+        )
         out["rollout without the webhook s"] = time.monotonic() - t0
         register(api, hook_.url, bundle, field_manager="bench")
     finally:
@@ -271,21 +329,36 @@ def rollout(plane: ControlPlane, api: k8s.ApiClient, hook_: Webhook, tmp: Path, 
 
 
 def run(count: int) -> dict[str, float]:
-    with tempfile.TemporaryDirectory(prefix="migops-bench-") as tmpdir, ControlPlane(locate()) as plane, \
-            plane.api_client() as api:
+    with (
+        tempfile.TemporaryDirectory(prefix="migops-bench-") as tmpdir,
+        ControlPlane(locate()) as plane,
+        plane.api_client() as api,
+    ):
         tmp = Path(tmpdir)
         cluster.seed(api, (), "mixed")  # the GPU Operator's namespace and ClusterPolicy; nodes below
-        ssa.apply(api, {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": CM_NAME, "namespace": CM_NS},
-                        "data": {"config.yaml": CONFIG_YAML}}, field_manager="bench")
+        ssa.apply(
+            api,
+            {
+                "apiVersion": "v1",
+                "kind": "ConfigMap",
+                "metadata": {"name": CM_NAME, "namespace": CM_NS},
+                "data": {"config.yaml": CONFIG_YAML},
+            },
+            field_manager="bench",
+        )
         began = time.monotonic()
         names = seed(api, count)
         print(f"  seeded {len(names)} nodes in {time.monotonic() - began:.1f}s (load {loadavg()})", flush=True)
         store = DirectoryStore(tmp / "certs")
-        bundle = rotate(store, dns_names=["localhost"], ip_addresses=["127.0.0.1"], publish=lambda b: None).material.bundle
+        bundle = rotate(
+            store, dns_names=["localhost"], ip_addresses=["127.0.0.1"], publish=lambda b: None
+        ).material.bundle
         pem = str(store.serving_file)
         ours_port, trivial_port = free_ports(2)
-        trivial = spawn([sys.executable, str(ROOT / "bench" / "_trivial_server.py"), pem, str(trivial_port),
-                         str(WORKERS), "16"], tmp / "trivial.log")
+        trivial = spawn(
+            [sys.executable, str(ROOT / "bench" / "_trivial_server.py"), pem, str(trivial_port), str(WORKERS), "16"],
+            tmp / "trivial.log",
+        )
         began = time.monotonic()
         webhook = Webhook(plane, tmp, bundle, pem, ours_port)
         print(f"  webhook ready (informers listed) in {time.monotonic() - began:.1f}s", flush=True)
@@ -303,8 +376,11 @@ def run(count: int) -> dict[str, float]:
 
 
 def main(counts: list[int]) -> None:
-    print(f"machine: {os.cpu_count()} CPUs, load average {loadavg()} at start; webhook workers={WORKERS}; "
-          f"{WRITES} sequential writes per phase and round", flush=True)
+    print(
+        f"machine: {os.cpu_count()} CPUs, load average {loadavg()} at start; webhook workers={WORKERS}; "
+        f"{WRITES} sequential writes per phase and round",
+        flush=True,
+    )
     results = {}
     for count in counts:
         print(f"{count} nodes:", flush=True)
@@ -314,11 +390,15 @@ def main(counts: list[int]) -> None:
     if len(counts) > 1:
         a, b = counts[0], counts[-1]
         ra, rb = results[a], results[b]
-        print(f"ratio at {b} / ratio at {a}: {rb['ratio config / scratch'] / ra['ratio config / scratch']:.3f} "
-              "(target <= 1.15)")
-        print(f"webhook p50 per Node review at {b} / at {a}: "
-              f"{rb['rollout: webhook per Node review p50 ms'] / ra['rollout: webhook per Node review p50 ms']:.3f} "
-              "(target <= 1.5)")
+        print(
+            f"ratio at {b} / ratio at {a}: {rb['ratio config / scratch'] / ra['ratio config / scratch']:.3f} "
+            "(target <= 1.15)"
+        )
+        print(
+            f"webhook p50 per Node review at {b} / at {a}: "
+            f"{rb['rollout: webhook per Node review p50 ms'] / ra['rollout: webhook per Node review p50 ms']:.3f} "
+            "(target <= 1.5)"
+        )
         print(f"webhook peak RSS at {b}: {rb['webhook worker peak RSS MiB']:.0f} MiB (target < 300 MB per worker)")
     print(f"load average {loadavg()} at the end")
 

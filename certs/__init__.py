@@ -7,6 +7,7 @@ webhook's CA and serving certificate, created and rotated before expiry without 
 Everything is ECDSA P-256: small keys, fast to generate, accepted by Go's crypto/tls and by
 kube-apiserver for service-account token signing (ES256).
 """
+
 from migops.certs.pki import (
     KeyPair,
     create_ca,

@@ -4,6 +4,7 @@ Values are PEM bytes in frozen dataclasses so they can be written anywhere (file
 kube-apiserver, base64 in a kubeconfig, a caBundle in a webhook configuration) without this
 module knowing about any of those places.
 """
+
 from __future__ import annotations
 
 import datetime as dt
@@ -53,17 +54,21 @@ def new_private_key_pem() -> bytes:
 def public_key_pem(private_key_pem: bytes) -> bytes:
     """The SubjectPublicKeyInfo PEM of a private key (what token verifiers are given)."""
     key = serialization.load_pem_private_key(private_key_pem, password=None)
-    return key.public_key().public_bytes(
-        serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
-    )
+    return key.public_key().public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
 
 
 def _key_usage(*, signs_certificates: bool) -> x509.KeyUsage:
     """ECDSA keys only sign: TLS handshakes always, certificates and CRLs only for a CA."""
     return x509.KeyUsage(
-        digital_signature=True, key_cert_sign=signs_certificates, crl_sign=signs_certificates,
-        content_commitment=False, key_encipherment=False, data_encipherment=False,
-        key_agreement=False, encipher_only=False, decipher_only=False,
+        digital_signature=True,
+        key_cert_sign=signs_certificates,
+        crl_sign=signs_certificates,
+        content_commitment=False,
+        key_encipherment=False,
+        data_encipherment=False,
+        key_agreement=False,
+        encipher_only=False,
+        decipher_only=False,
     )
 
 
@@ -129,9 +134,7 @@ def _issue(
         .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
         .add_extension(_key_usage(signs_certificates=False), critical=True)
         .add_extension(x509.ExtendedKeyUsage([usage]), critical=False)
-        .add_extension(
-            x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_cert.public_key()), critical=False
-        )
+        .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_cert.public_key()), critical=False)
     )
     if sans:
         builder = builder.add_extension(x509.SubjectAlternativeName(sans), critical=False)
@@ -145,7 +148,7 @@ def _base_builder(
     public_key: ec.EllipticCurvePublicKey,
     valid_for: dt.timedelta,
 ) -> x509.CertificateBuilder:
-    now = dt.datetime.now(dt.timezone.utc)
+    now = dt.datetime.now(dt.UTC)
     return (
         x509.CertificateBuilder()
         .subject_name(subject)

@@ -1,6 +1,7 @@
 """Where the webhook's certificates live in a cluster: the caBundle of its webhook configurations
 (server-side apply, field manager `migops-certs`, so it owns that one field and nothing else) and a
 `kubernetes.io/tls` Secret mounted into its pods."""
+
 from __future__ import annotations
 
 import base64
@@ -22,8 +23,10 @@ def publish_ca_bundle(api: k8s.ApiClient, bundle: bytes, configurations: list[st
     exist; return `Kind/name` of those written."""
     encoded = base64.b64encode(bundle).decode()
     admission = k8s.AdmissionregistrationV1Api(api)
-    readers = {"ValidatingWebhookConfiguration": admission.read_validating_webhook_configuration,
-               "MutatingWebhookConfiguration": admission.read_mutating_webhook_configuration}
+    readers = {
+        "ValidatingWebhookConfiguration": admission.read_validating_webhook_configuration,
+        "MutatingWebhookConfiguration": admission.read_mutating_webhook_configuration,
+    }
     written = []
     for kind in KINDS:
         for name in configurations:
@@ -35,8 +38,17 @@ def publish_ca_bundle(api: k8s.ApiClient, bundle: bytes, configurations: list[st
                 raise
             hooks = [{"name": w.name, "clientConfig": {"caBundle": encoded}} for w in found.webhooks or ()]
             if hooks:
-                ssa.apply(api, {"apiVersion": "admissionregistration.k8s.io/v1", "kind": kind,
-                                "metadata": {"name": name}, "webhooks": hooks}, field_manager=CERTS_MANAGER, force=True)
+                ssa.apply(
+                    api,
+                    {
+                        "apiVersion": "admissionregistration.k8s.io/v1",
+                        "kind": kind,
+                        "metadata": {"name": name},
+                        "webhooks": hooks,
+                    },
+                    field_manager=CERTS_MANAGER,
+                    force=True,
+                )
                 written.append(f"{kind}/{name}")
     return written
 
@@ -67,7 +79,15 @@ class SecretStore:
             data |= {"ca.crt": material.ca.cert_pem, "ca.key": material.ca.key_pem}
         if material.serving:
             data |= {"tls.crt": material.serving.cert_pem, "tls.key": material.serving.key_pem}
-        ssa.apply(self.api, {"apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/tls",
-                             "metadata": {"name": self.name, "namespace": self.namespace},
-                             "data": {k: base64.b64encode(v).decode() for k, v in data.items()}},
-                  field_manager=CERTS_MANAGER, force=True)
+        ssa.apply(
+            self.api,
+            {
+                "apiVersion": "v1",
+                "kind": "Secret",
+                "type": "kubernetes.io/tls",
+                "metadata": {"name": self.name, "namespace": self.namespace},
+                "data": {k: base64.b64encode(v).decode() for k, v in data.items()},
+            },
+            field_manager=CERTS_MANAGER,
+            force=True,
+        )

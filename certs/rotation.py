@@ -13,6 +13,7 @@ into the webhook's pods; the kubelet swaps the mounted files together). In a dir
 certificate and key are one file, `tls.pem`, replaced by a single rename, so no connection can ever
 read a new certificate with an old key; `tls.crt` and `tls.key` are written beside it for tools.
 """
+
 from __future__ import annotations
 
 import datetime as dt
@@ -108,7 +109,7 @@ def certificates(bundle: bytes) -> list[x509.Certificate]:
 
 def remaining(cert_pem: bytes, now: dt.datetime | None = None) -> dt.timedelta:
     cert = x509.load_pem_x509_certificate(cert_pem)
-    return cert.not_valid_after_utc - (now or dt.datetime.now(dt.timezone.utc))
+    return cert.not_valid_after_utc - (now or dt.datetime.now(dt.UTC))
 
 
 def _signed_by(leaf_pem: bytes, ca_pem: bytes) -> bool:
@@ -138,17 +139,25 @@ class Rotation:
     material: Material = field(default_factory=Material)
 
 
-def rotate(store: Store, *, dns_names: Sequence[str], ip_addresses: Sequence[str] = (),
-           publish: Callable[[bytes], None], settle: Callable[[], None] = lambda: None,
-           renew_before: dt.timedelta = RENEW_BEFORE, ca_validity: dt.timedelta = CA_VALIDITY,
-           serving_validity: dt.timedelta = SERVING_VALIDITY, force: bool = False,
-           now: dt.datetime | None = None) -> Rotation:
+def rotate(
+    store: Store,
+    *,
+    dns_names: Sequence[str],
+    ip_addresses: Sequence[str] = (),
+    publish: Callable[[bytes], None],
+    settle: Callable[[], None] = lambda: None,
+    renew_before: dt.timedelta = RENEW_BEFORE,
+    ca_validity: dt.timedelta = CA_VALIDITY,
+    serving_validity: dt.timedelta = SERVING_VALIDITY,
+    force: bool = False,
+    now: dt.datetime | None = None,
+) -> Rotation:
     """Bring the store to a valid CA + serving certificate and publish the bundle; idempotent.
 
     `publish(bundle)` writes the CA bundle wherever clients read it (the webhook configurations);
     `settle()` waits until they use it. `force` renews the CA and the serving certificate now.
     """
-    now = now or dt.datetime.now(dt.timezone.utc)
+    now = now or dt.datetime.now(dt.UTC)
     out = Rotation()
     m = store.load()
     cn = dns_names[0] if dns_names else (ip_addresses[0] if ip_addresses else "migops-webhook")
@@ -182,9 +191,13 @@ def rotate(store: Store, *, dns_names: Sequence[str], ip_addresses: Sequence[str
         out.material = m
         return out
     dns, ips = _sans(m.serving.cert_pem) if m.serving else (set(), set())
-    stale = (m.serving is None or not _signed_by(m.serving.cert_pem, m.ca.cert_pem)
-             or remaining(m.serving.cert_pem, now) < renew_before
-             or dns != set(dns_names) or ips != {str(i) for i in ip_addresses})
+    stale = (
+        m.serving is None
+        or not _signed_by(m.serving.cert_pem, m.ca.cert_pem)
+        or remaining(m.serving.cert_pem, now) < renew_before
+        or dns != set(dns_names)
+        or ips != {str(i) for i in ip_addresses}
+    )
     if bundle != m.bundle:
         publish(bundle)
         out.steps.append(f"published bundle ({len(certificates(bundle))} CAs)")
@@ -203,4 +216,3 @@ def rotate(store: Store, *, dns_names: Sequence[str], ip_addresses: Sequence[str
             store.save(m)
     out.material = m
     return out
-

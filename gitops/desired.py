@@ -7,6 +7,7 @@ Explicit `nodes:` lists win over selectors; a node two selectors match (or two l
 `migops validate`'s): one failing node makes the whole commit invalid, so nothing of it is applied. The verdicts are cached
 by (config entries, GPUs, strategy): 2,000 nodes of three models cost three validations.
 """
+
 from __future__ import annotations
 
 from collections import OrderedDict, defaultdict
@@ -60,12 +61,18 @@ class FitCache:
         """The config on these GPUs (None: the catalogue) under the strategy."""
         # By the entries as parsed, not the digest: the digest is what the node sees, and two spellings
         # with one digest (`devices: [1, 1]` and `[1]`) get different verdicts.
-        key = (config, spec.config.entries(config),
-               None if gpus is None else (tuple(g.device_id for g in gpus.gpus), gpus.exact), strategy)
+        key = (
+            config,
+            spec.config.entries(config),
+            None if gpus is None else (tuple(g.device_id for g in gpus.gpus), gpus.exact),
+            strategy,
+        )
         found = self._items.get(key)
         if found is None:
             # The catalogue question is asked once per config, not once per distinct set of GPUs.
-            reports = Reports(catalogue=lambda c, n, s: self.fit(spec, n, None, s).report) if gpus is not None else DIRECT
+            reports = (
+                Reports(catalogue=lambda c, n, s: self.fit(spec, n, None, s).report) if gpus is not None else DIRECT
+            )
             found = self._items[key] = fit(spec.config, config, gpus, strategy, reports)  # type: ignore[arg-type]
             if len(self._items) > self._size:
                 self._items.popitem(last=False)
@@ -86,8 +93,9 @@ def _labels(node: Mapping[str, Any]) -> Mapping[str, str]:
     return (node.get("metadata") or {}).get("labels") or {}
 
 
-def resolve(spec: RepoSpec, nodes: Mapping[str, Mapping[str, Any]], settings: MigSettings,
-            cache: FitCache | None = None) -> DesiredState:
+def resolve(
+    spec: RepoSpec, nodes: Mapping[str, Mapping[str, Any]], settings: MigSettings, cache: FitCache | None = None
+) -> DesiredState:
     """Assign configs to `nodes` (name -> Node object) and check each fits. Raises RepoError."""
     cache = cache or FitCache()
     nodes_file = spec.file(NODES_FILE)
@@ -95,37 +103,67 @@ def resolve(spec: RepoSpec, nodes: Mapping[str, Mapping[str, Any]], settings: Mi
     problems: list[RepoProblem] = []
     strategy = settings.strategy
     if cfg.strategy is not None and cfg.strategy != settings.strategy:
-        problems.append(RepoProblem(nodes_file, Problem(
-            "strategy", "strategy-mismatch",
-            f"strategy {cfg.strategy!r} does not match the cluster's MIG strategy {settings.strategy!r} "
-            f"(ClusterPolicy {settings.policy or '(none: the default)'} spec.mig.strategy); nothing is applied")))
+        problems.append(
+            RepoProblem(
+                nodes_file,
+                Problem(
+                    "strategy",
+                    "strategy-mismatch",
+                    f"strategy {cfg.strategy!r} does not match the cluster's MIG strategy {settings.strategy!r} "
+                    f"(ClusterPolicy {settings.policy or '(none: the default)'} spec.mig.strategy); nothing is applied",
+                ),
+            )
+        )
         raise RepoError(problems, reason=SourceReason.STRATEGY_MISMATCH)
     namespace = cfg.configmap_namespace or settings.namespace
     configmap = cfg.configmap_name or settings.config_name
     warnings: list[RepoProblem] = []
     if (namespace, configmap) != settings.configmap:
-        warnings.append(RepoProblem(nodes_file, Problem(
-            "configMap", "configmap-not-read",
-            f"configMap {namespace}/{configmap} is not the one the GPU Operator's mig-manager reads "
-            f"({settings.namespace}/{settings.config_name}, from the ClusterPolicy)", "warning")))
+        warnings.append(
+            RepoProblem(
+                nodes_file,
+                Problem(
+                    "configMap",
+                    "configmap-not-read",
+                    f"configMap {namespace}/{configmap} is not the one the GPU Operator's mig-manager reads "
+                    f"({settings.namespace}/{settings.config_name}, from the ClusterPolicy)",
+                    "warning",
+                ),
+            )
+        )
 
     chosen: dict[str, tuple[str, str]] = {}  # node -> (config, source path)
     named: dict[str, str] = {}
     for a in cfg.assignments:
         for name in a.nodes or ():
             if name in named and named[name] != a.path:
-                problems.append(RepoProblem(nodes_file, Problem(
-                    key_path(a.path, "nodes"), "node-assigned-twice",
-                    f"node {name} is also listed in {named[name]}")))
+                problems.append(
+                    RepoProblem(
+                        nodes_file,
+                        Problem(
+                            key_path(a.path, "nodes"),
+                            "node-assigned-twice",
+                            f"node {name} is also listed in {named[name]}",
+                        ),
+                    )
+                )
                 continue
             named[name] = a.path
             if name in nodes:
                 chosen[name] = (a.config, a.path)
             else:
-                warnings.append(RepoProblem(nodes_file, Problem(
-                    key_path(a.path, "nodes"), "node-not-found",
-                    f"{a.path} matches no node: node {name} does not exist (yet); it gets {a.config!r} when it "
-                    "joins", "warning")))
+                warnings.append(
+                    RepoProblem(
+                        nodes_file,
+                        Problem(
+                            key_path(a.path, "nodes"),
+                            "node-not-found",
+                            f"{a.path} matches no node: node {name} does not exist (yet); it gets {a.config!r} when it "
+                            "joins",
+                            "warning",
+                        ),
+                    )
+                )
     selectors = [a for a in cfg.assignments if a.selector is not None]
     clashes: dict[tuple[str, str], list[str]] = defaultdict(list)
     matched: set[str] = set()  # selectors' paths that match some node
@@ -141,15 +179,30 @@ def resolve(spec: RepoSpec, nodes: Mapping[str, Mapping[str, Any]], settings: Mi
             chosen[name] = (hits[0].config, hits[0].path)
     for a in selectors:
         if a.path not in matched:
-            warnings.append(RepoProblem(nodes_file, Problem(
-                key_path(a.path, "nodeSelector"), "matches-no-node",
-                f"{a.path} matches no node: no node (not listed by name) has the labels its nodeSelector asks "
-                f"for, so nothing gets {a.config!r} from it", "warning")))
+            warnings.append(
+                RepoProblem(
+                    nodes_file,
+                    Problem(
+                        key_path(a.path, "nodeSelector"),
+                        "matches-no-node",
+                        f"{a.path} matches no node: no node (not listed by name) has the labels its nodeSelector asks "
+                        f"for, so nothing gets {a.config!r} from it",
+                        "warning",
+                    ),
+                )
+            )
     for (first, second), names in sorted(clashes.items()):
-        problems.append(RepoProblem(nodes_file, Problem(
-            second, "selectors-overlap",
-            f"{_some(names)} {'matches' if len(names) == 1 else 'match'} both {first} and {second}; "
-            "a node may match one selector only (list it under nodes: to choose)")))
+        problems.append(
+            RepoProblem(
+                nodes_file,
+                Problem(
+                    second,
+                    "selectors-overlap",
+                    f"{_some(names)} {'matches' if len(names) == 1 else 'match'} both {first} and {second}; "
+                    "a node may match one selector only (list it under nodes: to choose)",
+                ),
+            )
+        )
 
     failures: dict[tuple[str, str, str], list[str]] = defaultdict(list)
     causes: dict[str, Problem] = {}  # a failure's text -> the MIG core's problem it reports
@@ -160,12 +213,19 @@ def resolve(spec: RepoSpec, nodes: Mapping[str, Mapping[str, Any]], settings: Mi
             gpus = node_gpus(node)
         except UnknownGpuError as exc:
             if explicit:
-                failures[(chosen[name][1], chosen[name][0], f"the node's GPU is not in the catalogue: {exc}")].append(name)
+                failures[(chosen[name][1], chosen[name][0], f"the node's GPU is not in the catalogue: {exc}")].append(
+                    name
+                )
             continue
         if gpus is None:
             if explicit:
-                failures[(chosen[name][1], chosen[name][0], "the node shows no GPU (no migops.io/gpus annotation, "
-                          "device-ID or GFD product label)")].append(name)
+                failures[
+                    (
+                        chosen[name][1],
+                        chosen[name][0],
+                        "the node shows no GPU (no migops.io/gpus annotation, device-ID or GFD product label)",
+                    )
+                ].append(name)
             continue
         gpu_of[name] = gpus
         if not explicit and cfg.default is not None:
@@ -187,14 +247,25 @@ def resolve(spec: RepoSpec, nodes: Mapping[str, Mapping[str, Any]], settings: Mi
     for name, path in referenced_configs(cfg).items():
         if name not in in_use:
             for p in cache.catalogue(spec, name, strategy):
-                problems.append(RepoProblem(spec.file("config.yaml"), Problem(
-                    p.path, p.rule, f"{p.message} (config {name!r} is named at {path} in {nodes_file})")))
+                problems.append(
+                    RepoProblem(
+                        spec.file("config.yaml"),
+                        Problem(p.path, p.rule, f"{p.message} (config {name!r} is named at {path} in {nodes_file})"),
+                    )
+                )
     for (source, config, why), names in sorted(failures.items()):
         model = _describe(gpu_of.get(names[0]))
-        problems.append(RepoProblem(nodes_file, Problem(
-            key_path(source, "config") if source != "default" else "default", "does-not-fit-node",
-            f"config {config!r} cannot be applied to {_some(names)}{model}: {why}"),
-            tuple(c for c in (causes.get(why),) if c)))
+        problems.append(
+            RepoProblem(
+                nodes_file,
+                Problem(
+                    key_path(source, "config") if source != "default" else "default",
+                    "does-not-fit-node",
+                    f"config {config!r} cannot be applied to {_some(names)}{model}: {why}",
+                ),
+                tuple(c for c in (causes.get(why),) if c),
+            )
+        )
     if problems:
         raise RepoError(problems + warnings)
     return DesiredState(spec, strategy, namespace, configmap, targets, tuple(spec.warnings) + tuple(warnings))

@@ -3,6 +3,7 @@
 Declared once here; the reconciler reads them from here (never as string copies) to tell a source that
 could not be read (worth retrying) from a revision that must not be applied (stalled until a new commit).
 """
+
 from __future__ import annotations
 
 from enum import StrEnum
@@ -23,5 +24,6 @@ class SourceReason(StrEnum):
 
 
 # The source could not be read: nothing is known about the revision; the fetch is retried with backoff.
-UNREADABLE = frozenset({SourceReason.GIT_UNREACHABLE, SourceReason.REF_NOT_FOUND, SourceReason.GIT_FAILED,
-                        SourceReason.FILE_TOO_LARGE})
+UNREADABLE = frozenset(
+    {SourceReason.GIT_UNREACHABLE, SourceReason.REF_NOT_FOUND, SourceReason.GIT_FAILED, SourceReason.FILE_TOO_LARGE}
+)

@@ -5,6 +5,7 @@ byte for byte as `data["config.yaml"]` of the MIG ConfigMap. nodes.yaml says whi
 config (the contract is in docs/reconciler.md). Every problem names its file and path, e.g.
 `clusters/prod/nodes.yaml: assignments[1].config: ...`; all problems are collected, not just the first.
 """
+
 from __future__ import annotations
 
 import re
@@ -83,8 +84,9 @@ class LabelSelector:
     match_expressions: tuple[Requirement, ...] = ()
 
     def matches(self, labels: Mapping[str, str]) -> bool:
-        return (all(labels.get(k) == v for k, v in self.match_labels)
-                and all(r.matches(labels) for r in self.match_expressions))
+        return all(labels.get(k) == v for k, v in self.match_labels) and all(
+            r.matches(labels) for r in self.match_expressions
+        )
 
 
 @dataclass(frozen=True)
@@ -133,6 +135,7 @@ class RepoSpec:
 
 def load_repo(files: Mapping[str, bytes | None], path: str, revision: str = "") -> RepoSpec:
     """Parse and check both files (found in `files` under `<path>/<name>`). Raises RepoError."""
+
     def where(name: str) -> str:
         return f"{path}/{name}" if path else name
 
@@ -168,8 +171,15 @@ def load_repo(files: Mapping[str, bytes | None], path: str, revision: str = "") 
         problems.extend(_check_references(config, nodes, cfg_file, nodes_file))
     if any(p.severity == "error" for p in problems) or config is None or nodes is None:
         raise RepoError(problems)
-    return RepoSpec(revision, path, config_text, config, nodes, tuple(problems),
-                    raw_nodes.decode("utf-8", errors="replace") if raw_nodes is not None else "")
+    return RepoSpec(
+        revision,
+        path,
+        config_text,
+        config,
+        nodes,
+        tuple(problems),
+        raw_nodes.decode("utf-8", errors="replace") if raw_nodes is not None else "",
+    )
 
 
 def _check_references(config: MigPartedConfig, nodes: NodesFile, cfg_file: str, nodes_file: str) -> list[RepoProblem]:
@@ -181,8 +191,16 @@ def _check_references(config: MigPartedConfig, nodes: NodesFile, cfg_file: str, 
     referenced = referenced_configs(nodes)
     for name, path in referenced.items():
         if name not in names:
-            problems.append(RepoProblem(nodes_file, Problem(path, "config-not-found",
-                                        f"config {name!r} is not in {cfg_file} (it has: {', '.join(config.names())})")))
+            problems.append(
+                RepoProblem(
+                    nodes_file,
+                    Problem(
+                        path,
+                        "config-not-found",
+                        f"config {name!r} is not in {cfg_file} (it has: {', '.join(config.names())})",
+                    ),
+                )
+            )
     for name in config.names():
         if name in referenced:
             continue
@@ -214,31 +232,54 @@ def parse_nodes(doc: object, problems: list[Problem]) -> NodesFile | None:
     start = len(problems)
     for k in doc:
         if k not in _TOP_FIELDS:
-            problems.append(Problem(key_path("", k), "unexpected-field",
-                                    f"unexpected field {k!r} (allowed: {', '.join(_TOP_FIELDS)})"))
+            problems.append(
+                Problem(
+                    key_path("", k), "unexpected-field", f"unexpected field {k!r} (allowed: {', '.join(_TOP_FIELDS)})"
+                )
+            )
     if doc.get("version") != "v1":
-        problems.append(Problem("version", "unknown-version",
-                                f"version must be \"v1\", not {doc.get('version')!r}" if "version" in doc
-                                else "missing 'version' (must be \"v1\")"))
+        problems.append(
+            Problem(
+                "version",
+                "unknown-version",
+                f"version must be \"v1\", not {doc.get('version')!r}"
+                if "version" in doc
+                else "missing 'version' (must be \"v1\")",
+            )
+        )
     strategy = doc.get("strategy")
     if strategy is not None and strategy not in STRATEGIES:
-        problems.append(Problem("strategy", "invalid-strategy",
-                                f"strategy must be one of {', '.join(STRATEGIES)}, not {strategy!r}"))
+        problems.append(
+            Problem(
+                "strategy", "invalid-strategy", f"strategy must be one of {', '.join(STRATEGIES)}, not {strategy!r}"
+            )
+        )
     cm_name = cm_ns = None
     cm = doc.get("configMap")
     if cm is not None:
         if not isinstance(cm, Mapping):
-            problems.append(Problem("configMap", "invalid-configmap", "configMap must be a mapping with name and namespace"))
+            problems.append(
+                Problem("configMap", "invalid-configmap", "configMap must be a mapping with name and namespace")
+            )
         else:
             for k in cm:
                 if k not in ("name", "namespace"):
-                    problems.append(Problem(key_path("configMap", k), "unexpected-field",
-                                            f"unexpected field {k!r} (allowed: name, namespace)"))
+                    problems.append(
+                        Problem(
+                            key_path("configMap", k),
+                            "unexpected-field",
+                            f"unexpected field {k!r} (allowed: name, namespace)",
+                        )
+                    )
             cm_name, cm_ns = cm.get("name"), cm.get("namespace")
-            if cm_name is not None and not (isinstance(cm_name, str) and _DNS_SUBDOMAIN.match(cm_name) and len(cm_name) <= 253):
+            if cm_name is not None and not (
+                isinstance(cm_name, str) and _DNS_SUBDOMAIN.match(cm_name) and len(cm_name) <= 253
+            ):
                 problems.append(Problem("configMap.name", "invalid-name", f"{cm_name!r} is not a valid ConfigMap name"))
             if cm_ns is not None and not (isinstance(cm_ns, str) and _DNS_LABEL.match(cm_ns) and len(cm_ns) <= 63):
-                problems.append(Problem("configMap.namespace", "invalid-name", f"{cm_ns!r} is not a valid namespace name"))
+                problems.append(
+                    Problem("configMap.namespace", "invalid-name", f"{cm_ns!r} is not a valid namespace name")
+                )
     max_unavailable, max_defaulted, deadline = _parse_rollout(doc.get("rollout"), problems)
     default = doc.get("default")
     if default is not None and not isinstance(default, str):
@@ -263,19 +304,33 @@ def _parse_rollout(raw: object, problems: list[Problem]) -> tuple[int | str, int
         return 1, None, DEFAULT_PROGRESS_DEADLINE
     for k in raw:
         if k not in _ROLLOUT_FIELDS:
-            problems.append(Problem(key_path("rollout", k), "unexpected-field",
-                                    f"unexpected field {k!r} (allowed: {', '.join(_ROLLOUT_FIELDS)})"))
-    return (_max_unavailable(raw.get("maxUnavailable", 1), problems),
-            _whole(raw, "maxDefaulted", 0, None, problems),
-            float(_whole(raw, "progressDeadlineSeconds", 1, DEFAULT_PROGRESS_DEADLINE, problems) or DEFAULT_PROGRESS_DEADLINE))
+            problems.append(
+                Problem(
+                    key_path("rollout", k),
+                    "unexpected-field",
+                    f"unexpected field {k!r} (allowed: {', '.join(_ROLLOUT_FIELDS)})",
+                )
+            )
+    return (
+        _max_unavailable(raw.get("maxUnavailable", 1), problems),
+        _whole(raw, "maxDefaulted", 0, None, problems),
+        float(
+            _whole(raw, "progressDeadlineSeconds", 1, DEFAULT_PROGRESS_DEADLINE, problems) or DEFAULT_PROGRESS_DEADLINE
+        ),
+    )
 
 
 def _whole(raw: Mapping[str, object], key: str, least: int, default: float | None, problems: list[Problem]) -> Any:
     value = raw.get(key, default)
     if value is default or (isinstance(value, int) and not isinstance(value, bool) and value >= least):
         return value
-    problems.append(Problem(key_path("rollout", key), f"invalid-{key.lower()}",
-                            f"{key} must be a whole number >= {least}, not {value!r}"))
+    problems.append(
+        Problem(
+            key_path("rollout", key),
+            f"invalid-{key.lower()}",
+            f"{key} must be a whole number >= {least}, not {value!r}",
+        )
+    )
     return default
 
 
@@ -286,8 +341,13 @@ def _max_unavailable(value: object, problems: list[Problem]) -> int | str:
         m = _PERCENT.match(value)
         if m and 1 <= int(m.group(1)) <= 100:
             return value
-    problems.append(Problem("rollout.maxUnavailable", "invalid-max-unavailable",
-                            f"maxUnavailable must be a whole number >= 1 or a percentage from \"1%\" to \"100%\", not {value!r}"))
+    problems.append(
+        Problem(
+            "rollout.maxUnavailable",
+            "invalid-max-unavailable",
+            f"maxUnavailable must be a whole number >= 1 or a percentage from \"1%\" to \"100%\", not {value!r}",
+        )
+    )
     return 1
 
 
@@ -301,24 +361,42 @@ def _parse_assignments(raw: object, problems: list[Problem]) -> tuple[Assignment
     for i, item in enumerate(raw):
         path = index_path("assignments", i)
         if not isinstance(item, Mapping):
-            problems.append(Problem(path, "invalid-assignment", "each assignment is a mapping with config and nodes or nodeSelector"))
+            problems.append(
+                Problem(
+                    path, "invalid-assignment", "each assignment is a mapping with config and nodes or nodeSelector"
+                )
+            )
             continue
         for k in item:
             if k not in ("config", "nodes", "nodeSelector"):
-                problems.append(Problem(key_path(path, k), "unexpected-field",
-                                        f"unexpected field {k!r} (allowed: config, nodes, nodeSelector)"))
+                problems.append(
+                    Problem(
+                        key_path(path, k),
+                        "unexpected-field",
+                        f"unexpected field {k!r} (allowed: config, nodes, nodeSelector)",
+                    )
+                )
         config = item.get("config")
         if not isinstance(config, str) or not config:
-            problems.append(Problem(key_path(path, "config"), "invalid-config-name",
-                                    "config is required: the name of a config in config.yaml"))
+            problems.append(
+                Problem(
+                    key_path(path, "config"),
+                    "invalid-config-name",
+                    "config is required: the name of a config in config.yaml",
+                )
+            )
         has_nodes, has_selector = "nodes" in item, "nodeSelector" in item
         if has_nodes == has_selector:
-            problems.append(Problem(path, "one-target", "give exactly one of nodes (a list of node names) or nodeSelector"))
+            problems.append(
+                Problem(path, "one-target", "give exactly one of nodes (a list of node names) or nodeSelector")
+            )
             continue
         if has_nodes:
             names = item["nodes"]
             if not isinstance(names, list) or not names or not all(isinstance(n, str) and n for n in names):
-                problems.append(Problem(key_path(path, "nodes"), "invalid-nodes", "nodes must be a non-empty list of node names"))
+                problems.append(
+                    Problem(key_path(path, "nodes"), "invalid-nodes", "nodes must be a non-empty list of node names")
+                )
                 continue
             out.append(Assignment(path, str(config), nodes=tuple(names)))
         else:
@@ -330,44 +408,66 @@ def _parse_assignments(raw: object, problems: list[Problem]) -> tuple[Assignment
 
 def parse_selector(raw: object, path: str, problems: list[Problem]) -> LabelSelector | None:
     if not isinstance(raw, Mapping):
-        problems.append(Problem(path, "invalid-selector", "nodeSelector must be a mapping with matchLabels and/or matchExpressions"))
+        problems.append(
+            Problem(path, "invalid-selector", "nodeSelector must be a mapping with matchLabels and/or matchExpressions")
+        )
         return None
     start = len(problems)
     for k in raw:
         if k not in ("matchLabels", "matchExpressions"):
-            problems.append(Problem(key_path(path, k), "unexpected-field",
-                                    f"unexpected field {k!r} (allowed: matchLabels, matchExpressions)"))
+            problems.append(
+                Problem(
+                    key_path(path, k),
+                    "unexpected-field",
+                    f"unexpected field {k!r} (allowed: matchLabels, matchExpressions)",
+                )
+            )
     labels = raw.get("matchLabels") or {}
     if not isinstance(labels, Mapping) or not all(isinstance(k, str) and isinstance(v, str) for k, v in labels.items()):
-        problems.append(Problem(key_path(path, "matchLabels"), "invalid-selector",
-                                "matchLabels must map label keys to string values (quote numbers and booleans)"))
+        problems.append(
+            Problem(
+                key_path(path, "matchLabels"),
+                "invalid-selector",
+                "matchLabels must map label keys to string values (quote numbers and booleans)",
+            )
+        )
         labels = {}
     exprs: list[Requirement] = []
     raw_exprs = raw.get("matchExpressions") or []
     if not isinstance(raw_exprs, list):
-        problems.append(Problem(key_path(path, "matchExpressions"), "invalid-selector", "matchExpressions must be a list"))
+        problems.append(
+            Problem(key_path(path, "matchExpressions"), "invalid-selector", "matchExpressions must be a list")
+        )
         raw_exprs = []
     for j, e in enumerate(raw_exprs):
         epath = index_path(key_path(path, "matchExpressions"), j)
         if not isinstance(e, Mapping) or not isinstance(e.get("key"), str) or e.get("operator") not in _OPERATORS:
-            problems.append(Problem(epath, "invalid-selector",
-                                    f"each expression needs a key and an operator ({', '.join(_OPERATORS)})"))
+            problems.append(
+                Problem(
+                    epath, "invalid-selector", f"each expression needs a key and an operator ({', '.join(_OPERATORS)})"
+                )
+            )
             continue
         values = e.get("values") or []
         if not isinstance(values, list) or not all(isinstance(v, str) for v in values):
             problems.append(Problem(key_path(epath, "values"), "invalid-selector", "values must be a list of strings"))
             continue
         if e["operator"] in ("In", "NotIn") and not values:
-            problems.append(Problem(key_path(epath, "values"), "invalid-selector", f"operator {e['operator']} needs values"))
+            problems.append(
+                Problem(key_path(epath, "values"), "invalid-selector", f"operator {e['operator']} needs values")
+            )
             continue
         if e["operator"] in ("Exists", "DoesNotExist") and values:
-            problems.append(Problem(key_path(epath, "values"), "invalid-selector", f"operator {e['operator']} takes no values"))
+            problems.append(
+                Problem(key_path(epath, "values"), "invalid-selector", f"operator {e['operator']} takes no values")
+            )
             continue
         exprs.append(Requirement(e["key"], e["operator"], tuple(values)))
     if len(problems) > start:
         return None
     if not labels and not exprs:
-        problems.append(Problem(path, "empty-selector",
-                                "an empty nodeSelector would match every node; name the labels to match"))
+        problems.append(
+            Problem(path, "empty-selector", "an empty nodeSelector would match every node; name the labels to match")
+        )
         return None
     return LabelSelector(tuple(sorted(labels.items())), tuple(exprs))

@@ -9,6 +9,7 @@ path, file://, https:// (optionally with a bearer/basic token and a CA file) and
 A ref is a branch name, a tag name, a full or abbreviated commit SHA, or a full ref (`refs/heads/x`,
 `refs/tags/v1`); none means the remote's HEAD. The revision is always the 40-hex commit SHA.
 """
+
 from __future__ import annotations
 
 import base64
@@ -108,8 +109,17 @@ class GitSource:
     def fetch(self) -> Fetched:
         with self._lock:
             self._ensure_mirror()
-            argv = ["fetch", "--prune", "--prune-tags", "--force", "--no-recurse-submodules", "--quiet",
-                    "origin", *_FETCH_REFSPECS, *(() if self.ref else (_HEAD_REFSPEC,))]
+            argv = [
+                "fetch",
+                "--prune",
+                "--prune-tags",
+                "--force",
+                "--no-recurse-submodules",
+                "--quiet",
+                "origin",
+                *_FETCH_REFSPECS,
+                *(() if self.ref else (_HEAD_REFSPEC,)),
+            ]
             if self.ref and _HEX.match(self.ref) and len(self.ref) == 40:
                 # A pinned commit need not be a branch tip: ask for it by name too (servers allow it
                 # for reachable commits under protocol v2; if one does not, the tips still hold it).
@@ -134,7 +144,7 @@ class GitSource:
         if not ref:
             candidates = ["refs/migops/remote-HEAD"]
         elif ref.startswith("refs/heads/"):
-            candidates = ["refs/remotes/origin/" + ref[len("refs/heads/"):]]
+            candidates = ["refs/remotes/origin/" + ref[len("refs/heads/") :]]
         elif ref.startswith("refs/"):
             candidates = [ref]
         else:
@@ -146,9 +156,15 @@ class GitSource:
             if out:
                 sha = out.strip()
                 meta = self._git("show", "-s", "--format=%ct%x00%an <%ae>%x00%s", sha).rstrip("\n").split("\0")
-                return Fetched(self.url, ref, candidate, sha, subject=meta[2] if len(meta) > 2 else "",
-                               author=meta[1] if len(meta) > 1 else "",
-                               committed_at=int(meta[0]) if meta and meta[0].isdigit() else 0)
+                return Fetched(
+                    self.url,
+                    ref,
+                    candidate,
+                    sha,
+                    subject=meta[2] if len(meta) > 2 else "",
+                    author=meta[1] if len(meta) > 1 else "",
+                    committed_at=int(meta[0]) if meta and meta[0].isdigit() else 0,
+                )
         what = "the remote's HEAD" if not ref else f"ref {ref!r}"
         raise SourceError(SourceReason.REF_NOT_FOUND, f"{what} not found in {self.url} (no such branch, tag or commit)")
 
@@ -165,13 +181,15 @@ class GitSource:
             pos = end + 1
             if len(header) == 3 and header[1] in ("blob", "tree", "commit", "tag"):
                 size = int(header[2])
-                body = out[pos:pos + size]
+                body = out[pos : pos + size]
                 pos += size + 1
                 if header[1] != "blob":
                     found[p] = None
                 elif size > MAX_FILE_BYTES:
-                    raise SourceError(SourceReason.FILE_TOO_LARGE, f"{p} is {size} bytes at {revision[:12]}; "
-                                      f"a ConfigMap holds at most {MAX_FILE_BYTES} bytes")
+                    raise SourceError(
+                        SourceReason.FILE_TOO_LARGE,
+                        f"{p} is {size} bytes at {revision[:12]}; a ConfigMap holds at most {MAX_FILE_BYTES} bytes",
+                    )
                 else:
                     found[p] = body
             else:
@@ -196,16 +214,26 @@ class GitSource:
     # ------------------------------------------------------------------------------ git
     def _env(self) -> dict[str, str]:
         env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
-        env.update(GIT_TERMINAL_PROMPT="0", GIT_ASKPASS="/bin/false", SSH_ASKPASS="/bin/false",
-                   GIT_CONFIG_NOSYSTEM="1", GCM_INTERACTIVE="never", LC_ALL="C")
+        env.update(
+            GIT_TERMINAL_PROMPT="0",
+            GIT_ASKPASS="/bin/false",
+            SSH_ASKPASS="/bin/false",
+            GIT_CONFIG_NOSYSTEM="1",
+            GCM_INTERACTIVE="never",
+            LC_ALL="C",
+        )
         ssh = ["ssh", "-o", "BatchMode=yes", "-o", "ConnectTimeout=15", "-o", "StrictHostKeyChecking=yes"]
         if self.auth.ssh_key:
             ssh += ["-i", str(self.auth.ssh_key), "-o", "IdentitiesOnly=yes"]
         if self.auth.known_hosts:
             ssh += ["-o", f"UserKnownHostsFile={self.auth.known_hosts}"]
         env["GIT_SSH_COMMAND"] = shlex.join(ssh)
-        config: list[tuple[str, str]] = [("http.lowSpeedLimit", "1"), ("http.lowSpeedTime", "30"),
-                                         ("credential.helper", ""), ("core.askPass", "/bin/false")]
+        config: list[tuple[str, str]] = [
+            ("http.lowSpeedLimit", "1"),
+            ("http.lowSpeedTime", "30"),
+            ("credential.helper", ""),
+            ("core.askPass", "/bin/false"),
+        ]
         if self.auth.ca_file:
             config.append(("http.sslCAInfo", str(self.auth.ca_file)))
         if self.auth.https_password_file:
@@ -228,8 +256,14 @@ class GitSource:
     def _run_bytes(self, args: list[str], stdin: bytes, *, network: bool = False, check: bool = True) -> bytes:
         argv = ["git", "-C", str(self.mirror), *args]
         try:
-            proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                    env=self._env(), start_new_session=True)
+            proc = subprocess.Popen(
+                argv,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                env=self._env(),
+                start_new_session=True,
+            )
         except FileNotFoundError:
             raise SourceError(SourceReason.GIT_FAILED, "git is not installed") from None
         try:
@@ -237,12 +271,16 @@ class GitSource:
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)  # git and its ssh/remote helpers
             proc.communicate()
-            raise SourceError(SourceReason.GIT_UNREACHABLE if network else SourceReason.GIT_FAILED,
-                              f"git {args[0]} {self._shown_url()} timed out after {self.timeout:.0f}s") from None
+            raise SourceError(
+                SourceReason.GIT_UNREACHABLE if network else SourceReason.GIT_FAILED,
+                f"git {args[0]} {self._shown_url()} timed out after {self.timeout:.0f}s",
+            ) from None
         if proc.returncode != 0 and check:
             text = err.decode(errors="replace").strip().replace(str(self.mirror), "<cache>")
-            raise SourceError(SourceReason.GIT_UNREACHABLE if network else SourceReason.GIT_FAILED,
-                              f"git {args[0]} {self._shown_url()} failed: {text or 'exit ' + str(proc.returncode)}")
+            raise SourceError(
+                SourceReason.GIT_UNREACHABLE if network else SourceReason.GIT_FAILED,
+                f"git {args[0]} {self._shown_url()} failed: {text or 'exit ' + str(proc.returncode)}",
+            )
         return out if proc.returncode == 0 else b""
 
     def _shown_url(self) -> str:

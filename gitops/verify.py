@@ -9,6 +9,7 @@ tools that define the formats, each told to trust exactly the configured keys:
 in Flux's verification). Anything else (unsigned, bad signature, unknown key, expired or revoked key)
 is a VerificationError: the commit is never applied.
 """
+
 from __future__ import annotations
 
 import subprocess
@@ -44,8 +45,9 @@ class TrustPolicy:
         if self.mode not in MODES:
             raise ValueError(f"verification mode must be one of {', '.join(MODES)}, not {self.mode!r}")
         if self.mode != "none" and not self.allowed_signers.strip() and not self.openpgp_keys:
-            raise ValueError("signature verification needs trusted keys: an allowed-signers list (SSH) "
-                             "or OpenPGP public keys")
+            raise ValueError(
+                "signature verification needs trusted keys: an allowed-signers list (SSH) or OpenPGP public keys"
+            )
 
     @property
     def enabled(self) -> bool:
@@ -79,7 +81,7 @@ def split_signature(commit: bytes) -> tuple[bytes, bytes] | None:
         name = line.split(b" ", 1)[0]
         if name in _SIG_HEADERS:
             if name == b"gpgsig" or not signature:
-                signature = [line[len(name) + 1:]]
+                signature = [line[len(name) + 1 :]]
                 in_sig = True
             continue
         payload_lines.append(line)
@@ -119,28 +121,36 @@ def _verify_ssh(work: Path, short: str, policy: TrustPolicy) -> Signer:
     if not policy.allowed_signers.strip():
         raise VerificationError(f"commit {short} has an SSH signature but no SSH allowed signers are configured")
     signers = work / "allowed_signers"
-    signers.write_text(policy.allowed_signers if policy.allowed_signers.endswith("\n") else policy.allowed_signers + "\n")
+    signers.write_text(
+        policy.allowed_signers if policy.allowed_signers.endswith("\n") else policy.allowed_signers + "\n"
+    )
     found = _run(["ssh-keygen", "-Y", "find-principals", "-s", str(work / "sig"), "-f", str(signers)])
     principals = [p for p in found.stdout.decode(errors="replace").splitlines() if p.strip()]
     if found.returncode != 0 or not principals:
         key = _ssh_key_of(work)
-        raise VerificationError(f"commit {short} is signed by an SSH key that is not in the allowed signers"
-                                + (f" ({key})" if key else ""))
+        raise VerificationError(
+            f"commit {short} is signed by an SSH key that is not in the allowed signers" + (f" ({key})" if key else "")
+        )
     payload = (work / "payload").read_bytes()
     errors = []
     for principal in principals:
-        checked = _run(["ssh-keygen", "-Y", "verify", "-f", str(signers), "-I", principal, "-n", "git",
-                        "-s", str(work / "sig")], payload)
+        checked = _run(
+            ["ssh-keygen", "-Y", "verify", "-f", str(signers), "-I", principal, "-n", "git", "-s", str(work / "sig")],
+            payload,
+        )
         if checked.returncode == 0:
             return Signer("ssh", principal)
-        errors.append(checked.stderr.decode(errors="replace").strip() or checked.stdout.decode(errors="replace").strip())
+        errors.append(
+            checked.stderr.decode(errors="replace").strip() or checked.stdout.decode(errors="replace").strip()
+        )
     raise VerificationError(f"commit {short}: bad SSH signature ({'; '.join(errors)})")
 
 
 def _ssh_key_of(work: Path) -> str:
     """The fingerprint of the key that made the signature, for the message only (not a check)."""
-    out = _run(["ssh-keygen", "-Y", "check-novalidate", "-n", "git", "-s", str(work / "sig")],
-               (work / "payload").read_bytes())
+    out = _run(
+        ["ssh-keygen", "-Y", "check-novalidate", "-n", "git", "-s", str(work / "sig")], (work / "payload").read_bytes()
+    )
     text = (out.stdout + out.stderr).decode(errors="replace")
     for word in text.split():
         if word.startswith("SHA256:"):
@@ -157,18 +167,38 @@ def _verify_openpgp(work: Path, short: str, policy: TrustPolicy) -> Signer:
     with keyring.open("wb") as out:
         for i, armored in enumerate(policy.openpgp_keys):
             (work / f"key{i}.asc").write_text(armored)
-            binary = _run(["gpg", "--batch", "--homedir", str(home), "--dearmor", "--output", "-",
-                           str(work / f"key{i}.asc")])
+            binary = _run(
+                ["gpg", "--batch", "--homedir", str(home), "--dearmor", "--output", "-", str(work / f"key{i}.asc")]
+            )
             if binary.returncode != 0 or not binary.stdout:
-                raise VerificationError(f"trusted OpenPGP key #{i + 1} is not an armored public key: "
-                                        f"{binary.stderr.decode(errors='replace').strip()}")
+                raise VerificationError(
+                    f"trusted OpenPGP key #{i + 1} is not an armored public key: "
+                    f"{binary.stderr.decode(errors='replace').strip()}"
+                )
             out.write(binary.stdout)
-    checked = _run(["gpgv", "--homedir", str(home), "--keyring", str(keyring), "--status-fd", "1",
-                    str(work / "sig"), str(work / "payload")])
+    checked = _run(
+        [
+            "gpgv",
+            "--homedir",
+            str(home),
+            "--keyring",
+            str(keyring),
+            "--status-fd",
+            "1",
+            str(work / "sig"),
+            str(work / "payload"),
+        ]
+    )
     status = checked.stdout.decode(errors="replace").splitlines()
-    words = {line.split()[1]: line.split()[2:] for line in status if line.startswith("[GNUPG:] ") and len(line.split()) > 1}
-    for bad, why in (("EXPKEYSIG", "by an expired key"), ("REVKEYSIG", "by a revoked key"),
-                     ("BADSIG", "with a bad signature"), ("EXPSIG", "with an expired signature")):
+    words = {
+        line.split()[1]: line.split()[2:] for line in status if line.startswith("[GNUPG:] ") and len(line.split()) > 1
+    }
+    for bad, why in (
+        ("EXPKEYSIG", "by an expired key"),
+        ("REVKEYSIG", "by a revoked key"),
+        ("BADSIG", "with a bad signature"),
+        ("EXPSIG", "with an expired signature"),
+    ):
         if bad in words:
             raise VerificationError(f"commit {short} is signed {why} ({' '.join(words[bad][:1])})")
     if checked.returncode == 0 and "GOODSIG" in words and "VALIDSIG" in words:
@@ -176,5 +206,6 @@ def _verify_openpgp(work: Path, short: str, policy: TrustPolicy) -> Signer:
     if "NO_PUBKEY" in words or "ERRSIG" in words:
         key = (words.get("NO_PUBKEY") or words.get("ERRSIG") or ["?"])[0]
         raise VerificationError(f"commit {short} is signed by an OpenPGP key that is not trusted (key {key})")
-    raise VerificationError(f"commit {short}: OpenPGP signature not verified "
-                            f"({checked.stderr.decode(errors='replace').strip()[:300]})")
+    raise VerificationError(
+        f"commit {short}: OpenPGP signature not verified ({checked.stderr.decode(errors='replace').strip()[:300]})"
+    )

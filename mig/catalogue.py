@@ -1,5 +1,6 @@
 """The GPU catalogue, loaded once from mig/data/gpus.yaml: MIG-capable models keyed by PCI device ID,
 and the only place that knows which IDs can do MIG. Any other well-formed ID is a GPU that cannot."""
+
 from __future__ import annotations
 
 import json
@@ -12,14 +13,12 @@ from migops.mig.profile import MigProfile, parse_profile
 from migops.mig.yamlsafe import load_yaml
 
 
-
 class UnknownGpuError(LookupError):
     """A GPU named on the command line or in a label that the catalogue does not know."""
 
 
 ENGINE_KINDS = ("copy", "decoder", "encoder", "jpeg", "ofa")
-ENGINE_NAMES = {"copy": "copy engine", "decoder": "decoder", "encoder": "encoder", "jpeg": "JPEG decoder",
-                "ofa": "OFA"}
+ENGINE_NAMES = {"copy": "copy engine", "decoder": "decoder", "encoder": "encoder", "jpeg": "JPEG decoder", "ofa": "OFA"}
 
 
 @dataclass(frozen=True)
@@ -166,20 +165,24 @@ class Catalogue:
             if pci.vendor != 0x10DE and pci.device == 0 and pci.vendor <= 0xFFFF:
                 pci = DeviceId(pci.vendor, 0x10DE)  # short form 0x2330 means device 0x2330 of NVIDIA
             if pci.vendor != 0x10DE:  # NVML lists NVIDIA GPUs only: another vendor is a typo, not a GPU
-                raise UnknownGpuError(f"unknown GPU {text!r}: vendor 0x{pci.vendor:04X} is not NVIDIA's (0x10DE); "
-                                      "give a PCI device ID such as 0x233010DE (device, then vendor)")
+                raise UnknownGpuError(
+                    f"unknown GPU {text!r}: vendor 0x{pci.vendor:04X} is not NVIDIA's (0x10DE); "
+                    "give a PCI device ID such as 0x233010DE (device, then vendor)"
+                )
             return self.model(pci)  # an ID the catalogue does not list is a GPU that cannot do MIG
         except DeviceIdSyntaxError:
             pass
         found = _product_index(self).get(candidate.lower())
         if found:
             return found
-        near = [g for g in self.gpus + self.non_mig
-                if candidate and candidate.lower() in (g.product + " " + g.name).lower()]
+        near = [
+            g for g in self.gpus + self.non_mig if candidate and candidate.lower() in (g.product + " " + g.name).lower()
+        ]
         hint = ("; matching models: " + ", ".join(f"{g.product} ({g.device_id})" for g in near[:6])) if near else ""
         raise UnknownGpuError(
             f"unknown GPU {text!r}: give a PCI device ID such as 0x233010DE or a GFD product such as "
-            f"NVIDIA-H100-80GB-HBM3 (see `migops gpus`){hint}")
+            f"NVIDIA-H100-80GB-HBM3 (see `migops gpus`){hint}"
+        )
 
 
 @cache
@@ -203,8 +206,16 @@ def _non_mig_index(cat: Catalogue) -> dict[str, GpuModel]:
 
 @lru_cache(maxsize=1024)  # bounded: IDs come from untrusted input
 def _unknown_gpu(device_id: str) -> GpuModel:
-    return GpuModel(device_id=device_id, name=device_id, product=f"unknown-{device_id}", architecture=None,
-                    compute_capability=None, memory_mib=None, table=None, known=False)
+    return GpuModel(
+        device_id=device_id,
+        name=device_id,
+        product=f"unknown-{device_id}",
+        architecture=None,
+        compute_capability=None,
+        memory_mib=None,
+        table=None,
+        known=False,
+    )
 
 
 @cache
@@ -248,8 +259,15 @@ def _build_table(table_id: str, raw: dict) -> ProfileTable:
         )
         for p in raw["profiles"]
     )
-    return ProfileTable(table_id, raw["compute_slices"], raw["memory_slices"], raw["naming_memory_gib"],
-                        profiles, tuple(raw["inferred"]), Engines(**raw["engines"]) if raw["engines"] else None)
+    return ProfileTable(
+        table_id,
+        raw["compute_slices"],
+        raw["memory_slices"],
+        raw["naming_memory_gib"],
+        profiles,
+        tuple(raw["inferred"]),
+        Engines(**raw["engines"]) if raw["engines"] else None,
+    )
 
 
 def build_catalogue(raw: dict) -> Catalogue:
@@ -269,9 +287,16 @@ def build_catalogue(raw: dict) -> Catalogue:
         for g in raw["gpus"]
     )
     non_mig = tuple(
-        GpuModel(device_id=g["device_id"], name=g["name"], product=g["product"], architecture=g["architecture"],
-                 compute_capability=g["compute_capability"], memory_mib=None, table=None,
-                 inferred=tuple(g.get("inferred", ())))
+        GpuModel(
+            device_id=g["device_id"],
+            name=g["name"],
+            product=g["product"],
+            architecture=g["architecture"],
+            compute_capability=g["compute_capability"],
+            memory_mib=None,
+            table=None,
+            inferred=tuple(g.get("inferred", ())),
+        )
         for g in raw.get("non_mig_gpus", ())
     )
     return Catalogue(gpus, tuple(tables.values()), non_mig)

@@ -1,4 +1,5 @@
 """PCI device IDs as mig-parted reads and prints them (`0x233010DE`, optionally `:0x16C110DE`)."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass

@@ -21,6 +21,7 @@ from them, and only when its own report has no error (it has, in practice: what 
 no node); its own report says why on its GPUs. Duplicates (the same path and rule already in the
 node's report) are dropped.
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
@@ -31,7 +32,12 @@ from migops.mig.gfd import Advertisement, NodeGpus, advertise
 from migops.mig.problems import Problem, key_path
 from migops.mig.spec import MigPartedConfig
 from migops.mig.validate import (
-    ConfigReport, Strategy, validate, validate_against_catalogue, validate_on_model, validate_on_node,
+    ConfigReport,
+    Strategy,
+    validate,
+    validate_against_catalogue,
+    validate_on_model,
+    validate_on_node,
 )
 
 __all__ = ["DIRECT", "Fit", "NodeGpus", "Reports", "combine", "fit", "fit_all", "text_errors"]
@@ -110,14 +116,19 @@ def combine(catalogue: ConfigReport, question: ConfigReport | None, gpus: NodeGp
         model = gpus.gpus[0]
         if model not in fits and not any(p.severity == "error" for p in problems):
             # A filtered config whose entries name other models only: nothing on this model to judge.
-            problems.append(Problem(key_path("mig-configs", question.name), "does-not-fit-model",
-                                    f"no entry of the config selects {model.name} (its device-filters name "
-                                    "other GPUs)"))
+            problems.append(
+                Problem(
+                    key_path("mig-configs", question.name),
+                    "does-not-fit-model",
+                    f"no entry of the config selects {model.name} (its device-filters name other GPUs)",
+                )
+            )
     return ConfigReport(question.name, tuple(problems), gpus=question.gpus, fits=fits)
 
 
-def _question(config: MigPartedConfig, name: str, gpus: NodeGpus, strategy: Strategy | None,
-              reports: Reports) -> ConfigReport:
+def _question(
+    config: MigPartedConfig, name: str, gpus: NodeGpus, strategy: Strategy | None, reports: Reports
+) -> ConfigReport:
     if gpus.exact:
         return reports.node(config, name, gpus.gpus, strategy)
     model = gpus.gpus[0]
@@ -126,16 +137,22 @@ def _question(config: MigPartedConfig, name: str, gpus: NodeGpus, strategy: Stra
     return reports.model(config, name, model, strategy)
 
 
-def fit(config: MigPartedConfig, name: str, gpus: NodeGpus | None, strategy: Strategy | None = None,
-        reports: Reports = DIRECT) -> Fit:
+def fit(
+    config: MigPartedConfig,
+    name: str,
+    gpus: NodeGpus | None,
+    strategy: Strategy | None = None,
+    reports: Reports = DIRECT,
+) -> Fit:
     """Does config `name` fit these GPUs (None: the catalogue) under `strategy`?"""
     catalogue = reports.catalogue(config, name, strategy)
     question = None if gpus is None else _question(config, name, gpus, strategy, reports)
     return Fit(combine(catalogue, question, gpus), gpus, strategy)
 
 
-def fit_all(config: MigPartedConfig, names: Sequence[str] | None, gpus: NodeGpus | None,
-            strategy: Strategy | None = None) -> tuple[Fit, ...]:
+def fit_all(
+    config: MigPartedConfig, names: Sequence[str] | None, gpus: NodeGpus | None, strategy: Strategy | None = None
+) -> tuple[Fit, ...]:
     """`fit` for many configs of one file: each mode judged in one `validate` call, which shares the
     work common to the configs (what `migops validate` runs)."""
     chosen = list(names) if names is not None else [n for n, _ in config.configs]

@@ -10,6 +10,7 @@ elsewhere in the meantime.
 The one place that does this, used by the core's entry points that handle a whole input (`read_first`,
 `read_stream`, `parse_config`, `read_file`, `validate`, ...).
 """
+
 from __future__ import annotations
 
 import gc

@@ -6,6 +6,7 @@ predict the labels and resources a config produces, the local stack can label si
 way a GPU Operator cluster does, and the webhook and gitops read a node's GPUs from the same labels.
 Pure functions over label dicts; the names are re-exported by `migops.kube.names`.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -38,8 +39,9 @@ def resource_name(profile: str) -> str:
     return f"{PREFIX}mig-{profile.replace('+', '.')}"
 
 
-def node_labels_without_mig(gpu: GpuModel, count: int, strategy: Strategy, mig_capable: bool | None = None
-                            ) -> dict[str, str]:
+def node_labels_without_mig(
+    gpu: GpuModel, count: int, strategy: Strategy, mig_capable: bool | None = None
+) -> dict[str, str]:
     """The labels GFD publishes for a node with `count` GPUs of this model and MIG disabled. A GPU that
     cannot do MIG gets `mig.capable=false` (unless `mig_capable` says another GPU of the node can), and a
     value the catalogue does not know (an unlisted GPU's memory) is left out rather than made up."""
@@ -56,12 +58,14 @@ def node_labels_without_mig(gpu: GpuModel, count: int, strategy: Strategy, mig_c
         major, minor = gpu.compute_capability.split(".")
         labels[f"{PREFIX}gpu.compute.major"] = major
         labels[f"{PREFIX}gpu.compute.minor"] = minor
-    labels.update({
-        f"{PREFIX}gpu.replicas": "1",
-        f"{PREFIX}gpu.sharing-strategy": "none",
-        f"{PREFIX}mig.capable": "true" if (gpu.mig_capable if mig_capable is None else mig_capable) else "false",
-        DEVICE_ID_LABEL: gpu.device_id,
-    })
+    labels.update(
+        {
+            f"{PREFIX}gpu.replicas": "1",
+            f"{PREFIX}gpu.sharing-strategy": "none",
+            f"{PREFIX}mig.capable": "true" if (gpu.mig_capable if mig_capable is None else mig_capable) else "false",
+            DEVICE_ID_LABEL: gpu.device_id,
+        }
+    )
     if strategy in ("single", "mixed"):
         labels[f"{PREFIX}mig.strategy"] = strategy
     return labels
@@ -124,10 +128,16 @@ def advertise(results: Sequence[GpuResult], strategy: Strategy) -> Advertisement
             reasons.append(f"more than one MIG device type ({', '.join(sorted(devices))})")
         labels = {k: v for k, v in base.items() if k != f"{PREFIX}gpu.memory"}
         if reasons:
-            labels.update({f"{PREFIX}gpu.product": f"{first.product}-MIG-INVALID", f"{PREFIX}gpu.count": "0",
-                           f"{PREFIX}gpu.replicas": "0", f"{PREFIX}gpu.memory": "0"})
+            labels.update(
+                {
+                    f"{PREFIX}gpu.product": f"{first.product}-MIG-INVALID",
+                    f"{PREFIX}gpu.count": "0",
+                    f"{PREFIX}gpu.replicas": "0",
+                    f"{PREFIX}gpu.memory": "0",
+                }
+            )
             return Advertisement({f"{PREFIX}gpu": 0}, labels, "; ".join(reasons))
-        (profile, count), = devices.items()
+        ((profile, count),) = devices.items()
         for key, value in _mig_device_labels(f"{PREFIX}gpu", enabled[0].gpu, profile).items():
             labels[key] = value
         labels[f"{PREFIX}gpu.count"] = str(count)
@@ -158,8 +168,9 @@ class NodeGpus:
     exact: bool  # False: the model is known, not the count (GFD under the single strategy)
 
 
-def read_gpus(labels: Mapping[str, object], annotations: Mapping[str, object],
-              cat: Catalogue | None = None) -> NodeGpus | None:
+def read_gpus(
+    labels: Mapping[str, object], annotations: Mapping[str, object], cat: Catalogue | None = None
+) -> NodeGpus | None:
     """The node's GPUs (docs/interfaces.md). In order: the agent's `migops.io/gpus` annotation (every
     GPU, index order: exact); else the device-ID label (or GFD's product name) times GFD's gpu.count.
     Under the single strategy GFD counts MIG devices there, not GPUs, and names the product
@@ -184,15 +195,20 @@ def read_gpus(labels: Mapping[str, object], annotations: Mapping[str, object],
     if _SINGLE_MIG in product or not count.isdigit() or int(count) < 1:
         return NodeGpus((model,), False)
     if len(count) > 3 or int(count) > MAX_GPUS_PER_NODE:  # a count of 10**9 must not become a tuple of 10**9
-        raise UnknownGpuError(f"{GPU_COUNT_LABEL}={count[:20]}: more than the {MAX_GPUS_PER_NODE} GPUs any known node has")
+        raise UnknownGpuError(
+            f"{GPU_COUNT_LABEL}={count[:20]}: more than the {MAX_GPUS_PER_NODE} GPUs any known node has"
+        )
     return NodeGpus((model,) * int(count), True)
 
 
 def mig_offers(labels: Mapping[str, object], capacity: Mapping[str, object]) -> frozenset[str]:
     """The MIG resources (nvidia.com/mig-<profile>) a node advertises now: GFD's count labels and the
     device plugin's capacity, where either is above zero."""
-    offers = {MIG_RESOURCE_PREFIX + m.group(1) for k, v in labels.items()
-              if (m := MIG_COUNT_LABEL.match(k)) and str(v).isdigit() and int(str(v)) > 0}
+    offers = {
+        MIG_RESOURCE_PREFIX + m.group(1)
+        for k, v in labels.items()
+        if (m := MIG_COUNT_LABEL.match(k)) and str(v).isdigit() and int(str(v)) > 0
+    }
     offers.update(k for k, v in capacity.items() if k.startswith(MIG_RESOURCE_PREFIX) and str(v) not in ("0", ""))
     return frozenset(offers)
 

@@ -4,6 +4,7 @@ Model (mig-hardware.md 4.1): a GPU instance occupies memory slices [start, start
 not overlap; each profile has a fixed set of valid starts; compute slices add up to at most the GPU's
 compute slice count. NVML's own placement is order-dependent and can fragment the GPU; we search.
 """
+
 from __future__ import annotations
 
 import itertools
@@ -62,8 +63,11 @@ def search_layout(
     if sum(gi.memory_slices for gi in items) > free:
         return None
     options = [
-        [(s, ((1 << gi.memory_slices) - 1) << s) for s in _start_preference(table, gi)
-         if s + gi.memory_slices <= table.memory_slices]
+        [
+            (s, ((1 << gi.memory_slices) - 1) << s)
+            for s in _start_preference(table, gi)
+            if s + gi.memory_slices <= table.memory_slices
+        ]
         for gi in items
     ]
     n = len(items)

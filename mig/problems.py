@@ -6,6 +6,7 @@ text is known, a problem also carries the line and column (1-based) of the offen
 core's validator works on parsed values and leaves them out, and callers that hold the text attach them
 by looking the path up in the reader's location index (`MigPartedConfig.locate`).
 """
+
 from __future__ import annotations
 
 import re
@@ -81,8 +82,12 @@ class Problem:
         return replace(self, line=line, column=column)
 
     def as_dict(self) -> dict[str, object]:
-        out: dict[str, object] = {"path": self.path, "rule": self.rule, "message": self.message,
-                                  "severity": self.severity}
+        out: dict[str, object] = {
+            "path": self.path,
+            "rule": self.rule,
+            "message": self.message,
+            "severity": self.severity,
+        }
         if self.line is not None:
             out["line"] = self.line
             out["column"] = self.column

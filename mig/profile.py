@@ -3,6 +3,7 @@
 Grammar and messages follow go-nvlib's ParseMigProfile (vendored by mig-parted): `<g>g.<gb>gb` or
 `<c>c.<g>g.<gb>gb`, optionally followed by `+attr[,attr...]` or `-attr[,attr...]`.
 """
+
 from __future__ import annotations
 
 import math

@@ -13,6 +13,7 @@ A ConfigMap holds a MIG config when its `config.yaml` mentions `mig-configs`, or
 missing key is an error). Locations inside a ConfigMap's `config.yaml: |` block are lines of the whole
 file. Pure functions: text in, sources out.
 """
+
 from __future__ import annotations
 
 from collections.abc import Mapping
@@ -69,7 +70,8 @@ def _is_mig_configmap(obj: Mapping) -> tuple[bool, bool]:
     meta = meta if isinstance(meta, Mapping) else {}
     labels = meta.get("labels")
     declared = meta.get("name") == DEFAULT_CONFIGMAP or (
-        isinstance(labels, Mapping) and labels.get(MIG_CONFIG_LABEL) == "true")
+        isinstance(labels, Mapping) and labels.get(MIG_CONFIG_LABEL) == "true"
+    )
     data = obj.get("data")
     payload = data.get(CONFIGMAP_KEY) if isinstance(data, Mapping) else None
     return isinstance(payload, str) and "mig-configs" in payload, declared
@@ -83,15 +85,32 @@ def _stream(text: str, docs: list[Document], limits: Limits) -> FileContents:
         if value is None:
             continue  # an empty document (e.g. a leading or trailing ---)
         if not is_kubernetes_object(value):
-            sources.append(ConfigSource(f"document {doc.index + 1}", doc.start.line, None, (
-                Problem("", "not-a-kubernetes-object", "in a manifest stream every document must be a Kubernetes "
-                        "object (apiVersion and kind); kubectl refuses this one", "error", doc.start.line,
-                        doc.start.column),)))
+            sources.append(
+                ConfigSource(
+                    f"document {doc.index + 1}",
+                    doc.start.line,
+                    None,
+                    (
+                        Problem(
+                            "",
+                            "not-a-kubernetes-object",
+                            "in a manifest stream every document must be a Kubernetes "
+                            "object (apiVersion and kind); kubectl refuses this one",
+                            "error",
+                            doc.start.line,
+                            doc.start.column,
+                        ),
+                    ),
+                )
+            )
             continue
         objects: list[tuple[str, Mapping]] = [("", value)]  # type: ignore[list-item]
         if value.get("kind") == "List" and isinstance(value.get("items"), list):  # type: ignore[union-attr]
-            objects = [(index_path("items", i), item) for i, item in enumerate(value["items"])  # type: ignore[index]
-                       if isinstance(item, Mapping)]
+            objects = [
+                (index_path("items", i), item)
+                for i, item in enumerate(value["items"])  # type: ignore[index]
+                if isinstance(item, Mapping)
+            ]
         for prefix, obj in objects:
             loc = doc.locate(prefix) or doc.start
             kind = obj.get("kind") if isinstance(obj.get("kind"), str) else "(no kind)"

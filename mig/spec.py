@@ -10,6 +10,7 @@ here every problem is collected, each with its path, rule and (from the text) li
 Input is YAML or JSON text, or a ConfigMap manifest whose `data` holds the config under `config.yaml`
 (the key the GPU Operator mounts). Rule numbers in comments refer to mig-hardware.md section 1.3.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -21,8 +22,17 @@ from dataclasses import dataclass, field
 from migops.mig.gcpause import paused_gc
 from migops.mig.problems import MigError, Problem, index_path, key_part, key_path
 from migops.mig.profile import MigProfile, ProfileSyntaxError, parse_profile
-from migops.mig.yamlsafe import (DEFAULT_LIMITS, Document, Limits, Location, LocationIndex, Scalar, json_int,
-                                 read_first, to_json_value)
+from migops.mig.yamlsafe import (
+    DEFAULT_LIMITS,
+    Document,
+    Limits,
+    Location,
+    LocationIndex,
+    Scalar,
+    json_int,
+    read_first,
+    to_json_value,
+)
 
 CONFIGMAP_KEY = "config.yaml"
 _TOP_FIELDS = ("version", "mig-configs")
@@ -99,15 +109,32 @@ class MigPartedConfig:
         if name is None:
             if len(self.configs) == 1:
                 return self.configs[0]
-            raise MigError(self.place([Problem("mig-configs", "config-not-selected",
-                                               f"the file holds {len(self.configs)} configs; select one with "
-                                               f"-c ({', '.join(self.names())})")]))
+            raise MigError(
+                self.place(
+                    [
+                        Problem(
+                            "mig-configs",
+                            "config-not-selected",
+                            f"the file holds {len(self.configs)} configs; select one with "
+                            f"-c ({', '.join(self.names())})",
+                        )
+                    ]
+                )
+            )
         try:
             return name, self.entries(name)
         except KeyError:
-            raise MigError(self.place([Problem(key_path("mig-configs", name), "config-not-found",
-                                               f"selected mig-config not present: {name!r} "
-                                               f"(have: {', '.join(self.names())})")])) from None
+            raise MigError(
+                self.place(
+                    [
+                        Problem(
+                            key_path("mig-configs", name),
+                            "config-not-found",
+                            f"selected mig-config not present: {name!r} (have: {', '.join(self.names())})",
+                        )
+                    ]
+                )
+            ) from None
 
     def locate(self, path: str) -> Location | None:
         """Where `path`, or its nearest ancestor that is written in the file, is."""
@@ -134,9 +161,16 @@ def no_config_problems(config: MigPartedConfig) -> tuple[Problem, ...]:
     file meant for nodes."""
     if config.configs:
         return ()
-    return config.place([Problem("mig-configs", "no-configs",
-                                 "the file holds no config: mig-parted reads it, but no node can select "
-                                 "a config from it (selected mig-config not present)")])
+    return config.place(
+        [
+            Problem(
+                "mig-configs",
+                "no-configs",
+                "the file holds no config: mig-parted reads it, but no node can select "
+                "a config from it (selected mig-config not present)",
+            )
+        ]
+    )
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -194,8 +228,11 @@ def _read_as(ctx: _Context, path: str, value: object, what: str) -> None:
     elif src.kind == "null":
         ctx.note(path, f"{text} is null: mig-parted reads {what} as {_shown(value)}")
     elif src.kind == "int":
-        ctx.note(path, f"{src.text} is the integer {value} in YAML 1.1 (base prefix, leading zero or "
-                 f"underscores): mig-parted reads {what} {value}")
+        ctx.note(
+            path,
+            f"{src.text} is the integer {value} in YAML 1.1 (base prefix, leading zero or "
+            f"underscores): mig-parted reads {what} {value}",
+        )
     elif src.kind == "float":
         ctx.note(path, f"{src.text} is a float; mig-parted reads {what} as the integer {value}")
     elif src.kind == "tagged":
@@ -217,21 +254,30 @@ def _int_refusal(value: object) -> str:
     if isinstance(value, int) and not isinstance(value, bool):
         return f"{value} does not fit in mig-parted's int (64 bits): cannot unmarshal number into Go value of type int"
     if isinstance(value, float):
-        return f"{value!r} is not a whole number (or is 1e21 or more): cannot unmarshal number into Go value of type int"
+        return (
+            f"{value!r} is not a whole number (or is 1e21 or more): cannot unmarshal number into Go value of type int"
+        )
     return f"cannot unmarshal {_json_type(value)} {_shown(value)} into Go value of type int"
 
 
 def _parse_devices(ctx: _Context, value: object, path: str) -> str | tuple[int, ...]:
     if isinstance(value, str):
         if value != "all":  # rule 8
-            ctx.error(path, "invalid-devices",
-                      f"invalid string input {value!r}: devices must be 'all' or a list of GPU indices")
+            ctx.error(
+                path,
+                "invalid-devices",
+                f"invalid string input {value!r}: devices must be 'all' or a list of GPU indices",
+            )
         else:
             _read_as(ctx, path, value, "devices")
         return "all"
     if value is None:
-        ctx.error(path, "invalid-devices", "devices is null (empty): mig-parted reads it as the string '' and "
-                  "refuses it (invalid string input); write 'all' or a list of GPU indices")
+        ctx.error(
+            path,
+            "invalid-devices",
+            "devices is null (empty): mig-parted reads it as the string '' and "
+            "refuses it (invalid string input); write 'all' or a list of GPU indices",
+        )
         return "all"
     if isinstance(value, list):
         out = []
@@ -242,8 +288,11 @@ def _parse_devices(ctx: _Context, value: object, path: str) -> str | tuple[int, 
                 continue
             n = _int_field(ctx, index_path(path, i), item, "GPU index")
             if n is None:
-                ctx.error(path, "invalid-devices", f"devices must be 'all' or a list of integer GPU indices; "
-                          f"item {i}: {_int_refusal(item)}")
+                ctx.error(
+                    path,
+                    "invalid-devices",
+                    f"devices must be 'all' or a list of integer GPU indices; item {i}: {_int_refusal(item)}",
+                )
                 return ()
             out.append(n)
         return tuple(out)
@@ -269,11 +318,15 @@ def _parse_filter(ctx: _Context, value: object, path: str) -> tuple[str, ...]:
             ctx.note(path, f"device-filter is an empty list: mig-parted reads no filter, {_MATCHES_ALL}")
         for i, v in enumerate(value):
             if v is None:
-                ctx.note(index_path(path, i), "null is read as the empty string \"\" (a filter that is not a "
-                         "PCI device ID)")
+                ctx.note(
+                    index_path(path, i), "null is read as the empty string \"\" (a filter that is not a PCI device ID)"
+                )
         return tuple("" if v is None else v for v in value)
-    ctx.error(path, "invalid-device-filter",  # rule 9
-              "device-filter must be a string or a list of strings such as \"0x233010DE\"")
+    ctx.error(
+        path,
+        "invalid-device-filter",  # rule 9
+        "device-filter must be a string or a list of strings such as \"0x233010DE\"",
+    )
     return ()
 
 
@@ -281,8 +334,7 @@ def _parse_mig_devices(ctx: _Context, value: object, path: str) -> tuple[Profile
     if value is None:
         return None  # a nil map: as if absent
     if not isinstance(value, Mapping):  # rule 11
-        ctx.error(path, "invalid-mig-devices",
-                  f"mig-devices must map profile names to counts, not {_shown(value)}")
+        ctx.error(path, "invalid-mig-devices", f"mig-devices must map profile names to counts, not {_shown(value)}")
         return ()
     items: list[ProfileCount] = []
     ok = True
@@ -321,23 +373,30 @@ def _parse_mig_devices(ctx: _Context, value: object, path: str) -> tuple[Profile
 def _parse_entry(ctx: _Context, raw: object, path: str) -> MigConfigEntry | None:
     if raw is None:  # mig-parted's UnmarshalJSON gets null: an empty map
         for name in ("devices", "mig-enabled"):
-            ctx.error(key_path(path, name), "missing-required-field",
-                      f"missing required field {name!r} (the entry is null)")
+            ctx.error(
+                key_path(path, name), "missing-required-field", f"missing required field {name!r} (the entry is null)"
+            )
         return None
     if not isinstance(raw, Mapping):
-        ctx.error(path, "invalid-entry", f"each entry must be a mapping with devices and mig-enabled, not {_shown(raw)}")
+        ctx.error(
+            path, "invalid-entry", f"each entry must be a mapping with devices and mig-enabled, not {_shown(raw)}"
+        )
         return None
     start = len(ctx.problems)
     for name in raw:
         if name not in _ENTRY_FIELDS:  # rule 7
-            ctx.error(key_path(path, name), "unexpected-field",
-                      f"unexpected field {name!r} (allowed: {', '.join(_ENTRY_FIELDS)})")
+            ctx.error(
+                key_path(path, name),
+                "unexpected-field",
+                f"unexpected field {name!r} (allowed: {', '.join(_ENTRY_FIELDS)})",
+            )
     for name in ("devices", "mig-enabled"):
         if name not in raw:  # rule 6
             ctx.error(key_path(path, name), "missing-required-field", f"missing required field {name!r}")
     devices = _parse_devices(ctx, raw["devices"], path + _FIELD["devices"]) if "devices" in raw else "all"
-    device_filter = _parse_filter(ctx, raw["device-filter"], path + _FIELD["device-filter"]) \
-        if "device-filter" in raw else ()
+    device_filter = (
+        _parse_filter(ctx, raw["device-filter"], path + _FIELD["device-filter"]) if "device-filter" in raw else ()
+    )
     enabled = False
     enabled_path = path + _FIELD["mig-enabled"]
     known = "mig-enabled" in raw  # present and a boolean (or null)
@@ -353,8 +412,9 @@ def _parse_entry(ctx: _Context, raw: object, path: str) -> MigConfigEntry | None
     devices_path = path + _FIELD["mig-devices"]
     mig_devices = _parse_mig_devices(ctx, raw.get("mig-devices"), devices_path)
     if enabled and mig_devices is None:  # rule 12
-        ctx.error(devices_path, "mig-devices-required",
-                  "missing required field 'mig-devices' when 'mig-enabled' is true")
+        ctx.error(
+            devices_path, "mig-devices-required", "missing required field 'mig-devices' when 'mig-enabled' is true"
+        )
     elif not enabled and mig_devices and known:  # rule 13
         ctx.error(devices_path, "mig-devices-when-disabled", "MIG devices included when 'mig-enabled' is false")
     if len(ctx.problems) > start:
@@ -369,8 +429,12 @@ def _parse_configs(ctx: _Context, doc: object) -> tuple[tuple[str, tuple[MigConf
     if doc is None:
         return ()  # encoding/json leaves the spec empty for a null document: mig-parted reads no config
     if not isinstance(doc, Mapping):
-        ctx.error("", "not-a-mapping", f"a mig-parted config is a mapping with version and mig-configs, not "
-                  f"{_shown(doc)} (cannot unmarshal {_json_type(doc)} into Go value of type map)")
+        ctx.error(
+            "",
+            "not-a-mapping",
+            f"a mig-parted config is a mapping with version and mig-configs, not "
+            f"{_shown(doc)} (cannot unmarshal {_json_type(doc)} into Go value of type map)",
+        )
         return ()
     if not doc:
         ctx.error("version", "unknown-version", "unknown version: '' (the document is an empty mapping)")  # rule 2
@@ -382,15 +446,21 @@ def _parse_configs(ctx: _Context, doc: object) -> tuple[tuple[str, tuple[MigConf
         if version is None:
             ctx.error("version", "unknown-version", "unknown version: '' (version is null; it must be \"v1\")")
         elif not isinstance(version, str):
-            ctx.error("version", "unknown-version", f"unknown version: {_shown(version)} is not the string \"v1\" "
-                      f"(mig-parted: cannot unmarshal {_json_type(version)} into Go value of type string)")
+            ctx.error(
+                "version",
+                "unknown-version",
+                f"unknown version: {_shown(version)} is not the string \"v1\" "
+                f"(mig-parted: cannot unmarshal {_json_type(version)} into Go value of type string)",
+            )
         elif version != "v1":  # rule 2
             ctx.error("version", "unknown-version", f"unknown version: {version!r} (must be \"v1\")")
         else:
             _read_as(ctx, "version", version, "version")
     for name in doc:
         if name not in _TOP_FIELDS:  # rule 3
-            ctx.error(key_path("", name), "unexpected-field", f"unexpected field {name!r} (allowed: version, mig-configs)")
+            ctx.error(
+                key_path("", name), "unexpected-field", f"unexpected field {name!r} (allowed: version, mig-configs)"
+            )
     if "mig-configs" not in doc:
         return ()  # accepted by mig-parted, with no config to select (see no_config_problems)
     raw_configs = doc["mig-configs"]
@@ -398,22 +468,31 @@ def _parse_configs(ctx: _Context, doc: object) -> tuple[tuple[str, tuple[MigConf
         ctx.error("mig-configs", "empty-mig-configs", "at least one entry in 'mig-configs' is required")
         return ()
     if not isinstance(raw_configs, Mapping):
-        ctx.error("mig-configs", "invalid-mig-configs",
-                  f"mig-configs must map config names to lists of entries, not {_shown(raw_configs)}")
+        ctx.error(
+            "mig-configs",
+            "invalid-mig-configs",
+            f"mig-configs must map config names to lists of entries, not {_shown(raw_configs)}",
+        )
         return ()
     configs: list[tuple[str, tuple[MigConfigEntry, ...]]] = []
     for name, raw_entries in raw_configs.items():
         config_path = key_path("mig-configs", name)
         src = ctx.written(config_path)
         if src is not None and src.kind == "key":
-            ctx.note(config_path, f"the config name {src.text} is not a string in YAML 1.1: mig-parted names "
-                     f"this config {name!r}, so only the node label nvidia.com/mig.config={name} selects it "
-                     f"(quote the name to keep it as written)", "config-name-converted")
+            ctx.note(
+                config_path,
+                f"the config name {src.text} is not a string in YAML 1.1: mig-parted names "
+                f"this config {name!r}, so only the node label nvidia.com/mig.config={name} selects it "
+                f"(quote the name to keep it as written)",
+                "config-name-converted",
+            )
         if raw_entries is None or isinstance(raw_entries, list) and not raw_entries:  # rule 5
             ctx.error(config_path, "empty-config", f"at least one entry in {name!r} is required")
             continue
         if not isinstance(raw_entries, list):
-            ctx.error(config_path, "invalid-config", f"config {name!r} must be a list of entries, not {_shown(raw_entries)}")
+            ctx.error(
+                config_path, "invalid-config", f"config {name!r} must be a list of entries, not {_shown(raw_entries)}"
+            )
             continue
         entries = [_parse_entry(ctx, raw, index_path(config_path, i)) for i, raw in enumerate(raw_entries)]
         configs.append((name, tuple(e for e in entries if e is not None)))
@@ -428,11 +507,17 @@ def decode_document(doc: Document) -> MigPartedConfig:
     configs = _parse_configs(ctx, doc.value)
     for path, src in doc.surprises.items():
         if src.kind == "merge-override":
-            ctx.note(path, "a value merged with << after this key replaces it (go-yaml applies merges in "
-                     "document order): mig-parted reads the merged value")
+            ctx.note(
+                path,
+                "a value merged with << after this key replaces it (go-yaml applies merges in "
+                "document order): mig-parted reads the merged value",
+            )
     if doc.rest is not None:
-        ctx.note("", f"mig-parted reads only the first document of a file; the document at line "
-                 f"{doc.rest.line} is ignored", "trailing-document")
+        ctx.note(
+            "",
+            f"mig-parted reads only the first document of a file; the document at line {doc.rest.line} is ignored",
+            "trailing-document",
+        )
     config = MigPartedConfig(configs, (), doc.locations)
     if ctx.problems:
         raise MigError(config.place(ctx.problems))
@@ -456,7 +541,9 @@ def parse_config_object(doc: object) -> MigPartedConfig:
 
 def is_kubernetes_object(value: object) -> bool:
     """A mapping with apiVersion and kind: a manifest, not a bare mig-parted config."""
-    return isinstance(value, Mapping) and isinstance(value.get("kind"), str) and isinstance(value.get("apiVersion"), str)
+    return (
+        isinstance(value, Mapping) and isinstance(value.get("kind"), str) and isinstance(value.get("apiVersion"), str)
+    )
 
 
 def is_configmap(doc: object) -> bool:
@@ -471,13 +558,21 @@ def configmap_payload(doc: Mapping) -> str:
     data = doc.get("data")
     if not isinstance(data, Mapping) or CONFIGMAP_KEY not in data:
         keys = ", ".join(map(str, data)) if isinstance(data, Mapping) else "none"
-        raise MigError([Problem(_PAYLOAD, "configmap-key",
-                                f"the ConfigMap has no data key {CONFIGMAP_KEY!r} (keys: {keys}); the GPU "
-                                "Operator's mig-manager reads the config from that key")])
+        raise MigError(
+            [
+                Problem(
+                    _PAYLOAD,
+                    "configmap-key",
+                    f"the ConfigMap has no data key {CONFIGMAP_KEY!r} (keys: {keys}); the GPU "
+                    "Operator's mig-manager reads the config from that key",
+                )
+            ]
+        )
     payload = data[CONFIGMAP_KEY]
     if not isinstance(payload, str):
-        raise MigError([Problem(_PAYLOAD, "configmap-key",
-                                "ConfigMap data values must be strings holding the YAML config")])
+        raise MigError(
+            [Problem(_PAYLOAD, "configmap-key", "ConfigMap data values must be strings holding the YAML config")]
+        )
     return payload
 
 
@@ -513,7 +608,7 @@ def _payload_shift(text: str, manifest: Document, prefix: str) -> tuple[int, int
 def _payload_of(value: object, prefix: str) -> str | None:
     obj = value
     if prefix:  # an item of a List: items[i]
-        index = int(prefix[prefix.rindex("[") + 1:-1])
+        index = int(prefix[prefix.rindex("[") + 1 : -1])
         obj = value.get("items", [])[index] if isinstance(value, Mapping) else None  # type: ignore[union-attr]
     if not isinstance(obj, Mapping):
         return None
@@ -522,8 +617,9 @@ def _payload_of(value: object, prefix: str) -> str | None:
     return payload if isinstance(payload, str) else None
 
 
-def _shifted(locations: LocationIndex, shift: tuple[int, int] | None,
-             fallback: Location | None) -> Mapping[str, Location]:
+def _shifted(
+    locations: LocationIndex, shift: tuple[int, int] | None, fallback: Location | None
+) -> Mapping[str, Location]:
     if shift is not None:
         return locations.shifted(*shift)
     if fallback is None:
@@ -531,8 +627,9 @@ def _shifted(locations: LocationIndex, shift: tuple[int, int] | None,
     return locations.pinned(fallback)
 
 
-def parse_embedded(text: str, manifest: Document, obj: Mapping, prefix: str = "",
-                   limits: Limits = DEFAULT_LIMITS) -> MigPartedConfig:
+def parse_embedded(
+    text: str, manifest: Document, obj: Mapping, prefix: str = "", limits: Limits = DEFAULT_LIMITS
+) -> MigPartedConfig:
     """The config inside a ConfigMap object of `manifest` (at `prefix`: "" or `items[i]` of a List),
     with every location given in the whole file `text`."""
     fallback = manifest.locate(key_path(key_path(prefix, "data"), CONFIGMAP_KEY))
@@ -545,9 +642,15 @@ def parse_embedded(text: str, manifest: Document, obj: Mapping, prefix: str = ""
         inner = read_first(payload, limits)
     except MigError as exc:
         raise MigError([_moved(p, shift, fallback) for p in exc.problems]) from None
-    moved = Document(inner.value, _shifted(inner.locations, shift, fallback),  # type: ignore[arg-type]
-                     inner.surprises, inner.start, inner.index,
-                     inner.rest and _moved_location(inner.rest, shift, fallback), inner.strings)
+    moved = Document(
+        inner.value,
+        _shifted(inner.locations, shift, fallback),  # type: ignore[arg-type]
+        inner.surprises,
+        inner.start,
+        inner.index,
+        inner.rest and _moved_location(inner.rest, shift, fallback),
+        inner.strings,
+    )
     return decode_document(moved)
 
 

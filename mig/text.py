@@ -1,4 +1,5 @@
 """Short lists in messages: the one way migops writes "a, b and 3 more" (every component's messages)."""
+
 from __future__ import annotations
 
 import itertools

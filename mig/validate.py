@@ -8,6 +8,7 @@ Two ways to ask:
 
 Rules (the `rule` of each Problem) are listed in docs/config-rules.md.
 """
+
 from __future__ import annotations
 
 import re
@@ -156,7 +157,7 @@ def _merge(batches: Sequence[_Batch]) -> list[_Merged]:
             if not f.gpu:
                 continue
             names = slot[1]
-            for name in ([f.gpu] if members is None else [m.name for m in members]):
+            for name in [f.gpu] if members is None else [m.name for m in members]:
                 if name not in names:
                     names.append(name)
     merged: list[_Merged] = []
@@ -169,9 +170,15 @@ def _merge(batches: Sequence[_Batch]) -> list[_Merged]:
 
 
 def _render(merged: Sequence[_Merged], prefix: str) -> list[Problem]:
-    return [Problem(prefix + path, rule, head + (message.render(prefix) if isinstance(message, _PathMessage)
-                                                 else str(message)), severity)  # type: ignore[arg-type]
-            for path, rule, head, message, severity in merged]
+    return [
+        Problem(
+            prefix + path,
+            rule,
+            head + (message.render(prefix) if isinstance(message, _PathMessage) else str(message)),
+            severity,
+        )  # type: ignore[arg-type]
+        for path, rule, head, message, severity in merged
+    ]
 
 
 def _ranges(values: Iterable[int], most: int = 12) -> str:
@@ -210,7 +217,6 @@ class _Entry:
     resolved: dict = field(default_factory=dict, compare=False)  # table id -> unresolved_on(): computed once
     geometries: dict = field(default_factory=dict, compare=False)  # table id -> _Geometry (from the context)
 
-
     def selects(self, index: int, gpu: GpuModel) -> bool:
         if self.indices is not None and index not in self.indices:
             return False
@@ -237,13 +243,24 @@ def _prepare_entry(entry: MigConfigEntry, path: str, cat: Catalogue, out: list[_
         try:
             device = parse_device_id(text)
         except DeviceIdSyntaxError as exc:
-            out.append(_Finding(item_path, "device-filter-syntax",
-                                f"{exc}; mig-parted ignores the parse error and the entry silently matches no GPU"))
+            out.append(
+                _Finding(
+                    item_path,
+                    "device-filter-syntax",
+                    f"{exc}; mig-parted ignores the parse error and the entry silently matches no GPU",
+                )
+            )
             continue
         if cat.by_device_id(device) is None and cat.known_non_mig(device) is None:
-            out.append(_Finding(item_path, "device-filter-unknown",
-                                f"{text} is no GPU migops knows (see `migops gpus`): it is taken as a GPU that "
-                                "cannot do MIG; if it is a typo, the entry selects nothing", "warning"))
+            out.append(
+                _Finding(
+                    item_path,
+                    "device-filter-unknown",
+                    f"{text} is no GPU migops knows (see `migops gpus`): it is taken as a GPU that "
+                    "cannot do MIG; if it is a typo, the entry selects nothing",
+                    "warning",
+                )
+            )
         filters.append(device)
     indices = None
     if entry.devices != "all":
@@ -259,29 +276,55 @@ def _prepare_entry(entry: MigConfigEntry, path: str, cat: Catalogue, out: list[_
             seen.add(value)
         if negative:
             values = sorted({v for _, v in negative})
-            out.append(_Finding(index_path(devices_path, negative[0][0]), "negative-device-index",
-                                f"GPU index {values[0]} is negative" if len(values) == 1 else
-                                f"GPU indices {listed(values, 12)} are negative"))
+            out.append(
+                _Finding(
+                    index_path(devices_path, negative[0][0]),
+                    "negative-device-index",
+                    f"GPU index {values[0]} is negative"
+                    if len(values) == 1
+                    else f"GPU indices {listed(values, 12)} are negative",
+                )
+            )
         if repeated:
             values = sorted({v for _, v in repeated})
-            out.append(_Finding(index_path(devices_path, repeated[0][0]), "duplicate-device-index",
-                                f"GPU index {values[0]} is listed twice" if len(repeated) == 1 else
-                                f"GPU index {values[0]} is listed more than once" if len(values) == 1 else
-                                f"GPU indices {_ranges(values)} are listed more than once"))
+            out.append(
+                _Finding(
+                    index_path(devices_path, repeated[0][0]),
+                    "duplicate-device-index",
+                    f"GPU index {values[0]} is listed twice"
+                    if len(repeated) == 1
+                    else f"GPU index {values[0]} is listed more than once"
+                    if len(values) == 1
+                    else f"GPU indices {_ranges(values)} are listed more than once",
+                )
+            )
         if not entry.devices:
-            out.append(_Finding(devices_path, "no-devices", "the device list is empty: the entry selects no GPU",
-                                "warning"))
+            out.append(
+                _Finding(devices_path, "no-devices", "the device list is empty: the entry selects no GPU", "warning")
+            )
         indices = frozenset(v for v in entry.devices if v >= 0)
     for item in entry.mig_devices:
         if item.count == 0:
-            out.append(_Finding(key_path(key_path(path, "mig-devices"), item.key), "zero-count",
-                                "a count of 0 creates nothing, and mig-parted then never sees the config as "
-                                "applied (it compares map sizes), so it reconfigures the GPU every time",
-                                "warning"))
+            out.append(
+                _Finding(
+                    key_path(key_path(path, "mig-devices"), item.key),
+                    "zero-count",
+                    "a count of 0 creates nothing, and mig-parted then never sees the config as "
+                    "applied (it compares map sizes), so it reconfigures the GPU every time",
+                    "warning",
+                )
+            )
     primaries = frozenset(f.primary for f in filters) if entry.device_filter else None
-    return _Entry(entry, path, tuple(filters), indices, primaries,
-                  tuple((item.key, item.count) for item in entry.mig_devices), entry.profile_counts(),
-                  tuple(gi_key(item.profile) for item in entry.mig_devices))
+    return _Entry(
+        entry,
+        path,
+        tuple(filters),
+        indices,
+        primaries,
+        tuple((item.key, item.count) for item in entry.mig_devices),
+        entry.profile_counts(),
+        tuple(gi_key(item.profile) for item in entry.mig_devices),
+    )
 
 
 # --------------------------------------------------------------------------------------------------
@@ -300,8 +343,13 @@ class _Geometry:
 
     __slots__ = ("findings", "errors", "layout", "mig_devices", "instances", "_credited")
 
-    def __init__(self, findings: tuple[_Finding, ...], layout: tuple[Placement, ...] | None,
-                 mig_devices: tuple[str, ...], instances: Packing = ()) -> None:
+    def __init__(
+        self,
+        findings: tuple[_Finding, ...],
+        layout: tuple[Placement, ...] | None,
+        mig_devices: tuple[str, ...],
+        instances: Packing = (),
+    ) -> None:
         self.findings = findings
         self.errors = sum(f.severity == "error" for f in findings)
         self.layout = layout
@@ -313,8 +361,7 @@ class _Geometry:
         """The findings as seen on one GPU model (made once per model)."""
         found = self._credited.get(gpu)
         if found is None:
-            found = self._credited[gpu] = [_Finding(f.path, f.rule, f.message, f.severity, gpu)
-                                           for f in self.findings]
+            found = self._credited[gpu] = [_Finding(f.path, f.rule, f.message, f.severity, gpu) for f in self.findings]
         return found
 
 
@@ -325,8 +372,12 @@ def _did_you_mean(profile: MigProfile, gpu: GpuModel, cat: Catalogue) -> str:
 
     def distance(gi: GiProfile) -> tuple:
         p = gi.profile
-        return (p.attributes != profile.attributes or p.negative != profile.negative,
-                abs(p.gpu - profile.gpu), abs(p.memory_gb - profile.memory_gb), gi.memory_slices)
+        return (
+            p.attributes != profile.attributes or p.negative != profile.negative,
+            abs(p.gpu - profile.gpu),
+            abs(p.memory_gb - profile.memory_gb),
+            gi.memory_slices,
+        )
 
     best = min(gpu.profiles, key=distance)
     hint = f"; did you mean {best.name!r}?"
@@ -360,8 +411,9 @@ def _packed(layout: Sequence[Placement], wanted: dict[GiProfile, dict[int, int]]
     `_pack` counted GIs by. Each GI of a profile, in placement order, takes CIs from the largest while
     they fit (a fresh GI takes one even when it is larger, as `_pack` allows)."""
     by_name = {gi.name: gi for gi in wanted}
-    queues = {gi.name: sorted((c for c, n in sizes.items() for _ in range(n)), reverse=True)
-              for gi, sizes in wanted.items()}
+    queues = {
+        gi.name: sorted((c for c, n in sizes.items() for _ in range(n)), reverse=True) for gi, sizes in wanted.items()
+    }
     out: list[tuple[Placement, tuple[int, ...]]] = []
     for placement in sorted(layout):
         queue, room, mine = queues[placement.profile], by_name[placement.profile].compute_slices, []
@@ -380,13 +432,26 @@ def _resolve_item(path: str, item: ProfileCount, gpu: GpuModel, ctx: _Context) -
     gi, by_alias = found
     findings: tuple[_Finding, ...] = ()
     if by_alias:
-        findings = (_Finding(path, "profile-name-drift",
-                             f"{item.key!r} is what some drivers call {gi.name!r}; the node's driver decides which "
-                             "name mig-parted accepts", "warning", _MODEL),)
+        findings = (
+            _Finding(
+                path,
+                "profile-name-drift",
+                f"{item.key!r} is what some drivers call {gi.name!r}; the node's driver decides which "
+                "name mig-parted accepts",
+                "warning",
+                _MODEL,
+            ),
+        )
     if not compute_subprofile_allowed(item.profile.compute, item.profile.gpu):
-        return findings + (_Finding(path, "invalid-compute-instance",
-                                    f"a {item.profile.gpu}g GPU instance offers no {item.profile.compute}c compute "
-                                    f"instance (valid: C == G, or C < G with 2C <= G+1)", gpu=_MODEL),), None
+        return findings + (
+            _Finding(
+                path,
+                "invalid-compute-instance",
+                f"a {item.profile.gpu}g GPU instance offers no {item.profile.compute}c compute "
+                f"instance (valid: C == G, or C < G with 2C <= G+1)",
+                gpu=_MODEL,
+            ),
+        ), None
     return findings, gi
 
 
@@ -415,9 +480,14 @@ def _geometry(entry: _Entry, gpu: GpuModel, ctx: _Context) -> _Geometry:
     request: dict[GiProfile, int] = {gi: _pack(gi, sizes) for gi, sizes in wanted.items()}
     for gi, count in request.items():
         if count > gi.max_count:
-            findings.append(_Finding(key_path(devices_path, first_key[gi]), "count-exceeds-max",
-                                     f"{count} x {gi.name} requested; the GPU allows at most {gi.max_count}",
-                                     gpu=_MODEL))
+            findings.append(
+                _Finding(
+                    key_path(devices_path, first_key[gi]),
+                    "count-exceeds-max",
+                    f"{count} x {gi.name} requested; the GPU allows at most {gi.max_count}",
+                    gpu=_MODEL,
+                )
+            )
             errors = True
     if errors:
         return _Geometry(tuple(findings), None, ())
@@ -431,8 +501,9 @@ def _geometry(entry: _Entry, gpu: GpuModel, ctx: _Context) -> _Geometry:
         findings.append(_Finding(devices_path, "engine-budget", over, gpu=_MODEL))
         return _Geometry(tuple(findings), None, ())
     # Every count is now within the GPU's maximum, so listing one string per MIG device is cheap.
-    return _Geometry(tuple(findings), layout, tuple(name for name, count in devices for _ in range(count)),
-                     _packed(layout, wanted))
+    return _Geometry(
+        tuple(findings), layout, tuple(name for name, count in devices for _ in range(count)), _packed(layout, wanted)
+    )
 
 
 def _plural(n: int, kind: str) -> str:
@@ -448,8 +519,9 @@ def _amounts(amounts: Sequence[tuple[str, int]]) -> str:
     """`4 of each` when the amounts agree (of several kinds), else `4 decoders and 1 OFA`."""
     values = {n for _, n in amounts}
     if len(values) == 1:
-        return f"{amounts[0][1]}" + (" of each" if len(amounts) > 1 else
-                                      f" {ENGINE_NAMES[amounts[0][0]]}" + ("" if amounts[0][1] == 1 else "s"))
+        return f"{amounts[0][1]}" + (
+            " of each" if len(amounts) > 1 else f" {ENGINE_NAMES[amounts[0][0]]}" + ("" if amounts[0][1] == 1 else "s")
+        )
     return _and([_plural(n, kind) for kind, n in amounts])
 
 
@@ -472,8 +544,10 @@ def _over_budget(gpu: GpuModel, request: dict[GiProfile, int]) -> str | None:
         taken = [(kind, count * getattr(gi.engines, kind)) for kind, _ in over]
         if any(n for _, n in taken):
             takers.append(f"{count} x {gi.name} {'takes' if count == 1 else 'take'} {_amounts(taken)}")
-    message = (f"the instances need {_and([_plural(need[kind], kind) for kind, _ in over])}; the GPU has "
-               f"{_amounts(over)} ({', '.join(takers)})")
+    message = (
+        f"the instances need {_and([_plural(need[kind], kind) for kind, _ in over])}; the GPU has "
+        f"{_amounts(over)} ({', '.join(takers)})"
+    )
     if any("me.all" in gi.profile.attributes and not gi.profile.negative for gi, _ in wanted):
         message += ". A +me.all instance takes every media engine: only -me instances fit beside it"
     elif sum(count for gi, count in wanted if gi.has_media_extensions) > 1:
@@ -539,20 +613,33 @@ def _select(entries: Sequence[_Entry], node: Sequence[GpuModel]) -> _Selection:
             indices = groups.get((id(last), id(earlier), gpu.name))
             if not indices or indices[0] != index:
                 continue
-            same = (earlier.raw.mig_enabled == last.raw.mig_enabled and earlier.counts == last.counts)
-            found[index].append(_Finding(
-                last.path, "overlapping-entries",
-                _PathMessage("this entry and ", earlier.path, f" both select {_gpus(indices)}; "
-                             + ("they agree, so the earlier one is redundant" if same else
-                                "mig-parted applies both in turn (last wins) and its assert can never pass")),
-                "warning" if same else "error", gpu=gpu.name))
+            same = earlier.raw.mig_enabled == last.raw.mig_enabled and earlier.counts == last.counts
+            found[index].append(
+                _Finding(
+                    last.path,
+                    "overlapping-entries",
+                    _PathMessage(
+                        "this entry and ",
+                        earlier.path,
+                        f" both select {_gpus(indices)}; "
+                        + (
+                            "they agree, so the earlier one is redundant"
+                            if same
+                            else "mig-parted applies both in turn (last wins) and its assert can never pass"
+                        ),
+                    ),
+                    "warning" if same else "error",
+                    gpu=gpu.name,
+                )
+            )
     overlaps = [tuple(f) for f in found]
     overlap_errors = tuple(sum(f.severity == "error" for f in fs) for fs in overlaps)
     return _Selection(tuple(map(tuple, chosen)), tuple(overlaps), overlap_errors)
 
 
-def _strategy_findings(config_path: str, results: Sequence[_GpuOutcome], strategy: Strategy | None,
-                       entry_paths: dict[int, str]) -> list[_Finding]:
+def _strategy_findings(
+    config_path: str, results: Sequence[_GpuOutcome], strategy: Strategy | None, entry_paths: dict[int, str]
+) -> list[_Finding]:
     if strategy is None:
         return []
     # A GPU whose geometry is invalid has its error already; judging its (absent) MIG devices against the
@@ -563,45 +650,68 @@ def _strategy_findings(config_path: str, results: Sequence[_GpuOutcome], strateg
     if strategy == "none":
         for r in enabled:
             if r.mig_devices:
-                findings.append(_Finding(
-                    key_path(entry_paths[r.index], "mig-devices"), "strategy-mismatch",
-                    "MIG strategy 'none' advertises whole GPUs only (nvidia.com/gpu): the MIG devices this "
-                    "config creates cannot be scheduled; set the ClusterPolicy's mig.strategy to single or mixed",
-                    gpu=r.gpu.name))
+                findings.append(
+                    _Finding(
+                        key_path(entry_paths[r.index], "mig-devices"),
+                        "strategy-mismatch",
+                        "MIG strategy 'none' advertises whole GPUs only (nvidia.com/gpu): the MIG devices this "
+                        "config creates cannot be scheduled; set the ClusterPolicy's mig.strategy to single or mixed",
+                        gpu=r.gpu.name,
+                    )
+                )
         return findings
     if strategy == "single":
         empty = [r for r in enabled if not r.mig_devices]
         profiles = sorted({d for r in enabled for d in r.mig_devices})
         why = []
         if empty:
-            why.append(f"{_gpus([r.index for r in empty])} {'has' if len(empty) == 1 else 'have'} MIG enabled but "
-                       "no MIG devices")
+            why.append(
+                f"{_gpus([r.index for r in empty])} {'has' if len(empty) == 1 else 'have'} MIG enabled but "
+                "no MIG devices"
+            )
         if enabled and len(enabled) != len(covered):
             why.append("MIG-enabled and MIG-disabled GPUs are mixed on one node")
         if len(profiles) > 1:
             why.append(f"more than one MIG device type on the node ({', '.join(profiles)})")
         if why:
-            findings.append(_Finding(
-                config_path, "strategy-mismatch",
-                "under MIG strategy 'single' " + "; ".join(why) + ": GFD labels the node "
-                "nvidia.com/gpu.product=<model>-MIG-INVALID and it advertises 0 GPUs; use strategy 'mixed' "
-                "or one profile type on every GPU", gpu=enabled[0].gpu.name if enabled else None))
+            findings.append(
+                _Finding(
+                    config_path,
+                    "strategy-mismatch",
+                    "under MIG strategy 'single' " + "; ".join(why) + ": GFD labels the node "
+                    "nvidia.com/gpu.product=<model>-MIG-INVALID and it advertises 0 GPUs; use strategy 'mixed' "
+                    "or one profile type on every GPU",
+                    gpu=enabled[0].gpu.name if enabled else None,
+                )
+            )
         return findings
     empty: dict[tuple[str, str], list[int]] = {}  # (entry path, model) -> GPU indices
     for r in enabled:
         if not r.mig_devices:
             empty.setdefault((entry_paths[r.index], r.gpu.name), []).append(r.index)
     for (path, gpu), indices in empty.items():
-        findings.append(_Finding(path, "no-mig-devices",
-                                 f"{_gpus(indices)} {'has' if len(indices) == 1 else 'have'} MIG enabled but no MIG "
-                                 f"devices: {'it advertises' if len(indices) == 1 else 'they advertise'} nothing",
-                                 "warning", gpu=gpu))
+        findings.append(
+            _Finding(
+                path,
+                "no-mig-devices",
+                f"{_gpus(indices)} {'has' if len(indices) == 1 else 'have'} MIG enabled but no MIG "
+                f"devices: {'it advertises' if len(indices) == 1 else 'they advertise'} nothing",
+                "warning",
+                gpu=gpu,
+            )
+        )
     return findings
 
 
-def _evaluate_node(config_path: str, entries: Sequence[_Entry], selection: _Selection,
-                   node: Sequence[GpuModel], strategy: Strategy | None, explicit: bool,
-                   ctx: _Context) -> tuple[list[_Finding], tuple[_GpuOutcome, ...], int]:
+def _evaluate_node(
+    config_path: str,
+    entries: Sequence[_Entry],
+    selection: _Selection,
+    node: Sequence[GpuModel],
+    strategy: Strategy | None,
+    explicit: bool,
+    ctx: _Context,
+) -> tuple[list[_Finding], tuple[_GpuOutcome, ...], int]:
     """Findings, per-GPU results and the number of errors of one config on one node (entry-level
     findings not included). `explicit`: the node is given (--gpu, the webhook); otherwise it is a
     catalogue-mode node of one model, whose findings are credited to the group's models later."""
@@ -613,12 +723,21 @@ def _evaluate_node(config_path: str, entries: Sequence[_Entry], selection: _Sele
             if entry.indices is not None:
                 missing = [v for v in entry.indices if v >= len(node)]
                 if missing:
-                    findings.append(_Finding(
-                        key_path(entry.path, "devices"), "device-index-out-of-range",
-                        (f"GPU index {missing[0]} does not exist" if len(missing) == 1 else
-                         f"GPU indices {_ranges(missing)} do not exist")
-                        + f" on a node with {len(node)} GPU(s); mig-parted skips "
-                        + ("it" if len(missing) == 1 else "them") + " silently", "warning"))
+                    findings.append(
+                        _Finding(
+                            key_path(entry.path, "devices"),
+                            "device-index-out-of-range",
+                            (
+                                f"GPU index {missing[0]} does not exist"
+                                if len(missing) == 1
+                                else f"GPU indices {_ranges(missing)} do not exist"
+                            )
+                            + f" on a node with {len(node)} GPU(s); mig-parted skips "
+                            + ("it" if len(missing) == 1 else "them")
+                            + " silently",
+                            "warning",
+                        )
+                    )
         for index, gpu in enumerate(node):
             if not selection.chosen[index]:
                 uncovered.setdefault(gpu.label(), []).append(index)
@@ -632,9 +751,14 @@ def _evaluate_node(config_path: str, entries: Sequence[_Entry], selection: _Sele
         if not chosen:
             if index == first_uncovered:
                 which = " or ".join(f"{_gpus(indices)} ({label})" for label, indices in uncovered.items())
-                findings.append(_Finding(config_path, "gpu-not-covered",
-                                         f"no entry selects {which}; mig-parted's assert requires every GPU to "
-                                         "match, so this config never reports as applied"))
+                findings.append(
+                    _Finding(
+                        config_path,
+                        "gpu-not-covered",
+                        f"no entry selects {which}; mig-parted's assert requires every GPU to "
+                        "match, so this config never reports as applied",
+                    )
+                )
                 errors += 1
             if outcomes:
                 results.append(_GpuOutcome(index, gpu, None, None))
@@ -650,11 +774,16 @@ def _evaluate_node(config_path: str, entries: Sequence[_Entry], selection: _Sele
                 results.append(_GpuOutcome(index, gpu, last.path, False))
             continue
         if not gpu.mig_capable:
-            findings.append(_Finding(
-                key_path(last.path, "mig-enabled"), "mig-not-capable",
-                f"this entry enables MIG on GPU {index}, which cannot do MIG ({gpu.label()}): mig-parted's assert "
-                "fails on it ('unable to assert MIG mode enabled on non MIG-capable GPU'), so the config never "
-                "applies; give that GPU an entry with mig-enabled: false", gpu=gpu.name))
+            findings.append(
+                _Finding(
+                    key_path(last.path, "mig-enabled"),
+                    "mig-not-capable",
+                    f"this entry enables MIG on GPU {index}, which cannot do MIG ({gpu.label()}): mig-parted's assert "
+                    "fails on it ('unable to assert MIG mode enabled on non MIG-capable GPU'), so the config never "
+                    "applies; give that GPU an entry with mig-enabled: false",
+                    gpu=gpu.name,
+                )
+            )
             errors += 1
             if outcomes:
                 entry_paths[index] = last.path
@@ -666,8 +795,9 @@ def _evaluate_node(config_path: str, entries: Sequence[_Entry], selection: _Sele
         errors += geometry.errors
         if outcomes:
             entry_paths[index] = last.path
-            results.append(_GpuOutcome(index, gpu, last.path, True, geometry.layout, geometry.mig_devices,
-                                       geometry.instances))
+            results.append(
+                _GpuOutcome(index, gpu, last.path, True, geometry.layout, geometry.mig_devices, geometry.instances)
+            )
     if strategy is not None:
         found = _strategy_findings(config_path, results, strategy, entry_paths)
         findings.extend(found)
@@ -677,9 +807,15 @@ def _evaluate_node(config_path: str, entries: Sequence[_Entry], selection: _Sele
 
 def _config_findings(name: str) -> list[Problem]:
     if not _LABEL_VALUE.match(name) or len(name) > 63:
-        return [Problem(key_path("mig-configs", name), "config-name-not-label",
-                        f"{name!r} is not a valid label value (63 characters of [A-Za-z0-9-_.], alphanumeric "
-                        "at both ends), so no node can select it with nvidia.com/mig.config", "warning")]
+        return [
+            Problem(
+                key_path("mig-configs", name),
+                "config-name-not-label",
+                f"{name!r} is not a valid label value (63 characters of [A-Za-z0-9-_.], alphanumeric "
+                "at both ends), so no node can select it with nvidia.com/mig.config",
+                "warning",
+            )
+        ]
     return []
 
 
@@ -687,8 +823,9 @@ def _config_findings(name: str) -> list[Problem]:
 # Catalogue mode: a config on every model it can apply to.
 
 
-def _against_catalogue(config_path: str, entries: Sequence[_Entry], findings: list[_Finding],
-                       ctx: _Context) -> tuple[list[_Batch], tuple[GpuModel, ...]]:
+def _against_catalogue(
+    config_path: str, entries: Sequence[_Entry], findings: list[_Finding], ctx: _Context
+) -> tuple[list[_Batch], tuple[GpuModel, ...]]:
     """The config's findings on the models it targets (after the entry-level `findings`), and the
     models it fits. Findings seen on one model of a group are credited to every model of the group."""
     cat, strategy = ctx.cat, ctx.strategy
@@ -709,9 +846,14 @@ def _against_catalogue(config_path: str, entries: Sequence[_Entry], findings: li
     highest = max([max(e.indices, default=-1) + 1 for e in entries if e.indices is not None] + [1])
     size = min(highest, MAX_GPUS_PER_NODE)
     if highest > MAX_GPUS_PER_NODE:
-        findings = findings + [_Finding(config_path, "device-index-out-of-range",
-                                 f"GPU index {highest - 1} is beyond the {MAX_GPUS_PER_NODE} GPUs any known node has",
-                                 "warning")]
+        findings = findings + [
+            _Finding(
+                config_path,
+                "device-index-out-of-range",
+                f"GPU index {highest - 1} is beyond the {MAX_GPUS_PER_NODE} GPUs any known node has",
+                "warning",
+            )
+        ]
         batches[0] = (findings, None)
     fits: list[GpuModel] = []
     filtered_paths = tuple(e.path for e in entries if e.raw.device_filter)
@@ -720,8 +862,9 @@ def _against_catalogue(config_path: str, entries: Sequence[_Entry], findings: li
         """A finding of a filtered entry on a model its filter names: always a real problem. When every
         entry is filtered, every model evaluated is one a filter names, so node-level findings
         (strategy-mismatch at the config's path) are real too."""
-        return filtered or any(f.path == p or f.path.startswith(p + ".") or f.path.startswith(p + "[")
-                               for p in filtered_paths)
+        return filtered or any(
+            f.path == p or f.path.startswith(p + ".") or f.path.startswith(p + "[") for p in filtered_paths
+        )
 
     # Models with the same profile table that the same entries select behave identically: evaluate
     # one of them and credit the findings to all. Which entries select a GPU index depends only on
@@ -748,8 +891,9 @@ def _against_catalogue(config_path: str, entries: Sequence[_Entry], findings: li
 
     def evaluate(selecting: tuple[int, ...], members: list[GpuModel]) -> tuple | None:
         """Judge the group; record fits and pinned findings; return its (members, findings, errors)."""
-        node_findings, _, errors = _evaluate_node(config_path, entries, select(selecting, members),
-                                                  [members[0]] * size, strategy, False, ctx)
+        node_findings, _, errors = _evaluate_node(
+            config_path, entries, select(selecting, members), [members[0]] * size, strategy, False, ctx
+        )
         if not errors:
             fits.extend(members)
         if not node_findings:
@@ -764,8 +908,11 @@ def _against_catalogue(config_path: str, entries: Sequence[_Entry], findings: li
     deferred: list[tuple[tuple[int, ...], list[GpuModel]]] = []
     reaching = [e.raw.mig_enabled and (e.indices is None or any(i < size for i in e.indices)) for e in entries]
     for (_, selecting), members in groups:
-        if (not filtered and (not filtered_paths or all(entries[i].primaries is None for i in selecting))
-                and any(reaching[i] and not entries[i].resolves_on(members[0]) for i in selecting)):
+        if (
+            not filtered
+            and (not filtered_paths or all(entries[i].primaries is None for i in selecting))
+            and any(reaching[i] and not entries[i].resolves_on(members[0]) for i in selecting)
+        ):
             deferred.append((selecting, members))
         else:
             found = evaluate(selecting, members)
@@ -805,10 +952,26 @@ def _against_catalogue(config_path: str, entries: Sequence[_Entry], findings: li
         for members, fs, errors in loose:
             if errors == fewest:
                 batches.append((fs, members))
-        batches.append(([_Finding(config_path, "fits-no-gpu", "the config fits no known GPU model (see the problems "
-                                  "above for the closest ones)")] if ctx.only is None else
-                         [_Finding(config_path, "does-not-fit-model", f"the config does not fit {ctx.only.name} "
-                                   "(see the problems above)")], None))
+        batches.append(
+            (
+                [
+                    _Finding(
+                        config_path,
+                        "fits-no-gpu",
+                        "the config fits no known GPU model (see the problems above for the closest ones)",
+                    )
+                ]
+                if ctx.only is None
+                else [
+                    _Finding(
+                        config_path,
+                        "does-not-fit-model",
+                        f"the config does not fit {ctx.only.name} (see the problems above)",
+                    )
+                ],
+                None,
+            )
+        )
     if entry_errors:
         fits.clear()
     if len(fits) > 1:
@@ -831,10 +994,13 @@ def _truncated(config_path: str, hidden: Sequence[_Merged]) -> Problem:
     rules = Counter(rule for _, rule, _, _, _ in hidden)
     errors = sum(severity == "error" for *_, severity in hidden)
     shown = listed((f"{rule} x {n}" for rule, n in rules.most_common()), 5, more="more rules")
-    return Problem(config_path, "problems-truncated",
-                   f"{len(hidden)} more problems of this config are not listed ({errors} errors, "
-                   f"{len(hidden) - errors} warnings: {shown}); migops lists at most {MAX_PROBLEMS} per config",
-                   "error" if errors else "warning")
+    return Problem(
+        config_path,
+        "problems-truncated",
+        f"{len(hidden)} more problems of this config are not listed ({errors} errors, "
+        f"{len(hidden) - errors} warnings: {shown}); migops lists at most {MAX_PROBLEMS} per config",
+        "error" if errors else "warning",
+    )
 
 
 @dataclass(frozen=True)
@@ -848,16 +1014,21 @@ class _Verdict:
 
 def _entry_key(entry: MigConfigEntry) -> tuple:
     """What an entry's verdict depends on (a profile is a function of its key)."""
-    return (entry.devices if isinstance(entry.devices, str) else tuple(entry.devices), tuple(entry.device_filter),
-            entry.mig_enabled, tuple((item.key, item.count) for item in entry.mig_devices))
+    return (
+        entry.devices if isinstance(entry.devices, str) else tuple(entry.devices),
+        tuple(entry.device_filter),
+        entry.mig_enabled,
+        tuple((item.key, item.count) for item in entry.mig_devices),
+    )
 
 
 class _Context:
     """The question (node or catalogue, strategy) and the work shared by every config of one call:
     verdicts per distinct list of entries, geometries per (entry, profile table), did-you-mean hints."""
 
-    def __init__(self, cat: Catalogue, node: Sequence[GpuModel] | None, strategy: Strategy | None,
-                 only: GpuModel | None = None) -> None:
+    def __init__(
+        self, cat: Catalogue, node: Sequence[GpuModel] | None, strategy: Strategy | None, only: GpuModel | None = None
+    ) -> None:
         self.cat = cat
         self.node = tuple(node) if node else None
         self.strategy = strategy
@@ -893,6 +1064,7 @@ class _Context:
             if found is None:
                 found = cache[item.key] = _resolve_item(key_path(devices_path, item.key), item, gpu, self)
             return found
+
         return resolve
 
     def did_you_mean(self, item: ProfileCount, gpu: GpuModel) -> _Lazy:
@@ -915,8 +1087,18 @@ class _Context:
         verdict = self._verdicts.get(key)
         if verdict is None:
             verdict = self._verdicts[key] = self._evaluate(root, entries, paths)
-        gpus = tuple(GpuResult(r.index, r.gpu, None if r.entry is None else prefix + r.entry, r.mig_enabled,
-                               r.layout, r.mig_devices, r.instances) for r in verdict.gpus)
+        gpus = tuple(
+            GpuResult(
+                r.index,
+                r.gpu,
+                None if r.entry is None else prefix + r.entry,
+                r.mig_enabled,
+                r.layout,
+                r.mig_devices,
+                r.instances,
+            )
+            for r in verdict.gpus
+        )
         merged = verdict.problems
         problems = _config_findings(name) + _render(merged[:MAX_PROBLEMS], prefix)
         if len(merged) > MAX_PROBLEMS:
@@ -934,22 +1116,29 @@ class _Context:
         return _Verdict(tuple(_merge(batches)), (), fits)
 
 
-def validate_on_node(config: MigPartedConfig, name: str, node: Sequence[GpuModel],
-                     strategy: Strategy | None = None, cat: Catalogue | None = None) -> ConfigReport:
+def validate_on_node(
+    config: MigPartedConfig,
+    name: str,
+    node: Sequence[GpuModel],
+    strategy: Strategy | None = None,
+    cat: Catalogue | None = None,
+) -> ConfigReport:
     """Is config `name` valid when applied to a node with these GPUs (index order)?"""
     with paused_gc():
         return _Context(cat or catalogue(), node, strategy).report(name, config.entries(name))
 
 
-def validate_against_catalogue(config: MigPartedConfig, name: str, strategy: Strategy | None = None,
-                               cat: Catalogue | None = None) -> ConfigReport:
+def validate_against_catalogue(
+    config: MigPartedConfig, name: str, strategy: Strategy | None = None, cat: Catalogue | None = None
+) -> ConfigReport:
     """Is config `name` valid on the GPU models it targets (or, unfiltered, on at least one model)?"""
     with paused_gc():
         return _Context(cat or catalogue(), None, strategy).report(name, config.entries(name))
 
 
-def validate_on_model(config: MigPartedConfig, name: str, model: GpuModel, strategy: Strategy | None = None,
-                      cat: Catalogue | None = None) -> ConfigReport:
+def validate_on_model(
+    config: MigPartedConfig, name: str, model: GpuModel, strategy: Strategy | None = None, cat: Catalogue | None = None
+) -> ConfigReport:
     """Is config `name` valid on a node of this MIG-capable model whose GPU count is unknown (GFD under
     the single strategy)? Catalogue mode restricted to the model: `fits` is (model,) or (), and when
     it does not fit, the problems say why on that model (`does-not-fit-model` for an unfiltered config)."""
@@ -959,8 +1148,13 @@ def validate_on_model(config: MigPartedConfig, name: str, model: GpuModel, strat
         return _Context(cat or catalogue(), None, strategy, model).report(name, config.entries(name))
 
 
-def validate(config: MigPartedConfig, names: Sequence[str] | None = None, node: Sequence[GpuModel] | None = None,
-             strategy: Strategy | None = None, cat: Catalogue | None = None) -> tuple[ConfigReport, ...]:
+def validate(
+    config: MigPartedConfig,
+    names: Sequence[str] | None = None,
+    node: Sequence[GpuModel] | None = None,
+    strategy: Strategy | None = None,
+    cat: Catalogue | None = None,
+) -> tuple[ConfigReport, ...]:
     """Validate the named configs (all of them by default), on a node when one is given."""
     ctx = _Context(cat or catalogue(), node or None, strategy)
     by_name: dict[str, tuple[MigConfigEntry, ...]] = {}

@@ -21,6 +21,7 @@ nodes after alias expansion, valid UTF-8, and no duplicate keys (go-yaml silentl
 keys that become the same JSON key make mig-parted's choice random). Beside each value the reader keeps
 an index from problem path to line and column, so problems found later can point at the text.
 """
+
 from __future__ import annotations
 
 import base64
@@ -29,8 +30,8 @@ import re
 import struct
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import NamedTuple
 from decimal import Decimal
+from typing import NamedTuple
 
 import yaml
 
@@ -112,21 +113,23 @@ def _fail(rule: str, message: str, path: str = "", pos: _Pos | None = None) -> M
 # go-yaml v2's scalar resolution (resolve.go)
 
 _T = "tag:yaml.org,2002:"
-STR, BOOL, INT, FLOAT, NULL, TIMESTAMP, BINARY, MERGE = (_T + s for s in (
-    "str", "bool", "int", "float", "null", "timestamp", "binary", "merge"))
+STR, BOOL, INT, FLOAT, NULL, TIMESTAMP, BINARY, MERGE = (
+    _T + s for s in ("str", "bool", "int", "float", "null", "timestamp", "binary", "merge")
+)
 _RESOLVABLE = frozenset(("", STR, BOOL, INT, FLOAT, NULL, TIMESTAMP))
 
 _NAN = float("nan")
 _INF = float("inf")
 _MAP: dict[str, tuple[str, object]] = {}
 for _words, _item in (
-        (("y", "Y", "yes", "Yes", "YES", "true", "True", "TRUE", "on", "On", "ON"), (BOOL, True)),
-        (("n", "N", "no", "No", "NO", "false", "False", "FALSE", "off", "Off", "OFF"), (BOOL, False)),
-        (("", "~", "null", "Null", "NULL"), (NULL, None)),
-        ((".nan", ".NaN", ".NAN"), (FLOAT, _NAN)),
-        ((".inf", ".Inf", ".INF", "+.inf", "+.Inf", "+.INF"), (FLOAT, _INF)),
-        (("-.inf", "-.Inf", "-.INF"), (FLOAT, -_INF)),
-        (("<<",), (MERGE, "<<"))):
+    (("y", "Y", "yes", "Yes", "YES", "true", "True", "TRUE", "on", "On", "ON"), (BOOL, True)),
+    (("n", "N", "no", "No", "NO", "false", "False", "FALSE", "off", "Off", "OFF"), (BOOL, False)),
+    (("", "~", "null", "Null", "NULL"), (NULL, None)),
+    ((".nan", ".NaN", ".NAN"), (FLOAT, _NAN)),
+    ((".inf", ".Inf", ".INF", "+.inf", "+.Inf", "+.INF"), (FLOAT, _INF)),
+    (("-.inf", "-.Inf", "-.INF"), (FLOAT, -_INF)),
+    (("<<",), (MERGE, "<<")),
+):
     for _w in _words:
         _MAP[_w] = _item
 _HINT = {c: "S" for c in "+-"} | {c: "D" for c in "0123456789"} | {c: "M" for c in "yYnNtTfFoO~"} | {".": "."}
@@ -221,11 +224,23 @@ def _is_timestamp(s: str) -> bool:
     year, month, day = (int(g) for g in m.groups())
     if not 1 <= month <= 12:
         return False
-    days = (31, 29 if year % 4 == 0 and (year % 100 != 0 or year % 400 == 0) else 28,
-            31, 30, 31, 30, 31, 31, 30, 31, 30, 31)[month - 1]
+    days = (
+        31,
+        29 if year % 4 == 0 and (year % 100 != 0 or year % 400 == 0) else 28,
+        31,
+        30,
+        31,
+        30,
+        31,
+        31,
+        30,
+        31,
+        30,
+        31,
+    )[month - 1]
     if not 1 <= day <= days:
         return False
-    rest = s[m.end():]
+    rest = s[m.end() :]
     if not rest:
         return True
     if rest[0] not in "Tt ":
@@ -233,7 +248,7 @@ def _is_timestamp(s: str) -> bool:
     t = _TS_TIME.match(rest, 1)
     if not t or int(t.group(1)) > 23 or int(t.group(2)) > 59 or int(t.group(3)) > 59:
         return False
-    zone = rest[t.end():]
+    zone = rest[t.end() :]
     if rest[0] == " ":
         return not zone
     return bool(_TS_ZONE.fullmatch(zone))
@@ -272,7 +287,7 @@ def _resolve_untagged(tag: str, text: str) -> tuple[str, object]:
 
 
 def _short(tag: str) -> str:
-    return "!!" + tag[len(_T):] if tag.startswith(_T) else tag
+    return "!!" + tag[len(_T) :] if tag.startswith(_T) else tag
 
 
 def resolve(tag: str, text: str) -> tuple[str, object]:
@@ -289,8 +304,7 @@ def resolve(tag: str, text: str) -> tuple[str, object]:
 
 def _go_string(data: bytes) -> str:
     """A Go string as encoding/json writes it: each byte that is not valid UTF-8 becomes U+FFFD."""
-    return "".join("\ufffd" if "\udc80" <= c <= "\udcff" else c
-                   for c in data.decode("utf-8", "surrogateescape"))
+    return "".join("\ufffd" if "\udc80" <= c <= "\udcff" else c for c in data.decode("utf-8", "surrogateescape"))
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -420,8 +434,7 @@ class LocationIndex(Mapping[str, Location]):
 
     __slots__ = ("_raw", "_lines", "_columns", "_pin")
 
-    def __init__(self, raw: Mapping[str, _Pos], lines: int = 1, columns: int = 1,
-                 pin: Location | None = None) -> None:
+    def __init__(self, raw: Mapping[str, _Pos], lines: int = 1, columns: int = 1, pin: Location | None = None) -> None:
         self._raw = raw
         self._lines = lines  # added to the 0-based line
         self._columns = columns
@@ -512,8 +525,13 @@ class _Composer:
                     return None
                 if isinstance(event, (yaml.DocumentStartEvent, yaml.DocumentEndEvent)):
                     continue
-                if isinstance(event, yaml.ScalarEvent) and event.value == "" and event.implicit[0] \
-                        and not event.tag and event.anchor is None:
+                if (
+                    isinstance(event, yaml.ScalarEvent)
+                    and event.value == ""
+                    and event.implicit[0]
+                    and not event.tag
+                    and event.anchor is None
+                ):
                     continue
                 return Location(start.line + 1, start.column + 1)
         except MigError as exc:
@@ -528,8 +546,12 @@ class _Composer:
         start = self._event()
         version = getattr(start, "version", None)
         if version is not None and tuple(version) != (1, 1):
-            raise _fail("yaml-syntax", f"not valid YAML: found incompatible YAML document (%YAML "
-                        f"{version[0]}.{version[1]}; mig-parted reads only YAML 1.1)", pos=start.start_mark)
+            raise _fail(
+                "yaml-syntax",
+                f"not valid YAML: found incompatible YAML document (%YAML "
+                f"{version[0]}.{version[1]}; mig-parted reads only YAML 1.1)",
+                pos=start.start_mark,
+            )
         tape: list[tuple] = []
         self.failed = self.draining = False
         self._recording = []
@@ -559,10 +581,8 @@ class _Composer:
                 if etype is scalar_event:
                     mark = event.start_mark
                     if depth >= max_depth:
-                        raise _fail("yaml-too-deep", f"document is nested deeper than {max_depth} levels",
-                                    pos=mark)
-                    out: tuple = (_EV_SCALAR, mark, event.value, event.tag or "",
-                                  event.implicit[0], event.style or "")
+                        raise _fail("yaml-too-deep", f"document is nested deeper than {max_depth} levels", pos=mark)
+                    out: tuple = (_EV_SCALAR, mark, event.value, event.tag or "", event.implicit[0], event.style or "")
                     if event.anchor is not None:  # a later anchor of the same name replaces it, as in go-yaml
                         anchor = anchors[event.anchor] = _Anchor(len(tape))
                         if not self.draining:
@@ -573,8 +593,7 @@ class _Composer:
                 elif etype is map_start or etype is seq_start:
                     mark = event.start_mark
                     if depth >= max_depth:
-                        raise _fail("yaml-too-deep", f"document is nested deeper than {max_depth} levels",
-                                    pos=mark)
+                        raise _fail("yaml-too-deep", f"document is nested deeper than {max_depth} levels", pos=mark)
                     out = (_EV_MAP if etype is map_start else _EV_SEQ, mark, event.tag or "")
                     if event.anchor is not None:
                         anchor = anchors[event.anchor] = _Anchor(len(tape))
@@ -595,16 +614,16 @@ class _Composer:
                     mark = event.start_mark
                     target = anchors.get(event.anchor)
                     if target is None:
-                        raise _fail("yaml-syntax", f"not valid YAML: unknown anchor '{event.anchor}' referenced",
-                                    pos=mark)
+                        raise _fail(
+                            "yaml-syntax", f"not valid YAML: unknown anchor '{event.anchor}' referenced", pos=mark
+                        )
                     out = (_EV_ALIAS, mark, event.anchor, target)
                     if recording:
                         tape.append(out)
                 elif etype is yaml.DocumentEndEvent:
                     return
                 else:  # pragma: no cover - libyaml produces no other event inside a document
-                    raise _fail("yaml-syntax", f"not valid YAML: unexpected {etype.__name__}",
-                                pos=event.start_mark)
+                    raise _fail("yaml-syntax", f"not valid YAML: unexpected {etype.__name__}", pos=event.start_mark)
                 yield out
         except yaml.YAMLError as exc:
             self.failed = True
@@ -654,11 +673,15 @@ class _Decoder:
         if self.alias_depth:
             self.alias_count += 1
         if self.alias_count > 100 and count > 1000 and self.alias_count / count > _allowed_alias_ratio(count):
-            raise _fail("yaml-syntax", "not valid YAML: document contains excessive aliasing "
-                        "(go-yaml refuses it)", pos=pos)
+            raise _fail(
+                "yaml-syntax", "not valid YAML: document contains excessive aliasing (go-yaml refuses it)", pos=pos
+            )
         if self.left < 0:
-            raise _fail("yaml-too-large", f"document expands to more than {self.max_nodes} nodes "
-                        "(aliases count each time they are used)", pos=pos)
+            raise _fail(
+                "yaml-too-large",
+                f"document expands to more than {self.max_nodes} nodes (aliases count each time they are used)",
+                pos=pos,
+            )
 
     def _enter(self, alias: tuple, path: str) -> None:
         """Start expanding an alias (go-yaml refuses an alias met again while its own value is decoded)."""
@@ -675,7 +698,7 @@ class _Decoder:
 
     def _replay(self, anchor: _Anchor) -> Next:
         end = len(self.tape) if anchor.end is None else anchor.end
-        return iter(self.tape[anchor.start:end]).__next__
+        return iter(self.tape[anchor.start : end]).__next__
 
     def scalar(self, ev: tuple, path: str) -> tuple[str, object]:
         """(resolved tag, value) of a scalar, as go-yaml decodes it into interface{}."""
@@ -697,8 +720,9 @@ class _Decoder:
             try:
                 value = _go_string(base64.b64decode(compact, validate=True))
             except ValueError:
-                raise _fail("yaml-syntax", "not valid YAML: !!binary value contains invalid base64 data",
-                            path, ev[1]) from None
+                raise _fail(
+                    "yaml-syntax", "not valid YAML: !!binary value contains invalid base64 data", path, ev[1]
+                ) from None
         return rtag, value
 
     def scalar_value(self, ev: tuple, path: str) -> object:
@@ -748,8 +772,12 @@ class _Decoder:
         else:
             self.left -= 1
         if depth > self.max_depth:
-            raise _fail("yaml-too-deep", f"document is nested deeper than {self.max_depth} levels "
-                        "(counting what aliases expand to)", path, ev[1])
+            raise _fail(
+                "yaml-too-deep",
+                f"document is nested deeper than {self.max_depth} levels (counting what aliases expand to)",
+                path,
+                ev[1],
+            )
         kind = ev[0]
         if kind == _EV_SCALAR:
             return self.scalar_value(ev, path)
@@ -814,31 +842,48 @@ class _Decoder:
             self.alias_depth -= 1
             self.slow = self.alias_depth > 0 or self.alias_count > 100
         if source[0] != _EV_SCALAR:
-            raise _fail("yaml-syntax", "not valid YAML: invalid map key: a mapping or sequence cannot be a key",
-                        path, kev[1])
+            raise _fail(
+                "yaml-syntax", "not valid YAML: invalid map key: a mapping or sequence cannot be a key", path, kev[1]
+            )
         text: str = source[2]
         if not source[3] and (not source[4] or text and text[0] not in _HINT):
             return text, text, source  # a string: quoted, or plain and no YAML 1.1 type starts this way
         rtag, value = self.scalar(source, path)
         if rtag == NULL:
-            raise _fail("yaml-syntax", "not valid YAML for mig-parted: a mapping key is null (empty or ~), "
-                        "which sigs.k8s.io/yaml cannot turn into a JSON key", path, kev[1])
+            raise _fail(
+                "yaml-syntax",
+                "not valid YAML for mig-parted: a mapping key is null (empty or ~), "
+                "which sigs.k8s.io/yaml cannot turn into a JSON key",
+                path,
+                kev[1],
+            )
         vtype = type(value)
         if vtype is bool:
             return ("b", value), "true" if value else "false", source
         if vtype is int:
             if value >= _INT64:  # type: ignore[operator]
-                raise _fail("yaml-syntax", f"not valid YAML for mig-parted: the key {text!r} is an integer beyond "
-                            "int64 (go-yaml's uint64), which sigs.k8s.io/yaml cannot turn into a JSON key",
-                            path, kev[1])
+                raise _fail(
+                    "yaml-syntax",
+                    f"not valid YAML for mig-parted: the key {text!r} is an integer beyond "
+                    "int64 (go-yaml's uint64), which sigs.k8s.io/yaml cannot turn into a JSON key",
+                    path,
+                    kev[1],
+                )
             return ("i", value), str(value), source
         if vtype is float:
             return ("f", value), float32_text(value), source  # type: ignore[arg-type]
         key = value if isinstance(value, str) else text
         return key, key, source
 
-    def mapping(self, nxt: Next, path: str, depth: int, out: dict[str, object],
-                owners: dict[str, tuple[object, bool]], merged: bool) -> None:
+    def mapping(
+        self,
+        nxt: Next,
+        path: str,
+        depth: int,
+        out: dict[str, object],
+        owners: dict[str, tuple[object, bool]],
+        merged: bool,
+    ) -> None:
         """Decode a mapping's pairs into `out` in document order; `owners` maps each JSON key of `out` to
         (Go key, set by the outer mapping itself) so collisions and merge overrides can be told."""
         seen: dict[object, tuple] = {}
@@ -853,8 +898,13 @@ class _Decoder:
             if kev[0] == _EV_SCALAR and kev[2] == "<<" and (kev[4] or kev[3] == MERGE):
                 self.merge(nxt(), nxt, path, depth - 1, out, owners)
                 continue
-            if kev[0] == _EV_SCALAR and not kev[3] and not self.slow and self.left > 0 and (
-                    not kev[4] or kev[2] and kev[2][0] not in _HINT):
+            if (
+                kev[0] == _EV_SCALAR
+                and not kev[3]
+                and not self.slow
+                and self.left > 0
+                and (not kev[4] or kev[2] and kev[2][0] not in _HINT)
+            ):
                 self.left -= 1  # a string key: what _key() would do, without the call
                 gokey = jkey = kev[2]
                 source = kev
@@ -866,17 +916,28 @@ class _Decoder:
             child = f"{path}.{part}" if path else part
             first = seen.get(gokey)
             if first is not None:
-                same = "" if first[2] == source[2] else \
-                    f" ({first[2]!r} and {source[2]!r} are the same key in YAML 1.1)"
-                raise _fail("duplicate-key", f"key {source[2]!r} appears twice in one mapping (lines "
-                            f"{first[1].line + 1} and {kev[1].line + 1}){same}; mig-parted would silently keep the "
-                            "last one", child, kev[1])
+                same = (
+                    "" if first[2] == source[2] else f" ({first[2]!r} and {source[2]!r} are the same key in YAML 1.1)"
+                )
+                raise _fail(
+                    "duplicate-key",
+                    f"key {source[2]!r} appears twice in one mapping (lines "
+                    f"{first[1].line + 1} and {kev[1].line + 1}){same}; mig-parted would silently keep the "
+                    "last one",
+                    child,
+                    kev[1],
+                )
             seen[gokey] = source
             owner = owners.get(jkey)
             if owner is not None and owner[0] != gokey:
-                raise _fail("duplicate-key", f"key {source[2]!r} and another key of this mapping both become "
-                            f"{jkey!r} as mig-parted reads them (YAML 1.1 types, then JSON keys); which of the two "
-                            "it keeps changes from run to run", child, kev[1])
+                raise _fail(
+                    "duplicate-key",
+                    f"key {source[2]!r} and another key of this mapping both become "
+                    f"{jkey!r} as mig-parted reads them (YAML 1.1 types, then JSON keys); which of the two "
+                    "it keeps changes from run to run",
+                    child,
+                    kev[1],
+                )
             if type(gokey) is tuple and source[2] != jkey:
                 self.surprises[child] = Scalar(source[2], "key", source[5])
             if merged and owner is not None and owner[1]:
@@ -902,12 +963,21 @@ class _Decoder:
                 out[jkey] = self.node(vev, nxt, child, depth)
             owners[jkey] = (gokey, not merged)
 
-    def merge(self, vev: tuple, nxt: Next, path: str, depth: int, out: dict[str, object],
-              owners: dict[str, tuple[object, bool]]) -> None:
+    def merge(
+        self,
+        vev: tuple,
+        nxt: Next,
+        path: str,
+        depth: int,
+        out: dict[str, object],
+        owners: dict[str, tuple[object, bool]],
+    ) -> None:
         """go-yaml's merge: a mapping, an alias of one, or a sequence of them (the earlier ones win)."""
+
         def want_map() -> MigError:
-            return _fail("yaml-syntax", "not valid YAML: map merge requires map or sequence of maps as the value",
-                         path, vev[1])
+            return _fail(
+                "yaml-syntax", "not valid YAML: map merge requires map or sequence of maps as the value", path, vev[1]
+            )
 
         kind = vev[0]
         if kind == _EV_MAP:
@@ -938,8 +1008,9 @@ class _Decoder:
         else:
             raise want_map()
 
-    def _merge_alias(self, alias: tuple, path: str, depth: int, out: dict[str, object],
-                     owners: dict[str, tuple[object, bool]]) -> None:
+    def _merge_alias(
+        self, alias: tuple, path: str, depth: int, out: dict[str, object], owners: dict[str, tuple[object, bool]]
+    ) -> None:
         self._tick(alias[1])
         self._enter(alias, path)
         try:
@@ -1005,9 +1076,19 @@ def _decode_document(composer: _Composer, index: int, limits: Limits, left: int)
         bad = _non_finite_path(value, "")
         if bad is not None:  # (a later duplicate or merge may have replaced every one of them)
             loc = Document(value, locations, {}, Location(1, 1)).locate(bad)
-            raise MigError([Problem(bad, "yaml-syntax", "not valid YAML for mig-parted: a float that is NaN or "
-                                    "infinite (.nan, .inf), which JSON cannot hold (json: unsupported value)",
-                                    "error", loc.line if loc else None, loc.column if loc else None)])
+            raise MigError(
+                [
+                    Problem(
+                        bad,
+                        "yaml-syntax",
+                        "not valid YAML for mig-parted: a float that is NaN or "
+                        "infinite (.nan, .inf), which JSON cannot hold (json: unsupported value)",
+                        "error",
+                        loc.line if loc else None,
+                        loc.column if loc else None,
+                    )
+                ]
+            )
     start = Location(root[1].line + 1, root[1].column + 1)
     return Document(value, locations, decoder.surprises, start, index, strings=decoder.strings), decoder.left
 

@@ -5,6 +5,7 @@
 Environment variables mig-manager users know are read as defaults: NODE_NAME, WITH_REBOOT,
 WITH_SHUTDOWN_HOST_GPU_CLIENTS, GPU_CLIENTS_FILE, DEFAULT_GPU_CLIENTS_NAMESPACE, KUBECONFIG.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -29,56 +30,117 @@ def _env_bool(name: str) -> bool:
     return os.environ.get(name, "").strip().lower() in ("1", "true", "yes", "on")
 
 
-def register(sub: argparse._SubParsersAction) -> None:  # noqa: SLF001
+def register(sub: argparse._SubParsersAction) -> None:
     a = sub.add_parser(
-        "agent", help="run the node agent: apply the node's MIG config to its GPUs",
+        "agent",
+        help="run the node agent: apply the node's MIG config to its GPUs",
         description="Watch this node's nvidia.com/mig.config label and the MIG ConfigMap; validate, pause GPU "
-                    "clients, apply the geometry as a diff at explicit placements, report "
-                    "nvidia.com/mig.config.state. See docs/agent.md.")
+        "clients, apply the geometry as a diff at explicit placements, report "
+        "nvidia.com/mig.config.state. See docs/agent.md.",
+    )
     a.add_argument("--node", default=os.environ.get("NODE_NAME"), help="this node's name (env NODE_NAME)")
     a.add_argument("--backend", choices=("nvml", "simulated"), required=True)
-    a.add_argument("--gpus", metavar="SPEC", help="simulated GPUs, index order: 8x0x233010DE or "
-                   "0x233010DE,0x20B510DE (needed when the state file does not exist yet)")
+    a.add_argument(
+        "--gpus",
+        metavar="SPEC",
+        help="simulated GPUs, index order: 8x0x233010DE or "
+        "0x233010DE,0x20B510DE (needed when the state file does not exist yet)",
+    )
     a.add_argument("--state-file", metavar="F", help=f"simulated GPUs' state (default {DEFAULT_WORK_DIR}/gpus.json)")
     a.add_argument("--faults-file", metavar="F", help="simulated fault injection (default <state-file>.faults)")
     kube_client.add_arguments(a)
-    a.add_argument("--work-dir", default=DEFAULT_WORK_DIR, metavar="D",
-                   help=f"where the agent keeps its journal (default {DEFAULT_WORK_DIR})")
+    a.add_argument(
+        "--work-dir",
+        default=DEFAULT_WORK_DIR,
+        metavar="D",
+        help=f"where the agent keeps its journal (default {DEFAULT_WORK_DIR})",
+    )
     a.add_argument("--config-map", metavar="NS/NAME", help="MIG ConfigMap (default: the ClusterPolicy's)")
     a.add_argument("--strategy", choices=("none", "single", "mixed"), help="default: the ClusterPolicy's")
-    a.add_argument("--clients-namespace", default=os.environ.get("DEFAULT_GPU_CLIENTS_NAMESPACE"), metavar="NS",
-                   help="namespace of the GPU Operator's client pods (default: the ClusterPolicy's namespace)")
-    a.add_argument("--pod-timeout", type=float, default=300.0, metavar="S",
-                   help="how long to wait for GPU client pods to leave (default 300)")
+    a.add_argument(
+        "--clients-namespace",
+        default=os.environ.get("DEFAULT_GPU_CLIENTS_NAMESPACE"),
+        metavar="NS",
+        help="namespace of the GPU Operator's client pods (default: the ClusterPolicy's namespace)",
+    )
+    a.add_argument(
+        "--pod-timeout",
+        type=float,
+        default=300.0,
+        metavar="S",
+        help="how long to wait for GPU client pods to leave (default 300)",
+    )
     a.add_argument("--retry-base", type=float, default=10.0, metavar="S", help="first retry delay (default 10)")
     a.add_argument("--retry-max", type=float, default=600.0, metavar="S", help="longest retry delay (default 600)")
-    a.add_argument("--drift-interval", type=float, default=30.0, metavar="S",
-                   help="compare the GPUs with the applied config every S seconds, and at start (default 30; "
-                        "0 turns drift checks off)")
-    a.add_argument("--drift", choices=("repair", "report"), default="repair",
-                   help="on drift (the GPUs changed out of band): repair through the apply flow, or only report "
-                        "it (state failed, migops.io/mig.drift); default repair")
-    a.add_argument("--drift-max-repairs", type=int, default=3, metavar="N",
-                   help="repairs allowed within --drift-window; drift beyond that holds repairs (state failed) "
-                        "until the window frees one (default 3)")
+    a.add_argument(
+        "--drift-interval",
+        type=float,
+        default=30.0,
+        metavar="S",
+        help="compare the GPUs with the applied config every S seconds, and at start (default 30; "
+        "0 turns drift checks off)",
+    )
+    a.add_argument(
+        "--drift",
+        choices=("repair", "report"),
+        default="repair",
+        help="on drift (the GPUs changed out of band): repair through the apply flow, or only report "
+        "it (state failed, migops.io/mig.drift); default repair",
+    )
+    a.add_argument(
+        "--drift-max-repairs",
+        type=int,
+        default=3,
+        metavar="N",
+        help="repairs allowed within --drift-window; drift beyond that holds repairs (state failed) "
+        "until the window frees one (default 3)",
+    )
     a.add_argument("--drift-window", type=float, default=600.0, metavar="S", help="(default 600)")
-    a.add_argument("--metrics-address", metavar="HOST:PORT",
-                   help="serve Prometheus metrics on GET /metrics there (e.g. :9400; default: none)")
-    a.add_argument("--with-reboot", action="store_true", default=_env_bool("WITH_REBOOT"),
-                   help="reboot the node when a MIG mode change cannot take effect otherwise (env WITH_REBOOT)")
-    a.add_argument("--host-gpu-clients", action="store_true", default=_env_bool("WITH_SHUTDOWN_HOST_GPU_CLIENTS"),
-                   help="stop the host's systemd GPU clients while reconfiguring (env WITH_SHUTDOWN_HOST_GPU_CLIENTS)")
-    a.add_argument("--gpu-clients-file", default=os.environ.get("GPU_CLIENTS_FILE"), metavar="F",
-                   help="the GPU Operator's gpu-clients file (version: v1, systemd-services: [...])")
+    a.add_argument(
+        "--metrics-address",
+        metavar="HOST:PORT",
+        help="serve Prometheus metrics on GET /metrics there (e.g. :9400; default: none)",
+    )
+    a.add_argument(
+        "--with-reboot",
+        action="store_true",
+        default=_env_bool("WITH_REBOOT"),
+        help="reboot the node when a MIG mode change cannot take effect otherwise (env WITH_REBOOT)",
+    )
+    a.add_argument(
+        "--host-gpu-clients",
+        action="store_true",
+        default=_env_bool("WITH_SHUTDOWN_HOST_GPU_CLIENTS"),
+        help="stop the host's systemd GPU clients while reconfiguring (env WITH_SHUTDOWN_HOST_GPU_CLIENTS)",
+    )
+    a.add_argument(
+        "--gpu-clients-file",
+        default=os.environ.get("GPU_CLIENTS_FILE"),
+        metavar="F",
+        help="the GPU Operator's gpu-clients file (version: v1, systemd-services: [...])",
+    )
     a.add_argument("--host-root", default="/host", metavar="DIR", help="the host's / (default /host)")
-    a.add_argument("--mode-change-settle", type=float, default=30.0, metavar="S",
-                   help="pause after stopping host clients before a MIG mode change (default 30)")
-    a.add_argument("--destroy-in-use", action="store_true",
-                   help="go ahead when instances the change removes have running processes (the driver may "
-                        "still refuse); default: refuse, before pausing anything")
+    a.add_argument(
+        "--mode-change-settle",
+        type=float,
+        default=30.0,
+        metavar="S",
+        help="pause after stopping host clients before a MIG mode change (default 30)",
+    )
+    a.add_argument(
+        "--destroy-in-use",
+        action="store_true",
+        help="go ahead when instances the change removes have running processes (the driver may "
+        "still refuse); default: refuse, before pausing anything",
+    )
     gfd = a.add_mutually_exclusive_group()
-    gfd.add_argument("--publish-gfd", dest="publish_gfd", action="store_true", default=None,
-                     help="publish GFD labels and extended resources (default with --backend simulated)")
+    gfd.add_argument(
+        "--publish-gfd",
+        dest="publish_gfd",
+        action="store_true",
+        default=None,
+        help="publish GFD labels and extended resources (default with --backend simulated)",
+    )
     gfd.add_argument("--no-publish-gfd", dest="publish_gfd", action="store_false")
     logs.add_arguments(a)
     a.set_defaults(func=cmd_agent)
@@ -99,10 +161,10 @@ def cmd_agent(args: argparse.Namespace) -> int:
     logs.from_args(args, "agent", {"node": args.node})
     from migops.agent.controller import Agent, IdentityError, Overrides, Retry, check_identity
     from migops.agent.drift import DriftOptions
-    from migops.agent.metrics import AgentMetrics, serve
     from migops.agent.flow import Options, Reconfigure
     from migops.agent.host import HostCommands, Systemd, parse_gpu_clients
     from migops.agent.kube import NodeIO
+    from migops.agent.metrics import AgentMetrics, serve
     from migops.kube.client import api_client
 
     work = Path(args.work_dir)
@@ -117,9 +179,15 @@ def cmd_agent(args: argparse.Namespace) -> int:
     host = HostCommands(args.host_root)
     systemd = Systemd(host, journal=work / "stopped-services.json") if args.host_gpu_clients else None
     publish = args.publish_gfd if args.publish_gfd is not None else args.backend == "simulated"
-    options = Options(pod_timeout=args.pod_timeout, with_reboot=args.with_reboot, host_clients=args.host_gpu_clients,
-                      host_services=services, mode_change_settle=args.mode_change_settle,
-                      destroy_in_use=args.destroy_in_use, publish_gfd=publish)
+    options = Options(
+        pod_timeout=args.pod_timeout,
+        with_reboot=args.with_reboot,
+        host_clients=args.host_gpu_clients,
+        host_services=services,
+        mode_change_settle=args.mode_change_settle,
+        destroy_in_use=args.destroy_in_use,
+        publish_gfd=publish,
+    )
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())  # until the agent exists; then agent.shutdown
@@ -137,14 +205,26 @@ def cmd_agent(args: argparse.Namespace) -> int:
         raise UsageError("--drift-interval must be >= 0 (0: off), --drift-max-repairs >= 1, --drift-window > 0")
     metrics = AgentMetrics()
     server = serve(metrics, args.metrics_address) if args.metrics_address else None
-    agent = Agent(api, args.node, backend, flow, kube, overrides=overrides,
-                  retry=Retry(args.retry_base, args.retry_max),
-                  drift=DriftOptions(args.drift_interval, args.drift, args.drift_max_repairs, args.drift_window),
-                  metrics=metrics, simulated_reboot=simulated_reboot)
+    agent = Agent(
+        api,
+        args.node,
+        backend,
+        flow,
+        kube,
+        overrides=overrides,
+        retry=Retry(args.retry_base, args.retry_max),
+        drift=DriftOptions(args.drift_interval, args.drift, args.drift_max_repairs, args.drift_window),
+        metrics=metrics,
+        simulated_reboot=simulated_reboot,
+    )
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: agent.shutdown())
-    logging.getLogger(__name__).info("agent for node %s, backend %s, GPUs %s", args.node, backend.name,
-                                     ",".join(d.device_id for d in backend.devices()))
+    logging.getLogger(__name__).info(
+        "agent for node %s, backend %s, GPUs %s",
+        args.node,
+        backend.name,
+        ",".join(d.device_id for d in backend.devices()),
+    )
     try:
         agent.run()
     finally:
@@ -164,8 +244,9 @@ def _backend(args: argparse.Namespace, work: Path):  # noqa: ANN202
 
         try:
             models = parse_gpus(args.gpus) if args.gpus else None
-            backend = SimulatedBackend(args.state_file or work / "gpus.json", models, node=args.node,
-                                       faults_file=args.faults_file)
+            backend = SimulatedBackend(
+                args.state_file or work / "gpus.json", models, node=args.node, faults_file=args.faults_file
+            )
         except (UnknownGpuError, ValueError) as exc:
             raise UsageError(str(exc)) from None
         return backend, backend.reboot

@@ -4,6 +4,7 @@
 Kubernetes manifest stream whose MIG ConfigMaps are checked (see migops.mig.sources). Every problem is
 shown at file:line:col. Exit codes: 0 valid, 1 invalid (any input), 2 usage error.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -17,10 +18,10 @@ from pathlib import Path
 
 from migops import report
 from migops.mig.catalogue import GpuModel, UnknownGpuError, catalogue, raw_catalogue
+from migops.mig.fit import NodeGpus, fit_all
 from migops.mig.problems import MigError, Problem, key_path
 from migops.mig.sources import ConfigSource, read_file
 from migops.mig.spec import MigPartedConfig, no_config_problems
-from migops.mig.fit import NodeGpus, fit_all
 from migops.mig.validate import STRATEGIES
 from migops.mig.yamlsafe import load_yaml
 from migops.outputs import document
@@ -31,45 +32,81 @@ from migops.usage import EXIT_INVALID, EXIT_OK, UsageError
 SUFFIXES = (".yaml", ".yml", ".json")
 
 
-def register(sub: argparse._SubParsersAction) -> None:  # noqa: SLF001
-    v = sub.add_parser("validate", help="check mig-parted configs: files, directories, manifest streams, stdin",
-                       description="Check mig-parted configs against the GPU catalogue: syntax (read exactly as "
-                       "mig-parted reads it) and what mig-parted skips (profiles per GPU model, counts, placement, "
-                       "device filters, coverage, MIG strategy). An input is a file, a directory (searched for "
-                       "*.yaml, *.yml, *.json) or - for stdin; a file is a bare config or a Kubernetes manifest "
-                       "stream whose MIG ConfigMaps are checked. Exit 0 valid, 1 invalid, 2 usage error.")
+def register(sub: argparse._SubParsersAction) -> None:
+    v = sub.add_parser(
+        "validate",
+        help="check mig-parted configs: files, directories, manifest streams, stdin",
+        description="Check mig-parted configs against the GPU catalogue: syntax (read exactly as "
+        "mig-parted reads it) and what mig-parted skips (profiles per GPU model, counts, placement, "
+        "device filters, coverage, MIG strategy). An input is a file, a directory (searched for "
+        "*.yaml, *.yml, *.json) or - for stdin; a file is a bare config or a Kubernetes manifest "
+        "stream whose MIG ConfigMaps are checked. Exit 0 valid, 1 invalid, 2 usage error.",
+    )
     v.add_argument("inputs", nargs="+", metavar="INPUT", help="file, directory, or - (stdin)")
-    v.add_argument("--gpu", action="append", default=[], metavar="GPU",
-                   help="a GPU of the target node, in index order (repeat for each GPU): PCI device ID such "
-                   "as 0x233010DE or GFD product such as NVIDIA-H100-80GB-HBM3")
+    v.add_argument(
+        "--gpu",
+        action="append",
+        default=[],
+        metavar="GPU",
+        help="a GPU of the target node, in index order (repeat for each GPU): PCI device ID such "
+        "as 0x233010DE or GFD product such as NVIDIA-H100-80GB-HBM3",
+    )
     v.add_argument("--strategy", choices=STRATEGIES, help="the cluster's MIG strategy (ClusterPolicy mig.strategy)")
     v.add_argument("-c", "--selected-config", dest="config", metavar="NAME", help="check only this named config")
-    v.add_argument("--skip-unrelated", action="store_true",
-                   help="skip named files that hold no MIG config (neither a Kubernetes manifest nor a file that "
-                   "mentions mig-configs), as a directory search does: for pre-commit and CI on changed files")
-    v.add_argument("-o", "--output", choices=("text", "json", "github", "gitlab", "sarif"), default="text",
-                   help="text (default), json, github (GitHub Actions annotations), gitlab (GitLab Code Quality "
-                   "report), sarif (SARIF 2.1.0)")
+    v.add_argument(
+        "--skip-unrelated",
+        action="store_true",
+        help="skip named files that hold no MIG config (neither a Kubernetes manifest nor a file that "
+        "mentions mig-configs), as a directory search does: for pre-commit and CI on changed files",
+    )
+    v.add_argument(
+        "-o",
+        "--output",
+        choices=("text", "json", "github", "gitlab", "sarif"),
+        default="text",
+        help="text (default), json, github (GitHub Actions annotations), gitlab (GitLab Code Quality "
+        "report), sarif (SARIF 2.1.0)",
+    )
     v.set_defaults(func=cmd_validate)
 
-    p = sub.add_parser("plan", help="show where each MIG instance will be placed",
-                       description="Lay out the selected config on a node with the given GPUs: an exact, "
-                       "deterministic placement (start and size in memory slices).")
+    p = sub.add_parser(
+        "plan",
+        help="show where each MIG instance will be placed",
+        description="Lay out the selected config on a node with the given GPUs: an exact, "
+        "deterministic placement (start and size in memory slices).",
+    )
     p.add_argument("file", metavar="FILE|-")
-    p.add_argument("--gpu", action="append", required=True, metavar="GPU",
-                   help="a GPU of the node, in index order (repeat for each GPU)")
-    p.add_argument("-c", "--selected-config", dest="config", metavar="NAME",
-                   help="config to lay out (required when the file holds more than one)")
+    p.add_argument(
+        "--gpu",
+        action="append",
+        required=True,
+        metavar="GPU",
+        help="a GPU of the node, in index order (repeat for each GPU)",
+    )
+    p.add_argument(
+        "-c",
+        "--selected-config",
+        dest="config",
+        metavar="NAME",
+        help="config to lay out (required when the file holds more than one)",
+    )
     p.add_argument("--strategy", choices=STRATEGIES, help="also check the MIG strategy")
     p.add_argument("-o", "--output", choices=("text", "json"), default="text")
     p.set_defaults(func=cmd_plan)
 
     g = sub.add_parser("gpus", help="list the MIG-capable GPU catalogue")
-    g.add_argument("-o", "--output", choices=("text", "wide", "json"), default="text",
-                   help="text (default: the terminal's width, profiles wrapped), wide (every column, one line "
-                   "per GPU), json")
-    g.add_argument("--probe", action="store_true",
-                   help="read this machine's GPUs through NVML (read-only) and compare them with the catalogue")
+    g.add_argument(
+        "-o",
+        "--output",
+        choices=("text", "wide", "json"),
+        default="text",
+        help="text (default: the terminal's width, profiles wrapped), wide (every column, one line per GPU), json",
+    )
+    g.add_argument(
+        "--probe",
+        action="store_true",
+        help="read this machine's GPUs through NVML (read-only) and compare them with the catalogue",
+    )
     g.set_defaults(func=cmd_gpus)
 
 
@@ -127,8 +164,9 @@ def _split_notes(config: MigPartedConfig, names: Sequence[str]) -> tuple[list[Pr
     whole: list[Problem] = []
     per: dict[str, list[Problem]] = {name: [] for name in names}
     for note in config.notes:
-        owner = next((n for n, pre in prefixes.items()
-                      if note.path == pre or note.path.startswith((pre + ".", pre + "["))), None)
+        owner = next(
+            (n for n, pre in prefixes.items() if note.path == pre or note.path.startswith((pre + ".", pre + "["))), None
+        )
         (per[owner] if owner else whole).append(note)
     return whole, per
 
@@ -138,8 +176,9 @@ def _question(node: Sequence[GpuModel]) -> NodeGpus | None:
     return NodeGpus(tuple(node), True) if node else None
 
 
-def check_source(file: str, source: ConfigSource, node: Sequence[GpuModel], strategy: str | None,
-                 selected: str | None) -> Checked:
+def check_source(
+    file: str, source: ConfigSource, node: Sequence[GpuModel], strategy: str | None, selected: str | None
+) -> Checked:
     """Validate one config source; every problem located in the file."""
     config = source.config
     if config is None:
@@ -158,8 +197,13 @@ def check_source(file: str, source: ConfigSource, node: Sequence[GpuModel], stra
     return Checked(file, source.object, source.line, True, tuple(problems + whole), placed)
 
 
-def check(inputs: Sequence[str], node: Sequence[GpuModel], strategy: str | None, selected: str | None,
-          skip_unrelated: bool = False) -> Run:
+def check(
+    inputs: Sequence[str],
+    node: Sequence[GpuModel],
+    strategy: str | None,
+    selected: str | None,
+    skip_unrelated: bool = False,
+) -> Run:
     """Read and validate every input; a file found in a directory (or named, with skip_unrelated) that is
     neither a manifest stream nor mentions mig-configs is not a MIG config and is only counted."""
     checked: list[Checked] = []
@@ -230,8 +274,12 @@ def _load_one(args: argparse.Namespace, listing: str) -> tuple[str, list[GpuMode
     (source,) = contents.sources
     if source.config is None:
         if args.output == "json":
-            emit_json(document("plan", {"source": file, "valid": False,
-                                        "problems": [p.as_dict() for p in source.problems], listing: []}))
+            emit_json(
+                document(
+                    "plan",
+                    {"source": file, "valid": False, "problems": [p.as_dict() for p in source.problems], listing: []},
+                )
+            )
         else:
             print(f"{file}: INVALID")
             _print_problems(source.problems, file)
@@ -269,8 +317,12 @@ def cmd_plan(args: argparse.Namespace) -> int:
         name, _ = config.select(args.config)
     except MigError as exc:
         if args.output == "json":
-            emit_json(document("plan", {"source": file, "valid": False,
-                                        "problems": [p.as_dict() for p in exc.problems], "gpus": []}))
+            emit_json(
+                document(
+                    "plan",
+                    {"source": file, "valid": False, "problems": [p.as_dict() for p in exc.problems], "gpus": []},
+                )
+            )
         else:
             print(f"{file}: INVALID")
             _print_problems(exc.problems, file)
@@ -327,11 +379,23 @@ def cmd_gpus(args: argparse.Namespace) -> int:
     if args.output == "json":
         raw = raw_catalogue()
         tables = raw["profile_tables"]
-        emit_json(document("gpus", {"gpus": [{**g, "profiles": tables[g["table"]]["profiles"],
-                              "compute_slices": tables[g["table"]]["compute_slices"],
-                              "memory_slices": tables[g["table"]]["memory_slices"],
-                              "inferred": sorted(set(g.get("inferred", [])) | set(tables[g["table"]]["inferred"]))}
-                             for g in raw["gpus"]]}))
+        emit_json(
+            document(
+                "gpus",
+                {
+                    "gpus": [
+                        {
+                            **g,
+                            "profiles": tables[g["table"]]["profiles"],
+                            "compute_slices": tables[g["table"]]["compute_slices"],
+                            "memory_slices": tables[g["table"]]["memory_slices"],
+                            "inferred": sorted(set(g.get("inferred", [])) | set(tables[g["table"]]["inferred"])),
+                        }
+                        for g in raw["gpus"]
+                    ]
+                },
+            )
+        )
         return EXIT_OK
     wide = args.output == "wide"
     rows: list[tuple[str, ...]] = []
@@ -345,8 +409,11 @@ def cmd_gpus(args: argparse.Namespace) -> int:
             rows.append((g.device_id, g.name, g.product or "-", g.architecture or "-", slices, profiles, inferred))
         else:
             rows.append((g.device_id, g.name, g.architecture or "-", slices, profiles))
-    header = (("DEVICE ID", "NAME", "PRODUCT", "ARCH", "C/M SLICES", "PROFILES (MAX COUNT)", "INFERRED") if wide
-              else ("DEVICE ID", "NAME", "ARCH", "C/M SLICES", "PROFILES (MAX COUNT)"))
+    header = (
+        ("DEVICE ID", "NAME", "PRODUCT", "ARCH", "C/M SLICES", "PROFILES (MAX COUNT)", "INFERRED")
+        if wide
+        else ("DEVICE ID", "NAME", "ARCH", "C/M SLICES", "PROFILES (MAX COUNT)")
+    )
     for line in table(rows, header, None if wide else shutil.get_terminal_size().columns):
         print(line)
     return EXIT_OK

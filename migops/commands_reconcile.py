@@ -5,6 +5,7 @@ Exit codes: reconcile --once: 0 applied, in sync or rolling out; 1 the commit is
 changes, 1 changes (as `kubectl diff`), 3 the commit is invalid, unverified or unreachable.
 status: 0 every MigSync Ready, 1 otherwise. 2 is a usage error everywhere.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -15,47 +16,74 @@ from pathlib import Path
 from typing import Any
 
 from migops import logs
-from migops.outputs import document
 from migops.kube import client as kube_client
+from migops.outputs import document
 from migops.usage import EXIT_INVALID, EXIT_OK, UsageError
 
 EXIT_FAILED = 3
 CLI_MANAGER = "migops-cli"  # field manager of a MigSync spec written from the command line
 
 
-def register(sub: argparse._SubParsersAction) -> None:  # noqa: SLF001
-    r = sub.add_parser("reconcile", help="sync a config repo into the cluster (MIG ConfigMap + node labels)",
-                       description="Fetch the config repo (config.yaml + nodes.yaml), validate it through the MIG "
-                       "core, and apply it: the MIG ConfigMap and nvidia.com/mig.config on each node, in waves. "
-                       "Without --repo the spec comes from the MigSync object --name.")
+def register(sub: argparse._SubParsersAction) -> None:
+    r = sub.add_parser(
+        "reconcile",
+        help="sync a config repo into the cluster (MIG ConfigMap + node labels)",
+        description="Fetch the config repo (config.yaml + nodes.yaml), validate it through the MIG "
+        "core, and apply it: the MIG ConfigMap and nvidia.com/mig.config on each node, in waves. "
+        "Without --repo the spec comes from the MigSync object --name.",
+    )
     _source_args(r)
-    r.add_argument("--once", action="store_true", help="one sync, then exit (0 applied/in sync, 1 invalid commit, 3 failed)")
+    r.add_argument(
+        "--once", action="store_true", help="one sync, then exit (0 applied/in sync, 1 invalid commit, 3 failed)"
+    )
     r.add_argument("--dry-run", action="store_true", help="print the diff (ConfigMap and node labels); write nothing")
     r.add_argument("--interval", default=None, metavar="DURATION", help="poll interval with --repo (default 60s)")
-    r.add_argument("--http-address", default=":8080", metavar="[HOST]:PORT",
-                   help="/healthz, /readyz, /metrics and POST /hook (default :8080)")
-    r.add_argument("--hook-secret-file", type=Path, metavar="FILE",
-                   help="shared secret for POST /hook (HMAC X-Hub-Signature-256 / X-Signature, or X-Gitlab-Token)")
-    r.add_argument("--no-leader-elect", dest="leader_elect", action="store_false",
-                   help="run without the Lease (only safe with one replica)")
+    r.add_argument(
+        "--http-address",
+        default=":8080",
+        metavar="[HOST]:PORT",
+        help="/healthz, /readyz, /metrics and POST /hook (default :8080)",
+    )
+    r.add_argument(
+        "--hook-secret-file",
+        type=Path,
+        metavar="FILE",
+        help="shared secret for POST /hook (HMAC X-Hub-Signature-256 / X-Signature, or X-Gitlab-Token)",
+    )
+    r.add_argument(
+        "--no-leader-elect",
+        dest="leader_elect",
+        action="store_false",
+        help="run without the Lease (only safe with one replica)",
+    )
     r.add_argument("--workers", type=int, default=8, help="parallel label writes (default 8)")
     logs.add_arguments(r)
     r.set_defaults(func=cmd_reconcile)
 
-    d = sub.add_parser("diff", help="what the config repo would change in the cluster (for pull-request checks)",
-                       description="Fetch and validate like reconcile, then print the ConfigMap and node-label "
-                       "changes, each also tried as a server-side dry run. Exit 0 no changes, 1 changes, "
-                       "3 invalid/unverified/unreachable.")
+    d = sub.add_parser(
+        "diff",
+        help="what the config repo would change in the cluster (for pull-request checks)",
+        description="Fetch and validate like reconcile, then print the ConfigMap and node-label "
+        "changes, each also tried as a server-side dry run. Exit 0 no changes, 1 changes, "
+        "3 invalid/unverified/unreachable.",
+    )
     _source_args(d)
     d.add_argument("-o", "--output", choices=("text", "json"), default="text")
     logs.add_arguments(d, default_level="warning")
-    d.add_argument("--no-server-dry-run", dest="server_dry_run", action="store_false",
-                   help="do not send the changes as server-side dry runs (needs no write permission)")
+    d.add_argument(
+        "--no-server-dry-run",
+        dest="server_dry_run",
+        action="store_false",
+        help="do not send the changes as server-side dry runs (needs no write permission)",
+    )
     d.set_defaults(func=cmd_diff)
 
-    s = sub.add_parser("status", help="MigSync status: conditions, revisions, nodes",
-                       description="Print MigSync objects as a table (-n NS, -A for all namespaces); --nodes adds "
-                       "one row per node. Exit 0 when every one shown is Ready.")
+    s = sub.add_parser(
+        "status",
+        help="MigSync status: conditions, revisions, nodes",
+        description="Print MigSync objects as a table (-n NS, -A for all namespaces); --nodes adds "
+        "one row per node. Exit 0 when every one shown is Ready.",
+    )
     s.add_argument("name", nargs="?", help="a MigSync (default: all in the namespace)")
     s.add_argument("-n", "--namespace", default="migops-system")
     s.add_argument("-A", "--all-namespaces", action="store_true")
@@ -72,10 +100,20 @@ def _source_args(p: argparse.ArgumentParser) -> None:
     kube_client.add_arguments(p)
     p.add_argument("--name", default="migops", help="the MigSync that holds the spec/status (default migops)")
     p.add_argument("-n", "--namespace", default="migops-system", help="its namespace (default migops-system)")
-    p.add_argument("--allowed-signers", type=Path, metavar="FILE",
-                   help="require commits signed by an SSH key in this OpenSSH allowed_signers file")
-    p.add_argument("--trusted-key", type=Path, action="append", default=[], metavar="FILE",
-                   help="require commits signed by this ASCII-armored OpenPGP public key (repeatable)")
+    p.add_argument(
+        "--allowed-signers",
+        type=Path,
+        metavar="FILE",
+        help="require commits signed by an SSH key in this OpenSSH allowed_signers file",
+    )
+    p.add_argument(
+        "--trusted-key",
+        type=Path,
+        action="append",
+        default=[],
+        metavar="FILE",
+        help="require commits signed by this ASCII-armored OpenPGP public key (repeatable)",
+    )
     p.add_argument("--ssh-key", type=Path, metavar="FILE", help="private key for ssh:// URLs")
     p.add_argument("--known-hosts", type=Path, metavar="FILE", help="known_hosts for ssh:// URLs")
     p.add_argument("--https-username", metavar="USER", help="with --https-password-file: basic auth")
@@ -136,9 +174,17 @@ def _reconciler(args: argparse.Namespace, *, dry_run: bool, once: bool):  # noqa
 
     spec = _spec(args)
     api = _api(args)
-    rec = Reconciler(api, name=args.name, namespace=args.namespace, spec=spec, cache_dir=args.cache_dir,
-                     auth=_auth(args), dry_run=dry_run, workers=getattr(args, "workers", 8),
-                     enforce_last_good=not once)
+    rec = Reconciler(
+        api,
+        name=args.name,
+        namespace=args.namespace,
+        spec=spec,
+        cache_dir=args.cache_dir,
+        auth=_auth(args),
+        dry_run=dry_run,
+        workers=getattr(args, "workers", 8),
+        enforce_last_good=not once,
+    )
     if spec is not None and not dry_run:
         _apply_migsync(api, args.name, args.namespace, spec)
     return rec
@@ -157,8 +203,9 @@ def _apply_migsync(api: Any, name: str, namespace: str, spec: Any) -> None:
     except ApiException as exc:
         if exc.status != 404:
             raise
-        logging.getLogger(__name__).warning("MigSync %s/%s not recorded (%s): status goes to the log only",
-                                            namespace, name, "no CRD or namespace")
+        logging.getLogger(__name__).warning(
+            "MigSync %s/%s not recorded (%s): status goes to the log only", namespace, name, "no CRD or namespace"
+        )
 
 
 def _print_result(result: Any) -> None:
@@ -216,8 +263,15 @@ def _diff(args: argparse.Namespace, *, output: str, server_dry_run: bool, exit_o
         rec.stop()
     if found is None:
         if output == "json":
-            print(json.dumps(document("diff", {"outcome": result.outcome, "message": result.message,
-                                               "problems": list(result.problems)}), indent=2))
+            print(
+                json.dumps(
+                    document(
+                        "diff",
+                        {"outcome": result.outcome, "message": result.message, "problems": list(result.problems)},
+                    ),
+                    indent=2,
+                )
+            )
         else:
             _print_result(result)
         return EXIT_FAILED
@@ -261,18 +315,42 @@ def cmd_status(args: argparse.Namespace) -> int:
     finally:
         api.close()
     if args.output == "json":
-        print(json.dumps(document("status", {"items": [
-            {"name": i["metadata"]["name"], "namespace": i["metadata"]["namespace"], "spec": i.get("spec"),
-             "status": i.get("status")} for i in items]}), indent=2))
+        print(
+            json.dumps(
+                document(
+                    "status",
+                    {
+                        "items": [
+                            {
+                                "name": i["metadata"]["name"],
+                                "namespace": i["metadata"]["namespace"],
+                                "spec": i.get("spec"),
+                                "status": i.get("status"),
+                            }
+                            for i in items
+                        ]
+                    },
+                ),
+                indent=2,
+            )
+        )
     else:
         rows = []
         for i in items:
             s = i.get("status") or {}
             ready = _condition(s, "Ready")
-            rows.append([i["metadata"]["namespace"], i["metadata"]["name"], ready.get("status", "Unknown"),
-                         ready.get("reason", "-"), (s.get("summary") or {}).get("inSync", "-"),
-                         (s.get("lastAppliedRevision") or "-")[:12], (s.get("lastAttemptedRevision") or "-")[:12],
-                         ready.get("message", "")])
+            rows.append(
+                [
+                    i["metadata"]["namespace"],
+                    i["metadata"]["name"],
+                    ready.get("status", "Unknown"),
+                    ready.get("reason", "-"),
+                    (s.get("summary") or {}).get("inSync", "-"),
+                    (s.get("lastAppliedRevision") or "-")[:12],
+                    (s.get("lastAttemptedRevision") or "-")[:12],
+                    ready.get("message", ""),
+                ]
+            )
         for line in table(rows, ["NAMESPACE", "NAME", "READY", "REASON", "NODES", "APPLIED", "ATTEMPTED", "MESSAGE"]):
             print(line)
         for i in items:
@@ -280,10 +358,17 @@ def cmd_status(args: argparse.Namespace) -> int:
             for problem in s.get("problems") or ():
                 print(f"  {i['metadata']['name']}: {problem}")
             if args.nodes:
-                rows = [[n.get("name", ""), n.get("config", "-"), n.get("phase", "-"), n.get("state", "-"),
-                         (n.get("revision") or "-")[:12],
-                         _with_drift(n.get("message", ""), drift.get(n.get("name", "")))]
-                        for n in s.get("nodes") or ()]
+                rows = [
+                    [
+                        n.get("name", ""),
+                        n.get("config", "-"),
+                        n.get("phase", "-"),
+                        n.get("state", "-"),
+                        (n.get("revision") or "-")[:12],
+                        _with_drift(n.get("message", ""), drift.get(n.get("name", ""))),
+                    ]
+                    for n in s.get("nodes") or ()
+                ]
                 print()
                 print(f"{i['metadata']['name']}: {(s.get('summary') or {}).get('inSync', '0/0')} nodes in sync")
                 for line in table(rows, ["NODE", "CONFIG", "PHASE", "STATE", "REVISION", "MESSAGE"]):
@@ -303,8 +388,11 @@ def _node_drift(api: Any) -> dict[str, str]:
         nodes = k8s.CoreV1Api(api).list_node().items
     except ApiException:
         return {}  # the MigSync table still prints; only the drift notes are missing
-    return {n.metadata.name: (n.metadata.annotations or {})[DRIFT_ANNOTATION] for n in nodes
-            if DRIFT_ANNOTATION in (n.metadata.annotations or {})}
+    return {
+        n.metadata.name: (n.metadata.annotations or {})[DRIFT_ANNOTATION]
+        for n in nodes
+        if DRIFT_ANNOTATION in (n.metadata.annotations or {})
+    }
 
 
 def _with_drift(message: str, drift: str | None) -> str:

@@ -14,6 +14,7 @@ calls), and the faults injected into the agent's driver (`op_delay`, `nvml_error
 them; processes (`in_use`) do. `--node` names a node of `migops local` (its state file under
 $MIGOPS_HOME/local/agents/).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -23,10 +24,13 @@ from pathlib import Path
 from migops.usage import EXIT_INVALID, EXIT_OK, UsageError
 
 
-def register(sub: argparse._SubParsersAction) -> None:  # noqa: SLF001
-    s = sub.add_parser("sim", help="change simulated GPUs out of band (as nvidia-smi mig would)",
-                       description="Read or change a simulated agent's GPUs behind its back, to see the agent "
-                                   "detect and repair the drift. See docs/agent.md.")
+def register(sub: argparse._SubParsersAction) -> None:
+    s = sub.add_parser(
+        "sim",
+        help="change simulated GPUs out of band (as nvidia-smi mig would)",
+        description="Read or change a simulated agent's GPUs behind its back, to see the agent "
+        "detect and repair the drift. See docs/agent.md.",
+    )
     actions = s.add_subparsers(dest="action", metavar="ACTION", required=True)
 
     def action(name: str, help_text: str, gpu: bool = True) -> argparse.ArgumentParser:
@@ -49,8 +53,9 @@ def register(sub: argparse._SubParsersAction) -> None:  # noqa: SLF001
     c.add_argument("--profile", required=True, metavar="P", help="GI profile, e.g. 1g.10gb")
     c.add_argument("--start", type=int, metavar="S", help="placement start (default: the first free one)")
     cis = c.add_mutually_exclusive_group()
-    cis.add_argument("--ci", type=int, action="append", metavar="SLICES", help="a compute instance of this size "
-                     "(repeatable)")
+    cis.add_argument(
+        "--ci", type=int, action="append", metavar="SLICES", help="a compute instance of this size (repeatable)"
+    )
     cis.add_argument("--no-ci", action="store_true", help="no compute instance")
     m = action("mig-mode", "switch MIG mode: destroys the GPU's instances, sets the mode, resets the GPU")
     m.add_argument("mode", choices=("on", "off"))
@@ -65,8 +70,10 @@ def state_path(args: argparse.Namespace) -> Path:
 
     path = agents.agent_dir(state.local_dir(state.migops_home()), args.node) / "gpus.json"
     if not path.exists():
-        raise UsageError(f"--node {args.node}: no simulated GPUs at {path} (is `migops local up` running, "
-                         "and is that one of its nodes?)")
+        raise UsageError(
+            f"--node {args.node}: no simulated GPUs at {path} (is `migops local up` running, "
+            "and is that one of its nodes?)"
+        )
     return path
 
 
@@ -112,8 +119,10 @@ def _change(sim, args: argparse.Namespace) -> None:  # noqa: ANN001
     elif args.action == "create-gi":
         profile = gi_profile(sim.model(gpu), args.profile)
         if profile is None:
-            raise UsageError(f"--profile {args.profile}: {sim.model(gpu).name} has no such GPU-instance profile "
-                             f"({', '.join(p.name for p in sim.model(gpu).profiles)})")
+            raise UsageError(
+                f"--profile {args.profile}: {sim.model(gpu).name} has no such GPU-instance profile "
+                f"({', '.join(p.name for p in sim.model(gpu).profiles)})"
+            )
         starts = [args.start] if args.start is not None else list(profile.starts)
         gi = None
         for start in starts:
@@ -124,8 +133,9 @@ def _change(sim, args: argparse.Namespace) -> None:  # noqa: ANN001
                 if args.start is not None or exc.code != "INSUFFICIENT_RESOURCES":
                     raise
         if gi is None:
-            raise GpuError("create_gpu_instance", gpu, "INSUFFICIENT_RESOURCES",
-                           f"no free placement for {profile.name}")
+            raise GpuError(
+                "create_gpu_instance", gpu, "INSUFFICIENT_RESOURCES", f"no free placement for {profile.name}"
+            )
         sizes = [] if args.no_ci else (args.ci or [profile.compute_slices])
         for slices in sizes:
             sim.create_compute_instance(gpu, gi, slices)
@@ -151,7 +161,10 @@ def describe(sim, only: int | None = None) -> list[str]:  # noqa: ANN001
         mode = "MIG on" if s.mig_enabled else "MIG off"
         if s.mode_pending:
             mode += f" (pending {'on' if s.mig_pending else 'off'})"
-        insts = ", ".join(f"{i.profile}@{i.start}[{'+'.join(str(c) for c in i.composition) or '-'}]"
-                          + (f" pids {','.join(map(str, i.pids))}" if i.pids else "") for i in s.instances)
+        insts = ", ".join(
+            f"{i.profile}@{i.start}[{'+'.join(str(c) for c in i.composition) or '-'}]"
+            + (f" pids {','.join(map(str, i.pids))}" if i.pids else "")
+            for i in s.instances
+        )
         lines.append(f"GPU {d.index}  {sim.model(d.index).name}  {mode}  {insts or 'no instances'}")
     return lines

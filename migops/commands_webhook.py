@@ -1,4 +1,5 @@
 """`migops webhook` (serve the admission webhook) and `migops certs generate|rotate|show`."""
+
 from __future__ import annotations
 
 import argparse
@@ -21,53 +22,98 @@ if TYPE_CHECKING:
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    w = sub.add_parser("webhook", help="serve the validating + mutating admission webhook (TLS)",
-                       description="Serve POST /validate and /mutate (AdmissionReview v1), /healthz, /readyz and "
-                       "/metrics with gunicorn (gthread workers, keep-alive) over TLS. Cluster state comes from "
-                       "watches on the API server named by --kubeconfig and --context (found as kubectl finds it).")
-    w.add_argument("--tls-cert", required=True, metavar="FILE", help="serving certificate (PEM); re-read for each "
-                   "new connection, so a rotated file is used without a restart")
+    w = sub.add_parser(
+        "webhook",
+        help="serve the validating + mutating admission webhook (TLS)",
+        description="Serve POST /validate and /mutate (AdmissionReview v1), /healthz, /readyz and "
+        "/metrics with gunicorn (gthread workers, keep-alive) over TLS. Cluster state comes from "
+        "watches on the API server named by --kubeconfig and --context (found as kubectl finds it).",
+    )
+    w.add_argument(
+        "--tls-cert",
+        required=True,
+        metavar="FILE",
+        help="serving certificate (PEM); re-read for each new connection, so a rotated file is used without a restart",
+    )
     w.add_argument("--tls-key", required=True, metavar="FILE", help="its private key (may be the same file)")
     w.add_argument("--port", type=int, default=8443, metavar="N", help="port (default 8443)")
     w.add_argument("--bind-address", default="0.0.0.0", metavar="ADDR", help="address (default 0.0.0.0)")
     kube_client.add_arguments(w)
     w.add_argument("--workers", type=int, default=1, metavar="N", help="worker processes (default 1)")
-    w.add_argument("--threads", type=int, default=16, metavar="N", help="threads per worker (default 16: at least the connections the API server keeps open)")
+    w.add_argument(
+        "--threads",
+        type=int,
+        default=16,
+        metavar="N",
+        help="threads per worker (default 16: at least the connections the API server keeps open)",
+    )
     logs.add_arguments(w)
-    w.add_argument("--reconciler-user", action="append", default=None, metavar="USER",
-                   help="the reconciler's identity (repeatable): the only one allowed to change nvidia.com/mig.config "
-                   "on a node a MigSync manages (default system:serviceaccount:migops-system:migops-reconciler)")
+    w.add_argument(
+        "--reconciler-user",
+        action="append",
+        default=None,
+        metavar="USER",
+        help="the reconciler's identity (repeatable): the only one allowed to change nvidia.com/mig.config "
+        "on a node a MigSync manages (default system:serviceaccount:migops-system:migops-reconciler)",
+    )
     w.set_defaults(func=cmd_webhook)
 
-    c = sub.add_parser("certs", help="the webhook's CA and serving certificate",
-                       description="Create, rotate and show the webhook's certificates, in a directory or a "
-                       "Kubernetes Secret, and publish the CA bundle into its webhook configurations.")
+    c = sub.add_parser(
+        "certs",
+        help="the webhook's CA and serving certificate",
+        description="Create, rotate and show the webhook's certificates, in a directory or a "
+        "Kubernetes Secret, and publish the CA bundle into its webhook configurations.",
+    )
     cmds = c.add_subparsers(dest="certs_command", metavar="SUBCOMMAND", required=True)
-    for name, helptext in (("generate", "create a CA and serving certificate (or renew them if due); publish nothing"),
-                           ("rotate", "renew what is due, publish the CA bundle (old + new CA while switching)"),
-                           ("show", "print the CA bundle and serving certificate: subjects, SANs, expiry")):
+    for name, helptext in (
+        ("generate", "create a CA and serving certificate (or renew them if due); publish nothing"),
+        ("rotate", "renew what is due, publish the CA bundle (old + new CA while switching)"),
+        ("show", "print the CA bundle and serving certificate: subjects, SANs, expiry"),
+    ):
         p = cmds.add_parser(name, help=helptext, description=helptext)
         where = p.add_mutually_exclusive_group(required=True)
-        where.add_argument("--dir", type=Path, metavar="DIR", help="a directory (ca.crt, ca.key, ca-bundle.crt, "
-                           "tls.pem = key + certificate, tls.crt, tls.key)")
+        where.add_argument(
+            "--dir",
+            type=Path,
+            metavar="DIR",
+            help="a directory (ca.crt, ca.key, ca-bundle.crt, tls.pem = key + certificate, tls.crt, tls.key)",
+        )
         where.add_argument("--secret", metavar="NAMESPACE/NAME", help="a kubernetes.io/tls Secret")
         kube_client.add_arguments(p)
         if name == "show":
             p.set_defaults(func=cmd_certs_show)
             continue
-        p.add_argument("--service", default="migops-webhook", help="Service name for the DNS SANs (default migops-webhook)")
+        p.add_argument(
+            "--service", default="migops-webhook", help="Service name for the DNS SANs (default migops-webhook)"
+        )
         p.add_argument("--namespace", default="migops-system", help="its namespace (default migops-system)")
         p.add_argument("--dns", action="append", default=[], metavar="NAME", help="another DNS SAN (repeatable)")
-        p.add_argument("--ip", action="append", default=None, metavar="IP",
-                       help="an IP SAN (repeatable; default 127.0.0.1)")
-        p.add_argument("--renew-before", type=float, default=30.0, metavar="DAYS",
-                       help="renew what expires within this many days (default 30)")
+        p.add_argument(
+            "--ip", action="append", default=None, metavar="IP", help="an IP SAN (repeatable; default 127.0.0.1)"
+        )
+        p.add_argument(
+            "--renew-before",
+            type=float,
+            default=30.0,
+            metavar="DAYS",
+            help="renew what expires within this many days (default 30)",
+        )
         p.add_argument("--force", action="store_true", help="renew the CA and serving certificate now")
         if name == "rotate":
-            p.add_argument("--webhook-configuration", action="append", default=None, metavar="NAME",
-                           help="configuration(s) to write the caBundle into (default migops-webhook)")
-            p.add_argument("--settle", type=float, default=10.0, metavar="SECONDS",
-                           help="after publishing a new CA, wait this long before serving from it (default 10)")
+            p.add_argument(
+                "--webhook-configuration",
+                action="append",
+                default=None,
+                metavar="NAME",
+                help="configuration(s) to write the caBundle into (default migops-webhook)",
+            )
+            p.add_argument(
+                "--settle",
+                type=float,
+                default=10.0,
+                metavar="SECONDS",
+                help="after publishing a new CA, wait this long before serving from it (default 10)",
+            )
         p.set_defaults(func=cmd_certs_rotate if name == "rotate" else cmd_certs_generate)
 
 
@@ -77,9 +123,16 @@ def cmd_webhook(args: argparse.Namespace) -> int:
     server.prepare_metrics_dir(args.workers)  # before anything imports prometheus_client
     if args.workers < 1 or args.threads < 1:
         raise UsageError("--workers and --threads must be at least 1")
-    options = server.gunicorn_options(tls_cert=args.tls_cert, tls_key=args.tls_key, bind=args.bind_address,
-                                      port=args.port, workers=args.workers, threads=args.threads,
-                                      log_level=args.log_level, log_format=args.log_format)
+    options = server.gunicorn_options(
+        tls_cert=args.tls_cert,
+        tls_key=args.tls_key,
+        bind=args.bind_address,
+        port=args.port,
+        workers=args.workers,
+        threads=args.threads,
+        log_level=args.log_level,
+        log_format=args.log_format,
+    )
     try:
         server.serve(options, server.app_from_kubeconfig(args.kubeconfig, args.context, args.reconciler_user or ()))
     except FileNotFoundError as exc:
@@ -114,9 +167,15 @@ def _rotate(args: argparse.Namespace, publish: Callable[[bytes], None]) -> int:
     ips = args.ip if args.ip is not None else ["127.0.0.1"]
     dns = service_dns_names(args.service, args.namespace) + args.dns
     settle = getattr(args, "settle", 0.0)
-    result = rotate(_store(args), dns_names=dns, ip_addresses=ips, publish=publish,
-                    settle=lambda: time.sleep(settle), renew_before=dt.timedelta(days=args.renew_before),
-                    force=args.force)
+    result = rotate(
+        _store(args),
+        dns_names=dns,
+        ip_addresses=ips,
+        publish=publish,
+        settle=lambda: time.sleep(settle),
+        renew_before=dt.timedelta(days=args.renew_before),
+        force=args.force,
+    )
     for step in result.steps or ["nothing due"]:
         print(f"migops certs: {step}")
     return EXIT_OK

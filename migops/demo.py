@@ -17,6 +17,7 @@ following a config repo (examples/config-repo, committed to a throwaway git repo
 Everything is torn down at the end; `KEEP=1 make demo` leaves it running for exploring.
 Exit status 0 when every step behaved as described, 1 otherwise.
 """
+
 from __future__ import annotations
 
 import json
@@ -128,8 +129,12 @@ class Rollout:
         if name not in self.desired:
             return
         label, st = labels.get(MIG_CONFIG_LABEL), labels.get(MIG_CONFIG_STATE_LABEL)
-        done = (label == self.desired[name] and st == "success" and notes.get(APPLIED_ANNOTATION) == label
-                and notes.get(DIGEST_ANNOTATION) == self.digest(label))
+        done = (
+            label == self.desired[name]
+            and st == "success"
+            and notes.get(APPLIED_ANNOTATION) == label
+            and notes.get(DIGEST_ANNOTATION) == self.digest(label)
+        )
         with self.lock:
             if self.last.get(name) == (label, st, done):
                 return
@@ -142,10 +147,17 @@ class Rollout:
                 self.busy.discard(name)
             self.busiest = max(self.busiest, len(self.busy))
             if label == self.desired[name]:
-                shown = ("success (applied)" if done else
-                         "success (still the previous geometry: the agent has not started)" if st == "success" else st)
-                self.c.say(f"  [{time.monotonic() - self.began:4.1f}s] {name}: {MIG_CONFIG_LABEL}={label}  "
-                           f"{MIG_CONFIG_STATE_LABEL}={shown}   reconfiguring now: {len(self.busy)}")
+                shown = (
+                    "success (applied)"
+                    if done
+                    else "success (still the previous geometry: the agent has not started)"
+                    if st == "success"
+                    else st
+                )
+                self.c.say(
+                    f"  [{time.monotonic() - self.began:4.1f}s] {name}: {MIG_CONFIG_LABEL}={label}  "
+                    f"{MIG_CONFIG_STATE_LABEL}={shown}   reconfiguring now: {len(self.busy)}"
+                )
 
     def finished(self) -> bool:
         with self.lock:
@@ -165,11 +177,17 @@ class Demo:
     def core(self) -> k8s.CoreV1Api:
         return k8s.CoreV1Api(self.api)
 
-    def run(self, argv: Sequence[str], *, expect: int | None = 0, show: str | None = None) -> subprocess.CompletedProcess[str]:
+    def run(
+        self, argv: Sequence[str], *, expect: int | None = 0, show: str | None = None
+    ) -> subprocess.CompletedProcess[str]:
         """Run a command as a person would type it (kubectl, migops, git), show it and its output."""
         assert self.local is not None
-        env = {**os.environ, "KUBECONFIG": self.local.kubeconfig, "MIGOPS_HOME": str(self.home),
-               "PATH": f"{self.local.bin_dir}:{Path(sys.executable).parent}:{os.environ.get('PATH', '')}"}
+        env = {
+            **os.environ,
+            "KUBECONFIG": self.local.kubeconfig,
+            "MIGOPS_HOME": str(self.home),
+            "PATH": f"{self.local.bin_dir}:{Path(sys.executable).parent}:{os.environ.get('PATH', '')}",
+        }
         self.c.say(f"$ {show or shlex.join(argv)}")
         done = subprocess.run(list(argv), env=env, capture_output=True, text=True, timeout=120, check=False)
         for line in (done.stdout + done.stderr).rstrip().splitlines():
@@ -180,8 +198,21 @@ class Demo:
 
     def git(self, *args: str) -> str:
         """git in the config repo, with an identity of its own (works without a global git config)."""
-        out = subprocess.run(["git", "-c", "user.name=Platform Team", "-c", "user.email=platform@example.com",
-                              "-C", str(self.repo), *args], capture_output=True, text=True, check=True)
+        out = subprocess.run(
+            [
+                "git",
+                "-c",
+                "user.name=Platform Team",
+                "-c",
+                "user.email=platform@example.com",
+                "-C",
+                str(self.repo),
+                *args,
+            ],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
         return out.stdout.strip()
 
     def commit(self, message: str, files: dict[str, str]) -> str:
@@ -193,7 +224,9 @@ class Demo:
         self.c.say(f"$ git commit -m {shlex.quote(message)}      # {sha[:12]}")
         # What a git host's push webhook does: the reconciler syncs at once instead of at its next poll.
         assert self.local is not None and self.local.reconciler_url
-        local_reconciler.notify(self.local.reconciler_url, local_reconciler.hook_secret_file(Path(self.local.workdir)), sha)
+        local_reconciler.notify(
+            self.local.reconciler_url, local_reconciler.hook_secret_file(Path(self.local.workdir)), sha
+        )
         self.c.say("  (push webhook sent to the reconciler's POST /hook, signed with X-Hub-Signature-256)")
         return sha
 
@@ -213,8 +246,12 @@ class Demo:
         for node in self.nodes():
             labels, notes = node.metadata.labels or {}, node.metadata.annotations or {}
             want = desired[node.metadata.name]
-            if (labels.get(MIG_CONFIG_LABEL) != want or labels.get(MIG_CONFIG_STATE_LABEL) != "success"
-                    or notes.get(APPLIED_ANNOTATION) != want or notes.get(DIGEST_ANNOTATION) != config.digest(want)):
+            if (
+                labels.get(MIG_CONFIG_LABEL) != want
+                or labels.get(MIG_CONFIG_STATE_LABEL) != "success"
+                or notes.get(APPLIED_ANNOTATION) != want
+                or notes.get(DIGEST_ANNOTATION) != config.digest(want)
+            ):
                 return False
         return True
 
@@ -238,8 +275,14 @@ class Demo:
         self.c.say("Starting a local GPU cluster: etcd, kube-apiserver, kube-scheduler, the migops webhook,")
         self.c.say("one migops agent per node (simulated GPUs), the migops reconciler on the config repo.")
         cat = catalogue()
-        options = stack.Options(nodes=3, gpus=[cat.resolve(H100), cat.resolve(H100), cat.resolve(A100)],
-                                gpus_per_node=2, strategy="mixed", repo=str(self.repo), interval="5s")
+        options = stack.Options(
+            nodes=3,
+            gpus=[cat.resolve(H100), cat.resolve(H100), cat.resolve(A100)],
+            gpus_per_node=2,
+            strategy="mixed",
+            repo=str(self.repo),
+            interval="5s",
+        )
         started = stack.up(self.home, options, progress=lambda line: self.c.ok(line))
         self.local = started.state
         self.api = _client(self.local.kubeconfig)
@@ -260,8 +303,10 @@ class Demo:
         for key, value in shown.items():
             self.c.say(f'  "{key}": "{value}"')
         for node in ("gpu-node-1", "gpu-node-3"):
-            self.run(["kubectl", "get", "node", node, "-o", "jsonpath={.status.allocatable}"],
-                     show=f"kubectl get node {node} -o jsonpath='{{.status.allocatable}}'")
+            self.run(
+                ["kubectl", "get", "node", node, "-o", "jsonpath={.status.allocatable}"],
+                show=f"kubectl get node {node} -o jsonpath='{{.status.allocatable}}'",
+            )
         self.c.ok("initial sync: every node success, labels and allocatable MIG resources published")
 
     def bad_commit(self) -> None:
@@ -269,13 +314,22 @@ class Demo:
         config = (self.repo / "config.yaml").read_text() + (
             "\n  # 4 x 1g (4 slices) + 2 x 2g (4) + 1 x 3g (4): 12 of the H100's 8 memory slices.\n"
             "  h100-dense:\n    - devices: all\n      mig-enabled: true\n      mig-devices:\n"
-            '        "1g.10gb": 4\n        "2g.20gb": 2\n        "3g.40gb": 1\n')
-        nodes = (self.repo / "nodes.yaml").read_text().replace(
-            "matchLabels: {nvidia.com/gpu.product: NVIDIA-H100-80GB-HBM3}\n    config: all-balanced",
-            "matchLabels: {nvidia.com/gpu.product: NVIDIA-H100-80GB-HBM3}\n    config: h100-dense")
+            '        "1g.10gb": 4\n        "2g.20gb": 2\n        "3g.40gb": 1\n'
+        )
+        nodes = (
+            (self.repo / "nodes.yaml")
+            .read_text()
+            .replace(
+                "matchLabels: {nvidia.com/gpu.product: NVIDIA-H100-80GB-HBM3}\n    config: all-balanced",
+                "matchLabels: {nvidia.com/gpu.product: NVIDIA-H100-80GB-HBM3}\n    config: h100-dense",
+            )
+        )
         sha = self.commit("H100 nodes: pack in more instances", {"config.yaml": config, "nodes.yaml": nodes})
-        self.c.wait("the reconciler to judge the commit",
-                    lambda: (self.migsync().get("status") or {}).get("lastAttemptedRevision") == sha, 60)
+        self.c.wait(
+            "the reconciler to judge the commit",
+            lambda: (self.migsync().get("status") or {}).get("lastAttemptedRevision") == sha,
+            60,
+        )
         self.run(["migops", "status"], expect=1)
         status = self.migsync().get("status") or {}
         if not status.get("problems") or status.get("lastAppliedRevision") == sha:
@@ -283,24 +337,44 @@ class Demo:
         after = {n.metadata.name: (n.metadata.labels or {}).get(MIG_CONFIG_LABEL) for n in self.nodes()}
         if after != before:
             raise DemoFailed(f"labels changed after a refused commit: {before} -> {after}")
-        self.c.ok(f"commit {sha[:12]} not applied: the cluster keeps {status.get('lastAppliedRevision', '')[:12]}; "
-                  "no node, label or GPU was touched")
+        self.c.ok(
+            f"commit {sha[:12]} not applied: the cluster keeps {status.get('lastAppliedRevision', '')[:12]}; "
+            "no node, label or GPU was touched"
+        )
 
     def admission(self) -> None:
         bad = self.repo.parent / "bad-mig-configmap.yaml"
-        text = (CONFIG_REPO / "config.yaml").read_text().replace('"3g.40gb": 1\n\n  # Inference', '"4g.20gb": 1\n\n  # Inference')
+        text = (
+            (CONFIG_REPO / "config.yaml")
+            .read_text()
+            .replace('"3g.40gb": 1\n\n  # Inference', '"4g.20gb": 1\n\n  # Inference')
+        )
         if "4g.20gb" not in text:
             raise DemoFailed("examples/config-repo/config.yaml changed; the demo's hand edit no longer applies")
-        bad.write_text(json.dumps({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {
-            "name": "default-mig-parted-config", "namespace": "gpu-operator"}, "data": {"config.yaml": text}}, indent=2))
+        bad.write_text(
+            json.dumps(
+                {
+                    "apiVersion": "v1",
+                    "kind": "ConfigMap",
+                    "metadata": {"name": "default-mig-parted-config", "namespace": "gpu-operator"},
+                    "data": {"config.yaml": text},
+                },
+                indent=2,
+            )
+        )
         self.c.say("A hand edit of the MIG ConfigMap: all-balanced on H100 asks for 4g.20gb, an A100 40GB profile")
         self.c.say("(the mistake in NVIDIA/gpu-operator #262). The webhook refuses it before any node sees it:")
-        done = self.run(["kubectl", "apply", "--server-side", "--force-conflicts", "-f", str(bad)], expect=1,
-                        show=f"kubectl apply --server-side --force-conflicts -f {bad.name}")
+        done = self.run(
+            ["kubectl", "apply", "--server-side", "--force-conflicts", "-f", str(bad)],
+            expect=1,
+            show=f"kubectl apply --server-side --force-conflicts -f {bad.name}",
+        )
         if "denied" not in done.stderr:
             raise DemoFailed("the bad ConfigMap was not denied at admission")
         self.c.say("\nA node labelled with a config the ConfigMap does not have:")
-        done = self.run(["kubectl", "label", "node", "gpu-node-1", f"{MIG_CONFIG_LABEL}=all-1g.10gb", "--overwrite"], expect=1)
+        done = self.run(
+            ["kubectl", "label", "node", "gpu-node-1", f"{MIG_CONFIG_LABEL}=all-1g.10gb", "--overwrite"], expect=1
+        )
         if "denied" not in done.stderr:
             raise DemoFailed("the label naming a missing config was not denied")
         self.c.ok("both denied at admission, with the reason; nothing reached a node")
@@ -309,8 +383,12 @@ class Demo:
         self.git("revert", "--no-edit", "HEAD")
         self.c.say("$ git revert --no-edit HEAD")
         nodes = (self.repo / "nodes.yaml").read_text()
-        nodes = nodes.replace("NVIDIA-H100-80GB-HBM3}\n    config: all-balanced", "NVIDIA-H100-80GB-HBM3}\n    config: h100-inference")
-        nodes = nodes.replace("NVIDIA-A100-SXM4-40GB}\n    config: all-balanced", "NVIDIA-A100-SXM4-40GB}\n    config: a100-training")
+        nodes = nodes.replace(
+            "NVIDIA-H100-80GB-HBM3}\n    config: all-balanced", "NVIDIA-H100-80GB-HBM3}\n    config: h100-inference"
+        )
+        nodes = nodes.replace(
+            "NVIDIA-A100-SXM4-40GB}\n    config: all-balanced", "NVIDIA-A100-SXM4-40GB}\n    config: a100-training"
+        )
         desired = {"gpu-node-1": "h100-inference", "gpu-node-2": "h100-inference", "gpu-node-3": "a100-training"}
         parsed = parse_config((self.repo / "config.yaml").read_text())
         rollout = Rollout(desired, parsed.digest, self.c)
@@ -323,8 +401,10 @@ class Demo:
         if rollout.busiest > 1:
             raise DemoFailed(f"{rollout.busiest} nodes reconfigured at once; maxUnavailable is 1")
         self.run(["migops", "status", "--nodes"])
-        self.c.ok(f"rolled out in {rollout.waves} waves, at most {rollout.busiest} node reconfiguring at a time "
-                  "(maxUnavailable 1); every agent reported success")
+        self.c.ok(
+            f"rolled out in {rollout.waves} waves, at most {rollout.busiest} node reconfiguring at a time "
+            "(maxUnavailable 1); every agent reported success"
+        )
 
     def out_of_band(self) -> None:
         node = "gpu-node-1"
@@ -345,8 +425,9 @@ class Demo:
         with Informer(self.core.list_node, handler=watch, watch_timeout=60) as informer:
             informer.wait_synced(30)
             self.run(["migops", "sim", "destroy-gi", "--node", node, "--gpu", "0", "--start", str(victim["start"])])
-            self.c.wait(f"the agent on {node} to notice (it compares every {local_agents.DRIFT_INTERVAL:g}s)",
-                        lambda: seen, 30)
+            self.c.wait(
+                f"the agent on {node} to notice (it compares every {local_agents.DRIFT_INTERVAL:g}s)", lambda: seen, 30
+            )
             detected = time.monotonic() - began
             drift, alloc = seen[0]
             self.c.say(f"  {DRIFT_ANNOTATION}: {drift}")
@@ -356,19 +437,23 @@ class Demo:
                 n = self.core.read_node(node)
                 notes, labels = n.metadata.annotations or {}, n.metadata.labels or {}
                 return DRIFT_ANNOTATION not in notes and labels.get(MIG_CONFIG_STATE_LABEL) == "success"
+
             self.c.wait("the repair", repaired, 60)
         took = time.monotonic() - began
         events = self.core.list_namespaced_event("default", field_selector=f"involvedObject.name={node}").items
-        events = sorted((e for e in events if e.reason in ("MigDriftDetected", "MigDriftRepaired")),
-                        key=lambda e: e.event_time)
+        events = sorted(
+            (e for e in events if e.reason in ("MigDriftDetected", "MigDriftRepaired")), key=lambda e: e.event_time
+        )
         for e in events[-2:]:
             self.c.say(f"  Event {e.type} {e.reason}: {e.message}")
         self.run(["migops", "sim", "show", "--node", node])
         gpus = json.loads((local_agents.agent_dir(Path(self.local.workdir), node) / "gpus.json").read_text())["gpus"]
         if not any(i["start"] == victim["start"] for i in gpus[0]["instances"]):
             raise DemoFailed("the removed GPU instance was not recreated")
-        self.c.ok(f"drift seen after {detected:.1f}s, repaired after {took:.1f}s through the same safe flow as an "
-                  "apply; the GPUs are what git says again")
+        self.c.ok(
+            f"drift seen after {detected:.1f}s, repaired after {took:.1f}s through the same safe flow as an "
+            "apply; the GPUs are what git says again"
+        )
 
     def workloads(self) -> None:
         self.core.create_namespace({"metadata": {"name": WORKLOADS}})
@@ -382,10 +467,23 @@ class Demo:
         self.c.say("The verification workload of NVIDIA's documentation, one Pod per MIG resource the nodes offer")
         self.c.say("(`nvidia-smi -L` in a CUDA container), plus one asking for more 3g.40gb instances than exist:")
         for name, (resource, count) in pods.items():
-            self.core.create_namespaced_pod(WORKLOADS, {"metadata": {"name": name}, "spec": {
-                "restartPolicy": "Never",
-                "containers": [{"name": "cuda", "image": "nvcr.io/nvidia/cuda:12.4.1-base-ubuntu22.04",
-                                "command": ["nvidia-smi", "-L"], "resources": {"limits": {resource: str(count)}}}]}})
+            self.core.create_namespaced_pod(
+                WORKLOADS,
+                {
+                    "metadata": {"name": name},
+                    "spec": {
+                        "restartPolicy": "Never",
+                        "containers": [
+                            {
+                                "name": "cuda",
+                                "image": "nvcr.io/nvidia/cuda:12.4.1-base-ubuntu22.04",
+                                "command": ["nvidia-smi", "-L"],
+                                "resources": {"limits": {resource: str(count)}},
+                            }
+                        ],
+                    },
+                },
+            )
             self.c.say(f"  pod {name}: limits {resource}: {count}")
 
         def placed() -> bool:
@@ -394,14 +492,27 @@ class Demo:
             return fits and any(e.reason == "FailedScheduling" for e in events)
 
         self.c.wait("kube-scheduler to place the Pods", placed, 60)
-        self.run(["kubectl", "get", "pods", "-n", WORKLOADS, "-o",
-                  "custom-columns=POD:.metadata.name,NODE:.spec.nodeName,"
-                  "REQUESTS:.spec.containers[0].resources.limits"])
-        why = [e.message for e in self.core.list_namespaced_event(WORKLOADS, field_selector="involvedObject.name=cuda-too-big").items
-               if e.reason == "FailedScheduling"][-1]
+        self.run(
+            [
+                "kubectl",
+                "get",
+                "pods",
+                "-n",
+                WORKLOADS,
+                "-o",
+                "custom-columns=POD:.metadata.name,NODE:.spec.nodeName,REQUESTS:.spec.containers[0].resources.limits",
+            ]
+        )
+        why = [
+            e.message
+            for e in self.core.list_namespaced_event(WORKLOADS, field_selector="involvedObject.name=cuda-too-big").items
+            if e.reason == "FailedScheduling"
+        ][-1]
         self.c.say(f"  cuda-too-big stays Pending: {why}")
         self.c.ok("each Pod is bound to a node whose GPUs hold that profile. No container runs here (there is no")
-        self.c.say("    kubelet): the Pods are bound, not executed. On a real cluster, `kubectl logs` of each would show")
+        self.c.say(
+            "    kubelet): the Pods are bound, not executed. On a real cluster, `kubectl logs` of each would show"
+        )
         self.c.say("    its MIG device, as in the GPU Operator documentation (docs/workloads.md).")
 
     def summary(self) -> None:
@@ -413,15 +524,30 @@ class Demo:
             layout = json.loads(notes.get(LAYOUT_ANNOTATION, "[]"))
             models = {g.get("device_id") for g in layout}
             gpu = f"{len(layout)} x {', '.join(cat.resolve(d).name for d in sorted(models) if d)}"
-            resources = ", ".join(f"{k.removeprefix('nvidia.com/')}={v}" for k, v in sorted((node.status.allocatable or {}).items())
-                                  if k.startswith("nvidia.com/"))
-            rows.append([node.metadata.name, gpu, labels.get(MIG_CONFIG_LABEL, "-"), labels.get(MIG_CONFIG_STATE_LABEL, "-"),
-                         (revisions.get(node.metadata.name) or "-")[:12], resources])
+            resources = ", ".join(
+                f"{k.removeprefix('nvidia.com/')}={v}"
+                for k, v in sorted((node.status.allocatable or {}).items())
+                if k.startswith("nvidia.com/")
+            )
+            rows.append(
+                [
+                    node.metadata.name,
+                    gpu,
+                    labels.get(MIG_CONFIG_LABEL, "-"),
+                    labels.get(MIG_CONFIG_STATE_LABEL, "-"),
+                    (revisions.get(node.metadata.name) or "-")[:12],
+                    resources,
+                ]
+            )
             for g in layout:
                 model = cat.resolve(g["device_id"])
                 placements = [Placement(i["start"], i["size"], i["profile"]) for i in g.get("instances", ())]
-                pictures.append((f"{node.metadata.name} GPU {g['gpu']}  {model.name}  ({labels.get(MIG_CONFIG_LABEL)})",
-                                 draw_layout(model, placements, indent="    ")))
+                pictures.append(
+                    (
+                        f"{node.metadata.name} GPU {g['gpu']}  {model.name}  ({labels.get(MIG_CONFIG_LABEL)})",
+                        draw_layout(model, placements, indent="    "),
+                    )
+                )
         for line in table(rows, ["NODE", "GPUS", "CONFIG", "STATE", "REVISION", "RESOURCES"]):
             self.c.say(f"  {line}")
         for title, lines in pictures:
@@ -439,9 +565,16 @@ def _client(kubeconfig: str) -> k8s.ApiClient:
 def _prepare_repo(path: Path) -> None:
     shutil.copytree(CONFIG_REPO, path, dirs_exist_ok=True)
     (path / "README.md").unlink(missing_ok=True)
-    for args in (["init", "-q", "-b", "main"], ["add", "-A"], ["commit", "-q", "-m", "MIG config: all-balanced everywhere"]):
-        subprocess.run(["git", "-c", "user.name=Platform Team", "-c", "user.email=platform@example.com", "-C", str(path), *args],
-                       check=True, capture_output=True)
+    for args in (
+        ["init", "-q", "-b", "main"],
+        ["add", "-A"],
+        ["commit", "-q", "-m", "MIG config: all-balanced everywhere"],
+    ):
+        subprocess.run(
+            ["git", "-c", "user.name=Platform Team", "-c", "user.email=platform@example.com", "-C", str(path), *args],
+            check=True,
+            capture_output=True,
+        )
 
 
 def main() -> int:
@@ -451,8 +584,11 @@ def main() -> int:
     with state.locked(home):
         current = state.load(home)
         if current is not None and current.running():
-            print(f"A local cluster is already up under {home} (`migops local status`). Stop it first with "
-                  "`migops local down`, or run the demo with another MIGOPS_HOME.", file=sys.stderr)
+            print(
+                f"A local cluster is already up under {home} (`migops local status`). Stop it first with "
+                "`migops local down`, or run the demo with another MIGOPS_HOME.",
+                file=sys.stderr,
+            )
             return 1
         stack.down(home)
     workdir = Path(tempfile.mkdtemp(prefix="migops-demo-"))
@@ -501,11 +637,15 @@ def explore_commands(home: Path, repo: Path) -> tuple[list[tuple[str, str]], lis
         ("migops status --nodes", "the reconciler's view (MigSync migops-system/migops)"),
         (f"kubectl get pods -n {WORKLOADS} -o wide", ""),
         (f"git -C {shlex.quote(str(repo))} log --oneline", "edit, commit: the reconciler polls every 5s"),
-        (f"kubectl label node gpu-node-3 {MIG_CONFIG_LABEL}=all-balanced --overwrite || true",
-         "denied: git owns it (the webhook names the repo and file; migops.io/unmanaged=true takes it out)"),
+        (
+            f"kubectl label node gpu-node-3 {MIG_CONFIG_LABEL}=all-balanced --overwrite || true",
+            "denied: git owns it (the webhook names the repo and file; migops.io/unmanaged=true takes it out)",
+        ),
         ("migops sim show --node gpu-node-2", "the simulated GPUs as they are"),
-        ("migops sim destroy-gi --node gpu-node-2 --gpu 1 --start 4",
-         "by hand (nvidia-smi mig -dgi): the agent repairs it"),
+        (
+            "migops sim destroy-gi --node gpu-node-2 --gpu 1 --start 4",
+            "by hand (nvidia-smi mig -dgi): the agent repairs it",
+        ),
         ("kubectl get events --field-selector involvedObject.name=gpu-node-2", "MigDriftDetected, MigDriftRepaired"),
     ]
     return explore, [("migops local down", "")]

@@ -5,6 +5,7 @@ Operator cluster, the admission webhook, one simulated agent per node, the recon
 kube-scheduler), leaves it running detached, and records it under $MIGOPS_HOME/local/. Nodes cycle through the given GPU models: node i gets
 `gpus[i % len(gpus)]`, with `--gpus-per-node` GPUs each. `--flux` adds Flux's controllers and a git server.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -24,53 +25,83 @@ DEFAULT_GPUS_PER_NODE = 8
 def register(sub: argparse._SubParsersAction) -> None:
     """Add `migops local ...` to the command tree."""
     local = sub.add_parser(
-        "local", help="run a local Kubernetes control plane with GPU nodes",
+        "local",
+        help="run a local Kubernetes control plane with GPU nodes",
         description="A real etcd + kube-apiserver on loopback, seeded with GPU nodes "
-                    "(state under $MIGOPS_HOME, default ~/.migops).")
+        "(state under $MIGOPS_HOME, default ~/.migops).",
+    )
     cmds = local.add_subparsers(dest="local_command", metavar="SUBCOMMAND", required=True)
 
     up = cmds.add_parser("up", help="start the control plane and seed GPU nodes")
     up.add_argument("--nodes", type=int, default=1, metavar="N", help="number of nodes (default 1)")
-    up.add_argument("--gpu", action="append", metavar="GPU",
-                    help="GPU model: PCI device ID (0x233010DE) or GFD product name; repeat for "
-                         f"several models, nodes cycle through them (default {DEFAULT_GPU})")
-    up.add_argument("--gpus-per-node", type=int, default=DEFAULT_GPUS_PER_NODE, metavar="N",
-                    help=f"GPUs on each node (default {DEFAULT_GPUS_PER_NODE})")
-    up.add_argument("--strategy", choices=("none", "single", "mixed"), default=DEFAULT_STRATEGY,
-                    help=f"the GPU Operator's MIG strategy (default {DEFAULT_STRATEGY})")
-    up.add_argument("--real-node", action="store_true",
-                    help="also run one real node, migops-node, that runs pods (containerd, kubelet, kube-proxy, "
-                         "kube-controller-manager; root, one per machine), labelled as a GPU node of the first "
-                         "--gpu model")
-    up.add_argument("--flux", action="store_true",
-                    help="also run Flux's source-controller and kustomize-controller (built once from their Go "
-                         "modules, hack/flux-binaries.sh) syncing the MIG ConfigMap from a loopback git server")
+    up.add_argument(
+        "--gpu",
+        action="append",
+        metavar="GPU",
+        help="GPU model: PCI device ID (0x233010DE) or GFD product name; repeat for "
+        f"several models, nodes cycle through them (default {DEFAULT_GPU})",
+    )
+    up.add_argument(
+        "--gpus-per-node",
+        type=int,
+        default=DEFAULT_GPUS_PER_NODE,
+        metavar="N",
+        help=f"GPUs on each node (default {DEFAULT_GPUS_PER_NODE})",
+    )
+    up.add_argument(
+        "--strategy",
+        choices=("none", "single", "mixed"),
+        default=DEFAULT_STRATEGY,
+        help=f"the GPU Operator's MIG strategy (default {DEFAULT_STRATEGY})",
+    )
+    up.add_argument(
+        "--real-node",
+        action="store_true",
+        help="also run one real node, migops-node, that runs pods (containerd, kubelet, kube-proxy, "
+        "kube-controller-manager; root, one per machine), labelled as a GPU node of the first "
+        "--gpu model",
+    )
+    up.add_argument(
+        "--flux",
+        action="store_true",
+        help="also run Flux's source-controller and kustomize-controller (built once from their Go "
+        "modules, hack/flux-binaries.sh) syncing the MIG ConfigMap from a loopback git server",
+    )
     reconciler.add_arguments(up)
     up.set_defaults(func=_up)
 
-    image = cmds.add_parser("image", help="build the migops image from the Dockerfile and load it into the real node",
-                            description="Build the product image from the repository's Dockerfile on a base made "
-                            "from Debian packages (no image registry is reached; docs/deploy-image.md), save it "
-                            "under ~/.cache/migops/image and import it into the real node's containerd when "
-                            "`migops local up --real-node` runs. Prints the image reference.")
+    image = cmds.add_parser(
+        "image",
+        help="build the migops image from the Dockerfile and load it into the real node",
+        description="Build the product image from the repository's Dockerfile on a base made "
+        "from Debian packages (no image registry is reached; docs/deploy-image.md), save it "
+        "under ~/.cache/migops/image and import it into the real node's containerd when "
+        "`migops local up --real-node` runs. Prints the image reference.",
+    )
     image.add_argument("--no-load", action="store_true", help="build only; do not import it into the real node")
     image.set_defaults(func=_image)
 
-    dep = cmds.add_parser("deploy", help="run migops in pods on the real node: apply an overlay, wait until Available",
-                          description="Apply a kustomize overlay (default manifests/overlays/local) with the image "
-                          "`migops local image` builds (built and loaded first when the node lacks it), and wait "
-                          "until every Deployment and DaemonSet is Available. The in-cluster webhook, reconciler "
-                          "and agent replace the host processes `local up` started for the real node. "
-                          "`kubectl delete -k manifests/overlays/local` removes it all.")
-    dep.add_argument("--overlay", default="local", metavar="NAME",
-                     help="an overlay under manifests/overlays/ or a directory (default local)")
+    dep = cmds.add_parser(
+        "deploy",
+        help="run migops in pods on the real node: apply an overlay, wait until Available",
+        description="Apply a kustomize overlay (default manifests/overlays/local) with the image "
+        "`migops local image` builds (built and loaded first when the node lacks it), and wait "
+        "until every Deployment and DaemonSet is Available. The in-cluster webhook, reconciler "
+        "and agent replace the host processes `local up` started for the real node. "
+        "`kubectl delete -k manifests/overlays/local` removes it all.",
+    )
+    dep.add_argument(
+        "--overlay",
+        default="local",
+        metavar="NAME",
+        help="an overlay under manifests/overlays/ or a directory (default local)",
+    )
     dep.add_argument("--timeout", type=float, default=300.0, metavar="S", help="wait at most this long (default 300)")
     dep.set_defaults(func=_deploy)
 
     cmds.add_parser("down", help="stop the control plane and delete its data").set_defaults(func=_down)
     cmds.add_parser("status", help="is it running; API server URL; nodes").set_defaults(func=_status)
-    cmds.add_parser("env", help='shell exports for kubectl: eval "$(migops local env)"').set_defaults(
-        func=_env)
+    cmds.add_parser("env", help='shell exports for kubectl: eval "$(migops local env)"').set_defaults(func=_env)
 
 
 def _self() -> str:
@@ -112,13 +143,24 @@ def _up(args: argparse.Namespace) -> int:
     home = _home()
     from migops.local.realnode import RealNodeError
 
-    options = stack.Options(args.nodes, gpus, args.gpus_per_node, args.strategy, args.repo, args.ref, args.path,
-                            real_node=args.real_node, flux=args.flux)
+    options = stack.Options(
+        args.nodes,
+        gpus,
+        args.gpus_per_node,
+        args.strategy,
+        args.repo,
+        args.ref,
+        args.path,
+        real_node=args.real_node,
+        flux=args.flux,
+    )
     with state.locked(home):
         current = state.load(home)
         if current is not None and current.running():
-            _say(f"already up at {current.api_url} (state in {state.local_dir(home)}); nothing "
-                 "to do. Run `migops local down` first to change nodes, GPUs or strategy.")
+            _say(
+                f"already up at {current.api_url} (state in {state.local_dir(home)}); nothing "
+                "to do. Run `migops local down` first to change nodes, GPUs or strategy."
+            )
             return EXIT_OK
         stack.down(home)  # stale state from a crash or reboot: start from scratch
         logs = state.local_dir(home) / "logs"
@@ -138,24 +180,34 @@ def _up(args: argparse.Namespace) -> int:
             return EXIT_INVALID
     plane = started.state
     models = ", ".join(sorted({f"{g.product} ({g.device_id})" for g in gpus}))
-    print(f"migops local: up at {plane.api_url} in {started.seconds:.1f}s "
-          f"(API server ready after {plane.ready_seconds:.1f}s)")
+    print(
+        f"migops local: up at {plane.api_url} in {started.seconds:.1f}s "
+        f"(API server ready after {plane.ready_seconds:.1f}s)"
+    )
     print(f"  nodes:      {', '.join(n.name for n in started.nodes)}: {args.gpus_per_node} x {models}")
     if plane.real_node:
-        print(f"  real node:  migops-node runs pods (containerd, kubelet, kube-proxy; state {plane.real_node}); "
-              "workloads: nodeSelector kubernetes.io/hostname=migops-node; images: "
-              f"ctr --address {plane.real_node}/containerd/containerd.sock -n k8s.io images import --local FILE")
+        print(
+            f"  real node:  migops-node runs pods (containerd, kubelet, kube-proxy; state {plane.real_node}); "
+            "workloads: nodeSelector kubernetes.io/hostname=migops-node; images: "
+            f"ctr --address {plane.real_node}/containerd/containerd.sock -n k8s.io images import --local FILE"
+        )
     print(f"  strategy:   {args.strategy} (ClusterPolicy cluster-policy)")
     slow = started.unready_agents
-    print(f"  agents:     one simulated MIG agent per node{' (not reporting yet: ' + ', '.join(slow) + ')' if slow else ''}")
+    print(
+        f"  agents:     one simulated MIG agent per node{' (not reporting yet: ' + ', '.join(slow) + ')' if slow else ''}"
+    )
     print(f"  webhook:    {started.webhook_url} (registered as migops-webhook)")
     if args.repo:
-        print(f"  reconciler: following {args.repo} (log {Path(plane.workdir) / 'logs' / 'reconciler.log'}; "
-              "`migops status`)")
+        print(
+            f"  reconciler: following {args.repo} (log {Path(plane.workdir) / 'logs' / 'reconciler.log'}; "
+            "`migops status`)"
+        )
     if plane.flux_git:
-        print(f"  flux:       source-controller + kustomize-controller (processes, users flux-source-controller and "
-              f"flux-kustomize-controller); git clone {plane.flux_git}, edit mig-config/config.yaml, push; "
-              "`kubectl get gitrepository,kustomization -n flux-system`")
+        print(
+            f"  flux:       source-controller + kustomize-controller (processes, users flux-source-controller and "
+            f"flux-kustomize-controller); git clone {plane.flux_git}, edit mig-config/config.yaml, push; "
+            "`kubectl get gitrepository,kustomization -n flux-system`"
+        )
     print("  scheduler:  kube-scheduler binds Pods to the nodes by their allocatable resources")
     print(f"  kubeconfig: {plane.kubeconfig}")
     print(f'  next:       eval "$({_self()} local env)"; kubectl get nodes --show-labels')
@@ -181,8 +233,10 @@ def _image(args: argparse.Namespace) -> int:
     except image.ImageError as exc:
         _say(str(exc))
         return EXIT_INVALID
-    _say(f"built {built.reference} in {built.base_seconds + built.build_seconds:.0f}s "
-         f"({built.size / 2**20:.0f} MiB; saved to {built.archive})")
+    _say(
+        f"built {built.reference} in {built.base_seconds + built.build_seconds:.0f}s "
+        f"({built.size / 2**20:.0f} MiB; saved to {built.archive})"
+    )
     if not args.no_load:
         from migops.local.binaries import locate
         from migops.local.realnode import RealNode, RealNodeError
@@ -227,14 +281,21 @@ def _deploy(args: argparse.Namespace) -> int:
             return EXIT_INVALID
         _say(f"image {ref} is in {NODE_NAME}'s containerd")
         # The pods replace the host processes that served the real node.
-        replaced = {name: ref_ for name, ref_ in current.processes.items()
-                    if name in ("webhook", "reconciler", f"agent/{NODE_NAME}")}
+        replaced = {
+            name: ref_
+            for name, ref_ in current.processes.items()
+            if name in ("webhook", "reconciler", f"agent/{NODE_NAME}")
+        }
         for proc in replaced.values():
             stop(proc, timeout=15)
         record = next((n for n in current.nodes if n.name == NODE_NAME), None)
         gpus = f"{record.gpus}x{record.device_id}" if record else None
-        current = dataclasses.replace(current, processes={k: v for k, v in current.processes.items() if k not in replaced},
-                          webhook_url=None, reconciler_url=None)
+        current = dataclasses.replace(
+            current,
+            processes={k: v for k, v in current.processes.items() if k not in replaced},
+            webhook_url=None,
+            reconciler_url=None,
+        )
         state.save(home, current)
         if replaced:
             _say(f"stopped the host {', '.join(replaced)} (pods take over)")
@@ -242,14 +303,24 @@ def _deploy(args: argparse.Namespace) -> int:
 
         try:
             with config.new_client_from_config(config_file=current.kubeconfig) as api:
-                seconds = deploy.deploy(api, binaries.kubectl, Path(current.kubeconfig), overlay=overlay, gpus=gpus,
-                                        repo=current.repo, timeout=args.timeout, log=_say)
+                seconds = deploy.deploy(
+                    api,
+                    binaries.kubectl,
+                    Path(current.kubeconfig),
+                    overlay=overlay,
+                    gpus=gpus,
+                    repo=current.repo,
+                    timeout=args.timeout,
+                    log=_say,
+                )
         except deploy.DeployError as exc:
             _say(str(exc))
             return EXIT_INVALID
     print(f"migops local: {overlay.name} deployed; every workload Available after {seconds:.1f}s")
     print("  webhook:    Deployment migops-webhook (2 replicas) behind Service migops-webhook")
-    print(f"  reconciler: Deployment migops-reconciler (leader-elected){' following ' + current.repo if current.repo else ''}")
+    print(
+        f"  reconciler: Deployment migops-reconciler (leader-elected){' following ' + current.repo if current.repo else ''}"
+    )
     print(f"  agent:      DaemonSet migops-agent on {NODE_NAME} ({gpus or 'simulated'} GPUs)")
     print(f"  remove:     kubectl delete -k {overlay}")
     return EXIT_OK
@@ -286,8 +357,10 @@ def _status(args: argparse.Namespace) -> int:
         print(f"migops local: down (nothing under {state.local_dir(home)})")
         return EXIT_INVALID
     if not current.running():
-        print(f"migops local: down, stale state in {state.local_dir(home)} (servers gone); "
-              "`migops local down` cleans up, `migops local up` starts afresh")
+        print(
+            f"migops local: down, stale state in {state.local_dir(home)} (servers gone); "
+            "`migops local down` cleans up, `migops local up` starts afresh"
+        )
         return EXIT_INVALID
     print(f"migops local: up at {current.api_url}")
     print(f"  home:       {home}")
@@ -330,13 +403,17 @@ def _node_lines(kubeconfig_path: Path) -> list[str]:
     lines = []
     for node in items:
         labels = node.metadata.labels or {}
-        lines.append("  ".join([
-            node.metadata.name,
-            labels.get(GPU_PRODUCT_LABEL, "-"),
-            f"x{labels.get(GPU_COUNT_LABEL, '?')}",
-            labels.get(DEVICE_ID_LABEL, "-"),
-            f"mig.config={labels.get(MIG_CONFIG_LABEL, '-')}",
-        ]))
+        lines.append(
+            "  ".join(
+                [
+                    node.metadata.name,
+                    labels.get(GPU_PRODUCT_LABEL, "-"),
+                    f"x{labels.get(GPU_COUNT_LABEL, '?')}",
+                    labels.get(DEVICE_ID_LABEL, "-"),
+                    f"mig.config={labels.get(MIG_CONFIG_LABEL, '-')}",
+                ]
+            )
+        )
     return lines or ["(none)"]
 
 

@@ -1,4 +1,5 @@
 """Text drawings of MIG layouts and tables for people at a terminal."""
+
 from __future__ import annotations
 
 from collections.abc import Sequence
@@ -16,10 +17,10 @@ def _centered(text: str, width: int) -> str:
 def draw_layout(gpu: GpuModel, layout: Sequence[Placement], indent: str = "  ") -> list[str]:
     """The GPU's memory slices left to right, each GPU instance a box across the slices it holds.
 
-        slice 0        1        2        3        4        5        6        7
-             +--------+--------+-----------------+-----------------------------------+
-             |1g.10gb |1g.10gb |     2g.20gb     |              3g.40gb              |
-             +--------+--------+-----------------+-----------------------------------+
+    slice 0        1        2        3        4        5        6        7
+         +--------+--------+-----------------+-----------------------------------+
+         |1g.10gb |1g.10gb |     2g.20gb     |              3g.40gb              |
+         +--------+--------+-----------------+-----------------------------------+
     """
     table = gpu.table
     assert table is not None, f"{gpu.name} cannot do MIG: no layout to draw"

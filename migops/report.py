@@ -4,6 +4,7 @@
 Every problem is shown at `file:line:col`, the place its path points at in the file (for a config inside
 a ConfigMap, the line within the whole file).
 """
+
 from __future__ import annotations
 
 import json
@@ -14,12 +15,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
 from migops.mig.catalogue import GpuModel, catalogue
-from migops.outputs import document
 from migops.mig.gfd import advertise
 from migops.mig.problems import Problem
 from migops.mig.sources import Skipped
 from migops.mig.text import listed
 from migops.mig.validate import STRATEGIES, ConfigReport, Strategy
+from migops.outputs import document
+
 
 @dataclass(frozen=True)
 class Checked:
@@ -44,8 +46,9 @@ class Checked:
 
     @property
     def valid(self) -> bool:
-        return (self.parsed and not any(p.severity == "error" for p in self.problems)
-                and all(r.valid for r in self.reports))
+        return (
+            self.parsed and not any(p.severity == "error" for p in self.problems) and all(r.valid for r in self.reports)
+        )
 
     def all_problems(self) -> list[tuple[str | None, Problem]]:
         """(config name or None, problem) for every problem of this source."""
@@ -112,8 +115,9 @@ def _gpu_state(r) -> str:  # noqa: ANN001
 
 
 def _summary(report: ConfigReport) -> str:
-    return "; ".join(f"GPU {a}: {s}" if a == b else f"GPU {a}-{b}: {s}"
-                     for a, b, s in _runs([_gpu_state(r) for r in report.gpus]))
+    return "; ".join(
+        f"GPU {a}: {s}" if a == b else f"GPU {a}-{b}: {s}" for a, b, s in _runs([_gpu_state(r) for r in report.gpus])
+    )
 
 
 def _fits_text(report: ConfigReport) -> str:
@@ -156,7 +160,11 @@ def merge_across_families(problems: Sequence[Problem]) -> list[Problem]:
         stem = os.path.commonprefix([match["rest"] for _, match in found])
         if stem != found[0][1]["rest"]:
             # back to the last clause boundary outside parentheses: what every family's message says
-            cut = [m.start() for m in _STEM_END.finditer(stem) if stem.count("(", 0, m.start()) == stem.count(")", 0, m.start())]
+            cut = [
+                m.start()
+                for m in _STEM_END.finditer(stem)
+                if stem.count("(", 0, m.start()) == stem.count(")", 0, m.start())
+            ]
             stem = stem[: cut[-1]] if cut else stem.rstrip()
         shown = ", ".join(models[:6])
         hidden = len(models) - 6 + more if len(models) > 6 else more
@@ -178,8 +186,10 @@ def text(run: Run, out=None) -> None:  # noqa: ANN001
     for c in run.checked:
         if c.kind == "nodes":
             against = f" on a node with {node_text(node)}" if node else ""
-            say(f"{c.source}: {c.assignments} assignment(s) checked against {c.object}{against}: "
-                f"{'valid' if c.valid else 'INVALID'}")
+            say(
+                f"{c.source}: {c.assignments} assignment(s) checked against {c.object}{against}: "
+                f"{'valid' if c.valid else 'INVALID'}"
+            )
             for p in c.problems:
                 say(f"  {problem_line(c.file, p)}")
             continue
@@ -196,7 +206,7 @@ def text(run: Run, out=None) -> None:  # noqa: ANN001
             mark = "valid  " if r.valid else "INVALID"
             detail = _summary(r) if node else (f"fits: {_fits_text(r)}" if r.fits else "")
             say(f"  {mark} {r.name.ljust(width)}  {detail}".rstrip())
-            for p in (r.problems if node else merge_across_families(r.problems)):
+            for p in r.problems if node else merge_across_families(r.problems):
                 say(f"      {problem_line(c.file, p)}")
             if node and r.valid and run.strategy:
                 ad = advertise(r.gpus, run.strategy)  # type: ignore[arg-type]
@@ -206,8 +216,10 @@ def text(run: Run, out=None) -> None:  # noqa: ANN001
         whole = "; the file itself is INVALID" if any(p.severity == "error" for p in c.problems) else ""
         say(f"{len(c.reports) - bad} valid, {bad} invalid{whole}")
     if run.skipped:
-        shown = listed((f"{s.kind} {s.name or f'{f}:{s.line}'}" + (f" ({s.reason})" if s.reason else "")
-                        for f, s in run.skipped), 8)
+        shown = listed(
+            (f"{s.kind} {s.name or f'{f}:{s.line}'}" + (f" ({s.reason})" if s.reason else "") for f, s in run.skipped),
+            8,
+        )
         say(f"{len(run.skipped)} object(s) skipped, holding no MIG config: {shown}")
     if len(run.checked) != 1 or run.files != 1 or run.ignored_files:
         configs = sum(len(c.reports) for c in run.checked)
@@ -215,8 +227,10 @@ def text(run: Run, out=None) -> None:  # noqa: ANN001
         ignored = f"; {len(run.ignored_files)} file(s) without a MIG config ignored" if run.ignored_files else ""
         nodes = sum(c.kind == "nodes" for c in run.checked)
         repo = f", {nodes} nodes.yaml" if nodes else ""
-        say(f"total: {run.files} file(s), {len(run.checked) - nodes} MIG config source(s){repo}, {configs} config(s); "
-            f"{len(run.checked) - bad} source(s) valid, {bad} invalid{ignored}")
+        say(
+            f"total: {run.files} file(s), {len(run.checked) - nodes} MIG config source(s){repo}, {configs} config(s); "
+            f"{len(run.checked) - bad} source(s) valid, {bad} invalid{ignored}"
+        )
 
 
 # ---------------------------------------------------------------------------------------------- json
@@ -233,37 +247,44 @@ def _advertises(report: ConfigReport, strategies: Sequence[str]) -> dict[str, ob
 def as_json(run: Run) -> dict[str, object]:
     strategies: tuple[Strategy, ...] = (run.strategy,) if run.strategy else STRATEGIES  # type: ignore[assignment]
     node = run.node
-    return document("validate", {
-        "valid": run.valid,
-        "strategy": run.strategy,
-        "node": [g.device_id for g in node],
-        "sources": [
-            {
-                "kind": c.kind,
-                "file": c.file,
-                "object": c.object,
-                "line": c.line,
-                "parsed": c.parsed,
-                "valid": c.valid,
-                "problems": [p.as_dict() for p in c.problems],
-                "configs": [
-                    {
-                        "name": r.name,
-                        "valid": r.valid,
-                        "problems": [p.as_dict() for p in r.problems],
-                        **({"gpus": [g.as_dict() for g in r.gpus]} if node else
-                           {"fits": [g.device_id for g in r.fits]}),
-                        **({"advertises": _advertises(r, strategies)} if node and r.valid else {}),
-                    }
-                    for r in c.reports
-                ],
-            }
-            for c in run.checked
-        ],
-        "skipped": [{"file": f, "kind": s.kind, "name": s.name, "line": s.line, "reason": s.reason}
-                    for f, s in run.skipped],
-        "ignored_files": list(run.ignored_files),
-    })
+    return document(
+        "validate",
+        {
+            "valid": run.valid,
+            "strategy": run.strategy,
+            "node": [g.device_id for g in node],
+            "sources": [
+                {
+                    "kind": c.kind,
+                    "file": c.file,
+                    "object": c.object,
+                    "line": c.line,
+                    "parsed": c.parsed,
+                    "valid": c.valid,
+                    "problems": [p.as_dict() for p in c.problems],
+                    "configs": [
+                        {
+                            "name": r.name,
+                            "valid": r.valid,
+                            "problems": [p.as_dict() for p in r.problems],
+                            **(
+                                {"gpus": [g.as_dict() for g in r.gpus]}
+                                if node
+                                else {"fits": [g.device_id for g in r.fits]}
+                            ),
+                            **({"advertises": _advertises(r, strategies)} if node and r.valid else {}),
+                        }
+                        for r in c.reports
+                    ],
+                }
+                for c in run.checked
+            ],
+            "skipped": [
+                {"file": f, "kind": s.kind, "name": s.name, "line": s.line, "reason": s.reason} for f, s in run.skipped
+            ],
+            "ignored_files": list(run.ignored_files),
+        },
+    )
 
 
 def emit_json(doc: object, out=None) -> None:  # noqa: ANN001
@@ -304,9 +325,11 @@ def github(run: Run, out=None) -> None:  # noqa: ANN001
     bad = sum(not c.valid for c in run.checked)
     errors = sum(p.severity == "error" for c in run.checked for _, p in c.all_problems())
     warnings = sum(p.severity == "warning" for c in run.checked for _, p in c.all_problems())
-    out.write(f"migops validate: {len(run.checked)} MIG config source(s) in {run.files} file(s): "
-              f"{len(run.checked) - bad} valid, {bad} invalid ({errors} error(s), {warnings} warning(s)); "
-              f"{len(run.skipped)} object(s) skipped\n")
+    out.write(
+        f"migops validate: {len(run.checked)} MIG config source(s) in {run.files} file(s): "
+        f"{len(run.checked) - bad} valid, {bad} invalid ({errors} error(s), {warnings} warning(s)); "
+        f"{len(run.skipped)} object(s) skipped\n"
+    )
 
 
 # -------------------------------------------------------------------------------------------- gitlab
@@ -322,13 +345,15 @@ def gitlab(run: Run) -> list[dict[str, object]]:
     for c in run.checked:
         for name, p in c.all_problems():
             key = "\0".join((c.file, c.object or "", name or "", p.path, p.rule, p.message))
-            issues.append({
-                "description": _message(name, p),
-                "check_name": f"migops/{p.rule}",
-                "fingerprint": hashlib.sha256(key.encode()).hexdigest()[:32],
-                "severity": "major" if p.severity == "error" else "minor",
-                "location": {"path": _uri(c.file), "lines": {"begin": p.line or 1}},
-            })
+            issues.append(
+                {
+                    "description": _message(name, p),
+                    "check_name": f"migops/{p.rule}",
+                    "fingerprint": hashlib.sha256(key.encode()).hexdigest()[:32],
+                    "severity": "major" if p.severity == "error" else "minor",
+                    "location": {"path": _uri(c.file), "lines": {"begin": p.line or 1}},
+                }
+            )
     return issues
 
 
@@ -370,17 +395,26 @@ def sarif(run: Run, version: str) -> dict[str, object]:
     return {
         "$schema": SARIF_SCHEMA,
         "version": "2.1.0",
-        "runs": [{
-            "tool": {"driver": {
-                "name": "migops",
-                "version": version,
-                "rules": [{"id": rule, "name": rule,
-                           "shortDescription": {"text": f"migops rule {rule} (see docs/config-rules.md)"}}
-                          for rule in rules],
-            }},
-            "columnKind": "unicodeCodePoints",
-            "results": results,
-        }],
+        "runs": [
+            {
+                "tool": {
+                    "driver": {
+                        "name": "migops",
+                        "version": version,
+                        "rules": [
+                            {
+                                "id": rule,
+                                "name": rule,
+                                "shortDescription": {"text": f"migops rule {rule} (see docs/config-rules.md)"},
+                            }
+                            for rule in rules
+                        ],
+                    }
+                },
+                "columnKind": "unicodeCodePoints",
+                "results": results,
+            }
+        ],
     }
 
 

@@ -14,6 +14,7 @@ and our two annotations (managed-by, revision; nothing else) under the field man
 to us and leaves every other field where it was. A node leaving management loses the annotations by
 a merge patch that touches nothing else.
 """
+
 from __future__ import annotations
 
 import json
@@ -89,9 +90,16 @@ def _retry_after(exc: BaseException) -> float | None:
         return None
 
 
-def with_retries(call: Callable[[], T], target: str, *, attempts: int = 5, base: float = 0.2, cap: float = 5.0,
-                 on_retry: Callable[[int | None], None] = lambda status: None,
-                 stop: threading.Event | None = None) -> T:
+def with_retries(
+    call: Callable[[], T],
+    target: str,
+    *,
+    attempts: int = 5,
+    base: float = 0.2,
+    cap: float = 5.0,
+    on_retry: Callable[[int | None], None] = lambda status: None,
+    stop: threading.Event | None = None,
+) -> T:
     """Run `call`; retry transient failures with backoff; raise WriteError when it gives up."""
     delay = base
     for attempt in range(1, attempts + 1):
@@ -115,9 +123,16 @@ def with_retries(call: Callable[[], T], target: str, *, attempts: int = 5, base:
 class Writer:
     """Applies the reconciler's objects; counts every request it sends (for metrics and benchmarks)."""
 
-    def __init__(self, api: k8s.ApiClient, *, workers: int = 8, dry_run: bool = False,
-                 stop: threading.Event | None = None, count: Callable[[str, str, int | None], None] | None = None,
-                 owner: str = "") -> None:
+    def __init__(
+        self,
+        api: k8s.ApiClient,
+        *,
+        workers: int = 8,
+        dry_run: bool = False,
+        stop: threading.Event | None = None,
+        count: Callable[[str, str, int | None], None] | None = None,
+        owner: str = "",
+    ) -> None:
         self.api = api
         self.owner = owner  # "<namespace>/<migsync>": the managed-by annotation's value
         self.dry_run = dry_run
@@ -126,11 +141,21 @@ class Writer:
         self.workers = max(1, min(workers, int(api.configuration.connection_pool_maxsize or workers)))
         self._count = count or (lambda resource, result, status: None)
 
-    def _apply(self, body: Mapping[str, Any], resource: str, target: str, *, force: bool,
-               subresource: str | None = None) -> None:
+    def _apply(
+        self, body: Mapping[str, Any], resource: str, target: str, *, force: bool, subresource: str | None = None
+    ) -> None:
         def once() -> None:
-            ssa.apply(self.api, body, field_manager=RECONCILER_MANAGER, force=force, subresource=subresource,
-                      dry_run=self.dry_run, decode=False, timeout=30)
+            ssa.apply(
+                self.api,
+                body,
+                field_manager=RECONCILER_MANAGER,
+                force=force,
+                subresource=subresource,
+                dry_run=self.dry_run,
+                decode=False,
+                timeout=30,
+            )
+
         try:
             with_retries(once, target, stop=self._stop, on_retry=lambda status: self._count(resource, "retry", status))
         except WriteError as err:
@@ -140,8 +165,17 @@ class Writer:
 
     def configmap(self, namespace: str, name: str, text: str) -> None:
         """data["config.yaml"] of the MIG ConfigMap: the only field of it we own."""
-        self._apply({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name, "namespace": namespace},
-                     "data": {CONFIGMAP_KEY: text}}, "configmaps", f"ConfigMap/{namespace}/{name}", force=True)
+        self._apply(
+            {
+                "apiVersion": "v1",
+                "kind": "ConfigMap",
+                "metadata": {"name": name, "namespace": namespace},
+                "data": {CONFIGMAP_KEY: text},
+            },
+            "configmaps",
+            f"ConfigMap/{namespace}/{name}",
+            force=True,
+        )
 
     def label(self, node: str, config: str | None, revision: str = "") -> None:
         """Apply our label with the managed-by and revision annotations (one SSA); None applies none of
@@ -149,7 +183,10 @@ class Writer:
         meta: dict[str, Any] = {"name": node, "labels": {}}
         if config is not None:
             meta["labels"] = {MIG_CONFIG_LABEL: config}
-            meta["annotations"] = {MANAGED_BY_ANNOTATION: self.owner, **({REVISION_ANNOTATION: revision} if revision else {})}
+            meta["annotations"] = {
+                MANAGED_BY_ANNOTATION: self.owner,
+                **({REVISION_ANNOTATION: revision} if revision else {}),
+            }
         self._apply({"apiVersion": "v1", "kind": "Node", "metadata": meta}, "nodes", f"Node/{node}", force=True)
 
     def release(self, node: str) -> None:
@@ -158,11 +195,19 @@ class Writer:
         body = {"metadata": {"annotations": {MANAGED_BY_ANNOTATION: None, REVISION_ANNOTATION: None}}}
 
         def once() -> None:
-            k8s.CoreV1Api(self.api).patch_node(node, body, field_manager=RECONCILER_MANAGER, _request_timeout=30,
-                                               _content_type="application/merge-patch+json",
-                                               **({"dry_run": "All"} if self.dry_run else {}))
+            k8s.CoreV1Api(self.api).patch_node(
+                node,
+                body,
+                field_manager=RECONCILER_MANAGER,
+                _request_timeout=30,
+                _content_type="application/merge-patch+json",
+                **({"dry_run": "All"} if self.dry_run else {}),
+            )
+
         try:
-            with_retries(once, f"Node/{node}", stop=self._stop, on_retry=lambda status: self._count("nodes", "retry", status))
+            with_retries(
+                once, f"Node/{node}", stop=self._stop, on_retry=lambda status: self._count("nodes", "retry", status)
+            )
         except WriteError as err:
             self._count("nodes", "error", err.status)
             raise
@@ -210,5 +255,6 @@ class Writer:
 
     def status(self, body: Mapping[str, Any]) -> None:
         meta = body["metadata"]
-        self._apply(body, "migsyncs/status", f"MigSync/{meta['namespace']}/{meta['name']}", force=True,
-                    subresource="status")
+        self._apply(
+            body, "migsyncs/status", f"MigSync/{meta['namespace']}/{meta['name']}", force=True, subresource="status"
+        )

@@ -12,6 +12,7 @@ desired state stays in force (drift is still reverted, a rollout already under w
 the conditions say why the new one was refused. After a restart the last good state is the MigSync's
 lastAppliedRevision, read back from the mirror.
 """
+
 from __future__ import annotations
 
 import copy
@@ -54,7 +55,9 @@ class Memory:
     awaiting: set[str] = field(default_factory=set)  # mig-manager nodes we relabelled; not yet left success
     acknowledged: set[str] = field(default_factory=set)  # failed nodes a resume/new commit acknowledged
     reached: dict[str, str] = field(default_factory=dict)  # node -> config it was last seen in sync with
-    refused: dict[tuple[str, str | None], str] = field(default_factory=dict)  # (node, config) -> error, until next fetch
+    refused: dict[tuple[str, str | None], str] = field(
+        default_factory=dict
+    )  # (node, config) -> error, until next fetch
     applied_cm_text: str | None = None  # what we last wrote or saw in sync: a different text later is drift
     since: dict[str, float] = field(default_factory=dict)  # node -> when it began reconfiguring (unix seconds)
 
@@ -68,10 +71,22 @@ def _pooled(api: k8s.ApiClient, workers: int) -> k8s.ApiClient:
 
 
 class Reconciler:
-    def __init__(self, api: k8s.ApiClient, *, name: str = st.DEFAULT_NAME, namespace: str = st.DEFAULT_NAMESPACE,
-                 spec: st.SyncSpec | None = None, cache_dir: Path | None = None, auth: GitAuth | None = None,
-                 dry_run: bool = False, write_status: bool = True, workers: int = 8,
-                 metrics: Metrics | None = None, git_timeout: float = 60.0, enforce_last_good: bool = True) -> None:
+    def __init__(
+        self,
+        api: k8s.ApiClient,
+        *,
+        name: str = st.DEFAULT_NAME,
+        namespace: str = st.DEFAULT_NAMESPACE,
+        spec: st.SyncSpec | None = None,
+        cache_dir: Path | None = None,
+        auth: GitAuth | None = None,
+        dry_run: bool = False,
+        write_status: bool = True,
+        workers: int = 8,
+        metrics: Metrics | None = None,
+        git_timeout: float = 60.0,
+        enforce_last_good: bool = True,
+    ) -> None:
         self.api = api
         self.name, self.namespace = name, namespace
         self.owner = f"{namespace}/{name}"  # the managed-by annotation on every node we give a config
@@ -82,9 +97,17 @@ class Reconciler:
         self.enforce_last_good = enforce_last_good  # False (--once): a bad commit means no writes at all
         self.stop_event = threading.Event()
         self.wake = threading.Event()
-        self.writer = Writer(_pooled(api, workers), workers=workers, dry_run=dry_run, stop=self.stop_event,
-                             count=self.metrics.count_write, owner=self.owner)
-        self.revisions = Revisions(Path(cache_dir) if cache_dir else default_cache_dir(), auth or GitAuth(), git_timeout)
+        self.writer = Writer(
+            _pooled(api, workers),
+            workers=workers,
+            dry_run=dry_run,
+            stop=self.stop_event,
+            count=self.metrics.count_write,
+            owner=self.owner,
+        )
+        self.revisions = Revisions(
+            Path(cache_dir) if cache_dir else default_cache_dir(), auth or GitAuth(), git_timeout
+        )
         self.overlay = WriteOverlay(self.owner)
         self.events = EventRecorder(api, self.metrics, dry_run=dry_run, default_target=self._event_target)
         self.status_writer = StatusWriter(self.writer, name, namespace)
@@ -106,17 +129,34 @@ class Reconciler:
         self.revision_condition: tuple[str, str, str] | None = None  # AppliedRevisionAvailable
         self.moved: tuple[str, ...] = ()  # nodes the revision in force moved to `default`
         self.resolve_memo = ResolveMemo()
-        self.nodes = Informer(k8s.CoreV1Api(api).list_node, name="nodes", transform=trim_for_reconciler,
-                              handler=self._on_node)
+        self.nodes = Informer(
+            k8s.CoreV1Api(api).list_node, name="nodes", transform=trim_for_reconciler, handler=self._on_node
+        )
         wake = lambda kind, obj: self.wake.set()  # noqa: E731
         custom = k8s.CustomObjectsApi(api)
         # Optional CRDs: watched even while not installed (an install later is seen within seconds).
-        self.migsync = Informer(custom.list_namespaced_custom_object, st.GROUP, st.VERSION, namespace, st.PLURAL,
-                                name="migsync", field_selector=f"metadata.name={name}", handler=wake,
-                                missing_ok=True, backoff=(0.2, 5.0))
-        self.policies = Informer(custom.list_cluster_custom_object, clusterpolicy.GROUP, clusterpolicy.VERSION,
-                                 clusterpolicy.PLURAL, name="clusterpolicies", handler=wake, missing_ok=True,
-                                 backoff=(0.2, 5.0))
+        self.migsync = Informer(
+            custom.list_namespaced_custom_object,
+            st.GROUP,
+            st.VERSION,
+            namespace,
+            st.PLURAL,
+            name="migsync",
+            field_selector=f"metadata.name={name}",
+            handler=wake,
+            missing_ok=True,
+            backoff=(0.2, 5.0),
+        )
+        self.policies = Informer(
+            custom.list_cluster_custom_object,
+            clusterpolicy.GROUP,
+            clusterpolicy.VERSION,
+            clusterpolicy.PLURAL,
+            name="clusterpolicies",
+            handler=wake,
+            missing_ok=True,
+            backoff=(0.2, 5.0),
+        )
         self._cm_informers: dict[tuple[str, str], Informer] = {}
 
     # ------------------------------------------------------------------------------ lifecycle
@@ -127,7 +167,9 @@ class Reconciler:
             if not inf.wait_synced(timeout):
                 raise TimeoutError(f"could not list {inf.name}: {inf.last_error}")
         if self.migsync.missing:
-            log.warning("the MigSync CRD is not installed: no status is written until it is (manifests/base/reconciler)")
+            log.warning(
+                "the MigSync CRD is not installed: no status is written until it is (manifests/base/reconciler)"
+            )
         self._restore()
         return self
 
@@ -176,8 +218,13 @@ class Reconciler:
         key = (namespace, name)
         inf = self._cm_informers.get(key)
         if inf is None:
-            inf = Informer(k8s.CoreV1Api(self.api).list_namespaced_config_map, namespace, name=f"configmap-{name}",
-                           field_selector=f"metadata.name={name}", handler=lambda kind, obj: self.wake.set())
+            inf = Informer(
+                k8s.CoreV1Api(self.api).list_namespaced_config_map,
+                namespace,
+                name=f"configmap-{name}",
+                field_selector=f"metadata.name={name}",
+                handler=lambda kind, obj: self.wake.set(),
+            )
             self._cm_informers[key] = inf.start()
             inf.wait_synced(30)
         obj = inf.get(f"{namespace}/{name}")
@@ -200,24 +247,37 @@ class Reconciler:
         ms = self.migsync_object()
         if ms is not None:
             meta = ms.get("metadata") or {}
-            return {"apiVersion": st.API_VERSION, "kind": st.KIND,
-                    "metadata": {"name": meta.get("name"), "namespace": meta.get("namespace"), "uid": meta.get("uid")}}
+            return {
+                "apiVersion": st.API_VERSION,
+                "kind": st.KIND,
+                "metadata": {"name": meta.get("name"), "namespace": meta.get("namespace"), "uid": meta.get("uid")},
+            }
         if self.desired is not None:
-            return {"apiVersion": "v1", "kind": "ConfigMap",
-                    "metadata": {"name": self.desired.configmap, "namespace": self.desired.namespace}}
+            return {
+                "apiVersion": "v1",
+                "kind": "ConfigMap",
+                "metadata": {"name": self.desired.configmap, "namespace": self.desired.namespace},
+            }
         return None
 
     # ------------------------------------------------------------------------------ used by the steps
     def kept(self) -> str:
-        return (f"the cluster keeps revision {self.desired.revision[:12]}" if self.desired is not None
-                else steps.NOTHING_KEPT)
+        return (
+            f"the cluster keeps revision {self.desired.revision[:12]}"
+            if self.desired is not None
+            else steps.NOTHING_KEPT
+        )
 
     def adopt(self, desired: DesiredState, run: steps.Run) -> None:
         if self.desired is None or desired.revision != self.desired.revision:
             self.moved = self.moved_to_default(desired)
             if self.moved:
-                run.note(Reason.MOVED_TO_DEFAULT, matching.moved_text(desired, self.moved), "Warning",
-                         key=("defaulted", desired.revision))
+                run.note(
+                    Reason.MOVED_TO_DEFAULT,
+                    matching.moved_text(desired, self.moved),
+                    "Warning",
+                    key=("defaulted", desired.revision),
+                )
             if self.desired is not None:
                 self.acknowledge("a new revision")
             self.started_revision_at.setdefault(desired.revision, time.time())
@@ -227,8 +287,11 @@ class Reconciler:
         return matching.moved_to_default(desired, self.desired, self.record)
 
     def acknowledge(self, why: str) -> None:
-        failed = {n for n, obj in self.nodes.items().items()
-                  if ((obj.get("metadata") or {}).get("labels") or {}).get(MIG_CONFIG_STATE_LABEL) == STATE_FAILED}
+        failed = {
+            n
+            for n, obj in self.nodes.items().items()
+            if ((obj.get("metadata") or {}).get("labels") or {}).get(MIG_CONFIG_STATE_LABEL) == STATE_FAILED
+        }
         if failed:
             log.info("%s acknowledges the failure of %s", why, ", ".join(sorted(failed)))
         self.memory.acknowledged |= failed
@@ -248,14 +311,18 @@ class Reconciler:
     # ------------------------------------------------------------------------------ status
     def status_body(self, p: Plan | None) -> dict[str, Any]:
         revision = self.desired.revision if self.desired else None
-        fields = {"lastAppliedRevision": self.last_applied, "lastAttemptedRevision": self.last_attempted,
-                  "lastHandledResume": self.handled_resume,
-                  "configMap": f"{self.desired.namespace}/{self.desired.configmap}" if self.desired else None}
+        fields = {
+            "lastAppliedRevision": self.last_applied,
+            "lastAttemptedRevision": self.last_attempted,
+            "lastHandledResume": self.handled_resume,
+            "configMap": f"{self.desired.namespace}/{self.desired.configmap}" if self.desired else None,
+        }
         extra = matching.condition(self.desired, self.moved)
         if self.revision_condition is not None:
             extra.append(st.Condition("AppliedRevisionAvailable", *self.revision_condition))
-        body = status_body(self.migsync_object(), conditions(self.failure, p, revision, self.name) + extra, fields, p,
-                           self.failure)
+        body = status_body(
+            self.migsync_object(), conditions(self.failure, p, revision, self.name) + extra, fields, p, self.failure
+        )
         if self.desired is not None and self.desired.warnings:
             body["warnings"] = [str(w) for w in self.desired.warnings][:50]
         return body

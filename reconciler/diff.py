@@ -4,6 +4,7 @@ Unlike a sync, the diff shows every change the revision makes, not just the next
 that may write, each change is also sent as a server-side dry run, so an admission webhook's denial
 shows up here, before anything is applied (as Flux and Argo CD's server-side diff do).
 """
+
 from __future__ import annotations
 
 import difflib
@@ -62,25 +63,38 @@ class Diff:
         else:
             out.append(f"node labels: unchanged ({self.unchanged} nodes)")
         if self.defaulted:
-            out.append(f"warning: {len(self.defaulted)} node(s) move to default because no assignment matches them "
-                       f"any more: {listed(self.defaulted, 20)}")
+            out.append(
+                f"warning: {len(self.defaulted)} node(s) move to default because no assignment matches them "
+                f"any more: {listed(self.defaulted, 20)}"
+            )
         for d in self.denied:
             out.append(f"denied by the API server (dry run): {d}")
         return out
 
     def as_dict(self) -> dict[str, Any]:
-        return {"revision": self.revision, "configMap": self.configmap, "configMapDiff": self.configmap_diff,
-                "labels": [{"node": c.node, "current": c.current, "desired": c.desired} for c in self.labels],
-                "unchanged": self.unchanged, "denied": self.denied, "changed": self.changed,
-                "defaulted": list(self.defaulted)}
+        return {
+            "revision": self.revision,
+            "configMap": self.configmap,
+            "configMapDiff": self.configmap_diff,
+            "labels": [{"node": c.node, "current": c.current, "desired": c.desired} for c in self.labels],
+            "unchanged": self.unchanged,
+            "denied": self.denied,
+            "changed": self.changed,
+            "defaulted": list(self.defaulted),
+        }
 
 
 def compute(desired: DesiredState, nodes: Mapping[str, Mapping[str, Any]], configmap_text: str | None) -> Diff:
     cm_diff: list[str] = []
     if configmap_text != desired.spec.config_text:
-        cm_diff = list(difflib.unified_diff((configmap_text or "").splitlines(keepends=True),
-                                            desired.spec.config_text.splitlines(keepends=True),
-                                            "cluster", f"revision {desired.revision[:12]}"))
+        cm_diff = list(
+            difflib.unified_diff(
+                (configmap_text or "").splitlines(keepends=True),
+                desired.spec.config_text.splitlines(keepends=True),
+                "cluster",
+                f"revision {desired.revision[:12]}",
+            )
+        )
     changes = []
     unchanged = 0
     for name in sorted(desired.targets):
@@ -133,12 +147,19 @@ def preview(r: Reconciler, server_side: bool) -> tuple[Diff | None, SyncResult]:
     try:
         desired = resolve(run.candidate, steps.managed_nodes(r.nodes.items()), run.settings, r.fit_cache)
     except RepoError as exc:
-        return None, SyncResult(Outcome.INVALID, fetched.revision, message=f"revision {fetched.short} cannot "
-                                f"be applied: {exc}", problems=tuple(str(p) for p in exc.problems))
+        return None, SyncResult(
+            Outcome.INVALID,
+            fetched.revision,
+            message=f"revision {fetched.short} cannot be applied: {exc}",
+            problems=tuple(str(p) for p in exc.problems),
+        )
     seen = r.overlay.configmap_text(r.configmap_seen(desired.namespace, desired.configmap))
     found = compute(desired, r.overlay.nodes(r.nodes.items()), seen)
     found.defaulted = r.moved_to_default(desired)
     if server_side and found.changed:
         server_dry_run(found, desired, Writer(r.api, dry_run=True, stop=r.stop_event, owner=r.owner))
-    return found, SyncResult(Outcome.IN_SYNC if not found.changed else Outcome.PROGRESSING, fetched.revision,
-                             problems=tuple(str(w) for w in desired.warnings))
+    return found, SyncResult(
+        Outcome.IN_SYNC if not found.changed else Outcome.PROGRESSING,
+        fetched.revision,
+        problems=tuple(str(w) for w in desired.warnings),
+    )

@@ -1,4 +1,5 @@
 """The reconciler's loop: syncs driven by the interval, the hook and the informers' events."""
+
 from __future__ import annotations
 
 import logging

@@ -6,6 +6,7 @@ ends the process with exit status 1 (the kubelet restarts it as a standby), as c
 SIGTERM (or SIGINT) finishes the write in flight, skips the rest, stops the loop, then releases the
 Lease so a standby takes over within one retry period.
 """
+
 from __future__ import annotations
 
 import logging
@@ -39,18 +40,32 @@ def lease_name(migsync: str) -> str:
     return f"migops-reconciler-{migsync}"[:253]
 
 
-def serve(reconciler: Reconciler, options: ServeOptions, stop: threading.Event | None = None,
-          started: threading.Event | None = None) -> int:
+def serve(
+    reconciler: Reconciler,
+    options: ServeOptions,
+    stop: threading.Event | None = None,
+    started: threading.Event | None = None,
+) -> int:
     """Block until `stop` (or SIGTERM/SIGINT when run on the main thread); the exit status."""
     stop = stop or threading.Event()
     if threading.current_thread() is threading.main_thread():
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, lambda signum, frame: stop.set())
     service = _Service(reconciler, options, stop)
-    server = Server((options.http_host, options.http_port), metrics=reconciler.metrics, trigger=service.trigger,
-                    healthy=service.healthy, ready=service.ready, hook_secret=options.hook_secret).start()
-    log.info("serving /healthz /readyz /metrics%s on %s:%d", " /hook" if options.hook_secret else "",
-             options.http_host, server.port)
+    server = Server(
+        (options.http_host, options.http_port),
+        metrics=reconciler.metrics,
+        trigger=service.trigger,
+        healthy=service.healthy,
+        ready=service.ready,
+        hook_secret=options.hook_secret,
+    ).start()
+    log.info(
+        "serving /healthz /readyz /metrics%s on %s:%d",
+        " /hook" if options.hook_secret else "",
+        options.http_host,
+        server.port,
+    )
     elector_stop = threading.Event()  # released only after the loop has stopped writing
     elector_thread = service.elect(elector_stop)
     if started is not None:
@@ -100,9 +115,15 @@ class _Service:
             self.leading.set()
             return None
         identity = options.identity or f"{socket.gethostname()}_{os.getpid()}"
-        elector = LeaderElector(reconciler.api, options.lease_namespace or reconciler.namespace,
-                                lease_name(reconciler.name), identity, lease_duration=options.lease_duration,
-                                renew_deadline=options.renew_deadline, retry_period=options.retry_period)
+        elector = LeaderElector(
+            reconciler.api,
+            options.lease_namespace or reconciler.namespace,
+            lease_name(reconciler.name),
+            identity,
+            lease_duration=options.lease_duration,
+            renew_deadline=options.renew_deadline,
+            retry_period=options.retry_period,
+        )
 
         def run() -> None:
             if not elector.run(elector_stop, on_started=self.leading.set):
@@ -127,8 +148,9 @@ class _Service:
                 log.error("cannot start: %s", exc)
                 self.lost.set()
                 return 1
-            self.loop = threading.Thread(target=self.reconciler.run, kwargs={"stop": self.stop, "hook": self.hook},
-                                         name="reconcile", daemon=True)
+            self.loop = threading.Thread(
+                target=self.reconciler.run, kwargs={"stop": self.stop, "hook": self.hook}, name="reconcile", daemon=True
+            )
             self.loop.start()
             self.stop.wait()
         return 1 if self.lost.is_set() else 0

@@ -1,6 +1,7 @@
 """Which nodes a revision's assignments reach: entries that match no node, and nodes that a commit
 moves to `default` because their assignment stopped matching (a selector's typo must not pass quietly:
 it turns MIG off, or on, for a pool). Shown in the AssignmentsMatched condition, Events and diff."""
+
 from __future__ import annotations
 
 from migops.gitops.desired import DesiredState
@@ -13,7 +14,9 @@ from migops.reconciler.record import AppliedRecord
 UNMATCHED_RULES = ("matches-no-node", "node-not-found")
 
 
-def moved_to_default(desired: DesiredState, in_force: DesiredState | None, record: AppliedRecord | None) -> tuple[str, ...]:
+def moved_to_default(
+    desired: DesiredState, in_force: DesiredState | None, record: AppliedRecord | None
+) -> tuple[str, ...]:
     """Nodes `desired` moves to `default` that an assignment chose for in the revision in force (or,
     after a restart, in the cluster's applied record)."""
     if in_force is not None:
@@ -25,8 +28,10 @@ def moved_to_default(desired: DesiredState, in_force: DesiredState | None, recor
 
 def moved_text(desired: DesiredState, moved: tuple[str, ...]) -> str:
     shown = listed(moved, 10)
-    return (f"revision {desired.revision[:12]} moves {len(moved)} node(s) to default {desired.spec.nodes.default!r} "
-            f"because no assignment matches them any more: {shown}")
+    return (
+        f"revision {desired.revision[:12]} moves {len(moved)} node(s) to default {desired.spec.nodes.default!r} "
+        f"because no assignment matches them any more: {shown}"
+    )
 
 
 def warnings(desired: DesiredState | None, moved: tuple[str, ...]) -> list[str]:

@@ -3,6 +3,7 @@ the agent's digest, which resolving never reads. The memo keeps the last answer 
 why the revision cannot be applied) until what resolving reads changes: the revision, the ClusterPolicy
 settings, or the node "topology" (a node added or gone, its labels other than the config and state,
 its GPUs), tracked per event at the cost of hashing that one node's labels."""
+
 from __future__ import annotations
 
 from collections.abc import Hashable, Mapping

@@ -4,6 +4,7 @@ What an informer shows lags our own writes by a watch event: a sync that runs in
 the old label and write it again. The overlay remembers each label (and the ConfigMap text) we set
 until the informer shows it, or for `ttl` seconds (by then the watch would have shown it).
 """
+
 from __future__ import annotations
 
 import time
@@ -58,7 +59,9 @@ class WriteOverlay:
             if obj is None or now - when > self._ttl:
                 self._labels.pop(name, None)
                 continue
-            seen[name] = without_annotations(obj) if label is _RELEASED else with_config_label(obj, label, self._owner, revision)
+            seen[name] = (
+                without_annotations(obj) if label is _RELEASED else with_config_label(obj, label, self._owner, revision)
+            )
         return seen
 
     def configmap_text(self, seen: str | None) -> str | None:

@@ -11,6 +11,7 @@ GPUs differ from the applied config) + failed on the config it was given.
 A node that failed on its desired config halts the rollout (nothing more is written to nodes) until a
 new commit or a resume acknowledges the failure; acknowledged failures no longer count.
 """
+
 from __future__ import annotations
 
 import math
@@ -41,7 +42,13 @@ from migops.kube.names import (
 )
 
 _AGENT_ANNOTATIONS = (DIGEST_ANNOTATION, APPLIED_ANNOTATION, GPUS_ANNOTATION, LAYOUT_ANNOTATION)
-_KEPT_ANNOTATIONS = (*_AGENT_ANNOTATIONS, REASON_ANNOTATION, DRIFT_ANNOTATION, MANAGED_BY_ANNOTATION, REVISION_ANNOTATION)
+_KEPT_ANNOTATIONS = (
+    *_AGENT_ANNOTATIONS,
+    REASON_ANNOTATION,
+    DRIFT_ANNOTATION,
+    MANAGED_BY_ANNOTATION,
+    REVISION_ANNOTATION,
+)
 _LABEL_FIELD = "f:" + MIG_CONFIG_LABEL
 
 
@@ -55,7 +62,13 @@ class Phase(StrEnum):
     DRIFTED = "Drifted"  # applied, but its GPUs differ from the config (the agent's drift annotation)
 
 
-IN_SYNC, PROGRESSING, WAITING, FAILED, DRIFTED = Phase.IN_SYNC, Phase.PROGRESSING, Phase.WAITING, Phase.FAILED, Phase.DRIFTED
+IN_SYNC, PROGRESSING, WAITING, FAILED, DRIFTED = (
+    Phase.IN_SYNC,
+    Phase.PROGRESSING,
+    Phase.WAITING,
+    Phase.FAILED,
+    Phase.DRIFTED,
+)
 
 
 def trim_for_reconciler(obj: dict[str, Any]) -> dict[str, Any]:
@@ -64,10 +77,16 @@ def trim_for_reconciler(obj: dict[str, Any]) -> dict[str, Any]:
     needs. The result is still a Node's shape: resolve() and node_gpus() read it like any Node."""
     meta = obj.get("metadata") or {}
     annotations = meta.get("annotations") or {}
-    return {"metadata": {"name": meta.get("name"), "uid": meta.get("uid"), "resourceVersion": meta.get("resourceVersion"),
-                         "labels": meta.get("labels") or {},
-                         "annotations": {k: annotations[k] for k in _KEPT_ANNOTATIONS if k in annotations},
-                         "managedFields": _our_label_entry(meta.get("managedFields"))}}
+    return {
+        "metadata": {
+            "name": meta.get("name"),
+            "uid": meta.get("uid"),
+            "resourceVersion": meta.get("resourceVersion"),
+            "labels": meta.get("labels") or {},
+            "annotations": {k: annotations[k] for k in _KEPT_ANNOTATIONS if k in annotations},
+            "managedFields": _our_label_entry(meta.get("managedFields")),
+        }
+    }
 
 
 def _our_label_entry(managed: Any) -> list[dict[str, Any]]:
@@ -76,8 +95,14 @@ def _our_label_entry(managed: Any) -> list[dict[str, Any]]:
         if entry.get("manager") == RECONCILER_MANAGER and entry.get("operation") == "Apply":
             labels = ((entry.get("fieldsV1") or {}).get("f:metadata") or {}).get("f:labels") or {}
             if _LABEL_FIELD in labels:
-                return [{"manager": RECONCILER_MANAGER, "operation": "Apply", "time": entry.get("time"),
-                         "fieldsV1": {"f:metadata": {"f:labels": {_LABEL_FIELD: {}}}}}]
+                return [
+                    {
+                        "manager": RECONCILER_MANAGER,
+                        "operation": "Apply",
+                        "time": entry.get("time"),
+                        "fieldsV1": {"f:metadata": {"f:labels": {_LABEL_FIELD: {}}}},
+                    }
+                ]
     return []
 
 
@@ -107,8 +132,13 @@ def defaulted(new: DesiredState, before: Mapping[str, str] | None) -> tuple[str,
     (`before`: node -> the source that chose its config, as the revision in force resolved it)."""
     if not before:
         return ()
-    return tuple(sorted(name for name, t in new.targets.items()
-                        if t.source == "default" and before.get(name) not in (None, "default")))
+    return tuple(
+        sorted(
+            name
+            for name, t in new.targets.items()
+            if t.source == "default" and before.get(name) not in (None, "default")
+        )
+    )
 
 
 def with_config_label(obj: Mapping[str, Any], label: str | None, owner: str = "", revision: str = "") -> dict[str, Any]:
@@ -116,8 +146,11 @@ def with_config_label(obj: Mapping[str, Any], label: str | None, owner: str = ""
     annotations) lands; None: our label and annotations released and removed."""
     meta = obj.get("metadata") or {}
     labels = dict(meta.get("labels") or {})
-    annotations = {k: v for k, v in (meta.get("annotations") or {}).items()
-                   if k not in (MANAGED_BY_ANNOTATION, REVISION_ANNOTATION)}
+    annotations = {
+        k: v
+        for k, v in (meta.get("annotations") or {}).items()
+        if k not in (MANAGED_BY_ANNOTATION, REVISION_ANNOTATION)
+    }
     if label is None:
         labels.pop(MIG_CONFIG_LABEL, None)
     else:
@@ -125,16 +158,30 @@ def with_config_label(obj: Mapping[str, Any], label: str | None, owner: str = ""
         annotations[MANAGED_BY_ANNOTATION] = owner
         if revision:
             annotations[REVISION_ANNOTATION] = revision
-    owned = _our_label_entry([{"manager": RECONCILER_MANAGER, "operation": "Apply",
-                               "fieldsV1": {"f:metadata": {"f:labels": {_LABEL_FIELD: {}}}}}]) if label is not None else []
+    owned = (
+        _our_label_entry(
+            [
+                {
+                    "manager": RECONCILER_MANAGER,
+                    "operation": "Apply",
+                    "fieldsV1": {"f:metadata": {"f:labels": {_LABEL_FIELD: {}}}},
+                }
+            ]
+        )
+        if label is not None
+        else []
+    )
     return {**obj, "metadata": {**meta, "labels": labels, "annotations": annotations, "managedFields": owned}}
 
 
 def without_annotations(obj: Mapping[str, Any]) -> dict[str, Any]:
     """The node once our release (managed-by and revision annotations removed) lands."""
     meta = obj.get("metadata") or {}
-    annotations = {k: v for k, v in (meta.get("annotations") or {}).items()
-                   if k not in (MANAGED_BY_ANNOTATION, REVISION_ANNOTATION)}
+    annotations = {
+        k: v
+        for k, v in (meta.get("annotations") or {}).items()
+        if k not in (MANAGED_BY_ANNOTATION, REVISION_ANNOTATION)
+    }
     return {**obj, "metadata": {**meta, "annotations": annotations}}
 
 
@@ -158,11 +205,18 @@ def config_state(obj: Mapping[str, Any]) -> NodeConfigState:
     meta = obj.get("metadata") or {}
     labels = meta.get("labels") or {}
     annotations = meta.get("annotations") or {}
-    return NodeConfigState(meta.get("name"), labels.get(MIG_CONFIG_LABEL), labels.get(MIG_CONFIG_STATE_LABEL),
-                           annotations.get(DIGEST_ANNOTATION), annotations.get(REASON_ANNOTATION),
-                           any(k in annotations for k in _AGENT_ANNOTATIONS), owns_config_label(obj),
-                           annotations.get(DRIFT_ANNOTATION), annotations.get(MANAGED_BY_ANNOTATION),
-                           annotations.get(REVISION_ANNOTATION))
+    return NodeConfigState(
+        meta.get("name"),
+        labels.get(MIG_CONFIG_LABEL),
+        labels.get(MIG_CONFIG_STATE_LABEL),
+        annotations.get(DIGEST_ANNOTATION),
+        annotations.get(REASON_ANNOTATION),
+        any(k in annotations for k in _AGENT_ANNOTATIONS),
+        owns_config_label(obj),
+        annotations.get(DRIFT_ANNOTATION),
+        annotations.get(MANAGED_BY_ANNOTATION),
+        annotations.get(REVISION_ANNOTATION),
+    )
 
 
 @dataclass(frozen=True)
@@ -213,9 +267,17 @@ def is_done(view: NodeConfigState, target: NodeTarget, awaiting: bool) -> bool:
     return not view.agent or view.digest == target.digest
 
 
-def plan(desired: DesiredState, nodes: Mapping[str, Mapping[str, Any]], configmap_text: str | None, *,
-         acknowledged: frozenset[str] = frozenset(), awaiting: frozenset[str] = frozenset(),
-         reached: Mapping[str, str] | None = None, skip: frozenset[str] = frozenset(), owner: str = "") -> Plan:
+def plan(
+    desired: DesiredState,
+    nodes: Mapping[str, Mapping[str, Any]],
+    configmap_text: str | None,
+    *,
+    acknowledged: frozenset[str] = frozenset(),
+    awaiting: frozenset[str] = frozenset(),
+    reached: Mapping[str, str] | None = None,
+    skip: frozenset[str] = frozenset(),
+    owner: str = "",
+) -> Plan:
     """What to write for `desired` on `nodes` (name -> trimmed Node).
 
     acknowledged: failed nodes a resume or a new commit has acknowledged (they no longer halt or count);
@@ -254,15 +316,33 @@ def plan(desired: DesiredState, nodes: Mapping[str, Mapping[str, Any]], configma
     writes = tuple((name, config) for _, name, config in eligible[:budget])
     drift = frozenset(name for name, config in writes if reached.get(name) == config)
     prunes = _prunes(desired, nodes)
-    return Plan(configmap_text != desired.spec.config_text, writes, drift, prunes, tuple(statuses),
-                limit, unavailable, tuple(halted), counts, tuple(annotate), _releases(desired, nodes, owner, prunes))
+    return Plan(
+        configmap_text != desired.spec.config_text,
+        writes,
+        drift,
+        prunes,
+        tuple(statuses),
+        limit,
+        unavailable,
+        tuple(halted),
+        counts,
+        tuple(annotate),
+        _releases(desired, nodes, owner, prunes),
+    )
 
 
 def _classify(view: NodeConfigState, target: NodeTarget, awaiting: bool) -> tuple[NodeStatus, int | None]:
     """The node's status, and its priority for a new label (None: it needs none now)."""
+
     def status(phase: Phase, message: str = "") -> NodeStatus:
-        return NodeStatus(view.name, target.config, phase, view.state or "-", message,
-                          view.revision if view.label == target.config else None)
+        return NodeStatus(
+            view.name,
+            target.config,
+            phase,
+            view.state or "-",
+            message,
+            view.revision if view.label == target.config else None,
+        )
 
     at_desired = view.label == target.config
     if view.state == STATE_FAILED:
@@ -285,20 +365,34 @@ def _prunes(desired: DesiredState, nodes: Mapping[str, Mapping[str, Any]]) -> tu
     """With prune: nodes outside every assignment whose label we set (and still own)."""
     if not desired.spec.nodes.prune:
         return ()
-    return tuple(sorted(name for name, obj in nodes.items()
-                        if name not in desired.targets and owns_config_label(obj) and not unmanaged(obj)
-                        and ((obj.get("metadata") or {}).get("labels") or {}).get(MIG_CONFIG_LABEL) is not None))
+    return tuple(
+        sorted(
+            name
+            for name, obj in nodes.items()
+            if name not in desired.targets
+            and owns_config_label(obj)
+            and not unmanaged(obj)
+            and ((obj.get("metadata") or {}).get("labels") or {}).get(MIG_CONFIG_LABEL) is not None
+        )
+    )
 
 
-def _releases(desired: DesiredState, nodes: Mapping[str, Mapping[str, Any]], owner: str,
-              prunes: tuple[str, ...]) -> tuple[str, ...]:
+def _releases(
+    desired: DesiredState, nodes: Mapping[str, Mapping[str, Any]], owner: str, prunes: tuple[str, ...]
+) -> tuple[str, ...]:
     """Nodes carrying our managed-by that are no longer ours to manage (unmanaged, or outside every
     assignment without prune; a pruned node loses the annotation with its label)."""
     if not owner:
         return ()
-    return tuple(sorted(name for name, obj in nodes.items()
-                        if ((obj.get("metadata") or {}).get("annotations") or {}).get(MANAGED_BY_ANNOTATION) == owner
-                        and (name not in desired.targets or unmanaged(obj)) and name not in prunes))
+    return tuple(
+        sorted(
+            name
+            for name, obj in nodes.items()
+            if ((obj.get("metadata") or {}).get("annotations") or {}).get(MANAGED_BY_ANNOTATION) == owner
+            and (name not in desired.targets or unmanaged(obj))
+            and name not in prunes
+        )
+    )
 
 
 def _progress_message(view: NodeConfigState, target: NodeTarget, awaiting: bool) -> str:

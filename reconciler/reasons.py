@@ -4,6 +4,7 @@ Reasons of a refused revision come from gitops (`migops.gitops.reasons.SourceRea
 are the reconciler's own. Steps of a sync return a `Failure` (typed, with its reason) or nothing;
 the summary alone turns them into conditions, Events and metrics.
 """
+
 from __future__ import annotations
 
 from collections.abc import Mapping

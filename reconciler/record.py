@@ -7,6 +7,7 @@ as resolved then. It is written once per adopted revision, before any write of t
 reconciler (its git cache is an emptyDir) whose remote is unreachable, or whose followed branch was
 rewritten so that the revision is gone, enforces that record instead of nothing.
 """
+
 from __future__ import annotations
 
 import base64
@@ -49,27 +50,48 @@ class AppliedRecord:
 
     def spec(self) -> RepoSpec:
         """The revision as parsed from the record (raises RepoError if it no longer parses)."""
-        where = (lambda n: f"{self.path}/{n}" if self.path else n)  # noqa: E731
-        return load_repo({where(CONFIG_FILE): self.config_text.encode(), where(NODES_FILE): self.nodes_text.encode()},
-                         self.path, self.revision)
+        where = lambda n: f"{self.path}/{n}" if self.path else n  # noqa: E731
+        return load_repo(
+            {where(CONFIG_FILE): self.config_text.encode(), where(NODES_FILE): self.nodes_text.encode()},
+            self.path,
+            self.revision,
+        )
 
 
 def of(desired: DesiredState, adopted_at: float) -> AppliedRecord:
-    return AppliedRecord(desired.revision, desired.spec.path, desired.spec.config_text, desired.spec.nodes_text,
-                         adopted_at, {n: (t.config, t.source) for n, t in desired.targets.items()})
+    return AppliedRecord(
+        desired.revision,
+        desired.spec.path,
+        desired.spec.config_text,
+        desired.spec.nodes_text,
+        adopted_at,
+        {n: (t.config, t.source) for n, t in desired.targets.items()},
+    )
 
 
 def to_configmap(record: AppliedRecord, namespace: str, migsync: str, owner_uid: str | None) -> dict[str, Any]:
-    doc = {"revision": record.revision, "path": record.path, "configText": record.config_text,
-           "nodesText": record.nodes_text, "adoptedAt": record.adopted_at,
-           "targets": {n: list(t) for n, t in record.targets.items()}}
-    meta: dict[str, Any] = {"name": record_name(migsync), "namespace": namespace,
-                            "labels": {"app.kubernetes.io/managed-by": "migops-reconciler"}}
+    doc = {
+        "revision": record.revision,
+        "path": record.path,
+        "configText": record.config_text,
+        "nodesText": record.nodes_text,
+        "adoptedAt": record.adopted_at,
+        "targets": {n: list(t) for n, t in record.targets.items()},
+    }
+    meta: dict[str, Any] = {
+        "name": record_name(migsync),
+        "namespace": namespace,
+        "labels": {"app.kubernetes.io/managed-by": "migops-reconciler"},
+    }
     if owner_uid:
         meta["ownerReferences"] = [{"apiVersion": st.API_VERSION, "kind": st.KIND, "name": migsync, "uid": owner_uid}]
-    return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta,
-            "data": {"revision": record.revision, "configDigest": record.config_digest},
-            "binaryData": {RECORD_KEY: base64.b64encode(gzip.compress(json.dumps(doc).encode(), 6)).decode()}}
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": meta,
+        "data": {"revision": record.revision, "configDigest": record.config_digest},
+        "binaryData": {RECORD_KEY: base64.b64encode(gzip.compress(json.dumps(doc).encode(), 6)).decode()},
+    }
 
 
 def from_configmap(obj: Mapping[str, Any]) -> AppliedRecord:
@@ -77,9 +99,14 @@ def from_configmap(obj: Mapping[str, Any]) -> AppliedRecord:
     try:
         raw = ((obj.get("binaryData") or {}).get(RECORD_KEY)) or ""
         doc = json.loads(gzip.decompress(base64.b64decode(raw)))
-        record = AppliedRecord(str(doc["revision"]), str(doc.get("path") or ""), str(doc["configText"]),
-                               str(doc["nodesText"]), float(doc.get("adoptedAt") or 0),
-                               {str(n): (str(t[0]), str(t[1])) for n, t in (doc.get("targets") or {}).items()})
+        record = AppliedRecord(
+            str(doc["revision"]),
+            str(doc.get("path") or ""),
+            str(doc["configText"]),
+            str(doc["nodesText"]),
+            float(doc.get("adoptedAt") or 0),
+            {str(n): (str(t[0]), str(t[1])) for n, t in (doc.get("targets") or {}).items()},
+        )
     except (ValueError, KeyError, TypeError, OSError, EOFError) as exc:
         raise ValueError(f"not an applied record: {exc}") from None
     if (obj.get("data") or {}).get("configDigest") not in (None, record.config_digest):
@@ -90,8 +117,9 @@ def from_configmap(obj: Mapping[str, Any]) -> AppliedRecord:
 def read(api: k8s.ApiClient, namespace: str, migsync: str) -> AppliedRecord | None:
     """The record, or None (none yet, unreadable, or not allowed: said in the log)."""
     try:
-        obj = k8s.CoreV1Api(api).read_namespaced_config_map(record_name(migsync), namespace, _preload_content=False,
-                                                             _request_timeout=30)
+        obj = k8s.CoreV1Api(api).read_namespaced_config_map(
+            record_name(migsync), namespace, _preload_content=False, _request_timeout=30
+        )
         return from_configmap(json.loads(obj.data))
     except ApiException as exc:
         if exc.status != 404:

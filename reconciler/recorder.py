@@ -1,4 +1,5 @@
 """Events of the reconciler: recorded on the MigSync (else the MIG ConfigMap), repeats de-duplicated."""
+
 from __future__ import annotations
 
 from collections.abc import Callable, Hashable, Mapping
@@ -30,8 +31,14 @@ class Dedup:
 
 
 class EventRecorder:
-    def __init__(self, api: k8s.ApiClient, metrics: Metrics, *, dry_run: bool,
-                 default_target: Callable[[], Mapping[str, Any] | None]) -> None:
+    def __init__(
+        self,
+        api: k8s.ApiClient,
+        metrics: Metrics,
+        *,
+        dry_run: bool,
+        default_target: Callable[[], Mapping[str, Any] | None],
+    ) -> None:
         self._api = api
         self._metrics = metrics
         self._dry_run = dry_run
@@ -45,5 +52,11 @@ class EventRecorder:
         if target is None:
             return
         self._metrics.events.labels(note.reason).inc()
-        events.record(self._api, target, note.reason, note.message, type=note.type,  # type: ignore[arg-type]
-                      controller=RECONCILER_CONTROLLER)
+        events.record(
+            self._api,
+            target,
+            note.reason,
+            note.message,
+            type=note.type,  # type: ignore[arg-type]
+            controller=RECONCILER_CONTROLLER,
+        )

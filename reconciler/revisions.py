@@ -1,5 +1,6 @@
 """The repository being followed and what is known of its revisions: parsed ones (the last few), and
 those refused for good (a commit's signature does not change: it is not verified again)."""
+
 from __future__ import annotations
 
 from pathlib import Path

@@ -7,6 +7,7 @@ GitHub's `X-Hub-Signature-256: sha256=<HMAC-SHA256 of the body>` (also Gitea, an
 Without a configured secret the hook is off (404): an unauthenticated trigger is never accepted.
 A trigger only wakes the loop; the repo, ref and path come from the MigSync, never from the request.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -110,9 +111,23 @@ class _Handler(BaseHTTPRequestHandler):
 
 
 class Server:
-    def __init__(self, address: tuple[str, int], *, metrics: Metrics, trigger: Callable[[], None],
-                 healthy: Probe, ready: Probe, hook_secret: bytes | None = None) -> None:
-        self.metrics, self.trigger, self.healthy, self.ready, self.hook_secret = metrics, trigger, healthy, ready, hook_secret
+    def __init__(
+        self,
+        address: tuple[str, int],
+        *,
+        metrics: Metrics,
+        trigger: Callable[[], None],
+        healthy: Probe,
+        ready: Probe,
+        hook_secret: bytes | None = None,
+    ) -> None:
+        self.metrics, self.trigger, self.healthy, self.ready, self.hook_secret = (
+            metrics,
+            trigger,
+            healthy,
+            ready,
+            hook_secret,
+        )
         self.httpd = ThreadingHTTPServer(address, _Handler)
         self.httpd.owner = self  # type: ignore[attr-defined]
         self.httpd.daemon_threads = True

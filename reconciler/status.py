@@ -6,6 +6,7 @@ a rollout is under way), `Stalled` (True when nothing will move without a person
 unverified commit, a halted rollout, a refused write). Each has reason, message, observedGeneration
 and a lastTransitionTime that changes only when the status does.
 """
+
 from __future__ import annotations
 
 import re
@@ -40,8 +41,9 @@ def crd() -> dict[str, Any]:
 def install_crd(api: k8s.ApiClient, *, field_manager: str, timeout: float = 30.0) -> None:
     """Apply the CRD and wait until it is Established."""
     ext = k8s.ApiextensionsV1Api(api)
-    ext.patch_custom_resource_definition(CRD_NAME, crd(), field_manager=field_manager,
-                                         _content_type="application/apply-patch+yaml")
+    ext.patch_custom_resource_definition(
+        CRD_NAME, crd(), field_manager=field_manager, _content_type="application/apply-patch+yaml"
+    )
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         got = ext.read_custom_resource_definition(CRD_NAME)
@@ -96,8 +98,9 @@ def spec_from_object(obj: Mapping[str, Any]) -> SyncSpec:
     spec = obj.get("spec") or {}
     verify = spec.get("verify") or {}
     try:
-        trust = TrustPolicy(verify.get("mode") or "none", verify.get("allowedSigners") or "",
-                            tuple(verify.get("openpgpKeys") or ()))
+        trust = TrustPolicy(
+            verify.get("mode") or "none", verify.get("allowedSigners") or "", tuple(verify.get("openpgpKeys") or ())
+        )
     except ValueError as exc:
         raise ValueError(f"spec.verify: {exc}") from None
     try:
@@ -106,13 +109,18 @@ def spec_from_object(obj: Mapping[str, Any]) -> SyncSpec:
         raise ValueError(f"spec.interval: {exc}") from None
     if not spec.get("url"):
         raise ValueError("spec.url: a repository URL is required")
-    return SyncSpec(spec["url"], spec.get("ref") or None, spec.get("path") or "", interval,
-                    bool(spec.get("suspend")), trust)
+    return SyncSpec(
+        spec["url"], spec.get("ref") or None, spec.get("path") or "", interval, bool(spec.get("suspend")), trust
+    )
 
 
 def migsync_object(name: str, namespace: str, spec: SyncSpec) -> dict[str, Any]:
-    return {"apiVersion": API_VERSION, "kind": KIND, "metadata": {"name": name, "namespace": namespace},
-            "spec": spec.to_spec()}
+    return {
+        "apiVersion": API_VERSION,
+        "kind": KIND,
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": spec.to_spec(),
+    }
 
 
 # ------------------------------------------------------------------------------------------ conditions
@@ -126,7 +134,9 @@ class Condition:
     message: str = ""
 
 
-def merge_conditions(old: Sequence[Mapping[str, Any]], new: Sequence[Condition], generation: int | None) -> list[dict[str, Any]]:
+def merge_conditions(
+    old: Sequence[Mapping[str, Any]], new: Sequence[Condition], generation: int | None
+) -> list[dict[str, Any]]:
     """New conditions, keeping lastTransitionTime where the status did not change."""
     before = {c.get("type"): c for c in old}
     now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
@@ -134,8 +144,13 @@ def merge_conditions(old: Sequence[Mapping[str, Any]], new: Sequence[Condition],
     for c in new:
         prev = before.get(c.type)
         when = prev.get("lastTransitionTime") if prev and prev.get("status") == c.status else now
-        item: dict[str, Any] = {"type": c.type, "status": c.status, "reason": c.reason,
-                                "message": c.message[:32768], "lastTransitionTime": when or now}
+        item: dict[str, Any] = {
+            "type": c.type,
+            "status": c.status,
+            "reason": c.reason,
+            "message": c.message[:32768],
+            "lastTransitionTime": when or now,
+        }
         if generation is not None:
             item["observedGeneration"] = generation
         out.append(item)
@@ -146,10 +161,15 @@ def summary(plan: Plan | None) -> dict[str, Any]:
     if plan is None:
         return {}
     total = len(plan.nodes)
-    return {"inSync": f"{plan.counts.get(IN_SYNC, 0)}/{total}", "total": total,
-            "progressing": plan.counts.get(PROGRESSING, 0), "waiting": plan.counts.get(WAITING, 0),
-            "failed": plan.counts.get(FAILED, 0), "drifted": plan.counts.get(DRIFTED, 0),
-            "maxUnavailable": plan.max_unavailable}
+    return {
+        "inSync": f"{plan.counts.get(IN_SYNC, 0)}/{total}",
+        "total": total,
+        "progressing": plan.counts.get(PROGRESSING, 0),
+        "waiting": plan.counts.get(WAITING, 0),
+        "failed": plan.counts.get(FAILED, 0),
+        "drifted": plan.counts.get(DRIFTED, 0),
+        "maxUnavailable": plan.max_unavailable,
+    }
 
 
 _ORDER = {FAILED: 0, DRIFTED: 1, PROGRESSING: 2, WAITING: 3, IN_SYNC: 4}

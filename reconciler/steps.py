@@ -8,6 +8,7 @@ to apply). A failure that leaves the last good state in force (an unreachable re
 commit) is kept in `run.failure` and the steps go on with the last good desired state. Events go to
 `run.notes`; only the summary (`summary.finish`) records them and writes status and metrics.
 """
+
 from __future__ import annotations
 
 import logging
@@ -70,8 +71,9 @@ class Run:
         if self.failure is None:
             self.failure = failure
 
-    def note(self, reason: Any, message: str, type: str = "Normal", key: tuple[Any, ...] | None = None,
-             involved: Any = None) -> None:
+    def note(
+        self, reason: Any, message: str, type: str = "Normal", key: tuple[Any, ...] | None = None, involved: Any = None
+    ) -> None:
         self.notes.append(Note(reason, message, type, key, involved))
 
 
@@ -85,7 +87,9 @@ def load_spec(r: Reconciler, run: Run) -> Failure | None:
     except ValueError as exc:
         return Failure(Reason.INVALID_SPEC, str(exc), True, Outcome.INVALID)
     if spec.suspend:
-        return Failure(Reason.SUSPENDED, "spec.suspend is true: nothing is fetched or written", False, Outcome.SUSPENDED)
+        return Failure(
+            Reason.SUSPENDED, "spec.suspend is true: nothing is fetched or written", False, Outcome.SUSPENDED
+        )
     run.spec = spec
     run.source = r.revisions.source(spec.url, spec.ref)
     run.settings = r.settings()
@@ -159,8 +163,14 @@ def load(r: Reconciler, run: Run) -> Failure | None:
         try:
             run.candidate = r.revisions.load(run.source, run.fetched.revision, run.path)
         except RepoError as exc:
-            bad = Failure(exc.reason, f"revision {run.fetched.short} is invalid: {exc}; {r.kept()}", True,
-                          Outcome.INVALID, run.fetched.revision, tuple(str(p) for p in exc.problems))
+            bad = Failure(
+                exc.reason,
+                f"revision {run.fetched.short} is invalid: {exc}; {r.kept()}",
+                True,
+                Outcome.INVALID,
+                run.fetched.revision,
+                tuple(str(p) for p in exc.problems),
+            )
             r.revisions.refused[run.fetched.revision] = bad
             run.keep(bad)
             run.note(exc.reason, bad.message, "Warning", key=("invalid", run.fetched.revision))
@@ -217,7 +227,7 @@ def resolve(r: Reconciler, run: Run) -> Failure | None:
             r.adopt(found, run)
             if run.failure is not None and run.failure.message.endswith(NOTHING_KEPT):
                 # Said before the fallback found what to keep: say what is kept.
-                run.failure = replace(run.failure, message=run.failure.message[:-len(NOTHING_KEPT)] + r.kept())
+                run.failure = replace(run.failure, message=run.failure.message[: -len(NOTHING_KEPT)] + r.kept())
             break
     if run.failure is not None and run.failure.reason in UNREADABLE:
         run.note(run.failure.reason, run.failure.message, "Warning", key=("unreachable", run.failure.message))
@@ -238,10 +248,18 @@ def _resolved(r: Reconciler, run: Run, attempt: RepoSpec) -> DesiredState | Fail
     if known is not None:
         return known
     try:
-        found: DesiredState | Failure = resolve_desired(attempt, managed_nodes(r.nodes.items()), run.settings, r.fit_cache)
+        found: DesiredState | Failure = resolve_desired(
+            attempt, managed_nodes(r.nodes.items()), run.settings, r.fit_cache
+        )
     except RepoError as exc:
-        found = Failure(exc.reason, f"revision {attempt.revision[:12]} cannot be applied: {exc}; {r.kept()}",
-                        True, Outcome.INVALID, attempt.revision, tuple(str(p) for p in exc.problems))
+        found = Failure(
+            exc.reason,
+            f"revision {attempt.revision[:12]} cannot be applied: {exc}; {r.kept()}",
+            True,
+            Outcome.INVALID,
+            attempt.revision,
+            tuple(str(p) for p in exc.problems),
+        )
     else:
         found = _guard_defaulted(r, found) or found
     r.resolve_memo.put(key, found)
@@ -257,11 +275,16 @@ def _guard_defaulted(r: Reconciler, desired: DesiredState) -> Failure | None:
     limit = desired.spec.nodes.max_defaulted
     if limit is None or len(moved) <= limit:
         return None
-    return Failure(SourceReason.TOO_MANY_DEFAULTED,
-                   f"revision {desired.revision[:12]} would move {len(moved)} node(s) to default "
-                   f"{desired.spec.nodes.default!r} because no assignment matches them any more "
-                   f"{listed(moved, 5)}); rollout.maxDefaulted is {limit}: fix the selectors, list the nodes, or "
-                   f"raise the limit; {r.kept()}", True, Outcome.INVALID, desired.revision)
+    return Failure(
+        SourceReason.TOO_MANY_DEFAULTED,
+        f"revision {desired.revision[:12]} would move {len(moved)} node(s) to default "
+        f"{desired.spec.nodes.default!r} because no assignment matches them any more "
+        f"{listed(moved, 5)}); rollout.maxDefaulted is {limit}: fix the selectors, list the nodes, or "
+        f"raise the limit; {r.kept()}",
+        True,
+        Outcome.INVALID,
+        desired.revision,
+    )
 
 
 def history(r: Reconciler, run: Run) -> Failure | None:
@@ -273,17 +296,32 @@ def history(r: Reconciler, run: Run) -> Failure | None:
     record = f"ConfigMap {r.namespace}/{record_name(r.name)}"
     if run.fetched is not None and run.source is not None:
         if run.source.contains(run.fetched.revision, desired.revision):
-            r.revision_condition = ("True", Reason.REVISION_AVAILABLE, f"revision {desired.revision[:12]} is in the "
-                                    f"history of {where}")
+            r.revision_condition = (
+                "True",
+                Reason.REVISION_AVAILABLE,
+                f"revision {desired.revision[:12]} is in the history of {where}",
+            )
         else:
-            r.revision_condition = ("False", Reason.REVISION_VANISHED, f"revision {desired.revision[:12]}, in force, is "
-                                    f"no longer in the history of {where} (rewritten: a force-push?); it is enforced "
-                                    f"from the cluster's record ({record}) until a new revision can be applied")
-            run.note(Reason.REVISION_VANISHED, r.revision_condition[2], "Warning",
-                     key=("vanished", desired.revision, run.fetched.revision))
+            r.revision_condition = (
+                "False",
+                Reason.REVISION_VANISHED,
+                f"revision {desired.revision[:12]}, in force, is "
+                f"no longer in the history of {where} (rewritten: a force-push?); it is enforced "
+                f"from the cluster's record ({record}) until a new revision can be applied",
+            )
+            run.note(
+                Reason.REVISION_VANISHED,
+                r.revision_condition[2],
+                "Warning",
+                key=("vanished", desired.revision, run.fetched.revision),
+            )
     elif run.from_record and run.failure is not None:
-        r.revision_condition = ("Unknown", run.failure.reason, f"revision {desired.revision[:12]} is enforced from the "
-                                f"cluster's record ({record}): the remote cannot be read")
+        r.revision_condition = (
+            "Unknown",
+            run.failure.reason,
+            f"revision {desired.revision[:12]} is enforced from the "
+            f"cluster's record ({record}): the remote cannot be read",
+        )
     return None
 
 
@@ -323,8 +361,16 @@ def plan(r: Reconciler, run: Run) -> Failure | None:
     run.configmap_text = r.overlay.configmap_text(r.configmap_seen(desired.namespace, desired.configmap))
     mem = r.memory
     run.skip = frozenset(n for (n, c) in mem.refused if desired.targets.get(n) and desired.targets[n].config == c)
-    run.plan = plan_wave(desired, run.nodes, run.configmap_text, acknowledged=frozenset(mem.acknowledged),
-                         awaiting=frozenset(mem.awaiting), reached=mem.reached, skip=run.skip, owner=r.owner)
+    run.plan = plan_wave(
+        desired,
+        run.nodes,
+        run.configmap_text,
+        acknowledged=frozenset(mem.acknowledged),
+        awaiting=frozenset(mem.awaiting),
+        reached=mem.reached,
+        skip=run.skip,
+        owner=r.owner,
+    )
     return None
 
 
@@ -348,8 +394,13 @@ def deadline(r: Reconciler, run: Run) -> Failure | None:
         why = f"no progress for {now - began:.0f}s (progressDeadlineSeconds {limit:g}): {s.message or s.state}"
         run.overdue.append((s.name, why))
         shown.append(replace(s, message=why))
-        run.note(Reason.PROGRESS_DEADLINE, f"node {s.name}: {why}", "Warning", key=("deadline", s.name, began),
-                 involved={"apiVersion": "v1", "kind": "Node", "metadata": {"name": s.name}})
+        run.note(
+            Reason.PROGRESS_DEADLINE,
+            f"node {s.name}: {why}",
+            "Warning",
+            key=("deadline", s.name, began),
+            involved={"apiVersion": "v1", "kind": "Node", "metadata": {"name": s.name}},
+        )
     for name in [n for n in since if n not in seen]:
         del since[name]
     if run.overdue:
@@ -376,12 +427,20 @@ def apply_configmap(r: Reconciler, run: Run) -> Failure | None:
         r.overlay.wrote_configmap(text)
     where = f"ConfigMap {desired.namespace}/{desired.configmap}"
     if seen is not None and r.memory.applied_cm_text == text:
-        run.note(Reason.DRIFT_REVERTED, f"data.{CONFIGMAP_KEY} of {where} was changed by hand; put back to "
-                 f"revision {desired.revision[:12]}", "Warning", involved={
-                     "apiVersion": "v1", "kind": "ConfigMap",
-                     "metadata": {"name": desired.configmap, "namespace": desired.namespace}})
+        run.note(
+            Reason.DRIFT_REVERTED,
+            f"data.{CONFIGMAP_KEY} of {where} was changed by hand; put back to revision {desired.revision[:12]}",
+            "Warning",
+            involved={
+                "apiVersion": "v1",
+                "kind": "ConfigMap",
+                "metadata": {"name": desired.configmap, "namespace": desired.namespace},
+            },
+        )
     else:
-        run.note(Reason.CONFIGMAP_APPLIED, f"{where} data.{CONFIGMAP_KEY} applied from revision {desired.revision[:12]}")
+        run.note(
+            Reason.CONFIGMAP_APPLIED, f"{where} data.{CONFIGMAP_KEY} applied from revision {desired.revision[:12]}"
+        )
     r.memory.applied_cm_text = text
     return None
 
@@ -393,8 +452,11 @@ def apply_wave(r: Reconciler, run: Run) -> Failure | None:
     if not run.errors:
         items: list[tuple[str, str | None]] = [*p.writes, *((n, None) for n in p.prunes)]
         # Marked before the write: mig-manager may answer (pending) before the write call returns.
-        fresh = {n for n, c in items if c is not None and not r.dry_run and not config_state(run.nodes[n]).agent
-                 and n not in mem.awaiting}
+        fresh = {
+            n
+            for n, c in items
+            if c is not None and not r.dry_run and not config_state(run.nodes[n]).agent and n not in mem.awaiting
+        }
         mem.awaiting |= fresh
         done, errors = r.writer.labels([*items, *p.annotate], desired.revision)
         mem.awaiting -= fresh - set(done)
@@ -408,8 +470,11 @@ def apply_wave(r: Reconciler, run: Run) -> Failure | None:
         for name in released if not r.dry_run else ():
             r.overlay.released(name)
         if released:
-            run.note(Reason.RELEASED, f"{len(released)} node(s) left management (migops.io/unmanaged=true, or outside "
-                     f"every assignment): {listed(released, 10)}; their nvidia.com/mig.config is no longer enforced")
+            run.note(
+                Reason.RELEASED,
+                f"{len(released)} node(s) left management (migops.io/unmanaged=true, or outside "
+                f"every assignment): {listed(released, 10)}; their nvidia.com/mig.config is no longer enforced",
+            )
         for err in errors:
             node = err.target.split("/", 1)[1]
             if err.kind == "terminal":
@@ -424,19 +489,42 @@ def apply_wave(r: Reconciler, run: Run) -> Failure | None:
 
 def _notes_for_writes(run: Run, p: Plan, done: list[str], wrote: dict[str, str | None], revision: str) -> None:
     for name in (n for n in done if n in p.drift):
-        run.note(Reason.DRIFT_REVERTED, f"nvidia.com/mig.config was changed by hand; put back to "
-                 f"{wrote[name]!r} (revision {revision[:12]})", "Warning",
-                 involved={"apiVersion": "v1", "kind": "Node", "metadata": {"name": name}})
+        run.note(
+            Reason.DRIFT_REVERTED,
+            f"nvidia.com/mig.config was changed by hand; put back to {wrote[name]!r} (revision {revision[:12]})",
+            "Warning",
+            involved={"apiVersion": "v1", "kind": "Node", "metadata": {"name": name}},
+        )
     assigned = [n for n in done if wrote[n] is not None and n not in p.drift]
     pruned = [n for n in done if wrote[n] is None]
     if assigned:
         shown = listed((f"{n}={wrote[n]}" for n in assigned), 10)
-        run.note(Reason.ASSIGNED, f"revision {revision[:12]}: new config for {len(assigned)} "
-                 f"node{'s' if len(assigned) > 1 else ''} ({shown}); maxUnavailable {p.max_unavailable}")
+        run.note(
+            Reason.ASSIGNED,
+            f"revision {revision[:12]}: new config for {len(assigned)} "
+            f"node{'s' if len(assigned) > 1 else ''} ({shown}); maxUnavailable {p.max_unavailable}",
+        )
     if pruned:
-        run.note(Reason.PRUNED, f"removed nvidia.com/mig.config from {len(pruned)} node(s) that "
-                 f"left every assignment: {listed(pruned, 10)}")
+        run.note(
+            Reason.PRUNED,
+            f"removed nvidia.com/mig.config from {len(pruned)} node(s) that "
+            f"left every assignment: {listed(pruned, 10)}",
+        )
 
 
-SYNC: tuple[Step, ...] = (load_spec, resume, fetch, verify, load, fall_back, resolve, history, record, warn, plan,
-                          deadline, apply_configmap, apply_wave)
+SYNC: tuple[Step, ...] = (
+    load_spec,
+    resume,
+    fetch,
+    verify,
+    load,
+    fall_back,
+    resolve,
+    history,
+    record,
+    warn,
+    plan,
+    deadline,
+    apply_configmap,
+    apply_wave,
+)

@@ -15,6 +15,7 @@ Fixtures:
   real_node                             session  RealNodeCluster: a second control plane serving pods
                                                  and the real node migops-node running them (root)
 """
+
 from __future__ import annotations
 
 import atexit
@@ -229,8 +230,9 @@ def real_node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RealNodeClus
 
             gpu = catalogue().resolve(DEFAULT_GPU)
             cluster.apply_real_node(api, cluster.plan_node(node.name, gpu, 8, "single"))
-            yield RealNodeCluster(node.name, plane, node, api, plane.admin_kubeconfig, binaries.kubectl,
-                                  node.layout.gpu_dir / "gpus.json")
+            yield RealNodeCluster(
+                node.name, plane, node, api, plane.admin_kubeconfig, binaries.kubectl, node.layout.gpu_dir / "gpus.json"
+            )
     finally:
         atexit.unregister(stop)
         restore()

@@ -3,6 +3,7 @@
 Importable from any test (pytest puts tests/ on sys.path for the root conftest). Signing keys are made
 fresh per key object; an OpenPGP key's gpg-agent is stopped by `close()`.
 """
+
 from __future__ import annotations
 
 import os
@@ -10,13 +11,25 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-_ENV = {"GIT_AUTHOR_NAME": "Test", "GIT_AUTHOR_EMAIL": "test@example.com",
-        "GIT_COMMITTER_NAME": "Test", "GIT_COMMITTER_EMAIL": "test@example.com", "GIT_CONFIG_NOSYSTEM": "1"}
+_ENV = {
+    "GIT_AUTHOR_NAME": "Test",
+    "GIT_AUTHOR_EMAIL": "test@example.com",
+    "GIT_COMMITTER_NAME": "Test",
+    "GIT_COMMITTER_EMAIL": "test@example.com",
+    "GIT_CONFIG_NOSYSTEM": "1",
+}
 
 
 def run(argv: list[str], cwd: Path | None = None, env: dict[str, str] | None = None) -> str:
-    out = subprocess.run(argv, cwd=cwd, env={**os.environ, **_ENV, **(env or {})}, capture_output=True,
-                         text=True, timeout=60, check=False)
+    out = subprocess.run(
+        argv,
+        cwd=cwd,
+        env={**os.environ, **_ENV, **(env or {})},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
     if out.returncode != 0:
         raise RuntimeError(f"{' '.join(argv)} failed: {out.stderr}")
     return out.stdout
@@ -52,8 +65,22 @@ class PgpKey:
         home = directory / f"gnupg-{name}"
         home.mkdir(parents=True, mode=0o700)
         env = {"GNUPGHOME": str(home)}
-        run(["gpg", "--batch", "--passphrase", "", "--pinentry-mode", "loopback", "--quick-gen-key",
-             f"{name} <{name}@example.com>", "ed25519", "sign", "never"], env=env)
+        run(
+            [
+                "gpg",
+                "--batch",
+                "--passphrase",
+                "",
+                "--pinentry-mode",
+                "loopback",
+                "--quick-gen-key",
+                f"{name} <{name}@example.com>",
+                "ed25519",
+                "sign",
+                "never",
+            ],
+            env=env,
+        )
         listing = run(["gpg", "--batch", "--with-colons", "--list-secret-keys"], env=env)
         fpr = next(line.split(":")[9] for line in listing.splitlines() if line.startswith("fpr:"))
         return cls(home, fpr)
@@ -66,8 +93,13 @@ class PgpKey:
         return ["-c", "gpg.format=openpgp", "-c", f"user.signingkey={self.fingerprint}"]
 
     def close(self) -> None:
-        subprocess.run(["gpgconf", "--kill", "gpg-agent"], env={**os.environ, "GNUPGHOME": str(self.home)},
-                       capture_output=True, timeout=30, check=False)
+        subprocess.run(
+            ["gpgconf", "--kill", "gpg-agent"],
+            env={**os.environ, "GNUPGHOME": str(self.home)},
+            capture_output=True,
+            timeout=30,
+            check=False,
+        )
 
 
 class GitRepo:
@@ -86,8 +118,9 @@ class GitRepo:
     def git(self, *args: str, env: dict[str, str] | None = None) -> str:
         return run(["git", "-C", str(self.path), *args], env=env)
 
-    def commit(self, files: dict[str, str | None], message: str = "change", *,
-               key: SshKey | PgpKey | None = None) -> str:
+    def commit(
+        self, files: dict[str, str | None], message: str = "change", *, key: SshKey | PgpKey | None = None
+    ) -> str:
         """Write (or, for None, delete) files, commit them (signed with `key`), return the SHA."""
         for name, text in files.items():
             target = self.path / name
@@ -101,8 +134,10 @@ class GitRepo:
         if key is None:
             self.git("commit", "-q", "--allow-empty", "-m", message)
         else:
-            run(["git", "-C", str(self.path), *key.git_config(), "commit", "-q", "-S", "--allow-empty", "-m", message],
-                env=env)
+            run(
+                ["git", "-C", str(self.path), *key.git_config(), "commit", "-q", "-S", "--allow-empty", "-m", message],
+                env=env,
+            )
         return self.head()
 
     def head(self) -> str:
@@ -138,22 +173,34 @@ mig-configs:
         "2g.20gb": 1
 """
 
-UNPLACEABLE = CONFIG_YAML + """\
+UNPLACEABLE = (
+    CONFIG_YAML
+    + """\
   too-many:
     - devices: all
       mig-enabled: true
       mig-devices:
         "1g.10gb": 8
 """
+)
 
 
-def nodes_yaml(assignments: str = "", *, default: str | None = None, max_unavailable: object = "100%",
-               strategy: str | None = None, prune: bool | None = None, extra: str = "") -> str:
+def nodes_yaml(
+    assignments: str = "",
+    *,
+    default: str | None = None,
+    max_unavailable: object = "100%",
+    strategy: str | None = None,
+    prune: bool | None = None,
+    extra: str = "",
+) -> str:
     """A nodes.yaml; `assignments` is the YAML list body (already indented by two spaces)."""
     lines = ["version: v1"]
     if strategy:
         lines.append(f"strategy: {strategy}")
-    lines.append(f"rollout: {{maxUnavailable: {max_unavailable if isinstance(max_unavailable, int) else repr(max_unavailable)}}}")
+    lines.append(
+        f"rollout: {{maxUnavailable: {max_unavailable if isinstance(max_unavailable, int) else repr(max_unavailable)}}}"
+    )
     if default:
         lines.append(f"default: {default}")
     if prune is not None:

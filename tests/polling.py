@@ -3,6 +3,7 @@
 One helper for every test that polls (imported by name, like gitrepo: `from polling import until`).
 Timeouts are generous — the machine may be shared and slow — and nothing ever asserts on speed.
 """
+
 from __future__ import annotations
 
 import time

@@ -4,6 +4,7 @@ Everything here is pure. A request that is not a well-formed AdmissionReview is 
 (`BadReview`, answered 400 with a message); anything about the object itself is a verdict
 (allowed or denied, with warnings), answered 200 as the API server expects.
 """
+
 from __future__ import annotations
 
 import base64
@@ -72,8 +73,10 @@ def parse_review(doc: object) -> Request:
     if not isinstance(doc, dict):
         raise BadReview(f"body must be a JSON object (an AdmissionReview), not {type(doc).__name__}")
     if doc.get("apiVersion") != API_VERSION or doc.get("kind") != KIND:
-        raise BadReview(f"apiVersion/kind must be {API_VERSION}/{KIND}, not "
-                        f"{_short(doc.get('apiVersion'))}/{_short(doc.get('kind'))}")
+        raise BadReview(
+            f"apiVersion/kind must be {API_VERSION}/{KIND}, not "
+            f"{_short(doc.get('apiVersion'))}/{_short(doc.get('kind'))}"
+        )
     req = doc.get("request")
     if not isinstance(req, dict):
         raise BadReview("request: missing or not an object")
@@ -81,7 +84,11 @@ def parse_review(doc: object) -> Request:
     if not isinstance(uid, str) or not uid or len(uid) > 128:
         raise BadReview("request.uid: missing, empty or not a string of at most 128 characters")
     kind = req.get("kind")
-    if not isinstance(kind, dict) or not isinstance(kind.get("kind"), str) or not isinstance(kind.get("group", ""), str):
+    if (
+        not isinstance(kind, dict)
+        or not isinstance(kind.get("kind"), str)
+        or not isinstance(kind.get("group", ""), str)
+    ):
         raise BadReview("request.kind: must be an object with group, version and kind")
     operation = req.get("operation")
     if not isinstance(operation, str) or operation not in OPERATIONS:
@@ -111,8 +118,21 @@ def parse_review(doc: object) -> Request:
     if not name:
         meta = (obj or old or {}).get("metadata") or {}
         name = meta.get("name") or ""  # a string of at most MAX_NAME: check_object saw it
-    return Request(uid, kind["kind"], kind.get("group", ""), operation, name[:MAX_NAME], namespace[:MAX_NAME], obj,
-                   old, bool(dry_run), req, username, sub_resource, tuple(dict.fromkeys(refusal)))
+    return Request(
+        uid,
+        kind["kind"],
+        kind.get("group", ""),
+        operation,
+        name[:MAX_NAME],
+        namespace[:MAX_NAME],
+        obj,
+        old,
+        bool(dry_run),
+        req,
+        username,
+        sub_resource,
+        tuple(dict.fromkeys(refusal)),
+    )
 
 
 def _username(info: object) -> str:
@@ -126,8 +146,11 @@ def _username(info: object) -> str:
     if not isinstance(username, str) or len(username) > MAX_USERNAME:
         raise BadReview(f"request.userInfo.username: must be a string of at most {MAX_USERNAME} characters")
     groups = info.get("groups")
-    if groups is not None and not (isinstance(groups, list) and len(groups) <= MAX_GROUPS
-                                   and all(isinstance(g, str) and len(g) <= MAX_USERNAME for g in groups)):
+    if groups is not None and not (
+        isinstance(groups, list)
+        and len(groups) <= MAX_GROUPS
+        and all(isinstance(g, str) and len(g) <= MAX_USERNAME for g in groups)
+    ):
         raise BadReview(f"request.userInfo.groups: must be a list of at most {MAX_GROUPS} strings")
     return username
 
@@ -165,12 +188,18 @@ def check_object(obj: dict[str, Any], where: str) -> list[tuple[str, str]]:
         total = 0
         for key, value in values.items():
             if not isinstance(value, str):
-                raise BadReview(f"{where}.metadata.{field_name}[{_key(key)}]: must be a string, "
-                                f"not {type(value).__name__}")
+                raise BadReview(
+                    f"{where}.metadata.{field_name}[{_key(key)}]: must be a string, not {type(value).__name__}"
+                )
             total += len(key) + len(value)
             if field_name == "labels" and (len(key) > MAX_LABEL_KEY or len(value) > MAX_LABEL_VALUE):
-                found.append(("object-limits", f"{where}.metadata.labels[{_key(key)}]: a label's value is at most "
-                              f"{MAX_LABEL_VALUE} characters and its key {MAX_LABEL_KEY}"))
+                found.append(
+                    (
+                        "object-limits",
+                        f"{where}.metadata.labels[{_key(key)}]: a label's value is at most "
+                        f"{MAX_LABEL_VALUE} characters and its key {MAX_LABEL_KEY}",
+                    )
+                )
         if field_name == "annotations" and total > MAX_ANNOTATIONS:
             found.append(("object-limits", f"{where}.metadata.annotations: more than {MAX_ANNOTATIONS} bytes in all"))
     managed = meta.get("managedFields")
@@ -228,7 +257,9 @@ class Verdict:
         return b"," + json.dumps(response, separators=(",", ":")).encode()[1:] + b"}"
 
 
-_HEAD = json.dumps({"apiVersion": API_VERSION, "kind": KIND}, separators=(",", ":")).encode()[:-1] + b',"response":{"uid":'
+_HEAD = (
+    json.dumps({"apiVersion": API_VERSION, "kind": KIND}, separators=(",", ":")).encode()[:-1] + b',"response":{"uid":'
+)
 
 
 ALLOW = Verdict()
@@ -238,8 +269,14 @@ def allow(warnings: Iterable[str] = (), patch: Sequence[dict[str, Any]] = ()) ->
     return Verdict(warnings=tuple(warnings), patch=tuple(patch))
 
 
-def deny(subject: str, findings: Sequence[tuple[str, str]], *, code: int = 422, reason: str = "Invalid",
-         warnings: Iterable[str] = ()) -> Verdict:
+def deny(
+    subject: str,
+    findings: Sequence[tuple[str, str]],
+    *,
+    code: int = 422,
+    reason: str = "Invalid",
+    warnings: Iterable[str] = (),
+) -> Verdict:
     """A denial listing every finding as `(rule, text)`; `subject` says what was refused."""
     lines = [f"{subject}: denied by migops ({len(findings)} problem{'s' if len(findings) != 1 else ''})"]
     lines += [f"- {text} [{rule}]" for rule, text in findings]
@@ -318,5 +355,20 @@ def escape_pointer(key: str) -> str:
     return key.replace("~", "~0").replace("/", "~1")
 
 
-__all__ = ["ALLOW", "BadReview", "Request", "Verdict", "allow", "annotations", "annotations_of", "check_object",
-           "decode", "deny", "escape_pointer", "labels", "merge_warnings", "parse_review", "shorten"]
+__all__ = [
+    "ALLOW",
+    "BadReview",
+    "Request",
+    "Verdict",
+    "allow",
+    "annotations",
+    "annotations_of",
+    "check_object",
+    "decode",
+    "deny",
+    "escape_pointer",
+    "labels",
+    "merge_warnings",
+    "parse_review",
+    "shorten",
+]

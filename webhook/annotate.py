@@ -12,6 +12,7 @@ that some manager owns (it is in the user's manifest, or someone edited it) is t
 touched; an unowned or absent one is (re)computed, and when it already holds the computed value no
 patch is sent, so the second apply of the same object changes nothing.
 """
+
 from __future__ import annotations
 
 from collections.abc import Mapping
@@ -50,8 +51,11 @@ def wanted(req: Request, snap: Snapshot) -> dict[str, str]:
     if not (active or labelled) or text is None:
         return {}
     models = snap.config_models if active else frozenset()
-    return {CONFIG_DIGEST_ANNOTATION: "sha256:" + checks.digest(text), VALIDATED_STRATEGY_ANNOTATION: snap.strategy,
-            VALIDATED_GPUS_ANNOTATION: ",".join(sorted(models)) or "catalogue"}
+    return {
+        CONFIG_DIGEST_ANNOTATION: "sha256:" + checks.digest(text),
+        VALIDATED_STRATEGY_ANNOTATION: snap.strategy,
+        VALIDATED_GPUS_ANNOTATION: ",".join(sorted(models)) or "catalogue",
+    }
 
 
 def mutate(req: Request, snap: Snapshot) -> Verdict:

@@ -7,6 +7,7 @@ runs the rules, and the rules read the informers' Snapshot, never the API server
 ClusterPolicy switching to another MIG ConfigMap reads that ConfigMap, uncached; policies.py). dryRun
 is never read, so a server-side dry-run gets exactly the answer the real request will get.
 """
+
 from __future__ import annotations
 
 import logging
@@ -85,8 +86,9 @@ class State(Protocol):
     def errors(self) -> dict[str, str]: ...
 
 
-def create_app(state: State, *, cache_bytes: int = CACHE_BYTES,
-               read_configmap: policies.ReadConfigMap | None = None) -> Flask:
+def create_app(
+    state: State, *, cache_bytes: int = CACHE_BYTES, read_configmap: policies.ReadConfigMap | None = None
+) -> Flask:
     """The app over `state`; `read_configmap` is how a ClusterPolicy switching to another MIG ConfigMap
     gets that ConfigMap (webhook/policies.py; without it such a switch is denied as uncheckable). It is
     read before the state's lock is taken, so a slow API server holds up no other review."""
@@ -104,9 +106,17 @@ def create_app(state: State, *, cache_bytes: int = CACHE_BYTES,
             raise found[1]
         return found[1]
 
-    bound = {**RULES, "validate": {**RULES["validate"], ("nvidia.com", "ClusterPolicy"): (
-        policy_key, lambda req, snap: policy_rule(req, snap, read_prefetched if read_configmap else None),
-        policy_reads)}}  # type: ignore[call-arg]
+    bound = {
+        **RULES,
+        "validate": {
+            **RULES["validate"],
+            ("nvidia.com", "ClusterPolicy"): (
+                policy_key,
+                lambda req, snap: policy_rule(req, snap, read_prefetched if read_configmap else None),
+                policy_reads,
+            ),
+        },
+    }  # type: ignore[call-arg]
 
     def prefetch(req: Request) -> None:
         """A ClusterPolicy naming another MIG ConfigMap than the one in force: read it now, unlocked."""
@@ -120,6 +130,7 @@ def create_app(state: State, *, cache_bytes: int = CACHE_BYTES,
             prefetched.value = (target, read_configmap(*target))
         except Exception as exc:  # noqa: BLE001 - the rule turns it into a denial that says why
             prefetched.value = (target, exc)
+
     app.extensions["migops.verdicts"] = verdicts
 
     def review(endpoint: str) -> Response:
@@ -146,8 +157,9 @@ def create_app(state: State, *, cache_bytes: int = CACHE_BYTES,
             if rule is None:
                 verdict = ALLOW
             elif req.refusal:  # beyond Kubernetes' limits: no rule runs, nothing is cached
-                bad_requests.warning("refused %s %s on %s: %s", req.kind, shorten(req.name, 60), request.path,
-                                     req.refusal[0][1])
+                bad_requests.warning(
+                    "refused %s %s on %s: %s", req.kind, shorten(req.name, 60), request.path, req.refusal[0][1]
+                )
                 verdict = deny(f"{req.kind} {req.name or '(no name)'}", list(req.refusal))
             else:
                 prefetch(req)

@@ -5,6 +5,7 @@ verdict by its bytes, checks.py a parsed file by its text length: a parsed 800 K
 Keys must be bounded by their maker (digests, values capped by admission.check_object). A flood of
 distinct objects only evicts, never grows memory.
 """
+
 from __future__ import annotations
 
 import threading

@@ -11,6 +11,7 @@ results:
   the other seventy-nine are answered from memory, whichever revision of the file they came from.
 A cold file is judged in one `validate` call, which shares the work common to its configs.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -63,8 +64,9 @@ def _entries(config: MigPartedConfig) -> dict[str, tuple[MigConfigEntry, ...]]:
     return out
 
 
-def on_catalogue(config: MigPartedConfig, names: Iterable[str],
-                 strategy: Strategy | None = None) -> dict[str, ConfigReport]:
+def on_catalogue(
+    config: MigPartedConfig, names: Iterable[str], strategy: Strategy | None = None
+) -> dict[str, ConfigReport]:
     """validate_against_catalogue for each name; those not remembered are judged in one call."""
     entries = _entries(config)
     keys = {name: ("catalogue", name, entries[name], strategy) for name in names}

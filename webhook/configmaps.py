@@ -10,6 +10,7 @@
 A labelled ConfigMap that is not in force (one prepared for a later switch) is checked against the
 catalogue only: no node uses it yet.
 """
+
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
@@ -40,13 +41,23 @@ def payload(obj: Mapping[str, Any] | None) -> tuple[str | None, list[Finding]]:
     findings: list[Finding] = []
     binary = obj.get("binaryData")
     if isinstance(binary, dict) and CONFIGMAP_KEY in binary:
-        findings.append(("configmap-binary-data", f"binaryData.{CONFIGMAP_KEY}: mig-manager reads the config as "
-                         f"text; put it under data.\"{CONFIGMAP_KEY}\""))
+        findings.append(
+            (
+                "configmap-binary-data",
+                f"binaryData.{CONFIGMAP_KEY}: mig-manager reads the config as "
+                f"text; put it under data.\"{CONFIGMAP_KEY}\"",
+            )
+        )
     data = obj.get("data")
     if not isinstance(data, dict) or CONFIGMAP_KEY not in data:
         keys = listed(sorted(map(str, data)), 10) if isinstance(data, dict) and data else "none"
-        findings.append(("configmap-key", f"data.\"{CONFIGMAP_KEY}\": missing (keys: {keys}); the GPU Operator's "
-                         "mig-manager reads the config from that key"))
+        findings.append(
+            (
+                "configmap-key",
+                f"data.\"{CONFIGMAP_KEY}\": missing (keys: {keys}); the GPU Operator's "
+                "mig-manager reads the config from that key",
+            )
+        )
         return None, findings
     text = data[CONFIGMAP_KEY]
     if not isinstance(text, str):
@@ -60,7 +71,9 @@ def _text_key(obj: Mapping[str, Any] | None) -> str:
     text = data.get(CONFIGMAP_KEY) if isinstance(data, dict) else None
     if isinstance(text, str):
         return checks.digest(text)
-    return "none:" + (checks.digest(",".join(sorted(map(str, data)))) if isinstance(data, dict) else type(data).__name__)
+    return "none:" + (
+        checks.digest(",".join(sorted(map(str, data)))) if isinstance(data, dict) else type(data).__name__
+    )
 
 
 def cache_key(req: Request) -> tuple:
@@ -71,8 +84,15 @@ def cache_key(req: Request) -> tuple:
     old = ""
     if req.operation == "UPDATE":  # a re-apply sends the same text twice: hash it once
         old = "same" if _text(obj) is not None and _text(obj) == _text(req.old_object) else _text_key(req.old_object)
-    return (req.namespace, req.name, req.operation, labels(obj).get(MIG_CONFIGMAP_LABEL), new, old,
-            isinstance(binary, dict) and CONFIGMAP_KEY in binary)
+    return (
+        req.namespace,
+        req.name,
+        req.operation,
+        labels(obj).get(MIG_CONFIGMAP_LABEL),
+        new,
+        old,
+        isinstance(binary, dict) and CONFIGMAP_KEY in binary,
+    )
 
 
 def _text(obj: Mapping[str, Any] | None) -> str | None:
@@ -119,8 +139,12 @@ def validate(req: Request, snap: Snapshot) -> Verdict:
         for name, nodes in missing:
             where = key_path("mig-configs", name)
             if name in before:
-                findings.append(("config-in-use", f"{where}: removed, but {node_names(nodes)} select it "
-                                 f"({MIG_CONFIG_LABEL}); relabel them first"))
+                findings.append(
+                    (
+                        "config-in-use",
+                        f"{where}: removed, but {node_names(nodes)} select it ({MIG_CONFIG_LABEL}); relabel them first",
+                    )
+                )
             else:
                 warnings.append(("config-not-found", where, f"not defined, but {node_names(nodes)} select it"))
     errors, warns = judge(config, users, snap, snap.strategy)
@@ -131,8 +155,9 @@ def validate(req: Request, snap: Snapshot) -> Verdict:
     return allow(merge_warnings(warnings))
 
 
-def judge(config: MigPartedConfig, users: Mapping[str, Sequence[NodeView]], snap: Snapshot,
-          strategy: str) -> tuple[list[Finding], list[Warning_]]:
+def judge(
+    config: MigPartedConfig, users: Mapping[str, Sequence[NodeView]], snap: Snapshot, strategy: str
+) -> tuple[list[Finding], list[Warning_]]:
     """Every config of a MIG ConfigMap's content: one that nodes select on each distinct set of their
     GPUs under `strategy` (`migops.mig.fit`, node or model question), one no node selects against the
     catalogue; plus the `fits-some-gpus` warning. Also what a ClusterPolicy switching to this content
@@ -156,13 +181,24 @@ def judge(config: MigPartedConfig, users: Mapping[str, Sequence[NodeView]], snap
             cannot = snap.not_served(fit, name)
             if cannot:
                 fits = listed(dict.fromkeys(g.name for g in report.fits), 2)
-                warnings.append(("fits-some-gpus", key_path("mig-configs", name),
-                                 f"cannot serve {node_names(cannot, 3)} (fits only {fits})"))
+                warnings.append(
+                    (
+                        "fits-some-gpus",
+                        key_path("mig-configs", name),
+                        f"cannot serve {node_names(cannot, 3)} (fits only {fits})",
+                    )
+                )
     return findings, warnings
 
 
-def _on_nodes(config: MigPartedConfig, name: str, groups: Sequence[tuple[tuple[str, ...], bool, Sequence[NodeView]]],
-              strategy: str | None, findings: list[Finding], warnings: list[Warning_]) -> None:
+def _on_nodes(
+    config: MigPartedConfig,
+    name: str,
+    groups: Sequence[tuple[tuple[str, ...], bool, Sequence[NodeView]]],
+    strategy: str | None,
+    findings: list[Finding],
+    warnings: list[Warning_],
+) -> None:
     """The config on each distinct set of GPUs among the nodes that select it (node question, or the
     model question when GFD tells the model only); the state keeps them grouped (state.Placement), so
     a review never walks the nodes."""
@@ -186,5 +222,15 @@ def _delete(subject: str, snap: Snapshot) -> Verdict:
     if not users:
         return ALLOW
     configs = ", ".join(sorted(snap.users)[:5])
-    return deny(subject, [("config-in-use", f"{node_names(users)} select configs from it ({MIG_CONFIG_LABEL}: {configs}); "
-                           "mig-manager would have nothing to apply: relabel them first")], code=403, reason="Forbidden")
+    return deny(
+        subject,
+        [
+            (
+                "config-in-use",
+                f"{node_names(users)} select configs from it ({MIG_CONFIG_LABEL}: {configs}); "
+                "mig-manager would have nothing to apply: relabel them first",
+            )
+        ],
+        code=403,
+        reason="Forbidden",
+    )

@@ -1,4 +1,5 @@
 """Turning the MIG core's Problems into the lines of a denial or a warning, and naming nodes briefly."""
+
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence

@@ -7,6 +7,7 @@ over 3,000 large reviews while Python held 35 MiB (bench/webhook_adversarial.py)
 large blocks mmapped (returned at once), and two arenas keep 16 threads from each holding their own
 heap. No effect outside glibc (musl, macOS): the call is skipped.
 """
+
 from __future__ import annotations
 
 import ctypes

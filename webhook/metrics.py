@@ -4,6 +4,7 @@ Under gunicorn with several worker processes, each worker counts in its own file
 $PROMETHEUS_MULTIPROC_DIR (set before this module is first imported; `migops webhook` and the
 container's gunicorn config do that) and /metrics adds them up.
 """
+
 from __future__ import annotations
 
 import os
@@ -13,15 +14,41 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, H
 
 from migops.webhook.server import MULTIPROC_ENV
 
-REQUESTS = Counter("migops_webhook_requests_total", "Admission requests answered, by endpoint, kind and result "
-                   "(allowed, denied, bad_request, not_ready, error).", ["endpoint", "kind", "result"])
-DENIALS = Counter("migops_webhook_denials_total", "Denials, by the rule behind them (a denial with several "
-                  "rules counts once for each).", ["rule"])
-LATENCY = Histogram("migops_webhook_request_duration_seconds", "Time to answer an admission request, from the "
-                    "body read to the response built, by endpoint and kind.", ["endpoint", "kind"],
-                    # Fine below 10 ms, where a review's time is: p50/p99 are read from these (bench/webhook_scale.py).
-                    buckets=(0.00025, 0.0005, 0.00075, 0.001, 0.0015, 0.002, 0.003, 0.005, 0.0075, 0.01, 0.02, 0.05,
-                             0.1, 0.25, 0.5, 1.0, 2.5))
+REQUESTS = Counter(
+    "migops_webhook_requests_total",
+    "Admission requests answered, by endpoint, kind and result (allowed, denied, bad_request, not_ready, error).",
+    ["endpoint", "kind", "result"],
+)
+DENIALS = Counter(
+    "migops_webhook_denials_total",
+    "Denials, by the rule behind them (a denial with several rules counts once for each).",
+    ["rule"],
+)
+LATENCY = Histogram(
+    "migops_webhook_request_duration_seconds",
+    "Time to answer an admission request, from the body read to the response built, by endpoint and kind.",
+    ["endpoint", "kind"],
+    # Fine below 10 ms, where a review's time is: p50/p99 are read from these (bench/webhook_scale.py).
+    buckets=(
+        0.00025,
+        0.0005,
+        0.00075,
+        0.001,
+        0.0015,
+        0.002,
+        0.003,
+        0.005,
+        0.0075,
+        0.01,
+        0.02,
+        0.05,
+        0.1,
+        0.25,
+        0.5,
+        1.0,
+        2.5,
+    ),
+)
 CACHE = Counter("migops_webhook_verdict_cache_total", "Verdict cache lookups, by result (hit, miss).", ["result"])
 
 

@@ -16,6 +16,7 @@ and its `status` subresource alike (a status write can carry labels too).
 A verdict reads no other node: it is cached under the settings, the config in force and the MigSync
 named, so a rollout across thousands of nodes never invalidates it.
 """
+
 from __future__ import annotations
 
 import difflib
@@ -51,14 +52,24 @@ def cache_key(req: Request) -> tuple:
     """What the verdict depends on in the request. Every part is bounded: label values by
     admission.check_object (63 characters), the GPUs annotation by digest."""
     new, old = labels(req.object), labels(req.old_object)
-    return (req.name, req.operation, new.get(MIG_CONFIG_LABEL), old.get(MIG_CONFIG_LABEL),
-            tuple(new.get(k) for k in _GPU_KEYS), _bounded(annotations_of(req.object).get(GPUS_ANNOTATION)),
-            _ownership_key(req))
+    return (
+        req.name,
+        req.operation,
+        new.get(MIG_CONFIG_LABEL),
+        old.get(MIG_CONFIG_LABEL),
+        tuple(new.get(k) for k in _GPU_KEYS),
+        _bounded(annotations_of(req.object).get(GPUS_ANNOTATION)),
+        _ownership_key(req),
+    )
 
 
 def _ownership_key(req: Request) -> tuple:
-    return (req.username, _bounded(annotations_of(req.object).get(MANAGED_BY_ANNOTATION)),
-            _bounded(annotations_of(req.old_object).get(MANAGED_BY_ANNOTATION)), labels(req.object).get(UNMANAGED_LABEL))
+    return (
+        req.username,
+        _bounded(annotations_of(req.object).get(MANAGED_BY_ANNOTATION)),
+        _bounded(annotations_of(req.old_object).get(MANAGED_BY_ANNOTATION)),
+        labels(req.object).get(UNMANAGED_LABEL),
+    )
 
 
 def reads(req: Request, snap: Snapshot) -> tuple:
@@ -86,23 +97,36 @@ def ownership(req: Request, snap: Snapshot) -> tuple[list[Finding], list[Warning
     findings: list[Finding] = []
     warnings: list[Warning_] = []
     who = req.username or "this user"
-    out = (f"to take the node out of management, label it {UNMANAGED_LABEL}=true (the reconciler then leaves it "
-           "alone and anyone may set its labels)")
+    out = (
+        f"to take the node out of management, label it {UNMANAGED_LABEL}=true (the reconciler then leaves it "
+        "alone and anyone may set its labels)"
+    )
     if req.operation == "UPDATE" and new_owner != old_owner:
-        findings.append(("managed-by", f"metadata.annotations.\"{MANAGED_BY_ANNOTATION}\": written by the reconciler "
-                         f"only, not by {who}; {out}"))
+        findings.append(
+            (
+                "managed-by",
+                f"metadata.annotations.\"{MANAGED_BY_ANNOTATION}\": written by the reconciler "
+                f"only, not by {who}; {out}",
+            )
+        )
     owner = old_owner
     if owner and new_value != old_value:
         sync = snap.migsync(owner)
         if sync is None:
-            warnings.append(("managed-by-unknown", MANAGED_BY_ANNOTATION,
-                             f"MigSync {owner} does not exist; not git-owned"))
+            warnings.append(
+                ("managed-by-unknown", MANAGED_BY_ANNOTATION, f"MigSync {owner} does not exist; not git-owned")
+            )
         else:
             where = f"{sync.path}/{NODES_FILE}" if sync.path else NODES_FILE
             ref = f" (ref {sync.ref})" if sync.ref else ""
-            findings.append(("git-owned", f"metadata.labels.\"{MIG_CONFIG_LABEL}\": this node is managed by MigSync "
-                             f"{owner}: git is the only writer of its MIG config; change {where} in {sync.url}{ref} "
-                             f"and let the reconciler apply it (not {who}); {out}"))
+            findings.append(
+                (
+                    "git-owned",
+                    f"metadata.labels.\"{MIG_CONFIG_LABEL}\": this node is managed by MigSync "
+                    f"{owner}: git is the only writer of its MIG config; change {where} in {sync.url}{ref} "
+                    f"and let the reconciler apply it (not {who}); {out}",
+                )
+            )
     return findings, warnings
 
 
@@ -130,19 +154,27 @@ def _config(req: Request, snap: Snapshot, value: object) -> tuple[list[Finding],
         return [("label-value", f"{where}: must be a string")], []
     config = snap.active_config
     if config is None:
-        return [("configmap-missing", f"{where}: the MIG ConfigMap {snap.configmap_name} (named by the "
-                 "ClusterPolicy) does not exist or has no config.yaml; mig-manager has nothing to apply")], []
+        return [
+            (
+                "configmap-missing",
+                f"{where}: the MIG ConfigMap {snap.configmap_name} (named by the "
+                "ClusterPolicy) does not exist or has no config.yaml; mig-manager has nothing to apply",
+            )
+        ], []
     if isinstance(config, MigError):
         first = config.problems[0]
-        return [("configmap-invalid", f"{where}: the MIG ConfigMap {snap.configmap_name} is itself "
-                 f"invalid ({first.path}: {first.message})")], []
+        return [
+            (
+                "configmap-invalid",
+                f"{where}: the MIG ConfigMap {snap.configmap_name} is itself invalid ({first.path}: {first.message})",
+            )
+        ], []
     names = config.names()
     if value not in names:
         near = difflib.get_close_matches(value, names, n=1)
         hint = f"; did you mean {near[0]!r}?" if near else ""
         shown = listed(names, 8)
-        return [("config-not-found", f"{where}: no config {value!r} in {snap.configmap_name} "
-                 f"(has: {shown}){hint}")], []
+        return [("config-not-found", f"{where}: no config {value!r} in {snap.configmap_name} (has: {shown}){hint}")], []
     node = node_view(req.object or {})
     warnings: list[Warning_] = []
     strategy = snap.strategy if snap.strategy in STRATEGIES else None

@@ -11,6 +11,7 @@ for one MIG profile is rewritten to ask for nvidia.com/gpu with the same count, 
 nodes GFD labels with that profile (nvidia.com/gpu.product=<product>-MIG-<profile>), so one workload
 spec serves both strategies.
 """
+
 from __future__ import annotations
 
 import difflib
@@ -62,8 +63,12 @@ def cache_key(req: Request) -> tuple:
     pod = req.object or {}
     spec = pod.get("spec") if isinstance(pod.get("spec"), dict) else {}
     # Digests: bounded keys (a review may hold megabytes there), and no two pods that differ share one.
-    return (req.operation, digest(repr([(k, i, c.get("resources")) for k, i, c in _containers(pod)])),
-            digest(repr(spec.get("nodeSelector"))), digest(repr(spec.get("affinity"))))
+    return (
+        req.operation,
+        digest(repr([(k, i, c.get("resources")) for k, i, c in _containers(pod)])),
+        digest(repr(spec.get("nodeSelector"))),
+        digest(repr(spec.get("affinity"))),
+    )
 
 
 def products(resource: str, snap: Snapshot) -> list[str]:
@@ -92,9 +97,14 @@ def validate(req: Request, snap: Snapshot) -> Verdict:
         for res, qty in wanted.items():
             if res in known:
                 selector = " or ".join(f"{PRODUCT_LABEL}={p}" for p in products(res, snap)[:3])
-                findings.append(("strategy-single", f"{res}: under MIG strategy single MIG devices are advertised "
-                                 f"as {GPU_RESOURCE}; request {GPU_RESOURCE}: {qty} on nodes with {selector} (or "
-                                 f"label the namespace {TRANSLATE_LABEL}=single to have it rewritten)"))
+                findings.append(
+                    (
+                        "strategy-single",
+                        f"{res}: under MIG strategy single MIG devices are advertised "
+                        f"as {GPU_RESOURCE}; request {GPU_RESOURCE}: {qty} on nodes with {selector} (or "
+                        f"label the namespace {TRANSLATE_LABEL}=single to have it rewritten)",
+                    )
+                )
     elif not findings:
         for res in wanted:
             if res not in snap.offered:
@@ -133,26 +143,47 @@ def mutate(req: Request, snap: Snapshot) -> Verdict:
             return ALLOW  # the user chose a product that cannot serve it: validation says so
     elif len(choices) == 1:
         if isinstance(selector, dict):
-            ops.append({"op": "add", "path": f"/spec/nodeSelector/{escape_pointer(PRODUCT_LABEL)}", "value": choices[0]})
+            ops.append(
+                {"op": "add", "path": f"/spec/nodeSelector/{escape_pointer(PRODUCT_LABEL)}", "value": choices[0]}
+            )
         else:
             ops.append({"op": "add", "path": "/spec/nodeSelector", "value": {PRODUCT_LABEL: choices[0]}})
     else:
-        term = {"nodeSelectorTerms": [{"matchExpressions": [{"key": PRODUCT_LABEL, "operator": "In", "values": choices}]}]}
+        term = {
+            "nodeSelectorTerms": [{"matchExpressions": [{"key": PRODUCT_LABEL, "operator": "In", "values": choices}]}]
+        }
         affinity = spec.get("affinity")
         if not isinstance(affinity, dict):
-            ops.append({"op": "add", "path": "/spec/affinity", "value": {"nodeAffinity": {
-                "requiredDuringSchedulingIgnoredDuringExecution": term}}})
+            ops.append(
+                {
+                    "op": "add",
+                    "path": "/spec/affinity",
+                    "value": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": term}},
+                }
+            )
         elif not isinstance(affinity.get("nodeAffinity"), dict):
-            ops.append({"op": "add", "path": "/spec/affinity/nodeAffinity",
-                        "value": {"requiredDuringSchedulingIgnoredDuringExecution": term}})
+            ops.append(
+                {
+                    "op": "add",
+                    "path": "/spec/affinity/nodeAffinity",
+                    "value": {"requiredDuringSchedulingIgnoredDuringExecution": term},
+                }
+            )
         elif "requiredDuringSchedulingIgnoredDuringExecution" not in affinity["nodeAffinity"]:
-            ops.append({"op": "add", "path": "/spec/affinity/nodeAffinity/requiredDuringSchedulingIgnoredDuringExecution",
-                        "value": term})
+            ops.append(
+                {
+                    "op": "add",
+                    "path": "/spec/affinity/nodeAffinity/requiredDuringSchedulingIgnoredDuringExecution",
+                    "value": term,
+                }
+            )
         else:
             return ALLOW  # the user's own required node affinity: not ours to rewrite
     meta = pod.get("metadata") if isinstance(pod.get("metadata"), dict) else {}
     if isinstance(meta.get("annotations"), dict):
-        ops.append({"op": "add", "path": f"/metadata/annotations/{escape_pointer(TRANSLATED_ANNOTATION)}", "value": res})
+        ops.append(
+            {"op": "add", "path": f"/metadata/annotations/{escape_pointer(TRANSLATED_ANNOTATION)}", "value": res}
+        )
     else:
         ops.append({"op": "add", "path": "/metadata/annotations", "value": {TRANSLATED_ANNOTATION: res}})
     return allow(merge_warnings([("mig-translated", res, f"rewritten to {GPU_RESOURCE} for MIG strategy single")]), ops)

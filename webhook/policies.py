@@ -13,6 +13,7 @@ The switch target is not in the informers' Snapshot (only the ConfigMap in force
 read with one GET when a review asks for a switch (rare: a person changes the ClusterPolicy), and such
 a review's verdict is never cached (its key holds the review's uid): the ConfigMap may change in between.
 """
+
 from __future__ import annotations
 
 import logging
@@ -61,8 +62,14 @@ def cache_key(req: Request) -> tuple:
     # A review that may switch the ConfigMap is judged on a ConfigMap read now: never from the cache.
     switch = req.uid if req.operation == "CREATE" or target_of(req.object) != target_of(req.old_object) else ""
     # Digests: bounded keys whatever the spec holds, and no two specs that differ share one.
-    return (req.name, req.operation, checks.digest(repr(_part(new, "mig"))),
-            checks.digest(repr(_part(new, "migManager"))), checks.digest(repr(_part(old, "mig"))), switch)
+    return (
+        req.name,
+        req.operation,
+        checks.digest(repr(_part(new, "mig"))),
+        checks.digest(repr(_part(new, "migManager"))),
+        checks.digest(repr(_part(old, "mig"))),
+        switch,
+    )
 
 
 def validate(req: Request, snap: Snapshot, read: ReadConfigMap | None = None) -> Verdict:
@@ -78,9 +85,14 @@ def validate(req: Request, snap: Snapshot, read: ReadConfigMap | None = None) ->
     if manager.get("enabled") is True:
         missing = [f for f in _IMAGE_FIELDS if not (isinstance(manager.get(f), str) and manager.get(f).strip())]
         if missing:
-            findings.append(("mig-manager-image", f"spec.migManager: enabled, but {', '.join(missing)} "
-                             f"{'is' if len(missing) == 1 else 'are'} not set; give the mig-manager image you "
-                             "mirrored (repository, image and the exact version tag)"))
+            findings.append(
+                (
+                    "mig-manager-image",
+                    f"spec.migManager: enabled, but {', '.join(missing)} "
+                    f"{'is' if len(missing) == 1 else 'are'} not set; give the mig-manager image you "
+                    "mirrored (repository, image and the exact version tag)",
+                )
+            )
     warnings: list[Warning_] = []
     target = target_of(req.object)
     before = strategy_of(req.old_object) if req.operation == "UPDATE" else None
@@ -94,14 +106,16 @@ def validate(req: Request, snap: Snapshot, read: ReadConfigMap | None = None) ->
     return allow(merge_warnings(warnings))
 
 
-def _switch_configmap(target: tuple[str, str], strategy: str, snap: Snapshot,
-                      read: ReadConfigMap | None) -> tuple[list[Finding], list[Warning_]]:
+def _switch_configmap(
+    target: tuple[str, str], strategy: str, snap: Snapshot, read: ReadConfigMap | None
+) -> tuple[list[Finding], list[Warning_]]:
     """The ConfigMap the policy switches to, judged as the ConfigMap in force would be."""
     namespace, name = target
     where = f"spec.migManager.config.name: ConfigMap {namespace}/{name}"
     if read is None:
-        return [("configmap-unreadable", f"{where}: this webhook cannot read ConfigMaps, so the switch "
-                 "cannot be checked")], []
+        return [
+            ("configmap-unreadable", f"{where}: this webhook cannot read ConfigMaps, so the switch cannot be checked")
+        ], []
     try:
         obj = read(namespace, name)
     except Exception as exc:  # noqa: BLE001 - any failure to read is a denial that says why, not a 500
@@ -109,8 +123,12 @@ def _switch_configmap(target: tuple[str, str], strategy: str, snap: Snapshot,
         reason = getattr(exc, "reason", None) or type(exc).__name__
         return [("configmap-unreadable", f"{where}: cannot be read to check the switch ({reason})")], []
     if obj is None:
-        return [("configmap-missing", f"{where}: does not exist; mig-manager would have no config to apply "
-                 "(create it first, then switch)")], []
+        return [
+            (
+                "configmap-missing",
+                f"{where}: does not exist; mig-manager would have no config to apply (create it first, then switch)",
+            )
+        ], []
     text, problems = configmaps.payload(obj)
     if text is None or problems:
         return [(rule, f"{where}: {line}") for rule, line in problems], []
@@ -119,9 +137,15 @@ def _switch_configmap(target: tuple[str, str], strategy: str, snap: Snapshot,
     except MigError as exc:
         return [(rule, f"{where}: {line}") for rule, line in split(exc.problems)[0]], []
     names = set(config.names())
-    findings = [("config-not-found", f"{where}: has no config {config_name!r}, which {node_names(nodes)} "
-                 f"select ({MIG_CONFIG_LABEL}); add it or relabel them first")
-                for config_name, nodes in sorted(snap.users.items()) if config_name not in names]
+    findings = [
+        (
+            "config-not-found",
+            f"{where}: has no config {config_name!r}, which {node_names(nodes)} "
+            f"select ({MIG_CONFIG_LABEL}); add it or relabel them first",
+        )
+        for config_name, nodes in sorted(snap.users.items())
+        if config_name not in names
+    ]
     errors, warnings = configmaps.judge(config, snap.users, snap, strategy)
     return findings + [(rule, f"{where}: {line}") for rule, line in errors], warnings
 
@@ -146,6 +170,11 @@ def _switch(strategy: str, snap: Snapshot) -> list[Finding]:
                 broken.setdefault(name, []).append(members)
                 if name not in reasons or members[0].name < reasons[name][0]:
                     reasons[name] = (members[0].name, mismatch[0].message)
-    return [("strategy-mismatch", f"spec.mig.strategy: {strategy} would break {node_names(NodeSample(groups))} "
-             f"(nvidia.com/mig.config={name}: {reasons[name][1]}); relabel them first")
-            for name, groups in sorted(broken.items())]
+    return [
+        (
+            "strategy-mismatch",
+            f"spec.mig.strategy: {strategy} would break {node_names(NodeSample(groups))} "
+            f"(nvidia.com/mig.config={name}: {reasons[name][1]}); relabel them first",
+        )
+        for name, groups in sorted(broken.items())
+    ]

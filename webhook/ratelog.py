@@ -1,4 +1,5 @@
 """Log lines about bad requests, rate-limited: a flood of garbage writes a few lines, not megabytes."""
+
 from __future__ import annotations
 
 import logging
@@ -11,8 +12,9 @@ class RateLimitedLog:
     """At most `per_interval` lines per `interval` seconds; the next line that passes says how many
     were dropped meanwhile."""
 
-    def __init__(self, logger: logging.Logger, *, per_interval: int = 10, interval: float = 10.0,
-                 clock: Any = time.monotonic) -> None:
+    def __init__(
+        self, logger: logging.Logger, *, per_interval: int = 10, interval: float = 10.0, clock: Any = time.monotonic
+    ) -> None:
         self._log = logger
         self._per = per_interval
         self._interval = interval

@@ -17,6 +17,7 @@ Scope, so that the webhook can never lock out the cluster or itself:
   this webhook exists to stop), Ignore for Pods and for every mutation (workloads never depend on it);
 - timeouts of a few seconds; sideEffects None (dry-runs are answered like real requests).
 """
+
 from __future__ import annotations
 
 import base64
@@ -39,10 +40,12 @@ SERVICE_NAMESPACE = "migops-system"
 OPERATOR_NAMESPACE = "gpu-operator"
 TIMEOUT_SECONDS = 5
 
-_EXCLUDED = {"matchExpressions": [
-    {"key": "kubernetes.io/metadata.name", "operator": "NotIn", "values": ["kube-system", "kube-node-lease"]},
-    {"key": WEBHOOK_SKIP_LABEL, "operator": "NotIn", "values": ["skip"]},
-]}
+_EXCLUDED = {
+    "matchExpressions": [
+        {"key": "kubernetes.io/metadata.name", "operator": "NotIn", "values": ["kube-system", "kube-node-lease"]},
+        {"key": WEBHOOK_SKIP_LABEL, "operator": "NotIn", "values": ["skip"]},
+    ]
+}
 
 
 def _has_key(var: str, field: str, key: str) -> str:
@@ -50,23 +53,30 @@ def _has_key(var: str, field: str, key: str) -> str:
 
 
 def _label(var: str) -> str:
-    return (f"(has({var}.metadata.labels) && 'nvidia.com/mig.config' in {var}.metadata.labels ? "
-            f"{var}.metadata.labels['nvidia.com/mig.config'] : '')")
+    return (
+        f"(has({var}.metadata.labels) && 'nvidia.com/mig.config' in {var}.metadata.labels ? "
+        f"{var}.metadata.labels['nvidia.com/mig.config'] : '')"
+    )
 
 
-_MIG_CONFIGMAP = " || ".join([
-    _has_key("object", "data", "config.yaml"), _has_key("oldObject", "data", "config.yaml"),
-    _has_key("object", "binaryData", "config.yaml"),
-    _has_key("object", "metadata.labels", MIG_CONFIGMAP_LABEL),
-    _has_key("oldObject", "metadata.labels", MIG_CONFIGMAP_LABEL),
-    f"request.namespace == '{OPERATOR_NAMESPACE}'",
-])
+_MIG_CONFIGMAP = " || ".join(
+    [
+        _has_key("object", "data", "config.yaml"),
+        _has_key("oldObject", "data", "config.yaml"),
+        _has_key("object", "binaryData", "config.yaml"),
+        _has_key("object", "metadata.labels", MIG_CONFIGMAP_LABEL),
+        _has_key("oldObject", "metadata.labels", MIG_CONFIGMAP_LABEL),
+        f"request.namespace == '{OPERATOR_NAMESPACE}'",
+    ]
+)
 
 
 def _same(field: str) -> str:
     """object.<field> and oldObject.<field> are both absent, or present and equal (UPDATE only)."""
-    return (f"(has(object.{field}) ? (has(oldObject.{field}) && object.{field} == oldObject.{field}) "
-            f": !has(oldObject.{field}))")
+    return (
+        f"(has(object.{field}) ? (has(oldObject.{field}) && object.{field} == oldObject.{field}) "
+        f": !has(oldObject.{field}))"
+    )
 
 
 def _label_value(var: str, key: str) -> str:
@@ -79,37 +89,55 @@ def _label_value(var: str, key: str) -> str:
 # annotation edited by hand) is not sent at all: that content was admitted when it was written, as
 # Kubernetes itself ratchets CRD validation (an unchanged field is not judged again). CREATE and
 # DELETE are always sent.
-_MIG_CONTENT_CHANGED = (f"request.operation != 'UPDATE' || !({_same('data')} && {_same('binaryData')} && "
-                        f"{_label_value('object', MIG_CONFIGMAP_LABEL)} == "
-                        f"{_label_value('oldObject', MIG_CONFIGMAP_LABEL)})")
+_MIG_CONTENT_CHANGED = (
+    f"request.operation != 'UPDATE' || !({_same('data')} && {_same('binaryData')} && "
+    f"{_label_value('object', MIG_CONFIGMAP_LABEL)} == "
+    f"{_label_value('oldObject', MIG_CONFIGMAP_LABEL)})"
+)
 # The mutation (annotate.py) is also wanted when the write dropped its digest annotation, so the
 # annotations always describe the content in force.
-_DIGEST_MISSING = ("!(has(object.metadata.annotations) && "
-                   f"'{CONFIG_DIGEST_ANNOTATION}' in object.metadata.annotations)")
+_DIGEST_MISSING = f"!(has(object.metadata.annotations) && '{CONFIG_DIGEST_ANNOTATION}' in object.metadata.annotations)"
+
+
 def _annotation(var: str, key: str) -> str:
-    return (f"(has({var}.metadata.annotations) && '{key}' in {var}.metadata.annotations ? "
-            f"{var}.metadata.annotations['{key}'] : '')")
+    return (
+        f"(has({var}.metadata.annotations) && '{key}' in {var}.metadata.annotations ? "
+        f"{var}.metadata.annotations['{key}'] : '')"
+    )
 
 
-_NODE_LABEL_CHANGED = (f"request.operation == 'CREATE' ? {_label('object')} != '' : "
-                       f"{_label('object')} != {_label('oldObject')}")
+_NODE_LABEL_CHANGED = (
+    f"request.operation == 'CREATE' ? {_label('object')} != '' : {_label('object')} != {_label('oldObject')}"
+)
 # The owner of a managed node's labels (nodelabels.ownership) is judged on writes of the annotation too.
-_MANAGED_BY_CHANGED = (f"request.operation == 'UPDATE' && {_annotation('object', MANAGED_BY_ANNOTATION)} != "
-                       f"{_annotation('oldObject', MANAGED_BY_ANNOTATION)}")
+_MANAGED_BY_CHANGED = (
+    f"request.operation == 'UPDATE' && {_annotation('object', MANAGED_BY_ANNOTATION)} != "
+    f"{_annotation('oldObject', MANAGED_BY_ANNOTATION)}"
+)
 _NODE_CONDITIONS = {"mig-config-label-or-owner-changed": f"({_NODE_LABEL_CHANGED}) || ({_MANAGED_BY_CHANGED})"}
 
 
 def _wants_mig(containers: str) -> str:
-    return (f"(has(object.spec.{containers}) && object.spec.{containers}.exists(c, has(c.resources) && "
-            "((has(c.resources.limits) && c.resources.limits.exists(k, k.startsWith('nvidia.com/mig-'))) || "
-            "(has(c.resources.requests) && c.resources.requests.exists(k, k.startsWith('nvidia.com/mig-'))))))")
+    return (
+        f"(has(object.spec.{containers}) && object.spec.{containers}.exists(c, has(c.resources) && "
+        "((has(c.resources.limits) && c.resources.limits.exists(k, k.startsWith('nvidia.com/mig-'))) || "
+        "(has(c.resources.requests) && c.resources.requests.exists(k, k.startsWith('nvidia.com/mig-'))))))"
+    )
 
 
 _POD_WANTS_MIG = f"{_wants_mig('containers')} || {_wants_mig('initContainers')}"
 
 
-def _hook(name: str, path: str, client: dict[str, Any], rules: list[dict[str, Any]], failure: str, *,
-          conditions: dict[str, str] | None = None, namespaces: dict[str, Any] | None = None) -> dict[str, Any]:
+def _hook(
+    name: str,
+    path: str,
+    client: dict[str, Any],
+    rules: list[dict[str, Any]],
+    failure: str,
+    *,
+    conditions: dict[str, str] | None = None,
+    namespaces: dict[str, Any] | None = None,
+) -> dict[str, Any]:
     config = copy.deepcopy(client)
     if "service" in config:
         config["service"]["path"] = path
@@ -133,8 +161,13 @@ def _hook(name: str, path: str, client: dict[str, Any], rules: list[dict[str, An
 
 
 def _rule(group: str, version: str, resource: str, *operations: str) -> dict[str, Any]:
-    return {"apiGroups": [group], "apiVersions": [version], "resources": [resource], "operations": list(operations),
-            "scope": "*"}
+    return {
+        "apiGroups": [group],
+        "apiVersions": [version],
+        "resources": [resource],
+        "operations": list(operations),
+        "scope": "*",
+    }
 
 
 def configurations(client: dict[str, Any], ca_bundle: bytes | None = None) -> list[dict[str, Any]]:
@@ -144,35 +177,86 @@ def configurations(client: dict[str, Any], ca_bundle: bytes | None = None) -> li
         client = {**client, "caBundle": base64.b64encode(ca_bundle).decode()}
     translate = {"matchLabels": {TRANSLATE_LABEL: "single"}, **copy.deepcopy(_EXCLUDED)}
     validating = [
-        _hook("configmaps.validate.migops.io", "/validate", client,
-              [_rule("", "v1", "configmaps", "CREATE", "UPDATE", "DELETE")], "Fail",
-              conditions={"may-hold-a-mig-config": _MIG_CONFIGMAP, "mig-content-changed": _MIG_CONTENT_CHANGED}),
-        _hook("nodes.validate.migops.io", "/validate", client, [_rule("", "v1", "nodes", "CREATE", "UPDATE")], "Fail",
-              conditions=_NODE_CONDITIONS),
+        _hook(
+            "configmaps.validate.migops.io",
+            "/validate",
+            client,
+            [_rule("", "v1", "configmaps", "CREATE", "UPDATE", "DELETE")],
+            "Fail",
+            conditions={"may-hold-a-mig-config": _MIG_CONFIGMAP, "mig-content-changed": _MIG_CONTENT_CHANGED},
+        ),
+        _hook(
+            "nodes.validate.migops.io",
+            "/validate",
+            client,
+            [_rule("", "v1", "nodes", "CREATE", "UPDATE")],
+            "Fail",
+            conditions=_NODE_CONDITIONS,
+        ),
         # A write of the status subresource (the kubelet's, every few seconds) keeps metadata as sent:
         # labels changed there are stored as well, so the same rule reviews it, under its own hook.
-        _hook("nodes-status.validate.migops.io", "/validate", client, [_rule("", "v1", "nodes/status", "UPDATE")],
-              "Fail", conditions=_NODE_CONDITIONS),
-        _hook("clusterpolicies.validate.migops.io", "/validate", client,
-              [_rule("nvidia.com", "v1", "clusterpolicies", "CREATE", "UPDATE")], "Fail"),
-        _hook("pods.validate.migops.io", "/validate", client, [_rule("", "v1", "pods", "CREATE")], "Ignore",
-              conditions={"requests-mig-devices": _POD_WANTS_MIG}),
+        _hook(
+            "nodes-status.validate.migops.io",
+            "/validate",
+            client,
+            [_rule("", "v1", "nodes/status", "UPDATE")],
+            "Fail",
+            conditions=_NODE_CONDITIONS,
+        ),
+        _hook(
+            "clusterpolicies.validate.migops.io",
+            "/validate",
+            client,
+            [_rule("nvidia.com", "v1", "clusterpolicies", "CREATE", "UPDATE")],
+            "Fail",
+        ),
+        _hook(
+            "pods.validate.migops.io",
+            "/validate",
+            client,
+            [_rule("", "v1", "pods", "CREATE")],
+            "Ignore",
+            conditions={"requests-mig-devices": _POD_WANTS_MIG},
+        ),
     ]
     mutating = [
-        _hook("configmaps.mutate.migops.io", "/mutate", client, [_rule("", "v1", "configmaps", "CREATE", "UPDATE")],
-              "Ignore", conditions={"may-hold-a-mig-config": _MIG_CONFIGMAP,
-                                    "mig-content-changed-or-unannotated": f"{_MIG_CONTENT_CHANGED} || {_DIGEST_MISSING}"}),
-        _hook("pods.mutate.migops.io", "/mutate", client, [_rule("", "v1", "pods", "CREATE")], "Ignore",
-              conditions={"requests-mig-devices": _POD_WANTS_MIG}, namespaces=translate),
+        _hook(
+            "configmaps.mutate.migops.io",
+            "/mutate",
+            client,
+            [_rule("", "v1", "configmaps", "CREATE", "UPDATE")],
+            "Ignore",
+            conditions={
+                "may-hold-a-mig-config": _MIG_CONFIGMAP,
+                "mig-content-changed-or-unannotated": f"{_MIG_CONTENT_CHANGED} || {_DIGEST_MISSING}",
+            },
+        ),
+        _hook(
+            "pods.mutate.migops.io",
+            "/mutate",
+            client,
+            [_rule("", "v1", "pods", "CREATE")],
+            "Ignore",
+            conditions={"requests-mig-devices": _POD_WANTS_MIG},
+            namespaces=translate,
+        ),
     ]
     for hook in mutating:
         hook["reinvocationPolicy"] = "Never"
     meta = {"name": NAME, "labels": {"app.kubernetes.io/name": NAME, "app.kubernetes.io/part-of": "migops"}}
     return [
-        {"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingWebhookConfiguration",
-         "metadata": copy.deepcopy(meta), "webhooks": validating},
-        {"apiVersion": "admissionregistration.k8s.io/v1", "kind": "MutatingWebhookConfiguration",
-         "metadata": copy.deepcopy(meta), "webhooks": mutating},
+        {
+            "apiVersion": "admissionregistration.k8s.io/v1",
+            "kind": "ValidatingWebhookConfiguration",
+            "metadata": copy.deepcopy(meta),
+            "webhooks": validating,
+        },
+        {
+            "apiVersion": "admissionregistration.k8s.io/v1",
+            "kind": "MutatingWebhookConfiguration",
+            "metadata": copy.deepcopy(meta),
+            "webhooks": mutating,
+        },
     ]
 
 
@@ -201,9 +285,11 @@ def render() -> str:
     """manifests/base/webhook/webhook-configurations.yaml."""
     import yaml
 
-    head = ("# Generated from migops.webhook.registration.in_cluster(): edit that, then regenerate with\n"
-            "#   python -m migops.webhook.registration > manifests/base/webhook/webhook-configurations.yaml\n"
-            "# (tests/webhook/test_manifests.py fails when the two differ). caBundle: set by migops certs rotate.\n")
+    head = (
+        "# Generated from migops.webhook.registration.in_cluster(): edit that, then regenerate with\n"
+        "#   python -m migops.webhook.registration > manifests/base/webhook/webhook-configurations.yaml\n"
+        "# (tests/webhook/test_manifests.py fails when the two differ). caBundle: set by migops certs rotate.\n"
+    )
     return head + yaml.safe_dump_all(in_cluster(), sort_keys=False, width=1000)
 
 

@@ -7,6 +7,7 @@ review; each new connection loads the certificate files afresh, so rotated files
 open ones finish on the old certificate. Each worker process runs its own informers (threads do not
 survive fork) and is ready once they have listed.
 """
+
 from __future__ import annotations
 
 import gc
@@ -24,9 +25,17 @@ DEFAULT_PORT = 8443
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
 
 
-def gunicorn_options(*, tls_cert: str, tls_key: str, bind: str = "0.0.0.0", port: int = DEFAULT_PORT,
-                     workers: int = 1, threads: int = 16, log_level: str = "info",
-                     log_format: str = "text") -> dict[str, Any]:
+def gunicorn_options(
+    *,
+    tls_cert: str,
+    tls_key: str,
+    bind: str = "0.0.0.0",
+    port: int = DEFAULT_PORT,
+    workers: int = 1,
+    threads: int = 16,
+    log_level: str = "info",
+    log_format: str = "text",
+) -> dict[str, Any]:
     """The gunicorn settings, one place for `migops webhook` and the container's config."""
     from migops import logs
 
@@ -92,8 +101,9 @@ def prepare_metrics_dir(workers: int) -> None:
         os.environ[MULTIPROC_ENV] = tempfile.mkdtemp(prefix="migops-webhook-metrics-", dir=base)
 
 
-def app_from_kubeconfig(kubeconfig: str | None, context: str | None = None,
-                        reconciler_users: Sequence[str] = ()) -> Callable[[], Any]:
+def app_from_kubeconfig(
+    kubeconfig: str | None, context: str | None = None, reconciler_users: Sequence[str] = ()
+) -> Callable[[], Any]:
     """A factory run in each worker: informers on the API server, then the Flask app.
     `reconciler_users`: who may change what git owns on managed nodes (default: the reconciler's
     ServiceAccount in migops-system)."""

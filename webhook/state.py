@@ -13,6 +13,7 @@ them through a `Snapshot`, under the state's lock, in O(1) or O(the nodes the ru
 verdict is cached under the versions of exactly what its rule reads (app.py): a Node review reads no
 other node, so a rollout of 10,000 nodes never invalidates it.
 """
+
 from __future__ import annotations
 
 import heapq
@@ -64,35 +65,51 @@ def trim_node(obj: Obj) -> Obj:
     meta = obj.get("metadata") or {}
     labels = {k: v for k, v in (meta.get("labels") or {}).items() if k in _NODE_LABELS or _MIG_COUNT_LABEL.match(k)}
     gpus = (meta.get("annotations") or {}).get(GPUS_ANNOTATION)
-    capacity = {k: v for k, v in ((obj.get("status") or {}).get("capacity") or {}).items()
-                if k.startswith(MIG_RESOURCE_PREFIX)}
-    return {"metadata": {"name": meta.get("name"), "resourceVersion": meta.get("resourceVersion"), "labels": labels,
-                         "annotations": {GPUS_ANNOTATION: gpus} if gpus else {}},
-            "status": {"capacity": capacity}}
+    capacity = {
+        k: v for k, v in ((obj.get("status") or {}).get("capacity") or {}).items() if k.startswith(MIG_RESOURCE_PREFIX)
+    }
+    return {
+        "metadata": {
+            "name": meta.get("name"),
+            "resourceVersion": meta.get("resourceVersion"),
+            "labels": labels,
+            "annotations": {GPUS_ANNOTATION: gpus} if gpus else {},
+        },
+        "status": {"capacity": capacity},
+    }
 
 
 def trim_policy(obj: Obj) -> Obj:
     """What settings_from_policies reads."""
     meta = obj.get("metadata") or {}
     spec = obj.get("spec") or {}
-    return {"metadata": {k: meta.get(k) for k in ("name", "creationTimestamp", "resourceVersion")},
-            "spec": {"mig": spec.get("mig") or {}, "migManager": {"config": (spec.get("migManager") or {}).get("config") or {}}},
-            "status": {"namespace": (obj.get("status") or {}).get("namespace")}}
+    return {
+        "metadata": {k: meta.get(k) for k in ("name", "creationTimestamp", "resourceVersion")},
+        "spec": {
+            "mig": spec.get("mig") or {},
+            "migManager": {"config": (spec.get("migManager") or {}).get("config") or {}},
+        },
+        "status": {"namespace": (obj.get("status") or {}).get("namespace")},
+    }
 
 
 def trim_configmap(obj: Obj) -> Obj:
     meta = obj.get("metadata") or {}
     data = obj.get("data") or {}
-    return {"metadata": {k: meta.get(k) for k in ("name", "namespace", "resourceVersion")},
-            "data": {CONFIGMAP_KEY: data[CONFIGMAP_KEY]} if CONFIGMAP_KEY in data else {}}
+    return {
+        "metadata": {k: meta.get(k) for k in ("name", "namespace", "resourceVersion")},
+        "data": {CONFIGMAP_KEY: data[CONFIGMAP_KEY]} if CONFIGMAP_KEY in data else {},
+    }
 
 
 def trim_migsync(obj: Obj) -> Obj:
     """Where a MigSync's desired labels come from (its status, written constantly, is dropped)."""
     meta = obj.get("metadata") or {}
     spec = obj.get("spec") or {}
-    return {"metadata": {k: meta.get(k) for k in ("name", "namespace", "resourceVersion")},
-            "spec": {k: spec.get(k) for k in ("url", "ref", "path") if isinstance(spec.get(k), str)}}
+    return {
+        "metadata": {k: meta.get(k) for k in ("name", "namespace", "resourceVersion")},
+        "spec": {k: spec.get(k) for k in ("url", "ref", "path") if isinstance(spec.get(k), str)},
+    }
 
 
 # ------------------------------------------------------------------------------------------ node views
@@ -141,8 +158,7 @@ def node_view(obj: Mapping[str, Any]) -> NodeView:
         gpus, exact, problem = (), False, str(exc)
     offers = gfd.mig_offers(labels, (obj.get("status") or {}).get("capacity") or {})
     config = labels.get(MIG_CONFIG_LABEL)
-    return NodeView(str(meta.get("name")), config if isinstance(config, str) else None, gpus, exact, problem,
-                    offers)
+    return NodeView(str(meta.get("name")), config if isinstance(config, str) else None, gpus, exact, problem, offers)
 
 
 GroupKey = tuple[str, tuple[str, ...], bool]  # (config, device IDs in order, exact)
@@ -152,8 +168,12 @@ class NodeSample(Sequence[NodeView]):
     """Nodes in name order, drawn lazily from sorted groups: `len` is known at once, and naming the
     first few (findings.node_names) reads only those, however many nodes there are."""
 
-    def __init__(self, parts: Iterable[Sequence[NodeView]], count: int | None = None,
-                 keep: Callable[[NodeView], bool] | None = None) -> None:
+    def __init__(
+        self,
+        parts: Iterable[Sequence[NodeView]],
+        count: int | None = None,
+        keep: Callable[[NodeView], bool] | None = None,
+    ) -> None:
         self._parts = [p for p in parts if p]
         self._keep = keep
         self._count = count if count is not None else sum(len(p) for p in self._parts)
@@ -331,8 +351,7 @@ class Placement:
         """GPU nodes with a model outside `fit` (device IDs) that do not select `config` themselves."""
         parts = [b for ids, b in self._by_gpus.items() if not ids <= fit]
         count = sum(len(b.nodes) for b in parts)
-        count -= sum(len(self._groups[k].nodes) for k in self._groups_of.get(config, ())
-                     if not frozenset(k[1]) <= fit)
+        count -= sum(len(self._groups[k].nodes) for k in self._groups_of.get(config, ()) if not frozenset(k[1]) <= fit)
         return NodeSample([b.sorted() for b in parts], count, keep=lambda n: n.config != config)
 
     @property
@@ -354,11 +373,14 @@ class Placement:
             "nodes": dict(self.nodes),
             "users": {k: [n.name for n in v] for k, v in self.users().items()},
             "users order": list(self.users()),
-            "groups": {c: [(ids, exact, [n.name for n in ns]) for ids, exact, ns in self.groups(c)]
-                       for c in self._by_config},
+            "groups": {
+                c: [(ids, exact, [n.name for n in ns]) for ids, exact, ns in self.groups(c)] for c in self._by_config
+            },
             "configured": [n.name for n in self.configured()],
             "gpu sets": {ids: [n.name for n in b.sorted()] for ids, b in self._by_gpus.items()},
-            "models": self.models_present, "offered": self.offered, "config models": self.config_models,
+            "models": self.models_present,
+            "offered": self.offered,
+            "config models": self.config_models,
         }
 
 
@@ -426,17 +448,28 @@ class Snapshot:
     """What a review reads: the MigView (immutable) and the Placement indexes (live: read them only
     while the state's lock is held, as app.py does around a review)."""
 
-    def __init__(self, mig: MigView, placement: Placement, migsyncs: Mapping[str, MigSyncRef] | None = None,
-                 reconciler_users: frozenset[str] = frozenset()) -> None:
+    def __init__(
+        self,
+        mig: MigView,
+        placement: Placement,
+        migsyncs: Mapping[str, MigSyncRef] | None = None,
+        reconciler_users: frozenset[str] = frozenset(),
+    ) -> None:
         self.mig = mig
         self.placement = placement
         self.migsyncs = migsyncs if migsyncs is not None else {}
         self.reconciler_users = reconciler_users  # who may write what git owns (the reconciler's identities)
 
     @classmethod
-    def build(cls, version: int, nodes: Iterable[Mapping[str, Any]], policies: Iterable[Mapping[str, Any]],
-              configmaps: Iterable[Mapping[str, Any]], migsyncs: Iterable[Mapping[str, Any]] = (),
-              reconciler_users: Iterable[str] = (DEFAULT_RECONCILER_USER,)) -> Snapshot:
+    def build(
+        cls,
+        version: int,
+        nodes: Iterable[Mapping[str, Any]],
+        policies: Iterable[Mapping[str, Any]],
+        configmaps: Iterable[Mapping[str, Any]],
+        migsyncs: Iterable[Mapping[str, Any]] = (),
+        reconciler_users: Iterable[str] = (DEFAULT_RECONCILER_USER,),
+    ) -> Snapshot:
         """From whole lists of objects (tests, benchmarks and the property tests' full rebuild).
         `version` is not used (versions live in the Placement); kept for the callers' signature."""
         settings = clusterpolicy.settings_from_policies(policies)
@@ -515,8 +548,13 @@ def migsync_ref(obj: Mapping[str, Any]) -> MigSyncRef | None:
     spec = obj.get("spec") or {}
     if not isinstance(meta.get("name"), str):
         return None
-    return MigSyncRef(str(meta.get("namespace") or ""), meta["name"], str(spec.get("url") or ""),
-                      str(spec.get("ref") or ""), str(spec.get("path") or ""))
+    return MigSyncRef(
+        str(meta.get("namespace") or ""),
+        meta["name"],
+        str(spec.get("url") or ""),
+        str(spec.get("ref") or ""),
+        str(spec.get("path") or ""),
+    )
 
 
 # ------------------------------------------------------------------------------------------ informers
@@ -524,8 +562,13 @@ class ClusterState:
     """Informers on Nodes, ClusterPolicies, the MIG ConfigMap and MigSyncs, and the indexes their
     events maintain."""
 
-    def __init__(self, api: k8s.ApiClient, *, watch_timeout: int = 290,
-                 reconciler_users: Iterable[str] = (DEFAULT_RECONCILER_USER,)) -> None:
+    def __init__(
+        self,
+        api: k8s.ApiClient,
+        *,
+        watch_timeout: int = 290,
+        reconciler_users: Iterable[str] = (DEFAULT_RECONCILER_USER,),
+    ) -> None:
         self._api = api
         self.reconciler_users = frozenset(reconciler_users)
         self._watch_timeout = watch_timeout
@@ -538,15 +581,31 @@ class ClusterState:
         core = k8s.CoreV1Api(api)
         self._core = core
         custom = k8s.CustomObjectsApi(api)
-        self.nodes = Informer(core.list_node, name="nodes", transform=trim_node, handler=self._node_event,
-                              watch_timeout=watch_timeout)
-        self.policies = Informer(custom.list_cluster_custom_object, clusterpolicy.GROUP,
-                                 clusterpolicy.VERSION, clusterpolicy.PLURAL, name="clusterpolicies",
-                                 transform=trim_policy, handler=self._policy_event, missing_ok=True,
-                                 watch_timeout=watch_timeout)
-        self.migsyncs = Informer(custom.list_cluster_custom_object, MIGSYNC_GROUP, MIGSYNC_VERSION, MIGSYNC_PLURAL,
-                                 name="migsyncs", transform=trim_migsync, handler=self._migsync_event,
-                                 missing_ok=True, watch_timeout=watch_timeout)
+        self.nodes = Informer(
+            core.list_node, name="nodes", transform=trim_node, handler=self._node_event, watch_timeout=watch_timeout
+        )
+        self.policies = Informer(
+            custom.list_cluster_custom_object,
+            clusterpolicy.GROUP,
+            clusterpolicy.VERSION,
+            clusterpolicy.PLURAL,
+            name="clusterpolicies",
+            transform=trim_policy,
+            handler=self._policy_event,
+            missing_ok=True,
+            watch_timeout=watch_timeout,
+        )
+        self.migsyncs = Informer(
+            custom.list_cluster_custom_object,
+            MIGSYNC_GROUP,
+            MIGSYNC_VERSION,
+            MIGSYNC_PLURAL,
+            name="migsyncs",
+            transform=trim_migsync,
+            handler=self._migsync_event,
+            missing_ok=True,
+            watch_timeout=watch_timeout,
+        )
         self.configmap: Informer | None = None
         self._configmap_target: tuple[str, str] | None = None
         self._started = False
@@ -575,8 +634,14 @@ class ClusterState:
     @property
     def synced(self) -> bool:
         cm = self.configmap
-        return (self.nodes.synced and self.policies.synced and self.migsyncs.synced and cm is not None
-                and cm.synced and self._configmap_target == self._mig.settings.configmap)
+        return (
+            self.nodes.synced
+            and self.policies.synced
+            and self.migsyncs.synced
+            and cm is not None
+            and cm.synced
+            and self._configmap_target == self._mig.settings.configmap
+        )
 
     def wait_synced(self, timeout: float) -> bool:
         import time
@@ -595,8 +660,11 @@ class ClusterState:
 
     def errors(self) -> dict[str, str]:
         """Informers whose last list or watch failed, and why (for /readyz)."""
-        found = {i.name: i.last_error for i in (self.nodes, self.policies, self.migsyncs, self.configmap)
-                 if i and i.last_error}
+        found = {
+            i.name: i.last_error
+            for i in (self.nodes, self.policies, self.migsyncs, self.configmap)
+            if i and i.last_error
+        }
         return {k: v for k, v in found.items() if v}
 
     # --------------------------------------------------------------------------- events
@@ -632,6 +700,7 @@ class ClusterState:
                 self._configmap_obj = current
                 if self._mig.settings.configmap == target and _content(current) != _content(self._mig.active):
                     self._mig = MigView(self._mig.settings, current)
+
         return handle
 
     def _migsync_event(self, kind: str, obj: Obj) -> None:
@@ -655,9 +724,15 @@ class ClusterState:
                 return
             old, self._configmap_target = self.configmap, target
             namespace, name = target
-            self.configmap = Informer(self._core.list_namespaced_config_map, namespace, name=f"configmap {namespace}/{name}",
-                                      field_selector=f"metadata.name={name}", transform=trim_configmap,
-                                      handler=self._configmap_event(target), watch_timeout=self._watch_timeout)
+            self.configmap = Informer(
+                self._core.list_namespaced_config_map,
+                namespace,
+                name=f"configmap {namespace}/{name}",
+                field_selector=f"metadata.name={name}",
+                transform=trim_configmap,
+                handler=self._configmap_event(target),
+                watch_timeout=self._watch_timeout,
+            )
             # The old ConfigMap's contents are no longer the config in force.
             self._configmap_obj = None
             self._mig = MigView(self._mig.settings, None)

@@ -23,6 +23,7 @@ gunicorn 27.0.1 (pinned: this subclass relies on its `TConn`, `_DEFER`, `finish_
 
 tests/webhook/test_webhook_worker.py reproduces both against a real gunicorn.
 """
+
 from __future__ import annotations
 
 import selectors

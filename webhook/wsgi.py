@@ -2,6 +2,7 @@
 pod's service account. Imported in each worker (preload_app is off), so each gets its informers.
 MIGOPS_WEBHOOK_RECONCILER_USERS: the reconciler's identities, comma-separated (as `migops webhook
 --reconciler-user`; default its ServiceAccount in migops-system)."""
+
 import os
 
 from migops.webhook.server import app_from_kubeconfig

@@ -3,6 +3,7 @@
 The operator acts on one ClusterPolicy; with several, it uses the oldest and reports the others as
 ignored, and so do we.
 """
+
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
@@ -34,8 +35,13 @@ class MigSettings:
 
 def settings_from_policies(policies: Iterable[Mapping[str, Any]]) -> MigSettings:
     """The settings of the oldest ClusterPolicy; defaults when there is none."""
-    chosen = sorted(policies, key=lambda p: ((p.get("metadata") or {}).get("creationTimestamp") or "",
-                                             (p.get("metadata") or {}).get("name") or ""))
+    chosen = sorted(
+        policies,
+        key=lambda p: (
+            (p.get("metadata") or {}).get("creationTimestamp") or "",
+            (p.get("metadata") or {}).get("name") or "",
+        ),
+    )
     if not chosen:
         return MigSettings()
     policy = chosen[0]

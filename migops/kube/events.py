@@ -3,13 +3,14 @@
 An Event is best effort by design (the API server may drop or rate-limit them): a failure to record
 one is logged, never raised, so reporting can never break the work it reports on.
 """
+
 from __future__ import annotations
 
 import logging
 import socket
 import uuid
 from collections.abc import Mapping
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any, Literal
 
 from kubernetes import client as k8s
@@ -20,25 +21,43 @@ EventType = Literal["Normal", "Warning"]
 MAX_MESSAGE = 1024  # the API server rejects longer event notes
 
 
-def record(api: k8s.ApiClient, involved: Mapping[str, Any], reason: str, message: str, *,
-           type: EventType = "Normal", controller: str, action: str | None = None) -> bool:
+def record(
+    api: k8s.ApiClient,
+    involved: Mapping[str, Any],
+    reason: str,
+    message: str,
+    *,
+    type: EventType = "Normal",
+    controller: str,
+    action: str | None = None,
+) -> bool:
     """Create an Event about `involved` (an object dict or a reference with apiVersion, kind, name[,
     namespace, uid]). Cluster-scoped objects' events go to `default`, as the kubelet's Node events do."""
     meta = involved.get("metadata") or involved
     namespace = meta.get("namespace") or "default"
-    now = datetime.now(timezone.utc)
+    now = datetime.now(UTC)
     name = f"{meta.get('name')}.{uuid.uuid4().hex[:12]}"
     body = {
-        "apiVersion": "v1", "kind": "Event",
+        "apiVersion": "v1",
+        "kind": "Event",
         "metadata": {"name": name, "namespace": namespace},
-        "involvedObject": {k: v for k, v in {
-            "apiVersion": involved.get("apiVersion"), "kind": involved.get("kind"), "name": meta.get("name"),
-            "namespace": meta.get("namespace"), "uid": meta.get("uid"),
-        }.items() if v},
+        "involvedObject": {
+            k: v
+            for k, v in {
+                "apiVersion": involved.get("apiVersion"),
+                "kind": involved.get("kind"),
+                "name": meta.get("name"),
+                "namespace": meta.get("namespace"),
+                "uid": meta.get("uid"),
+            }.items()
+            if v
+        },
         "reason": reason,
         "message": message if len(message) <= MAX_MESSAGE else message[: MAX_MESSAGE - 3] + "...",
         "type": type,
-        "firstTimestamp": now.isoformat(), "lastTimestamp": now.isoformat(), "count": 1,
+        "firstTimestamp": now.isoformat(),
+        "lastTimestamp": now.isoformat(),
+        "count": 1,
         "eventTime": now.isoformat(timespec="microseconds"),
         "action": action or reason,
         "reportingComponent": controller,

@@ -13,6 +13,7 @@ client's generated models cost about a millisecond per Node to build, and a reco
 The watch loop reads the raw response itself because `kubernetes.watch.Watch` without deserialisation
 raises KeyError on an ERROR event, which is exactly the 410 this loop must handle.
 """
+
 from __future__ import annotations
 
 import json
@@ -53,10 +54,19 @@ class Informer:
     to the cache, so callers can key derived results by it.
     """
 
-    def __init__(self, list_fn: Callable[..., Any], *args: Any, name: str = "", handler: Handler | None = None,
-                 transform: Callable[[Obj], Obj] = drop_managed_fields, watch_timeout: int = 290,
-                 read_timeout: float | None = None, backoff: tuple[float, float] = (0.2, 10.0),
-                 missing_ok: bool = False, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        list_fn: Callable[..., Any],
+        *args: Any,
+        name: str = "",
+        handler: Handler | None = None,
+        transform: Callable[[Obj], Obj] = drop_managed_fields,
+        watch_timeout: int = 290,
+        read_timeout: float | None = None,
+        backoff: tuple[float, float] = (0.2, 10.0),
+        missing_ok: bool = False,
+        **kwargs: Any,
+    ) -> None:
         self._list_fn = list_fn
         self._args = args
         self._kwargs = kwargs
@@ -156,8 +166,9 @@ class Informer:
                 delay = min(delay * 2, self._backoff[1])
 
     def _list(self) -> None:
-        response = self._list_fn(*self._args, _preload_content=False,
-                                 _request_timeout=self._read_timeout, **self._kwargs)
+        response = self._list_fn(
+            *self._args, _preload_content=False, _request_timeout=self._read_timeout, **self._kwargs
+        )
         try:
             doc = json.loads(response.data)
         finally:
@@ -191,9 +202,16 @@ class Informer:
 
     def _watch_once(self) -> bool:
         """Watch until the server ends the request; False when the cache must be listed again."""
-        response = self._list_fn(*self._args, watch=True, resource_version=self.resource_version,
-                                 allow_watch_bookmarks=True, timeout_seconds=self._watch_timeout,
-                                 _preload_content=False, _request_timeout=self._read_timeout, **self._kwargs)
+        response = self._list_fn(
+            *self._args,
+            watch=True,
+            resource_version=self.resource_version,
+            allow_watch_bookmarks=True,
+            timeout_seconds=self._watch_timeout,
+            _preload_content=False,
+            _request_timeout=self._read_timeout,
+            **self._kwargs,
+        )
         self._response = response
         try:
             for line in iter_resp_lines(response):
@@ -203,8 +221,9 @@ class Informer:
                 kind, obj = event.get("type"), event.get("object") or {}
                 if kind == "ERROR":
                     if obj.get("code") == 410:
-                        log.info("informer %s: resourceVersion %s expired; listing again", self.name,
-                                 self.resource_version)
+                        log.info(
+                            "informer %s: resourceVersion %s expired; listing again", self.name, self.resource_version
+                        )
                         return False
                     raise ApiException(status=obj.get("code"), reason=f"{obj.get('reason')}: {obj.get('message')}")
                 rv = _rv(obj)
@@ -231,7 +250,7 @@ class Informer:
             return
         try:
             self._handler(kind, obj)
-        except Exception:  # noqa: BLE001 - a handler's bug must not stop the cache
+        except Exception:
             log.exception("informer %s: handler failed on %s %s", self.name, kind, object_key(obj))
 
 

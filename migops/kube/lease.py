@@ -11,6 +11,7 @@ so a standby takes over within one retry period instead of a whole lease duratio
 The client library's own `leaderelection` package calls sys.exit on a bad configuration and uses the
 generated models; this one is a small, testable loop over plain dicts.
 """
+
 from __future__ import annotations
 
 import json
@@ -19,7 +20,7 @@ import random
 import threading
 import time
 from collections.abc import Callable
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 from kubernetes import client as k8s
@@ -29,12 +30,21 @@ log = logging.getLogger(__name__)
 
 
 def _now() -> str:
-    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 class LeaderElector:
-    def __init__(self, api: k8s.ApiClient, namespace: str, name: str, identity: str, *,
-                 lease_duration: float = 15.0, renew_deadline: float = 10.0, retry_period: float = 2.0) -> None:
+    def __init__(
+        self,
+        api: k8s.ApiClient,
+        namespace: str,
+        name: str,
+        identity: str,
+        *,
+        lease_duration: float = 15.0,
+        renew_deadline: float = 10.0,
+        retry_period: float = 2.0,
+    ) -> None:
         if not lease_duration > renew_deadline > retry_period > 0:
             raise ValueError("need lease_duration > renew_deadline > retry_period > 0")
         self._coord = k8s.CoordinationV1Api(api)
@@ -46,8 +56,12 @@ class LeaderElector:
         self.transitions = 0  # times this candidate became leader
 
     # ------------------------------------------------------------------------------ the loop
-    def run(self, stop: threading.Event, on_started: Callable[[], None] = lambda: None,
-            on_stopped: Callable[[], None] = lambda: None) -> bool:
+    def run(
+        self,
+        stop: threading.Event,
+        on_started: Callable[[], None] = lambda: None,
+        on_stopped: Callable[[], None] = lambda: None,
+    ) -> bool:
         """Block until leading (then call on_started) and keep renewing until `stop` is set (release,
         return True) or renewal fails for `renew_deadline` (call on_stopped, return False)."""
         while not stop.is_set():
@@ -66,8 +80,12 @@ class LeaderElector:
                 renewed = time.monotonic()
             elif time.monotonic() - renewed > self.renew_deadline:
                 self.leading.clear()
-                log.error("lease %s/%s: could not renew for %.0fs; no longer the leader",
-                          self.namespace, self.name, self.renew_deadline)
+                log.error(
+                    "lease %s/%s: could not renew for %.0fs; no longer the leader",
+                    self.namespace,
+                    self.name,
+                    self.renew_deadline,
+                )
                 on_stopped()
                 return False
         self.leading.clear()
@@ -78,8 +96,9 @@ class LeaderElector:
     # ------------------------------------------------------------------------------ one attempt
     def _read(self) -> dict[str, Any] | None:
         try:
-            resp = self._coord.read_namespaced_lease(self.name, self.namespace, _preload_content=False,
-                                                     _request_timeout=self.retry_period * 2)
+            resp = self._coord.read_namespaced_lease(
+                self.name, self.namespace, _preload_content=False, _request_timeout=self.retry_period * 2
+            )
         except ApiException as exc:
             if exc.status == 404:
                 return None
@@ -91,12 +110,22 @@ class LeaderElector:
         try:
             lease = self._read()
             if lease is None:
-                self._coord.create_namespaced_lease(self.namespace, {
-                    "apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
-                    "metadata": {"name": self.name, "namespace": self.namespace},
-                    "spec": {"holderIdentity": self.identity, "leaseDurationSeconds": int(self.lease_duration),
-                             "acquireTime": now, "renewTime": now, "leaseTransitions": 0}},
-                    _request_timeout=self.retry_period * 2)
+                self._coord.create_namespaced_lease(
+                    self.namespace,
+                    {
+                        "apiVersion": "coordination.k8s.io/v1",
+                        "kind": "Lease",
+                        "metadata": {"name": self.name, "namespace": self.namespace},
+                        "spec": {
+                            "holderIdentity": self.identity,
+                            "leaseDurationSeconds": int(self.lease_duration),
+                            "acquireTime": now,
+                            "renewTime": now,
+                            "leaseTransitions": 0,
+                        },
+                    },
+                    _request_timeout=self.retry_period * 2,
+                )
                 return True
             spec = lease.get("spec") or {}
             holder = spec.get("holderIdentity") or ""
@@ -107,12 +136,23 @@ class LeaderElector:
             if holder and holder != self.identity and time.monotonic() < self._observed_at + duration:
                 return False  # held by someone else, and not expired as far as we have watched it
             mine = holder == self.identity
-            spec = {**spec, "holderIdentity": self.identity, "leaseDurationSeconds": int(self.lease_duration),
-                    "renewTime": now,
-                    "acquireTime": spec.get("acquireTime") if mine else now,
-                    "leaseTransitions": int(spec.get("leaseTransitions") or 0) + (0 if mine else 1)}
-            body = {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease", "metadata": lease["metadata"], "spec": spec}
-            self._coord.replace_namespaced_lease(self.name, self.namespace, body, _request_timeout=self.retry_period * 2)
+            spec = {
+                **spec,
+                "holderIdentity": self.identity,
+                "leaseDurationSeconds": int(self.lease_duration),
+                "renewTime": now,
+                "acquireTime": spec.get("acquireTime") if mine else now,
+                "leaseTransitions": int(spec.get("leaseTransitions") or 0) + (0 if mine else 1),
+            }
+            body = {
+                "apiVersion": "coordination.k8s.io/v1",
+                "kind": "Lease",
+                "metadata": lease["metadata"],
+                "spec": spec,
+            }
+            self._coord.replace_namespaced_lease(
+                self.name, self.namespace, body, _request_timeout=self.retry_period * 2
+            )
             return True
         except ApiException as exc:
             if exc.status != 409:  # 409: another candidate wrote first; simply not us this time
@@ -129,9 +169,12 @@ class LeaderElector:
             if lease is None or (lease.get("spec") or {}).get("holderIdentity") != self.identity:
                 return False
             spec = {**lease["spec"], "holderIdentity": None, "leaseDurationSeconds": 1, "renewTime": _now()}
-            self._coord.replace_namespaced_lease(self.name, self.namespace, {
-                "apiVersion": "coordination.k8s.io/v1", "kind": "Lease", "metadata": lease["metadata"], "spec": spec},
-                _request_timeout=self.retry_period * 2)
+            self._coord.replace_namespaced_lease(
+                self.name,
+                self.namespace,
+                {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease", "metadata": lease["metadata"], "spec": spec},
+                _request_timeout=self.retry_period * 2,
+            )
             return True
         except Exception as exc:  # noqa: BLE001 - best effort: the lease expires anyway
             log.warning("lease %s/%s: release failed: %s", self.namespace, self.name, exc)

@@ -1,15 +1,29 @@
 """The names components meet by (docs/interfaces.md): NVIDIA's where one exists, `migops.io/` otherwise."""
+
 from __future__ import annotations
 
 from migops.mig.gfd import (
-    DEVICE_ID_LABEL, GPU_COUNT_LABEL, GPU_PRODUCT_LABEL, GPU_RESOURCE, GPUS_ANNOTATION, MIG_CONFIG_LABEL,
-    MIG_CONFIG_STATE_LABEL, MIG_RESOURCE_PREFIX,
+    DEVICE_ID_LABEL,
+    GPU_COUNT_LABEL,
+    GPU_PRODUCT_LABEL,
+    GPU_RESOURCE,
+    GPUS_ANNOTATION,
+    MIG_CONFIG_LABEL,
+    MIG_CONFIG_STATE_LABEL,
+    MIG_RESOURCE_PREFIX,
 )
 from migops.mig.spec import CONFIGMAP_KEY
 
 __all__ = [
-    "CONFIGMAP_KEY", "DEVICE_ID_LABEL", "GPU_COUNT_LABEL", "GPU_PRODUCT_LABEL", "GPU_RESOURCE", "GPUS_ANNOTATION",
-    "MIG_CONFIG_LABEL", "MIG_CONFIG_STATE_LABEL", "MIG_RESOURCE_PREFIX",
+    "CONFIGMAP_KEY",
+    "DEVICE_ID_LABEL",
+    "GPU_COUNT_LABEL",
+    "GPU_PRODUCT_LABEL",
+    "GPU_RESOURCE",
+    "GPUS_ANNOTATION",
+    "MIG_CONFIG_LABEL",
+    "MIG_CONFIG_STATE_LABEL",
+    "MIG_RESOURCE_PREFIX",
 ]
 
 # nvidia.com/mig.config.state values: mig-manager's four, no others.

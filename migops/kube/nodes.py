@@ -1,5 +1,6 @@
 """Which GPUs a Node object holds: its labels and annotations read by `migops.mig.gfd.read_gpus`
 (where GFD's labels are also written; docs/interfaces.md). Only the Node object's shape is read here."""
+
 from __future__ import annotations
 
 from collections.abc import Mapping

@@ -6,6 +6,7 @@ in v37; dicts did not), sent as `application/apply-patch+yaml` with a named fiel
 owns exactly the fields it sends: a label it stops sending is removed, fields owned by the GPU Operator,
 Argo CD or Flux are never touched.
 """
+
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
@@ -17,11 +18,24 @@ APPLY_CONTENT_TYPE = "application/apply-patch+yaml"
 
 # Kinds whose plural is not `<kind lowercased>s`, and cluster-scoped kinds (everything else is namespaced).
 _PLURALS = {"ClusterPolicy": "clusterpolicies", "Endpoints": "endpoints", "PodDisruptionBudget": "poddisruptionbudgets"}
-_CLUSTER_SCOPED = frozenset({
-    "Node", "Namespace", "ClusterRole", "ClusterRoleBinding", "CustomResourceDefinition", "ClusterPolicy",
-    "ValidatingWebhookConfiguration", "MutatingWebhookConfiguration", "PersistentVolume", "PriorityClass",
-    "StorageClass", "APIService", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding",
-})
+_CLUSTER_SCOPED = frozenset(
+    {
+        "Node",
+        "Namespace",
+        "ClusterRole",
+        "ClusterRoleBinding",
+        "CustomResourceDefinition",
+        "ClusterPolicy",
+        "ValidatingWebhookConfiguration",
+        "MutatingWebhookConfiguration",
+        "PersistentVolume",
+        "PriorityClass",
+        "StorageClass",
+        "APIService",
+        "ValidatingAdmissionPolicy",
+        "ValidatingAdmissionPolicyBinding",
+    }
+)
 
 
 def plural(kind: str) -> str:
@@ -52,9 +66,17 @@ def object_path(api_version: str, kind: str, name: str | None = None, namespace:
     return f"{path}/{name}" if name else path
 
 
-def apply(api: k8s.ApiClient, body: Mapping[str, Any], *, field_manager: str, force: bool = False,
-          subresource: str | None = None, dry_run: bool = False, decode: bool = True,
-          timeout: float | None = None) -> dict[str, Any]:
+def apply(
+    api: k8s.ApiClient,
+    body: Mapping[str, Any],
+    *,
+    field_manager: str,
+    force: bool = False,
+    subresource: str | None = None,
+    dry_run: bool = False,
+    decode: bool = True,
+    timeout: float | None = None,
+) -> dict[str, Any]:
     """Apply `body` (apiVersion, kind, metadata.name[, namespace] and the fields this manager owns).
 
     `force` takes fields over from other managers (use it only for fields migops owns by contract);
@@ -72,10 +94,16 @@ def apply(api: k8s.ApiClient, body: Mapping[str, Any], *, field_manager: str, fo
     if dry_run:
         query.append(("dryRun", "All"))
     result = api.call_api(
-        path, "PATCH", query_params=query, body=dict(body),
+        path,
+        "PATCH",
+        query_params=query,
+        body=dict(body),
         header_params={"Content-Type": APPLY_CONTENT_TYPE, "Accept": "application/json"},
-        response_types_map={200: "object", 201: "object"}, auth_settings=["BearerToken"], _return_http_data_only=True,
-        _preload_content=decode, _request_timeout=timeout,
+        response_types_map={200: "object", 201: "object"},
+        auth_settings=["BearerToken"],
+        _return_http_data_only=True,
+        _preload_content=decode,
+        _request_timeout=timeout,
     )
     if not decode:
         result.drain_conn()  # read to the end, so the connection goes back to the pool for reuse
@@ -84,16 +112,25 @@ def apply(api: k8s.ApiClient, body: Mapping[str, Any], *, field_manager: str, fo
     return result
 
 
-def owned_keys(obj: Mapping[str, Any], manager: str, path: Sequence[str], *, subresource: str | None = None,
-               operation: str = "Apply") -> set[str]:
+def owned_keys(
+    obj: Mapping[str, Any],
+    manager: str,
+    path: Sequence[str],
+    *,
+    subresource: str | None = None,
+    operation: str = "Apply",
+) -> set[str]:
     """Keys of the map at `path` (e.g. ("metadata", "labels")) that `manager` owns in `obj`'s
     managedFields. A manager that applies must send every field it owns each time (a field left out
     is removed); a restarted process learns here what its predecessor owned, so its first apply does
     not drop them."""
     keys: set[str] = set()
     for entry in (obj.get("metadata") or {}).get("managedFields") or ():
-        if (entry.get("manager") != manager or entry.get("operation") != operation
-                or (entry.get("subresource") or None) != subresource):
+        if (
+            entry.get("manager") != manager
+            or entry.get("operation") != operation
+            or (entry.get("subresource") or None) != subresource
+        ):
             continue
         fields = entry.get("fieldsV1") or {}
         for part in path:

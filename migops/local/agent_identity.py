@@ -10,6 +10,7 @@ a pod-bound one does, so the policy and the agent's own identity check treat it 
 lives TOKEN_SECONDS (nothing refreshes it) and dies with its Node: a node deleted and re-created needs
 `migops local down` and `up` again.
 """
+
 from __future__ import annotations
 
 import time
@@ -50,8 +51,12 @@ def objects() -> list[dict]:
 def install(api: ApiClient) -> None:
     """Apply the ServiceAccount, RBAC and policy (wait_in_force tells when the policy denies)."""
     core = k8s.CoreV1Api(api)
-    core.patch_namespace(NAMESPACE, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}},
-                         field_manager=LOCAL_MANAGER, _content_type=ssa.APPLY_CONTENT_TYPE)
+    core.patch_namespace(
+        NAMESPACE,
+        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}},
+        field_manager=LOCAL_MANAGER,
+        _content_type=ssa.APPLY_CONTENT_TYPE,
+    )
     for doc in objects():
         ssa.apply(api, doc, field_manager=LOCAL_MANAGER, force=True)
 
@@ -82,8 +87,16 @@ def kubeconfig_for_node(api: ApiClient, server: str, ca_pem: bytes, node: str, o
     """A kubeconfig with the agent ServiceAccount's token bound to Node `node`."""
     core = k8s.CoreV1Api(api)
     uid = core.read_node(node).metadata.uid
-    token = core.create_namespaced_service_account_token(SERVICE_ACCOUNT, NAMESPACE, {
-        "apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
-        "spec": {"expirationSeconds": TOKEN_SECONDS,
-                 "boundObjectRef": {"apiVersion": "v1", "kind": "Node", "name": node, "uid": uid}}})
+    token = core.create_namespaced_service_account_token(
+        SERVICE_ACCOUNT,
+        NAMESPACE,
+        {
+            "apiVersion": "authentication.k8s.io/v1",
+            "kind": "TokenRequest",
+            "spec": {
+                "expirationSeconds": TOKEN_SECONDS,
+                "boundObjectRef": {"apiVersion": "v1", "kind": "Node", "name": node, "uid": uid},
+            },
+        },
+    )
     return kubeconfig.write(out, kubeconfig.build(server, ca_pem, USER, token=token.status.token))

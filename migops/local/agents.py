@@ -15,6 +15,7 @@ ones, so nothing is left owned twice.
 `migops sim ... --node <node>` changes a node's simulated GPUs out of band; its agent checks them every
 DRIFT_INTERVAL seconds and repairs what differs from the applied config.
 """
+
 from __future__ import annotations
 
 import subprocess
@@ -44,9 +45,14 @@ def seed_mig_config(api: ApiClient) -> None:
     text = resources.files("migops.local").joinpath("data/default-mig-parted-config.yaml").read_text()
     namespace, name = MIG_CONFIGMAP
     try:
-        k8s.CoreV1Api(api).create_namespaced_config_map(namespace, {
-            "metadata": {"name": name, "labels": {"app.kubernetes.io/managed-by": "migops-local"}},
-            "data": {"config.yaml": text}}, field_manager="migops-local")
+        k8s.CoreV1Api(api).create_namespaced_config_map(
+            namespace,
+            {
+                "metadata": {"name": name, "labels": {"app.kubernetes.io/managed-by": "migops-local"}},
+                "data": {"config.yaml": text},
+            },
+            field_manager="migops-local",
+        )
     except ApiException as exc:
         if exc.status != 409:
             raise
@@ -57,8 +63,9 @@ def kubeconfig_path(workdir: Path, node: str) -> Path:
     return agent_dir(workdir, node) / "kubeconfig"
 
 
-def start(workdir: Path, nodes: Iterable[tuple[str, str, int]], *,
-          state_files: Mapping[str, Path] | None = None) -> dict[str, tuple[subprocess.Popen[bytes], ProcessRef]]:
+def start(
+    workdir: Path, nodes: Iterable[tuple[str, str, int]], *, state_files: Mapping[str, Path] | None = None
+) -> dict[str, tuple[subprocess.Popen[bytes], ProcessRef]]:
     """One agent per (node, device ID, GPU count), each a detached process logging to
     <workdir>/logs/agent-<node>.log, with the kubeconfig at kubeconfig_path(); the caller records them
     (migops.local.stack). `state_files` puts a node's simulated GPUs elsewhere than its agent directory
@@ -67,11 +74,33 @@ def start(workdir: Path, nodes: Iterable[tuple[str, str, int]], *,
     for node, device_id, count in nodes:
         work = agent_dir(workdir, node)
         gpus = (state_files or {}).get(node, work / "gpus.json")
-        argv = [sys.executable, "-m", "migops", "agent", "--node", node, "--backend", "simulated",
-                "--gpus", f"{count}x{device_id}", "--state-file", str(gpus),
-                f"--work-dir={work}", "--kubeconfig", str(kubeconfig_path(workdir, node)),
-                "--pod-timeout", "60", "--retry-base", "2", "--retry-max", "60", "--mode-change-settle", "0",
-                "--drift-interval", str(DRIFT_INTERVAL)]
+        argv = [
+            sys.executable,
+            "-m",
+            "migops",
+            "agent",
+            "--node",
+            node,
+            "--backend",
+            "simulated",
+            "--gpus",
+            f"{count}x{device_id}",
+            "--state-file",
+            str(gpus),
+            f"--work-dir={work}",
+            "--kubeconfig",
+            str(kubeconfig_path(workdir, node)),
+            "--pod-timeout",
+            "60",
+            "--retry-base",
+            "2",
+            "--retry-max",
+            "60",
+            "--mode-change-settle",
+            "0",
+            "--drift-interval",
+            str(DRIFT_INTERVAL),
+        ]
         started[node] = spawn(argv, workdir / "logs" / f"agent-{node}.log")
     return started
 
@@ -82,8 +111,7 @@ def wait_ready(api: ApiClient, names: Sequence[str], timeout: float = 90.0) -> l
     deadline = time.monotonic() + timeout
     waiting = list(names)
     while waiting and time.monotonic() < deadline:
-        waiting = [n for n in waiting
-                   if "nvidia.com/mig.config.state" not in (core.read_node(n).metadata.labels or {})]
+        waiting = [n for n in waiting if "nvidia.com/mig.config.state" not in (core.read_node(n).metadata.labels or {})]
         if waiting:
             time.sleep(0.3)
     return waiting

@@ -5,6 +5,7 @@ The script is the only place that knows the pinned versions and the cache layout
 runs it (instant when the binaries are cached) and takes the directory from its last line of
 stdout. `MIGOPS_K8S_BIN` points at a ready directory instead, for machines that bring their own.
 """
+
 from __future__ import annotations
 
 import os
@@ -83,9 +84,7 @@ def locate(*, echo_build: bool = False) -> Binaries:
     if override:
         found = Binaries(Path(override).resolve())
         if found.missing():
-            raise BinariesUnavailable(
-                f"${BIN_ENV}={override} lacks executable {', '.join(found.missing())}"
-            )
+            raise BinariesUnavailable(f"${BIN_ENV}={override} lacks executable {', '.join(found.missing())}")
         return found
     if not SCRIPT.is_file():
         raise BinariesUnavailable(
@@ -94,9 +93,7 @@ def locate(*, echo_build: bool = False) -> Binaries:
         )
     found = Binaries(run_script(SCRIPT, echo_build=echo_build))
     if found.missing():
-        raise BinariesUnavailable(
-            f"{SCRIPT} reported {found.directory} but it lacks {', '.join(found.missing())}"
-        )
+        raise BinariesUnavailable(f"{SCRIPT} reported {found.directory} but it lacks {', '.join(found.missing())}")
     return found
 
 
@@ -113,9 +110,7 @@ def run_script(script: Path, *, echo_build: bool = False) -> Path:
     lines = proc.stdout.strip().splitlines()
     if proc.returncode != 0 or not lines:
         detail = (proc.stderr or "").strip()[-4000:] if not echo_build else "(see above)"
-        raise BinariesUnavailable(
-            f"{script} failed with exit code {proc.returncode}; its output:\n{detail}"
-        )
+        raise BinariesUnavailable(f"{script} failed with exit code {proc.returncode}; its output:\n{detail}")
     return Path(lines[-1]).resolve()
 
 

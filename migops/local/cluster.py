@@ -10,6 +10,7 @@ Field managers mirror who owns what in a real cluster: GFD's labels belong to
 migops reconciler that applies `nvidia.com/mig.config` therefore meets the same ownership
 conflict it would meet on a real cluster.
 """
+
 from __future__ import annotations
 
 import time
@@ -39,7 +40,6 @@ NODE_RESOURCES = {"cpu": "128", "memory": "2Ti", "pods": "110", "ephemeral-stora
 NOT_READY_TAINT = "node.kubernetes.io/not-ready"
 
 
-
 class Gpu(Protocol):
     """What this module needs from a `migops.mig.catalogue` entry."""
 
@@ -62,8 +62,7 @@ def plan_nodes(count: int, gpus: Sequence[Gpu], gpus_per_node: int, strategy: st
     """Nodes `gpu-node-1..count`; node i carries `gpus_per_node` GPUs of model gpus[i % len]."""
     if not gpus:
         raise ValueError("at least one GPU model is needed")
-    return [plan_node(f"{NODE_PREFIX}{i + 1}", gpus[i % len(gpus)], gpus_per_node, strategy)
-            for i in range(count)]
+    return [plan_node(f"{NODE_PREFIX}{i + 1}", gpus[i % len(gpus)], gpus_per_node, strategy) for i in range(count)]
 
 
 def plan_node(name: str, gpu: Gpu, gpus: int, strategy: str) -> NodeSpec:
@@ -71,8 +70,11 @@ def plan_node(name: str, gpu: Gpu, gpus: int, strategy: str) -> NodeSpec:
     gfd = dict(node_labels_without_mig(gpu, count=gpus, strategy=strategy))
     gfd[DEVICE_ID_LABEL] = gpu.device_id  # migops.mig.gfd sets it too; the issue requires it
     # The GPU Operator's node-labelling controller: only MIG-capable nodes get these.
-    operator = ({MIG_CONFIG_LABEL: "all-disabled", DEPLOY_MIG_MANAGER_LABEL: "true"}
-                if gfd.get(MIG_CAPABLE_LABEL) == "true" else {})
+    operator = (
+        {MIG_CONFIG_LABEL: "all-disabled", DEPLOY_MIG_MANAGER_LABEL: "true"}
+        if gfd.get(MIG_CAPABLE_LABEL) == "true"
+        else {}
+    )
     return NodeSpec(name, gpu, gpus, gfd, operator)
 
 
@@ -82,9 +84,11 @@ def seed(api: ApiClient, nodes: Sequence[NodeSpec], strategy: str) -> None:
         raise ValueError(f"strategy must be one of {', '.join(STRATEGIES)}, not {strategy!r}")
     core = k8s.CoreV1Api(api)
     core.patch_namespace(
-        OPERATOR_NAMESPACE, {"apiVersion": "v1", "kind": "Namespace",
-                             "metadata": {"name": OPERATOR_NAMESPACE}},
-        field_manager=OPERATOR_MANAGER, _content_type=APPLY)
+        OPERATOR_NAMESPACE,
+        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": OPERATOR_NAMESPACE}},
+        field_manager=OPERATOR_MANAGER,
+        _content_type=APPLY,
+    )
     install_clusterpolicy_crd(api)
     apply_cluster_policy(api, strategy)
     for node in nodes:
@@ -106,8 +110,7 @@ def apply_labels(api: ApiClient, node: NodeSpec) -> None:
     """GFD's and the GPU Operator's labels, each under its own field manager (creates the Node if absent)."""
     core = k8s.CoreV1Api(api)
     for manager, labels in ((GFD_MANAGER, node.gfd_labels), (OPERATOR_MANAGER, node.operator_labels)):
-        body = {"apiVersion": "v1", "kind": "Node",
-                "metadata": {"name": node.name, "labels": labels}}
+        body = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": node.name, "labels": labels}}
         core.patch_node(node.name, body, field_manager=manager, _content_type=APPLY)
 
 
@@ -118,10 +121,16 @@ def apply_real_node(api: ApiClient, node: NodeSpec) -> None:
     conditions stay the kubelet's."""
     apply_labels(api, node)
     k8s.CoreV1Api(api).patch_node_status(
-        node.name, {"apiVersion": "v1", "kind": "Node", "metadata": {"name": node.name},
-                    "status": {"capacity": {GPU_RESOURCE: gpu_count(node)},
-                               "allocatable": {GPU_RESOURCE: gpu_count(node)}}},
-        field_manager=LOCAL_MANAGER, _content_type=APPLY)
+        node.name,
+        {
+            "apiVersion": "v1",
+            "kind": "Node",
+            "metadata": {"name": node.name},
+            "status": {"capacity": {GPU_RESOURCE: gpu_count(node)}, "allocatable": {GPU_RESOURCE: gpu_count(node)}},
+        },
+        field_manager=LOCAL_MANAGER,
+        _content_type=APPLY,
+    )
 
 
 def mark_ready(api: ApiClient, name: str, extended: dict[str, str] | None = None) -> None:
@@ -134,18 +143,34 @@ def mark_ready(api: ApiClient, name: str, extended: dict[str, str] | None = None
     core = k8s.CoreV1Api(api)
     core.patch_node_status(
         name,
-        {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name},
-         "status": {
-             "capacity": resources, "allocatable": resources,
-             "conditions": [{"type": "Ready", "status": "True", "reason": "Simulated",
-                             "message": "migops local: no kubelet runs; this node is simulated"}],
-         }},
-        field_manager=LOCAL_MANAGER, _content_type=APPLY)
+        {
+            "apiVersion": "v1",
+            "kind": "Node",
+            "metadata": {"name": name},
+            "status": {
+                "capacity": resources,
+                "allocatable": resources,
+                "conditions": [
+                    {
+                        "type": "Ready",
+                        "status": "True",
+                        "reason": "Simulated",
+                        "message": "migops local: no kubelet runs; this node is simulated",
+                    }
+                ],
+            },
+        },
+        field_manager=LOCAL_MANAGER,
+        _content_type=APPLY,
+    )
     taints = core.read_node(name).spec.taints or []
     kept = [t.to_dict() for t in taints if t.key != NOT_READY_TAINT]
     if len(kept) != len(taints):
-        core.patch_node(name, [{"op": "replace", "path": "/spec/taints", "value": kept}],
-                        _content_type="application/json-patch+json")
+        core.patch_node(
+            name,
+            [{"op": "replace", "path": "/spec/taints", "value": kept}],
+            _content_type="application/json-patch+json",
+        )
 
 
 def clusterpolicy_crd() -> dict[str, Any]:
@@ -157,8 +182,9 @@ def clusterpolicy_crd() -> dict[str, Any]:
 def install_clusterpolicy_crd(api: ApiClient, *, timeout: float = 30.0) -> None:
     """Apply the CRD and wait until it is Established (before that, CRs are rejected)."""
     ext = k8s.ApiextensionsV1Api(api)
-    ext.patch_custom_resource_definition(CRD_NAME, clusterpolicy_crd(),
-                                         field_manager=OPERATOR_MANAGER, _content_type=APPLY)
+    ext.patch_custom_resource_definition(
+        CRD_NAME, clusterpolicy_crd(), field_manager=OPERATOR_MANAGER, _content_type=APPLY
+    )
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         crd = ext.read_custom_resource_definition(CRD_NAME)
@@ -191,11 +217,20 @@ def apply_cluster_policy(api: ApiClient, strategy: str) -> None:
     }
     objects = k8s.CustomObjectsApi(api)
     objects.patch_cluster_custom_object(
-        "nvidia.com", "v1", "clusterpolicies", CLUSTER_POLICY, body,
-        field_manager=OPERATOR_MANAGER, _content_type=APPLY)
+        "nvidia.com", "v1", "clusterpolicies", CLUSTER_POLICY, body, field_manager=OPERATOR_MANAGER, _content_type=APPLY
+    )
     # What a healthy operator reports; tools that wait for the operator see it ready.
     objects.patch_cluster_custom_object_status(
-        "nvidia.com", "v1", "clusterpolicies", CLUSTER_POLICY,
-        {"apiVersion": "nvidia.com/v1", "kind": "ClusterPolicy", "metadata": {"name": CLUSTER_POLICY},
-         "status": {"state": "ready", "namespace": OPERATOR_NAMESPACE}},
-        field_manager=OPERATOR_MANAGER, _content_type=APPLY)
+        "nvidia.com",
+        "v1",
+        "clusterpolicies",
+        CLUSTER_POLICY,
+        {
+            "apiVersion": "nvidia.com/v1",
+            "kind": "ClusterPolicy",
+            "metadata": {"name": CLUSTER_POLICY},
+            "status": {"state": "ready", "namespace": OPERATOR_NAMESPACE},
+        },
+        field_manager=OPERATOR_MANAGER,
+        _content_type=APPLY,
+    )

@@ -17,6 +17,7 @@ Three CAs keep trust separate: `ca` signs the API server's serving certificate (
 kubeconfigs pin), `client-ca` signs user certificates (any user kubeconfig we mint), and
 `etcd-ca` signs etcd's certificates, so a user certificate can never talk to etcd directly.
 """
+
 from __future__ import annotations
 
 import json
@@ -54,8 +55,13 @@ CONTROLLERS = "*,-node-lifecycle-controller"
 SERVICE_CLUSTER_IP_RANGE = "10.0.0.0/24"
 # The first address of the service range is the `kubernetes` Service; put it in the SANs so a
 # future in-cluster style client verifying the serving certificate does not trip over it.
-_SERVING_DNS = ("localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc",
-                "kubernetes.default.svc.cluster.local")
+_SERVING_DNS = (
+    "localhost",
+    "kubernetes",
+    "kubernetes.default",
+    "kubernetes.default.svc",
+    "kubernetes.default.svc.cluster.local",
+)
 _SERVING_IPS = (LOOPBACK, "10.0.0.1")
 _PORT_CLASH = re.compile(r"address already in use|bind: address", re.IGNORECASE)
 _START_ATTEMPTS = 3
@@ -144,8 +150,9 @@ class ControlPlane:
     def __enter__(self) -> ControlPlane:
         return self.start()
 
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
         self.stop()
 
     def start(self) -> ControlPlane:
@@ -190,8 +197,13 @@ class ControlPlane:
         kubelet it binds Pods to Nodes by their allocatable resources, labels and taints, and records
         why a Pod cannot be placed: where MIG workloads would land. Stopped by stop() with the rest.
         """
-        self._start_component("kube-scheduler", self.binaries.kube_scheduler, SCHEDULER_USER,
-                              self.workdir / "scheduler", ["--leader-elect=false"])
+        self._start_component(
+            "kube-scheduler",
+            self.binaries.kube_scheduler,
+            SCHEDULER_USER,
+            self.workdir / "scheduler",
+            ["--leader-elect=false"],
+        )
 
     def start_controller_manager(self) -> None:
         """Start kube-controller-manager (idempotent; for a plane with `node_address`); return once healthy.
@@ -202,14 +214,19 @@ class ControlPlane:
         `kube-root-ca.crt` ConfigMap pods verify the API server with.
         """
         p = self.pki
-        self._start_component("kube-controller-manager", self.binaries.kube_controller_manager,
-                              CONTROLLER_MANAGER_USER, self.workdir / "controller-manager", [
-                                  "--leader-elect=false",
-                                  f"--controllers={CONTROLLERS}",
-                                  "--use-service-account-credentials=true",
-                                  f"--service-account-private-key-file={p / 'sa.key'}",
-                                  f"--root-ca-file={p / 'ca.crt'}",
-                              ])
+        self._start_component(
+            "kube-controller-manager",
+            self.binaries.kube_controller_manager,
+            CONTROLLER_MANAGER_USER,
+            self.workdir / "controller-manager",
+            [
+                "--leader-elect=false",
+                f"--controllers={CONTROLLERS}",
+                "--use-service-account-credentials=true",
+                f"--service-account-private-key-file={p / 'sa.key'}",
+                f"--root-ca-file={p / 'ca.crt'}",
+            ],
+        )
 
     def _start_component(self, name: str, binary: Path, user: str, cert_dir: Path, extra: list[str]) -> None:
         """Start a control-plane component authenticating as `user` on a free loopback port; wait for /healthz."""
@@ -235,8 +252,9 @@ class ControlPlane:
             insecure.check_hostname = False
             insecure.verify_mode = ssl.CERT_NONE  # its self-signed serving cert; /healthz carries no secret
             try:
-                self._wait(name, f"https://{LOOPBACK}:{port}/healthz", insecure,
-                           ready=lambda body: body.strip() == "ok")
+                self._wait(
+                    name, f"https://{LOOPBACK}:{port}/healthz", insecure, ready=lambda body: body.strip() == "ok"
+                )
                 if name == "kube-scheduler":
                     self.scheduler_port = port
                 return
@@ -274,11 +292,9 @@ class ControlPlane:
         (discovery, self-subject reviews) until a test binds a Role to it.
         """
         client = certs.issue_client(self._client_ca(), user, groups)
-        return kubeconfig.write(self._user_path(user),
-                                kubeconfig.build(self.url, self.ca_pem, user, client=client))
+        return kubeconfig.write(self._user_path(user), kubeconfig.build(self.url, self.ca_pem, user, client=client))
 
-    def kubeconfig_for_service_account(self, namespace: str, name: str, *,
-                                       expiration_seconds: int = 3600) -> Path:
+    def kubeconfig_for_service_account(self, namespace: str, name: str, *, expiration_seconds: int = 3600) -> Path:
         """A kubeconfig holding a real bound token for ServiceAccount `namespace/name`.
 
         Creates the ServiceAccount if needed and asks the API server for a token
@@ -292,18 +308,24 @@ class ControlPlane:
             core = k8s.CoreV1Api(api)
             try:
                 core.create_namespaced_service_account(
-                    namespace, {"apiVersion": "v1", "kind": "ServiceAccount",
-                                "metadata": {"name": name}})
+                    namespace, {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": name}}
+                )
             except ApiException as exc:
                 if exc.status != 409:
                     raise
             request = core.create_namespaced_service_account_token(
-                name, namespace,
-                {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
-                 "spec": {"expirationSeconds": expiration_seconds}})
+                name,
+                namespace,
+                {
+                    "apiVersion": "authentication.k8s.io/v1",
+                    "kind": "TokenRequest",
+                    "spec": {"expirationSeconds": expiration_seconds},
+                },
+            )
         user = f"system:serviceaccount:{namespace}:{name}"
-        return kubeconfig.write(self._user_path(user), kubeconfig.build(
-            self.url, self.ca_pem, user, token=request.status.token))
+        return kubeconfig.write(
+            self._user_path(user), kubeconfig.build(self.url, self.ca_pem, user, token=request.status.token)
+        )
 
     def api_client(self, kubeconfig_path: Path | None = None) -> ApiClient:
         """A `kubernetes.client.ApiClient` for a kubeconfig (default: admin)."""
@@ -318,24 +340,25 @@ class ControlPlane:
         ca = certs.create_ca("migops-local-ca")
         ca.write(self.pki / "ca.crt", self.pki / "ca.key")
         ips = (*_SERVING_IPS, *((self.node_address,) if self.node_address else ()))
-        certs.issue_serving(ca, "kube-apiserver", dns_names=_SERVING_DNS,
-                            ip_addresses=ips).write(
-            self.pki / "apiserver.crt", self.pki / "apiserver.key")
+        certs.issue_serving(ca, "kube-apiserver", dns_names=_SERVING_DNS, ip_addresses=ips).write(
+            self.pki / "apiserver.crt", self.pki / "apiserver.key"
+        )
         client_ca = certs.create_ca("migops-local-client-ca")
         client_ca.write(self.pki / "client-ca.crt", self.pki / "client-ca.key")
-        certs.issue_client(client_ca, ADMIN_USER, ADMIN_GROUPS).write(
-            self.pki / "admin.crt", self.pki / "admin.key")
+        certs.issue_client(client_ca, ADMIN_USER, ADMIN_GROUPS).write(self.pki / "admin.crt", self.pki / "admin.key")
         # What the API server shows a kubelet for logs/exec (the kubelet's webhook authorizer lets
         # system:masters through).
         certs.issue_client(client_ca, "kube-apiserver-kubelet-client", ADMIN_GROUPS).write(
-            self.pki / "apiserver-kubelet-client.crt", self.pki / "apiserver-kubelet-client.key")
+            self.pki / "apiserver-kubelet-client.crt", self.pki / "apiserver-kubelet-client.key"
+        )
         etcd_ca = certs.create_ca("migops-local-etcd-ca")
         etcd_ca.write(self.pki / "etcd-ca.crt", self.pki / "etcd-ca.key")
-        certs.issue_serving(etcd_ca, "etcd", dns_names=("localhost",),
-                            ip_addresses=(LOOPBACK,)).write(
-            self.pki / "etcd.crt", self.pki / "etcd.key")
+        certs.issue_serving(etcd_ca, "etcd", dns_names=("localhost",), ip_addresses=(LOOPBACK,)).write(
+            self.pki / "etcd.crt", self.pki / "etcd.key"
+        )
         certs.issue_client(etcd_ca, "kube-apiserver-etcd-client").write(
-            self.pki / "etcd-client.crt", self.pki / "etcd-client.key")
+            self.pki / "etcd-client.crt", self.pki / "etcd-client.key"
+        )
         sa_key = certs.new_private_key_pem()
         (self.pki / "sa.pub").write_bytes(certs.public_key_pem(sa_key))
         key_path = self.pki / "sa.key"
@@ -348,8 +371,7 @@ class ControlPlane:
         return certs.KeyPair((self.pki / "ca.crt").read_bytes(), (self.pki / "ca.key").read_bytes())
 
     def _client_ca(self) -> certs.KeyPair:
-        return certs.KeyPair((self.pki / "client-ca.crt").read_bytes(),
-                             (self.pki / "client-ca.key").read_bytes())
+        return certs.KeyPair((self.pki / "client-ca.crt").read_bytes(), (self.pki / "client-ca.key").read_bytes())
 
     def _user_path(self, user: str) -> Path:
         self._user_serial += 1
@@ -382,8 +404,7 @@ class ControlPlane:
         ]
         self._launch("etcd", argv)
         ctx = _tls_context(p / "etcd-ca.crt", p / "etcd-client.crt", p / "etcd-client.key")
-        self._wait("etcd", f"{client}/health", ctx,
-                   ready=lambda body: json.loads(body).get("health") == "true")
+        self._wait("etcd", f"{client}/health", ctx, ready=lambda body: json.loads(body).get("health") == "true")
 
     def _start_apiserver(self) -> None:
         assert self.ports is not None
@@ -415,8 +436,12 @@ class ControlPlane:
         self._launch("kube-apiserver", argv)
         ctx = _tls_context(p / "ca.crt", p / "admin.crt", p / "admin.key")
         self._wait("kube-apiserver", f"{self.url}/readyz", ctx, ready=lambda body: body.strip() == "ok")
-        self._wait("kube-apiserver", f"{self.url}/api/v1/namespaces/default", ctx,
-                   ready=lambda body: json.loads(body).get("metadata", {}).get("name") == "default")
+        self._wait(
+            "kube-apiserver",
+            f"{self.url}/api/v1/namespaces/default",
+            ctx,
+            ready=lambda body: json.loads(body).get("metadata", {}).get("name") == "default",
+        )
 
     @staticmethod
     def _loopback_only_args() -> list[str]:
@@ -459,8 +484,9 @@ class ControlPlane:
                 tail = self._log_tail(name)
                 if _PORT_CLASH.search(tail):
                     raise _PortClash(name)
-                raise ControlPlaneError(f"{name} exited during startup; last log lines "
-                                        f"({self.logs / (name + '.log')}):\n{tail}")
+                raise ControlPlaneError(
+                    f"{name} exited during startup; last log lines ({self.logs / (name + '.log')}):\n{tail}"
+                )
             try:
                 with urllib.request.urlopen(url, context=ctx, timeout=5) as resp:
                     body = resp.read().decode()
@@ -471,8 +497,8 @@ class ControlPlane:
                 last = str(exc)
             time.sleep(0.1)
         raise ControlPlaneError(
-            f"{name} not ready after {self.start_timeout:.0f}s ({url}: {last}); last log lines:\n"
-            f"{self._log_tail(name)}")
+            f"{name} not ready after {self.start_timeout:.0f}s ({url}: {last}); last log lines:\n{self._log_tail(name)}"
+        )
 
     def _log_tail(self, name: str, lines: int = 25) -> str:
         try:
@@ -518,10 +544,8 @@ class ControlPlane:
             dog.wait()
 
     def _write_admin_kubeconfig(self) -> None:
-        admin = certs.KeyPair((self.pki / "admin.crt").read_bytes(),
-                              (self.pki / "admin.key").read_bytes())
-        kubeconfig.write(self.admin_kubeconfig,
-                         kubeconfig.build(self.url, self.ca_pem, ADMIN_USER, client=admin))
+        admin = certs.KeyPair((self.pki / "admin.crt").read_bytes(), (self.pki / "admin.key").read_bytes())
+        kubeconfig.write(self.admin_kubeconfig, kubeconfig.build(self.url, self.ca_pem, ADMIN_USER, client=admin))
 
 
 def identifying_arguments(workdir: Path) -> tuple[str, ...]:
@@ -529,8 +553,12 @@ def identifying_arguments(workdir: Path) -> tuple[str, ...]:
 
     Lets `migops local down` and tests find leftover servers by their command line.
     """
-    return (f"--data-dir={workdir / 'etcd'}", f"--cert-dir={workdir / 'apiserver'}",
-            f"--cert-dir={workdir / 'scheduler'}", f"--cert-dir={workdir / 'controller-manager'}")
+    return (
+        f"--data-dir={workdir / 'etcd'}",
+        f"--cert-dir={workdir / 'apiserver'}",
+        f"--cert-dir={workdir / 'scheduler'}",
+        f"--cert-dir={workdir / 'controller-manager'}",
+    )
 
 
 class _PortClash(Exception):

@@ -3,6 +3,7 @@
 One context, named `migops-local`, so `kubectl` and the Python client behave the same with
 every kubeconfig the control plane hands out.
 """
+
 from __future__ import annotations
 
 import base64
@@ -20,8 +21,7 @@ def _b64(data: bytes) -> str:
     return base64.b64encode(data).decode("ascii")
 
 
-def build(server: str, ca_pem: bytes, user: str, *, client: KeyPair | None = None,
-          token: str | None = None) -> dict:
+def build(server: str, ca_pem: bytes, user: str, *, client: KeyPair | None = None, token: str | None = None) -> dict:
     """A kubeconfig document for `user`, authenticated by a client certificate or a token."""
     if (client is None) == (token is None):
         raise ValueError("give exactly one of client (certificate) or token")
@@ -33,8 +33,7 @@ def build(server: str, ca_pem: bytes, user: str, *, client: KeyPair | None = Non
     return {
         "apiVersion": "v1",
         "kind": "Config",
-        "clusters": [{"name": CLUSTER, "cluster": {
-            "server": server, "certificate-authority-data": _b64(ca_pem)}}],
+        "clusters": [{"name": CLUSTER, "cluster": {"server": server, "certificate-authority-data": _b64(ca_pem)}}],
         "users": [{"name": user, "user": credentials}],
         "contexts": [{"name": CONTEXT, "context": {"cluster": CLUSTER, "user": user}}],
         "current-context": CONTEXT,

@@ -10,6 +10,7 @@ state and netns mounts, kubelet root, pod logs, CNI address store); `sweep()` re
 what it is, in an order that works after a crash too, and `leftovers()` is the check a test (and
 `migops local down`) runs afterwards.
 """
+
 from __future__ import annotations
 
 import ctypes
@@ -35,14 +36,27 @@ HOSTS = Path("/etc/hosts")
 CNI_STATE = (Path("/var/lib/cni"), Path("/run/cni"))  # libcni's result cache, default host-local store
 CHAIN_PREFIX = "KUBE-"
 # What the kubelet writes at start unless protectKernelDefaults (then it refuses to start instead).
-KUBELET_SYSCTLS = ("vm/overcommit_memory", "vm/panic_on_oom", "kernel/panic", "kernel/panic_on_oops",
-                   "kernel/keys/root_maxkeys", "kernel/keys/root_maxbytes")
+KUBELET_SYSCTLS = (
+    "vm/overcommit_memory",
+    "vm/panic_on_oom",
+    "kernel/panic",
+    "kernel/panic_on_oops",
+    "kernel/keys/root_maxkeys",
+    "kernel/keys/root_maxbytes",
+)
 SYSCTL_FILE = "sysctl-before.json"
 # Host directories the node's programs create whatever they are told (shim sockets in
 # /run/containerd/s, libcni's cache, the kubelet's device-plugin socket and its container log links):
 # those that did not exist before the node started are removed with it, once empty.
-HOST_DIRS = (Path("/run/containerd"), Path("/run/containerd/s"), Path("/var/lib/cni"), Path("/var/lib/cni/results"),
-             Path("/var/lib/kubelet"), Path("/var/lib/kubelet/device-plugins"), CONTAINER_LOGS)
+HOST_DIRS = (
+    Path("/run/containerd"),
+    Path("/run/containerd/s"),
+    Path("/var/lib/cni"),
+    Path("/var/lib/cni/results"),
+    Path("/var/lib/kubelet"),
+    Path("/var/lib/kubelet/device-plugins"),
+    CONTAINER_LOGS,
+)
 HOST_DIRS_FILE = "host-dirs-before.json"
 DEVICE_PLUGIN_SOCKET = Path("/var/lib/kubelet/device-plugins/kubelet.sock")
 TASKS = Path("containerd/state/io.containerd.runtime.v2.task")  # under the node dir: <ns>/<id>/address
@@ -52,8 +66,12 @@ _MNT_DETACH = 2
 # --------------------------------------------------------------------------- what the node owns
 def node_arguments(node_dir: Path) -> tuple[str, ...]:
     """One argument each node process (containerd, its shims, kubelet, kube-proxy) is started with."""
-    return (f"--config={node_dir / 'containerd.toml'}", str(node_dir / "containerd" / "containerd.sock"),
-            f"--root-dir={node_dir / 'kubelet'}", f"--config={node_dir / 'kube-proxy.yaml'}")
+    return (
+        f"--config={node_dir / 'containerd.toml'}",
+        str(node_dir / "containerd" / "containerd.sock"),
+        f"--root-dir={node_dir / 'kubelet'}",
+        f"--config={node_dir / 'kube-proxy.yaml'}",
+    )
 
 
 def save_sysctls(node_dir: Path) -> None:
@@ -238,8 +256,7 @@ def kube_chains() -> dict[tuple[str, str], list[str]]:
     for binary in ("iptables", "ip6tables"):
         for table in ("filter", "nat", "mangle", "raw"):
             proc = _iptables(binary, "-t", table, "-S")
-            chains = [line.split()[1] for line in proc.stdout.splitlines()
-                      if line.startswith("-N " + CHAIN_PREFIX)]
+            chains = [line.split()[1] for line in proc.stdout.splitlines() if line.startswith("-N " + CHAIN_PREFIX)]
             if chains:
                 found[(binary, table)] = chains
     return found
@@ -254,8 +271,11 @@ def _clean_iptables(kube_proxy: Path | None) -> list[str]:
         rules = _iptables(binary, "-t", table, "-S").stdout.splitlines()
         for rule in rules:
             words = rule.split()
-            if words[:1] == ["-A"] and any(w.startswith(CHAIN_PREFIX) for w in words[2:]) \
-                    and not words[1].startswith(CHAIN_PREFIX):
+            if (
+                words[:1] == ["-A"]
+                and any(w.startswith(CHAIN_PREFIX) for w in words[2:])
+                and not words[1].startswith(CHAIN_PREFIX)
+            ):
                 _iptables(binary, "-t", table, "-D", *words[1:])
         for chain in chains:
             _iptables(binary, "-t", table, "-F", chain)
@@ -351,14 +371,16 @@ def leftovers(node_dir: Path, node_name: str) -> list[str]:
     found += [f"link {name}" for name in _links() if name == nodenet.BRIDGE or name.startswith("veth")]
     found += [f"cgroup {d}" for d in _kubepods_dirs()]
     if CONTAINER_LOGS.is_dir():
-        found += [f"symlink {p}" for p in CONTAINER_LOGS.iterdir()
-                  if p.is_symlink() and os.readlink(p).startswith(str(node_dir) + "/")]
+        found += [
+            f"symlink {p}"
+            for p in CONTAINER_LOGS.iterdir()
+            if p.is_symlink() and os.readlink(p).startswith(str(node_dir) + "/")
+        ]
     found += [f"file {p}" for base in CNI_STATE for p in _cni_files(base)]
     if DEVICE_PLUGIN_SOCKET.exists():
         found.append(f"file {DEVICE_PLUGIN_SOCKET}")
     if HOSTS.exists():
-        found += [f"hosts line {line!r}" for line in HOSTS.read_text().splitlines()
-                  if node_name in line.split()]
+        found += [f"hosts line {line!r}" for line in HOSTS.read_text().splitlines() if node_name in line.split()]
     if node_dir.exists():
         found.append(f"directory {node_dir}")
     return found

@@ -11,6 +11,7 @@ Nothing here may reach any address but loopback and what this module creates. So
 - forwarding is switched on for packets arriving on `migops0` only (a pod reaching a Service that
   kube-proxy sends to another pod), never globally; the setting goes with the bridge.
 """
+
 from __future__ import annotations
 
 import json
@@ -75,23 +76,29 @@ def cni_conflist(net: Network, ipam_dir: Path) -> str:
     """The CNI network: pods on the bridge, addresses from host-local (state in `ipam_dir`), routes only to
     the pod range (on-link, holds the node address) and the service range via the node address."""
     start, end = POD_RANGE
-    return json.dumps({
-        "cniVersion": "1.0.0",
-        "name": CNI_NETWORK,
-        "plugins": [{
-            "type": "bridge",
-            "bridge": net.bridge,
-            # isGateway would put a /24 on the bridge and turn on forwarding globally: the setup did
-            # what is needed, narrower.
-            "isGateway": False,
-            "ipMasq": False,
-            "hairpinMode": True,
-            "ipam": {
-                "type": "host-local",
-                "dataDir": str(ipam_dir),
-                "ranges": [[{"subnet": net.pod_cidr, "rangeStart": start, "rangeEnd": end,
-                             "gateway": net.node_ip}]],
-                "routes": [{"dst": net.service_cidr}],
-            },
-        }],
-    }, indent=2)
+    return json.dumps(
+        {
+            "cniVersion": "1.0.0",
+            "name": CNI_NETWORK,
+            "plugins": [
+                {
+                    "type": "bridge",
+                    "bridge": net.bridge,
+                    # isGateway would put a /24 on the bridge and turn on forwarding globally: the setup did
+                    # what is needed, narrower.
+                    "isGateway": False,
+                    "ipMasq": False,
+                    "hairpinMode": True,
+                    "ipam": {
+                        "type": "host-local",
+                        "dataDir": str(ipam_dir),
+                        "ranges": [
+                            [{"subnet": net.pod_cidr, "rangeStart": start, "rangeEnd": end, "gateway": net.node_ip}]
+                        ],
+                        "routes": [{"dst": net.service_cidr}],
+                    },
+                }
+            ],
+        },
+        indent=2,
+    )

@@ -6,6 +6,7 @@ here and loaded with `ctr -n k8s.io images import`. The archive is an OCI image 
 `io.containerd.image.name` annotation, which `ctr images import` uses as the image's name. Output is
 deterministic (fixed mtimes and owners), so the same files give the same image ID.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -62,9 +63,16 @@ def layer_tar(files: Mapping[str, File]) -> bytes:
     return buf.getvalue()
 
 
-def archive(name: str, files: Mapping[str, File], *, entrypoint: Sequence[str] = (),
-            cmd: Sequence[str] = (), env: Sequence[str] = ("PATH=/bin",), user: str = "",
-            arch: str = "amd64") -> bytes:
+def archive(
+    name: str,
+    files: Mapping[str, File],
+    *,
+    entrypoint: Sequence[str] = (),
+    cmd: Sequence[str] = (),
+    env: Sequence[str] = ("PATH=/bin",),
+    user: str = "",
+    arch: str = "amd64",
+) -> bytes:
     """The OCI archive (tar bytes) of image `name` (e.g. `migops.local/pause:1`) holding `files`."""
     layer = layer_tar(files)
     layer_digest = _digest(layer)
@@ -75,20 +83,40 @@ def archive(name: str, files: Mapping[str, File], *, entrypoint: Sequence[str] =
         config_body["Cmd"] = list(cmd)
     if user:
         config_body["User"] = user
-    config = _json({"architecture": arch, "os": "linux", "config": config_body,
-                    "rootfs": {"type": "layers", "diff_ids": [layer_digest]}})
-    manifest = _json({
-        "schemaVersion": 2, "mediaType": MANIFEST_MEDIA_TYPE,
-        "config": {"mediaType": CONFIG_MEDIA_TYPE, "digest": _digest(config), "size": len(config)},
-        "layers": [{"mediaType": LAYER_MEDIA_TYPE, "digest": layer_digest, "size": len(layer)}],
-    })
-    index = _json({
-        "schemaVersion": 2, "mediaType": INDEX_MEDIA_TYPE,
-        "manifests": [{"mediaType": MANIFEST_MEDIA_TYPE, "digest": _digest(manifest), "size": len(manifest),
-                       "platform": {"architecture": arch, "os": "linux"},
-                       "annotations": {NAME_ANNOTATION: name,
-                                       "org.opencontainers.image.ref.name": name.rsplit(":", 1)[-1]}}],
-    })
+    config = _json(
+        {
+            "architecture": arch,
+            "os": "linux",
+            "config": config_body,
+            "rootfs": {"type": "layers", "diff_ids": [layer_digest]},
+        }
+    )
+    manifest = _json(
+        {
+            "schemaVersion": 2,
+            "mediaType": MANIFEST_MEDIA_TYPE,
+            "config": {"mediaType": CONFIG_MEDIA_TYPE, "digest": _digest(config), "size": len(config)},
+            "layers": [{"mediaType": LAYER_MEDIA_TYPE, "digest": layer_digest, "size": len(layer)}],
+        }
+    )
+    index = _json(
+        {
+            "schemaVersion": 2,
+            "mediaType": INDEX_MEDIA_TYPE,
+            "manifests": [
+                {
+                    "mediaType": MANIFEST_MEDIA_TYPE,
+                    "digest": _digest(manifest),
+                    "size": len(manifest),
+                    "platform": {"architecture": arch, "os": "linux"},
+                    "annotations": {
+                        NAME_ANNOTATION: name,
+                        "org.opencontainers.image.ref.name": name.rsplit(":", 1)[-1],
+                    },
+                }
+            ],
+        }
+    )
     out = io.BytesIO()
     with tarfile.open(fileobj=out, mode="w") as tar:
         entries = [("oci-layout", _json({"imageLayoutVersion": "1.0.0"})), ("index.json", index)]

@@ -4,6 +4,7 @@ Binding to port 0 lets the kernel pick; the port is released before the server b
 another process may grab it in between. Callers retry on "address already in use" (as envtest
 does) rather than pretending the race does not exist.
 """
+
 from __future__ import annotations
 
 import socket

@@ -4,6 +4,7 @@ Each server is a session leader (`start_new_session=True`), so a Ctrl-C in the t
 not reach it before its owner can shut it down in order, and killing the group also kills
 anything it forked. Identity is (pid, start time) so a stale PID file never kills a stranger.
 """
+
 from __future__ import annotations
 
 import os
@@ -30,8 +31,9 @@ class ProcessRef:
         return cls(int(data["pid"]), int(data["start_time"]))
 
 
-def spawn(argv: Sequence[str], log_path: Path, *, pass_fds: Sequence[int] = (),
-          env: Mapping[str, str] | None = None) -> tuple[subprocess.Popen[bytes], ProcessRef]:
+def spawn(
+    argv: Sequence[str], log_path: Path, *, pass_fds: Sequence[int] = (), env: Mapping[str, str] | None = None
+) -> tuple[subprocess.Popen[bytes], ProcessRef]:
     """Start `argv` detached from our terminal and session, output appended to `log_path`.
 
     stdin is /dev/null and no other descriptor is inherited (but `pass_fds`, e.g. a lock the

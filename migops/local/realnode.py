@@ -16,6 +16,7 @@ Every path the node writes that can be chosen is under its node directory (one p
 removes the rest. The processes are adopted by the ControlPlane, so its watchdog, stop() and detach() cover them
 like the servers.
 """
+
 from __future__ import annotations
 
 import fcntl
@@ -115,7 +116,8 @@ def host_lock(owner: Path) -> int:
         raise RealNodeBusy(
             f"another real node runs on this machine ({holder}); only one at a time, because kube-proxy's "
             f"KUBE-* iptables chains are global. Stop it first (`migops local down` with its MIGOPS_HOME, "
-            f"or end the test session holding it); the lock is {LOCK_PATH}") from None
+            f"or end the test session holding it); the lock is {LOCK_PATH}"
+        ) from None
     os.ftruncate(fd, 0)
     os.pwrite(fd, (nodeclean.lock_line(owner) + "\n").encode(), 0)
     return fd
@@ -125,8 +127,9 @@ class RealNode:
     """The node `NODE_NAME` in `node_dir`, for the control plane in `owner`. prepare() before the control
     plane starts (the API server binds the node address), join(plane) after; cleanup() removes it."""
 
-    def __init__(self, binaries: Binaries, owner: Path, node_dir: Path = nodeclean.NODE_DIR, *,
-                 ready_timeout: float = 120.0) -> None:
+    def __init__(
+        self, binaries: Binaries, owner: Path, node_dir: Path = nodeclean.NODE_DIR, *, ready_timeout: float = 120.0
+    ) -> None:
         self.binaries = binaries
         self.owner = Path(owner).resolve()
         self.layout = Layout(Path(node_dir).resolve())
@@ -149,8 +152,13 @@ class RealNode:
             leftover = nodeclean.sweep(self.layout.root, self.binaries.kube_proxy, self.owner)
             if leftover:
                 raise RealNodeError("a previous real node left things that cannot be removed: " + "; ".join(leftover))
-            for d in (self.layout.containerd_dir, self.layout.kubelet_dir, self.layout.cni_conf_dir,
-                      self.layout.gpu_dir, self.layout.logs):
+            for d in (
+                self.layout.containerd_dir,
+                self.layout.kubelet_dir,
+                self.layout.cni_conf_dir,
+                self.layout.gpu_dir,
+                self.layout.logs,
+            ):
                 d.mkdir(parents=True, exist_ok=True)
             nodeclean.save_host_dirs(self.layout.root)
             nodenet.create(self.network)
@@ -162,8 +170,9 @@ class RealNode:
         """Start containerd (and load the pause image), the kubelet and kube-proxy; return once the Node is
         Ready and schedulable. Each process is adopted by `plane`."""
         if plane.node_address != self.address:
-            raise RealNodeError(f"the control plane must serve on the node address {self.address} "
-                                "(ControlPlane(node_address=...))")
+            raise RealNodeError(
+                f"the control plane must serve on the node address {self.address} (ControlPlane(node_address=...))"
+            )
         began = time.monotonic()
         self._start_containerd(plane)
         self.release_lock()  # containerd holds it now
@@ -196,9 +205,23 @@ class RealNode:
             path = self.layout.root / "build" / f"import-{time.monotonic_ns()}.tar"
             path.write_bytes(archive)  # type: ignore[arg-type]
         try:
-            proc = subprocess.run([str(self.binaries.ctr), "--address", str(self.layout.socket), "-n", NAMESPACE,
-                                   "images", "import", "--local", str(path)],
-                                  capture_output=True, text=True, check=False, timeout=300)
+            proc = subprocess.run(
+                [
+                    str(self.binaries.ctr),
+                    "--address",
+                    str(self.layout.socket),
+                    "-n",
+                    NAMESPACE,
+                    "images",
+                    "import",
+                    "--local",
+                    str(path),
+                ],
+                capture_output=True,
+                text=True,
+                check=False,
+                timeout=300,
+            )
         finally:
             if not isinstance(archive, Path):
                 path.unlink(missing_ok=True)
@@ -208,8 +231,13 @@ class RealNode:
 
     def ctr(self, *args: str) -> str:
         """Run `ctr` against the node's containerd (namespace k8s.io); its stdout."""
-        proc = subprocess.run([str(self.binaries.ctr), "--address", str(self.layout.socket), "-n", NAMESPACE, *args],
-                              capture_output=True, text=True, check=False, timeout=120)
+        proc = subprocess.run(
+            [str(self.binaries.ctr), "--address", str(self.layout.socket), "-n", NAMESPACE, *args],
+            capture_output=True,
+            text=True,
+            check=False,
+            timeout=120,
+        )
         if proc.returncode != 0:
             raise RealNodeError(f"ctr {' '.join(args)}: {proc.stderr.strip()}")
         return proc.stdout
@@ -220,8 +248,10 @@ class RealNode:
             raise RealNodeError("the real node needs root (containerd, mounts, iptables, a bridge)")
         missing = self.binaries.missing(NODE_NAMES)
         if missing:
-            raise RealNodeError(f"missing {', '.join(missing)} in {self.binaries.directory}: run hack/k8s-binaries.sh "
-                                "(`make k8s-binaries`)")
+            raise RealNodeError(
+                f"missing {', '.join(missing)} in {self.binaries.directory}: run hack/k8s-binaries.sh "
+                "(`make k8s-binaries`)"
+            )
         tools = [t for t in HOST_TOOLS if shutil.which(t) is None]
         if not any(Path(r).exists() for r in RUNC):
             tools.append("runc")
@@ -230,8 +260,15 @@ class RealNode:
         if tools:
             raise RealNodeError(f"missing {', '.join(tools)}: `make host-packages` installs them")
 
-    def _launch(self, plane: ControlPlane, name: str, argv: list[str], *, pass_fds: tuple[int, ...] = (),
-                env: dict[str, str] | None = None) -> None:
+    def _launch(
+        self,
+        plane: ControlPlane,
+        name: str,
+        argv: list[str],
+        *,
+        pass_fds: tuple[int, ...] = (),
+        env: dict[str, str] | None = None,
+    ) -> None:
         from migops.local.process import spawn
 
         log = plane.logs / f"{name}.log"
@@ -245,50 +282,75 @@ class RealNode:
         ref = plane.processes[name]
         while time.monotonic() < deadline:
             if not is_alive(ref):
-                raise RealNodeError(f"{name} exited during startup; last log lines:\n{_tail(plane.logs / (name + '.log'))}")
+                raise RealNodeError(
+                    f"{name} exited during startup; last log lines:\n{_tail(plane.logs / (name + '.log'))}"
+                )
             if check():
                 return
             time.sleep(0.1)
-        raise RealNodeError(f"{name}: {what} not after {timeout:.0f}s; last log lines:\n"
-                            f"{_tail(plane.logs / (name + '.log'))}")
+        raise RealNodeError(
+            f"{name}: {what} not after {timeout:.0f}s; last log lines:\n{_tail(plane.logs / (name + '.log'))}"
+        )
 
     def _start_containerd(self, plane: ControlPlane) -> None:
         lay = self.layout
         runc = next(r for r in RUNC if Path(r).exists())
         lay.cni_conf_dir.joinpath("10-migops.conflist").write_text(
-            nodenet.cni_conflist(self.network, lay.root / "cni" / "ipam"))
+            nodenet.cni_conflist(self.network, lay.root / "cni" / "ipam")
+        )
         lay.containerd_config.write_text(containerd_config(lay, runc))
         # Our shim first on PATH: Debian's containerd (pulled in by docker.io) ships a 1.6 one.
-        env = {**os.environ, "PATH": f"{self.binaries.directory}:{os.environ.get('PATH', '/usr/sbin:/usr/bin:/sbin:/bin')}"}
+        env = {
+            **os.environ,
+            "PATH": f"{self.binaries.directory}:{os.environ.get('PATH', '/usr/sbin:/usr/bin:/sbin:/bin')}",
+        }
         assert self._lock_fd is not None
-        self._launch(plane, "containerd", [str(self.binaries.containerd), f"--config={lay.containerd_config}"],
-                     pass_fds=(self._lock_fd,), env=env)
+        self._launch(
+            plane,
+            "containerd",
+            [str(self.binaries.containerd), f"--config={lay.containerd_config}"],
+            pass_fds=(self._lock_fd,),
+            env=env,
+        )
 
         def answers() -> bool:
-            return lay.socket.exists() and subprocess.run(
-                [str(self.binaries.ctr), "--address", str(lay.socket), "version"],
-                capture_output=True, check=False, timeout=10).returncode == 0
+            return (
+                lay.socket.exists()
+                and subprocess.run(
+                    [str(self.binaries.ctr), "--address", str(lay.socket), "version"],
+                    capture_output=True,
+                    check=False,
+                    timeout=10,
+                ).returncode
+                == 0
+            )
 
         self._wait_for(plane, "containerd", "answering on its socket", answers)
 
     def _start_kubelet(self, plane: ControlPlane) -> None:
         lay = self.layout
         pki = lay.root / "pki"
-        certs.issue_serving(plane.serving_ca(), NODE_USER, dns_names=(self.name,),
-                            ip_addresses=(self.address,)).write(pki / "kubelet.crt", pki / "kubelet.key")
+        certs.issue_serving(plane.serving_ca(), NODE_USER, dns_names=(self.name,), ip_addresses=(self.address,)).write(
+            pki / "kubelet.crt", pki / "kubelet.key"
+        )
         identity = plane.kubeconfig_for(NODE_USER, NODE_GROUPS)
-        lay.kubelet_config.write_text(json.dumps(kubelet_config(lay, plane.pki / "client-ca.crt", self.address),
-                                                 indent=2))
+        lay.kubelet_config.write_text(
+            json.dumps(kubelet_config(lay, plane.pki / "client-ca.crt", self.address), indent=2)
+        )
         nodeclean.save_sysctls(lay.root)
-        self._launch(plane, "kubelet", [
-            str(self.binaries.kubelet),
-            f"--config={lay.kubelet_config}",
-            f"--kubeconfig={identity}",
-            f"--root-dir={lay.kubelet_dir}",
-            f"--hostname-override={self.name}",
-            f"--node-ip={self.address}",
-            "--v=1",
-        ])
+        self._launch(
+            plane,
+            "kubelet",
+            [
+                str(self.binaries.kubelet),
+                f"--config={lay.kubelet_config}",
+                f"--kubeconfig={identity}",
+                f"--root-dir={lay.kubelet_dir}",
+                f"--hostname-override={self.name}",
+                f"--node-ip={self.address}",
+                "--v=1",
+            ],
+        )
 
     def _start_kube_proxy(self, plane: ControlPlane) -> None:
         lay = self.layout
@@ -318,8 +380,11 @@ def remove_not_ready_taint(api: ApiClient, name: str) -> None:
     taints = core.read_node(name).spec.taints or []
     kept = [t.to_dict() for t in taints if t.key != NOT_READY_TAINT]
     if len(kept) != len(taints):
-        core.patch_node(name, [{"op": "replace", "path": "/spec/taints", "value": kept}],
-                        _content_type="application/json-patch+json")
+        core.patch_node(
+            name,
+            [{"op": "replace", "path": "/spec/taints", "value": kept}],
+            _content_type="application/json-patch+json",
+        )
 
 
 # --------------------------------------------------------------------------- configuration files
@@ -403,8 +468,11 @@ def kubelet_config(lay: Layout, client_ca: Path, address: str) -> dict:
         "healthzPort": KUBELET_HEALTHZ_PORT,
         "tlsCertFile": str(lay.root / "pki" / "kubelet.crt"),
         "tlsPrivateKeyFile": str(lay.root / "pki" / "kubelet.key"),
-        "authentication": {"anonymous": {"enabled": False}, "webhook": {"enabled": True},
-                           "x509": {"clientCAFile": str(client_ca)}},
+        "authentication": {
+            "anonymous": {"enabled": False},
+            "webhook": {"enabled": True},
+            "x509": {"clientCAFile": str(client_ca)},
+        },
         "authorization": {"mode": "Webhook"},
         "containerRuntimeEndpoint": f"unix://{lay.socket}",
         # cgroup v1 host (kubelet 1.37 refuses it unless told), no systemd to drive cgroups.
@@ -418,8 +486,12 @@ def kubelet_config(lay: Layout, client_ca: Path, address: str) -> dict:
         # Never evict or garbage-collect the locally built images for the host's disk use.
         "imageGCHighThresholdPercent": 100,
         "imageGCLowThresholdPercent": 99,
-        "evictionHard": {"memory.available": "1%", "nodefs.available": "1%", "imagefs.available": "1%",
-                         "nodefs.inodesFree": "1%"},
+        "evictionHard": {
+            "memory.available": "1%",
+            "nodefs.available": "1%",
+            "imagefs.available": "1%",
+            "nodefs.inodesFree": "1%",
+        },
         "maxPods": 110,
         "serializeImagePulls": False,
     }
@@ -454,8 +526,9 @@ def _tail(path: Path, lines: int = 25) -> str:
 
 
 # --------------------------------------------------------------------------- control plane + node
-def start_cluster(binaries: Binaries, workdir: Path, *, watchdog: bool = True,
-                  scheduler: bool = True) -> tuple[ControlPlane, RealNode]:
+def start_cluster(
+    binaries: Binaries, workdir: Path, *, watchdog: bool = True, scheduler: bool = True
+) -> tuple[ControlPlane, RealNode]:
     """A control plane serving pods (in `workdir`), kube-controller-manager, kube-scheduler and the real
     node (in `workdir/node`), Ready. On failure everything started is stopped and swept."""
     node = RealNode(binaries, workdir)

@@ -5,6 +5,7 @@ installed and a MigSync `migops` in `migops-system` recording what it follows, s
 `kubectl get migsync -A` work as in a real cluster. Its log is `<workdir>/logs/reconciler.log`;
 migops.local.stack records it with the servers, so `down` stops it before them.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -31,8 +32,12 @@ LOCAL_RECONCILER_USER = "migops-reconciler"
 
 
 def add_arguments(up: argparse.ArgumentParser) -> None:
-    up.add_argument("--repo", metavar="URL", help="also run the GitOps reconciler on this config repo "
-                    "(config.yaml + nodes.yaml; a path, file://, https:// or ssh:// URL)")
+    up.add_argument(
+        "--repo",
+        metavar="URL",
+        help="also run the GitOps reconciler on this config repo "
+        "(config.yaml + nodes.yaml; a path, file://, https:// or ssh:// URL)",
+    )
     up.add_argument("--ref", metavar="REF", help="with --repo: branch, tag or commit (default: the remote's HEAD)")
     up.add_argument("--path", default="", metavar="P", help="with --repo: directory of config.yaml and nodes.yaml")
 
@@ -54,8 +59,16 @@ def hook_secret_file(workdir: Path) -> Path:
     return workdir / "reconciler-hook.secret"
 
 
-def start(api: object, workdir: Path, kubeconfig: Path, repo: str, ref: str | None = None, path: str = "",
-          interval: str = "10s", timeout: float = 60.0) -> LocalReconciler:
+def start(
+    api: object,
+    workdir: Path,
+    kubeconfig: Path,
+    repo: str,
+    ref: str | None = None,
+    path: str = "",
+    interval: str = "10s",
+    timeout: float = 60.0,
+) -> LocalReconciler:
     """Install the CRD and namespace, start the reconciler, wait until it serves /readyz; the caller
     records the process (migops.local.stack). It polls every `interval` (a local repo is cheap to
     fetch) and syncs at once on a signed POST /hook, as a git host's push webhook would send it."""
@@ -64,8 +77,12 @@ def start(api: object, workdir: Path, kubeconfig: Path, repo: str, ref: str | No
     from migops.kube.names import LOCAL_MANAGER
     from migops.reconciler.status import install_crd
 
-    k8s.CoreV1Api(api).patch_namespace(NAMESPACE, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}},
-                                       field_manager=LOCAL_MANAGER, _content_type="application/apply-patch+yaml")
+    k8s.CoreV1Api(api).patch_namespace(
+        NAMESPACE,
+        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}},
+        field_manager=LOCAL_MANAGER,
+        _content_type="application/apply-patch+yaml",
+    )
     install_crd(api, field_manager=LOCAL_MANAGER)  # type: ignore[arg-type]
     if "://" not in repo and Path(repo).exists():
         repo = str(Path(repo).resolve())
@@ -73,10 +90,27 @@ def start(api: object, workdir: Path, kubeconfig: Path, repo: str, ref: str | No
     secret = hook_secret_file(workdir)
     secret.write_text(secrets.token_hex(32))
     secret.chmod(0o600)
-    argv = [str(Path(sys.executable).parent / "migops"), "reconcile", "--repo", repo, "--path", path,
-            "--kubeconfig", str(kubeconfig), "--namespace", NAMESPACE, "--no-leader-elect",
-            "--http-address", f"127.0.0.1:{port}", "--interval", interval, "--hook-secret-file", str(secret),
-            *identifying_arguments(workdir), "--log-level=info"]
+    argv = [
+        str(Path(sys.executable).parent / "migops"),
+        "reconcile",
+        "--repo",
+        repo,
+        "--path",
+        path,
+        "--kubeconfig",
+        str(kubeconfig),
+        "--namespace",
+        NAMESPACE,
+        "--no-leader-elect",
+        "--http-address",
+        f"127.0.0.1:{port}",
+        "--interval",
+        interval,
+        "--hook-secret-file",
+        str(secret),
+        *identifying_arguments(workdir),
+        "--log-level=info",
+    ]
     if ref:
         argv += ["--ref", ref]
     log = workdir / "logs" / "reconciler.log"
@@ -101,7 +135,15 @@ def notify(url: str, secret_file: Path, revision: str = "") -> int:
     what a git host does after a push, so the commit is synced at once. The HTTP status."""
     body = json.dumps({"ref": "refs/heads/main", "after": revision}).encode()
     signature = hmac.new(secret_file.read_bytes().strip(), body, hashlib.sha256).hexdigest()
-    request = urllib.request.Request(f"{url}/hook", data=body, method="POST", headers={
-        "Content-Type": "application/json", "X-GitHub-Event": "push", "X-Hub-Signature-256": f"sha256={signature}"})
+    request = urllib.request.Request(
+        f"{url}/hook",
+        data=body,
+        method="POST",
+        headers={
+            "Content-Type": "application/json",
+            "X-GitHub-Event": "push",
+            "X-Hub-Signature-256": f"sha256={signature}",
+        },
+    )
     with urllib.request.urlopen(request, timeout=10) as resp:
         return resp.status

@@ -12,6 +12,7 @@ stops what already runs (nothing is orphaned), the watchdog covers them while `u
 lists them all for `down`, which stops them in reverse order: the clients before the API server.
 `migops local up` and `make demo` both start the stack here.
 """
+
 from __future__ import annotations
 
 import shutil
@@ -78,16 +79,17 @@ def up(home: Path, options: Options, progress: Progress = lambda _: None) -> Sta
         real = realnode.RealNode(binaries, state.local_dir(home))
         real.prepare()  # the machine's lock and the node's bridge, before the API server binds its address
         real_spec = cluster.plan_node(real.name, options.gpus[0], options.gpus_per_node, options.strategy)
-    plane = ControlPlane(binaries, state.local_dir(home), watchdog=True,
-                         node_address=real.address if real else None)
+    plane = ControlPlane(binaries, state.local_dir(home), watchdog=True, node_address=real.address if real else None)
     try:
         plane.start()
         progress(f"etcd and kube-apiserver ready at {plane.url} ({plane.ready_seconds:.1f}s)")
         if real is not None:
             plane.start_controller_manager()
             real.join(plane)
-            progress(f"real node {real.name} Ready at {real.address} ({real.ready_seconds:.1f}s): containerd, "
-                     "kubelet, kube-proxy; kube-controller-manager")
+            progress(
+                f"real node {real.name} Ready at {real.address} ({real.ready_seconds:.1f}s): containerd, "
+                "kubelet, kube-proxy; kube-controller-manager"
+            )
         with plane.api_client() as api:
             cluster.seed(api, nodes, options.strategy)
             if real_spec is not None:
@@ -100,15 +102,17 @@ def up(home: Path, options: Options, progress: Progress = lambda _: None) -> Sta
             agent_identity.install(api)
             gpu_nodes = [*nodes, *([real_spec] if real_spec else [])]
             for n in gpu_nodes:
-                agent_identity.kubeconfig_for_node(api, plane.url, plane.ca_pem, n.name,
-                                                   agents.kubeconfig_path(plane.workdir, n.name))
+                agent_identity.kubeconfig_for_node(
+                    api, plane.url, plane.ca_pem, n.name, agents.kubeconfig_path(plane.workdir, n.name)
+                )
             if gpu_nodes:
-                agent_identity.wait_in_force(agents.kubeconfig_path(plane.workdir, gpu_nodes[0].name),
-                                             gpu_nodes[0].name)
+                agent_identity.wait_in_force(
+                    agents.kubeconfig_path(plane.workdir, gpu_nodes[0].name), gpu_nodes[0].name
+                )
             state_files = {real.name: real.layout.gpu_dir / "gpus.json"} if real else {}
-            for node, (popen, ref) in agents.start(plane.workdir,
-                                                   [(n.name, n.gpu.device_id, n.gpus) for n in gpu_nodes],
-                                                   state_files=state_files).items():
+            for node, (popen, ref) in agents.start(
+                plane.workdir, [(n.name, n.gpu.device_id, n.gpus) for n in gpu_nodes], state_files=state_files
+            ).items():
                 plane.adopt(AGENT_PREFIX + node, popen, ref)
             unready = agents.wait_ready(api, [n.name for n in gpu_nodes])
             progress(f"{len(gpu_nodes) - len(unready)} of {len(gpu_nodes)} simulated agent(s) reporting")
@@ -118,20 +122,29 @@ def up(home: Path, options: Options, progress: Progress = lambda _: None) -> Sta
             reconciler_url = None
             if options.repo:
                 identity = plane.kubeconfig_for(reconciler.LOCAL_RECONCILER_USER, ("system:masters",))
-                rec = reconciler.start(api, plane.workdir, identity, options.repo, options.ref,
-                                       options.path, interval=options.interval)
+                rec = reconciler.start(
+                    api, plane.workdir, identity, options.repo, options.ref, options.path, interval=options.interval
+                )
                 plane.adopt("reconciler", rec.popen, rec.ref)
                 reconciler_url = rec.url
                 progress(f"reconciler following {options.repo} (every {options.interval}, and at once on POST /hook)")
         plane.start_scheduler()
         progress("kube-scheduler running")
         recorded = state.LocalState(
-            api_url=plane.url, kubeconfig=str(plane.admin_kubeconfig), bin_dir=str(binaries.directory),
-            workdir=str(plane.workdir), strategy=options.strategy, processes=plane.processes,
+            api_url=plane.url,
+            kubeconfig=str(plane.admin_kubeconfig),
+            bin_dir=str(binaries.directory),
+            workdir=str(plane.workdir),
+            strategy=options.strategy,
+            processes=plane.processes,
             nodes=[state.NodeRecord(n.name, n.gpu.product, n.gpu.device_id, n.gpus) for n in gpu_nodes],
-            ready_seconds=plane.ready_seconds, webhook_url=hook.url, repo=options.repo,
-            reconciler_url=reconciler_url, flux_git=flux_git,
-            real_node=str(real.layout.root) if real else None)
+            ready_seconds=plane.ready_seconds,
+            webhook_url=hook.url,
+            repo=options.repo,
+            reconciler_url=reconciler_url,
+            flux_git=flux_git,
+            real_node=str(real.layout.root) if real else None,
+        )
         state.save(home, recorded)
         plane.detach()
     except BaseException:
@@ -143,8 +156,11 @@ def up(home: Path, options: Options, progress: Progress = lambda _: None) -> Sta
 
 
 def running_agents(current: state.LocalState) -> list[str]:
-    return [name[len(AGENT_PREFIX):] for name, ref in current.processes.items()
-            if name.startswith(AGENT_PREFIX) and is_alive(ref)]
+    return [
+        name[len(AGENT_PREFIX) :]
+        for name, ref in current.processes.items()
+        if name.startswith(AGENT_PREFIX) and is_alive(ref)
+    ]
 
 
 def down(home: Path) -> list[int]:
@@ -161,10 +177,14 @@ def down(home: Path) -> list[int]:
     if node_dir is not None and nodeclean.another_owner_holds_the_machine(workdir):
         node_dir = None  # our node is long gone; the one running now (same directory) is someone else's
     node_args = nodeclean.node_arguments(node_dir) if node_dir else ()
-    for arg in (*reconciler.identifying_arguments(workdir), *gitserver.identifying_arguments(flux.git_root(workdir)),
-                *agents.identifying_arguments(workdir),
-                *webhook.identifying_arguments(workdir), *node_args,
-                *server_arguments(workdir)):
+    for arg in (
+        *reconciler.identifying_arguments(workdir),
+        *gitserver.identifying_arguments(flux.git_root(workdir)),
+        *agents.identifying_arguments(workdir),
+        *webhook.identifying_arguments(workdir),
+        *node_args,
+        *server_arguments(workdir),
+    ):
         refs += [r for r in find_by_argument(arg) if r not in refs]
     # A half-dead control plane (one server crashed) has nothing to shut down gracefully, and
     # kube-apiserver without its etcd would sit out the whole grace period.

@@ -4,6 +4,7 @@ Layout: `$MIGOPS_HOME/local/` is the control plane's workdir (certificates, etcd
 kubeconfigs) and `state.json` in it records the servers (pid + start time), the API server
 URL and the seeded nodes. `down` removes the whole directory.
 """
+
 from __future__ import annotations
 
 import contextlib

@@ -6,6 +6,7 @@ for each it stops itself. When the pipe reaches EOF, i.e. when the owner exited,
 was SIGKILLed (the one case no atexit hook or signal handler can cover), every server still
 watched is stopped. This needs no preexec_fn / prctl(PR_SET_PDEATHSIG) in the children.
 """
+
 from __future__ import annotations
 
 import signal

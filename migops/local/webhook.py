@@ -5,6 +5,7 @@
 so `migops local down` stops it), waits until it is ready (its informers have listed), and registers
 it with the API server at https://127.0.0.1:PORT/... with the CA bundle.
 """
+
 from __future__ import annotations
 
 import ssl
@@ -45,19 +46,37 @@ def identifying_arguments(workdir: Path) -> tuple[str]:
     return (f"--tls-cert={certs_dir(workdir) / 'tls.pem'}",)
 
 
-def start(api: ApiClient, workdir: Path, kubeconfig: Path, *, log: Path, timeout: float = 90.0,
-          port: int | None = None, workers: int = 1,
-          reconciler_users: Sequence[str] = (LOCAL_RECONCILER_USER, DEFAULT_RECONCILER_USER)) -> LocalWebhook:
+def start(
+    api: ApiClient,
+    workdir: Path,
+    kubeconfig: Path,
+    *,
+    log: Path,
+    timeout: float = 90.0,
+    port: int | None = None,
+    workers: int = 1,
+    reconciler_users: Sequence[str] = (LOCAL_RECONCILER_USER, DEFAULT_RECONCILER_USER),
+) -> LocalWebhook:
     """Start the webhook for the control plane at `kubeconfig` and register it; raise RuntimeError
     (after stopping it) when it does not become ready. `reconciler_users`: who may change a managed
     node's nvidia.com/mig.config (the local reconciler's identity, and the in-cluster ServiceAccount's)."""
     store = DirectoryStore(certs_dir(workdir))
     material = rotate(store, dns_names=["localhost"], ip_addresses=[LOOPBACK], publish=lambda bundle: None).material
     port = port or free_ports(1)[0]
-    argv = [sys.executable, "-m", "migops", "webhook", *identifying_arguments(workdir),
-            f"--tls-key={store.serving_file}", f"--port={port}", f"--bind-address={LOOPBACK}",
-            f"--kubeconfig={kubeconfig}", f"--workers={workers}", "--log-level=warning",
-            *(f"--reconciler-user={u}" for u in reconciler_users)]
+    argv = [
+        sys.executable,
+        "-m",
+        "migops",
+        "webhook",
+        *identifying_arguments(workdir),
+        f"--tls-key={store.serving_file}",
+        f"--port={port}",
+        f"--bind-address={LOOPBACK}",
+        f"--kubeconfig={kubeconfig}",
+        f"--workers={workers}",
+        "--log-level=warning",
+        *(f"--reconciler-user={u}" for u in reconciler_users),
+    ]
     popen, ref = spawn(argv, log)
     url = f"https://{LOOPBACK}:{port}"
     try:

@@ -4,6 +4,7 @@ Each agent authenticates exactly as in a cluster: with a service-account token b
 on its Node (TokenRequest with boundObjectRef), under the RBAC and the own-node admission policy of
 manifests/base/agent/ applied to the API server.
 """
+
 from __future__ import annotations
 
 import json
@@ -16,8 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from kubernetes import client as k8s
-from polling import until  # noqa: F401 - the agent tests import it from here
 from kubernetes.client import ApiClient
+from polling import until
 
 from migops.local import kubeconfig
 from migops.local.cluster import NodeSpec, apply_node, plan_nodes
@@ -53,23 +54,32 @@ DEFAULT_CONFIG = (ROOT / "examples" / "nvidia-default-config.yaml").read_text().
 
 
 def mig_configmap(text: str = DEFAULT_CONFIG) -> dict:
-    return {"apiVersion": "v1", "kind": "ConfigMap",
-            "metadata": {"name": "default-mig-parted-config", "namespace": "gpu-operator"},
-            "data": {"config.yaml": text}}
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": "default-mig-parted-config", "namespace": "gpu-operator"},
+        "data": {"config.yaml": text},
+    }
 
 
 FAST = ["--pod-timeout", "3", "--retry-base", "0.5", "--retry-max", "2", "--mode-change-settle", "0"]
 
 
-
-
 def seed_node(api: ApiClient, name: str, gpu: str = "0x233010DE", count: int = 8, strategy: str = "mixed") -> NodeSpec:
     """A GPU node labelled as `migops local` labels it (GFD + operator labels, nvidia.com/gpu capacity)."""
     spec = plan_nodes(1, [catalogue().resolve(gpu)], count, strategy)[0]
-    spec = NodeSpec(name, spec.gpu, spec.gpus, spec.gfd_labels,
-                    {**spec.operator_labels, "nvidia.com/gpu.deploy.device-plugin": "true",
-                     "nvidia.com/gpu.deploy.gpu-feature-discovery": "true",
-                     "nvidia.com/gpu.deploy.dcgm-exporter": "false"})
+    spec = NodeSpec(
+        name,
+        spec.gpu,
+        spec.gpus,
+        spec.gfd_labels,
+        {
+            **spec.operator_labels,
+            "nvidia.com/gpu.deploy.device-plugin": "true",
+            "nvidia.com/gpu.deploy.gpu-feature-discovery": "true",
+            "nvidia.com/gpu.deploy.dcgm-exporter": "false",
+        },
+    )
     apply_node(api, spec)
     return spec
 
@@ -81,15 +91,30 @@ def bound_token_kubeconfig(api: ApiClient, url: str, ca_pem: bytes, node: str, o
     try:
         pod = core.read_namespaced_pod(pod_name, AGENT_NS)
     except k8s.exceptions.ApiException:
-        pod = core.create_namespaced_pod(AGENT_NS, {
-            "metadata": {"name": pod_name, "labels": {"app.kubernetes.io/name": "migops-agent"}},
-            "spec": {"nodeName": node, "serviceAccountName": AGENT_SA,
-                     "containers": [{"name": "agent", "image": "ghcr.io/migops/migops:0.1.0"}]}})
-    token = core.create_namespaced_service_account_token(AGENT_SA, AGENT_NS, {
-        "spec": {"expirationSeconds": 3600,
-                 "boundObjectRef": {"kind": "Pod", "apiVersion": "v1", "name": pod_name, "uid": pod.metadata.uid}}})
-    return kubeconfig.write(out, kubeconfig.build(url, ca_pem, f"system:serviceaccount:{AGENT_NS}:{AGENT_SA}",
-                                                  token=token.status.token))
+        pod = core.create_namespaced_pod(
+            AGENT_NS,
+            {
+                "metadata": {"name": pod_name, "labels": {"app.kubernetes.io/name": "migops-agent"}},
+                "spec": {
+                    "nodeName": node,
+                    "serviceAccountName": AGENT_SA,
+                    "containers": [{"name": "agent", "image": "ghcr.io/migops/migops:0.1.0"}],
+                },
+            },
+        )
+    token = core.create_namespaced_service_account_token(
+        AGENT_SA,
+        AGENT_NS,
+        {
+            "spec": {
+                "expirationSeconds": 3600,
+                "boundObjectRef": {"kind": "Pod", "apiVersion": "v1", "name": pod_name, "uid": pod.metadata.uid},
+            }
+        },
+    )
+    return kubeconfig.write(
+        out, kubeconfig.build(url, ca_pem, f"system:serviceaccount:{AGENT_NS}:{AGENT_SA}", token=token.status.token)
+    )
 
 
 @dataclass
@@ -118,14 +143,31 @@ class AgentProc:
 
     def start(self) -> AgentProc:
         self.workdir.mkdir(parents=True, exist_ok=True)
-        argv = [sys.executable, "-m", "migops", "agent", "--node", self.node, "--backend", "simulated",
-                "--gpus", self.gpus, "--state-file", str(self.state_file), "--work-dir", str(self.workdir),
-                "--kubeconfig", str(self.kubeconfig), *FAST, *self.extra]
-        env = {k: v for k, v in (self.env or os.environ).items()
-               if k not in ("KUBECONFIG", "WITH_REBOOT", "NODE_NAME")}
+        argv = [
+            sys.executable,
+            "-m",
+            "migops",
+            "agent",
+            "--node",
+            self.node,
+            "--backend",
+            "simulated",
+            "--gpus",
+            self.gpus,
+            "--state-file",
+            str(self.state_file),
+            "--work-dir",
+            str(self.workdir),
+            "--kubeconfig",
+            str(self.kubeconfig),
+            *FAST,
+            *self.extra,
+        ]
+        env = {k: v for k, v in (self.env or os.environ).items() if k not in ("KUBECONFIG", "WITH_REBOOT", "NODE_NAME")}
         with self.log.open("ab") as out:
-            self.proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                         env=env, cwd=ROOT)
+            self.proc = subprocess.Popen(
+                argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env, cwd=ROOT
+            )
         return self
 
     def faults(self, **faults: Any) -> None:
@@ -179,8 +221,9 @@ def set_config(api: ApiClient, node: str, name: str) -> None:
 
 def set_strategy(api: ApiClient, value: str) -> None:
     """What an operator does (`kubectl patch clusterpolicies.nvidia.com/cluster-policy ...`)."""
-    k8s.CustomObjectsApi(api).patch_cluster_custom_object("nvidia.com", "v1", "clusterpolicies", "cluster-policy",
-                                                          {"spec": {"mig": {"strategy": value}}})
+    k8s.CustomObjectsApi(api).patch_cluster_custom_object(
+        "nvidia.com", "v1", "clusterpolicies", "cluster-policy", {"spec": {"mig": {"strategy": value}}}
+    )
 
 
 def state(api: ApiClient, node: str) -> str | None:
@@ -197,6 +240,7 @@ def wait_failed(api: ApiClient, node: str, timeout: float = 60) -> set[str]:
         seen.update(v for k, v in got.items() if k.startswith("nvidia.com/gpu.deploy."))
         seen.add(got.get("nvidia.com/mig.config.state", ""))
         return got.get("nvidia.com/mig.config.state") == "failed"
+
     until(failed, timeout, f"{node}: state failed")
     return seen
 

@@ -5,6 +5,7 @@ tests leave theirs behind. Seeded once: the gpu-operator namespace, the ClusterP
 the MIG ConfigMap with NVIDIA's default config, and manifests/base (the agent's RBAC and own-node
 admission policy) applied from `kubectl kustomize`.
 """
+
 from __future__ import annotations
 
 import subprocess
@@ -13,18 +14,20 @@ from pathlib import Path
 
 import pytest
 import yaml
+from agent_harness import ROOT, AgentProc, bound_token_kubeconfig, mig_configmap, seed_node
 from kubernetes import client as k8s
 from kubernetes.client import ApiClient
 
-from agent_harness import ROOT, AgentProc, bound_token_kubeconfig, mig_configmap, seed_node
 from migops.kube import ssa
 from migops.local.binaries import locate
 from migops.local.cluster import seed
 from migops.local.controlplane import ControlPlane
 
+
 def kustomize(binaries_dir: Path, path: Path) -> list[dict]:
-    out = subprocess.run([str(binaries_dir / "kubectl"), "kustomize", str(path)], capture_output=True, text=True,
-                         check=True, timeout=120).stdout
+    out = subprocess.run(
+        [str(binaries_dir / "kubectl"), "kustomize", str(path)], capture_output=True, text=True, check=True, timeout=120
+    ).stdout
     return [d for d in yaml.safe_load_all(out) if d]
 
 
@@ -50,19 +53,27 @@ def agent_admin(agent_plane: ControlPlane) -> Iterator[ApiClient]:
 
 
 @pytest.fixture
-def agents(agent_plane: ControlPlane, agent_admin: ApiClient, tmp_path: Path,
-           request: pytest.FixtureRequest) -> Iterator[Callable[..., AgentProc]]:
+def agents(
+    agent_plane: ControlPlane, agent_admin: ApiClient, tmp_path: Path, request: pytest.FixtureRequest
+) -> Iterator[Callable[..., AgentProc]]:
     """`agents(node, gpus="8x0x233010DE", *extra)`: seed the Node, start an agent for it. All are
     stopped (and their Nodes deleted) after the test; a failing test prints their logs."""
     started: list[AgentProc] = []
 
-    def make(node: str, gpus: str = "8x0x233010DE", *extra: str, seed: bool = True, start: bool = True,
-             env: dict[str, str] | None = None) -> AgentProc:
+    def make(
+        node: str,
+        gpus: str = "8x0x233010DE",
+        *extra: str,
+        seed: bool = True,
+        start: bool = True,
+        env: dict[str, str] | None = None,
+    ) -> AgentProc:
         model, _, count = gpus.partition("x")[2], None, gpus.partition("x")[0]
         if seed:
             seed_node(agent_admin, node, model.split(",")[0], int(count) if count.isdigit() else 1)
-        kc = bound_token_kubeconfig(agent_admin, agent_plane.url, agent_plane.ca_pem, node,
-                                    tmp_path / f"{node}.kubeconfig")
+        kc = bound_token_kubeconfig(
+            agent_admin, agent_plane.url, agent_plane.ca_pem, node, tmp_path / f"{node}.kubeconfig"
+        )
         proc = AgentProc(node, tmp_path / node, kc, gpus, list(extra), env)
         started.append(proc)
         return proc.start() if start else proc

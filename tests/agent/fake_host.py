@@ -3,6 +3,7 @@
 `chroot ROOT CMD...` records ROOT and runs CMD here; `systemctl` keeps each unit's properties in a
 file under $FAKE_SYSTEMD and logs every call, so the agent's real subprocess path is exercised.
 """
+
 from __future__ import annotations
 
 import os
@@ -46,8 +47,9 @@ def make_host(root: Path, units: dict[str, str]) -> dict[str, str]:
     for unit, active in units.items():
         kind = "oneshot" if active == "oneshot" else "simple"
         state = "inactive" if active == "oneshot" else active
-        (root / "units" / unit).write_text(f"LoadState=loaded\nActiveState={state}\nUnitFileState=enabled\n"
-                                          f"Type={kind}\n")
+        (root / "units" / unit).write_text(
+            f"LoadState=loaded\nActiveState={state}\nUnitFileState=enabled\nType={kind}\n"
+        )
     return {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "FAKE_SYSTEMD": str(root)}
 
 

@@ -4,6 +4,7 @@ It keeps pynvml's calling conventions (ctypes arrays of GPU-/compute-instance ha
 by reference, placement structs, NVMLError with NVML's codes), so the code under test is the code
 that runs against libnvidia-ml. Every call is recorded in `calls`.
 """
+
 from __future__ import annotations
 
 import ctypes
@@ -69,13 +70,13 @@ class FakeNvml:
     def _gpu(self, h: Any) -> FakeGpu:
         return self.gpus[h]
 
-    def _profile(self, gpu: FakeGpu, enum: int):  # noqa: ANN202
+    def _profile(self, gpu: FakeGpu, enum: int):
         for gi in gpu.model.profiles:
             if gi.nvml_profile == enum:
                 return gi
         raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_SUPPORTED)
 
-    def _by_id(self, gpu: FakeGpu, profile_id: int):  # noqa: ANN202
+    def _by_id(self, gpu: FakeGpu, profile_id: int):
         for gi in gpu.model.profiles:
             if gi.smi_id == profile_id:
                 return gi
@@ -135,19 +136,29 @@ class FakeNvml:
 
     def nvmlDeviceGetComputeRunningProcesses(self, h: int) -> list[Any]:
         self._rec("nvmlDeviceGetComputeRunningProcesses")
-        return [SimpleNamespace(pid=pid, usedGpuMemory=0, gpuInstanceId=gi, computeInstanceId=0)
-                for pid, gi in self._gpu(h).processes]
+        return [
+            SimpleNamespace(pid=pid, usedGpuMemory=0, gpuInstanceId=gi, computeInstanceId=0)
+            for pid, gi in self._gpu(h).processes
+        ]
 
     # -------------------------------------------------------------- GPU instances
     def nvmlDeviceGetGpuInstanceProfileInfo(self, h: int, enum: int, version: int = 2) -> Any:
         self._rec("nvmlDeviceGetGpuInstanceProfileInfo")
         gi = self._profile(self._gpu(h), enum)
         e = gi.engines
-        return SimpleNamespace(id=gi.smi_id, sliceCount=gi.compute_slices, instanceCount=gi.max_count,
-                               memorySizeMB=gi.memory_mib or 0, multiprocessorCount=gi.sms or 0,
-                               copyEngineCount=e.copy if e else 0, decoderCount=e.decoder if e else 0,
-                               encoderCount=e.encoder if e else 0, jpegCount=e.jpeg if e else 0,
-                               ofaCount=e.ofa if e else 0, name=f"MIG {gi.name}".encode())
+        return SimpleNamespace(
+            id=gi.smi_id,
+            sliceCount=gi.compute_slices,
+            instanceCount=gi.max_count,
+            memorySizeMB=gi.memory_mib or 0,
+            multiprocessorCount=gi.sms or 0,
+            copyEngineCount=e.copy if e else 0,
+            decoderCount=e.decoder if e else 0,
+            encoderCount=e.encoder if e else 0,
+            jpegCount=e.jpeg if e else 0,
+            ofaCount=e.ofa if e else 0,
+            name=f"MIG {gi.name}".encode(),
+        )
 
     def nvmlDeviceGetGpuInstancePossiblePlacements(self, h: int, profile_id: int, array: Any, count_ref: Any) -> int:
         self._rec("nvmlDeviceGetGpuInstancePossiblePlacements")
@@ -193,7 +204,9 @@ class FakeNvml:
     def nvmlGpuInstanceGetInfo(self, handle: Any) -> Any:
         self._rec("nvmlGpuInstanceGetInfo")
         _, gi, _ = self._resolve(handle)
-        return SimpleNamespace(id=gi.id, profileId=gi.profile_id, placement=SimpleNamespace(start=gi.start, size=gi.size))
+        return SimpleNamespace(
+            id=gi.id, profileId=gi.profile_id, placement=SimpleNamespace(start=gi.start, size=gi.size)
+        )
 
     def nvmlGpuInstanceDestroy(self, handle: Any) -> int:
         self._rec("nvmlGpuInstanceDestroy")
@@ -205,7 +218,9 @@ class FakeNvml:
         return 0
 
     # -------------------------------------------------------------- compute instances
-    def nvmlGpuInstanceGetComputeInstanceProfileInfo(self, handle: Any, enum: int, engine: int, version: int = 2) -> Any:
+    def nvmlGpuInstanceGetComputeInstanceProfileInfo(
+        self, handle: Any, enum: int, engine: int, version: int = 2
+    ) -> Any:
         self._rec("nvmlGpuInstanceGetComputeInstanceProfileInfo")
         _, gi, _ = self._resolve(handle)
         slices = {v: k for k, v in CI_ENUM.items()}.get(enum)

@@ -1,28 +1,43 @@
 """Faults injected into simulated GPUs, an agent killed mid-apply, the reboot path, and changes that
 touch only what changes."""
+
 from __future__ import annotations
 
 import json
 
 import pytest
+from agent_harness import (
+    DEFAULT_CONFIG,
+    allocatable,
+    annotations,
+    labels,
+    mig_configmap,
+    set_config,
+    set_strategy,
+    state,
+    until,
+    wait_failed,
+)
 from kubernetes import client as k8s
 
-from agent_harness import (DEFAULT_CONFIG, allocatable, annotations, labels, mig_configmap, set_config, set_strategy,
-                           state, until, wait_failed)
 from migops.kube import ssa
 
 pytestmark = pytest.mark.cluster
 
 
-def _applied(api, node: str, name: str, timeout: float = 90):  # noqa: ANN001, ANN202
-    return until(lambda: state(api, node) == "success" and
-                 annotations(api, node).get("migops.io/mig.config.applied") == name, timeout, f"{node}: {name}")
+def _applied(api, node: str, name: str, timeout: float = 90):
+    return until(
+        lambda: state(api, node) == "success" and annotations(api, node).get("migops.io/mig.config.applied") == name,
+        timeout,
+        f"{node}: {name}",
+    )
 
 
-def _failed_with(api, node: str, text: str, timeout: float = 60) -> str:  # noqa: ANN001
+def _failed_with(api, node: str, text: str, timeout: float = 60) -> str:
     def check() -> str | None:
         reason = annotations(api, node).get("migops.io/mig.config.reason", "")
         return reason if state(api, node) == "failed" and text in reason else None
+
     return until(check, timeout, f"{node}: failed with {text!r}")
 
 
@@ -68,8 +83,13 @@ def test_nvml_error_fails_restores_and_retry_recovers(agent_admin, agents, op: s
     set_config(agent_admin, agent.node, "all-3g.40gb")
     reason = _failed_with(agent_admin, agent.node, f"GPU 5: {op} failed: UNKNOWN")
     assert labels(agent_admin, agent.node)["nvidia.com/gpu.deploy.device-plugin"] == "true"
-    failures = [e for e in k8s.CoreV1Api(agent_admin).list_namespaced_event(
-        "default", field_selector=f"involvedObject.name={agent.node}").items if e.reason == "MigConfigFailed"]
+    failures = [
+        e
+        for e in k8s.CoreV1Api(agent_admin)
+        .list_namespaced_event("default", field_selector=f"involvedObject.name={agent.node}")
+        .items
+        if e.reason == "MigConfigFailed"
+    ]
     assert failures and reason.split(" (")[0] in failures[-1].message
     agent.faults()  # the driver recovers; the retry converges from the partial state
     _applied(agent_admin, agent.node, "all-3g.40gb")
@@ -134,33 +154,54 @@ def test_change_to_one_gpu_of_eight_touches_only_that_gpu(agent_admin, agents) -
     assert [i for i in range(8) if after[i] != before[i]] == [3]
     delta = {k: after[3][k] - before[3][k] for k in after[3]}
     # The two 1g and the 3g stay; only the 2g goes and two 1g are created in its slices.
-    assert delta == {"destroy_gpu_instance": 1, "destroy_compute_instance": 1, "create_gpu_instance": 2,
-                     "create_compute_instance": 2, "set_mig_mode": 0, "reset": 0}
+    assert delta == {
+        "destroy_gpu_instance": 1,
+        "destroy_compute_instance": 1,
+        "create_gpu_instance": 2,
+        "create_compute_instance": 2,
+        "set_mig_mode": 0,
+        "reset": 0,
+    }
     gpu3 = agent.gpu_state()["gpus"][3]
     kept = {i["start"]: i["id"] for i in gpu3["instances"]}
     assert all(kept[s] == gis_before[3][s] for s in (0, 1, 4))  # same GPU instances, not recreated
     layout = json.loads(annotations(agent_admin, agent.node)["migops.io/mig.layout"])[3]
     assert [(i["profile"], i["start"]) for i in layout["instances"]] == [
-        ("1g.10gb", 0), ("1g.10gb", 1), ("1g.10gb", 2), ("1g.10gb", 3), ("3g.40gb", 4)]
+        ("1g.10gb", 0),
+        ("1g.10gb", 1),
+        ("1g.10gb", 2),
+        ("1g.10gb", 3),
+        ("3g.40gb", 4),
+    ]
 
 
 def test_configmap_edit_that_changes_this_nodes_config_is_applied(agent_admin, agents) -> None:
     agent = agents("cm-edit-1")
     _applied(agent_admin, agent.node, "all-disabled")
-    edited = DEFAULT_CONFIG + """  edited:
+    edited = (
+        DEFAULT_CONFIG
+        + """  edited:
     - devices: all
       mig-enabled: true
       mig-devices: {"7g.80gb": 1}
 """
+    )
     ssa.apply(agent_admin, mig_configmap(edited), field_manager="test-install")
     set_config(agent_admin, agent.node, "edited")
     _applied(agent_admin, agent.node, "edited")
     digest = annotations(agent_admin, agent.node)["migops.io/mig.config.digest"]
     try:
-        ssa.apply(agent_admin, mig_configmap(edited.replace('{"7g.80gb": 1}', '{"4g.40gb": 1}')),
-                  field_manager="test-install")
-        until(lambda: annotations(agent_admin, agent.node).get("migops.io/mig.config.digest") not in (None, digest)
-              and state(agent_admin, agent.node) == "success", 60, "the edited content applied")
+        ssa.apply(
+            agent_admin, mig_configmap(edited.replace('{"7g.80gb": 1}', '{"4g.40gb": 1}')), field_manager="test-install"
+        )
+        until(
+            lambda: (
+                annotations(agent_admin, agent.node).get("migops.io/mig.config.digest") not in (None, digest)
+                and state(agent_admin, agent.node) == "success"
+            ),
+            60,
+            "the edited content applied",
+        )
         assert allocatable(agent_admin, agent.node) == {"nvidia.com/mig-4g.40gb": "8"}
     finally:
         ssa.apply(agent_admin, mig_configmap(), field_manager="test-install")
@@ -169,6 +210,7 @@ def test_configmap_edit_that_changes_this_nodes_config_is_applied(agent_admin, a
 def test_strategy_from_the_cluster_policy_decides_labels_and_resources(agent_admin, agents) -> None:
     def strategy(value: str) -> None:
         set_strategy(agent_admin, value)
+
     agent = agents("strategy-1")
     _applied(agent_admin, agent.node, "all-disabled")
     try:
@@ -177,14 +219,17 @@ def test_strategy_from_the_cluster_policy_decides_labels_and_resources(agent_adm
         _applied(agent_admin, agent.node, "all-1g.10gb")
         until(lambda: labels(agent_admin, agent.node).get("nvidia.com/mig.strategy") == "single", 60, "single")
         got = labels(agent_admin, agent.node)
-        assert got["nvidia.com/gpu.count"] == "56" and got["nvidia.com/gpu.product"] == \
-            "NVIDIA-H100-80GB-HBM3-MIG-1g.10gb"
+        assert (
+            got["nvidia.com/gpu.count"] == "56" and got["nvidia.com/gpu.product"] == "NVIDIA-H100-80GB-HBM3-MIG-1g.10gb"
+        )
         assert got["nvidia.com/gpu.slices.gi"] == "1" and got["nvidia.com/gpu.slices.ci"] == "1"
         assert allocatable(agent_admin, agent.node) == {"nvidia.com/gpu": "56"}
         set_config(agent_admin, agent.node, "all-balanced")  # several profiles under single: MIG-INVALID
         _applied(agent_admin, agent.node, "all-balanced")
         got = labels(agent_admin, agent.node)
-        assert got["nvidia.com/gpu.product"] == "NVIDIA-H100-80GB-HBM3-MIG-INVALID" and got["nvidia.com/gpu.count"] == "0"
+        assert (
+            got["nvidia.com/gpu.product"] == "NVIDIA-H100-80GB-HBM3-MIG-INVALID" and got["nvidia.com/gpu.count"] == "0"
+        )
         assert allocatable(agent_admin, agent.node) == {"nvidia.com/gpu": "0"}
         strategy("mixed")  # no reconfiguration: the labels follow the strategy
         until(lambda: labels(agent_admin, agent.node).get("nvidia.com/mig-3g.40gb.count") == "8", 60, "mixed labels")
@@ -197,12 +242,27 @@ def test_host_gpu_clients_are_stopped_and_started_kubelet_only_for_mode_changes(
     from fake_host import calls, make_host, unit_state
 
     root = tmp_path / "host"
-    env = make_host(root, {"nvsm.service": "active", "nvidia-dcgm.service": "active",
-                           "dcgm-exporter.service": "inactive", "kubelet.service": "active"})
+    env = make_host(
+        root,
+        {
+            "nvsm.service": "active",
+            "nvidia-dcgm.service": "active",
+            "dcgm-exporter.service": "inactive",
+            "kubelet.service": "active",
+        },
+    )
     clients = tmp_path / "clients.yaml"
     clients.write_text("version: v1\nsystemd-services: [nvsm.service, nvidia-dcgm.service, dcgm-exporter.service]\n")
-    agent = agents("host-1", "8x0x233010DE", "--host-gpu-clients", "--gpu-clients-file", str(clients),
-                   "--host-root", "/host", env=env)
+    agent = agents(
+        "host-1",
+        "8x0x233010DE",
+        "--host-gpu-clients",
+        "--gpu-clients-file",
+        str(clients),
+        "--host-root",
+        "/host",
+        env=env,
+    )
     _applied(agent_admin, agent.node, "all-disabled")
     assert not [c for c in calls(root) if c.startswith("stop")]  # already applied: nothing stopped
     set_config(agent_admin, agent.node, "all-balanced")  # a MIG mode change

@@ -1,22 +1,25 @@
 """Simulated agents (separate processes) against the real API server: mig-manager's flow and labels,
 without its holes."""
+
 from __future__ import annotations
 
 import json
 
 import pytest
-from kubernetes import client as k8s
-
 from agent_harness import allocatable, annotations, labels, node_events, set_config, state, until, wait_failed
+from kubernetes import client as k8s
 
 pytestmark = pytest.mark.cluster
 
 
-def _success_for(api, node: str, name: str):  # noqa: ANN001, ANN202
-    def check():  # noqa: ANN202
+def _success_for(api, node: str, name: str):
+    def check():
         got = labels(api, node)
-        return got.get("nvidia.com/mig.config.state") == "success" and \
-            annotations(api, node).get("migops.io/mig.config.applied") == name
+        return (
+            got.get("nvidia.com/mig.config.state") == "success"
+            and annotations(api, node).get("migops.io/mig.config.applied") == name
+        )
+
     return until(check, 90, f"{node}: success for {name}")
 
 
@@ -34,7 +37,10 @@ def test_label_reconfigures_many_nodes_with_gfd_labels_and_allocatable(agent_adm
         s = state(agent_admin, "flow-0")
         if s and (not seen or seen[-1] != s):
             seen.append(s)
-        return s == "success" and annotations(agent_admin, "flow-0").get("migops.io/mig.config.applied") == "all-balanced"
+        return (
+            s == "success" and annotations(agent_admin, "flow-0").get("migops.io/mig.config.applied") == "all-balanced"
+        )
+
     until(states, 90, "flow-0 applied")
     assert "pending" in seen or len(seen) == 1  # pending may pass between two polls; it never stays
     for agent, name in ((nodes[1], "all-1g.10gb"), (nodes[2], "all-3g.40gb"), (nodes[3], "all-balanced")):
@@ -50,10 +56,16 @@ def test_label_reconfigures_many_nodes_with_gfd_labels_and_allocatable(agent_adm
     assert got["nvidia.com/gpu.deploy.device-plugin"] == "true"
     assert got["nvidia.com/gpu.deploy.dcgm-exporter"] == "false"  # a false stays false
     assert allocatable(agent_admin, "flow-0") == {
-        "nvidia.com/mig-1g.10gb": "16", "nvidia.com/mig-2g.20gb": "8", "nvidia.com/mig-3g.40gb": "8"}
+        "nvidia.com/mig-1g.10gb": "16",
+        "nvidia.com/mig-2g.20gb": "8",
+        "nvidia.com/mig-3g.40gb": "8",
+    }
     assert allocatable(agent_admin, "flow-1") == {"nvidia.com/mig-1g.10gb": "56"}
     assert allocatable(agent_admin, "flow-3") == {  # the same config name, A100-40GB's profiles
-        "nvidia.com/mig-1g.5gb": "8", "nvidia.com/mig-2g.10gb": "4", "nvidia.com/mig-3g.20gb": "4"}
+        "nvidia.com/mig-1g.5gb": "8",
+        "nvidia.com/mig-2g.10gb": "4",
+        "nvidia.com/mig-3g.20gb": "4",
+    }
     assert labels(agent_admin, "flow-3")["nvidia.com/mig-3g.20gb.product"] == "NVIDIA-A100-SXM4-40GB-MIG-3g.20gb"
     assert "nvidia.com/mig-1g.10gb.count" not in labels(agent_admin, "flow-2")  # stale GFD labels go
     ann = annotations(agent_admin, "flow-0")
@@ -69,17 +81,33 @@ def test_label_reconfigures_many_nodes_with_gfd_labels_and_allocatable(agent_adm
     assert all(g["mig"]["current"] and len(g["instances"]) == 7 for g in gpus)
 
 
-def _client_pod(api, node: str, name: str, app: str = "nvidia-device-plugin-daemonset") -> None:  # noqa: ANN001
+def _client_pod(api, node: str, name: str, app: str = "nvidia-device-plugin-daemonset") -> None:
     """What the device plugin's DaemonSet runs on the node (no kubelet runs: just the object)."""
-    k8s.CoreV1Api(api).create_namespaced_pod("gpu-operator", {
-        "metadata": {"name": name, "labels": {"app": app},
-                     "ownerReferences": [{"apiVersion": "apps/v1", "kind": "DaemonSet", "name": app,
-                                          "uid": "00000000-0000-0000-0000-000000000001"}]},
-        "spec": {"nodeName": node, "nodeSelector": {"nvidia.com/gpu.deploy.device-plugin": "true"},
-                 "containers": [{"name": "c", "image": "nvcr.io/nvidia/k8s-device-plugin"}]}})
+    k8s.CoreV1Api(api).create_namespaced_pod(
+        "gpu-operator",
+        {
+            "metadata": {
+                "name": name,
+                "labels": {"app": app},
+                "ownerReferences": [
+                    {
+                        "apiVersion": "apps/v1",
+                        "kind": "DaemonSet",
+                        "name": app,
+                        "uid": "00000000-0000-0000-0000-000000000001",
+                    }
+                ],
+            },
+            "spec": {
+                "nodeName": node,
+                "nodeSelector": {"nvidia.com/gpu.deploy.device-plugin": "true"},
+                "containers": [{"name": "c", "image": "nvcr.io/nvidia/k8s-device-plugin"}],
+            },
+        },
+    )
 
 
-def _delete_pod(api, name: str) -> None:  # noqa: ANN001
+def _delete_pod(api, name: str) -> None:
     k8s.CoreV1Api(api).delete_namespaced_pod(name, "gpu-operator", grace_period_seconds=0)
 
 
@@ -97,8 +125,11 @@ def test_invalid_config_fails_before_anything_is_paused(agent_admin, agents) -> 
     assert warnings and warnings[0].type == "Warning" and "at most 7" in warnings[0].message
     # A config name the ConfigMap lacks: failed too, with the names it has.
     set_config(agent_admin, agent.node, "no-such-config")
-    until(lambda: "no-such-config" in annotations(agent_admin, agent.node).get("migops.io/mig.config.reason", ""),
-          60, "reason names the missing config")
+    until(
+        lambda: "no-such-config" in annotations(agent_admin, agent.node).get("migops.io/mig.config.reason", ""),
+        60,
+        "reason names the missing config",
+    )
     assert state(agent_admin, agent.node) == "failed"
     assert agent.ops() == before
 
@@ -114,6 +145,7 @@ def test_client_pod_that_never_goes_times_out_restores_clients_and_is_retried(ag
         got = labels(agent_admin, agent.node)
         seen.append(got.get("nvidia.com/gpu.deploy.device-plugin", ""))
         return got.get("nvidia.com/mig.config.state") == "failed"
+
     until(failed, 60, "state failed after the pod wait timed out")
     reason = annotations(agent_admin, agent.node)["migops.io/mig.config.reason"]
     assert "timed out after 2s" in reason and "nvidia-device-plugin-daemonset-stuck1" in reason
@@ -137,14 +169,20 @@ def test_pods_that_go_when_paused_let_the_change_through(agent_admin, agents) ->
     _client_pod(agent_admin, agent.node, "nvidia-cuda-validator-p1", app="nvidia-cuda-validator")
     set_config(agent_admin, agent.node, "all-3g.40gb")
     # The DaemonSet controller's part: pods go once their deploy label is paused.
-    until(lambda: labels(agent_admin, agent.node).get("nvidia.com/gpu.deploy.device-plugin") ==
-          "paused-for-mig-change", 60, "device plugin paused")
+    until(
+        lambda: labels(agent_admin, agent.node).get("nvidia.com/gpu.deploy.device-plugin") == "paused-for-mig-change",
+        60,
+        "device plugin paused",
+    )
     assert state(agent_admin, agent.node) == "pending"
     _delete_pod(agent_admin, "nvidia-device-plugin-daemonset-p1")
     _delete_pod(agent_admin, "gpu-feature-discovery-p1")
     _success_for(agent_admin, agent.node, "all-3g.40gb")
-    pods = k8s.CoreV1Api(agent_admin).list_namespaced_pod("gpu-operator",
-                                                          field_selector=f"spec.nodeName={agent.node}").items
+    pods = (
+        k8s.CoreV1Api(agent_admin)
+        .list_namespaced_pod("gpu-operator", field_selector=f"spec.nodeName={agent.node}")
+        .items
+    )
     # The validator was deleted so it re-runs (no kubelet here to finish the graceful deletion).
     assert [p.metadata.name for p in pods] == ["nvidia-cuda-validator-p1"] and pods[0].metadata.deletion_timestamp
     assert labels(agent_admin, agent.node)["nvidia.com/gpu.deploy.device-plugin"] == "true"
@@ -168,8 +206,11 @@ def test_gpus_are_published_at_start_without_a_config_label(agent_admin, agents)
     agent = agents("inventory-1", "2x0x233010DE,1x0x20B710DE", start=False)
     k8s.CoreV1Api(agent_admin).patch_node(agent.node, {"metadata": {"labels": {"nvidia.com/mig.config": None}}})
     agent.start()
-    until(lambda: annotations(agent_admin, agent.node).get("migops.io/gpus") == "0x233010DE,0x233010DE,0x20B710DE",
-          60, "migops.io/gpus published")
+    until(
+        lambda: annotations(agent_admin, agent.node).get("migops.io/gpus") == "0x233010DE,0x233010DE,0x20B710DE",
+        60,
+        "migops.io/gpus published",
+    )
     assert labels(agent_admin, agent.node)["migops.io/gpu.device-id"] == "0x233010DE"
     assert "nvidia.com/mig.config.state" not in labels(agent_admin, agent.node)  # no config: nothing to do
 
@@ -177,8 +218,13 @@ def test_gpus_are_published_at_start_without_a_config_label(agent_admin, agents)
 def test_a_gpu_without_mig_beside_mig_gpus_is_left_alone(agent_admin, agents) -> None:
     """A DGX Station A100: four A100 80GB and a display GPU that cannot do MIG, in one node."""
     agent = agents("station-1", "4x0x20B210DE,1x0x1FB010DE")
-    until(lambda: annotations(agent_admin, agent.node).get("migops.io/gpus") ==
-          ",".join(["0x20B210DE"] * 4 + ["0x1FB010DE"]), 60, "the node's five GPUs published")
+    until(
+        lambda: (
+            annotations(agent_admin, agent.node).get("migops.io/gpus") == ",".join(["0x20B210DE"] * 4 + ["0x1FB010DE"])
+        ),
+        60,
+        "the node's five GPUs published",
+    )
     set_config(agent_admin, agent.node, "dgx-station-balanced")
     _success_for(agent_admin, agent.node, "dgx-station-balanced")
     layout = json.loads(annotations(agent_admin, agent.node)["migops.io/mig.layout"])

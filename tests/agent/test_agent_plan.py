@@ -1,4 +1,5 @@
 """The per-GPU diff: what stays, what goes, what is created where."""
+
 from __future__ import annotations
 
 import pytest
@@ -12,7 +13,7 @@ from migops.mig.validate import validate_on_node
 H100 = catalogue().resolve("0x233010DE")
 
 
-def _desired(devices: str, enabled: bool = True):  # noqa: ANN202
+def _desired(devices: str, enabled: bool = True):
     text = f"version: v1\nmig-configs:\n  c:\n    - devices: all\n      mig-enabled: {str(enabled).lower()}\n"
     if enabled:
         text += f"      mig-devices: {{{devices}}}\n"
@@ -25,8 +26,17 @@ def _gi(id_: int, profile: str, start: int, size: int, cis: tuple[int, ...], pid
     return GpuInstance(id_, profile, start, size, tuple(ComputeInstance(i, c) for i, c in enumerate(cis)), pids)
 
 
-BALANCED = GpuState(0, True, True, (_gi(1, "1g.10gb", 0, 1, (1,)), _gi(2, "1g.10gb", 1, 1, (1,)),
-                                    _gi(3, "2g.20gb", 2, 2, (2,)), _gi(4, "3g.40gb", 4, 4, (3,))))
+BALANCED = GpuState(
+    0,
+    True,
+    True,
+    (
+        _gi(1, "1g.10gb", 0, 1, (1,)),
+        _gi(2, "1g.10gb", 1, 1, (1,)),
+        _gi(3, "2g.20gb", 2, 2, (2,)),
+        _gi(4, "3g.40gb", 4, 4, (3,)),
+    ),
+)
 
 
 def test_compute_subprofiles_are_packed_into_gpu_instances() -> None:
@@ -38,8 +48,17 @@ def test_compute_subprofiles_are_packed_into_gpu_instances() -> None:
 def test_unchanged_gpu_has_no_step_even_at_other_placements() -> None:
     d = _desired('"1g.10gb": 2, "2g.20gb": 1, "3g.40gb": 1')
     assert matches(BALANCED, d)
-    moved = GpuState(0, True, True, (_gi(1, "2g.20gb", 0, 2, (2,)), _gi(2, "1g.10gb", 2, 1, (1,)),
-                                     _gi(3, "1g.10gb", 3, 1, (1,)), _gi(4, "3g.40gb", 4, 4, (3,))))
+    moved = GpuState(
+        0,
+        True,
+        True,
+        (
+            _gi(1, "2g.20gb", 0, 2, (2,)),
+            _gi(2, "1g.10gb", 2, 1, (1,)),
+            _gi(3, "1g.10gb", 3, 1, (1,)),
+            _gi(4, "3g.40gb", 4, 4, (3,)),
+        ),
+    )
     assert matches(moved, d)
     assert not plan_gpu(moved, d).touches
 
@@ -49,9 +68,14 @@ def test_instances_that_can_stay_stay() -> None:
     assert not plan.mode_change
     assert [i.id for i in plan.keep] == [1, 2, 4]
     assert [i.id for i in plan.must_go] == [3]
-    assert [str(s) for s in plan.steps] == ["GPU 0: destroy_ci 2g.20gb@2 ci=0", "GPU 0: destroy_gi 2g.20gb@2",
-                                            "GPU 0: create_gi 1g.10gb@2", "GPU 0: create_ci 1g.10gb@2 1c",
-                                            "GPU 0: create_gi 1g.10gb@3", "GPU 0: create_ci 1g.10gb@3 1c"]
+    assert [str(s) for s in plan.steps] == [
+        "GPU 0: destroy_ci 2g.20gb@2 ci=0",
+        "GPU 0: destroy_gi 2g.20gb@2",
+        "GPU 0: create_gi 1g.10gb@2",
+        "GPU 0: create_ci 1g.10gb@2 1c",
+        "GPU 0: create_gi 1g.10gb@3",
+        "GPU 0: create_ci 1g.10gb@3 1c",
+    ]
 
 
 def test_repartitioned_gpu_instance_keeps_its_gi() -> None:
@@ -62,8 +86,9 @@ def test_repartitioned_gpu_instance_keeps_its_gi() -> None:
 
 
 def test_busy_instances_are_reported() -> None:
-    busy = GpuState(0, True, True, BALANCED.instances[:2] + (_gi(3, "2g.20gb", 2, 2, (2,), (77,)),)
-                    + BALANCED.instances[3:])
+    busy = GpuState(
+        0, True, True, BALANCED.instances[:2] + (_gi(3, "2g.20gb", 2, 2, (2,), (77,)),) + BALANCED.instances[3:]
+    )
     plan = plan_gpu(busy, _desired('"1g.10gb": 4, "3g.40gb": 1'))
     assert [(i.id, i.pids) for i in plan.busy] == [(3, (77,))]
     assert not plan_gpu(busy, _desired('"1g.10gb": 2, "2g.20gb": 1, "3g.40gb": 1')).busy
@@ -95,9 +120,14 @@ def test_the_agent_executes_the_validators_packing_and_decides_none_of_its_own()
 
     import pytest
 
-    report = validate_on_node(parse_config(
-        'version: v1\nmig-configs:\n  c:\n    - devices: all\n      mig-enabled: true\n'
-        '      mig-devices: {"1c.3g.40gb": 3, "3g.40gb": 1}\n'), "c", [H100])
+    report = validate_on_node(
+        parse_config(
+            'version: v1\nmig-configs:\n  c:\n    - devices: all\n      mig-enabled: true\n'
+            '      mig-devices: {"1c.3g.40gb": 3, "3g.40gb": 1}\n'
+        ),
+        "c",
+        [H100],
+    )
     result = report.gpus[0]
     (low, first), (high, second) = sorted(result.instances)
     swapped = dataclasses.replace(result, instances=((low, second), (high, first)))
@@ -114,11 +144,13 @@ def test_the_agent_refuses_a_text_error_about_another_model_as_the_other_decider
     from migops.mig.catalogue import catalogue
     from migops.mig.spec import parse_config
 
-    text = ("version: v1\nmig-configs:\n  mixed-fleet:\n"
-            "    - device-filter: [\"0x233010DE\"]\n      devices: all\n      mig-enabled: true\n"
-            "      mig-devices: {\"3g.45gb\": 1}\n"
-            "    - device-filter: [\"0x20B010DE\"]\n      devices: all\n      mig-enabled: true\n"
-            "      mig-devices: {\"3g.20gb\": 2}\n")
+    text = (
+        "version: v1\nmig-configs:\n  mixed-fleet:\n"
+        "    - device-filter: [\"0x233010DE\"]\n      devices: all\n      mig-enabled: true\n"
+        "      mig-devices: {\"3g.45gb\": 1}\n"
+        "    - device-filter: [\"0x20B010DE\"]\n      devices: all\n      mig-enabled: true\n"
+        "      mig-devices: {\"3g.20gb\": 2}\n"
+    )
     a100 = catalogue().resolve("0x20B010DE")
     request = Request("mixed-fleet", parse_config(text), None, "mixed", "gpu-operator", None)
     with pytest.raises(Failure, match="3g.45gb"):

@@ -1,6 +1,7 @@
 """Drift detection without a cluster: what `agent.drift` finds and says, read through the simulated
 backend (a second process's change included) and through the NVML backend over the fake pynvml.
 """
+
 from __future__ import annotations
 
 import threading
@@ -39,14 +40,15 @@ def _apply(backend: Backend, name: str) -> list:
         created: dict = {}
         for step in plan_gpu(backend.read(d.index), d).steps:
             if step.op == "create_gi":
-                created[step.placement] = backend.create_gpu_instance(d.index, step.placement.profile,
-                                                                      step.placement.start)
+                created[step.placement] = backend.create_gpu_instance(
+                    d.index, step.placement.profile, step.placement.start
+                )
             elif step.op == "create_ci":
                 backend.create_compute_instance(d.index, created[step.placement], step.slices)
     return desired
 
 
-def _check(backend: Backend, name: str):  # noqa: ANN202
+def _check(backend: Backend, name: str):
     return DriftWatch(DriftOptions()).check(backend, _request(name), (name,))
 
 
@@ -68,8 +70,12 @@ def test_each_kind_of_drift_is_named_per_gpu(tmp_path: Path) -> None:
     assert _person(state, "mig-mode", "--gpu", "2", "off") == 0  # MIG off
     assert _person(state, "reset", "--gpu", "3") == 0  # reset: an empty layout
     found = {d.index: d.what for d in _check(agent, "all-2g.20gb").drifts}
-    assert found == {0: "missing 2g.20gb", 1: "extra 1g.10gb@6", 2: "MIG disabled (config: enabled)",
-                     3: "missing 3 x 2g.20gb; no instances left"}
+    assert found == {
+        0: "missing 2g.20gb",
+        1: "extra 1g.10gb@6",
+        2: "MIG disabled (config: enabled)",
+        3: "missing 3 x 2g.20gb; no instances left",
+    }
 
 
 def test_a_partly_destroyed_instance_and_a_pending_mode_are_drift(tmp_path: Path) -> None:
@@ -79,8 +85,10 @@ def test_a_partly_destroyed_instance_and_a_pending_mode_are_drift(tmp_path: Path
     # nvidia-smi -mig 0 without the reset: the mode change stays pending (the sim destroys instances first).
     assert _person(agent.path, "mig-mode", "--gpu", "1", "off", "--pending") == 0
     found = {d.index: d.what for d in _check(agent, "all-balanced").drifts}
-    assert found == {0: "missing 3g.40gb; extra 3g.40gb[-]@4",
-                     1: "MIG mode change to disabled pending (config: enabled)"}
+    assert found == {
+        0: "missing 3g.40gb; extra 3g.40gb[-]@4",
+        1: "MIG mode change to disabled pending (config: enabled)",
+    }
 
 
 def test_the_backend_reads_the_file_as_it_is_now_and_writers_do_not_lose_changes(tmp_path: Path) -> None:
@@ -98,8 +106,10 @@ def test_the_backend_reads_the_file_as_it_is_now_and_writers_do_not_lose_changes
             for start in range(7):
                 backend.create_gpu_instance(g, "1g.10gb", start)
 
-    threads = [threading.Thread(target=fill, args=(agent, range(0, 8, 2))),
-               threading.Thread(target=fill, args=(person, range(1, 8, 2)))]
+    threads = [
+        threading.Thread(target=fill, args=(agent, range(0, 8, 2))),
+        threading.Thread(target=fill, args=(person, range(1, 8, 2))),
+    ]
     for t in threads:
         t.start()
     for t in threads:
@@ -126,8 +136,9 @@ def test_migops_sim_refuses_what_the_driver_refuses(tmp_path: Path, capsys: pyte
 def test_the_nvml_check_is_read_only_and_sees_out_of_band_changes() -> None:
     fake = FakeNvml([H100, H100])
     # nvidia-smi -r -i <bus IDs>: the fake's bus IDs are 00000000:<0x18 + index>:00.0
-    nvml = NvmlBackend(fake, reset=lambda argv: fake.reset([int(b.split(":")[1], 16) - 0x18
-                                                            for b in argv[-1].split(",")]))
+    nvml = NvmlBackend(
+        fake, reset=lambda argv: fake.reset([int(b.split(":")[1], 16) - 0x18 for b in argv[-1].split(",")])
+    )
     _apply(nvml, "all-balanced")
     assert _check(nvml, "all-balanced").drifts == ()
     before = len(fake.calls)
@@ -147,7 +158,8 @@ def test_the_nvml_check_is_read_only_and_sees_out_of_band_changes() -> None:
     # MIG enabled again out of band: the profiles are read afresh, the empty GPU is seen as empty.
     fake.gpus[1].mig = [1, 1]
     assert {d.index: d.what for d in _check(nvml, "all-balanced").drifts}[1] == (
-        "missing 2 x 1g.10gb, 2g.20gb, 3g.40gb; no instances left")
+        "missing 2 x 1g.10gb, 2g.20gb, 3g.40gb; no instances left"
+    )
 
 
 def test_the_nvml_reads_go_through_the_read_only_wrapper() -> None:

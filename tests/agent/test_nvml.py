@@ -3,6 +3,7 @@
 No GPU and no NVIDIA driver are on this machine: these tests check what the backend asks NVML for
 (profile IDs, explicit placements, compute-instance profiles, error codes), not NVML itself.
 """
+
 from __future__ import annotations
 
 import json
@@ -22,20 +23,23 @@ H100 = catalogue().resolve("0x233010DE")
 A30 = catalogue().resolve("0x20B710DE")
 
 
-def _backend(*models):  # noqa: ANN002, ANN202
+def _backend(*models):
     fake = FakeNvml(list(models))
     resets: list[list[str]] = []
 
     def reset(argv: list[str]) -> None:
         resets.append(list(argv))
         fake.reset([int(b.split(":")[1], 16) - 0x18 for b in argv[-1].split(",")])
+
     return fake, NvmlBackend(fake, reset=reset), resets
 
 
 def test_devices_and_mode() -> None:
     fake, nvml, _ = _backend(H100, A30)
     assert [(d.index, d.device_id, d.bus_id) for d in nvml.devices()] == [
-        (0, "0x233010DE", "00000000:18:00.0"), (1, "0x20B710DE", "00000000:19:00.0")]
+        (0, "0x233010DE", "00000000:18:00.0"),
+        (1, "0x20B710DE", "00000000:19:00.0"),
+    ]
     nvml.set_mig_mode(0, True)
     s = nvml.read(0)
     assert not s.mig_enabled and s.mig_pending
@@ -46,8 +50,10 @@ def test_apply_creates_at_explicit_placements_with_the_drivers_profile_ids() -> 
     nvml.set_mig_mode(0, True)
     nvml.reset([0])
     assert resets == [["nvidia-smi", "-r", "-i", "00000000:18:00.0"]]
-    config = parse_config('version: v1\nmig-configs:\n  c:\n    - devices: all\n      mig-enabled: true\n'
-                          '      mig-devices: {"1g.10gb": 2, "2g.20gb": 1, "1c.3g.40gb": 3}\n')
+    config = parse_config(
+        'version: v1\nmig-configs:\n  c:\n    - devices: all\n      mig-enabled: true\n'
+        '      mig-devices: {"1g.10gb": 2, "2g.20gb": 1, "1c.3g.40gb": 3}\n'
+    )
     desired = desired_from_result(validate_on_node(config, "c", [H100]).gpus[0])
     plan = plan_gpu(nvml.read(0), desired)
     created = {}
@@ -96,6 +102,7 @@ def test_failed_reset_command_is_a_reset_failure() -> None:
 
     def reset(argv: list[str]) -> None:
         raise RuntimeError("nvidia-smi: In use by another client")
+
     nvml = NvmlBackend(fake, reset=reset)
     with pytest.raises(GpuError) as err:
         nvml.reset([0])
@@ -120,11 +127,12 @@ def test_probe_names_differences() -> None:
     fake = FakeNvml([H100])
     real = fake.nvmlDeviceGetGpuInstanceProfileInfo
 
-    def drifted(h, enum, version=2):  # noqa: ANN001, ANN202
+    def drifted(h, enum, version=2):
         info = real(h, enum, version)
         if enum == 0:  # 1g.10gb: a driver that reports another size and count
             info.memorySizeMB, info.instanceCount = 9728, 6
         return info
+
     fake.nvmlDeviceGetGpuInstanceProfileInfo = drifted
     _, gpus = probe(fake)
     assert "1g.10gb: max count 6 (catalogue: 7)" in gpus[0].differences
@@ -133,8 +141,13 @@ def test_probe_names_differences() -> None:
 
 def test_read_only_wrapper_refuses_changes() -> None:
     nv = ReadOnlyNvml(FakeNvml([H100]))
-    for name in ("nvmlDeviceSetMigMode", "nvmlDeviceCreateGpuInstanceWithPlacement", "nvmlGpuInstanceDestroy",
-                 "nvmlComputeInstanceDestroy", "nvmlGpuInstanceCreateComputeInstance"):
+    for name in (
+        "nvmlDeviceSetMigMode",
+        "nvmlDeviceCreateGpuInstanceWithPlacement",
+        "nvmlGpuInstanceDestroy",
+        "nvmlComputeInstanceDestroy",
+        "nvmlGpuInstanceCreateComputeInstance",
+    ):
         with pytest.raises(PermissionError, match="read-only"):
             getattr(nv, name)
     assert nv.nvmlDeviceGetMigMode(0) == [0, 0]

@@ -5,16 +5,17 @@ No kubelet runs, so a bound Pod is never executed; what is real is the binding, 
 accounting of what a node has left, and its reason for leaving a Pod Pending. Nodes are seeded as
 `migops local` seeds them (schedulable: pods allocatable, no not-ready taint).
 """
+
 from __future__ import annotations
 
 import uuid
 from collections.abc import Iterator
 
 import pytest
+from agent_harness import allocatable, annotations, labels, set_config, set_strategy, state, until
 from kubernetes import client as k8s
 from kubernetes.client import ApiClient
 
-from agent_harness import allocatable, annotations, labels, set_config, set_strategy, state, until
 from migops.local.controlplane import ControlPlane
 
 
@@ -35,10 +36,21 @@ def workloads(agent_admin: ApiClient) -> Iterator[str]:
 
 def _pod(name: str, limits: dict[str, str], selector: dict[str, str] | None = None) -> dict:
     """The GPU Operator documentation's verification workload: a CUDA container listing its devices."""
-    return {"metadata": {"name": name},
-            "spec": {"restartPolicy": "Never", "nodeSelector": selector or {},
-                     "containers": [{"name": "cuda", "image": "nvcr.io/nvidia/cuda:12.4.1-base-ubuntu22.04",
-                                     "command": ["nvidia-smi", "-L"], "resources": {"limits": limits}}]}}
+    return {
+        "metadata": {"name": name},
+        "spec": {
+            "restartPolicy": "Never",
+            "nodeSelector": selector or {},
+            "containers": [
+                {
+                    "name": "cuda",
+                    "image": "nvcr.io/nvidia/cuda:12.4.1-base-ubuntu22.04",
+                    "command": ["nvidia-smi", "-L"],
+                    "resources": {"limits": limits},
+                }
+            ],
+        },
+    }
 
 
 def _bound(api: ApiClient, ns: str, name: str) -> str:
@@ -47,21 +59,27 @@ def _bound(api: ApiClient, ns: str, name: str) -> str:
 
 def _unschedulable(api: ApiClient, ns: str, name: str) -> str:
     """The scheduler's FailedScheduling message for a Pod it cannot place."""
+
     def message() -> str:
         events = k8s.CoreV1Api(api).list_namespaced_event(ns, field_selector=f"involvedObject.name={name}").items
         return next((e.message for e in events if e.reason == "FailedScheduling"), "")
+
     found = until(message, 60, f"{name} reported unschedulable")
     assert k8s.CoreV1Api(api).read_namespaced_pod(name, ns).spec.node_name is None
     return found
 
 
 def _applied(api: ApiClient, node: str, config: str) -> None:
-    until(lambda: state(api, node) == "success" and annotations(api, node).get("migops.io/mig.config.applied") == config,
-          120, f"{node} applied {config}")
+    until(
+        lambda: state(api, node) == "success" and annotations(api, node).get("migops.io/mig.config.applied") == config,
+        120,
+        f"{node} applied {config}",
+    )
 
 
 def test_mixed_pods_land_where_the_profile_is_and_wait_when_it_is_used_up_or_gone(
-        scheduled: ControlPlane, agent_admin: ApiClient, agents, workloads: str) -> None:
+    scheduled: ControlPlane, agent_admin: ApiClient, agents, workloads: str
+) -> None:
     core = k8s.CoreV1Api(agent_admin)
     balanced, small = agents("sched-balanced", "1x0x233010DE"), agents("sched-small", "1x0x233010DE")
     set_config(agent_admin, balanced.node, "all-balanced")
@@ -92,7 +110,8 @@ def test_mixed_pods_land_where_the_profile_is_and_wait_when_it_is_used_up_or_gon
 
 
 def test_single_strategy_pod_goes_to_the_node_whose_product_names_the_profile(
-        scheduled: ControlPlane, agent_admin: ApiClient, agents, workloads: str) -> None:
+    scheduled: ControlPlane, agent_admin: ApiClient, agents, workloads: str
+) -> None:
     core = k8s.CoreV1Api(agent_admin)
     set_strategy(agent_admin, "single")
     try:
@@ -101,8 +120,13 @@ def test_single_strategy_pod_goes_to_the_node_whose_product_names_the_profile(
         set_config(agent_admin, sliced.node, "all-1g.10gb")
         _applied(agent_admin, whole.node, "all-disabled")
         _applied(agent_admin, sliced.node, "all-1g.10gb")
-        until(lambda: labels(agent_admin, sliced.node).get("nvidia.com/gpu.product")
-              == "NVIDIA-H100-80GB-HBM3-MIG-1g.10gb", 60, "single-strategy product label")
+        until(
+            lambda: (
+                labels(agent_admin, sliced.node).get("nvidia.com/gpu.product") == "NVIDIA-H100-80GB-HBM3-MIG-1g.10gb"
+            ),
+            60,
+            "single-strategy product label",
+        )
         assert allocatable(agent_admin, sliced.node) == {"nvidia.com/gpu": "14"}
         selector = {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3-MIG-1g.10gb"}
         core.create_namespaced_pod(workloads, _pod("single-1g", {"nvidia.com/gpu": "1"}, selector))
@@ -128,7 +152,8 @@ def webhook(agent_plane: ControlPlane, agent_admin: ApiClient, tmp_path) -> Iter
 
 
 def test_single_strategy_mixed_style_pod_is_denied_or_translated_where_opted_in(
-        scheduled: ControlPlane, agent_admin: ApiClient, agents, webhook) -> None:
+    scheduled: ControlPlane, agent_admin: ApiClient, agents, webhook
+) -> None:
     core = k8s.CoreV1Api(agent_admin)
     set_strategy(agent_admin, "single")
     plain, opted = (f"mig-single-{uuid.uuid4().hex[:6]}" for _ in range(2))

@@ -1,4 +1,5 @@
 """The simulated GPU refuses what the hardware refuses (rules from the catalogue and migops.mig)."""
+
 from __future__ import annotations
 
 import json
@@ -10,14 +11,14 @@ from migops.agent.simulated import SimulatedBackend, parse_gpus
 
 
 @pytest.fixture
-def sim(tmp_path):  # noqa: ANN001, ANN201
+def sim(tmp_path):
     b = SimulatedBackend(tmp_path / "gpus.json", parse_gpus("2x0x233010DE"), node="n")
     b.set_mig_mode(0, True)
     b.reset([0])
     return b
 
 
-def _code(call) -> str:  # noqa: ANN001
+def _code(call) -> str:
     with pytest.raises(GpuError) as err:
         call()
     return err.value.code
@@ -34,7 +35,7 @@ def test_parse_gpus() -> None:
     assert [m.mig_capable for m in station] == [True] * 4 + [False]
 
 
-def test_a_gpu_without_mig_refuses_mig_mode_as_nvml_does(tmp_path) -> None:  # noqa: ANN001
+def test_a_gpu_without_mig_refuses_mig_mode_as_nvml_does(tmp_path) -> None:
     b = SimulatedBackend(tmp_path / "g.json", parse_gpus("1x0x20B210DE,0x1FB010DE"))
     assert [d.mig_capable for d in b.devices()] == [True, False]
     assert _code(lambda: b.set_mig_mode(1, True)) == "NOT_SUPPORTED"
@@ -44,7 +45,7 @@ def test_a_gpu_without_mig_refuses_mig_mode_as_nvml_does(tmp_path) -> None:  # n
     assert b.read(0).mig_pending
 
 
-def test_mode_change_is_pending_until_reset(tmp_path) -> None:  # noqa: ANN001
+def test_mode_change_is_pending_until_reset(tmp_path) -> None:
     b = SimulatedBackend(tmp_path / "g.json", parse_gpus("1x0x233010DE"))
     b.set_mig_mode(0, True)
     s = b.read(0)
@@ -54,7 +55,7 @@ def test_mode_change_is_pending_until_reset(tmp_path) -> None:  # noqa: ANN001
     assert b.read(0).mig_enabled and not b.read(0).mode_pending
 
 
-def test_placement_overlap_max_count_and_compute_are_enforced(sim) -> None:  # noqa: ANN001
+def test_placement_overlap_max_count_and_compute_are_enforced(sim) -> None:
     assert _code(lambda: sim.create_gpu_instance(0, "3g.40gb", 2)) == "INVALID_ARGUMENT"  # 3g starts at 0 or 4
     gi = sim.create_gpu_instance(0, "3g.40gb", 4)
     assert _code(lambda: sim.create_gpu_instance(0, "2g.20gb", 4)) == "INSUFFICIENT_RESOURCES"  # overlap
@@ -74,7 +75,7 @@ def test_placement_overlap_max_count_and_compute_are_enforced(sim) -> None:  # n
     assert _code(lambda: sim.set_mig_mode(0, False)) == "IN_USE"  # instances first
 
 
-def test_max_count_is_enforced(sim) -> None:  # noqa: ANN001
+def test_max_count_is_enforced(sim) -> None:
     for start in (0, 2, 4):
         sim.create_gpu_instance(0, "1g.20gb", start)
     sim.create_gpu_instance(0, "1g.20gb", 6)
@@ -83,7 +84,7 @@ def test_max_count_is_enforced(sim) -> None:  # noqa: ANN001
     assert _code(lambda: sim2.create_gpu_instance(0, "1g.20gb", 0)) == "INSUFFICIENT_RESOURCES"
 
 
-def test_twelve_unit_gpu_uses_its_own_table(tmp_path) -> None:  # noqa: ANN001
+def test_twelve_unit_gpu_uses_its_own_table(tmp_path) -> None:
     # RTX PRO 6000 Blackwell: 4 compute slices on 12 placement units; a 1g takes 3 units.
     b = SimulatedBackend(tmp_path / "rtx.json", parse_gpus("1xNVIDIA-RTX-PRO-6000-Blackwell-Server-Edition"))
     b.set_mig_mode(0, True)
@@ -96,7 +97,7 @@ def test_twelve_unit_gpu_uses_its_own_table(tmp_path) -> None:  # noqa: ANN001
     assert _code(lambda: b.create_gpu_instance(0, "4g.96gb", 0)) == "INSUFFICIENT_RESOURCES"
 
 
-def test_one_media_engine_set_per_gpu(tmp_path) -> None:  # noqa: ANN001
+def test_one_media_engine_set_per_gpu(tmp_path) -> None:
     b = SimulatedBackend(tmp_path / "a30.json", parse_gpus("1x0x20B710DE"))  # A30: 1g.6gb+me and 2g.12gb+me
     b.set_mig_mode(0, True)
     b.reset([0])
@@ -104,14 +105,14 @@ def test_one_media_engine_set_per_gpu(tmp_path) -> None:  # noqa: ANN001
     assert _code(lambda: b.create_gpu_instance(0, "2g.12gb+me", 2)) == "INSUFFICIENT_RESOURCES"
 
 
-def test_a7_compute_instance_only_in_sizes_the_gi_offers(sim) -> None:  # noqa: ANN001
+def test_a7_compute_instance_only_in_sizes_the_gi_offers(sim) -> None:
     gi = sim.create_gpu_instance(0, "7g.80gb", 0)
     assert _code(lambda: sim.create_compute_instance(0, gi, 5)) == "NOT_SUPPORTED"  # 7g offers 1,2,3,4,7
     sim.create_compute_instance(0, gi, 4)
     sim.create_compute_instance(0, gi, 3)
 
 
-def test_state_survives_a_restart_and_a_reboot_keeps_only_the_mode(sim, tmp_path) -> None:  # noqa: ANN001
+def test_state_survives_a_restart_and_a_reboot_keeps_only_the_mode(sim, tmp_path) -> None:
     gi = sim.create_gpu_instance(0, "2g.20gb", 2)
     sim.create_compute_instance(0, gi, 2)
     again = SimulatedBackend(tmp_path / "gpus.json")
@@ -124,12 +125,18 @@ def test_state_survives_a_restart_and_a_reboot_keeps_only_the_mode(sim, tmp_path
         SimulatedBackend(tmp_path / "gpus.json", parse_gpus("1x0x20B710DE"))
 
 
-def test_faults(sim) -> None:  # noqa: ANN001
+def test_faults(sim) -> None:
     gi = sim.create_gpu_instance(0, "3g.40gb", 0)
     ci = sim.create_compute_instance(0, gi, 3)
-    sim.faults_path.write_text(json.dumps({"in_use": [{"gpu": 0, "start": 0, "pids": [99]}],
-                                           "nvml_error": [{"op": "create_gpu_instance", "code": "UNKNOWN"}],
-                                           "reset_fails": True}))
+    sim.faults_path.write_text(
+        json.dumps(
+            {
+                "in_use": [{"gpu": 0, "start": 0, "pids": [99]}],
+                "nvml_error": [{"op": "create_gpu_instance", "code": "UNKNOWN"}],
+                "reset_fails": True,
+            }
+        )
+    )
     assert sim.read(0).instances[0].pids == (99,)
     assert _code(lambda: sim.destroy_compute_instance(0, gi, ci)) == "IN_USE"
     assert _code(lambda: sim.create_gpu_instance(0, "3g.40gb", 4)) == "UNKNOWN"

@@ -1,9 +1,10 @@
 """The tiny PKI: what kube-apiserver, etcd and Go's TLS stack will check in our certificates."""
+
 from __future__ import annotations
 
 import ipaddress
-import ssl
 import socket
+import ssl
 import threading
 
 import pytest
@@ -15,12 +16,15 @@ from migops import certs
 
 def test_client_certificate_carries_user_as_cn_and_groups_as_o() -> None:
     ca = certs.create_ca("test-ca")
-    client = certs.issue_client(ca, "system:serviceaccount:ns:sa",
-                                ["system:serviceaccounts", "system:serviceaccounts:ns"])
+    client = certs.issue_client(
+        ca, "system:serviceaccount:ns:sa", ["system:serviceaccounts", "system:serviceaccounts:ns"]
+    )
     subject = client.certificate.subject
     assert subject.get_attributes_for_oid(NameOID.COMMON_NAME)[0].value == "system:serviceaccount:ns:sa"
     assert [a.value for a in subject.get_attributes_for_oid(NameOID.ORGANIZATION_NAME)] == [
-        "system:serviceaccounts", "system:serviceaccounts:ns"]
+        "system:serviceaccounts",
+        "system:serviceaccounts:ns",
+    ]
     eku = client.certificate.extensions.get_extension_for_class(x509.ExtendedKeyUsage).value
     assert list(eku) == [ExtendedKeyUsageOID.CLIENT_AUTH]
     assert client.certificate.issuer == ca.certificate.subject
@@ -28,8 +32,7 @@ def test_client_certificate_carries_user_as_cn_and_groups_as_o() -> None:
 
 def test_serving_certificate_has_the_sans_and_is_not_a_ca() -> None:
     ca = certs.create_ca("test-ca")
-    serving = certs.issue_serving(ca, "webhook", dns_names=["localhost", "webhook.svc"],
-                                  ip_addresses=["127.0.0.1"])
+    serving = certs.issue_serving(ca, "webhook", dns_names=["localhost", "webhook.svc"], ip_addresses=["127.0.0.1"])
     san = serving.certificate.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
     assert san.get_values_for_type(x509.DNSName) == ["localhost", "webhook.svc"]
     assert san.get_values_for_type(x509.IPAddress) == [ipaddress.ip_address("127.0.0.1")]
@@ -44,7 +47,7 @@ def test_serving_certificate_without_sans_is_refused() -> None:
         certs.issue_serving(certs.create_ca("ca"), "nameless")
 
 
-def test_key_files_are_private(tmp_path) -> None:  # noqa: ANN001
+def test_key_files_are_private(tmp_path) -> None:
     pair = certs.issue_client(certs.create_ca("ca"), "u")
     pair.write(tmp_path / "u.crt", tmp_path / "u.key")
     assert (tmp_path / "u.key").stat().st_mode & 0o077 == 0
@@ -58,7 +61,7 @@ def test_public_key_matches_private_key() -> None:
     assert certs.public_key_pem(certs.new_private_key_pem()) != pub
 
 
-def test_a_real_tls_handshake_verifies_against_the_ca(tmp_path) -> None:  # noqa: ANN001
+def test_a_real_tls_handshake_verifies_against_the_ca(tmp_path) -> None:
     """Python's ssl (OpenSSL) accepts the chain for 127.0.0.1 and rejects another CA."""
     ca = certs.create_ca("ca")
     serving = certs.issue_serving(ca, "srv", ip_addresses=["127.0.0.1"])

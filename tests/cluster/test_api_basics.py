@@ -1,4 +1,5 @@
 """The control plane is a real, TLS-secured kube-apiserver at the pinned version."""
+
 from __future__ import annotations
 
 import base64
@@ -21,12 +22,12 @@ def _pinned(name: str) -> str:
     return next(line.split("=", 1)[1].strip() for line in env.splitlines() if line.startswith(name + "="))
 
 
-def test_server_reports_the_pinned_version(admin) -> None:  # noqa: ANN001
+def test_server_reports_the_pinned_version(admin) -> None:
     info = k8s.VersionApi(admin).get_code()
     assert info.git_version == _pinned("KUBERNETES_VERSION")
 
 
-def test_admin_kubeconfig_is_self_contained(control_plane) -> None:  # noqa: ANN001
+def test_admin_kubeconfig_is_self_contained(control_plane) -> None:
     cfg = yaml.load(control_plane.admin_kubeconfig.read_text(), Loader=yaml.CSafeLoader)
     assert cfg["current-context"] == "migops-local"
     cluster = cfg["clusters"][0]["cluster"]
@@ -37,7 +38,7 @@ def test_admin_kubeconfig_is_self_contained(control_plane) -> None:  # noqa: ANN
     assert control_plane.admin_kubeconfig.stat().st_mode & 0o077 == 0
 
 
-def test_serving_certificate_is_verified_not_trusted_blindly(control_plane, tmp_path) -> None:  # noqa: ANN001
+def test_serving_certificate_is_verified_not_trusted_blindly(control_plane, tmp_path) -> None:
     """TLS is real: a client pinning another CA is refused; the right CA gets through."""
     from migops import certs
 
@@ -52,11 +53,17 @@ def test_serving_certificate_is_verified_not_trusted_blindly(control_plane, tmp_
         assert resp.read() == b"ok"
 
 
-def test_configmap_create_then_update(admin, namespace) -> None:  # noqa: ANN001
+def test_configmap_create_then_update(admin, namespace) -> None:
     core = k8s.CoreV1Api(admin)
-    core.create_namespaced_config_map(namespace, {
-        "apiVersion": "v1", "kind": "ConfigMap",
-        "metadata": {"name": "geometry"}, "data": {"config.yaml": "version: v1\n"}})
+    core.create_namespaced_config_map(
+        namespace,
+        {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {"name": "geometry"},
+            "data": {"config.yaml": "version: v1\n"},
+        },
+    )
     first = core.read_namespaced_config_map("geometry", namespace)
     assert first.data == {"config.yaml": "version: v1\n"}
 
@@ -72,14 +79,17 @@ def test_configmap_create_then_update(admin, namespace) -> None:  # noqa: ANN001
     assert err.value.status == 409
 
 
-def test_garbage_to_the_api_is_a_4xx(admin, node) -> None:  # noqa: ANN001
+def test_garbage_to_the_api_is_a_4xx(admin, node) -> None:
     core = k8s.CoreV1Api(admin)
     cases = [
-        ("apply without a field manager", 422,
-         {"apiVersion": "v1", "kind": "Node", "metadata": {"name": node}}, {}),
+        ("apply without a field manager", 422, {"apiVersion": "v1", "kind": "Node", "metadata": {"name": node}}, {}),
         ("apply without apiVersion", 400, {"kind": "Node", "metadata": {"name": node}}, {"field_manager": "g"}),
-        ("apply naming another object", 400,
-         {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "other"}}, {"field_manager": "g"}),
+        (
+            "apply naming another object",
+            400,
+            {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "other"}},
+            {"field_manager": "g"},
+        ),
         ("apply body that is not an object", 400, "labels: [unterminated", {"field_manager": "g"}),
     ]
     for what, status, body, kwargs in cases:
@@ -87,23 +97,33 @@ def test_garbage_to_the_api_is_a_4xx(admin, node) -> None:  # noqa: ANN001
             core.patch_node(node, body, _content_type=APPLY, **kwargs)
         assert err.value.status == status, f"{what}: {err.value.status} {err.value.body}"
     with pytest.raises(ApiException) as err:  # a label value with spaces fails validation
-        core.patch_node(node, {"apiVersion": "v1", "kind": "Node",
-                               "metadata": {"name": node, "labels": {"nvidia.com/mig.config": "no spaces"}}},
-                        field_manager="g", _content_type=APPLY)
+        core.patch_node(
+            node,
+            {
+                "apiVersion": "v1",
+                "kind": "Node",
+                "metadata": {"name": node, "labels": {"nvidia.com/mig.config": "no spaces"}},
+            },
+            field_manager="g",
+            _content_type=APPLY,
+        )
     assert err.value.status == 422
     assert "nvidia.com/mig.config" not in (core.read_node(node).metadata.labels or {})
 
 
-def test_apply_body_with_wrong_field_types_is_a_500_upstream_bug(admin, node) -> None:  # noqa: ANN001
+def test_apply_body_with_wrong_field_types_is_a_500_upstream_bug(admin, node) -> None:
     """Pinned quirk: kube-apiserver answers 500, not 400, when an apply body does not fit the
     schema ("failed to create typed patch object"; kubernetes/kubernetes #122480, #139253).
     Clients must not treat every 5xx from an apply as transient and retry it forever.
     """
     core = k8s.CoreV1Api(admin)
     with pytest.raises(ApiException) as err:
-        core.patch_node(node, {"apiVersion": "v1", "kind": "Node",
-                               "metadata": {"name": node, "labels": ["not", "a", "map"]}},
-                        field_manager="g", _content_type=APPLY)
+        core.patch_node(
+            node,
+            {"apiVersion": "v1", "kind": "Node", "metadata": {"name": node, "labels": ["not", "a", "map"]}},
+            field_manager="g",
+            _content_type=APPLY,
+        )
     assert err.value.status == 500
     assert "failed to create typed patch object" in err.value.body
     assert ".metadata.labels: expected map" in err.value.body

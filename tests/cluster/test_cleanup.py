@@ -1,4 +1,5 @@
 """No etcd or kube-apiserver outlives its owner: clean stop, crash, SIGKILL."""
+
 from __future__ import annotations
 
 import os
@@ -17,7 +18,7 @@ def _servers(workdir: Path) -> list:
     return [ref for arg in identifying_arguments(workdir) for ref in find_by_argument(arg)]
 
 
-def _wait_until(predicate, timeout: float) -> bool:  # noqa: ANN001
+def _wait_until(predicate, timeout: float) -> bool:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if predicate():
@@ -26,7 +27,7 @@ def _wait_until(predicate, timeout: float) -> bool:  # noqa: ANN001
     return predicate()
 
 
-def test_stop_leaves_no_process_and_no_files(control_plane, tmp_path) -> None:  # noqa: ANN001
+def test_stop_leaves_no_process_and_no_files(control_plane, tmp_path) -> None:
     plane = ControlPlane(control_plane.binaries)
     plane.start()
     refs = list(plane.processes.values())
@@ -39,7 +40,7 @@ def test_stop_leaves_no_process_and_no_files(control_plane, tmp_path) -> None:  
     plane.stop()  # idempotent
 
 
-def test_servers_die_with_a_sigkilled_owner(control_plane, tmp_path) -> None:  # noqa: ANN001
+def test_servers_die_with_a_sigkilled_owner(control_plane, tmp_path) -> None:
     """The one exit no finaliser sees: the watchdog notices the owner's pipe closing."""
     workdir = tmp_path / "cp"
     script = textwrap.dedent(f"""
@@ -55,11 +56,10 @@ def test_servers_die_with_a_sigkilled_owner(control_plane, tmp_path) -> None:  #
     proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
     assert proc.returncode == -signal.SIGKILL, proc.stderr
     assert proc.stdout.strip() == "up"
-    assert _wait_until(lambda: _servers(workdir) == [], timeout=20), \
-        f"left behind: {_servers(workdir)}"
+    assert _wait_until(lambda: _servers(workdir) == [], timeout=20), f"left behind: {_servers(workdir)}"
 
 
-def test_a_failed_start_cleans_up_and_says_why(control_plane, tmp_path) -> None:  # noqa: ANN001
+def test_a_failed_start_cleans_up_and_says_why(control_plane, tmp_path) -> None:
     """A server that cannot start: the error carries its log, nothing is left running."""
     bindir = tmp_path / "bin"
     bindir.mkdir()

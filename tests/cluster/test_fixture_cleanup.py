@@ -3,6 +3,7 @@
 Each case runs a tiny pytest session in a subprocess with this suite's conftest, its temporary
 directory redirected (TMPDIR) so every server it starts can be found by command line.
 """
+
 from __future__ import annotations
 
 import os
@@ -44,8 +45,11 @@ def _servers_under(directory: Path) -> list[str]:
             state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
         except OSError:
             continue
-        if state != "Z" and any(str(directory).encode() in a for a in cmd[1:]) \
-                and Path(cmd[0].decode(errors="replace")).name in ("etcd", "kube-apiserver"):
+        if (
+            state != "Z"
+            and any(str(directory).encode() in a for a in cmd[1:])
+            and Path(cmd[0].decode(errors="replace")).name in ("etcd", "kube-apiserver")
+        ):
             found.append(f"{entry.name}: {b' '.join(cmd).decode(errors='replace')}")
     return found
 
@@ -60,7 +64,12 @@ def _session(tmp_path: Path, body: str) -> tuple[subprocess.Popen[str], dict[str
     env = {**os.environ, "TMPDIR": str(tmp), "READY_MARKER": str(tmp_path / "ready")}
     proc = subprocess.Popen(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--rootdir", str(suite), str(suite)],
-        cwd=suite, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        cwd=suite,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     return proc, env, tmp
 
 
@@ -71,7 +80,7 @@ def _no_servers_left(tmp: Path, timeout: float = 20.0) -> list[str]:
     return _servers_under(tmp)
 
 
-def test_a_failing_test_leaves_no_servers(control_plane, tmp_path: Path) -> None:  # noqa: ANN001
+def test_a_failing_test_leaves_no_servers(control_plane, tmp_path: Path) -> None:
     proc, _, tmp = _session(tmp_path, FAILING)
     out, _ = proc.communicate(timeout=180)
     assert proc.returncode == 1, out
@@ -80,7 +89,7 @@ def test_a_failing_test_leaves_no_servers(control_plane, tmp_path: Path) -> None
 
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
-def test_an_interrupted_session_leaves_no_servers(control_plane, tmp_path: Path, sig: signal.Signals) -> None:  # noqa: ANN001
+def test_an_interrupted_session_leaves_no_servers(control_plane, tmp_path: Path, sig: signal.Signals) -> None:
     proc, env, tmp = _session(tmp_path, HANGING)
     marker = Path(env["READY_MARKER"])
     deadline = time.monotonic() + 150

@@ -1,4 +1,5 @@
 """The seeded cluster looks like one running the GPU Operator, with GFD-labelled GPU nodes."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -7,9 +8,9 @@ import pytest
 from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 
+from migops.local import cluster
 from migops.mig.catalogue import catalogue
 from migops.mig.gfd import DEVICE_ID_LABEL, MIG_CONFIG_LABEL, node_labels_without_mig
-from migops.local import cluster
 
 H100 = "0x233010DE"
 A100 = "NVIDIA-A100-SXM4-40GB"
@@ -22,11 +23,10 @@ def test_plan_cycles_gpu_models_over_nodes() -> None:
     assert [n.gfd_labels[DEVICE_ID_LABEL] for n in nodes] == [H100, "0x20B010DE", H100]
     assert nodes[1].gfd_labels["nvidia.com/gpu.product"] == A100
     assert all(n.gfd_labels["nvidia.com/gpu.count"] == "4" for n in nodes)
-    assert nodes[0].operator_labels == {MIG_CONFIG_LABEL: "all-disabled",
-                                        "nvidia.com/gpu.deploy.mig-manager": "true"}
+    assert nodes[0].operator_labels == {MIG_CONFIG_LABEL: "all-disabled", "nvidia.com/gpu.deploy.mig-manager": "true"}
 
 
-def test_seeded_cluster_has_policy_crd_and_labelled_nodes(admin) -> None:  # noqa: ANN001
+def test_seeded_cluster_has_policy_crd_and_labelled_nodes(admin) -> None:
     gpus = [catalogue().resolve(H100)]
     # Names outside gpu-node-N so other tests' nodes and this session's seed cannot collide.
     nodes = [dataclasses.replace(n, name=f"seed-{n.name}") for n in cluster.plan_nodes(2, gpus, 8, "single")]
@@ -37,7 +37,8 @@ def test_seeded_cluster_has_policy_crd_and_labelled_nodes(admin) -> None:  # noq
     assert crd.spec.scope == "Cluster"
     assert [v.name for v in crd.spec.versions] == ["v1"]
     policy = k8s.CustomObjectsApi(admin).get_cluster_custom_object(
-        "nvidia.com", "v1", "clusterpolicies", "cluster-policy")
+        "nvidia.com", "v1", "clusterpolicies", "cluster-policy"
+    )
     assert policy["spec"]["mig"]["strategy"] == "single"
     assert policy["spec"]["migManager"]["config"]["default"] == "all-disabled"
     assert policy["status"] == {"state": "ready", "namespace": "gpu-operator"}
@@ -58,14 +59,27 @@ def test_seeded_cluster_has_policy_crd_and_labelled_nodes(admin) -> None:  # noq
 
     # Switching strategy re-applies the policy; the schema's enum is enforced by the server.
     cluster.apply_cluster_policy(admin, "mixed")
-    assert k8s.CustomObjectsApi(admin).get_cluster_custom_object(
-        "nvidia.com", "v1", "clusterpolicies", "cluster-policy")["spec"]["mig"]["strategy"] == "mixed"
+    assert (
+        k8s.CustomObjectsApi(admin).get_cluster_custom_object("nvidia.com", "v1", "clusterpolicies", "cluster-policy")[
+            "spec"
+        ]["mig"]["strategy"]
+        == "mixed"
+    )
     with pytest.raises(ApiException) as err:
         k8s.CustomObjectsApi(admin).patch_cluster_custom_object(
-            "nvidia.com", "v1", "clusterpolicies", "cluster-policy",
-            {"apiVersion": "nvidia.com/v1", "kind": "ClusterPolicy", "metadata": {"name": "cluster-policy"},
-             "spec": {"mig": {"strategy": "sometimes"}}},
-            field_manager="gpu-operator", _content_type=cluster.APPLY)
+            "nvidia.com",
+            "v1",
+            "clusterpolicies",
+            "cluster-policy",
+            {
+                "apiVersion": "nvidia.com/v1",
+                "kind": "ClusterPolicy",
+                "metadata": {"name": "cluster-policy"},
+                "spec": {"mig": {"strategy": "sometimes"}},
+            },
+            field_manager="gpu-operator",
+            _content_type=cluster.APPLY,
+        )
     assert err.value.status == 422
     assert "sometimes" in err.value.body
     cluster.apply_cluster_policy(admin, "single")
@@ -73,7 +87,7 @@ def test_seeded_cluster_has_policy_crd_and_labelled_nodes(admin) -> None:  # noq
         core.delete_node(spec.name)
 
 
-def test_a_migops_reconciler_meets_the_operators_ownership_of_mig_config(admin, node) -> None:  # noqa: ANN001
+def test_a_migops_reconciler_meets_the_operators_ownership_of_mig_config(admin, node) -> None:
     """As on a real cluster: the operator owns nvidia.com/mig.config, so a non-forced apply by
     another manager conflicts (409) and a forced one takes the field over."""
     spec = cluster.plan_nodes(1, [catalogue().resolve(H100)], 8, "single")[0]

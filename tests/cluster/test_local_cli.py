@@ -1,4 +1,5 @@
 """`migops local up/status/env/down` end to end, as a new user would run them."""
+
 from __future__ import annotations
 
 import os
@@ -18,8 +19,9 @@ MIGOPS = Path(sys.executable).parent / "migops"
 
 def _run(home: Path, *args: str, timeout: float = 180) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "MIGOPS_HOME": str(home)}
-    return subprocess.run([str(MIGOPS), "local", *args], env=env, capture_output=True, text=True,
-                          timeout=timeout, check=False)
+    return subprocess.run(
+        [str(MIGOPS), "local", *args], env=env, capture_output=True, text=True, timeout=timeout, check=False
+    )
 
 
 def _processes_mentioning(fragment: str) -> list[str]:
@@ -38,7 +40,7 @@ def _processes_mentioning(fragment: str) -> list[str]:
 
 
 @pytest.fixture
-def home(control_plane, tmp_path: Path):  # noqa: ANN001, ANN201 - needs the binaries built
+def home(control_plane, tmp_path: Path):
     path = tmp_path / "migops-home"
     yield path
     _run(path, "down")  # never leave a cluster behind, even when an assertion failed
@@ -56,9 +58,16 @@ def test_up_env_kubectl_status_down(home: Path) -> None:
 
     # Exactly what the README tells a user to type, in a fresh shell.
     shell = subprocess.run(
-        ["bash", "-c", f'eval "$(MIGOPS_HOME={home} {MIGOPS} local env)"; command -v kubectl; '
-                       "kubectl get nodes --show-labels"],
-        capture_output=True, text=True, timeout=60, check=False)
+        [
+            "bash",
+            "-c",
+            f'eval "$(MIGOPS_HOME={home} {MIGOPS} local env)"; command -v kubectl; kubectl get nodes --show-labels',
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
     assert shell.returncode == 0, shell.stderr
     lines = shell.stdout.splitlines()
     assert lines[0].endswith("/kubectl") and lines[0] != "/usr/bin/kubectl"
@@ -66,15 +75,28 @@ def test_up_env_kubectl_status_down(home: Path) -> None:
     assert [r.split()[0] for r in rows] == ["gpu-node-1", "gpu-node-2", "gpu-node-3"]
     for row in rows:
         assert row.split()[1] == "Ready"
-        for label in ("nvidia.com/gpu.product=NVIDIA-H100-80GB-HBM3", "nvidia.com/gpu.count=8",
-                      "nvidia.com/mig.capable=true", "nvidia.com/mig.strategy=single",
-                      "nvidia.com/mig.config=all-disabled", "migops.io/gpu.device-id=0x233010DE"):
+        for label in (
+            "nvidia.com/gpu.product=NVIDIA-H100-80GB-HBM3",
+            "nvidia.com/gpu.count=8",
+            "nvidia.com/mig.capable=true",
+            "nvidia.com/mig.strategy=single",
+            "nvidia.com/mig.config=all-disabled",
+            "migops.io/gpu.device-id=0x233010DE",
+        ):
             assert label in row, f"{label} missing from {row}"
 
     policy = subprocess.run(
-        ["bash", "-c", f'eval "$(MIGOPS_HOME={home} {MIGOPS} local env)"; '
-                       "kubectl get clusterpolicy cluster-policy -o jsonpath='{.spec.mig.strategy}'"],
-        capture_output=True, text=True, timeout=60, check=False)
+        [
+            "bash",
+            "-c",
+            f'eval "$(MIGOPS_HOME={home} {MIGOPS} local env)"; '
+            "kubectl get clusterpolicy cluster-policy -o jsonpath='{.spec.mig.strategy}'",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
     assert policy.stdout == "single", policy.stderr
 
     again = _run(home, "up", "--nodes", "3")

@@ -4,6 +4,7 @@ This is how migops will publish `nvidia.com/mig.config`, so the semantics the re
 on are pinned down here against the real API server: ownership per field manager, removal of a
 label a manager stops applying, conflicts between managers.
 """
+
 from __future__ import annotations
 
 import threading
@@ -17,8 +18,9 @@ APPLY = "application/apply-patch+yaml"
 MANAGER = "migops-test"
 
 
-def _apply_labels(core: k8s.CoreV1Api, node: str, labels: dict[str, str], manager: str = MANAGER,
-                  force: bool | None = None) -> k8s.V1Node:
+def _apply_labels(
+    core: k8s.CoreV1Api, node: str, labels: dict[str, str], manager: str = MANAGER, force: bool | None = None
+) -> k8s.V1Node:
     body = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": node, "labels": labels}}
     kwargs = {"force": force} if force is not None else {}
     return core.patch_node(node, body, field_manager=manager, _content_type=APPLY, **kwargs)
@@ -32,15 +34,14 @@ def _owned_labels(n: k8s.V1Node, manager: str) -> set[str]:
     return set()
 
 
-def test_apply_sets_labels_under_the_named_field_manager(admin, node) -> None:  # noqa: ANN001
+def test_apply_sets_labels_under_the_named_field_manager(admin, node) -> None:
     core = k8s.CoreV1Api(admin)
-    result = _apply_labels(core, node, {"nvidia.com/mig.config": "all-1g.10gb",
-                                        "migops.io/owner": "test"})
+    result = _apply_labels(core, node, {"nvidia.com/mig.config": "all-1g.10gb", "migops.io/owner": "test"})
     assert result.metadata.labels["nvidia.com/mig.config"] == "all-1g.10gb"
     assert _owned_labels(core.read_node(node), MANAGER) == {"nvidia.com/mig.config", "migops.io/owner"}
 
 
-def test_omitting_a_label_in_the_next_apply_removes_only_that_label(admin, node) -> None:  # noqa: ANN001
+def test_omitting_a_label_in_the_next_apply_removes_only_that_label(admin, node) -> None:
     core = k8s.CoreV1Api(admin)
     _apply_labels(core, node, {"a.example/one": "1", "a.example/two": "2"})
     _apply_labels(core, node, {"b.example/other": "x"}, manager="other-manager")
@@ -53,7 +54,7 @@ def test_omitting_a_label_in_the_next_apply_removes_only_that_label(admin, node)
     assert _owned_labels(after, "other-manager") == {"b.example/other"}
 
 
-def test_conflicting_managers_get_409_unless_forced(admin, node) -> None:  # noqa: ANN001
+def test_conflicting_managers_get_409_unless_forced(admin, node) -> None:
     core = k8s.CoreV1Api(admin)
     _apply_labels(core, node, {"nvidia.com/mig.config": "all-disabled"}, manager="gpu-operator")
     with pytest.raises(ApiException) as err:
@@ -68,7 +69,7 @@ def test_conflicting_managers_get_409_unless_forced(admin, node) -> None:  # noq
     assert "nvidia.com/mig.config" not in _owned_labels(forced, "gpu-operator")
 
 
-def test_watch_sees_the_label_change(admin, node) -> None:  # noqa: ANN001
+def test_watch_sees_the_label_change(admin, node) -> None:
     core = k8s.CoreV1Api(admin)
     _apply_labels(core, node, {"nvidia.com/mig.config": "all-disabled"})
     listed = core.list_node(field_selector=f"metadata.name={node}")
@@ -78,8 +79,13 @@ def test_watch_sees_the_label_change(admin, node) -> None:  # noqa: ANN001
     w = watch.Watch()
 
     def consume() -> None:
-        for event in w.stream(core.list_node, field_selector=f"metadata.name={node}",
-                              resource_version=start_rv, timeout_seconds=20, _request_timeout=30):
+        for event in w.stream(
+            core.list_node,
+            field_selector=f"metadata.name={node}",
+            resource_version=start_rv,
+            timeout_seconds=20,
+            _request_timeout=30,
+        ):
             value = (event["object"].metadata.labels or {}).get("nvidia.com/mig.config")
             seen.append((event["type"], value))
             if value == "all-1g.10gb":

@@ -3,15 +3,16 @@
 No kubelet runs: a bound Pod is never executed, but the binding, the scheduler's own accounting of
 what is left on a node, and its reasons for leaving a Pod Pending are the scheduler's, not ours.
 """
+
 from __future__ import annotations
 
 import uuid
 from collections.abc import Callable, Iterator
 
 import pytest
-from polling import until
 from kubernetes import client as k8s
 from kubernetes.client import ApiClient
+from polling import until
 
 from migops.kube import ssa
 from migops.local.cluster import mark_ready
@@ -24,8 +25,6 @@ def scheduler(control_plane: ControlPlane) -> ControlPlane:
     return control_plane
 
 
-
-
 @pytest.fixture
 def mig_node(admin: ApiClient, scheduler: ControlPlane) -> Iterator[Callable[[dict[str, str], dict[str, str]], str]]:
     """`mig_node(resources, labels)`: a Ready node advertising these extended resources."""
@@ -34,8 +33,11 @@ def mig_node(admin: ApiClient, scheduler: ControlPlane) -> Iterator[Callable[[di
 
     def make(resources: dict[str, str], labels: dict[str, str] | None = None) -> str:
         name = f"sched-{uuid.uuid4().hex[:8]}"
-        ssa.apply(admin, {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "labels": labels or {}}},
-                  field_manager="test")
+        ssa.apply(
+            admin,
+            {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "labels": labels or {}}},
+            field_manager="test",
+        )
         mark_ready(admin, name, resources)
         made.append(name)
         return name
@@ -46,11 +48,23 @@ def mig_node(admin: ApiClient, scheduler: ControlPlane) -> Iterator[Callable[[di
 
 
 def _pod(name: str, resources: dict[str, str], selector: dict[str, str] | None = None) -> dict:
-    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
-            "spec": {"containers": [{"name": "cuda", "image": "nvcr.io/nvidia/cuda:12.4.1-base-ubuntu22.04",
-                                     "command": ["nvidia-smi", "-L"],
-                                     "resources": {"limits": resources}}],
-                     "nodeSelector": selector or {}, "restartPolicy": "Never"}}
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name},
+        "spec": {
+            "containers": [
+                {
+                    "name": "cuda",
+                    "image": "nvcr.io/nvidia/cuda:12.4.1-base-ubuntu22.04",
+                    "command": ["nvidia-smi", "-L"],
+                    "resources": {"limits": resources},
+                }
+            ],
+            "nodeSelector": selector or {},
+            "restartPolicy": "Never",
+        },
+    }
 
 
 def test_a_pod_lands_on_the_node_with_the_profile_and_uses_it_up(admin: ApiClient, namespace: str, mig_node) -> None:
@@ -76,6 +90,8 @@ def test_single_strategy_pod_goes_where_the_product_label_says(admin: ApiClient,
     core = k8s.CoreV1Api(admin)
     mig_node({"nvidia.com/gpu": "8"}, {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"})
     sliced = mig_node({"nvidia.com/gpu": "14"}, {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3-MIG-1g.10gb"})
-    core.create_namespaced_pod(namespace, _pod("single", {"nvidia.com/gpu": "1"},
-                                               {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3-MIG-1g.10gb"}))
+    core.create_namespaced_pod(
+        namespace,
+        _pod("single", {"nvidia.com/gpu": "1"}, {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3-MIG-1g.10gb"}),
+    )
     assert until(lambda: core.read_namespaced_pod("single", namespace).spec.node_name) == sliced

@@ -5,14 +5,13 @@ of that stage's RUN lines with the image's paths (/dist, /opt/migops) moved unde
 Its ENV is not applied (PIP_NO_CACHE_DIR would only make the test slower). The result is the clean
 virtualenv the final stage copies to /opt/migops, and the environment that stage sets.
 """
+
 from __future__ import annotations
 
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
-
 from deploy_helpers import Image, build_image, render
 
 

@@ -4,6 +4,7 @@ Small readers, no container engine: the Dockerfile is parsed into stages and ins
 this repository's file, which the tests keep that simple), .dockerignore is matched with Docker's rules
 for the pattern forms it uses, and each overlay is rendered by the shared `kubectl kustomize`.
 """
+
 from __future__ import annotations
 
 import os
@@ -170,8 +171,11 @@ def build_context(dest: Path, root: Path = ROOT) -> list[str]:
         here = Path(folder).relative_to(root).as_posix()
         prefix = "" if here == "." else here + "/"
         # Skip folders left out whole (no exception reaches inside them): .git, .venv, ...
-        dirs[:] = sorted(d for d in dirs if not ignored(prefix + d, patterns)
-                         or any(e.startswith(prefix + d + "/") for e in exceptions))
+        dirs[:] = sorted(
+            d
+            for d in dirs
+            if not ignored(prefix + d, patterns) or any(e.startswith(prefix + d + "/") for e in exceptions)
+        )
         # A symbolic link is sent as a link (migops/mig -> ../mig, ...), as Docker sends it.
         for name in [d for d in dirs if (Path(folder) / d).is_symlink()]:
             dirs.remove(name)
@@ -205,10 +209,19 @@ class Image:
     env: dict[str, str]  # the final stage's ENV, paths moved like venv, for running its entrypoints
     workdir: Path  # an empty working directory (none is set in the image)
 
-    def run(self, argv: list[str], *, env: dict[str, str] | None = None, timeout: float = 120,
-            **kwargs: Any) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(argv, env={**self.env, **(env or {})}, cwd=self.workdir, capture_output=True,
-                              text=True, timeout=timeout, check=False, **kwargs)
+    def run(
+        self, argv: list[str], *, env: dict[str, str] | None = None, timeout: float = 120, **kwargs: Any
+    ) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            argv,
+            env={**self.env, **(env or {})},
+            cwd=self.workdir,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+            **kwargs,
+        )
 
 
 def build_image(top: Path) -> Image:
@@ -223,12 +236,21 @@ def build_image(top: Path) -> Image:
     bindir.mkdir()
     (bindir / "python").symlink_to(sys.executable)
     build = dockerfile.stage("build")
-    assert build.all("WORKDIR") == ["/src"] and build.all("COPY") == [". ."], "the build stage copies the context to /src"
+    assert build.all("WORKDIR") == ["/src"] and build.all("COPY") == [". ."], (
+        "the build stage copies the context to /src"
+    )
     for command in build.all("RUN"):
         for image_path, here in moved.items():
             command = command.replace(image_path, here)
-        out = subprocess.run(["sh", "-c", command], cwd=context, capture_output=True, text=True, timeout=900,
-                             env={**os.environ, "PATH": f"{bindir}:{os.environ['PATH']}"}, check=False)
+        out = subprocess.run(
+            ["sh", "-c", command],
+            cwd=context,
+            capture_output=True,
+            text=True,
+            timeout=900,
+            env={**os.environ, "PATH": f"{bindir}:{os.environ['PATH']}"},
+            check=False,
+        )
         assert out.returncode == 0, f"RUN {command}\n{out.stdout[-3000:]}\n{out.stderr[-3000:]}"
     venv = Path(moved[INSTALL_DIR])
     assert dockerfile.final.all("COPY") == [f"--from=build {INSTALL_DIR} {INSTALL_DIR}"]
@@ -249,8 +271,9 @@ def kubectl() -> Path:
 
 
 def kustomize(path: Path) -> list[dict[str, Any]]:
-    out = subprocess.run([str(kubectl()), "kustomize", str(path)], capture_output=True, text=True,
-                         timeout=120, check=False)
+    out = subprocess.run(
+        [str(kubectl()), "kustomize", str(path)], capture_output=True, text=True, timeout=120, check=False
+    )
     assert out.returncode == 0, f"kubectl kustomize {path}: {out.stderr}"
     return [d for d in yaml.safe_load_all(out.stdout) if d]
 

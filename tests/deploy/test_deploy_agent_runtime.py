@@ -5,6 +5,7 @@ With the GPU Operator's driver container the host root has no nvidia-smi (it liv
 nvidia-smi into the agent's container for NVIDIA_DRIVER_CAPABILITIES=utility (manifests/base/agent).
 Without one in the container, the host's is used through chroot, as before.
 """
+
 from __future__ import annotations
 
 import os

@@ -7,6 +7,7 @@ and component) start is then run from that tree, with the final stage's environm
 --help; every migops command line in the manifests parses. The webhook's container command serving
 for real, with the deployed RBAC, is in test_deploy_overlays.py.
 """
+
 from __future__ import annotations
 
 import re
@@ -64,16 +65,23 @@ def test_gitops_tools_are_installed(image: Image) -> None:
 
 
 def test_the_clean_install_is_the_wheel_alone(image: Image) -> None:
-    out = image.run(["python", "-c", "import migops.cli, migops.webhook.server, migops.agent.nvml, "
-                     "migops.reconciler.main, pynvml, gunicorn, sys; print(migops.cli.__file__); print(sys.prefix)"])
+    out = image.run(
+        [
+            "python",
+            "-c",
+            "import migops.cli, migops.webhook.server, migops.agent.nvml, "
+            "migops.reconciler.main, pynvml, gunicorn, sys; print(migops.cli.__file__); print(sys.prefix)",
+        ]
+    )
     assert out.returncode == 0, out.stderr
     module, prefix = out.stdout.split()
     assert Path(module).is_relative_to(image.venv) and Path(prefix) == image.venv
     assert not (image.venv / "bin" / "pip").exists(), "pip is removed from the image's virtualenv"
     # Bytecode was compiled at install time: nothing needs to be written at run time.
     site = next((image.venv / "lib").glob("python3.*/site-packages"))
-    missing = [p for p in (site / "migops").rglob("*.py")
-               if not list(p.parent.joinpath("__pycache__").glob(f"{p.stem}.*.pyc"))]
+    missing = [
+        p for p in (site / "migops").rglob("*.py") if not list(p.parent.joinpath("__pycache__").glob(f"{p.stem}.*.pyc"))
+    ]
     assert missing == []
 
 
@@ -86,7 +94,9 @@ def _entrypoints(image: Image, rendered) -> dict[tuple[str, ...], str]:
         for workload, container in containers(rendered(overlay)):
             name = container["image"].split("@")[0].rsplit(":", 1)[0]
             assert name == "migops", f"{overlay}: {workload['metadata']['name']} runs {container['image']}"
-            found.setdefault(tuple(container_argv(container, df)), f"{overlay}: {workload['kind']}/{workload['metadata']['name']}")
+            found.setdefault(
+                tuple(container_argv(container, df)), f"{overlay}: {workload['kind']}/{workload['metadata']['name']}"
+            )
     return found
 
 
@@ -94,8 +104,13 @@ def test_every_entrypoint_answers_help(image: Image, rendered) -> None:
     entrypoints = _entrypoints(image, rendered)
     helps = {tuple(help_argv(list(argv))) for argv in entrypoints}
     # The four programs of the product, so a manifest that lost one fails here too.
-    assert {("gunicorn", "--help"), ("migops", "reconcile", "--help"), ("migops", "agent", "--help"),
-            ("migops", "certs", "rotate", "--help"), ("migops", "--help")} <= helps
+    assert {
+        ("gunicorn", "--help"),
+        ("migops", "reconcile", "--help"),
+        ("migops", "agent", "--help"),
+        ("migops", "certs", "rotate", "--help"),
+        ("migops", "--help"),
+    } <= helps
     for argv in sorted(helps):
         out = image.run(list(argv))
         assert out.returncode == 0 and "usage" in out.stdout.lower(), f"{' '.join(argv)}: {out.stderr[-2000:]}"
@@ -114,23 +129,38 @@ def test_every_migops_command_line_parses(image: Image, rendered) -> None:
 def test_gunicorn_config_of_the_webhook_loads(image: Image, tmp_path: Path) -> None:
     """The config module the webhook's container names is importable and gives migops's gthread worker
     (gunicorn's, without its idle-connection and close stalls) over TLS."""
-    code = ("import migops.webhook.gunicorn_conf as c; "
-            "print(c.worker_class, c.certfile, c.keyfile, c.bind[0], c.wsgi_app)")
+    code = (
+        "import migops.webhook.gunicorn_conf as c; print(c.worker_class, c.certfile, c.keyfile, c.bind[0], c.wsgi_app)"
+    )
     out = image.run(["python", "-c", code], env={"MIGOPS_WEBHOOK_TMP": str(tmp_path)})
     assert out.returncode == 0, out.stderr
-    assert out.stdout.split() == ["migops.webhook.worker.ThreadWorker", "/etc/migops/tls/tls.crt", "/etc/migops/tls/tls.key", "0.0.0.0:8443",
-                                  "migops.webhook.wsgi:app"]
+    assert out.stdout.split() == [
+        "migops.webhook.worker.ThreadWorker",
+        "/etc/migops/tls/tls.crt",
+        "/etc/migops/tls/tls.key",
+        "0.0.0.0:8443",
+        "migops.webhook.wsgi:app",
+    ]
 
 
 def test_entrypoints_write_nothing_in_the_install_tree(image: Image) -> None:
     """Read-only root filesystem: starting the programs leaves the image's files as they were."""
+
     def snapshot() -> dict[str, tuple[int, float]]:
         return {str(p): (p.stat().st_size, p.stat().st_mtime) for p in image.venv.rglob("*") if p.is_file()}
 
     before = snapshot()
-    for argv in (["migops", "--help"], ["gunicorn", "--help"], ["migops", "agent", "--help"],
-                 ["python", "-c", "import pkgutil, migops; [__import__(m.name) for m in "
-                  "pkgutil.walk_packages(migops.__path__, 'migops.') if not m.name.endswith(('wsgi', 'gunicorn_conf', '__main__'))]"]):
+    for argv in (
+        ["migops", "--help"],
+        ["gunicorn", "--help"],
+        ["migops", "agent", "--help"],
+        [
+            "python",
+            "-c",
+            "import pkgutil, migops; [__import__(m.name) for m in "
+            "pkgutil.walk_packages(migops.__path__, 'migops.') if not m.name.endswith(('wsgi', 'gunicorn_conf', '__main__'))]",
+        ],
+    ):
         out = image.run(argv)
         assert out.returncode == 0, f"{argv}: {out.stderr[-2000:]}"
     assert snapshot() == before

@@ -6,19 +6,20 @@ code can give `outcome`, `phase` and `result`). The kube-apiserver metric and it
 checked against a real API server in test_deploy_overlays.py. No PromQL parser runs here (promtool is
 not available): the expressions' syntax is not checked beyond this.
 """
+
 from __future__ import annotations
 
 import re
 from typing import Any
 
 import yaml
+from deploy_helpers import OVERLAYS
 from prometheus_client import Counter, Gauge, Histogram
 
 import migops.webhook.metrics as webhook_metrics
-from deploy_helpers import OVERLAYS
+from migops.reconciler.metrics import Metrics
 from migops.reconciler.plan import Phase
 from migops.reconciler.reasons import Outcome
-from migops.reconciler.metrics import Metrics
 
 RULES = OVERLAYS / "components" / "monitoring" / "prometheusrule.yaml"
 SELECTOR = re.compile(r"\b(migops_[a-z0-9_]+)\s*(\{[^}]*\})?")
@@ -27,15 +28,28 @@ MATCHER = re.compile(r'(\w+)\s*(=~|!~|!=|=)\s*"([^"]*)"')
 
 def _exported() -> dict[str, tuple[set[str], Any]]:
     """Sample name -> (label names, metric object), as /metrics shows them."""
-    metrics: list[Any] = [webhook_metrics.REQUESTS, webhook_metrics.DENIALS, webhook_metrics.LATENCY,
-                          webhook_metrics.CACHE]
+    metrics: list[Any] = [
+        webhook_metrics.REQUESTS,
+        webhook_metrics.DENIALS,
+        webhook_metrics.LATENCY,
+        webhook_metrics.CACHE,
+    ]
     reconciler = Metrics()
-    metrics += [reconciler.reconciles, reconciler.duration, reconciler.fetch_duration, reconciler.requests,
-                reconciler.nodes, reconciler.revision, reconciler.leader, reconciler.hooks, reconciler.events]
+    metrics += [
+        reconciler.reconciles,
+        reconciler.duration,
+        reconciler.fetch_duration,
+        reconciler.requests,
+        reconciler.nodes,
+        reconciler.revision,
+        reconciler.leader,
+        reconciler.hooks,
+        reconciler.events,
+    ]
     out: dict[str, tuple[set[str], Any]] = {}
     for metric in metrics:
         (family,) = metric.describe()
-        labels = set(metric._labelnames)  # noqa: SLF001 - the label names a child must be given
+        labels = set(metric._labelnames)
         if isinstance(metric, Counter):
             names = [f"{family.name}_total"]
         elif isinstance(metric, Histogram):
@@ -90,19 +104,26 @@ def test_every_migops_selector_names_an_exported_metric_and_real_labels() -> Non
         for by in re.findall(r"\bby\s*\(([^)]*)\)", expr) if selected else ():
             for label in (x.strip() for x in by.split(",")):
                 # Prometheus adds namespace/job/pod from the scrape target; histogram_quantile needs le.
-                assert label in {"namespace", "job", "pod", "le"} or any(label in exported[n][0] for n in selected), \
+                assert label in {"namespace", "job", "pod", "le"} or any(label in exported[n][0] for n in selected), (
                     f"{rule['alert']}: by ({label}) is no label of {selected}"
+                )
     assert {"migops_webhook_denials_total", "migops_reconcile_total", "migops_nodes", "migops_leader"} <= seen
 
 
 def test_the_component_renders_and_scrapes_real_ports(rendered) -> None:
     docs = rendered("monitoring")
     assert sorted((d["kind"], d["metadata"]["name"]) for d in docs) == [
-        ("PrometheusRule", "migops"), ("ServiceMonitor", "migops-reconciler"), ("ServiceMonitor", "migops-webhook")]
+        ("PrometheusRule", "migops"),
+        ("ServiceMonitor", "migops-reconciler"),
+        ("ServiceMonitor", "migops-webhook"),
+    ]
     services = {d["metadata"]["name"]: d for d in rendered("base") if d["kind"] == "Service"}
     for monitor in (d for d in docs if d["kind"] == "ServiceMonitor"):
-        (service,) = [s for s in services.values()
-                      if s["metadata"]["labels"].items() >= monitor["spec"]["selector"]["matchLabels"].items()]
+        (service,) = [
+            s
+            for s in services.values()
+            if s["metadata"]["labels"].items() >= monitor["spec"]["selector"]["matchLabels"].items()
+        ]
         ports = {p["name"] for p in service["spec"]["ports"]}
         assert {e["port"] for e in monitor["spec"]["endpoints"]} <= ports, monitor["metadata"]["name"]
     webhook = next(d for d in docs if d["metadata"]["name"] == "migops-webhook")

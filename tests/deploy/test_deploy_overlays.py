@@ -10,6 +10,7 @@ the overlays narrow is asked with `kubectl auth can-i`. For gpu-operator the com
 image's install tree (conftest `image`) with their own service accounts' tokens: the certificate job,
 the webhook's container command, the reconciler.
 """
+
 from __future__ import annotations
 
 import base64
@@ -28,14 +29,23 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from polling import until
 import yaml
+from deploy_helpers import (
+    DEPLOYABLE,
+    OVERLAYS,
+    WITH_COMPONENTS,
+    Image,
+    by_key,
+    container_argv,
+    kubectl,
+    kustomize,
+    pod_template,
+)
+from gitrepo import CONFIG_YAML, GitRepo, nodes_yaml
 from kubernetes import client as k8s
 from kubernetes.client import ApiClient
+from polling import until
 
-from deploy_helpers import (DEPLOYABLE, OVERLAYS, WITH_COMPONENTS, Image, by_key, container_argv, kubectl, kustomize,
-                            pod_template)
-from gitrepo import CONFIG_YAML, GitRepo, nodes_yaml
 from migops.local.binaries import locate
 from migops.local.cluster import apply_cluster_policy, clusterpolicy_crd, install_clusterpolicy_crd
 from migops.local.controlplane import ControlPlane
@@ -48,8 +58,6 @@ GPU_OPERATOR = ("gpu-operator", "gpu-operator-mig-manager", "gpu-operator-webhoo
 WEBHOOK_KINDS = ("ValidatingWebhookConfiguration", "MutatingWebhookConfiguration")
 
 
-
-
 @dataclass
 class Installed:
     name: str
@@ -57,10 +65,17 @@ class Installed:
     api: ApiClient
     docs: list[dict[str, Any]]
 
-    def kubectl(self, *args: str, input: str | None = None, kubeconfig: Path | None = None,
-                check: bool = True) -> subprocess.CompletedProcess[str]:
-        out = subprocess.run([str(kubectl()), "--kubeconfig", str(kubeconfig or self.plane.admin_kubeconfig), *args],
-                             input=input, capture_output=True, text=True, timeout=120, check=False)
+    def kubectl(
+        self, *args: str, input: str | None = None, kubeconfig: Path | None = None, check: bool = True
+    ) -> subprocess.CompletedProcess[str]:
+        out = subprocess.run(
+            [str(kubectl()), "--kubeconfig", str(kubeconfig or self.plane.admin_kubeconfig), *args],
+            input=input,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
         if check:
             assert out.returncode == 0, f"kubectl {' '.join(args)}: {out.stderr}"
         return out
@@ -74,13 +89,17 @@ class Installed:
 
 def _overlay_dir(name: str) -> Path:
     """Where the overlay's ClusterPolicy patch is (an overlay built on another uses that one's)."""
-    return OVERLAYS / {WITH_COMPONENTS: "gpu-operator", "gpu-operator-webhook-only": "gpu-operator-mig-manager"}.get(name, name)
+    return OVERLAYS / {WITH_COMPONENTS: "gpu-operator", "gpu-operator-webhook-only": "gpu-operator-mig-manager"}.get(
+        name, name
+    )
 
 
 def _mig_configmap_name(name: str) -> str:
     """The one name the overlay's ClusterPolicy patch gives the MIG ConfigMap."""
     if name == "kind":
-        return yaml.safe_load((OVERLAYS / "kind" / "cluster-policy.yaml").read_text())["spec"]["migManager"]["config"]["name"]
+        return yaml.safe_load((OVERLAYS / "kind" / "cluster-policy.yaml").read_text())["spec"]["migManager"]["config"][
+            "name"
+        ]
     patch = yaml.safe_load((_overlay_dir(name) / "clusterpolicy-patch.yaml").read_text())
     return patch["spec"]["migManager"]["config"]["name"]
 
@@ -93,8 +112,14 @@ def _apply_prerequisites(inst: Installed) -> None:
     install_clusterpolicy_crd(inst.api)
     apply_cluster_policy(inst.api, "single")
     k8s.NodeV1Api(inst.api).create_runtime_class({"metadata": {"name": "nvidia"}, "handler": "nvidia"})
-    inst.kubectl("patch", "clusterpolicies.nvidia.com/cluster-policy", "--type", "merge",
-                 "--patch-file", str(_overlay_dir(inst.name) / "clusterpolicy-patch.yaml"))
+    inst.kubectl(
+        "patch",
+        "clusterpolicies.nvidia.com/cluster-policy",
+        "--type",
+        "merge",
+        "--patch-file",
+        str(_overlay_dir(inst.name) / "clusterpolicy-patch.yaml"),
+    )
 
 
 def _dry_run_then_create(inst: Installed, docs: list[dict[str, Any]]) -> None:
@@ -146,15 +171,28 @@ def test_fail_closed_webhooks_refuse_what_they_guard_and_nothing_else(installed:
     core.patch_node("gpu-node-1", {"metadata": {"labels": {"pool": "a"}}})  # other labels: no webhook call
     core.create_namespaced_config_map("kube-system", {"metadata": {"name": "x"}, "data": {"config.yaml": "x"}})
     core.create_namespaced_config_map(NS, {"metadata": {"name": "x"}, "data": {"config.yaml": "x"}})
-    core.create_namespaced_pod("default", {"metadata": {"name": "mig-user"}, "spec": {"containers": [
-        {"name": "c", "image": "x", "resources": {"limits": {"nvidia.com/mig-1g.10gb": "1"}}}]}})
+    core.create_namespaced_pod(
+        "default",
+        {
+            "metadata": {"name": "mig-user"},
+            "spec": {
+                "containers": [{"name": "c", "image": "x", "resources": {"limits": {"nvidia.com/mig-1g.10gb": "1"}}}]
+            },
+        },
+    )
     # The alert on failing calls selects kube-apiserver's metric by these labels: they are real.
     rule = yaml.safe_load((OVERLAYS / "components/monitoring/prometheusrule.yaml").read_text())
-    (expr,) = [r["expr"] for g in rule["spec"]["groups"] for r in g["rules"] if r["alert"] == "MigopsWebhookCallsFailing"]
+    (expr,) = [
+        r["expr"] for g in rule["spec"]["groups"] for r in g["rules"] if r["alert"] == "MigopsWebhookCallsFailing"
+    ]
     metrics = installed.kubectl("get", "--raw", "/metrics").stdout
-    failing = [line for line in metrics.splitlines()
-               if line.startswith("apiserver_admission_webhook_rejection_count{")
-               and 'error_type="calling_webhook_error"' in line and "migops.io" in line]
+    failing = [
+        line
+        for line in metrics.splitlines()
+        if line.startswith("apiserver_admission_webhook_rejection_count{")
+        and 'error_type="calling_webhook_error"' in line
+        and "migops.io" in line
+    ]
     names = {part.split('"')[1] for line in failing for part in line.split(",") if part.startswith("name=")}
     assert names == {"nodes.validate.migops.io", "configmaps.validate.migops.io"}, failing
     pattern = expr.split('name=~"')[1].split('"')[0].replace("\\\\", "\\")
@@ -169,11 +207,20 @@ def test_pod_templates_pass_pod_security_in_their_namespace(installed: Installed
         template = pod_template(doc)
         if template is None:
             continue
-        pod = {"apiVersion": "v1", "kind": "Pod", "spec": template["spec"],
-               "metadata": {"name": f"check-{doc['metadata']['name']}", "namespace": doc["metadata"]["namespace"],
-                            "labels": template["metadata"].get("labels", {})}}
+        pod = {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "spec": template["spec"],
+            "metadata": {
+                "name": f"check-{doc['metadata']['name']}",
+                "namespace": doc["metadata"]["namespace"],
+                "labels": template["metadata"].get("labels", {}),
+            },
+        }
         out = installed.kubectl("create", "--dry-run=server", "-f", "-", input=json.dumps(pod), check=False)
-        assert out.returncode == 0 and "PodSecurity" not in out.stderr, f"{doc['kind']}/{doc['metadata']['name']}: {out.stderr}"
+        assert out.returncode == 0 and "PodSecurity" not in out.stderr, (
+            f"{doc['kind']}/{doc['metadata']['name']}: {out.stderr}"
+        )
         if doc["kind"] == "DaemonSet" and level == "privileged":
             # ... and needs the privileged level: `restricted` refuses it.
             strict = f"psa-{uuid.uuid4().hex[:6]}"
@@ -206,7 +253,8 @@ def test_rbac_the_overlays_narrow(installed: Installed) -> None:
     # No object of a component the overlay leaves out, and no grant to its identity (the webhook's
     # settings may still name the reconciler's identity: the one writer it lets change git-owned labels).
     names = {d["metadata"]["name"] for d in installed.docs} | {
-        s["name"] for d in installed.docs for s in d.get("subjects") or ()}
+        s["name"] for d in installed.docs for s in d.get("subjects") or ()
+    }
     assert any("migops-agent" in n for n in names) == agent
     assert any("migops-reconciler" in n for n in names) == reconciler
 
@@ -225,15 +273,22 @@ def _manifest_env(container: dict[str, Any]) -> dict[str, str]:
 def _replace_flag(argv: list[str], flag: str, value: str) -> list[str]:
     hits = [i for i, a in enumerate(argv) if a.startswith(f"{flag}=")]
     assert len(hits) == 1, f"{flag} is not in {argv}"
-    return [*argv[:hits[0]], f"{flag}={value}", *argv[hits[0] + 1:]]
+    return [*argv[: hits[0]], f"{flag}={value}", *argv[hits[0] + 1 :]]
 
 
 class Proc:
     def __init__(self, argv: list[str], env: dict[str, str], cwd: Path, log: Path) -> None:
         self.log = log
         with log.open("wb") as out:
-            self.popen = subprocess.Popen(argv, env=env, cwd=cwd, stdout=out, stderr=subprocess.STDOUT,
-                                          stdin=subprocess.DEVNULL, start_new_session=True)
+            self.popen = subprocess.Popen(
+                argv,
+                env=env,
+                cwd=cwd,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+            )
 
     def stop(self, timeout: float = 30) -> int:
         if self.popen.poll() is None:
@@ -249,8 +304,9 @@ class Proc:
 def _https(port: int, ca: bytes, path: str, body: dict | None = None) -> tuple[int, bytes]:
     ctx = ssl.create_default_context(cadata=ca.decode())
     data = json.dumps(body).encode() if body is not None else None
-    request = urllib.request.Request(f"https://127.0.0.1:{port}{path}", data=data,
-                                     headers={"Content-Type": "application/json"})
+    request = urllib.request.Request(
+        f"https://127.0.0.1:{port}{path}", data=data, headers={"Content-Type": "application/json"}
+    )
     try:
         with urllib.request.urlopen(request, context=ctx, timeout=10) as response:
             return response.status, response.read()
@@ -263,9 +319,13 @@ def _https(port: int, ca: bytes, path: str, body: dict | None = None) -> tuple[i
 def _bundles(api: ApiClient) -> set[str]:
     """The distinct caBundles of every webhook of both configurations."""
     admission = k8s.AdmissionregistrationV1Api(api)
-    return {hook.client_config.ca_bundle or "" for hook in
-            [*admission.read_validating_webhook_configuration("migops-webhook").webhooks,
-             *admission.read_mutating_webhook_configuration("migops-webhook").webhooks]}
+    return {
+        hook.client_config.ca_bundle or ""
+        for hook in [
+            *admission.read_validating_webhook_configuration("migops-webhook").webhooks,
+            *admission.read_mutating_webhook_configuration("migops-webhook").webhooks,
+        ]
+    }
 
 
 def _published_bundle(api: ApiClient) -> bytes:
@@ -291,12 +351,21 @@ def test_a_fresh_install_needs_no_certificate_step(installed: Installed, image: 
     webhook = _container(installed.docs, "Deployment", "migops-webhook")
     mount = tmp_path / "mount"  # the optional Secret volume, empty until the kubelet fills it
     (port,) = free_ports(1)
-    env = {**_manifest_env(webhook), "MIGOPS_WEBHOOK_TMP": str(tmp_path), "POD_NAMESPACE": NS,
-           "MIGOPS_WEBHOOK_TLS_CERT": str(mount / "tls.crt"), "MIGOPS_WEBHOOK_TLS_KEY": str(mount / "tls.key"),
-           "KUBECONFIG": str(installed.plane.kubeconfig_for_service_account(NS, "migops-webhook"))}
+    env = {
+        **_manifest_env(webhook),
+        "MIGOPS_WEBHOOK_TMP": str(tmp_path),
+        "POD_NAMESPACE": NS,
+        "MIGOPS_WEBHOOK_TLS_CERT": str(mount / "tls.crt"),
+        "MIGOPS_WEBHOOK_TLS_KEY": str(mount / "tls.key"),
+        "KUBECONFIG": str(installed.plane.kubeconfig_for_service_account(NS, "migops-webhook")),
+    }
     assert env["MIGOPS_WEBHOOK_CERTS"] == "self"
-    proc = Proc([*container_argv(webhook, image.dockerfile), "--bind", f"127.0.0.1:{port}"],
-                {**image.env, **env}, image.workdir, tmp_path / "webhook.log")
+    proc = Proc(
+        [*container_argv(webhook, image.dockerfile), "--bind", f"127.0.0.1:{port}"],
+        {**image.env, **env},
+        image.workdir,
+        tmp_path / "webhook.log",
+    )
     try:
         # Both configurations written (one apply each: a moment apart).
         until(lambda: "" not in _bundles(installed.api) or proc.popen.poll() is not None, 60, "caBundle")
@@ -311,11 +380,14 @@ def test_a_fresh_install_needs_no_certificate_step(installed: Installed, image: 
         certs = _container(installed.docs, "CronJob", "migops-webhook-certs")
         argv = container_argv(certs, image.dockerfile)
         at = argv.index("--settle")
-        argv = [*argv[:at], "--settle", "0", *argv[at + 2:], "--force"]
-        out = image.run(argv, env={"KUBECONFIG": str(installed.plane.kubeconfig_for_service_account(
-            NS, "migops-webhook-certs"))})
+        argv = [*argv[:at], "--settle", "0", *argv[at + 2 :], "--force"]
+        out = image.run(
+            argv, env={"KUBECONFIG": str(installed.plane.kubeconfig_for_service_account(NS, "migops-webhook-certs"))}
+        )
         assert out.returncode == 0, out.stderr
-        renewed = {k: base64.b64decode(v) for k, v in core.read_namespaced_secret("migops-webhook-tls", NS).data.items()}
+        renewed = {
+            k: base64.b64decode(v) for k, v in core.read_namespaced_secret("migops-webhook-tls", NS).data.items()
+        }
         assert renewed["tls.crt"] != secret["tls.crt"] and secret["ca.crt"] in renewed["ca-bundle.crt"]
         # ... and the kubelet puts the renewed Secret into the volume: new connections get it.
         mount.mkdir()
@@ -339,8 +411,10 @@ def test_components_run_with_their_own_rbac(installed: Installed, image: Image, 
     try:
         # 1. The certificate job's command, as its service account: Secret + caBundle.
         certs = _container(docs, "CronJob", "migops-webhook-certs")
-        out = image.run(container_argv(certs, image.dockerfile),
-                        env={"KUBECONFIG": str(plane.kubeconfig_for_service_account(NS, "migops-webhook-certs"))})
+        out = image.run(
+            container_argv(certs, image.dockerfile),
+            env={"KUBECONFIG": str(plane.kubeconfig_for_service_account(NS, "migops-webhook-certs"))},
+        )
         assert out.returncode == 0, out.stderr
         secret = k8s.CoreV1Api(installed.api).read_namespaced_secret("migops-webhook-tls", NS).data
         tls = tmp_path / "tls"
@@ -355,23 +429,47 @@ def test_components_run_with_their_own_rbac(installed: Installed, image: Image, 
         # with the mounted files the Secret gives; bound to loopback for the test.
         webhook = _container(docs, "Deployment", "migops-webhook")
         (port,) = free_ports(1)
-        env = {**_manifest_env(webhook), "MIGOPS_WEBHOOK_TMP": str(tmp_path), "MIGOPS_WEBHOOK_TLS_CERT": str(tls / "tls.crt"),
-               "MIGOPS_WEBHOOK_TLS_KEY": str(tls / "tls.key"),
-               "KUBECONFIG": str(plane.kubeconfig_for_service_account(NS, "migops-webhook"))}
-        proc = Proc([*container_argv(webhook, image.dockerfile), "--bind", f"127.0.0.1:{port}"],
-                    {**image.env, **env}, image.workdir, tmp_path / "webhook.log")
+        env = {
+            **_manifest_env(webhook),
+            "MIGOPS_WEBHOOK_TMP": str(tmp_path),
+            "MIGOPS_WEBHOOK_TLS_CERT": str(tls / "tls.crt"),
+            "MIGOPS_WEBHOOK_TLS_KEY": str(tls / "tls.key"),
+            "KUBECONFIG": str(plane.kubeconfig_for_service_account(NS, "migops-webhook")),
+        }
+        proc = Proc(
+            [*container_argv(webhook, image.dockerfile), "--bind", f"127.0.0.1:{port}"],
+            {**image.env, **env},
+            image.workdir,
+            tmp_path / "webhook.log",
+        )
         procs.append(proc)
         ca = (tls / "ca.crt").read_bytes()
         until(lambda: _https(port, ca, "/readyz")[0] == 200 or proc.popen.poll() is not None, 90, "webhook ready")
         assert proc.popen.poll() is None, (tmp_path / "webhook.log").read_text()[-3000:]
-        bad = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": cm_name, "namespace": "gpu-operator"},
-               "data": {"config.yaml": "version: v1\nmig-configs:\n  typo:\n    - devices: all\n      mig-enabled: true\n"
-                                       "      mig-devices: {\"1g.9gb\": 1}\n"}}
-        review = {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {
-            "uid": str(uuid.uuid4()), "kind": {"group": "", "version": "v1", "kind": "ConfigMap"},
-            "resource": {"group": "", "version": "v1", "resource": "configmaps"}, "name": cm_name,
-            "namespace": "gpu-operator", "operation": "CREATE", "userInfo": {"username": "someone"},
-            "object": bad, "dryRun": True}}
+        bad = {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {"name": cm_name, "namespace": "gpu-operator"},
+            "data": {
+                "config.yaml": "version: v1\nmig-configs:\n  typo:\n    - devices: all\n      mig-enabled: true\n"
+                "      mig-devices: {\"1g.9gb\": 1}\n"
+            },
+        }
+        review = {
+            "apiVersion": "admission.k8s.io/v1",
+            "kind": "AdmissionReview",
+            "request": {
+                "uid": str(uuid.uuid4()),
+                "kind": {"group": "", "version": "v1", "kind": "ConfigMap"},
+                "resource": {"group": "", "version": "v1", "resource": "configmaps"},
+                "name": cm_name,
+                "namespace": "gpu-operator",
+                "operation": "CREATE",
+                "userInfo": {"username": "someone"},
+                "object": bad,
+                "dryRun": True,
+            },
+        }
         status, body = _https(port, ca, "/validate", review)
         response = json.loads(body)["response"]
         assert status == 200 and response["allowed"] is False and "1g.9gb" in response["status"]["message"]
@@ -385,18 +483,33 @@ def test_components_run_with_their_own_rbac(installed: Installed, image: Image, 
             installed.kubectl("delete", kind, "migops-webhook")
         repo = GitRepo(tmp_path / "repo")
         revision = repo.commit({"config.yaml": CONFIG_YAML, "nodes.yaml": nodes_yaml()})
-        k8s.CustomObjectsApi(installed.api).create_namespaced_custom_object("migops.io", "v1alpha1", NS, "migsyncs", {
-            "apiVersion": "migops.io/v1alpha1", "kind": "MigSync", "metadata": {"name": "migops", "namespace": NS},
-            "spec": {"url": repo.url, "ref": "main", "interval": "10s"}})
+        k8s.CustomObjectsApi(installed.api).create_namespaced_custom_object(
+            "migops.io",
+            "v1alpha1",
+            NS,
+            "migsyncs",
+            {
+                "apiVersion": "migops.io/v1alpha1",
+                "kind": "MigSync",
+                "metadata": {"name": "migops", "namespace": NS},
+                "spec": {"url": repo.url, "ref": "main", "interval": "10s"},
+            },
+        )
         reconciler = _container(docs, "Deployment", "migops-reconciler")
         (port,) = free_ports(1)
         (tmp_path / "hook").write_text("s3cret")
         argv = container_argv(reconciler, image.dockerfile)
-        for flag, value in (("--http-address", f"127.0.0.1:{port}"), ("--cache-dir", str(tmp_path / "cache")),
-                            ("--hook-secret-file", str(tmp_path / "hook"))):
+        for flag, value in (
+            ("--http-address", f"127.0.0.1:{port}"),
+            ("--cache-dir", str(tmp_path / "cache")),
+            ("--hook-secret-file", str(tmp_path / "hook")),
+        ):
             argv = _replace_flag(argv, flag, value)
-        env = {**_manifest_env(reconciler), "HOME": str(tmp_path),
-               "KUBECONFIG": str(plane.kubeconfig_for_service_account(NS, "migops-reconciler"))}
+        env = {
+            **_manifest_env(reconciler),
+            "HOME": str(tmp_path),
+            "KUBECONFIG": str(plane.kubeconfig_for_service_account(NS, "migops-reconciler")),
+        }
         proc = Proc(argv, {**image.env, **env}, image.workdir, tmp_path / "reconciler.log")
         procs.append(proc)
         core = k8s.CoreV1Api(installed.api)
@@ -406,14 +519,21 @@ def test_components_run_with_their_own_rbac(installed: Installed, image: Image, 
                 return core.read_namespaced_config_map(cm_name, "gpu-operator").data["config.yaml"] == CONFIG_YAML
             except k8s.exceptions.ApiException:
                 return proc.popen.poll() is not None
+
         until(written, 90, "the reconciler wrote the MIG ConfigMap")
         assert proc.popen.poll() is None, (tmp_path / "reconciler.log").read_text()[-3000:]
 
         def ready() -> bool:
-            status = k8s.CustomObjectsApi(installed.api).get_namespaced_custom_object(
-                "migops.io", "v1alpha1", NS, "migsyncs", "migops").get("status", {})
-            return any(c["type"] == "Ready" and c["status"] == "True" for c in status.get("conditions", [])) \
+            status = (
+                k8s.CustomObjectsApi(installed.api)
+                .get_namespaced_custom_object("migops.io", "v1alpha1", NS, "migsyncs", "migops")
+                .get("status", {})
+            )
+            return (
+                any(c["type"] == "Ready" and c["status"] == "True" for c in status.get("conditions", []))
                 and status.get("lastAppliedRevision") == revision
+            )
+
         until(ready, 90, "MigSync Ready")
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as response:
             page = response.read().decode()
@@ -426,8 +546,11 @@ def test_components_run_with_their_own_rbac(installed: Installed, image: Image, 
                 proc.popen.wait(10)
         # Put the registrations back for whatever runs on this plane next.
         hooks = [d for d in docs if d["kind"] in WEBHOOK_KINDS]
-        missing = [d for d in hooks if installed.kubectl("get", d["kind"].lower(), d["metadata"]["name"],
-                                                         check=False).returncode != 0]
+        missing = [
+            d
+            for d in hooks
+            if installed.kubectl("get", d["kind"].lower(), d["metadata"]["name"], check=False).returncode != 0
+        ]
         if missing:
             installed.kubectl("create", "-f", "-", input=yaml.safe_dump_all(missing))
 
@@ -444,8 +567,13 @@ def test_one_mig_configmap_name_everywhere(name: str, rendered) -> None:
     cm = _mig_configmap_name(name)
     assert cm != "default-mig-parted-config"
     record = [record_name("migops")]  # the reconciler's own applied record, in its namespace: not the operator's
-    grants = [rule for d in rendered(name) if d["kind"] in ("Role", "ClusterRole")
-              for rule in d["rules"] if "configmaps" in rule["resources"] and rule.get("resourceNames") != record]
+    grants = [
+        rule
+        for d in rendered(name)
+        if d["kind"] in ("Role", "ClusterRole")
+        for rule in d["rules"]
+        if "configmaps" in rule["resources"] and rule.get("resourceNames") != record
+    ]
     assert grants and all(rule.get("resourceNames") == [cm] for rule in grants), grants
     for agent in [d for d in rendered(name) if d["kind"] == "DaemonSet"]:
         spec = pod_template(agent)["spec"]
@@ -462,7 +590,9 @@ def test_kind_cluster_config_gives_the_agent_its_nodes(rendered) -> None:
     assert config["kind"] == "Cluster" and config["apiVersion"] == "kind.x-k8s.io/v1alpha4"
     (agent,) = [d for d in rendered("kind") if d["kind"] == "DaemonSet"]
     selector = pod_template(agent)["spec"]["nodeSelector"]
-    gpu_workers = [n for n in config["nodes"] if n["role"] == "worker" and (n.get("labels") or {}).items() >= selector.items()]
+    gpu_workers = [
+        n for n in config["nodes"] if n["role"] == "worker" and (n.get("labels") or {}).items() >= selector.items()
+    ]
     assert len(gpu_workers) == 2 and len(config["nodes"]) == 4
     # The image the kind overlay runs is the one docs/kind.md builds and loads.
     images = {c["image"] for d in rendered("kind") if pod_template(d) for c in pod_template(d)["spec"]["containers"]}
@@ -499,8 +629,10 @@ def test_the_cert_manager_component_replaces_migops_own_certificates(rendered) -
     issuer = kinds[("Issuer", serving["spec"]["issuerRef"]["name"])]
     assert kinds[("Certificate", "migops-webhook-ca")]["spec"]["secretName"] == issuer["spec"]["ca"]["secretName"]
     for kind in WEBHOOK_KINDS:
-        assert kinds[(kind, "migops-webhook")]["metadata"]["annotations"]["cert-manager.io/inject-ca-from"] == \
-            f"{serving['metadata']['namespace']}/{serving['metadata']['name']}"
+        assert (
+            kinds[(kind, "migops-webhook")]["metadata"]["annotations"]["cert-manager.io/inject-ca-from"]
+            == f"{serving['metadata']['namespace']}/{serving['metadata']['name']}"
+        )
     deployment = kinds[("Deployment", "migops-webhook")]
     container = _container(docs, "Deployment", "migops-webhook")
     assert _manifest_env(container)["MIGOPS_WEBHOOK_CERTS"] == "mounted"

@@ -5,6 +5,7 @@ chain, bridge or veth, kubepods cgroup, /var/log/containers link, hosts line, CN
 the kubelet changed, or directory. These tests start their own real node, so they run first in the
 session (marker real_node_exclusive), before the `real_node` fixture takes the machine's one.
 """
+
 from __future__ import annotations
 
 import os
@@ -30,8 +31,14 @@ IMAGE = "migops.local/cleanup-busybox:1"
 
 
 def _cli(home: Path, *args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "migops", "local", *args], capture_output=True, text=True,
-                          timeout=timeout, check=False, env={**os.environ, "MIGOPS_HOME": str(home)})
+    return subprocess.run(
+        [sys.executable, "-m", "migops", "local", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+        env={**os.environ, "MIGOPS_HOME": str(home)},
+    )
 
 
 def _host_snapshot() -> dict:
@@ -39,9 +46,12 @@ def _host_snapshot() -> dict:
     forwarding, and the host directories its programs create regardless of configuration (their
     existence and entries), /run/netns."""
     dirs = {str(d): sorted(os.listdir(d)) if d.is_dir() else None for d in (*nodeclean.HOST_DIRS, Path("/run/netns"))}
-    return {"links": sorted(os.listdir("/sys/class/net")), "dirs": dirs,
-            "sysctls": {k: Path("/proc/sys", k).read_text() for k in nodeclean.KUBELET_SYSCTLS},
-            "forwarding": Path("/proc/sys/net/ipv4/ip_forward").read_text()}
+    return {
+        "links": sorted(os.listdir("/sys/class/net")),
+        "dirs": dirs,
+        "sysctls": {k: Path("/proc/sys", k).read_text() for k in nodeclean.KUBELET_SYSCTLS},
+        "forwarding": Path("/proc/sys/net/ipv4/ip_forward").read_text(),
+    }
 
 
 def _up_with_a_pod(home: Path) -> tuple[state.LocalState, Path, float]:
@@ -59,19 +69,35 @@ def _up_with_a_pod(home: Path) -> tuple[state.LocalState, Path, float]:
     with config.new_client_from_config(config_file=current.kubeconfig) as api:
         core = k8s.CoreV1Api(api)
         until(lambda: _has_default_sa(core), 30, "the default ServiceAccount")
-        core.create_namespaced_pod("default", {"metadata": {"name": "leftover", "labels": {"app": "leftover"}},
-                                               "spec": {"terminationGracePeriodSeconds": 1,
-                                                        # not on a simulated node (nothing runs there)
-                                                        "nodeSelector": {"kubernetes.io/hostname": NODE_NAME},
-                                                        "containers": [{
-                                                   "name": "main", "image": IMAGE, "imagePullPolicy": "Never",
-                                                   "command": ["sh", "-c", "echo hi; exec sleep 3600"],
-                                                   "volumeMounts": [{"name": "scratch", "mountPath": "/scratch"}]}],
-                                                   "volumes": [{"name": "scratch", "emptyDir": {"medium": "Memory"}}]}})
-        core.create_namespaced_service("default", {"metadata": {"name": "leftover"}, "spec": {
-            "selector": {"app": "leftover"}, "ports": [{"port": 80, "targetPort": 8080}]}})
-        until(lambda: core.read_namespaced_pod("leftover", "default").status.phase == "Running", 90,
-              "the pod running")
+        core.create_namespaced_pod(
+            "default",
+            {
+                "metadata": {"name": "leftover", "labels": {"app": "leftover"}},
+                "spec": {
+                    "terminationGracePeriodSeconds": 1,
+                    # not on a simulated node (nothing runs there)
+                    "nodeSelector": {"kubernetes.io/hostname": NODE_NAME},
+                    "containers": [
+                        {
+                            "name": "main",
+                            "image": IMAGE,
+                            "imagePullPolicy": "Never",
+                            "command": ["sh", "-c", "echo hi; exec sleep 3600"],
+                            "volumeMounts": [{"name": "scratch", "mountPath": "/scratch"}],
+                        }
+                    ],
+                    "volumes": [{"name": "scratch", "emptyDir": {"medium": "Memory"}}],
+                },
+            },
+        )
+        core.create_namespaced_service(
+            "default",
+            {
+                "metadata": {"name": "leftover"},
+                "spec": {"selector": {"app": "leftover"}, "ports": [{"port": 80, "targetPort": 8080}]},
+            },
+        )
+        until(lambda: core.read_namespaced_pod("leftover", "default").status.phase == "Running", 90, "the pod running")
     return current, node_dir, took
 
 

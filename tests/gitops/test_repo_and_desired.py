@@ -1,4 +1,5 @@
 """config.yaml + nodes.yaml → RepoSpec → DesiredState: assignments, precedence, and every problem with file and path."""
+
 from __future__ import annotations
 
 import pytest
@@ -13,8 +14,12 @@ A100 = "0x20B010DE"
 
 
 def node(name: str, device: str = H100, count: int = 8, **labels: str) -> dict:
-    return {"metadata": {"name": name, "labels": {"migops.io/gpu.device-id": device,
-                                                 "nvidia.com/gpu.count": str(count), **labels}}}
+    return {
+        "metadata": {
+            "name": name,
+            "labels": {"migops.io/gpu.device-id": device, "nvidia.com/gpu.count": str(count), **labels},
+        }
+    }
 
 
 def spec(nodes_text: str, config: str = CONFIG_YAML, path: str = "c"):
@@ -29,18 +34,32 @@ MIXED = MigSettings(strategy="mixed")
 
 
 def test_selectors_names_and_default() -> None:
-    s = spec(nodes_yaml("""
+    s = spec(
+        nodes_yaml(
+            """
   - nodeSelector: {matchLabels: {pool: infer}}
     config: all-1g.10gb
   - nodes: [n3]
     config: five-1g-one-2g
   - nodeSelector: {matchExpressions: [{key: pool, operator: In, values: [train]}]}
-    config: all-3g.40gb""", default="all-disabled"))
-    cluster = {"n1": node("n1", pool="infer"), "n2": node("n2", pool="train"), "n3": node("n3", pool="infer"),
-               "n4": node("n4"), "cpu": {"metadata": {"name": "cpu", "labels": {}}}}
+    config: all-3g.40gb""",
+            default="all-disabled",
+        )
+    )
+    cluster = {
+        "n1": node("n1", pool="infer"),
+        "n2": node("n2", pool="train"),
+        "n3": node("n3", pool="infer"),
+        "n4": node("n4"),
+        "cpu": {"metadata": {"name": "cpu", "labels": {}}},
+    }
     got = resolve(s, cluster, MIXED)
     assert {n: t.config for n, t in got.targets.items()} == {
-        "n1": "all-1g.10gb", "n2": "all-3g.40gb", "n3": "five-1g-one-2g", "n4": "all-disabled"}
+        "n1": "all-1g.10gb",
+        "n2": "all-3g.40gb",
+        "n3": "five-1g-one-2g",
+        "n4": "all-disabled",
+    }
     assert got.targets["n3"].source == "assignments[1]" and got.targets["n4"].source == "default"
     assert got.targets["n1"].digest == s.config.digest("all-1g.10gb")
     assert (got.namespace, got.configmap) == ("gpu-operator", "default-mig-parted-config")
@@ -52,16 +71,20 @@ def test_without_default_unmatched_nodes_are_left_alone() -> None:
 
 
 def test_two_selectors_on_one_node_is_an_error() -> None:
-    s = spec(nodes_yaml("""
+    s = spec(
+        nodes_yaml("""
   - nodeSelector: {matchLabels: {pool: a}}
     config: all-1g.10gb
   - nodeSelector: {matchLabels: {zone: z}}
-    config: all-3g.40gb"""))
+    config: all-3g.40gb""")
+    )
     with pytest.raises(RepoError) as err:
         resolve(s, {"n1": node("n1", pool="a", zone="z"), "n2": node("n2", pool="a")}, MIXED)
-    assert problems(err) == ["c/nodes.yaml: assignments[1]: node n1 matches both assignments[0] and "
-                             "assignments[1]; a node may match one selector only (list it under nodes: to choose) "
-                             "[selectors-overlap]"]
+    assert problems(err) == [
+        "c/nodes.yaml: assignments[1]: node n1 matches both assignments[0] and "
+        "assignments[1]; a node may match one selector only (list it under nodes: to choose) "
+        "[selectors-overlap]"
+    ]
 
 
 def test_unplaceable_geometry_names_node_file_and_path() -> None:
@@ -70,8 +93,10 @@ def test_unplaceable_geometry_names_node_file_and_path() -> None:
     with pytest.raises(RepoError) as err:
         resolve(s, cluster, MIXED)
     (msg,) = problems(err)
-    assert msg.startswith("c/nodes.yaml: assignments[0].config: config 'too-many' cannot be applied to nodes "
-                          "n0, n1, n2, n3, n4 and 3 more (8 x ")
+    assert msg.startswith(
+        "c/nodes.yaml: assignments[0].config: config 'too-many' cannot be applied to nodes "
+        "n0, n1, n2, n3, n4 and 3 more (8 x "
+    )
     assert 'c/config.yaml: mig-configs.too-many[0].mig-devices."1g.10gb"' in msg
     assert err.value.reason == "ValidationFailed"
 
@@ -106,13 +131,16 @@ def test_missing_config_name_and_yaml_error_and_bad_fields() -> None:
         "c/nodes.yaml: assignments[0].config: config 'no-such-config' is not in c/config.yaml (it has: all-disabled, "
         "all-1g.10gb, all-3g.40gb, five-1g-one-2g) [config-not-found]",
         "c/nodes.yaml: default: config 'nor-this' is not in c/config.yaml (it has: all-disabled, all-1g.10gb, "
-        "all-3g.40gb, five-1g-one-2g) [config-not-found]"]
+        "all-3g.40gb, five-1g-one-2g) [config-not-found]",
+    ]
     with pytest.raises(RepoError) as err:
         spec(nodes_yaml(), config=CONFIG_YAML.replace("mig-enabled: true", "mig-enabled: [true", 1))
     assert problems(err)[0].startswith("c/config.yaml: ") and "[yaml-syntax]" in problems(err)[0]
     with pytest.raises(RepoError) as err:
-        spec("version: v1\nrollout: {maxUnavailable: 0}\nassignments:\n  - nodes: []\n    config: x\n"
-             "  - nodeSelector: {}\n    config: all-disabled\nextra: 1\n")
+        spec(
+            "version: v1\nrollout: {maxUnavailable: 0}\nassignments:\n  - nodes: []\n    config: x\n"
+            "  - nodeSelector: {}\n    config: all-disabled\nextra: 1\n"
+        )
     assert problems(err) == [
         "c/nodes.yaml: extra: unexpected field 'extra' (allowed: version, strategy, configMap, rollout, default, "
         "prune, assignments) [unexpected-field]",
@@ -120,7 +148,8 @@ def test_missing_config_name_and_yaml_error_and_bad_fields() -> None:
         "\"1%\" to \"100%\", not 0 [invalid-max-unavailable]",
         "c/nodes.yaml: assignments[0].nodes: nodes must be a non-empty list of node names [invalid-nodes]",
         "c/nodes.yaml: assignments[1].nodeSelector: an empty nodeSelector would match every node; name the labels "
-        "to match [empty-selector]"]
+        "to match [empty-selector]",
+    ]
 
 
 def test_missing_files() -> None:
@@ -140,4 +169,4 @@ def test_fit_cache_validates_each_shape_once() -> None:
     cluster = {f"n{i}": node(f"n{i}", pool="a") for i in range(500)}
     assert len(resolve(s, cluster, MIXED, cache).targets) == 500
     # one node shape and the config's catalogue question (the errors of its text), each asked once
-    assert len(cache._items) == 2  # noqa: SLF001
+    assert len(cache._items) == 2

@@ -1,4 +1,5 @@
 """gitops.source against real repositories: local path, file://, branches, tags, commits, a remote that vanishes."""
+
 from __future__ import annotations
 
 import shutil
@@ -22,7 +23,9 @@ def test_follows_a_branch_by_local_path_and_file_url(repo: GitRepo, tmp_path: Pa
         got = src.fetch()
         assert got.revision == first and got.subject == "first"
         assert src.read_files(got.revision, ["c/config.yaml", "c/nodes.yaml"]) == {
-            "c/config.yaml": CONFIG_YAML.encode(), "c/nodes.yaml": None}
+            "c/config.yaml": CONFIG_YAML.encode(),
+            "c/nodes.yaml": None,
+        }
     second = repo.commit({"c/nodes.yaml": "version: v1\n"}, "second")
     again = src.fetch()
     assert again.revision == second

@@ -5,6 +5,7 @@ The HTTPS server is git's own `git http-backend` behind a small CGI bridge. No s
 the ssh test puts an `ssh` on PATH that checks the options git was told to use and then runs the remote
 command (git-upload-pack) locally, as sshd would after authenticating.
 """
+
 from __future__ import annotations
 
 import base64
@@ -46,9 +47,17 @@ class _GitHttp(BaseHTTPRequestHandler):
             return
         path, _, query = self.path.partition("?")
         body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
-        env = {**os.environ, "GIT_PROJECT_ROOT": str(self.root), "GIT_HTTP_EXPORT_ALL": "1", "PATH_INFO": path,
-               "QUERY_STRING": query, "REQUEST_METHOD": self.command, "REMOTE_USER": USER,
-               "CONTENT_TYPE": self.headers.get("Content-Type", ""), "CONTENT_LENGTH": str(len(body))}
+        env = {
+            **os.environ,
+            "GIT_PROJECT_ROOT": str(self.root),
+            "GIT_HTTP_EXPORT_ALL": "1",
+            "PATH_INFO": path,
+            "QUERY_STRING": query,
+            "REQUEST_METHOD": self.command,
+            "REMOTE_USER": USER,
+            "CONTENT_TYPE": self.headers.get("Content-Type", ""),
+            "CONTENT_LENGTH": str(len(body)),
+        }
         out = subprocess.run(["git", "http-backend"], input=body, env=env, capture_output=True, timeout=60).stdout
         head, _, payload = out.partition(b"\r\n\r\n")
         status = 200
@@ -91,23 +100,30 @@ def https_repo(tmp_path: Path) -> Iterator[tuple[str, Path, str]]:
     httpd.server_close()
 
 
-def test_https_with_basic_and_bearer_auth_and_a_private_ca(https_repo, tmp_path: Path) -> None:  # noqa: ANN001
+def test_https_with_basic_and_bearer_auth_and_a_private_ca(https_repo, tmp_path: Path) -> None:
     url, ca, sha = https_repo
     (tmp_path / "password").write_text(PASSWORD + "\n")
     (tmp_path / "token").write_text(TOKEN)
-    basic = GitSource(url, "main", cache_dir=tmp_path / "c1",
-                      auth=GitAuth(https_username=USER, https_password_file=tmp_path / "password", ca_file=ca))
+    basic = GitSource(
+        url,
+        "main",
+        cache_dir=tmp_path / "c1",
+        auth=GitAuth(https_username=USER, https_password_file=tmp_path / "password", ca_file=ca),
+    )
     assert basic.fetch().revision == sha
     assert basic.read_files(sha, ["config.yaml"])["config.yaml"] == CONFIG_YAML.encode()
-    bearer = GitSource(url, "main", cache_dir=tmp_path / "c2", auth=GitAuth(https_password_file=tmp_path / "token", ca_file=ca))
+    bearer = GitSource(
+        url, "main", cache_dir=tmp_path / "c2", auth=GitAuth(https_password_file=tmp_path / "token", ca_file=ca)
+    )
     assert bearer.fetch().revision == sha
     # No credentials: refused, never a password prompt. Unknown CA: refused.
     with pytest.raises(SourceError) as err:
         GitSource(url, "main", cache_dir=tmp_path / "c3", auth=GitAuth(ca_file=ca), timeout=30).fetch()
     assert err.value.reason == "GitUnreachable"
     with pytest.raises(SourceError) as err:
-        GitSource(url, "main", cache_dir=tmp_path / "c4", timeout=30,
-                  auth=GitAuth(https_password_file=tmp_path / "token")).fetch()
+        GitSource(
+            url, "main", cache_dir=tmp_path / "c4", timeout=30, auth=GitAuth(https_password_file=tmp_path / "token")
+        ).fetch()
     assert "certificate" in str(err.value).lower()
     # The secret never appears in what an error says.
     assert TOKEN not in str(err.value) and PASSWORD not in str(err.value)
@@ -128,8 +144,12 @@ def test_ssh_url_gets_key_known_hosts_and_batch_mode(tmp_path: Path, monkeypatch
     key, hosts = tmp_path / "id_ed25519", tmp_path / "known_hosts"
     key.write_text("(a private key)")
     hosts.write_text("(host keys)")
-    src = GitSource(f"ssh://git@git.example.com{repo.path}", "main", cache_dir=tmp_path / "c",
-                    auth=GitAuth(ssh_key=key, known_hosts=hosts))
+    src = GitSource(
+        f"ssh://git@git.example.com{repo.path}",
+        "main",
+        cache_dir=tmp_path / "c",
+        auth=GitAuth(ssh_key=key, known_hosts=hosts),
+    )
     assert src.fetch().revision == sha
     args = seen.read_text().splitlines()
     for option in ("BatchMode=yes", "StrictHostKeyChecking=yes", f"UserKnownHostsFile={hosts}", "IdentitiesOnly=yes"):

@@ -1,4 +1,5 @@
 """Commit signatures: SSH (allowed signers) and OpenPGP; unsigned, untrusted and tampered commits refused."""
+
 from __future__ import annotations
 
 from collections.abc import Iterator
@@ -14,8 +15,12 @@ from migops.gitops.verify import TrustPolicy, VerificationError, split_signature
 @pytest.fixture(scope="module")
 def keys(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, SshKey | PgpKey]]:
     d = tmp_path_factory.mktemp("keys")
-    made = {"ssh": SshKey.make(d, "alice"), "ssh-other": SshKey.make(d, "mallory"),
-            "pgp": PgpKey.make(d, "alice"), "pgp-other": PgpKey.make(d, "mallory")}
+    made = {
+        "ssh": SshKey.make(d, "alice"),
+        "ssh-other": SshKey.make(d, "mallory"),
+        "pgp": PgpKey.make(d, "alice"),
+        "pgp-other": PgpKey.make(d, "mallory"),
+    }
     yield made
     for key in made.values():
         if isinstance(key, PgpKey):

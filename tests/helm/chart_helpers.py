@@ -1,4 +1,5 @@
 """Running helm on the chart, and reading what it renders."""
+
 from __future__ import annotations
 
 import subprocess
@@ -12,8 +13,9 @@ CHART = ROOT / "charts" / "migops"
 MODES = ("agent", "mig-manager", "webhook-only")
 
 
-def run_helm(helm: Path, *args: str, check: bool = True, timeout: float = 300,
-             kubeconfig: Path | None = None) -> subprocess.CompletedProcess[str]:
+def run_helm(
+    helm: Path, *args: str, check: bool = True, timeout: float = 300, kubeconfig: Path | None = None
+) -> subprocess.CompletedProcess[str]:
     env_args = ["--kubeconfig", str(kubeconfig)] if kubeconfig else []
     out = subprocess.run([str(helm), *args, *env_args], capture_output=True, text=True, timeout=timeout, check=False)
     if check:
@@ -34,8 +36,14 @@ def _json(value: Any) -> str:
     return value if isinstance(value, str) else json.dumps(value)
 
 
-def template(helm: Path, values: dict[str, Any] | None = None, *, namespace: str = "migops-system",
-             release: str = "migops", extra: tuple[str, ...] = ()) -> list[dict[str, Any]]:
+def template(
+    helm: Path,
+    values: dict[str, Any] | None = None,
+    *,
+    namespace: str = "migops-system",
+    release: str = "migops",
+    extra: tuple[str, ...] = (),
+) -> list[dict[str, Any]]:
     out = run_helm(helm, "template", release, str(CHART), "-n", namespace, *set_args(values or {}), *extra)
     return [d for d in yaml.safe_load_all(out.stdout) if d]
 

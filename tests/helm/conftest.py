@@ -1,4 +1,5 @@
 """Fixtures of the chart tests: the helm binary (built once into the cache by hack/helm-binary.sh)."""
+
 from __future__ import annotations
 
 import subprocess

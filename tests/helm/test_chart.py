@@ -1,5 +1,6 @@
 """The Helm chart (charts/migops): one source with the kustomize overlays, values that reach the objects,
 a schema that refuses bad values by name, and renders the real API server accepts in every mode."""
+
 from __future__ import annotations
 
 import shutil
@@ -10,8 +11,8 @@ from typing import Any
 
 import pytest
 import yaml
+from chart_helpers import CHART, MODES, ROOT, find, run_helm, template
 
-from chart_helpers import CHART, MODES, ROOT, crds, find, run_helm, template
 from migops.local.binaries import locate
 
 KINDS = ("ValidatingWebhookConfiguration", "MutatingWebhookConfiguration")
@@ -20,8 +21,9 @@ KINDS = ("ValidatingWebhookConfiguration", "MutatingWebhookConfiguration")
 def test_chart_files_are_a_fresh_render_of_the_overlays(tmp_path: Path) -> None:
     """files/ and crds/ are generated from manifests/overlays: a change there without a re-render fails."""
     fresh = tmp_path / "chart"
-    out = subprocess.run([str(ROOT / "hack" / "chart-files.sh"), str(fresh)], capture_output=True, text=True,
-                         timeout=300, check=False)
+    out = subprocess.run(
+        [str(ROOT / "hack" / "chart-files.sh"), str(fresh)], capture_output=True, text=True, timeout=300, check=False
+    )
     assert out.returncode == 0, out.stderr
     for sub in ("files", "crds"):
         committed = {p.name: p.read_text() for p in (CHART / sub).glob("*.yaml")}
@@ -37,18 +39,21 @@ def test_helm_lint_strict(helm: Path) -> None:
         assert "0 chart(s) failed" in out.stdout, out.stdout
 
 
-@pytest.mark.parametrize(("args", "field"), [
-    (["--set", "mode=operator"], "/mode"),
-    (["--set", "webhook.replicas=0"], "/webhook/replicas"),
-    (["--set", "webhook.failurePolicy.nodes=Maybe"], "/webhook/failurePolicy/nodes"),
-    (["--set", "webhook.timeoutSeconds.pods=60"], "/webhook/timeoutSeconds/pods"),
-    (["--set", "image.digest=latest"], "/image/digest"),
-    (["--set", "image.pullPolicy=Sometimes"], "/image/pullPolicy"),
-    (["--set", "gpuOperator.namespace=GPU_Operator"], "/gpuOperator/namespace"),
-    (["--set", "reconciler.configRepo.interval=soon"], "/reconciler/configRepo/interval"),
-    (["--set", "agent.backend=cuda"], "/agent/backend"),
-    (["--set", "webhook.replica=3"], "/webhook"),  # a typo of a key is refused, not ignored
-])
+@pytest.mark.parametrize(
+    ("args", "field"),
+    [
+        (["--set", "mode=operator"], "/mode"),
+        (["--set", "webhook.replicas=0"], "/webhook/replicas"),
+        (["--set", "webhook.failurePolicy.nodes=Maybe"], "/webhook/failurePolicy/nodes"),
+        (["--set", "webhook.timeoutSeconds.pods=60"], "/webhook/timeoutSeconds/pods"),
+        (["--set", "image.digest=latest"], "/image/digest"),
+        (["--set", "image.pullPolicy=Sometimes"], "/image/pullPolicy"),
+        (["--set", "gpuOperator.namespace=GPU_Operator"], "/gpuOperator/namespace"),
+        (["--set", "reconciler.configRepo.interval=soon"], "/reconciler/configRepo/interval"),
+        (["--set", "agent.backend=cuda"], "/agent/backend"),
+        (["--set", "webhook.replica=3"], "/webhook"),  # a typo of a key is refused, not ignored
+    ],
+)
 def test_schema_refuses_bad_values_naming_the_field(helm: Path, args: list[str], field: str) -> None:
     out = run_helm(helm, "template", "x", str(CHART), *args, check=False)
     assert out.returncode != 0
@@ -71,17 +76,31 @@ def test_modes_install_what_their_overlay_holds(helm: Path) -> None:
 
 def test_values_reach_the_objects(helm: Path) -> None:
     digest = "sha256:" + "ab" * 32
-    docs = template(helm, {
-        "image.repository": "registry.example/migops", "image.digest": digest, "image.pullPolicy": "Always",
-        "webhook.replicas": 3, "webhook.priorityClassName": "migops-critical",
-        "webhook.failurePolicy.nodes": "Ignore", "webhook.timeoutSeconds.configmaps": 9,
-        "webhook.resources": {"requests": {"cpu": "250m"}},
-        "reconciler.replicas": 1, "gpuOperator.namespace": "nvidia-gpu-operator", "migConfigMap.name": "site-mig",
-        "reconciler.configRepo.url": "ssh://git@git.example/mig.git", "reconciler.configRepo.ref": "main",
-        "reconciler.configRepo.path": "clusters/a", "reconciler.configRepo.sshSecret": "mig-deploy-key",
-        "agent.backend": "simulated", "agent.simulatedGpus": "2x0x233010DE",
-        "logFormat": "text", "logLevel": "debug",
-    }, namespace="mig")
+    docs = template(
+        helm,
+        {
+            "image.repository": "registry.example/migops",
+            "image.digest": digest,
+            "image.pullPolicy": "Always",
+            "webhook.replicas": 3,
+            "webhook.priorityClassName": "migops-critical",
+            "webhook.failurePolicy.nodes": "Ignore",
+            "webhook.timeoutSeconds.configmaps": 9,
+            "webhook.resources": {"requests": {"cpu": "250m"}},
+            "reconciler.replicas": 1,
+            "gpuOperator.namespace": "nvidia-gpu-operator",
+            "migConfigMap.name": "site-mig",
+            "reconciler.configRepo.url": "ssh://git@git.example/mig.git",
+            "reconciler.configRepo.ref": "main",
+            "reconciler.configRepo.path": "clusters/a",
+            "reconciler.configRepo.sshSecret": "mig-deploy-key",
+            "agent.backend": "simulated",
+            "agent.simulatedGpus": "2x0x233010DE",
+            "logFormat": "text",
+            "logLevel": "debug",
+        },
+        namespace="mig",
+    )
     for doc in docs:
         for c in _containers(doc):
             assert c["image"] == f"registry.example/migops@{digest}" and c["imagePullPolicy"] == "Always"
@@ -90,7 +109,9 @@ def test_values_reach_the_objects(helm: Path) -> None:
     assert hook["spec"]["template"]["spec"]["priorityClassName"] == "migops-critical"
     # Helm merges a value into the defaults: the memory request and limit stay.
     assert hook["spec"]["template"]["spec"]["containers"][0]["resources"] == {
-        "requests": {"cpu": "250m", "memory": "160Mi"}, "limits": {"memory": "512Mi"}}
+        "requests": {"cpu": "250m", "memory": "160Mi"},
+        "limits": {"memory": "512Mi"},
+    }
     validating = find(docs, "ValidatingWebhookConfiguration", "migops-webhook")
     by_name = {h["name"]: h for h in validating["webhooks"]}
     assert by_name["nodes.validate.migops.io"]["failurePolicy"] == "Ignore"
@@ -111,11 +132,25 @@ def test_values_reach_the_objects(helm: Path) -> None:
     assert "--ssh-key=/etc/migops/git/identity" in pod["containers"][0]["args"]
     assert {"name": "git-ssh", "secret": {"secretName": "mig-deploy-key", "defaultMode": 288}} in pod["volumes"]
     sync = find(docs, "MigSync", "migops")
-    assert sync["spec"] == {"url": "ssh://git@git.example/mig.git", "ref": "main", "path": "clusters/a",
-                            "interval": "60s"}
+    assert sync["spec"] == {
+        "url": "ssh://git@git.example/mig.git",
+        "ref": "main",
+        "path": "clusters/a",
+        "interval": "60s",
+    }
     agent = find(docs, "DaemonSet", "migops-agent")["spec"]["template"]["spec"]["containers"][0]
-    assert agent["command"] == ["migops", "agent", "--backend", "simulated", "--log-format", "text",
-                                "--log-level", "debug", "--gpus", "2x0x233010DE"]
+    assert agent["command"] == [
+        "migops",
+        "agent",
+        "--backend",
+        "simulated",
+        "--log-format",
+        "text",
+        "--log-level",
+        "debug",
+        "--gpus",
+        "2x0x233010DE",
+    ]
     assert "--log-format=text" in rec["spec"]["template"]["spec"]["containers"][0]["args"]
     env = {e["name"]: e.get("value") for e in hook["spec"]["template"]["spec"]["containers"][0]["env"]}
     assert env["MIGOPS_WEBHOOK_LOG_FORMAT"] == "text" and env["MIGOPS_WEBHOOK_LOG_LEVEL"] == "debug"
@@ -128,8 +163,10 @@ def test_cert_manager_mode_replaces_migops_own_issuer(helm: Path) -> None:
     docs = template(helm, {"certificates.mode": "cert-manager"})
     assert not [d for d in docs if d["metadata"]["name"].endswith("-certs")]
     for kind in KINDS:
-        assert find(docs, kind, "migops-webhook")["metadata"]["annotations"]["cert-manager.io/inject-ca-from"] \
+        assert (
+            find(docs, kind, "migops-webhook")["metadata"]["annotations"]["cert-manager.io/inject-ca-from"]
             == "migops-system/migops-webhook-tls"
+        )
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -141,13 +178,26 @@ def test_every_mode_renders_objects_the_api_server_accepts(helm: Path, control_p
     for name in (ns, operator):
         subprocess.run([str(kubectl), *kube, "create", "namespace", name], check=True, capture_output=True)
     try:
-        subprocess.run([str(kubectl), *kube, "apply", "--server-side", "-f", str(CHART / "crds")], check=True,
-                       capture_output=True)
-        docs = template(helm, {"mode": mode, "gpuOperator.namespace": operator,
-                               "reconciler.configRepo.url": "https://git.example/mig.git"}, namespace=ns)
+        subprocess.run(
+            [str(kubectl), *kube, "apply", "--server-side", "-f", str(CHART / "crds")], check=True, capture_output=True
+        )
+        docs = template(
+            helm,
+            {
+                "mode": mode,
+                "gpuOperator.namespace": operator,
+                "reconciler.configRepo.url": "https://git.example/mig.git",
+            },
+            namespace=ns,
+        )
         docs = [d for d in docs if d["kind"] != "Namespace"]
-        out = subprocess.run([str(kubectl), *kube, "apply", "--server-side", "--dry-run=server", "-f", "-"],
-                             input=yaml.safe_dump_all(docs), capture_output=True, text=True, timeout=120)
+        out = subprocess.run(
+            [str(kubectl), *kube, "apply", "--server-side", "--dry-run=server", "-f", "-"],
+            input=yaml.safe_dump_all(docs),
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         assert out.returncode == 0, out.stderr
         assert out.stdout.count("(server dry run)") == len(docs), out.stdout
     finally:
@@ -157,8 +207,11 @@ def test_every_mode_renders_objects_the_api_server_accepts(helm: Path, control_p
 
 def _containers(doc: dict[str, Any]) -> list[dict[str, Any]]:
     spec = doc.get("spec") or {}
-    pod = (spec.get("template") or {}).get("spec") or \
-        (((spec.get("jobTemplate") or {}).get("spec") or {}).get("template") or {}).get("spec") or {}
+    pod = (
+        (spec.get("template") or {}).get("spec")
+        or (((spec.get("jobTemplate") or {}).get("spec") or {}).get("template") or {}).get("spec")
+        or {}
+    )
     return list(pod.get("containers") or []) + list(pod.get("initContainers") or [])
 
 

@@ -6,6 +6,7 @@ exercised), mode mig-manager (the webhook and the reconciler in pods; NVIDIA's m
 Runs after tests/e2e (same real node, one session): that module removes its overlay before this one
 installs the chart, whose cluster-scoped names are the same.
 """
+
 from __future__ import annotations
 
 import subprocess
@@ -14,23 +15,38 @@ import time
 from pathlib import Path
 
 import pytest
+from chart_helpers import CHART, run_helm
 from kubernetes import client as k8s
 
-from chart_helpers import CHART, run_helm
 from migops.local import agents, cluster, image
 
 RELEASE, NS = "migops", "migops-helm"
-BAD = ('apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: helm-probe\n  namespace: gpu-operator\n'
-       '  labels: {migops.io/mig-config: "true"}\ndata:\n  config.yaml: |\n    version: v1\n    mig-configs:\n'
-       '      typo:\n        - devices: all\n          mig-enabled: true\n          mig-devices: {"1g.9gb": 1}\n')
+BAD = (
+    'apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: helm-probe\n  namespace: gpu-operator\n'
+    '  labels: {migops.io/mig-config: "true"}\ndata:\n  config.yaml: |\n    version: v1\n    mig-configs:\n'
+    '      typo:\n        - devices: all\n          mig-enabled: true\n          mig-devices: {"1g.9gb": 1}\n'
+)
 
 
 def _values(built: image.Built) -> list[str]:
     repository, tag = built.reference.rsplit(":", 1)
     pin = '{"kubernetes.io/hostname":"migops-node"}'
-    return ["--set", "mode=mig-manager", "--set", f"image.repository={repository}", "--set", f"image.tag={tag}",
-            "--set", "image.pullPolicy=Never", "--set-json", f"webhook.nodeSelector={pin}",
-            "--set-json", f"reconciler.nodeSelector={pin}", "--set", "reconciler.replicas=1"]
+    return [
+        "--set",
+        "mode=mig-manager",
+        "--set",
+        f"image.repository={repository}",
+        "--set",
+        f"image.tag={tag}",
+        "--set",
+        "image.pullPolicy=Never",
+        "--set-json",
+        f"webhook.nodeSelector={pin}",
+        "--set-json",
+        f"reconciler.nodeSelector={pin}",
+        "--set",
+        "reconciler.replicas=1",
+    ]
 
 
 @pytest.fixture(scope="module")
@@ -46,21 +62,38 @@ def installed(real_node, helm: Path):
     policy = ["patch", "clusterpolicies.nvidia.com/cluster-policy", "--type", "merge", "-p"]
     _kubectl(real_node, kube, *policy, '{"spec":{"migManager":{"config":{"name":"migops-mig-config"}}}}')
     start = time.monotonic()
-    run_helm(helm, "install", RELEASE, str(CHART), "-n", NS, "--create-namespace", "--wait", "--timeout", "5m",
-             *_values(built), *kube, timeout=420)
+    run_helm(
+        helm,
+        "install",
+        RELEASE,
+        str(CHART),
+        "-n",
+        NS,
+        "--create-namespace",
+        "--wait",
+        "--timeout",
+        "5m",
+        *_values(built),
+        *kube,
+        timeout=420,
+    )
     print(f"helm install --wait: {time.monotonic() - start:.1f}s")
     yield real_node, built, kube
     # What uninstall must leave: no object of the release anywhere (the webhook configurations included,
     # so nothing is locked out); only the CRD (Helm's rule for crds/) and the namespace Helm created.
     run_helm(helm, "uninstall", RELEASE, "-n", NS, "--wait", "--timeout", "3m", *kube, check=False)
-    subprocess.run([str(real_node.kubectl), *kube, "delete", "namespace", NS, "--wait=true", "--timeout=120s"],
-                   capture_output=True, timeout=180)
+    subprocess.run(
+        [str(real_node.kubectl), *kube, "delete", "namespace", NS, "--wait=true", "--timeout=120s"],
+        capture_output=True,
+        timeout=180,
+    )
     _kubectl(real_node, kube, *policy, '{"spec":{"migManager":{"config":{"name":"default-mig-parted-config"}}}}')
 
 
 def _kubectl(real_node, kube: list[str], *args: str, input: str | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([str(real_node.kubectl), *kube, *args], input=input, capture_output=True, text=True,
-                          timeout=120)
+    return subprocess.run(
+        [str(real_node.kubectl), *kube, *args], input=input, capture_output=True, text=True, timeout=120
+    )
 
 
 def _denied(real_node, kube: list[str]) -> str:
@@ -104,8 +137,24 @@ def test_upgrade_rolls_out_without_an_admission_gap(installed, helm: Path) -> No
     thread = threading.Thread(target=probe, daemon=True)
     thread.start()
     try:
-        run_helm(helm, "upgrade", RELEASE, str(CHART), "-n", NS, "--wait", "--timeout", "5m", *_values(built),
-                 "--set", "webhook.replicas=3", "--set", "webhook.resources.requests.cpu=50m", *kube, timeout=420)
+        run_helm(
+            helm,
+            "upgrade",
+            RELEASE,
+            str(CHART),
+            "-n",
+            NS,
+            "--wait",
+            "--timeout",
+            "5m",
+            *_values(built),
+            "--set",
+            "webhook.replicas=3",
+            "--set",
+            "webhook.resources.requests.cpu=50m",
+            *kube,
+            timeout=420,
+        )
         time.sleep(2)
     finally:
         stop.set()
@@ -119,14 +168,17 @@ def test_upgrade_rolls_out_without_an_admission_gap(installed, helm: Path) -> No
 def test_uninstall_leaves_no_object_of_the_release(installed, helm: Path) -> None:
     real_node, _, kube = installed
     run_helm(helm, "uninstall", RELEASE, "-n", NS, "--wait", "--timeout", "3m", *kube, timeout=240)
-    kinds = ("all,configmaps,secrets,serviceaccounts,roles,rolebindings,clusterroles,clusterrolebindings,"
-             "validatingwebhookconfigurations,mutatingwebhookconfigurations,validatingadmissionpolicies,"
-             "validatingadmissionpolicybindings,poddisruptionbudgets,cronjobs,migsyncs")
+    kinds = (
+        "all,configmaps,secrets,serviceaccounts,roles,rolebindings,clusterroles,clusterrolebindings,"
+        "validatingwebhookconfigurations,mutatingwebhookconfigurations,validatingadmissionpolicies,"
+        "validatingadmissionpolicybindings,poddisruptionbudgets,cronjobs,migsyncs"
+    )
     left = _kubectl(real_node, kube, "get", kinds, "-A", "-l", "app.kubernetes.io/part-of=migops", "-o", "name")
     assert left.returncode == 0, left.stderr
     assert left.stdout.split() == [], left.stdout
-    webhooks = _kubectl(real_node, kube, "get", "validatingwebhookconfigurations,mutatingwebhookconfigurations",
-                        "-o", "name")
+    webhooks = _kubectl(
+        real_node, kube, "get", "validatingwebhookconfigurations,mutatingwebhookconfigurations", "-o", "name"
+    )
     assert "migops" not in webhooks.stdout
     # Nothing is locked out: the bad config is now judged by no one (the dry-run succeeds).
     out = _kubectl(real_node, kube, "apply", "--dry-run=server", "-f", "-", input=BAD)

@@ -1,4 +1,5 @@
 """migops.kube against the real API server: apply, informer (list, watch, resume, 410), events."""
+
 from __future__ import annotations
 
 import threading
@@ -6,10 +7,10 @@ import time
 from collections.abc import Iterator
 
 import pytest
-from polling import until
 from kubernetes import client as k8s
 from kubernetes.client import ApiClient
 from kubernetes.client.exceptions import ApiException
+from polling import until
 
 from migops.kube import events, ssa
 from migops.kube.clusterpolicy import read_settings
@@ -17,8 +18,6 @@ from migops.kube.informer import Informer
 from migops.local.binaries import locate
 from migops.local.cluster import apply_cluster_policy, install_clusterpolicy_crd
 from migops.local.controlplane import ControlPlane
-
-
 
 
 def _cm(name: str, ns: str, data: dict) -> dict:
@@ -35,8 +34,9 @@ def test_apply_owns_only_what_it_sends_and_conflicts_without_force(admin: ApiCli
         ssa.apply(admin, {**label, "metadata": {"name": node, "labels": {"a": "x"}}}, field_manager="two")
     assert conflict.value.status == 409
     ssa.apply(admin, {**label, "metadata": {"name": node, "labels": {"a": "x"}}}, field_manager="two", force=True)
-    ssa.apply(admin, {"apiVersion": "v1", "kind": "Node", "metadata": {"name": node, "labels": {}}},
-              field_manager="one")  # "one" owns nothing any more
+    ssa.apply(
+        admin, {"apiVersion": "v1", "kind": "Node", "metadata": {"name": node, "labels": {}}}, field_manager="one"
+    )  # "one" owns nothing any more
     assert k8s.CoreV1Api(admin).read_node(node).metadata.labels["a"] == "x"
 
 
@@ -107,7 +107,7 @@ def test_informer_lists_again_when_its_resource_version_expires(compacting_plane
         probe = Informer(core.list_namespaced_config_map, "default", watch_timeout=1)  # never started
         while not expired and time.monotonic() < deadline:
             probe.resource_version = stale
-            expired = probe._watch_once() is False  # noqa: SLF001 - the 410 path itself
+            expired = probe._watch_once() is False
         assert expired
         with Informer(core.list_namespaced_config_map, "default", watch_timeout=1, backoff=(0.05, 0.2)) as again:
             assert again.wait_synced(20)
@@ -121,8 +121,8 @@ def test_informer_relists_after_the_connection_breaks(admin: ApiClient, namespac
     core = k8s.CoreV1Api(admin)
     with Informer(core.list_namespaced_config_map, namespace, watch_timeout=60, backoff=(0.05, 0.2)) as inf:
         assert inf.wait_synced(20)
-        until(lambda: inf._response is not None)  # noqa: SLF001
-        inf._response.shutdown()  # noqa: SLF001 - a dropped connection
+        until(lambda: inf._response is not None)
+        inf._response.shutdown()
         ssa.apply(admin, _cm("later", namespace, {}), field_manager="t")
         until(lambda: f"{namespace}/later" in inf.items())
         assert inf.lists >= 2
@@ -131,19 +131,26 @@ def test_informer_relists_after_the_connection_breaks(admin: ApiClient, namespac
 def test_informer_stop_is_prompt_during_a_long_watch(admin: ApiClient, namespace: str) -> None:
     inf = Informer(k8s.CoreV1Api(admin).list_namespaced_config_map, namespace, watch_timeout=300).start()
     assert inf.wait_synced(20)
-    until(lambda: inf._response is not None)  # noqa: SLF001
+    until(lambda: inf._response is not None)
     inf.stop(timeout=10)
-    assert not inf._thread.is_alive()  # noqa: SLF001
+    assert not inf._thread.is_alive()
 
 
 def test_event_is_recorded_and_never_raises(admin: ApiClient, node: str) -> None:
     obj = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": node}}
     assert events.record(admin, obj, "MigConfigApplied", "applied all-1g.10gb", controller="migops.io/test")
     found = k8s.CoreV1Api(admin).list_namespaced_event("default", field_selector=f"involvedObject.name={node}")
-    assert [(e.reason, e.message, e.type) for e in found.items] == [("MigConfigApplied", "applied all-1g.10gb", "Normal")]
+    assert [(e.reason, e.message, e.type) for e in found.items] == [
+        ("MigConfigApplied", "applied all-1g.10gb", "Normal")
+    ]
     # Best effort: a failure (here, a namespace that does not exist) is reported, never raised.
-    assert not events.record(admin, {"kind": "ConfigMap", "metadata": {"name": "x", "namespace": "no-such-ns-4f2a"}},
-                             "X", "y", controller="migops.io/test")
+    assert not events.record(
+        admin,
+        {"kind": "ConfigMap", "metadata": {"name": "x", "namespace": "no-such-ns-4f2a"}},
+        "X",
+        "y",
+        controller="migops.io/test",
+    )
 
 
 def test_read_settings_from_the_cluster_policy(admin: ApiClient) -> None:
@@ -156,25 +163,41 @@ def test_read_settings_from_the_cluster_policy(admin: ApiClient) -> None:
 def test_informer_missing_ok_counts_an_absent_kind_as_empty_until_it_appears(admin: ApiClient) -> None:
     group, plural = "informertest.migops.io", "widgets"
     objects = k8s.CustomObjectsApi(admin)
-    with Informer(objects.list_cluster_custom_object, group, "v1", plural, missing_ok=True, backoff=(0.05, 0.3),
-                  watch_timeout=5) as inf:
+    with Informer(
+        objects.list_cluster_custom_object, group, "v1", plural, missing_ok=True, backoff=(0.05, 0.3), watch_timeout=5
+    ) as inf:
         assert inf.wait_synced(20)
         assert len(inf) == 0 and inf.missing
-        crd = {"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
-               "metadata": {"name": f"{plural}.{group}"},
-               "spec": {"group": group, "scope": "Cluster",
-                        "names": {"plural": plural, "singular": "widget", "kind": "Widget"},
-                        "versions": [{"name": "v1", "served": True, "storage": True, "schema": {
-                            "openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}}}]}}
+        crd = {
+            "apiVersion": "apiextensions.k8s.io/v1",
+            "kind": "CustomResourceDefinition",
+            "metadata": {"name": f"{plural}.{group}"},
+            "spec": {
+                "group": group,
+                "scope": "Cluster",
+                "names": {"plural": plural, "singular": "widget", "kind": "Widget"},
+                "versions": [
+                    {
+                        "name": "v1",
+                        "served": True,
+                        "storage": True,
+                        "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}},
+                    }
+                ],
+            },
+        }
         ssa.apply(admin, crd, field_manager="t")
         try:
+
             def create() -> bool:
                 try:
-                    objects.create_cluster_custom_object(group, "v1", plural, {
-                        "apiVersion": f"{group}/v1", "kind": "Widget", "metadata": {"name": "w1"}})
+                    objects.create_cluster_custom_object(
+                        group, "v1", plural, {"apiVersion": f"{group}/v1", "kind": "Widget", "metadata": {"name": "w1"}}
+                    )
                     return True
                 except ApiException:
                     return False
+
             until(create)
             until(lambda: "w1" in inf.items() and not inf.missing)
         finally:

@@ -1,4 +1,5 @@
 """migops.kube.lease against the real API server: one leader, release, takeover after expiry."""
+
 from __future__ import annotations
 
 import threading
@@ -9,11 +10,11 @@ from kubernetes import client as k8s
 from migops.kube.lease import LeaderElector
 
 
-def _elector(api, namespace: str, who: str) -> LeaderElector:  # noqa: ANN001
+def _elector(api, namespace: str, who: str) -> LeaderElector:
     return LeaderElector(api, namespace, "test-lease", who, lease_duration=2, renew_deadline=1.5, retry_period=0.2)
 
 
-def test_one_leader_release_and_takeover(admin, namespace) -> None:  # noqa: ANN001
+def test_one_leader_release_and_takeover(admin, namespace) -> None:
     a, b = _elector(admin, namespace, "a"), _elector(admin, namespace, "b")
     stop_a, stop_b = threading.Event(), threading.Event()
     ta = threading.Thread(target=a.run, args=(stop_a,), daemon=True)
@@ -32,9 +33,9 @@ def test_one_leader_release_and_takeover(admin, namespace) -> None:  # noqa: ANN
     tb.join(10)
 
 
-def test_a_dead_leader_is_replaced_after_the_lease_expires(admin, namespace) -> None:  # noqa: ANN001
+def test_a_dead_leader_is_replaced_after_the_lease_expires(admin, namespace) -> None:
     dead = _elector(admin, namespace, "dead")
-    assert dead._try_acquire_or_renew()  # noqa: SLF001 - took it, then "crashed": never renews, never releases
+    assert dead._try_acquire_or_renew()
     b = _elector(admin, namespace, "b")
     stop = threading.Event()
     began = time.monotonic()
@@ -46,7 +47,7 @@ def test_a_dead_leader_is_replaced_after_the_lease_expires(admin, namespace) -> 
     t.join(10)
 
 
-def test_losing_the_lease_stops_leading(admin, namespace) -> None:  # noqa: ANN001
+def test_losing_the_lease_stops_leading(admin, namespace) -> None:
     a = _elector(admin, namespace, "a")
     stopped = threading.Event()
     stop = threading.Event()

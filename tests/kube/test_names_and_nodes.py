@@ -1,4 +1,5 @@
 """Pure parts of migops.kube: REST paths, ClusterPolicy settings, a Node's GPUs."""
+
 from __future__ import annotations
 
 import pytest
@@ -13,20 +14,28 @@ from migops.mig.catalogue import UnknownGpuError
 def test_object_paths() -> None:
     assert object_path("v1", "Node", "n1") == "/api/v1/nodes/n1"
     assert object_path("v1", "ConfigMap", "c", "ns") == "/api/v1/namespaces/ns/configmaps/c"
-    assert object_path("nvidia.com/v1", "ClusterPolicy", "cluster-policy") == \
-        "/apis/nvidia.com/v1/clusterpolicies/cluster-policy"
-    assert object_path("coordination.k8s.io/v1", "Lease", None, "kube-system") == \
-        "/apis/coordination.k8s.io/v1/namespaces/kube-system/leases"
+    assert (
+        object_path("nvidia.com/v1", "ClusterPolicy", "cluster-policy")
+        == "/apis/nvidia.com/v1/clusterpolicies/cluster-policy"
+    )
+    assert (
+        object_path("coordination.k8s.io/v1", "Lease", None, "kube-system")
+        == "/apis/coordination.k8s.io/v1/namespaces/kube-system/leases"
+    )
     with pytest.raises(ValueError, match="namespaced"):
         object_path("v1", "ConfigMap", "c")
 
 
 def test_plurals_follow_the_api_machinery() -> None:
-    assert object_path("admissionregistration.k8s.io/v1", "ValidatingAdmissionPolicy", "p") == \
-        "/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicies/p"
+    assert (
+        object_path("admissionregistration.k8s.io/v1", "ValidatingAdmissionPolicy", "p")
+        == "/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicies/p"
+    )
     assert object_path("scheduling.k8s.io/v1", "PriorityClass", "x") == "/apis/scheduling.k8s.io/v1/priorityclasses/x"
-    assert object_path("networking.k8s.io/v1", "Ingress", "i", "ns") == \
-        "/apis/networking.k8s.io/v1/namespaces/ns/ingresses/i"
+    assert (
+        object_path("networking.k8s.io/v1", "Ingress", "i", "ns")
+        == "/apis/networking.k8s.io/v1/namespaces/ns/ingresses/i"
+    )
     assert object_path("apps/v1", "DaemonSet", "d", "ns") == "/apis/apps/v1/namespaces/ns/daemonsets/d"
     assert object_path("v1", "ServiceAccount", "sa", "ns") == "/api/v1/namespaces/ns/serviceaccounts/sa"
 
@@ -42,12 +51,21 @@ def test_settings_defaults_without_a_policy() -> None:
 
 def test_settings_come_from_the_oldest_policy() -> None:
     newer = _policy("b", "2026-01-02T00:00:00Z", mig={"strategy": "none"})
-    older = _policy("a", "2026-01-01T00:00:00Z", mig={"strategy": "mixed"},
-                    migManager={"config": {"name": "custom-mig", "default": ""}})
+    older = _policy(
+        "a",
+        "2026-01-01T00:00:00Z",
+        mig={"strategy": "mixed"},
+        migManager={"config": {"name": "custom-mig", "default": ""}},
+    )
     older["status"] = {"namespace": "nvidia-gpu-operator"}
     s = settings_from_policies([newer, older])
-    assert (s.strategy, s.config_name, s.namespace, s.default_config, s.policy) == \
-        ("mixed", "custom-mig", "nvidia-gpu-operator", "all-disabled", "a")
+    assert (s.strategy, s.config_name, s.namespace, s.default_config, s.policy) == (
+        "mixed",
+        "custom-mig",
+        "nvidia-gpu-operator",
+        "all-disabled",
+        "a",
+    )
 
 
 def _node(labels: dict | None = None, annotations: dict | None = None) -> dict:
@@ -68,8 +86,9 @@ def test_node_gpus_from_labels() -> None:
 
 
 def test_node_gpus_under_single_strategy_knows_the_model_not_the_count() -> None:
-    found = node_gpus(_node({"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3-MIG-1g.10gb",
-                             "nvidia.com/gpu.count": "7"}))
+    found = node_gpus(
+        _node({"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3-MIG-1g.10gb", "nvidia.com/gpu.count": "7"})
+    )
     assert found is not None and not found.exact
     assert [g.device_id for g in found.gpus] == ["0x233010DE"]
 

@@ -1,4 +1,5 @@
 """Missing binaries fail loudly with the build script's reason; they are never skipped."""
+
 from __future__ import annotations
 
 import os
@@ -10,7 +11,7 @@ from migops.local import binaries
 from migops.local.binaries import BinariesUnavailable, locate
 
 
-def test_no_go_and_no_cache_fails_with_the_scripts_reason(tmp_path: Path, monkeypatch) -> None:  # noqa: ANN001
+def test_no_go_and_no_cache_fails_with_the_scripts_reason(tmp_path: Path, monkeypatch) -> None:
     monkeypatch.delenv(binaries.BIN_ENV, raising=False)
     monkeypatch.setenv("MIGOPS_K8S_CACHE", str(tmp_path / "cache"))
     monkeypatch.setenv("PATH", "/usr/bin:/bin")  # a machine without Go
@@ -23,7 +24,7 @@ def test_no_go_and_no_cache_fails_with_the_scripts_reason(tmp_path: Path, monkey
     assert "MIGOPS_K8S_BIN" in str(err.value)
 
 
-def test_override_directory_must_hold_all_four(tmp_path: Path, monkeypatch) -> None:  # noqa: ANN001
+def test_override_directory_must_hold_all_four(tmp_path: Path, monkeypatch) -> None:
     for name in ("etcd", "kube-apiserver", "kube-scheduler"):
         (tmp_path / name).write_text("#!/bin/sh\n")
         (tmp_path / name).chmod(0o755)

@@ -1,4 +1,5 @@
 """The real node's generated files, without starting it: image archives, CNI network, runtime configs."""
+
 from __future__ import annotations
 
 import hashlib
@@ -17,8 +18,11 @@ def _members(blob: bytes) -> dict[str, bytes]:
 
 
 def test_an_oci_archive_names_its_image_and_its_digests_match() -> None:
-    blob = ociimage.archive("migops.local/x:1", {"bin/tool": ociimage.File(b"#!", 0o755),
-                                                 "bin/sh": ociimage.File(link="tool")}, cmd=["tool"])
+    blob = ociimage.archive(
+        "migops.local/x:1",
+        {"bin/tool": ociimage.File(b"#!", 0o755), "bin/sh": ociimage.File(link="tool")},
+        cmd=["tool"],
+    )
     files = _members(blob)
     index = json.loads(files["index.json"])
     (entry,) = index["manifests"]
@@ -37,8 +41,14 @@ def test_an_oci_archive_names_its_image_and_its_digests_match() -> None:
     assert members["bin/tool"].mode == 0o755
     assert members["bin/sh"].issym() and members["bin/sh"].linkname == "tool"
     # Deterministic: the same files give the same image.
-    assert ociimage.archive("migops.local/x:1", {"bin/tool": ociimage.File(b"#!", 0o755),
-                                                 "bin/sh": ociimage.File(link="tool")}, cmd=["tool"]) == blob
+    assert (
+        ociimage.archive(
+            "migops.local/x:1",
+            {"bin/tool": ociimage.File(b"#!", 0o755), "bin/sh": ociimage.File(link="tool")},
+            cmd=["tool"],
+        )
+        == blob
+    )
 
 
 def test_pods_get_routes_only_to_their_range_and_the_service_range(tmp_path: Path) -> None:
@@ -91,7 +101,7 @@ def test_unix_sockets_under_the_node_directory_fit() -> None:
     assert len(str(lay.kubelet_dir / "pod-resources" / "1234567890")) < 104
 
 
-def test_the_real_node_says_what_it_needs_before_touching_the_host(tmp_path: Path, monkeypatch) -> None:  # noqa: ANN001
+def test_the_real_node_says_what_it_needs_before_touching_the_host(tmp_path: Path, monkeypatch) -> None:
     import pytest
 
     from migops.local.binaries import Binaries

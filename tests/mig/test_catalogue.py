@@ -3,6 +3,7 @@ the models in the issues, lookups, GPUs that cannot do MIG.
 
 Facts are from /work/shared/reference/mig-hardware.md sections 4.2-4.9 and the sources in docs/catalogue.md.
 """
+
 from __future__ import annotations
 
 import math
@@ -92,8 +93,10 @@ def test_aliases_are_drifted_names_of_the_same_profile(table, gi):
         assert parsed.negative == gi.profile.negative
         assert alias not in canonical, f"alias {alias} shadows a real profile"
         # a drifted name is the formula applied to a nearby reported total
-        near = {memory_gb_for_fraction(gi.memory_slices, table.memory_slices, total)
-                for total in range(table.naming_memory_gib - 5, table.naming_memory_gib + 6)}
+        near = {
+            memory_gb_for_fraction(gi.memory_slices, table.memory_slices, total)
+            for total in range(table.naming_memory_gib - 5, table.naming_memory_gib + 6)
+        }
         assert parsed.memory_gb in near
 
 
@@ -101,8 +104,7 @@ def test_aliases_are_drifted_names_of_the_same_profile(table, gi):
 def test_profile_names_unique_per_table(table):
     names = [gi.name for gi in table.profiles]
     assert len(names) == len(set(names))
-    keys = [(gi.profile.gpu, gi.profile.memory_gb, gi.profile.attributes, gi.profile.negative)
-            for gi in table.profiles]
+    keys = [(gi.profile.gpu, gi.profile.memory_gb, gi.profile.attributes, gi.profile.negative) for gi in table.profiles]
     assert len(keys) == len(set(keys))
 
 
@@ -144,8 +146,13 @@ def test_profile_memory_within_its_share_of_the_gpu(gpu, gi):
 
 
 def _full_profile(table):
-    full = [gi for gi in table.profiles if gi.memory_slices == table.memory_slices
-            and gi.compute_slices == table.compute_slices and not gi.profile.attributes]
+    full = [
+        gi
+        for gi in table.profiles
+        if gi.memory_slices == table.memory_slices
+        and gi.compute_slices == table.compute_slices
+        and not gi.profile.attributes
+    ]
     assert len(full) == 1, table.id
     return full[0]
 
@@ -286,10 +293,15 @@ def test_common_placement_table(table):
 
 
 def test_a30_and_rtx_tables():
-    a30 = {gi.name: (gi.compute_slices, gi.memory_slices, gi.max_count, gi.starts) for gi in TABLES["a30-24gb"].profiles}
+    a30 = {
+        gi.name: (gi.compute_slices, gi.memory_slices, gi.max_count, gi.starts) for gi in TABLES["a30-24gb"].profiles
+    }
     assert a30 == {
-        "1g.6gb": (1, 1, 4, (0, 1, 2, 3)), "1g.6gb+me": (1, 1, 1, (0, 1, 2, 3)),
-        "2g.12gb": (2, 2, 2, (0, 2)), "2g.12gb+me": (2, 2, 1, (0, 2)), "4g.24gb": (4, 4, 1, (0,)),
+        "1g.6gb": (1, 1, 4, (0, 1, 2, 3)),
+        "1g.6gb+me": (1, 1, 1, (0, 1, 2, 3)),
+        "2g.12gb": (2, 2, 2, (0, 2)),
+        "2g.12gb+me": (2, 2, 1, (0, 2)),
+        "4g.24gb": (4, 4, 1, (0,)),
     }
     rtx = {gi.name: (gi.memory_slices, gi.max_count, gi.starts) for gi in TABLES["rtx-pro-6000-96gb"].profiles}
     assert rtx["1g.24gb"] == (3, 4, (0, 3, 6, 9))
@@ -304,8 +316,18 @@ def test_a30_and_rtx_tables():
 # --- resolve() ---------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("text", ["0x233010DE", "0x233010de", "0x2330", "0x233010DE:0x16C110DE",
-                                  " 0x233010DE ", "NVIDIA-H100-80GB-HBM3", "nvidia-h100-80gb-hbm3"])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "0x233010DE",
+        "0x233010de",
+        "0x2330",
+        "0x233010DE:0x16C110DE",
+        " 0x233010DE ",
+        "NVIDIA-H100-80GB-HBM3",
+        "nvidia-h100-80gb-hbm3",
+    ],
+)
 def test_resolve_h100(text):
     assert CAT.resolve(text).device_id == "0x233010DE"
 
@@ -317,8 +339,9 @@ def test_resolve_other_models():
     assert CAT.resolve("nvidia-h200-nvl").device_id == "0x233B10DE"
 
 
-@pytest.mark.parametrize("text", ["garbage", "", "NVIDIA-H100", "0xZZZZ10DE", "0x233010DE0",
-                                  "H100-80GB-HBM3-MIG-1g.10gb"])
+@pytest.mark.parametrize(
+    "text", ["garbage", "", "NVIDIA-H100", "0xZZZZ10DE", "0x233010DE0", "H100-80GB-HBM3-MIG-1g.10gb"]
+)
 def test_resolve_unknown(text):
     with pytest.raises(UnknownGpuError):
         CAT.resolve(text)
@@ -352,7 +375,10 @@ def test_only_the_catalogue_lists_mig_capable_ids():
 def test_corrected_values():
     rtx = {gi.name: gi for gi in TABLES["rtx-pro-6000-96gb"].profiles}
     assert [(rtx[n].memory_mib, rtx[n].sms) for n in ("1g.24gb", "2g.48gb", "4g.96gb")] == [
-        (24192, 46), (48512, 94), (97408, 188)]  # 23.62 / 47.38 / 95.12 GiB
+        (24192, 46),
+        (48512, 94),
+        (97408, 188),
+    ]  # 23.62 / 47.38 / 95.12 GiB
     assert rtx["1g.24gb+me.all"].engines.decoder == rtx["1g.24gb+me.all"].engines.encoder == 4
     assert rtx["1g.24gb-me"].engines.decoder == 0
     b200 = {gi.name: gi for gi in TABLES["b200-180gb"].profiles}

@@ -3,6 +3,7 @@ validate` reads the file as mig-parted v0.15.0's assert.ParseConfigFile did when
 recorded (verdicts.json; how they were recorded is in its `meta` and in docs/config-rules.md): the same
 accepted/refused verdict, the same config names, the same parsed entries. The only differences allowed
 are migops's documented rules of its own (DELIBERATE below, docs/config-rules.md)."""
+
 from __future__ import annotations
 
 import hashlib
@@ -27,7 +28,7 @@ VERDICTS = RECORDED["verdicts"]
 # migops rules that refuse what mig-parted accepts (or accepts only by chance); docs/config-rules.md
 DELIBERATE = {
     "duplicate-key": "a key written twice (mig-parted silently keeps the last), or two keys that become one "
-                     "JSON key (mig-parted keeps one of them at random)",
+    "JSON key (mig-parted keeps one of them at random)",
     "not-utf8": "input that is not UTF-8 (mig-parted also reads UTF-16 with a byte-order mark)",
     "input-too-large": "more than 1 MiB (the most a ConfigMap holds)",
     "yaml-too-large": "more than 100,000 nodes after alias expansion",
@@ -43,16 +44,31 @@ def mig_parted_view(spec: dict) -> dict:
         rows = []
         for e in entries:
             f = e.get("device-filter")
-            rows.append({"filter": [] if f in (None, "") else ([f] if isinstance(f, str) else f),
-                         "devices": e["devices"], "enabled": e["mig-enabled"], "mig": e.get("mig-devices") or {}})
+            rows.append(
+                {
+                    "filter": [] if f in (None, "") else ([f] if isinstance(f, str) else f),
+                    "devices": e["devices"],
+                    "enabled": e["mig-enabled"],
+                    "mig": e.get("mig-devices") or {},
+                }
+            )
         out[name] = rows
     return out
 
 
-def migops_view(config) -> dict:  # noqa: ANN001
-    return {name: [{"filter": list(e.device_filter), "devices": e.devices if e.devices == "all" else list(e.devices),
-                    "enabled": e.mig_enabled, "mig": {p.key: p.count for p in e.mig_devices}} for e in entries]
-            for name, entries in config.configs}
+def migops_view(config) -> dict:
+    return {
+        name: [
+            {
+                "filter": list(e.device_filter),
+                "devices": e.devices if e.devices == "all" else list(e.devices),
+                "enabled": e.mig_enabled,
+                "mig": {p.key: p.count for p in e.mig_devices},
+            }
+            for e in entries
+        ]
+        for name, entries in config.configs
+    }
 
 
 def verdict(entry: dict) -> tuple[str, object]:
@@ -96,14 +112,17 @@ def test_migops_reads_every_input_as_mig_parted_does() -> None:
             assert found and found <= set(DELIBERATE), f"{where}: migops refuses it ({found}); mig-parted accepts it"
             differences[min(found)] += 1
             continue
-        assert (kind == "accepted") == recorded["accepted"], \
+        assert (kind == "accepted") == recorded["accepted"], (
             f"{where}: mig-parted {'accepts' if recorded['accepted'] else 'refuses: ' + recorded['error']}; migops {kind} {found}"
+        )
         if kind == "accepted":
             assert sorted(found.names()) == recorded["names"], where
             assert migops_view(found) == mig_parted_view(recorded["spec"]), where
     agree = len(CORPUS) - sum(differences.values())
-    print(f"\nconformance: {agree}/{len(CORPUS)} inputs read exactly as mig-parted {RECORDED['meta']['version']} reads "
-          f"them; deliberate differences: {dict(differences)}")
+    print(
+        f"\nconformance: {agree}/{len(CORPUS)} inputs read exactly as mig-parted {RECORDED['meta']['version']} reads "
+        f"them; deliberate differences: {dict(differences)}"
+    )
     # every deliberate rule is exercised by the corpus, and nothing else differs
     assert set(differences) == set(DELIBERATE) | {MANIFEST}
 
@@ -111,10 +130,17 @@ def test_migops_reads_every_input_as_mig_parted_does() -> None:
 BY_ID = {e["id"]: e for e in CORPUS}
 
 
-@pytest.mark.parametrize("id_,warned", [
-    ("yaml-doc-trailing-doc", True), ("yaml-doc-trailing-garbage-doc", True), ("yaml-doc-dots-then-doc", True),
-    ("yaml-doc-trailing-dashes", False), ("yaml-doc-trailing-dots", False), ("yaml-doc-empty-first-doc", True),
-])
+@pytest.mark.parametrize(
+    "id_,warned",
+    [
+        ("yaml-doc-trailing-doc", True),
+        ("yaml-doc-trailing-garbage-doc", True),
+        ("yaml-doc-dots-then-doc", True),
+        ("yaml-doc-trailing-dashes", False),
+        ("yaml-doc-trailing-dots", False),
+        ("yaml-doc-empty-first-doc", True),
+    ],
+)
 def test_documents_mig_parted_ignores_are_reported(id_: str, warned: bool) -> None:
     kind, config = verdict(BY_ID[id_])
     assert kind == "accepted"

@@ -1,4 +1,5 @@
 """PCI device IDs as mig-parted parses them (Go strconv.ParseUint(s, 0, 32)) and matches them."""
+
 from __future__ import annotations
 
 import pytest
@@ -6,14 +7,17 @@ import pytest
 from migops.mig.devices import DeviceId, DeviceIdSyntaxError, parse_device_id
 
 
-@pytest.mark.parametrize("text,device,vendor", [
-    ("0x233010DE", 0x2330, 0x10DE),
-    ("0X233010de", 0x2330, 0x10DE),
-    ("0x_2330_10DE", 0x2330, 0x10DE),  # Go allows underscores with a base prefix
-    (str(0x233010DE), 0x2330, 0x10DE),  # decimal
-    ("0o" + format(0x233010DE, "o"), 0x2330, 0x10DE),
-    ("0" + format(0x233010DE, "o"), 0x2330, 0x10DE),  # a leading 0 means octal in Go
-])
+@pytest.mark.parametrize(
+    "text,device,vendor",
+    [
+        ("0x233010DE", 0x2330, 0x10DE),
+        ("0X233010de", 0x2330, 0x10DE),
+        ("0x_2330_10DE", 0x2330, 0x10DE),  # Go allows underscores with a base prefix
+        (str(0x233010DE), 0x2330, 0x10DE),  # decimal
+        ("0o" + format(0x233010DE, "o"), 0x2330, 0x10DE),
+        ("0" + format(0x233010DE, "o"), 0x2330, 0x10DE),  # a leading 0 means octal in Go
+    ],
+)
 def test_parse(text, device, vendor):
     parsed = parse_device_id(text)
     assert (parsed.device, parsed.vendor, parsed.subsystem_device) == (device, vendor, None)
@@ -26,9 +30,26 @@ def test_parse_with_subsystem():
     assert str(parsed) == "0x233010DE:0x16C110DE" and parsed.primary == "0x233010DE"
 
 
-@pytest.mark.parametrize("text", ["", " 0x233010DE", "0x233010DE ", "0xZZZ", "MODEL", "0x", "09",
-                                  "0x1_0000_0000", "+0x233010DE", "-1", "0x233010DE:", ":0x16C110DE",
-                                  "0x233010DE:0xZZ", "0x2330 10DE", "1__0"])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "",
+        " 0x233010DE",
+        "0x233010DE ",
+        "0xZZZ",
+        "MODEL",
+        "0x",
+        "09",
+        "0x1_0000_0000",
+        "+0x233010DE",
+        "-1",
+        "0x233010DE:",
+        ":0x16C110DE",
+        "0x233010DE:0xZZ",
+        "0x2330 10DE",
+        "1__0",
+    ],
+)
 def test_rejected(text):
     with pytest.raises(DeviceIdSyntaxError):
         parse_device_id(text)

@@ -1,5 +1,6 @@
 """migops.mig.fit: the one answer to "does config X fit these GPUs" (catalogue, node, model only), the
 text's own errors on every question, and the compute-instance packing the validator hands the agent."""
+
 from __future__ import annotations
 
 from collections import Counter
@@ -46,7 +47,7 @@ mig-configs:
 CONFIG = parse_config(TEXT)
 
 
-def rules(found) -> set[str]:  # noqa: ANN001
+def rules(found) -> set[str]:
     return {p.rule for p in found.errors}
 
 
@@ -114,8 +115,9 @@ def test_the_verdict_carries_the_compute_instance_packing() -> None:
 
 def test_gfd_labels_are_read_where_they_are_written() -> None:
     assert read_gpus({}, {"migops.io/gpus": "0x233010DE,0x20B010DE"}) == NodeGpus((H100, A100), True)
-    assert read_gpus({"migops.io/gpu.device-id": "0x233010DE", "nvidia.com/gpu.count": "8"}, {}) == \
-        NodeGpus((H100,) * 8, True)
+    assert read_gpus({"migops.io/gpu.device-id": "0x233010DE", "nvidia.com/gpu.count": "8"}, {}) == NodeGpus(
+        (H100,) * 8, True
+    )
     product = single_product(A100, "1g.5gb")
     assert product == "NVIDIA-A100-SXM4-40GB-MIG-1g.5gb"
     assert read_gpus({"nvidia.com/gpu.product": product, "nvidia.com/gpu.count": "7"}, {}) == NodeGpus((A100,), False)

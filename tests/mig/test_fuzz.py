@@ -1,5 +1,6 @@
 """Robustness: untrusted input reaches the parser and validator from a webhook, so nothing but MigError
 (or, for profiles, ProfileSyntaxError) may escape, whatever the input."""
+
 from __future__ import annotations
 
 import json
@@ -21,23 +22,71 @@ FUZZ = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCh
 
 # --- building blocks ---------------------------------------------------------------------------------
 
-PROFILE_NAMES = sorted({gi.name for t in CAT.tables for gi in t.profiles}
-                       | {a for t in CAT.tables for gi in t.profiles for a in gi.aliases}
-                       | {"1c.3g.20gb", "2c.7g.80gb", "5c.7g.40gb", "1c.1g.10gb", "9g.99gb", "0g.0gb", "1g.10gb+gfx",
-                          "1g.10gb-me", "1g.24gb+me,gfx", "bad", "", " 1g.10gb", "1g.10gb+"})
-DEVICE_IDS = [g.device_id for g in CAT.gpus] + ["0x123410DE", "0xZZZ", "MODEL", "0x233010DE:0x16C110DE",
-                                                "0x2330", "", "99999999999999999999", "-1", "0x"]
-KEYS = ["version", "mig-configs", "devices", "mig-enabled", "mig-devices", "device-filter", "config.yaml",
-        "data", "kind", "apiVersion", "ConfigMap", "v1", "all", "1g.10gb", "x"]
+PROFILE_NAMES = sorted(
+    {gi.name for t in CAT.tables for gi in t.profiles}
+    | {a for t in CAT.tables for gi in t.profiles for a in gi.aliases}
+    | {
+        "1c.3g.20gb",
+        "2c.7g.80gb",
+        "5c.7g.40gb",
+        "1c.1g.10gb",
+        "9g.99gb",
+        "0g.0gb",
+        "1g.10gb+gfx",
+        "1g.10gb-me",
+        "1g.24gb+me,gfx",
+        "bad",
+        "",
+        " 1g.10gb",
+        "1g.10gb+",
+    }
+)
+DEVICE_IDS = [g.device_id for g in CAT.gpus] + [
+    "0x123410DE",
+    "0xZZZ",
+    "MODEL",
+    "0x233010DE:0x16C110DE",
+    "0x2330",
+    "",
+    "99999999999999999999",
+    "-1",
+    "0x",
+]
+KEYS = [
+    "version",
+    "mig-configs",
+    "devices",
+    "mig-enabled",
+    "mig-devices",
+    "device-filter",
+    "config.yaml",
+    "data",
+    "kind",
+    "apiVersion",
+    "ConfigMap",
+    "v1",
+    "all",
+    "1g.10gb",
+    "x",
+]
 
-scalars = st.one_of(st.none(), st.booleans(), st.integers(-10, 10), st.integers(), st.floats(allow_nan=True),
-                    st.text(max_size=12), st.sampled_from(KEYS + PROFILE_NAMES + DEVICE_IDS))
+scalars = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(-10, 10),
+    st.integers(),
+    st.floats(allow_nan=True),
+    st.text(max_size=12),
+    st.sampled_from(KEYS + PROFILE_NAMES + DEVICE_IDS),
+)
 json_like = st.recursive(
     scalars,
-    lambda children: st.one_of(st.lists(children, max_size=5),
-                               st.dictionaries(st.one_of(st.sampled_from(KEYS), st.text(max_size=8)), children,
-                                               max_size=5)),
-    max_leaves=30)
+    lambda children: st.one_of(
+        st.lists(children, max_size=5),
+        st.dictionaries(st.one_of(st.sampled_from(KEYS), st.text(max_size=8)), children, max_size=5),
+    ),
+    max_leaves=30,
+)
 
 
 def _grammatical(name: str) -> bool:
@@ -56,25 +105,39 @@ def _entry():
     devices = st.one_of(st.just("all"), st.lists(st.integers(-2, 20), max_size=4))
     device_filter = st.one_of(st.sampled_from(DEVICE_IDS), st.lists(st.sampled_from(DEVICE_IDS), max_size=3))
     enabled = st.fixed_dictionaries(
-        {"devices": devices, "mig-enabled": st.just(True),
-         "mig-devices": st.dictionaries(st.sampled_from(GRAMMATICAL), st.integers(0, 8), max_size=4)},
-        optional={"device-filter": device_filter})
-    disabled = st.fixed_dictionaries({"devices": devices, "mig-enabled": st.just(False)},
-                                     optional={"device-filter": device_filter})
+        {
+            "devices": devices,
+            "mig-enabled": st.just(True),
+            "mig-devices": st.dictionaries(st.sampled_from(GRAMMATICAL), st.integers(0, 8), max_size=4),
+        },
+        optional={"device-filter": device_filter},
+    )
+    disabled = st.fixed_dictionaries(
+        {"devices": devices, "mig-enabled": st.just(False)}, optional={"device-filter": device_filter}
+    )
     loose = st.fixed_dictionaries(
         {"devices": st.one_of(devices, st.sampled_from(["0", "some"])), "mig-enabled": st.booleans()},
-        optional={"device-filter": device_filter,
-                  "mig-devices": st.one_of(st.dictionaries(st.sampled_from(PROFILE_NAMES), st.integers(-1, 9),
-                                                           max_size=4), st.none())})
+        optional={
+            "device-filter": device_filter,
+            "mig-devices": st.one_of(
+                st.dictionaries(st.sampled_from(PROFILE_NAMES), st.integers(-1, 9), max_size=4), st.none()
+            ),
+        },
+    )
     return st.one_of(enabled, enabled, enabled, disabled, loose)
 
 
-config_docs = st.fixed_dictionaries({
-    "version": st.just("v1"),
-    "mig-configs": st.dictionaries(st.one_of(st.sampled_from(["all-balanced", "c", "Bad Name!", "a" * 70]),
-                                             st.text(max_size=6)),
-                                   st.lists(_entry(), min_size=1, max_size=4), min_size=1, max_size=3),
-})
+config_docs = st.fixed_dictionaries(
+    {
+        "version": st.just("v1"),
+        "mig-configs": st.dictionaries(
+            st.one_of(st.sampled_from(["all-balanced", "c", "Bad Name!", "a" * 70]), st.text(max_size=6)),
+            st.lists(_entry(), min_size=1, max_size=4),
+            min_size=1,
+            max_size=3,
+        ),
+    }
+)
 
 
 # Errors that do not depend on the GPU model.
@@ -112,8 +175,38 @@ def test_parse_arbitrary_bytes(data):
 
 
 @FUZZ
-@given(st.lists(st.sampled_from(["[", "]", "{", "}", ":", ",", "-", " ", "\n", "&a", "*a", "? ", "!!binary",
-                                 "'", '"', "a", "1", "#", "|", ">", "<<:", "---", "\t"]), max_size=80))
+@given(
+    st.lists(
+        st.sampled_from(
+            [
+                "[",
+                "]",
+                "{",
+                "}",
+                ":",
+                ",",
+                "-",
+                " ",
+                "\n",
+                "&a",
+                "*a",
+                "? ",
+                "!!binary",
+                "'",
+                '"',
+                "a",
+                "1",
+                "#",
+                "|",
+                ">",
+                "<<:",
+                "---",
+                "\t",
+            ]
+        ),
+        max_size=80,
+    )
+)
 def test_parse_yaml_punctuation_soup(tokens):
     _parse_or_none("".join(tokens))
 
@@ -135,22 +228,67 @@ def test_parse_arbitrary_configmap(payload):
         _parse_or_none(yaml.safe_dump(manifest))
 
 
-TRICKY_SCALARS = ["2001-02-30", "2001-13-01", "2001-02-03", "2001-02-03T04:05:06Z", "99999-01-01", "9" * 5000,
-                  "0x" + "f" * 40, "1_000", "0o17", "0b1", "1e400", ".inf", ".nan", "~", "null", "yes", "no", "on",
-                  "off", "=", "<<", "!!bool", "!!int", "!!float", "!!timestamp", "!!binary", "!!set", "!!omap",
-                  "!!pairs", "!!str", "!!null", "!!map", "!!seq", "!custom", "&a", "*a", "'", '"', "|", ">"]
+TRICKY_SCALARS = [
+    "2001-02-30",
+    "2001-13-01",
+    "2001-02-03",
+    "2001-02-03T04:05:06Z",
+    "99999-01-01",
+    "9" * 5000,
+    "0x" + "f" * 40,
+    "1_000",
+    "0o17",
+    "0b1",
+    "1e400",
+    ".inf",
+    ".nan",
+    "~",
+    "null",
+    "yes",
+    "no",
+    "on",
+    "off",
+    "=",
+    "<<",
+    "!!bool",
+    "!!int",
+    "!!float",
+    "!!timestamp",
+    "!!binary",
+    "!!set",
+    "!!omap",
+    "!!pairs",
+    "!!str",
+    "!!null",
+    "!!map",
+    "!!seq",
+    "!custom",
+    "&a",
+    "*a",
+    "'",
+    '"',
+    "|",
+    ">",
+]
 
 
 @FUZZ
-@given(st.lists(st.one_of(st.sampled_from(TRICKY_SCALARS), st.text(max_size=6)), min_size=1, max_size=3),
-       st.sampled_from(["devices", "mig-enabled", "device-filter", "version", "mig-devices"]))
+@given(
+    st.lists(st.one_of(st.sampled_from(TRICKY_SCALARS), st.text(max_size=6)), min_size=1, max_size=3),
+    st.sampled_from(["devices", "mig-enabled", "device-filter", "version", "mig-devices"]),
+)
 def test_parse_tricky_scalars_in_place(parts, field):
     """Typed YAML scalars (dates, huge ints, explicit tags) where the parser reads a value."""
     value = " ".join(parts)
     entry = {"devices": "all", "mig-enabled": "false", "mig-devices": "{}"}
     entry[field] = value
-    text = ("version: " + (value if field == "version" else "v1") + "\nmig-configs:\n  c:\n    - "
-            + "\n      ".join(f"{k}: {v}" for k, v in entry.items() if k != "version") + "\n")
+    text = (
+        "version: "
+        + (value if field == "version" else "v1")
+        + "\nmig-configs:\n  c:\n    - "
+        + "\n      ".join(f"{k}: {v}" for k, v in entry.items() if k != "version")
+        + "\n"
+    )
     _parse_or_none(text)
 
 
@@ -158,12 +296,29 @@ def _spellings(n: int) -> st.SearchStrategy[str]:
     """The ways YAML 1.1 (go-yaml v2) can write an integer, and some it reads as floats or strings."""
     sign = "-" if n < 0 else ""
     m = abs(n)
-    return st.sampled_from([str(n), f"{sign}0x{m:x}", f"{sign}0o{m:o}", f"{sign}0b{m:b}", f"{sign}0{m:o}",
-                            f"{n}.0", f"{n}e0", f"{n:_}", f"+{m}", f"{n}.5", f"{sign}{m}e20", f'"{n}"'])
+    return st.sampled_from(
+        [
+            str(n),
+            f"{sign}0x{m:x}",
+            f"{sign}0o{m:o}",
+            f"{sign}0b{m:b}",
+            f"{sign}0{m:o}",
+            f"{n}.0",
+            f"{n}e0",
+            f"{n:_}",
+            f"+{m}",
+            f"{n}.5",
+            f"{sign}{m}e20",
+            f'"{n}"',
+        ]
+    )
 
 
-huge_ints = st.one_of(st.integers(-(2**64) - 5, 2**64 + 5), st.integers(-(10**40), 10**40),
-                      st.sampled_from([2**63 - 1, 2**63, -(2**63), -(2**63) - 1, 2**64 - 1, 2**64, 10**21, 10**20]))
+huge_ints = st.one_of(
+    st.integers(-(2**64) - 5, 2**64 + 5),
+    st.integers(-(10**40), 10**40),
+    st.sampled_from([2**63 - 1, 2**63, -(2**63), -(2**63) - 1, 2**64 - 1, 2**64, 10**21, 10**20]),
+)
 
 
 @FUZZ
@@ -181,8 +336,10 @@ def test_parse_huge_integers_anywhere(number, place):
     elif place == "profile-key":
         key = number
     version = number if place == "version" else "v1"
-    text = (f"version: {version}\nmig-configs:\n  {name}:\n    - devices: [{device}]\n      mig-enabled: true\n"
-            f"      mig-devices:\n        {key}: {count}\n")
+    text = (
+        f"version: {version}\nmig-configs:\n  {name}:\n    - devices: [{device}]\n      mig-enabled: true\n"
+        f"      mig-devices:\n        {key}: {count}\n"
+    )
     cfg = _parse_or_none(text)
     if cfg is not None:
         for _, entries in cfg.configs:
@@ -192,10 +349,26 @@ def test_parse_huge_integers_anywhere(number, place):
 
 
 @FUZZ
-@given(st.lists(st.one_of(st.text(max_size=40), st.sampled_from(["---\n", "apiVersion: v1\n", "kind: ConfigMap\n",
-                                                                  "kind: List\n", "data:\n  config.yaml: |\n",
-                                                                  "    mig-configs: {}\n", "items:\n  - ", "...\n"])),
-                max_size=12))
+@given(
+    st.lists(
+        st.one_of(
+            st.text(max_size=40),
+            st.sampled_from(
+                [
+                    "---\n",
+                    "apiVersion: v1\n",
+                    "kind: ConfigMap\n",
+                    "kind: List\n",
+                    "data:\n  config.yaml: |\n",
+                    "    mig-configs: {}\n",
+                    "items:\n  - ",
+                    "...\n",
+                ]
+            ),
+        ),
+        max_size=12,
+    )
+)
 def test_read_any_stream(parts):
     """Whatever a file holds, reading it gives sources (problems located inside the file), never an exception."""
     text = "".join(parts)
@@ -221,7 +394,7 @@ def test_every_entry_is_located_on_its_first_key(doc):
             assert loc is not None
             index = int(entry.path.rsplit("[", 1)[1][:-1])
             first = next(iter(doc["mig-configs"][name][index]))  # the entry's first key, as dumped
-            assert lines[loc.line - 1][loc.column - 1:].startswith(first), (entry.path, loc, text)
+            assert lines[loc.line - 1][loc.column - 1 :].startswith(first), (entry.path, loc, text)
 
 
 @FUZZ
@@ -237,8 +410,7 @@ def test_parse_config_object_of_anything(doc):
 
 
 @FUZZ
-@given(config_docs, st.lists(st.sampled_from(CAT.gpus), min_size=1, max_size=4),
-       st.sampled_from((None,) + STRATEGIES))
+@given(config_docs, st.lists(st.sampled_from(CAT.gpus), min_size=1, max_size=4), st.sampled_from((None,) + STRATEGIES))
 def test_validate_never_raises(doc, node, strategy):
     config = _parse_or_none(yaml.safe_dump(doc))
     if config is None:
@@ -304,9 +476,17 @@ def test_parse_profile_arbitrary_values(value):
 
 
 @FUZZ
-@given(config_docs.map(lambda doc: {**doc, "mig-configs": {
-    name: [{**e, "devices": "all"} for e in entries] for name, entries in doc["mig-configs"].items()}}),
-    st.sampled_from((None,) + STRATEGIES))
+@given(
+    config_docs.map(
+        lambda doc: {
+            **doc,
+            "mig-configs": {
+                name: [{**e, "devices": "all"} for e in entries] for name, entries in doc["mig-configs"].items()
+            },
+        }
+    ),
+    st.sampled_from((None,) + STRATEGIES),
+)
 def test_catalogue_mode_agrees_with_node_mode(doc, strategy):
     """With `devices: all` everywhere, catalogue mode's `fits` is exactly the set of models on which a
     one-GPU node validates."""
@@ -314,8 +494,7 @@ def test_catalogue_mode_agrees_with_node_mode(doc, strategy):
     if config is None:
         return
     for report in validate(config, strategy=strategy):
-        on_node = {g.device_id for g in CAT.gpus
-                   if validate_on_node(config, report.name, [g], strategy).valid}
+        on_node = {g.device_id for g in CAT.gpus if validate_on_node(config, report.name, [g], strategy).valid}
         assert {g.device_id for g in report.fits if g.mig_capable} == on_node, report.problems
         # GPUs that cannot do MIG are models too where a filter names them
         for g in report.fits:

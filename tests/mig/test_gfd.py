@@ -1,4 +1,5 @@
 """GFD label and resource prediction: the seed values of reference section 6 (H100-80GB-HBM3)."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -23,15 +24,42 @@ def predict(name: str, node, strategy):
 
 
 SEED_MIXED = {  # reference 6, GPU Operator MIG documentation, H100-80GB-HBM3, mixed, all-balanced
-    "1g.10gb": {"count": "2", "memory": "9984", "multiprocessors": "16", "slices.gi": "1", "slices.ci": "1",
-                "engines.copy": "1", "engines.decoder": "1", "engines.encoder": "0", "engines.jpeg": "1",
-                "engines.ofa": "0"},
-    "2g.20gb": {"count": "1", "memory": "20096", "multiprocessors": "32", "slices.gi": "2", "slices.ci": "2",
-                "engines.copy": "2", "engines.decoder": "2", "engines.encoder": "0", "engines.jpeg": "2",
-                "engines.ofa": "0"},
-    "3g.40gb": {"count": "1", "memory": "40320", "multiprocessors": "60", "slices.gi": "3", "slices.ci": "3",
-                "engines.copy": "3", "engines.decoder": "3", "engines.encoder": "0", "engines.jpeg": "3",
-                "engines.ofa": "0"},
+    "1g.10gb": {
+        "count": "2",
+        "memory": "9984",
+        "multiprocessors": "16",
+        "slices.gi": "1",
+        "slices.ci": "1",
+        "engines.copy": "1",
+        "engines.decoder": "1",
+        "engines.encoder": "0",
+        "engines.jpeg": "1",
+        "engines.ofa": "0",
+    },
+    "2g.20gb": {
+        "count": "1",
+        "memory": "20096",
+        "multiprocessors": "32",
+        "slices.gi": "2",
+        "slices.ci": "2",
+        "engines.copy": "2",
+        "engines.decoder": "2",
+        "engines.encoder": "0",
+        "engines.jpeg": "2",
+        "engines.ofa": "0",
+    },
+    "3g.40gb": {
+        "count": "1",
+        "memory": "40320",
+        "multiprocessors": "60",
+        "slices.gi": "3",
+        "slices.ci": "3",
+        "engines.copy": "3",
+        "engines.decoder": "3",
+        "engines.encoder": "0",
+        "engines.jpeg": "3",
+        "engines.ofa": "0",
+    },
 }
 
 
@@ -57,10 +85,16 @@ def test_mixed_all_balanced_matches_seed():
 
 
 def test_mixed_counts_physical_gpus_and_keeps_whole_gpus():
-    report = validate_on_node(parse_config(
-        "version: v1\nmig-configs:\n  c:\n"
-        "    - devices: [0]\n      mig-enabled: true\n      mig-devices: {\"1g.10gb\": 7}\n"
-        "    - devices: [1, 2]\n      mig-enabled: false\n"), "c", [H100] * 3, "mixed")
+    report = validate_on_node(
+        parse_config(
+            "version: v1\nmig-configs:\n  c:\n"
+            "    - devices: [0]\n      mig-enabled: true\n      mig-devices: {\"1g.10gb\": 7}\n"
+            "    - devices: [1, 2]\n      mig-enabled: false\n"
+        ),
+        "c",
+        [H100] * 3,
+        "mixed",
+    )
     assert report.valid
     ad = advertise(report.gpus, "mixed")
     assert ad.resources == {f"{P}gpu": 2, f"{P}mig-1g.10gb": 7}
@@ -112,10 +146,16 @@ def test_single_all_balanced_is_invalid():
 
 
 def test_single_invalid_when_enabled_and_disabled_mixed():
-    report = validate_on_node(parse_config(
-        "version: v1\nmig-configs:\n  c:\n"
-        "    - devices: [0]\n      mig-enabled: true\n      mig-devices: {\"1g.10gb\": 7}\n"
-        "    - devices: [1]\n      mig-enabled: false\n"), "c", [H100, H100], "single")
+    report = validate_on_node(
+        parse_config(
+            "version: v1\nmig-configs:\n  c:\n"
+            "    - devices: [0]\n      mig-enabled: true\n      mig-devices: {\"1g.10gb\": 7}\n"
+            "    - devices: [1]\n      mig-enabled: false\n"
+        ),
+        "c",
+        [H100, H100],
+        "single",
+    )
     ad = advertise(report.gpus, "single")
     assert ad.labels[f"{P}gpu.product"].endswith("-MIG-INVALID") and "mixed" in ad.invalid_reason
 
@@ -153,7 +193,11 @@ def test_node_labels_without_mig():
     }
     assert f"{P}mig.strategy" not in node_labels_without_mig(H100, 1, "none")
     a100 = node_labels_without_mig(A100_40, 1, "single")
-    assert (a100[f"{P}gpu.family"], a100[f"{P}gpu.compute.major"], a100[f"{P}gpu.compute.minor"]) == ("ampere", "8", "0")
+    assert (a100[f"{P}gpu.family"], a100[f"{P}gpu.compute.major"], a100[f"{P}gpu.compute.minor"]) == (
+        "ampere",
+        "8",
+        "0",
+    )
     assert a100[f"{P}mig.strategy"] == "single"
 
 
@@ -178,9 +222,15 @@ def test_mixed_me_profile_resource():
 
 
 def test_compute_subprofile_labels():
-    report = validate_on_node(parse_config(
-        "version: v1\nmig-configs:\n  c:\n    - devices: all\n      mig-enabled: true\n"
-        "      mig-devices: {\"1c.3g.40gb\": 3}\n"), "c", [H100], "mixed")
+    report = validate_on_node(
+        parse_config(
+            "version: v1\nmig-configs:\n  c:\n    - devices: all\n      mig-enabled: true\n"
+            "      mig-devices: {\"1c.3g.40gb\": 3}\n"
+        ),
+        "c",
+        [H100],
+        "mixed",
+    )
     ad = advertise(report.gpus, "mixed")
     assert ad.resources == {f"{P}mig-1c.3g.40gb": 3}
     assert ad.labels[f"{P}mig-1c.3g.40gb.slices.gi"] == "3"
@@ -212,10 +262,15 @@ def test_advertise_on_a_node_with_a_display_gpu():
     """DGX Station A100: four A100-80GB with MIG and a display GPU that stays a whole GPU."""
     a100 = CAT.by_device_id("0x20B210DE")
     display = CAT.resolve("0x1FB010DE")
-    report = validate_on_node(parse_config(
-        "version: v1\nmig-configs:\n  c:\n"
-        "    - {device-filter: '0x20B210DE', devices: all, mig-enabled: true, mig-devices: {'3g.40gb': 2}}\n"
-        "    - {device-filter: '0x1FB010DE', devices: all, mig-enabled: false}\n"), "c", [a100] * 4 + [display])
+    report = validate_on_node(
+        parse_config(
+            "version: v1\nmig-configs:\n  c:\n"
+            "    - {device-filter: '0x20B210DE', devices: all, mig-enabled: true, mig-devices: {'3g.40gb': 2}}\n"
+            "    - {device-filter: '0x1FB010DE', devices: all, mig-enabled: false}\n"
+        ),
+        "c",
+        [a100] * 4 + [display],
+    )
     assert report.valid
     ad = advertise(report.gpus, "mixed")
     assert ad.resources == {f"{P}gpu": 1, f"{P}mig-3g.40gb": 8}

@@ -12,6 +12,7 @@ verdicts (a new rule, a catalogue correction) and say so in the commit:
 
     .venv/bin/python tests/mig/test_golden_verdicts.py --record
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -40,8 +41,16 @@ CHUNK = 100
 SHAPES = {name: {} for name in _shapes.SHAPES}
 SHAPES["counts"] = {"configs": 600, "count": 1000}
 
-MIXED_NODE = ("0x20B010DE", "0x233010DE", "0x20B710DE", "0x2BB510DE", "0x294110DE", "0x233510DE", "0x290110DE",
-              "0x20B210DE")
+MIXED_NODE = (
+    "0x20B010DE",
+    "0x233010DE",
+    "0x20B710DE",
+    "0x2BB510DE",
+    "0x294110DE",
+    "0x233510DE",
+    "0x290110DE",
+    "0x20B210DE",
+)
 # mode -> (node as device IDs or None for catalogue mode, strategy)
 MODES: dict[str, tuple[tuple[str, ...] | None, str | None]] = {
     "catalogue": (None, None),
@@ -73,7 +82,7 @@ def summarise(reports: tuple[ConfigReport, ...]) -> dict:
         "configs": len(verdicts),
         "valid": sum(v["valid"] for v in verdicts),
         "rules": dict(sorted(rules.items())),
-        "chunks": [_digest(verdicts[i:i + CHUNK]) for i in range(0, len(verdicts), CHUNK)],
+        "chunks": [_digest(verdicts[i : i + CHUNK]) for i in range(0, len(verdicts), CHUNK)],
     }
 
 
@@ -91,8 +100,9 @@ def judge(shape: str, config, mode: str) -> dict:
 
 def _record() -> None:
     commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
-    dirty = subprocess.run(["git", "status", "--porcelain", "--", "mig"], cwd=ROOT, capture_output=True,
-                           text=True).stdout.strip()
+    dirty = subprocess.run(
+        ["git", "status", "--porcelain", "--", "mig"], cwd=ROOT, capture_output=True, text=True
+    ).stdout.strip()
     out: dict = {"recorded_at_commit": commit + (" (mig/ modified)" if dirty else ""), "shapes": {}}
     for shape in SHAPES:
         text = text_of(shape)
@@ -115,16 +125,24 @@ def test_verdicts_match_golden(shape: str) -> None:
     golden = _golden()["shapes"][shape]
     text = text_of(shape)
     # The generator itself must not have drifted, or the comparison below would be meaningless.
-    assert hashlib.sha256(text.encode()).hexdigest() == golden["text_sha256"], \
+    assert hashlib.sha256(text.encode()).hexdigest() == golden["text_sha256"], (
         f"bench/_shapes.py generates different {shape!r} text than the golden data was recorded from"
+    )
     config = parse_config(text)
     for mode in MODES:
         got = judge(shape, config, mode)
         want = golden["modes"][mode]
-        changed = [f"configs {i * CHUNK}-{i * CHUNK + CHUNK - 1}"
-                   for i, (a, b) in enumerate(zip(got["chunks"], want["chunks"])) if a != b]
-        assert (got["configs"], got["valid"], got["rules"], changed) == (want["configs"], want["valid"],
-                                                                         want["rules"], []), f"{shape}, {mode}"
+        changed = [
+            f"configs {i * CHUNK}-{i * CHUNK + CHUNK - 1}"
+            for i, (a, b) in enumerate(zip(got["chunks"], want["chunks"]))
+            if a != b
+        ]
+        assert (got["configs"], got["valid"], got["rules"], changed) == (
+            want["configs"],
+            want["valid"],
+            want["rules"],
+            [],
+        ), f"{shape}, {mode}"
 
 
 def test_validator_makes_no_reference_cycles() -> None:
@@ -147,8 +165,15 @@ def test_golden_covers_every_shape_and_mode() -> None:
     # The data is not vacuous: some of everything, errors and valid configs both.
     rules = Counter(r for g in golden.values() for m in g["modes"].values() for r in m["rules"])
     assert sum(m["valid"] for g in golden.values() for m in g["modes"].values()) > 1000
-    for rule in ("unknown-profile", "count-exceeds-max", "placement-infeasible", "overlapping-entries",
-                 "device-filter-unknown", "strategy-mismatch", "fits-no-gpu"):
+    for rule in (
+        "unknown-profile",
+        "count-exceeds-max",
+        "placement-infeasible",
+        "overlapping-entries",
+        "device-filter-unknown",
+        "strategy-mismatch",
+        "fits-no-gpu",
+    ):
         assert any(r.endswith(":" + rule) for r in rules), rule
 
 

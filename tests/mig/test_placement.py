@@ -3,12 +3,13 @@
 The oracle below shares nothing with mig/placement.py: it tries every valid start for every
 instance (memoised on the set of slices taken), with the rules of reference 4.1 written out again.
 """
+
 from __future__ import annotations
 
 import itertools
 import random
 from collections import Counter
-from functools import lru_cache
+from functools import cache
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -41,7 +42,7 @@ def oracle_feasible(table, request: dict, occupied: frozenset = frozenset(), com
         return False
     shapes = tuple((tuple(g.starts), g.memory_slices) for g in instances)
 
-    @lru_cache(maxsize=None)
+    @cache
     def fit(i: int, taken: frozenset) -> bool:
         if i == len(shapes):
             return True
@@ -76,10 +77,9 @@ def assert_valid_layout(table, layout, request: dict, keep=()):
 
 def requests(table, max_kinds: int = 4):
     """Random multisets over the table's profiles, counts up to one past the max (so over-max occurs)."""
-    return st.dictionaries(st.sampled_from(table.profiles),
-                           st.integers(0, 3),
-                           max_size=max_kinds).map(
-        lambda d: {g: min(c, g.max_count + 1) for g, c in d.items()})
+    return st.dictionaries(st.sampled_from(table.profiles), st.integers(0, 3), max_size=max_kinds).map(
+        lambda d: {g: min(c, g.max_count + 1) for g, c in d.items()}
+    )
 
 
 # --- MIG User Guide examples (reference 4.2) ---------------------------------------------------------
@@ -97,8 +97,14 @@ def test_user_guide_example_3g_1g_2g_1g():
 
 def test_user_guide_example_2g_and_five_1g():
     layout = place(A100_40, {gi(A100_40, "2g.10gb"): 1, gi(A100_40, "1g.5gb"): 5})
-    assert layout_pairs(layout) == [("1g.5gb", 0), ("1g.5gb", 1), ("1g.5gb", 2), ("1g.5gb", 3), ("1g.5gb", 6),
-                                    ("2g.10gb", 4)]
+    assert layout_pairs(layout) == [
+        ("1g.5gb", 0),
+        ("1g.5gb", 1),
+        ("1g.5gb", 2),
+        ("1g.5gb", 3),
+        ("1g.5gb", 6),
+        ("2g.10gb", 4),
+    ]
 
 
 def test_order_that_fails_in_nvml_is_placed():
@@ -215,8 +221,12 @@ def random_layout(table, rng: random.Random) -> tuple[Placement, ...]:
         g = rng.choice(table.profiles)
         start = rng.choice(g.starts)
         mask = ((1 << g.memory_slices) - 1) << start
-        if (taken & mask or compute + g.compute_slices > table.compute_slices
-                or counts[g.name] >= g.max_count or start + g.memory_slices > table.memory_slices):
+        if (
+            taken & mask
+            or compute + g.compute_slices > table.compute_slices
+            or counts[g.name] >= g.max_count
+            or start + g.memory_slices > table.memory_slices
+        ):
             continue
         taken |= mask
         compute += g.compute_slices

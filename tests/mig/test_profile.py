@@ -1,33 +1,50 @@
 """Profile grammar (reference 2.1), naming formula (2.2) and the compute sub-profile filter (2.3)."""
+
 from __future__ import annotations
 
 import pytest
 
-from migops.mig.profile import (MigProfile, ProfileSyntaxError, compute_subprofile_allowed, memory_gb_for_fraction,
-                         parse_profile, profile_problem)
+from migops.mig.profile import (
+    MigProfile,
+    ProfileSyntaxError,
+    compute_subprofile_allowed,
+    memory_gb_for_fraction,
+    parse_profile,
+    profile_problem,
+)
 
 
-@pytest.mark.parametrize("text,expected", [
-    ("1g.10gb", MigProfile(gpu=1, compute=1, memory_gb=10)),
-    ("7g.80gb", MigProfile(gpu=7, compute=7, memory_gb=80)),
-    ("1c.3g.20gb", MigProfile(gpu=3, compute=1, memory_gb=20)),
-    ("1g.10gb+me", MigProfile(gpu=1, compute=1, memory_gb=10, attributes=("me",))),
-    ("1g.24gb+me.all", MigProfile(gpu=1, compute=1, memory_gb=24, attributes=("me.all",))),
-    ("1g.24gb-me", MigProfile(gpu=1, compute=1, memory_gb=24, attributes=("me",), negative=True)),
-    ("4g.96gb+gfx", MigProfile(gpu=4, compute=4, memory_gb=96, attributes=("gfx",))),
-    ("1g.24gb+me,gfx", MigProfile(gpu=1, compute=1, memory_gb=24, attributes=("gfx", "me"))),
-    ("2c.7g.80gb+me", MigProfile(gpu=7, compute=2, memory_gb=80, attributes=("me",))),
-    ("3g.20gb+ME1", MigProfile(gpu=3, compute=3, memory_gb=20, attributes=("ME1",))),
-])
+@pytest.mark.parametrize(
+    "text,expected",
+    [
+        ("1g.10gb", MigProfile(gpu=1, compute=1, memory_gb=10)),
+        ("7g.80gb", MigProfile(gpu=7, compute=7, memory_gb=80)),
+        ("1c.3g.20gb", MigProfile(gpu=3, compute=1, memory_gb=20)),
+        ("1g.10gb+me", MigProfile(gpu=1, compute=1, memory_gb=10, attributes=("me",))),
+        ("1g.24gb+me.all", MigProfile(gpu=1, compute=1, memory_gb=24, attributes=("me.all",))),
+        ("1g.24gb-me", MigProfile(gpu=1, compute=1, memory_gb=24, attributes=("me",), negative=True)),
+        ("4g.96gb+gfx", MigProfile(gpu=4, compute=4, memory_gb=96, attributes=("gfx",))),
+        ("1g.24gb+me,gfx", MigProfile(gpu=1, compute=1, memory_gb=24, attributes=("gfx", "me"))),
+        ("2c.7g.80gb+me", MigProfile(gpu=7, compute=2, memory_gb=80, attributes=("me",))),
+        ("3g.20gb+ME1", MigProfile(gpu=3, compute=3, memory_gb=20, attributes=("ME1",))),
+    ],
+)
 def test_valid(text, expected):
     assert parse_profile(text) == expected
     assert profile_problem("p", text) is None
 
 
-@pytest.mark.parametrize("text,canonical", [
-    ("1g.10gb", "1g.10gb"), ("1c.3g.20gb", "1c.3g.20gb"), ("3c.3g.20gb", "3g.20gb"),
-    ("1g.24gb+me.all", "1g.24gb+me.all"), ("1g.24gb-me", "1g.24gb-me"), ("1g.5gb+me,gfx", "1g.5gb+gfx,me"),
-])
+@pytest.mark.parametrize(
+    "text,canonical",
+    [
+        ("1g.10gb", "1g.10gb"),
+        ("1c.3g.20gb", "1c.3g.20gb"),
+        ("3c.3g.20gb", "3g.20gb"),
+        ("1g.24gb+me.all", "1g.24gb+me.all"),
+        ("1g.24gb-me", "1g.24gb-me"),
+        ("1g.5gb+me,gfx", "1g.5gb+gfx,me"),
+    ],
+)
 def test_canonical_name(text, canonical):
     assert str(parse_profile(text)) == canonical
 
@@ -113,17 +130,37 @@ def test_non_string_rejected(value):
 # --- naming formula (reference 2.2) ------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("memory_slices,total_slices,total_gib,gb", [
-    (1, 8, 141, 18), (2, 8, 141, 35), (4, 8, 141, 71), (8, 8, 141, 141),  # H200: 17.6->18, 35.25->35, 70.5->71
-    (1, 8, 186, 23), (2, 8, 186, 47), (4, 8, 186, 93), (8, 8, 186, 186),  # GB200: 23.25, 46.5, 93
-    (1, 8, 189, 24), (4, 8, 189, 95),  # GB200 early drivers: the 1g.24gb / 3g.95gb names
-    (8, 8, 80, 80), (8, 8, 79, 79), (1, 8, 80, 10), (2, 8, 40, 10), (1, 8, 40, 5),  # A100
-    (1, 8, 94, 12), (4, 8, 94, 47), (4, 8, 96, 48),  # H100 NVL / 96GB
-    (1, 4, 24, 6), (2, 4, 24, 12), (4, 4, 24, 24),  # A30
-    (3, 12, 96, 24), (6, 12, 96, 48), (12, 12, 96, 96),  # RTX PRO 6000
-    (1, 12, 96, 12),  # 1/12 rounds UP to 1/8
-    (3, 8, 80, 30),  # 3/8 is already a whole eighth: 30
-])
+@pytest.mark.parametrize(
+    "memory_slices,total_slices,total_gib,gb",
+    [
+        (1, 8, 141, 18),
+        (2, 8, 141, 35),
+        (4, 8, 141, 71),
+        (8, 8, 141, 141),  # H200: 17.6->18, 35.25->35, 70.5->71
+        (1, 8, 186, 23),
+        (2, 8, 186, 47),
+        (4, 8, 186, 93),
+        (8, 8, 186, 186),  # GB200: 23.25, 46.5, 93
+        (1, 8, 189, 24),
+        (4, 8, 189, 95),  # GB200 early drivers: the 1g.24gb / 3g.95gb names
+        (8, 8, 80, 80),
+        (8, 8, 79, 79),
+        (1, 8, 80, 10),
+        (2, 8, 40, 10),
+        (1, 8, 40, 5),  # A100
+        (1, 8, 94, 12),
+        (4, 8, 94, 47),
+        (4, 8, 96, 48),  # H100 NVL / 96GB
+        (1, 4, 24, 6),
+        (2, 4, 24, 12),
+        (4, 4, 24, 24),  # A30
+        (3, 12, 96, 24),
+        (6, 12, 96, 48),
+        (12, 12, 96, 96),  # RTX PRO 6000
+        (1, 12, 96, 12),  # 1/12 rounds UP to 1/8
+        (3, 8, 80, 30),  # 3/8 is already a whole eighth: 30
+    ],
+)
 def test_naming_formula(memory_slices, total_slices, total_gib, gb):
     assert memory_gb_for_fraction(memory_slices, total_slices, total_gib) == gb
 

@@ -1,6 +1,7 @@
 """The reader (mig/yamlsafe.py): go-yaml v2's scalars and sigs.k8s.io/yaml's JSON keys, the location
 index, and the warnings that say what the node will see. Verdicts against mig-parted's own parser are in
 test_conformance.py; these tests pin the values and positions behind them."""
+
 from __future__ import annotations
 
 import math
@@ -16,16 +17,46 @@ from migops.mig.yamlsafe import Location, float32_text, json_int, load_yaml, rea
 INT, FLOAT, BOOL, NULL, STR = (f"tag:yaml.org,2002:{t}" for t in ("int", "float", "bool", "null", "str"))
 
 
-@pytest.mark.parametrize("text,tag,value", [
-    ("7", INT, 7), ("0o7", INT, 7), ("0O7", INT, 7), ("0X1f", INT, 31), ("0B111", INT, 7), ("07", INT, 7),
-    ("010", INT, 8), ("-0x10", INT, -16), ("+7", INT, 7), ("1_000", INT, 1000), ("9223372036854775807", INT, 2**63 - 1),
-    ("9223372036854775808", INT, 2**63),  # go-yaml's uint64
-    ("08", FLOAT, 8.0), ("09", FLOAT, 9.0), ("7.", FLOAT, 7.0), ("7e0", FLOAT, 7.0), ("1e2", FLOAT, 100.0),
-    (".5_5", FLOAT, 0.55), ("99999999999999999999", FLOAT, 1e20), ("-9223372036854775809", FLOAT, -9223372036854775809.0),
-    ("1:00", STR, "1:00"), ("1e400", STR, "1e400"), ("0x", STR, "0x"), ("_1", STR, "_1"), ("=", STR, "="),
-    ("y", BOOL, True), ("Y", BOOL, True), ("on", BOOL, True), ("N", BOOL, False), ("off", BOOL, False),
-    ("yES", STR, "yES"), ("", NULL, None), ("~", NULL, None), ("Null", NULL, None), ("nULL", STR, "nULL"),
-])
+@pytest.mark.parametrize(
+    "text,tag,value",
+    [
+        ("7", INT, 7),
+        ("0o7", INT, 7),
+        ("0O7", INT, 7),
+        ("0X1f", INT, 31),
+        ("0B111", INT, 7),
+        ("07", INT, 7),
+        ("010", INT, 8),
+        ("-0x10", INT, -16),
+        ("+7", INT, 7),
+        ("1_000", INT, 1000),
+        ("9223372036854775807", INT, 2**63 - 1),
+        ("9223372036854775808", INT, 2**63),  # go-yaml's uint64
+        ("08", FLOAT, 8.0),
+        ("09", FLOAT, 9.0),
+        ("7.", FLOAT, 7.0),
+        ("7e0", FLOAT, 7.0),
+        ("1e2", FLOAT, 100.0),
+        (".5_5", FLOAT, 0.55),
+        ("99999999999999999999", FLOAT, 1e20),
+        ("-9223372036854775809", FLOAT, -9223372036854775809.0),
+        ("1:00", STR, "1:00"),
+        ("1e400", STR, "1e400"),
+        ("0x", STR, "0x"),
+        ("_1", STR, "_1"),
+        ("=", STR, "="),
+        ("y", BOOL, True),
+        ("Y", BOOL, True),
+        ("on", BOOL, True),
+        ("N", BOOL, False),
+        ("off", BOOL, False),
+        ("yES", STR, "yES"),
+        ("", NULL, None),
+        ("~", NULL, None),
+        ("Null", NULL, None),
+        ("nULL", STR, "nULL"),
+    ],
+)
 def test_go_yaml_v2_scalar_resolution(text: str, tag: str, value: object) -> None:
     assert resolve("", text) == (tag, value)
 
@@ -36,15 +67,34 @@ def test_tags() -> None:
     assert resolve(STR, "1") == (STR, "1")
     with pytest.raises(ValueError, match=r"cannot decode !!float `1.5` as a !!int"):
         resolve(INT, "1.5")
-    assert load_yaml("a: !foo v1\nb: !!str 1\nc: ! 7\nd: !!binary aGk=\ne: !!omap [1]\n") == \
-        {"a": "v1", "b": "1", "c": "7", "d": "hi", "e": [1]}
+    assert load_yaml("a: !foo v1\nb: !!str 1\nc: ! 7\nd: !!binary aGk=\ne: !!omap [1]\n") == {
+        "a": "v1",
+        "b": "1",
+        "c": "7",
+        "d": "hi",
+        "e": [1],
+    }
 
 
-@pytest.mark.parametrize("value,text", [
-    (1.5, "1.5"), (1234567.0, "1.234567e+06"), (100000.0, "100000"), (1e6, "1e+06"), (1e-7, "1e-07"),
-    (0.1, "0.1"), (3.14159265358979, "3.1415927"), (16777217.0, "1.6777216e+07"), (1e39, ".inf"),
-    (-1e39, "-.inf"), (math.nan, ".nan"), (-0.0, "-0"), (0.0001, "0.0001"), (0.00001, "1e-05"),
-])
+@pytest.mark.parametrize(
+    "value,text",
+    [
+        (1.5, "1.5"),
+        (1234567.0, "1.234567e+06"),
+        (100000.0, "100000"),
+        (1e6, "1e+06"),
+        (1e-7, "1e-07"),
+        (0.1, "0.1"),
+        (3.14159265358979, "3.1415927"),
+        (16777217.0, "1.6777216e+07"),
+        (1e39, ".inf"),
+        (-1e39, "-.inf"),
+        (math.nan, ".nan"),
+        (-0.0, "-0"),
+        (0.0001, "0.0001"),
+        (0.00001, "1e-05"),
+    ],
+)
 def test_float_keys_are_spelled_as_float32(value: float, text: str) -> None:
     assert float32_text(value) == text
 
@@ -55,12 +105,21 @@ def test_non_string_keys_become_json_strings() -> None:
     assert {p: s.text for p, s in doc.surprises.items()} == {"true": "y", '"16"': "0x10", '"1.5"': "1.50", '"7"': "07"}
 
 
-@pytest.mark.parametrize("text,message", [
-    ("~: 1\n", "a mapping key is null"), ("?\n: 1\n", "a mapping key is null"),
-    ("9223372036854775808: 1\n", "beyond int64"), ("a: .inf\n", "NaN or infinite"), ("a: [.nan]\n", "NaN or infinite"),
-    ("? [a]\n: 1\n", "invalid map key"), ("%YAML 1.2\n---\na: 1\n", "incompatible YAML document"),
-    ("a: *x\n", "unknown anchor 'x'"), ("a: &x [*x]\n", "contains itself"), ("a:\n  <<: 1\n", "map merge requires"),
-])
+@pytest.mark.parametrize(
+    "text,message",
+    [
+        ("~: 1\n", "a mapping key is null"),
+        ("?\n: 1\n", "a mapping key is null"),
+        ("9223372036854775808: 1\n", "beyond int64"),
+        ("a: .inf\n", "NaN or infinite"),
+        ("a: [.nan]\n", "NaN or infinite"),
+        ("? [a]\n: 1\n", "invalid map key"),
+        ("%YAML 1.2\n---\na: 1\n", "incompatible YAML document"),
+        ("a: *x\n", "unknown anchor 'x'"),
+        ("a: &x [*x]\n", "contains itself"),
+        ("a:\n  <<: 1\n", "map merge requires"),
+    ],
+)
 def test_what_go_yaml_and_the_json_conversion_refuse(text: str, message: str) -> None:
     with pytest.raises(MigError) as info:
         read_first(text)
@@ -74,14 +133,30 @@ def test_a_refused_float_that_a_later_key_replaces_is_no_error() -> None:
 
 def test_merges_in_document_order() -> None:
     # go-yaml applies a merge where it is written: after an explicit key it replaces it (with a note)
-    doc = read_first("b: &b {x: 1, w: 2}\nc:\n  x: 0\n  <<: *b\nd:\n  <<: *b\n  x: 0\ne:\n  <<: [{x: 1}, {x: 2, z: 3}]\n")
+    doc = read_first(
+        "b: &b {x: 1, w: 2}\nc:\n  x: 0\n  <<: *b\nd:\n  <<: *b\n  x: 0\ne:\n  <<: [{x: 1}, {x: 2, z: 3}]\n"
+    )
     assert doc.value["c"] == {"x": 1, "w": 2} and doc.value["d"] == {"x": 0, "w": 2}
     assert doc.value["e"] == {"x": 1, "z": 3}  # earlier maps of a merge sequence win
     assert doc.surprises["c.x"].kind == "merge-override" and "d.x" not in doc.surprises
 
 
-@pytest.mark.parametrize("value,n", [(7.0, 7), (1e2, 100), (-0.0, 0), (9.2e18, 9200000000000000000), (2**63 - 1, 2**63 - 1),
-                                     (1.5, None), (1e21, None), (1e20, None), (2**63, None), (True, None), ("7", None)])
+@pytest.mark.parametrize(
+    "value,n",
+    [
+        (7.0, 7),
+        (1e2, 100),
+        (-0.0, 0),
+        (9.2e18, 9200000000000000000),
+        (2**63 - 1, 2**63 - 1),
+        (1.5, None),
+        (1e21, None),
+        (1e20, None),
+        (2**63, None),
+        (True, None),
+        ("7", None),
+    ],
+)
 def test_json_numbers_into_go_int(value: object, n: int | None) -> None:
     assert json_int(value) == n
 
@@ -151,7 +226,9 @@ MANIFESTS = textwrap.dedent("""\
 
 def test_a_configmap_block_scalar_is_located_in_the_whole_file() -> None:
     contents = read_file(MANIFESTS)
-    assert contents.manifests and [(s.kind, s.name, s.line) for s in contents.skipped] == [("Namespace", "gpu-operator", 1)]
+    assert contents.manifests and [(s.kind, s.name, s.line) for s in contents.skipped] == [
+        ("Namespace", "gpu-operator", 1)
+    ]
     (source,) = contents.sources
     assert (source.object, source.line) == ("ConfigMap gpu-operator/default-mig-parted-config", 7)
     config = source.config
@@ -168,18 +245,24 @@ def test_a_configmap_payload_error_is_located_in_the_whole_file() -> None:
 
 
 def test_a_quoted_payload_points_at_its_key() -> None:
-    text = ('{"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "m"},\n'
-            ' "data": {"config.yaml": "version: v1\\nmig-configs: {c: [{devices: all, mig-enabled: 7}]}\\n"}}\n')
+    text = (
+        '{"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "m"},\n'
+        ' "data": {"config.yaml": "version: v1\\nmig-configs: {c: [{devices: all, mig-enabled: 7}]}\\n"}}\n'
+    )
     (source,) = read_file(text).sources
     (p,) = source.problems
     assert (p.rule, p.line, p.column) == ("invalid-mig-enabled", 2, 11)
 
 
 def test_a_list_of_objects() -> None:
-    payload = textwrap.indent("version: v1\nmig-configs:\n  c:\n    - devices: all\n      mig-enabled: maybe\n", " " * 8)
-    text = ("apiVersion: v1\nkind: List\nitems:\n  - apiVersion: v1\n    kind: Service\n    metadata: {name: s}\n"
-            "  - apiVersion: v1\n    kind: ConfigMap\n    metadata: {name: mig}\n    data:\n      config.yaml: |\n"
-            + payload)
+    payload = textwrap.indent(
+        "version: v1\nmig-configs:\n  c:\n    - devices: all\n      mig-enabled: maybe\n", " " * 8
+    )
+    text = (
+        "apiVersion: v1\nkind: List\nitems:\n  - apiVersion: v1\n    kind: Service\n    metadata: {name: s}\n"
+        "  - apiVersion: v1\n    kind: ConfigMap\n    metadata: {name: mig}\n    data:\n      config.yaml: |\n"
+        + payload
+    )
     contents = read_file(text)
     assert [s.kind for s in contents.skipped] == ["Service"]
     (source,) = contents.sources
@@ -189,8 +272,9 @@ def test_a_list_of_objects() -> None:
 
 
 def test_reading_notes() -> None:
-    config = parse_config("version: v1\nmig-configs:\n  y:\n    - devices: [010, ~]\n      mig-enabled:\n"
-                          "      device-filter: ~\n")
+    config = parse_config(
+        "version: v1\nmig-configs:\n  y:\n    - devices: [010, ~]\n      mig-enabled:\n      device-filter: ~\n"
+    )
     notes = {n.path: (n.rule, n.message) for n in config.notes}
     assert config.names() == ("true",)
     assert notes["mig-configs.true"][0] == "config-name-converted"
@@ -204,8 +288,10 @@ def test_reading_notes() -> None:
 def test_integers_that_read_as_written_get_no_note() -> None:
     """Only an integer whose text is not its decimal value (a prefix, a sign, a leading zero, _) is noted:
     a 19-digit count or a negative index reads as it is written."""
-    config = parse_config('version: v1\nmig-configs:\n  c:\n    - devices: [1, 0x2, +3, 04, 1_5, -0]\n'
-                          '      mig-enabled: true\n      mig-devices: {"1g.10gb": 9223372036854775807}\n')
+    config = parse_config(
+        'version: v1\nmig-configs:\n  c:\n    - devices: [1, 0x2, +3, 04, 1_5, -0]\n'
+        '      mig-enabled: true\n      mig-devices: {"1g.10gb": 9223372036854775807}\n'
+    )
     noted = {n.path.rsplit("[", 1)[-1] for n in config.notes}
     assert noted == {"1]", "2]", "3]", "4]", "5]"}, config.notes
     doc = read_first("a: [-7, 123456789012345678901, -9223372036854775808]\n")
@@ -213,9 +299,17 @@ def test_integers_that_read_as_written_get_no_note() -> None:
     assert set(doc.surprises) == {"a[1]"}  # beyond uint64: a float
 
 
-@pytest.mark.parametrize("path,parent", [
-    ("a.b[2]", "a.b"), ('a."x.y"', "a"), ('"x.y"', ""), ("a", ""), ("", None),
-    ('mig-configs."a\\"b"[0]', 'mig-configs."a\\"b"'), ('mig-configs."a\\"b"', "mig-configs"),
-])
+@pytest.mark.parametrize(
+    "path,parent",
+    [
+        ("a.b[2]", "a.b"),
+        ('a."x.y"', "a"),
+        ('"x.y"', ""),
+        ("a", ""),
+        ("", None),
+        ('mig-configs."a\\"b"[0]', 'mig-configs."a\\"b"'),
+        ('mig-configs."a\\"b"', "mig-configs"),
+    ],
+)
 def test_parent_path(path: str, parent: str | None) -> None:
     assert parent_path(path) == parent

@@ -18,6 +18,7 @@ locations. Record again only for an intended change of what the reader reads, an
 
     .venv/bin/python tests/mig/test_reader_golden.py --record
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -65,8 +66,8 @@ EXTRA: dict[str, str] = {
     "anchor-redefined": "a: &x 1\nb: *x\nc: &x 2\nd: *x\n",
     "alias-scalars": "a: &n 0x10\nb: &y y\nc: [*n, *y, *n]\nd: {*y : *n}\n",
     "alias-in-devices": "version: v1\nmig-configs:\n  c:\n    - devices: &d [0, 1, 0x2]\n      mig-enabled: &t yes\n"
-                        "      mig-devices: {\"1g.10gb\": 1}\n  d:\n    - devices: *d\n      mig-enabled: *t\n"
-                        "      mig-devices: {\"1g.10gb\": 7.0}\n",
+    "      mig-devices: {\"1g.10gb\": 1}\n  d:\n    - devices: *d\n      mig-enabled: *t\n"
+    "      mig-devices: {\"1g.10gb\": 7.0}\n",
     "duplicate-then-syntax": "a: 1\na: 2\nb: [\n",
     "duplicate-then-deep": "a: 1\na: 2\nb: " + "[" * 40 + "]" * 40 + "\n",
     "deep-then-duplicate": "b: " + "[" * 40 + "]" * 40 + "\na: 1\na: 2\n",
@@ -79,11 +80,11 @@ EXTRA: dict[str, str] = {
     "null-key": "~: 1\n",
     "map-key": "? [1]\n: 2\n",
     "billion-laughs": "a: &a [x, x, x, x, x, x, x, x, x, x]\nb: &b [*a, *a, *a, *a, *a, *a, *a, *a, *a, *a]\n"
-                      "c: &c [*b, *b, *b, *b, *b, *b, *b, *b, *b, *b]\nd: &d [*c, *c, *c, *c, *c, *c, *c, *c, *c, *c]\n"
-                      "e: &e [*d, *d, *d, *d, *d, *d, *d, *d, *d, *d]\nf: [*e, *e]\n",
+    "c: &c [*b, *b, *b, *b, *b, *b, *b, *b, *b, *b]\nd: &d [*c, *c, *c, *c, *c, *c, *c, *c, *c, *c]\n"
+    "e: &e [*d, *d, *d, *d, *d, *d, *d, *d, *d, *d]\nf: [*e, *e]\n",
     "excessive-aliasing": "a: &a [1]\nb: [" + ", ".join(["*a"] * 3000) + "]\n",
     "tags": "a: !foo v1\nb: !!str 1\nc: ! 7\nd: !!binary aGk=\ne: !!omap [1]\nf: !!int \"7\"\ng: !!float 1\n"
-            "h: !!timestamp 2024-01-01\ni: !!null ''\nj: !!bool yes\nk: 2024-01-01 10:00:00\n",
+    "h: !!timestamp 2024-01-01\ni: !!null ''\nj: !!bool yes\nk: 2024-01-01 10:00:00\n",
     "tag-mismatch": "a: !!int 1.5\n",
     "binary-bad": "a: !!binary '%%%'\n",
     "block-scalars": "a: |\n  one\n  two\nb: >\n  folded\n  text\nc: |-\n  x\nd: 'q'\ne: \"dq\"\n",
@@ -95,15 +96,15 @@ EXTRA: dict[str, str] = {
     "comment-only": "# nothing\n",
     "flow-mix": "{version: v1, mig-configs: {a: [{devices: [0, 1], mig-enabled: true, mig-devices: {1g.10gb: 2}}]}}",
     "configmap-list": "apiVersion: v1\nkind: List\nitems:\n  - apiVersion: v1\n    kind: ConfigMap\n    metadata:\n"
-                      "      name: default-mig-parted-config\n    data:\n      config.yaml: |\n        version: v1\n"
-                      "        mig-configs:\n          all-1g.10gb:\n            - devices: all\n"
-                      "              mig-enabled: yes\n              mig-devices: {\"1g.10gb\": 7}\n"
-                      "  - apiVersion: v1\n    kind: Secret\n    metadata: {name: s}\n",
+    "      name: default-mig-parted-config\n    data:\n      config.yaml: |\n        version: v1\n"
+    "        mig-configs:\n          all-1g.10gb:\n            - devices: all\n"
+    "              mig-enabled: yes\n              mig-devices: {\"1g.10gb\": 7}\n"
+    "  - apiVersion: v1\n    kind: Secret\n    metadata: {name: s}\n",
     "configmap-quoted": "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: default-mig-parted-config}\n"
-                        "data:\n  config.yaml: \"version: v1\\nmig-configs:\\n  a:\\n    - devices: all\\n"
-                        "      mig-enabled: on\\n      mig-devices: {1g.10gb: 1}\\n\"\n",
+    "data:\n  config.yaml: \"version: v1\\nmig-configs:\\n  a:\\n    - devices: all\\n"
+    "      mig-enabled: on\\n      mig-devices: {1g.10gb: 1}\\n\"\n",
     "configmap-broken": "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: default-mig-parted-config}\n"
-                        "data:\n  config.yaml: |\n    version: v1\n    mig-configs:\n      a: [\n",
+    "data:\n  config.yaml: |\n    version: v1\n    mig-configs:\n      a: [\n",
 }
 # Bounds small enough to hit with small inputs: name -> (text, limits).
 BOUNDED: dict[str, tuple[str, Limits]] = {
@@ -125,7 +126,7 @@ def _digest(obj: object) -> str:
     return hashlib.sha256(_canon(obj).encode()).hexdigest()[:16]
 
 
-def _problems(problems) -> list:  # noqa: ANN001
+def _problems(problems) -> list:
     return [p.as_dict() for p in problems]
 
 
@@ -136,18 +137,23 @@ def _document(doc: Document) -> dict:
         "surprises": sorted((p, s.text, s.kind, s.style) for p, s in doc.surprises.items()),
         # block scalars only: their position maps a ConfigMap's config.yaml lines to the file
         "blocks": sorted((p, w) for p, w in doc.strings.items() if w[2] in ("|", ">")),
-        "start": tuple(doc.start), "index": doc.index, "rest": tuple(doc.rest) if doc.rest else None,
+        "start": tuple(doc.start),
+        "index": doc.index,
+        "rest": tuple(doc.rest) if doc.rest else None,
     }
 
 
 def _config(config: MigPartedConfig | None) -> dict | None:
     if config is None:
         return None
-    return {"configs": repr(config.configs), "notes": _problems(config.notes),
-            "locations": sorted((p, tuple(loc)) for p, loc in config.locations.items())}
+    return {
+        "configs": repr(config.configs),
+        "notes": _problems(config.notes),
+        "locations": sorted((p, tuple(loc)) for p, loc in config.locations.items()),
+    }
 
 
-def _attempt(fn) -> object:  # noqa: ANN001
+def _attempt(fn) -> object:
     try:
         return fn()
     except MigError as exc:
@@ -156,9 +162,11 @@ def _attempt(fn) -> object:  # noqa: ANN001
 
 def _file(text: str | bytes, kw: dict) -> dict:
     contents = read_file(text, **kw)
-    return {"manifests": contents.manifests,
-            "sources": [(s.object, s.line, _config(s.config), _problems(s.problems)) for s in contents.sources],
-            "skipped": [(s.kind, s.name, s.line, s.reason) for s in contents.skipped]}
+    return {
+        "manifests": contents.manifests,
+        "sources": [(s.object, s.line, _config(s.config), _problems(s.problems)) for s in contents.sources],
+        "skipped": [(s.kind, s.name, s.line, s.reason) for s in contents.skipped],
+    }
 
 
 # Each way of reading an input; the large shapes are read only in the ways that differ for them (a bare
@@ -181,8 +189,10 @@ def read_all(name: str, text: str | bytes, limits: Limits | None = None) -> dict
 
 
 def as_configmap(text: str) -> str:
-    return ("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: default-mig-parted-config\n  namespace: gpu-operator\n"
-            "data:\n  config.yaml: |\n" + "".join("    " + line + "\n" for line in text.splitlines()))
+    return (
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: default-mig-parted-config\n  namespace: gpu-operator\n"
+        "data:\n  config.yaml: |\n" + "".join("    " + line + "\n" for line in text.splitlines())
+    )
 
 
 def inputs() -> dict[str, tuple[str | bytes, Limits | None]]:
@@ -207,14 +217,21 @@ INPUTS = inputs()
 
 def _record() -> None:
     commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
-    dirty = subprocess.run(["git", "status", "--porcelain", "--", "mig"], cwd=ROOT, capture_output=True,
-                           text=True).stdout.strip()
+    dirty = subprocess.run(
+        ["git", "status", "--porcelain", "--", "mig"], cwd=ROOT, capture_output=True, text=True
+    ).stdout.strip()
     digests = {}
     for name, (text, limits) in INPUTS.items():
         got = read_all(name, text, limits)
         digests[name] = {way: _digest(v) for way, v in got.items()}
-    GOLDEN.write_text(json.dumps({"recorded_at_commit": commit + (" (mig/ modified)" if dirty else ""),
-                                  "digests": digests}, indent=0, sort_keys=True) + "\n")
+    GOLDEN.write_text(
+        json.dumps(
+            {"recorded_at_commit": commit + (" (mig/ modified)" if dirty else ""), "digests": digests},
+            indent=0,
+            sort_keys=True,
+        )
+        + "\n"
+    )
     print(f"recorded {len(digests)} inputs")
 
 
@@ -250,8 +267,11 @@ def test_reader_makes_no_reference_cycles() -> None:
     frees everything it makes: values, locations, the tape of anchored events, and what an error leaves."""
     import gc
 
-    texts: list[str | bytes] = [_shapes.distinct(configs=200), _shapes.aliases(configs=200),
-                                as_configmap(_shapes.repeated(configs=200))]
+    texts: list[str | bytes] = [
+        _shapes.distinct(configs=200),
+        _shapes.aliases(configs=200),
+        as_configmap(_shapes.repeated(configs=200)),
+    ]
     texts += list(EXTRA.values())
     texts += [generate.input_bytes(e) for e in CORPUS[::7]]
     gc.collect()

@@ -1,4 +1,5 @@
 """mig-parted v1 parser: the 13 parse rules of reference 1.3, input forms, selection and bounded input."""
+
 from __future__ import annotations
 
 import json
@@ -50,9 +51,10 @@ def the_problem(text, rule: str, path: str, message: str | None = None):
 
 def config(entry_yaml: str, name: str = "custom") -> str:
     """A v1 document with one config whose second entry is `entry_yaml` (so paths end in [1])."""
-    return ("version: v1\nmig-configs:\n  " + name + ":\n"
-            "    - devices: all\n      mig-enabled: false\n"
-            + textwrap.indent(textwrap.dedent(entry_yaml), "    "))
+    return (
+        "version: v1\nmig-configs:\n  " + name + ":\n"
+        "    - devices: all\n      mig-enabled: false\n" + textwrap.indent(textwrap.dedent(entry_yaml), "    ")
+    )
 
 
 # --- the valid example (reference 1.1) ---------------------------------------------------------------
@@ -68,28 +70,35 @@ def test_valid_example():
     assert first.devices == (0, 1) and first.device_filter == () and first.mig_enabled
     assert first.profile_counts() == {parse_profile("3g.40gb"): 2}
     assert second.device_filter == ("0x233010DE",) and second.devices == (2,)
-    assert second.profile_counts() == {parse_profile("1g.10gb"): 2, parse_profile("2g.20gb"): 1,
-                                       parse_profile("3g.40gb"): 1}
+    assert second.profile_counts() == {
+        parse_profile("1g.10gb"): 2,
+        parse_profile("2g.20gb"): 1,
+        parse_profile("3g.40gb"): 1,
+    }
     assert [item.key for item in second.mig_devices] == ["1g.10gb", "2g.20gb", "3g.40gb"]
 
 
 def test_filter_list_and_subsystem_id_accepted():
-    cfg = parse_config(config("""\
+    cfg = parse_config(
+        config("""\
         - device-filter: ["0x233010DE", "0x233010DE:0x16C110DE"]
           devices: all
           mig-enabled: true
           mig-devices: {}
-        """))
+        """)
+    )
     assert cfg.entries("custom")[1].device_filter == ("0x233010DE", "0x233010DE:0x16C110DE")
     assert cfg.entries("custom")[1].mig_devices == ()
 
 
 def test_zero_count_allowed_when_another_is_positive():
-    cfg = parse_config(config("""\
+    cfg = parse_config(
+        config("""\
         - devices: all
           mig-enabled: true
           mig-devices: {"1g.10gb": 0, "2g.20gb": 1}
-        """))
+        """)
+    )
     entry = cfg.entries("custom")[1]
     assert [i.count for i in entry.mig_devices] == [0, 1]
     assert entry.profile_counts() == {parse_profile("2g.20gb"): 1}
@@ -99,13 +108,22 @@ def test_zero_count_allowed_when_another_is_positive():
 
 
 def test_rule_1_missing_version():
-    the_problem("mig-configs:\n  a:\n    - devices: all\n      mig-enabled: false\n",
-                "missing-version", "version", "unable to parse with missing 'version' field")
+    the_problem(
+        "mig-configs:\n  a:\n    - devices: all\n      mig-enabled: false\n",
+        "missing-version",
+        "version",
+        "unable to parse with missing 'version' field",
+    )
 
 
-@pytest.mark.parametrize("text", ["version: v2\nmig-configs: {a: [{devices: all, mig-enabled: false}]}\n",
-                                  "version: 1\nmig-configs: {a: [{devices: all, mig-enabled: false}]}\n",
-                                  "version: V1\nmig-configs: {a: [{devices: all, mig-enabled: false}]}\n"])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "version: v2\nmig-configs: {a: [{devices: all, mig-enabled: false}]}\n",
+        "version: 1\nmig-configs: {a: [{devices: all, mig-enabled: false}]}\n",
+        "version: V1\nmig-configs: {a: [{devices: all, mig-enabled: false}]}\n",
+    ],
+)
 def test_rule_2_unknown_version(text):
     p = the_problem(text, "unknown-version", "version", "unknown version: ")
     assert text.split()[1] in p.message
@@ -132,13 +150,21 @@ def test_rule_3_unexpected_top_level_field():
 
 
 def test_rule_4_empty_mig_configs():
-    the_problem("version: v1\nmig-configs: {}\n", "empty-mig-configs", "mig-configs",
-                "at least one entry in 'mig-configs' is required")
+    the_problem(
+        "version: v1\nmig-configs: {}\n",
+        "empty-mig-configs",
+        "mig-configs",
+        "at least one entry in 'mig-configs' is required",
+    )
 
 
 def test_rule_5_empty_config():
-    the_problem("version: v1\nmig-configs:\n  custom: []\n", "empty-config", "mig-configs.custom",
-                "at least one entry in 'custom' is required")
+    the_problem(
+        "version: v1\nmig-configs:\n  custom: []\n",
+        "empty-config",
+        "mig-configs.custom",
+        "at least one entry in 'custom' is required",
+    )
 
 
 @pytest.mark.parametrize("missing", ["devices", "mig-enabled"])
@@ -150,78 +176,116 @@ def test_rule_6_missing_required_field(missing):
 
 
 def test_rule_7_unexpected_entry_field():
-    the_problem(config("- devices: all\n  mig-enabled: false\n  mig-device: {}\n"), "unexpected-field",
-                "mig-configs.custom[1].mig-device", "unexpected field")
+    the_problem(
+        config("- devices: all\n  mig-enabled: false\n  mig-device: {}\n"),
+        "unexpected-field",
+        "mig-configs.custom[1].mig-device",
+        "unexpected field",
+    )
 
 
 @pytest.mark.parametrize("value", ['"All"', "gpu0", '"0"'])
 def test_rule_8_devices_string_other_than_all(value):
-    the_problem(config(f"- devices: {value}\n  mig-enabled: false\n"), "invalid-devices",
-                "mig-configs.custom[1].devices", "invalid string input")
+    the_problem(
+        config(f"- devices: {value}\n  mig-enabled: false\n"),
+        "invalid-devices",
+        "mig-configs.custom[1].devices",
+        "invalid string input",
+    )
 
 
 @pytest.mark.parametrize("value", ["[0, a]", "1", "[true]", "{a: 1}", "[0.5]"])
 def test_rule_8_devices_not_an_integer_list(value):
-    the_problem(config(f"- devices: {value}\n  mig-enabled: false\n"), "invalid-devices",
-                "mig-configs.custom[1].devices")
+    the_problem(
+        config(f"- devices: {value}\n  mig-enabled: false\n"), "invalid-devices", "mig-configs.custom[1].devices"
+    )
 
 
 @pytest.mark.parametrize("value", ["1", "[1, 2]", "{a: b}", '["0x233010DE", 3]', "true"])
 def test_rule_9_device_filter_type(value):
-    the_problem(config(f"- device-filter: {value}\n  devices: all\n  mig-enabled: false\n"),
-                "invalid-device-filter", "mig-configs.custom[1].device-filter")
+    the_problem(
+        config(f"- device-filter: {value}\n  devices: all\n  mig-enabled: false\n"),
+        "invalid-device-filter",
+        "mig-configs.custom[1].device-filter",
+    )
 
 
 @pytest.mark.parametrize("value", ['"true"', "1", "yes please", "[true]"])
 def test_rule_10_mig_enabled_not_bool(value):
-    the_problem(config(f"- devices: all\n  mig-enabled: {value}\n"), "invalid-mig-enabled",
-                "mig-configs.custom[1].mig-enabled")
+    the_problem(
+        config(f"- devices: all\n  mig-enabled: {value}\n"), "invalid-mig-enabled", "mig-configs.custom[1].mig-enabled"
+    )
 
 
 def test_rule_11_profile_grammar():
-    p = the_problem(config('- devices: all\n  mig-enabled: true\n  mig-devices: {"1g.10gb+me-x": 1}\n'),
-                    "profile-syntax", 'mig-configs.custom[1].mig-devices."1g.10gb+me-x"')
+    p = the_problem(
+        config('- devices: all\n  mig-enabled: true\n  mig-devices: {"1g.10gb+me-x": 1}\n'),
+        "profile-syntax",
+        'mig-configs.custom[1].mig-devices."1g.10gb+me-x"',
+    )
     assert "1g.10gb+me-x" in p.message
 
 
 def test_rule_11_negative_count():
-    the_problem(config('- devices: all\n  mig-enabled: true\n  mig-devices: {"1g.10gb": -1}\n'),
-                "negative-count", 'mig-configs.custom[1].mig-devices."1g.10gb"')
+    the_problem(
+        config('- devices: all\n  mig-enabled: true\n  mig-devices: {"1g.10gb": -1}\n'),
+        "negative-count",
+        'mig-configs.custom[1].mig-devices."1g.10gb"',
+    )
 
 
 @pytest.mark.parametrize("value", ['"2"', "1.5", "true", "[1]", "1e21", "9223372036854775808", "99999999999999999999"])
 def test_rule_11_count_not_an_integer(value):
-    the_problem(config(f'- devices: all\n  mig-enabled: true\n  mig-devices: {{"1g.10gb": {value}}}\n'),
-                "invalid-count", 'mig-configs.custom[1].mig-devices."1g.10gb"')
+    the_problem(
+        config(f'- devices: all\n  mig-enabled: true\n  mig-devices: {{"1g.10gb": {value}}}\n'),
+        "invalid-count",
+        'mig-configs.custom[1].mig-devices."1g.10gb"',
+    )
 
 
 @pytest.mark.parametrize("value", ["[1g.10gb]", '"1g.10gb"', "7"])
 def test_rule_11_mig_devices_not_a_map(value):
-    the_problem(config(f"- devices: all\n  mig-enabled: true\n  mig-devices: {value}\n"),
-                "invalid-mig-devices", "mig-configs.custom[1].mig-devices")
+    the_problem(
+        config(f"- devices: all\n  mig-enabled: true\n  mig-devices: {value}\n"),
+        "invalid-mig-devices",
+        "mig-configs.custom[1].mig-devices",
+    )
 
 
 def test_rule_11_non_string_profile_key():
-    the_problem(config("- devices: all\n  mig-enabled: true\n  mig-devices: {1: 2}\n"),
-                "profile-syntax", "mig-configs.custom[1].mig-devices.\"1\"")
+    the_problem(
+        config("- devices: all\n  mig-enabled: true\n  mig-devices: {1: 2}\n"),
+        "profile-syntax",
+        "mig-configs.custom[1].mig-devices.\"1\"",
+    )
 
 
 def test_rule_11_all_counts_zero():
-    the_problem(config('- devices: all\n  mig-enabled: true\n  mig-devices: {"1g.10gb": 0, "2g.20gb": 0}\n'),
-                "all-counts-zero", "mig-configs.custom[1].mig-devices", "all counts for all MigProfiles are 0")
+    the_problem(
+        config('- devices: all\n  mig-enabled: true\n  mig-devices: {"1g.10gb": 0, "2g.20gb": 0}\n'),
+        "all-counts-zero",
+        "mig-configs.custom[1].mig-devices",
+        "all counts for all MigProfiles are 0",
+    )
 
 
 @pytest.mark.parametrize("tail", ["", "  mig-devices:\n", "  mig-devices: null\n"])
 def test_rule_12_mig_devices_required_when_enabled(tail):
-    the_problem(config("- devices: all\n  mig-enabled: true\n" + tail), "mig-devices-required",
-                "mig-configs.custom[1].mig-devices",
-                "missing required field 'mig-devices' when 'mig-enabled' is true")
+    the_problem(
+        config("- devices: all\n  mig-enabled: true\n" + tail),
+        "mig-devices-required",
+        "mig-configs.custom[1].mig-devices",
+        "missing required field 'mig-devices' when 'mig-enabled' is true",
+    )
 
 
 def test_rule_13_mig_devices_when_disabled():
-    the_problem(config('- devices: all\n  mig-enabled: false\n  mig-devices: {"1g.10gb": 1}\n'),
-                "mig-devices-when-disabled", "mig-configs.custom[1].mig-devices",
-                "MIG devices included when 'mig-enabled' is false")
+    the_problem(
+        config('- devices: all\n  mig-enabled: false\n  mig-devices: {"1g.10gb": 1}\n'),
+        "mig-devices-when-disabled",
+        "mig-configs.custom[1].mig-devices",
+        "MIG devices included when 'mig-enabled' is false",
+    )
 
 
 def test_rule_13_empty_mig_devices_when_disabled_is_fine():
@@ -240,26 +304,34 @@ def test_all_problems_are_collected():
           b: []
         """)
     rules = {(p.rule, p.path) for p in problems_of(text)}
-    assert rules == {("unexpected-field", "extra"), ("invalid-devices", "mig-configs.a[0].devices"),
-                     ("mig-devices-required", "mig-configs.a[0].mig-devices"),
-                     ("empty-config", "mig-configs.b")}
+    assert rules == {
+        ("unexpected-field", "extra"),
+        ("invalid-devices", "mig-configs.a[0].devices"),
+        ("mig-devices-required", "mig-configs.a[0].mig-devices"),
+        ("empty-config", "mig-configs.b"),
+    }
 
 
-@pytest.mark.parametrize("text,rule,path", [
-    ("version: v1\nmig-configs: [a]\n", "invalid-mig-configs", "mig-configs"),
-    ("version: v1\nmig-configs: {a: {devices: all}}\n", "invalid-config", "mig-configs.a"),
-    ("version: v1\nmig-configs: {a: [1]}\n", "invalid-entry", "mig-configs.a[0]"),
-    ("- a\n- b\n", "not-a-mapping", ""),
-    ("just text", "not-a-mapping", ""),
-])
+@pytest.mark.parametrize(
+    "text,rule,path",
+    [
+        ("version: v1\nmig-configs: [a]\n", "invalid-mig-configs", "mig-configs"),
+        ("version: v1\nmig-configs: {a: {devices: all}}\n", "invalid-config", "mig-configs.a"),
+        ("version: v1\nmig-configs: {a: [1]}\n", "invalid-entry", "mig-configs.a[0]"),
+        ("- a\n- b\n", "not-a-mapping", ""),
+        ("just text", "not-a-mapping", ""),
+    ],
+)
 def test_other_shapes(text, rule, path):
     assert any(p.rule == rule and p.path == path for p in problems_of(text))
 
 
 def test_problem_paths_quote_keys_that_are_not_words():
-    p = the_problem(config('- devices: all\n  mig-enabled: true\n  mig-devices: {"1g.10gb": -3}\n',
-                           name="all-1g.10gb"),
-                    "negative-count", 'mig-configs."all-1g.10gb"[1].mig-devices."1g.10gb"')
+    p = the_problem(
+        config('- devices: all\n  mig-enabled: true\n  mig-devices: {"1g.10gb": -3}\n', name="all-1g.10gb"),
+        "negative-count",
+        'mig-configs."all-1g.10gb"[1].mig-devices."1g.10gb"',
+    )
     assert str(p).startswith('mig-configs."all-1g.10gb"[1].mig-devices."1g.10gb": ')
 
 
@@ -267,8 +339,12 @@ def test_problem_paths_quote_keys_that_are_not_words():
 
 
 def configmap(payload: str | None, key: str = "config.yaml") -> str:
-    doc = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "mig-parted-config"},
-           "data": {} if payload is None else {key: payload}}
+    doc = {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": "mig-parted-config"},
+        "data": {} if payload is None else {key: payload},
+    }
     return yaml.safe_dump(doc)
 
 
@@ -299,8 +375,18 @@ def test_not_utf8():
     the_problem(json.loads('"version: v1\\nx: \\ud800"'), "not-utf8", "")
 
 
-@pytest.mark.parametrize("value", ["!!timestamp 99999-01-01", "!!int " + "9" * 5000, "!!bool maybe", "!!float x",
-                                   "!!int x", "!!binary zz", "!!null x"])
+@pytest.mark.parametrize(
+    "value",
+    [
+        "!!timestamp 99999-01-01",
+        "!!int " + "9" * 5000,
+        "!!bool maybe",
+        "!!float x",
+        "!!int x",
+        "!!binary zz",
+        "!!null x",
+    ],
+)
 def test_tagged_scalar_that_does_not_resolve(value):
     # go-yaml refuses a scalar whose explicit tag it cannot honour ("cannot decode !!str `x` as a !!int")
     text = f"version: v1\nmig-configs:\n  c:\n    - devices: {value}\n      mig-enabled: false\n"
@@ -373,7 +459,8 @@ def rule_of(text, limits: Limits | None = None) -> str:
 
 
 BILLION_LAUGHS = 'a: &a ["lol","lol","lol","lol","lol","lol","lol","lol","lol"]\n' + "".join(
-    f"{chr(98 + i)}: &{chr(98 + i)} [" + ",".join([f"*{chr(97 + i)}"] * 9) + "]\n" for i in range(8))
+    f"{chr(98 + i)}: &{chr(98 + i)} [" + ",".join([f"*{chr(97 + i)}"] * 9) + "]\n" for i in range(8)
+)
 
 
 def message_of(text) -> str:
@@ -398,8 +485,10 @@ def test_bomb_inside_a_config_value():
 def test_node_budget_counts_alias_expansion():
     # ~106,000 nodes, 98% from aliases: go-yaml accepts it, migops's bound refuses it
     entries = "".join("    - devices: *d\n      mig-enabled: false\n" for _ in range(95))
-    text = ("version: v1\nmig-configs:\n  c:\n    - devices: &d [" + ",".join(["0"] * 1100) + "]\n"
-            "      mig-enabled: false\n" + entries)
+    text = (
+        "version: v1\nmig-configs:\n  c:\n    - devices: &d [" + ",".join(["0"] * 1100) + "]\n"
+        "      mig-enabled: false\n" + entries
+    )
     assert rule_of(text) == "yaml-too-large"
     fewer = text[: text.index("    - devices: *d")] + "    - devices: *d\n      mig-enabled: false\n" * 80
     assert len(parse_config(fewer).entries("c")) == 81
@@ -444,13 +533,22 @@ def test_shared_aliases_within_budget_are_fine():
     assert load_yaml(text) == {"x": {"1g.10gb": 1}, "z": [{"1g.10gb": 1}] * 3}
 
 
-@pytest.mark.parametrize("text,path", [
-    ("version: v1\nversion: v1\nmig-configs: {}\n", "version"),
-    ("version: v1\nmig-configs:\n  a:\n    - devices: all\n      mig-enabled: false\n"
-     "  a:\n    - devices: all\n      mig-enabled: false\n", "mig-configs.a"),
-    ('version: v1\nmig-configs:\n  c:\n    - devices: all\n      mig-enabled: true\n'
-     '      mig-devices: {"1g.10gb": 1, "1g.10gb": 2}\n', 'mig-configs.c[0].mig-devices."1g.10gb"'),
-])
+@pytest.mark.parametrize(
+    "text,path",
+    [
+        ("version: v1\nversion: v1\nmig-configs: {}\n", "version"),
+        (
+            "version: v1\nmig-configs:\n  a:\n    - devices: all\n      mig-enabled: false\n"
+            "  a:\n    - devices: all\n      mig-enabled: false\n",
+            "mig-configs.a",
+        ),
+        (
+            'version: v1\nmig-configs:\n  c:\n    - devices: all\n      mig-enabled: true\n'
+            '      mig-devices: {"1g.10gb": 1, "1g.10gb": 2}\n',
+            'mig-configs.c[0].mig-devices."1g.10gb"',
+        ),
+    ],
+)
 def test_duplicate_keys(text, path):
     with pytest.raises(MigError) as info:
         parse_config(text)
@@ -460,12 +558,18 @@ def test_duplicate_keys(text, path):
 
 
 def test_digest_ignores_spelling_and_other_configs_but_not_content() -> None:
-    a = parse_config("version: v1\nmig-configs:\n  x:\n  - devices: [1, 0]\n    mig-enabled: true\n"
-                     "    mig-devices: {1g.10gb: 2, 2g.20gb: 1}\n  z: [{devices: all, mig-enabled: false}]\n")
-    b = parse_config('{"version": "v1", "mig-configs": {"x": [{"mig-enabled": true, "devices": [0, 1], '
-                     '"mig-devices": {"2g.20gb": 1, "1g.10gb": 2}}]}}')
-    c = parse_config("version: v1\nmig-configs:\n  x:\n  - devices: [0, 1]\n    mig-enabled: true\n"
-                     "    mig-devices: {1g.10gb: 3, 2g.20gb: 1}\n")
+    a = parse_config(
+        "version: v1\nmig-configs:\n  x:\n  - devices: [1, 0]\n    mig-enabled: true\n"
+        "    mig-devices: {1g.10gb: 2, 2g.20gb: 1}\n  z: [{devices: all, mig-enabled: false}]\n"
+    )
+    b = parse_config(
+        '{"version": "v1", "mig-configs": {"x": [{"mig-enabled": true, "devices": [0, 1], '
+        '"mig-devices": {"2g.20gb": 1, "1g.10gb": 2}}]}}'
+    )
+    c = parse_config(
+        "version: v1\nmig-configs:\n  x:\n  - devices: [0, 1]\n    mig-enabled: true\n"
+        "    mig-devices: {1g.10gb: 3, 2g.20gb: 1}\n"
+    )
     assert a.digest("x") == b.digest("x")
     assert a.digest("x").startswith("sha256:")
     assert a.digest("x") != c.digest("x")

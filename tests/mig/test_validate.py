@@ -3,6 +3,7 @@
 Expected results are built here from the reference tables (mig-hardware.md 4.7 and 4.8), not from
 the catalogue, so a wrong catalogue row or a wrong validator rule shows up as a mismatch.
 """
+
 from __future__ import annotations
 
 import json
@@ -12,7 +13,7 @@ import pytest
 
 from migops.mig.catalogue import catalogue
 from migops.mig.spec import parse_config
-from migops.mig.validate import validate, validate_against_catalogue, validate_on_node
+from migops.mig.validate import validate, validate_on_node
 
 CAT = catalogue()
 ROOT = Path(__file__).resolve().parents[2]
@@ -35,8 +36,16 @@ RTX = gpu("0x2BB510DE")
 # --- reference 4.7: device-ID groups of the default config -------------------------------------------
 
 IDS_A100_40 = {"0x20B010DE", "0x20B110DE", "0x20F110DE", "0x20F610DE"}
-IDS_80 = {"0x233010DE", "0x233110DE", "0x232210DE", "0x232410DE", "0x20B210DE", "0x20B510DE", "0x20F310DE",
-          "0x20F510DE"}
+IDS_80 = {
+    "0x233010DE",
+    "0x233110DE",
+    "0x232210DE",
+    "0x232410DE",
+    "0x20B210DE",
+    "0x20B510DE",
+    "0x20F310DE",
+    "0x20F510DE",
+}
 IDS_A30 = {"0x20B710DE"}
 IDS_NVL = {"0x232110DE", "0x233A10DE"}
 IDS_96 = {"0x234210DE", "0x233D10DE", "0x20B610DE", "0x232910DE"}
@@ -47,43 +56,100 @@ IDS_GB200 = {"0x294110DE"}
 IDS_B300 = {"0x318210DE"}
 IDS_GB300 = {"0x31C210DE"}
 IDS_RTX = {"0x2BB510DE"}
-ALL_DEFAULT_IDS = (IDS_A100_40 | IDS_80 | IDS_A30 | IDS_NVL | IDS_96 | IDS_H200 | IDS_GH200_144 | IDS_B200
-                   | IDS_GB200 | IDS_B300 | IDS_GB300 | IDS_RTX)
+ALL_DEFAULT_IDS = (
+    IDS_A100_40
+    | IDS_80
+    | IDS_A30
+    | IDS_NVL
+    | IDS_96
+    | IDS_H200
+    | IDS_GH200_144
+    | IDS_B200
+    | IDS_GB200
+    | IDS_B300
+    | IDS_GB300
+    | IDS_RTX
+)
 
 # --- reference 4.8: named configs per model row, and which profile table each row is -----------------
 
 ROWS = {
     # row: (profile table id, single-profile configs without a filter)
-    "A100-40GB": ("a100-40gb", ["all-1g.5gb", "all-1g.5gb.me", "all-2g.10gb", "all-3g.20gb", "all-4g.20gb",
-                                "all-7g.40gb"]),
-    "A100-80/H100-80": ("a100-80gb h100-80gb", ["all-1g.10gb.me", "all-1g.20gb", "all-2g.20gb", "all-3g.40gb",
-                                                "all-4g.40gb", "all-7g.80gb"]),
+    "A100-40GB": (
+        "a100-40gb",
+        ["all-1g.5gb", "all-1g.5gb.me", "all-2g.10gb", "all-3g.20gb", "all-4g.20gb", "all-7g.40gb"],
+    ),
+    "A100-80/H100-80": (
+        "a100-80gb h100-80gb",
+        ["all-1g.10gb.me", "all-1g.20gb", "all-2g.20gb", "all-3g.40gb", "all-4g.40gb", "all-7g.80gb"],
+    ),
     "A30": ("a30-24gb", ["all-1g.6gb", "all-1g.6gb.me", "all-2g.12gb", "all-2g.12gb.me", "all-4g.24gb"]),
     # all-1g.24gb.me sits under the H100 NVL comment in the file, but H100 NVL has no 1g.24gb+me
     # profile (4.5): it is RTX PRO 6000's config, handled below.
-    "H100 NVL": ("h100-94gb", ["all-1g.12gb", "all-1g.12gb.me", "all-1g.24gb", "all-2g.24gb", "all-3g.47gb",
-                               "all-4g.47gb", "all-7g.94gb"]),
+    "H100 NVL": (
+        "h100-94gb",
+        ["all-1g.12gb", "all-1g.12gb.me", "all-1g.24gb", "all-2g.24gb", "all-3g.47gb", "all-4g.47gb", "all-7g.94gb"],
+    ),
     # PG506-232 (GA100) shares the names in the default config but has its own table (Ampere SMs/engines).
-    "H100-96": ("h100-96gb pg506-96gb", ["all-1g.12gb", "all-1g.12gb.me", "all-1g.24gb", "all-2g.24gb", "all-3g.48gb",
-                              "all-4g.48gb", "all-7g.96gb"]),
-    "H200": ("h200-141gb", ["all-1g.18gb", "all-1g.18gb.me", "all-2g.35gb", "all-3g.71gb", "all-4g.71gb",
-                            "all-7g.141gb"]),
-    "GH200 144G": ("gh200-144gb", ["all-1g.18gb", "all-1g.18gb.me", "all-1g.36gb", "all-2g.36gb", "all-3g.72gb",
-                                   "all-4g.72gb", "all-7g.144gb"]),
-    "B200": ("b200-180gb", ["all-1g.23gb", "all-1g.23gb.me", "all-1g.45gb", "all-2g.45gb", "all-3g.90gb",
-                            "all-4g.90gb", "all-7g.180gb"]),
+    "H100-96": (
+        "h100-96gb pg506-96gb",
+        ["all-1g.12gb", "all-1g.12gb.me", "all-1g.24gb", "all-2g.24gb", "all-3g.48gb", "all-4g.48gb", "all-7g.96gb"],
+    ),
+    "H200": (
+        "h200-141gb",
+        ["all-1g.18gb", "all-1g.18gb.me", "all-2g.35gb", "all-3g.71gb", "all-4g.71gb", "all-7g.141gb"],
+    ),
+    "GH200 144G": (
+        "gh200-144gb",
+        ["all-1g.18gb", "all-1g.18gb.me", "all-1g.36gb", "all-2g.36gb", "all-3g.72gb", "all-4g.72gb", "all-7g.144gb"],
+    ),
+    "B200": (
+        "b200-180gb",
+        ["all-1g.23gb", "all-1g.23gb.me", "all-1g.45gb", "all-2g.45gb", "all-3g.90gb", "all-4g.90gb", "all-7g.180gb"],
+    ),
     # GB200: the (no model comment) configs all-3g.95gb, all-4g.95gb, all-7g.189gb and all-1g.24gb,
     # all-1g.24gb.me use the early-driver names of its profiles (aliases, with a drift warning).
-    "GB200": ("gb200-186gb", ["all-1g.23gb", "all-1g.23gb.me", "all-1g.47gb", "all-2g.47gb", "all-3g.93gb",
-                              "all-4g.93gb", "all-7g.186gb",
-                              "all-1g.24gb", "all-1g.24gb.me", "all-3g.95gb", "all-4g.95gb", "all-7g.189gb"]),
-    "B300": ("b300-269gb", ["all-1g.34gb", "all-1g.34gb.me", "all-1g.67gb", "all-2g.67gb", "all-3g.135gb",
-                            "all-4g.135gb", "all-7g.269gb"]),
-    "GB300": ("gb300-278gb", ["all-1g.35gb.me", "all-1g.70gb", "all-2g.70gb", "all-3g.139gb", "all-4g.139gb",
-                              "all-7g.278gb"]),
-    "RTX PRO 6000": ("rtx-pro-6000-96gb", ["all-1g.24gb", "all-1g.24gb.gfx", "all-1g.24gb.me", "all-1g.24gb.me.all",
-                                           "all-1g.24gb-me", "all-2g.48gb", "all-2g.48gb.gfx", "all-2g.48gb.me.all",
-                                           "all-2g.48gb-me", "all-4g.96gb", "all-4g.96gb.gfx"]),
+    "GB200": (
+        "gb200-186gb",
+        [
+            "all-1g.23gb",
+            "all-1g.23gb.me",
+            "all-1g.47gb",
+            "all-2g.47gb",
+            "all-3g.93gb",
+            "all-4g.93gb",
+            "all-7g.186gb",
+            "all-1g.24gb",
+            "all-1g.24gb.me",
+            "all-3g.95gb",
+            "all-4g.95gb",
+            "all-7g.189gb",
+        ],
+    ),
+    "B300": (
+        "b300-269gb",
+        ["all-1g.34gb", "all-1g.34gb.me", "all-1g.67gb", "all-2g.67gb", "all-3g.135gb", "all-4g.135gb", "all-7g.269gb"],
+    ),
+    "GB300": (
+        "gb300-278gb",
+        ["all-1g.35gb.me", "all-1g.70gb", "all-2g.70gb", "all-3g.139gb", "all-4g.139gb", "all-7g.278gb"],
+    ),
+    "RTX PRO 6000": (
+        "rtx-pro-6000-96gb",
+        [
+            "all-1g.24gb",
+            "all-1g.24gb.gfx",
+            "all-1g.24gb.me",
+            "all-1g.24gb.me.all",
+            "all-1g.24gb-me",
+            "all-2g.48gb",
+            "all-2g.48gb.gfx",
+            "all-2g.48gb.me.all",
+            "all-2g.48gb-me",
+            "all-4g.96gb",
+            "all-4g.96gb.gfx",
+        ],
+    ),
 }
 
 # Filtered configs: valid exactly on the device IDs their filters name (reference 4.7/4.8).
@@ -92,8 +158,13 @@ FILTERED = {
     "all-1g.35gb": {"0x233510DE", "0x31C210DE"},  # H200 SXM only (not H200 NVL 0x233B), and GB300
     "all-balanced": ALL_DEFAULT_IDS,
 }
-DRIFT = {"all-1g.24gb": {"0x294110DE"}, "all-1g.24gb.me": {"0x294110DE"}, "all-3g.95gb": {"0x294110DE"},
-         "all-4g.95gb": {"0x294110DE"}, "all-7g.189gb": {"0x294110DE"}}
+DRIFT = {
+    "all-1g.24gb": {"0x294110DE"},
+    "all-1g.24gb.me": {"0x294110DE"},
+    "all-3g.95gb": {"0x294110DE"},
+    "all-4g.95gb": {"0x294110DE"},
+    "all-7g.189gb": {"0x294110DE"},
+}
 
 
 def expected_ids(name: str) -> set[str]:
@@ -263,7 +334,8 @@ def test_device_filter_with_subsystem():
     report = on([H100], enabled({"1g.10gb": 9}, device_filter="0x233010DE:0x16C110DE"))
     assert rules(report, "error") == ["count-exceeds-max"]
     assert rules(on([H100], enabled({"1g.10gb": 7}, device_filter="0x233110DE:0x16C110DE")), "error") == [
-        "gpu-not-covered"]
+        "gpu-not-covered"
+    ]
 
 
 def test_catalogue_mode_device_filter_with_subsystem():
@@ -390,8 +462,10 @@ def test_media_extensions_once_by_the_engine_budget():
     report = on([A30], enabled({"1g.6gb+me": 1, "2g.12gb+me": 1}))
     (p,) = report.errors
     assert (p.rule, p.path) == ("engine-budget", "mig-configs.c[0].mig-devices")
-    assert p.message.startswith("on A30: the instances need 2 JPEG decoders and 2 OFAs; the GPU has 1 of each "
-                                "(1 x 1g.6gb+me takes 1 of each, 1 x 2g.12gb+me takes 1 of each)")
+    assert p.message.startswith(
+        "on A30: the instances need 2 JPEG decoders and 2 OFAs; the GPU has 1 of each "
+        "(1 x 1g.6gb+me takes 1 of each, 1 x 2g.12gb+me takes 1 of each)"
+    )
     assert "at most one +me instance fits" in p.message
     assert on([A30], enabled({"1g.6gb+me": 1, "2g.12gb": 1})).valid
     assert rules(on([RTX], enabled({"1g.24gb+me": 1, "2g.48gb+me.all": 1})), "error") == ["engine-budget"]
@@ -427,16 +501,19 @@ def test_engine_budget_is_checked_after_placement():
     assert rules(report, "error") == ["placement-infeasible"]
 
 
-@pytest.mark.parametrize("node,devices", [
-    ([H100], {"3g.40gb": 2, "1g.10gb": 1}),
-    ([A100_40], {"4g.20gb": 1, "2g.10gb": 2}),
-    ([A100_40], {"2g.10gb": 3, "1g.5gb": 2}),  # memory 8 fits, compute 8 does not
-    ([A100_40], {"4g.20gb": 1, "3g.20gb": 1, "1g.5gb": 1}),
-    ([H100], {"4g.40gb": 1, "1g.20gb": 2, "1g.10gb": 1}),
-    ([H100], {"7g.80gb": 1, "1g.10gb": 1}),
-    ([A30], {"2g.12gb": 1, "1g.6gb": 2, "1g.6gb+me": 1}),
-    ([RTX], {"2g.48gb": 1, "1g.24gb": 3}),
-])
+@pytest.mark.parametrize(
+    "node,devices",
+    [
+        ([H100], {"3g.40gb": 2, "1g.10gb": 1}),
+        ([A100_40], {"4g.20gb": 1, "2g.10gb": 2}),
+        ([A100_40], {"2g.10gb": 3, "1g.5gb": 2}),  # memory 8 fits, compute 8 does not
+        ([A100_40], {"4g.20gb": 1, "3g.20gb": 1, "1g.5gb": 1}),
+        ([H100], {"4g.40gb": 1, "1g.20gb": 2, "1g.10gb": 1}),
+        ([H100], {"7g.80gb": 1, "1g.10gb": 1}),
+        ([A30], {"2g.12gb": 1, "1g.6gb": 2, "1g.6gb+me": 1}),
+        ([RTX], {"2g.48gb": 1, "1g.24gb": 3}),
+    ],
+)
 def test_placement_infeasible(node, devices):
     report = on(node, enabled(devices))
     (p,) = report.errors
@@ -454,13 +531,16 @@ def test_placement_at_the_limits():
     assert report.valid  # 4g@0, 2g@4, 1g.20gb@6
 
 
-@pytest.mark.parametrize("node,devices,n_gis", [
-    ([A100_40], {"4g.20gb": 1, "3g.20gb": 1}, 2),
-    ([A100_40], {"3g.20gb": 1, "2g.10gb": 1, "1g.5gb": 2}, 4),
-    ([A100_40], {"1g.5gb": 7}, 7),
-    ([A30], {"2g.12gb": 1, "1g.6gb": 1, "1g.6gb+me": 1}, 3),
-    ([RTX], {"2g.48gb": 1, "1g.24gb": 1, "1g.24gb+me": 1}, 3),
-])
+@pytest.mark.parametrize(
+    "node,devices,n_gis",
+    [
+        ([A100_40], {"4g.20gb": 1, "3g.20gb": 1}, 2),
+        ([A100_40], {"3g.20gb": 1, "2g.10gb": 1, "1g.5gb": 2}, 4),
+        ([A100_40], {"1g.5gb": 7}, 7),
+        ([A30], {"2g.12gb": 1, "1g.6gb": 1, "1g.6gb+me": 1}, 3),
+        ([RTX], {"2g.48gb": 1, "1g.24gb": 1, "1g.24gb+me": 1}, 3),
+    ],
+)
 def test_placement_feasible(node, devices, n_gis):
     report = on(node, enabled(devices))
     assert report.valid, report.problems
@@ -544,8 +624,9 @@ def test_catalogue_mode_filtered_entry_pinned_problem():
 
 def test_catalogue_mode_fits_lists_models_where_it_is_valid():
     # one filtered entry broken on A100-40GB, one fine on H100: invalid overall, fits H100 only
-    (report,) = validate(cfg(enabled({"1g.10gb": 7}, device_filter="0x20B010DE"),
-                             enabled({"1g.10gb": 7}, device_filter="0x233010DE")))
+    (report,) = validate(
+        cfg(enabled({"1g.10gb": 7}, device_filter="0x20B010DE"), enabled({"1g.10gb": 7}, device_filter="0x233010DE"))
+    )
     assert not report.valid and rules(report, "error") == ["count-exceeds-max"]
     assert "A100-SXM4-40GB" in report.errors[0].message
     assert [g.device_id for g in report.fits] == ["0x233010DE"]
@@ -599,7 +680,11 @@ def test_report_as_dict():
     d = report.gpus[0].as_dict()
     assert d["device_id"] == "0x233010DE" and d["mig_enabled"] is True
     assert sorted((i["profile"], i["start"]) for i in d["instances"]) == [
-        ("1g.10gb", 0), ("1g.10gb", 1), ("2g.20gb", 2), ("3g.40gb", 4)]
+        ("1g.10gb", 0),
+        ("1g.10gb", 1),
+        ("2g.20gb", 2),
+        ("3g.40gb", 4),
+    ]
     assert sorted(d["mig_devices"]) == ["1g.10gb", "1g.10gb", "2g.20gb", "3g.40gb"]
 
 
@@ -718,7 +803,8 @@ def test_repeated_and_negative_indices_are_one_finding_each():
     report = on([H100, H100], enabled({"1g.10gb": 7}, devices=[0, 1, 0, 1, 0, -1, -2]))
     assert sorted((p.rule, p.path, p.message) for p in report.errors) == [
         ("duplicate-device-index", "mig-configs.c[0].devices[2]", "GPU indices 0-1 are listed more than once"),
-        ("negative-device-index", "mig-configs.c[0].devices[5]", "GPU indices -2, -1 are negative")]
+        ("negative-device-index", "mig-configs.c[0].devices[5]", "GPU indices -2, -1 are negative"),
+    ]
 
 
 def test_overlaps_and_uncovered_gpus_name_every_gpu_once():
@@ -733,8 +819,10 @@ def test_overlaps_and_uncovered_gpus_name_every_gpu_once():
 def test_gpus_without_mig_devices_are_one_warning():
     report = validate_on_node(DEFAULT, "all-enabled", [H100] * 8, "mixed")
     (p,) = report.problems
-    assert (p.rule, p.message) == ("no-mig-devices", "on H100-SXM5-80GB: GPUs 0-7 have MIG enabled but no MIG "
-                                                     "devices: they advertise nothing")
+    assert (p.rule, p.message) == (
+        "no-mig-devices",
+        "on H100-SXM5-80GB: GPUs 0-7 have MIG enabled but no MIG devices: they advertise nothing",
+    )
 
 
 def test_problems_of_one_config_are_listed_up_to_a_limit():
@@ -747,8 +835,9 @@ def test_problems_of_one_config_are_listed_up_to_a_limit():
     assert len(report.problems) == MAX_PROBLEMS + 1 and not report.valid
     last = report.problems[-1]
     assert (last.rule, last.severity, last.path) == ("problems-truncated", "error", "mig-configs.c")
-    assert last.message.startswith("50 more problems of this config are not listed (50 errors, 0 warnings: "
-                                   "unknown-profile x 50)")
+    assert last.message.startswith(
+        "50 more problems of this config are not listed (50 errors, 0 warnings: unknown-profile x 50)"
+    )
     # more than MAX_PROBLEMS zero-count warnings first, the only error hidden: still invalid
     zeros = {f"{g}g.{gb}gb": 0 for g in (1, 2) for gb in range(60)}
     report = on([A100_80], enabled({**zeros, "1g.10gb": 1}))

@@ -5,6 +5,7 @@ The configs here are built directly (not parsed), so the validator is tested on 
 may refuse (beyond int64): whatever reaches it must be cheap to judge. How cheap is measured by
 bench/mig_core.py (a count of 2^63-1) and bench/mig_worst_case.py (6,000 of them in one file).
 """
+
 from __future__ import annotations
 
 from hypothesis import HealthCheck, given, settings
@@ -24,10 +25,15 @@ FUZZ = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCh
 def config(*entries: tuple, name: str = "c") -> MigPartedConfig:
     """entries: (devices, device_filter, mig_enabled, {profile: count})."""
     built = tuple(
-        MigConfigEntry(path=f"mig-configs.{name}[{i}]", devices=devices if devices == "all" else tuple(devices), device_filter=tuple(device_filter),
-                       mig_enabled=enabled,
-                       mig_devices=tuple(ProfileCount(key, parse_profile(key), count) for key, count in items.items()))
-        for i, (devices, device_filter, enabled, items) in enumerate(entries))
+        MigConfigEntry(
+            path=f"mig-configs.{name}[{i}]",
+            devices=devices if devices == "all" else tuple(devices),
+            device_filter=tuple(device_filter),
+            mig_enabled=enabled,
+            mig_devices=tuple(ProfileCount(key, parse_profile(key), count) for key, count in items.items()),
+        )
+        for i, (devices, device_filter, enabled, items) in enumerate(entries)
+    )
     return MigPartedConfig(((name, built),))
 
 
@@ -44,8 +50,10 @@ def next_fit(compute_slices: int, sizes: list[int]) -> int:
 
 
 @FUZZ
-@given(st.sampled_from([gi for table in CAT.tables for gi in table.profiles]),
-       st.dictionaries(st.integers(1, 8), st.integers(0, 40), max_size=4))
+@given(
+    st.sampled_from([gi for table in CAT.tables for gi in table.profiles]),
+    st.dictionaries(st.integers(1, 8), st.integers(0, 40), max_size=4),
+)
 def test_pack_is_next_fit(gi, sizes):
     """The arithmetic gives the same number of GPU instances as packing one item at a time, also for
     compute sizes that do not fit a GPU instance at all."""
@@ -68,26 +76,36 @@ def test_huge_count_is_judged_by_arithmetic():
 
 def test_huge_count_next_to_a_valid_geometry():
     """A count within the maximum on one entry, a huge one on another GPU's entry: each GPU judged alone."""
-    (report,) = validate(config(([0], (), True, {"1g.10gb": 7}), ([1], (), True, {"3g.40gb": 2 ** 80})),
-                         node=[H100, H100])
+    (report,) = validate(
+        config(([0], (), True, {"1g.10gb": 7}), ([1], (), True, {"3g.40gb": 2**80})), node=[H100, H100]
+    )
     assert [p.rule for p in report.errors] == ["count-exceeds-max"]
     assert len(report.gpus[0].mig_devices) == 7 and report.gpus[1].layout is None
 
 
-devices = st.one_of(st.just("all"),
-                    st.lists(st.one_of(st.integers(-3, 20), st.integers(-(2 ** 70), 2 ** 70),
-                                       st.just(INT64_MAX)), max_size=5))
-counts = st.one_of(st.integers(0, 9), st.integers(0, 2 ** 200), st.sampled_from([INT64_MAX, INT64_MAX - 1, 2 ** 64]))
-profile_keys = st.sampled_from(sorted({gi.name for t in CAT.tables for gi in t.profiles}
-                                      | {"1c.7g.80gb", "2c.3g.40gb", "1c.4g.40gb", "3c.4g.40gb", "7g.79gb", "9g.99gb"}))
-filters = st.lists(st.sampled_from([g.device_id for g in CAT.gpus[:6]] + ["0x1FB010DE", "0xZZ", "0x233010DE:0x1"]),
-                   max_size=2)
+devices = st.one_of(
+    st.just("all"),
+    st.lists(st.one_of(st.integers(-3, 20), st.integers(-(2**70), 2**70), st.just(INT64_MAX)), max_size=5),
+)
+counts = st.one_of(st.integers(0, 9), st.integers(0, 2**200), st.sampled_from([INT64_MAX, INT64_MAX - 1, 2**64]))
+profile_keys = st.sampled_from(
+    sorted(
+        {gi.name for t in CAT.tables for gi in t.profiles}
+        | {"1c.7g.80gb", "2c.3g.40gb", "1c.4g.40gb", "3c.4g.40gb", "7g.79gb", "9g.99gb"}
+    )
+)
+filters = st.lists(
+    st.sampled_from([g.device_id for g in CAT.gpus[:6]] + ["0x1FB010DE", "0xZZ", "0x233010DE:0x1"]), max_size=2
+)
 entries = st.tuples(devices, filters, st.booleans(), st.dictionaries(profile_keys, counts, max_size=4))
 
 
 @FUZZ
-@given(st.lists(entries, min_size=1, max_size=4), st.lists(st.sampled_from(CAT.gpus), min_size=1, max_size=4),
-       st.sampled_from((None,) + STRATEGIES))
+@given(
+    st.lists(entries, min_size=1, max_size=4),
+    st.lists(st.sampled_from(CAT.gpus), min_size=1, max_size=4),
+    st.sampled_from((None,) + STRATEGIES),
+)
 def test_any_integers_validate(raw, node, strategy):
     """Huge and negative counts and indices, in both modes and every strategy: a verdict, never an
     exception, and a GPU is laid out only when its counts are within the maximum."""

@@ -1,5 +1,6 @@
 """Test modules are imported by basename (pytest's prepend import mode, no __init__.py in tests/): two
 files with one name in different folders stop the whole collection, so each name must be unique."""
+
 from __future__ import annotations
 
 from collections import Counter

@@ -6,6 +6,7 @@ and install as `migops.<folder>` through a symbolic link migops/<folder> -> ../<
 link would silently drop a package from the wheel: the test walks the tree and checks that each one is
 there, as real files (a wheel holds no links).
 """
+
 from __future__ import annotations
 
 import os
@@ -28,10 +29,20 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> zipfile.ZipFile:
     # Build from a copy: setuptools writes build/ into the source tree, which would leave stale module
     # copies in the checkout.
     source = tmp_path_factory.mktemp("source") / "migops"
-    shutil.copytree(ROOT, source, symlinks=True, ignore=shutil.ignore_patterns(".git", ".venv", "build", "dist", "*.egg-info",
-                                                                  "__pycache__", ".pytest_cache", ".hypothesis"))
-    result = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(out), str(source)],
-                            capture_output=True, text=True, timeout=600)
+    shutil.copytree(
+        ROOT,
+        source,
+        symlinks=True,
+        ignore=shutil.ignore_patterns(
+            ".git", ".venv", "build", "dist", "*.egg-info", "__pycache__", ".pytest_cache", ".hypothesis"
+        ),
+    )
+    result = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(out), str(source)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert result.returncode == 0, result.stderr
     (path,) = out.glob("migops-*.whl")
     with zipfile.ZipFile(path) as zf:

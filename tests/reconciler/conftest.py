@@ -7,6 +7,7 @@ never meet a reconciler, and a test may restart this kube-apiserver. Each test m
 Helpers the tests import (`agent_reports`, which plays the agent's part on the API server, ...) are
 in reconciler_harness.py.
 """
+
 from __future__ import annotations
 
 import uuid
@@ -25,7 +26,6 @@ from migops.local.cluster import apply_node, plan_nodes, seed
 from migops.local.controlplane import ControlPlane
 from migops.mig.catalogue import catalogue
 from migops.reconciler.status import install_crd
-
 
 H100 = "0x233010DE"
 
@@ -94,8 +94,9 @@ def make_reconciler(rapi: ApiClient, tmp_path: Path) -> Iterator[Callable[..., A
         if exc.status != 404:
             raise
 
-    def make(url: str, path: str = "", ref: str | None = "main", *, trust: Any = None, name: str | None = None,
-             **kwargs: Any) -> Reconciler:
+    def make(
+        url: str, path: str = "", ref: str | None = "main", *, trust: Any = None, name: str | None = None, **kwargs: Any
+    ) -> Reconciler:
         from migops.gitops.verify import TrustPolicy
 
         spec = SyncSpec(url, ref, path, 60.0, False, trust or TrustPolicy())

@@ -3,18 +3,24 @@
 The migops agent's side is played by `agent_reports`: what the agent writes on the API server (state
 label + digest annotation under the field manager migops-agent), or what NVIDIA's mig-manager writes.
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable
 from typing import Any
 
 from kubernetes import client as k8s
-from polling import until
 from kubernetes.client import ApiClient
+from polling import until
 
 from migops.kube import ssa
-from migops.kube.names import (AGENT_MANAGER, DIGEST_ANNOTATION, MIG_CONFIG_LABEL, MIG_CONFIG_STATE_LABEL,
-                               REASON_ANNOTATION)
+from migops.kube.names import (
+    AGENT_MANAGER,
+    DIGEST_ANNOTATION,
+    MIG_CONFIG_LABEL,
+    MIG_CONFIG_STATE_LABEL,
+    REASON_ANNOTATION,
+)
 from migops.mig.spec import parse_config
 
 
@@ -23,8 +29,15 @@ def labels_of(api: ApiClient, names: list[str]) -> dict[str, dict[str, str]]:
     return {n: core.read_node(n).metadata.labels or {} for n in names}
 
 
-def agent_reports(api: ApiClient, config_text: str, names: list[str], *, fail: dict[str, str] | None = None,
-                  state: str | None = None, mig_manager: bool = False) -> None:
+def agent_reports(
+    api: ApiClient,
+    config_text: str,
+    names: list[str],
+    *,
+    fail: dict[str, str] | None = None,
+    state: str | None = None,
+    mig_manager: bool = False,
+) -> None:
     """What the migops agent writes when it has applied (or failed to apply) each node's label;
     `mig_manager=True`: what NVIDIA's mig-manager writes instead (the state label, no annotations)."""
     config = parse_config(config_text)
@@ -40,15 +53,25 @@ def agent_reports(api: ApiClient, config_text: str, names: list[str], *, fail: d
             annotations[REASON_ANNOTATION] = fail[name]
         elif labels[MIG_CONFIG_STATE_LABEL] == "success" and not mig_manager:
             annotations[DIGEST_ANNOTATION] = config.digest(label)
-        ssa.apply(api, {"apiVersion": "v1", "kind": "Node",
-                        "metadata": {"name": name, "labels": labels, "annotations": annotations}},
-                  field_manager="nvidia-mig-manager" if mig_manager else AGENT_MANAGER, force=True)
+        ssa.apply(
+            api,
+            {
+                "apiVersion": "v1",
+                "kind": "Node",
+                "metadata": {"name": name, "labels": labels, "annotations": annotations},
+            },
+            field_manager="nvidia-mig-manager" if mig_manager else AGENT_MANAGER,
+            force=True,
+        )
 
 
 def events_for(api: ApiClient, name: str, reason: str | None = None, namespace: str | None = None) -> list[Any]:
     core = k8s.CoreV1Api(api)
-    found = (core.list_namespaced_event(namespace, field_selector=f"involvedObject.name={name}") if namespace
-             else core.list_event_for_all_namespaces(field_selector=f"involvedObject.name={name}"))
+    found = (
+        core.list_namespaced_event(namespace, field_selector=f"involvedObject.name={name}")
+        if namespace
+        else core.list_event_for_all_namespaces(field_selector=f"involvedObject.name={name}")
+    )
     return [e for e in found.items if reason is None or e.reason == reason]
 
 

@@ -1,4 +1,5 @@
 """`migops reconcile --once/--dry-run`, `migops diff`, `migops status` as a user runs them."""
+
 from __future__ import annotations
 
 import json
@@ -22,8 +23,16 @@ def test_once_dry_run_diff_and_status(rplane, rapi, repo, gpu_nodes, tmp_path) -
     names = gpu_nodes(3, pool="cli")
     nodes = nodes_yaml("  - nodeSelector: {matchLabels: {pool: cli}}\n    config: all-3g.40gb")
     repo.commit({"config.yaml": CONFIG_YAML, "nodes.yaml": nodes})
-    common = ["--repo", repo.url, "--kubeconfig", str(rplane.admin_kubeconfig), "--name", "cli",
-              "--cache-dir", str(tmp_path / "cache")]
+    common = [
+        "--repo",
+        repo.url,
+        "--kubeconfig",
+        str(rplane.admin_kubeconfig),
+        "--name",
+        "cli",
+        "--cache-dir",
+        str(tmp_path / "cache"),
+    ]
 
     dry = _run("reconcile", *common, "--dry-run")
     assert dry.returncode == 0, dry.stderr
@@ -61,7 +70,7 @@ def test_once_dry_run_diff_and_status(rplane, rapi, repo, gpu_nodes, tmp_path) -
     assert status.returncode == 1 and "ValidationFailed" in status.stdout and "too-many" in status.stdout
 
 
-def test_local_up_with_a_repo_runs_the_reconciler_and_down_stops_it(rplane, repo, tmp_path) -> None:  # noqa: ANN001
+def test_local_up_with_a_repo_runs_the_reconciler_and_down_stops_it(rplane, repo, tmp_path) -> None:
     import os
     import time
 
@@ -75,7 +84,9 @@ def test_local_up_with_a_repo_runs_the_reconciler_and_down_stops_it(rplane, repo
     env = {**os.environ, "MIGOPS_HOME": str(home)}
 
     def local(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([str(MIGOPS), "local", *args], env=env, capture_output=True, text=True, timeout=180, check=False)
+        return subprocess.run(
+            [str(MIGOPS), "local", *args], env=env, capture_output=True, text=True, timeout=180, check=False
+        )
 
     try:
         up = local("up", "--nodes", "2", "--strategy", "mixed", "--repo", str(repo.path))
@@ -90,8 +101,13 @@ def test_local_up_with_a_repo_runs_the_reconciler_and_down_stops_it(rplane, repo
                     break
                 time.sleep(0.3)
             assert labels == {"all-3g.40gb"}
-        status = subprocess.run([str(MIGOPS), "status", "--kubeconfig", str(kubeconfig)], capture_output=True, text=True,
-                                timeout=60, check=False)
+        status = subprocess.run(
+            [str(MIGOPS), "status", "--kubeconfig", str(kubeconfig)],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
         assert "migops-system  migops" in status.stdout, status.stdout + status.stderr
     finally:
         down = local("down")

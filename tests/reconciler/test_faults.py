@@ -1,5 +1,6 @@
 """Faults: the reconciler killed mid-rollout and restarted; kube-apiserver restarted under a running loop;
 two replicas with one Lease."""
+
 from __future__ import annotations
 
 import os
@@ -11,8 +12,8 @@ import time
 from pathlib import Path
 
 from gitrepo import CONFIG_YAML, nodes_yaml
-from reconciler_harness import agent_reports, condition, eventually, labels_of, migsync
 from kubernetes import client as k8s
+from reconciler_harness import agent_reports, condition, eventually, labels_of, migsync
 
 from migops.gitops.verify import TrustPolicy
 from migops.kube import ssa
@@ -25,22 +26,50 @@ from migops.reconciler.status import SyncSpec, migsync_object
 MIGOPS = Path(sys.executable).parent / "migops"
 
 
-def _busy(api, names: list[str], config: str) -> list[str]:  # noqa: ANN001
+def _busy(api, names: list[str], config: str) -> list[str]:
     got = labels_of(api, names)
-    return [n for n in names if got[n].get(MIG_CONFIG_LABEL) == config and got[n].get(MIG_CONFIG_STATE_LABEL) != "success"]
+    return [
+        n for n in names if got[n].get(MIG_CONFIG_LABEL) == config and got[n].get(MIG_CONFIG_STATE_LABEL) != "success"
+    ]
 
 
-def _start(rplane, repo, tmp_path: Path, name: str) -> subprocess.Popen:  # noqa: ANN001
-    return subprocess.Popen([str(MIGOPS), "reconcile", "--repo", repo.url, "--ref", "main", "--name", name,
-                             "--kubeconfig", str(rplane.admin_kubeconfig), "--no-leader-elect",
-                             "--http-address", "127.0.0.1:0", "--interval", "1s", "--cache-dir", str(tmp_path / "cache")],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
+def _start(rplane, repo, tmp_path: Path, name: str) -> subprocess.Popen:
+    return subprocess.Popen(
+        [
+            str(MIGOPS),
+            "reconcile",
+            "--repo",
+            repo.url,
+            "--ref",
+            "main",
+            "--name",
+            name,
+            "--kubeconfig",
+            str(rplane.admin_kubeconfig),
+            "--no-leader-elect",
+            "--http-address",
+            "127.0.0.1:0",
+            "--interval",
+            "1s",
+            "--cache-dir",
+            str(tmp_path / "cache"),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
 
 
 def test_killed_mid_rollout_then_restarted_converges(rplane, rapi, repo, gpu_nodes, tmp_path) -> None:
     names = gpu_nodes(8, pool="kill")
-    repo.commit({"config.yaml": CONFIG_YAML, "nodes.yaml": nodes_yaml(
-        "  - nodeSelector: {matchLabels: {pool: kill}}\n    config: all-1g.10gb", max_unavailable=2)})
+    repo.commit(
+        {
+            "config.yaml": CONFIG_YAML,
+            "nodes.yaml": nodes_yaml(
+                "  - nodeSelector: {matchLabels: {pool: kill}}\n    config: all-1g.10gb", max_unavailable=2
+            ),
+        }
+    )
     proc = _start(rplane, repo, tmp_path, "killme")
     seen_busy = 0
     killed = False
@@ -49,7 +78,9 @@ def test_killed_mid_rollout_then_restarted_converges(rplane, rapi, repo, gpu_nod
         while time.monotonic() < deadline:
             busy = _busy(rapi, names, "all-1g.10gb")
             seen_busy = max(seen_busy, len(busy))
-            labelled = sum(1 for n, labels in labels_of(rapi, names).items() if labels.get(MIG_CONFIG_LABEL) == "all-1g.10gb")
+            labelled = sum(
+                1 for n, labels in labels_of(rapi, names).items() if labels.get(MIG_CONFIG_LABEL) == "all-1g.10gb"
+            )
             if not killed and labelled >= 4 and busy:
                 os.killpg(proc.pid, signal.SIGKILL)  # no goodbye: nothing flushed, nothing released
                 proc.wait(10)
@@ -83,8 +114,12 @@ def _stop(proc: subprocess.Popen) -> str:
 
 def test_apiserver_restart_watches_resume(rplane, rapi, repo, gpu_nodes, make_reconciler) -> None:
     names = gpu_nodes(2, pool="restart")
-    repo.commit({"config.yaml": CONFIG_YAML, "nodes.yaml": nodes_yaml(
-        "  - nodeSelector: {matchLabels: {pool: restart}}\n    config: all-3g.40gb")})
+    repo.commit(
+        {
+            "config.yaml": CONFIG_YAML,
+            "nodes.yaml": nodes_yaml("  - nodeSelector: {matchLabels: {pool: restart}}\n    config: all-3g.40gb"),
+        }
+    )
     rec = make_reconciler(repo.url)
     stop = threading.Event()
     loop = threading.Thread(target=rec.run, kwargs={"stop": stop}, daemon=True)
@@ -95,12 +130,14 @@ def test_apiserver_restart_watches_resume(rplane, rapi, repo, gpu_nodes, make_re
         lists = rec.nodes.lists
         stop_process(rplane.processes["kube-apiserver"], timeout=30)
         time.sleep(1.0)  # the loop and the informers meet a dead server
-        rplane._start_apiserver()  # noqa: SLF001 - same etcd, same port: only the API server restarted
+        rplane._start_apiserver()
         with rplane.api_client() as api:
             eventually(lambda: _try(lambda: k8s.CoreV1Api(api).read_node(names[0])))
             # A hand edit after the restart: seen (the watch is back) and put back.
             k8s.CoreV1Api(api).patch_node(names[0], {"metadata": {"labels": {MIG_CONFIG_LABEL: "all-disabled"}}})
-            eventually(lambda: k8s.CoreV1Api(api).read_node(names[0]).metadata.labels[MIG_CONFIG_LABEL] == "all-3g.40gb")
+            eventually(
+                lambda: k8s.CoreV1Api(api).read_node(names[0]).metadata.labels[MIG_CONFIG_LABEL] == "all-3g.40gb"
+            )
         assert rec.nodes.lists > lists  # it listed again after the outage
         assert rec.nodes.last_error is None
     finally:
@@ -110,8 +147,12 @@ def test_apiserver_restart_watches_resume(rplane, rapi, repo, gpu_nodes, make_re
 
 def test_two_replicas_one_leader_and_takeover(rplane, rapi, repo, gpu_nodes, tmp_path) -> None:
     names = gpu_nodes(2, pool="ha")
-    repo.commit({"config.yaml": CONFIG_YAML, "nodes.yaml": nodes_yaml(
-        "  - nodeSelector: {matchLabels: {pool: ha}}\n    config: all-1g.10gb")})
+    repo.commit(
+        {
+            "config.yaml": CONFIG_YAML,
+            "nodes.yaml": nodes_yaml("  - nodeSelector: {matchLabels: {pool: ha}}\n    config: all-1g.10gb"),
+        }
+    )
     spec = SyncSpec(repo.url, "main", "", 60.0, False, TrustPolicy())
     ssa.apply(rapi, migsync_object("ha", "migops-system", spec), field_manager="migops-test", force=True)
     # A lease long enough that a loaded machine never lets it lapse between renewals (the leader stepping
@@ -121,25 +162,36 @@ def test_two_replicas_one_leader_and_takeover(rplane, rapi, repo, gpu_nodes, tmp
     for i in range(2):
         rec = Reconciler(rapi, name="ha", namespace="migops-system", cache_dir=tmp_path / f"cache{i}")
         stop = threading.Event()
-        thread = threading.Thread(target=serve, args=(rec, ServeOptions(**{**options.__dict__, "identity": f"replica-{i}"}), stop),
-                                  daemon=True)
+        thread = threading.Thread(
+            target=serve,
+            args=(rec, ServeOptions(**{**options.__dict__, "identity": f"replica-{i}"}), stop),
+            daemon=True,
+        )
         thread.start()
         replicas.append((rec, stop, thread))
     try:
         eventually(lambda: {labels_of(rapi, names)[n].get(MIG_CONFIG_LABEL) for n in names} == {"all-1g.10gb"})
-        leaders = [r for r, _, _ in replicas if r.metrics.leader._value.get() == 1]  # noqa: SLF001
+        leaders = [r for r, _, _ in replicas if r.metrics.leader._value.get() == 1]
         assert len(leaders) == 1
         leader = leaders[0]
         assert leader.metrics.writes("nodes") == 2
         assert [r for r, _, _ in replicas if r is not leader][0].metrics.writes() == 0
-        holder = k8s.CoordinationV1Api(rapi).read_namespaced_lease("migops-reconciler-ha", "migops-system").spec.holder_identity
+        holder = (
+            k8s.CoordinationV1Api(rapi)
+            .read_namespaced_lease("migops-reconciler-ha", "migops-system")
+            .spec.holder_identity
+        )
         # The leader goes (SIGTERM path: releases the Lease); the standby takes over and keeps the cluster right.
         index = [r for r, _, _ in replicas].index(leader)
         replicas[index][1].set()
         replicas[index][2].join(30)
         standby = replicas[1 - index][0]
-        eventually(lambda: standby.metrics.leader._value.get() == 1, timeout=20)  # noqa: SLF001
-        new_holder = k8s.CoordinationV1Api(rapi).read_namespaced_lease("migops-reconciler-ha", "migops-system").spec.holder_identity
+        eventually(lambda: standby.metrics.leader._value.get() == 1, timeout=20)
+        new_holder = (
+            k8s.CoordinationV1Api(rapi)
+            .read_namespaced_lease("migops-reconciler-ha", "migops-system")
+            .spec.holder_identity
+        )
         assert {holder, new_holder} == {"replica-0", "replica-1"}
         k8s.CoreV1Api(rapi).patch_node(names[1], {"metadata": {"labels": {MIG_CONFIG_LABEL: "all-disabled"}}})
         eventually(lambda: labels_of(rapi, names)[names[1]][MIG_CONFIG_LABEL] == "all-1g.10gb")
@@ -152,10 +204,9 @@ def test_two_replicas_one_leader_and_takeover(rplane, rapi, repo, gpu_nodes, tmp
             thread.join(30)
 
 
-def _try(call) -> bool:  # noqa: ANN001
+def _try(call) -> bool:
     try:
         call()
         return True
     except Exception:  # noqa: BLE001
         return False
-

@@ -1,4 +1,5 @@
 """What an unlucky operator met (issues 20, 21, 24): each test names what it proves, on a real API server."""
+
 from __future__ import annotations
 
 import time
@@ -25,15 +26,19 @@ NS = "migops-system"
 
 
 def _pool(pool: str, config: str = "all-1g.10gb", rollout: str = "{maxUnavailable: '100%'}", extra: str = "") -> str:
-    return (f"version: v1\nrollout: {rollout}\n{extra}assignments:\n"
-            f"  - nodeSelector: {{matchLabels: {{pool: {pool}}}}}\n    config: {config}\n")
+    return (
+        f"version: v1\nrollout: {rollout}\n{extra}assignments:\n"
+        f"  - nodeSelector: {{matchLabels: {{pool: {pool}}}}}\n    config: {config}\n"
+    )
 
 
 def _annotations(api, name: str) -> dict[str, str]:
     return k8s.CoreV1Api(api).read_node(name).metadata.annotations or {}
 
 
-def test_managed_nodes_carry_managed_by_and_an_unmanaged_node_is_left_alone(rapi, repo, gpu_nodes, make_reconciler) -> None:
+def test_managed_nodes_carry_managed_by_and_an_unmanaged_node_is_left_alone(
+    rapi, repo, gpu_nodes, make_reconciler
+) -> None:
     names = gpu_nodes(3, pool="own")
     revision = repo.commit({"config.yaml": CONFIG_YAML, "nodes.yaml": _pool("own")})
     rec = make_reconciler(repo.url)
@@ -58,12 +63,17 @@ def test_managed_nodes_carry_managed_by_and_an_unmanaged_node_is_left_alone(rapi
     assert status["summary"]["inSync"] == "2/2" and names[0] not in {n["name"] for n in status["nodes"]}
     # Back under management: the label is git's again.
     core.patch_node(names[0], {"metadata": {"labels": {UNMANAGED_LABEL: None}}})
-    eventually(lambda: rec.sync(fetch=False) is not None
-               and labels_of(rapi, names)[names[0]][MIG_CONFIG_LABEL] == "all-1g.10gb")
+    eventually(
+        lambda: (
+            rec.sync(fetch=False) is not None and labels_of(rapi, names)[names[0]][MIG_CONFIG_LABEL] == "all-1g.10gb"
+        )
+    )
     assert _annotations(rapi, names[0])[MANAGED_BY_ANNOTATION] == owner
 
 
-def test_a_drifted_node_is_not_in_sync_in_status_cli_and_rollout(rplane, rapi, repo, gpu_nodes, make_reconciler, capsys) -> None:
+def test_a_drifted_node_is_not_in_sync_in_status_cli_and_rollout(
+    rplane, rapi, repo, gpu_nodes, make_reconciler, capsys
+) -> None:
     names = gpu_nodes(2, pool="drifted")
     repo.commit({"config.yaml": CONFIG_YAML, "nodes.yaml": _pool("drifted")})
     rec = make_reconciler(repo.url)
@@ -71,8 +81,12 @@ def test_a_drifted_node_is_not_in_sync_in_status_cli_and_rollout(rplane, rapi, r
     agent_reports(rapi, CONFIG_YAML, names)
     eventually(lambda: rec.sync(fetch=False).outcome == "InSync")
     text = "gpu 1: missing 1g.10gb@3"
-    ssa.apply(rapi, {"apiVersion": "v1", "kind": "Node", "metadata": {"name": names[0], "annotations": {DRIFT_ANNOTATION: text}}},
-              field_manager=AGENT_MANAGER + "-drift", force=True)
+    ssa.apply(
+        rapi,
+        {"apiVersion": "v1", "kind": "Node", "metadata": {"name": names[0], "annotations": {DRIFT_ANNOTATION: text}}},
+        field_manager=AGENT_MANAGER + "-drift",
+        force=True,
+    )
     result = eventually(lambda: rec.sync(fetch=False), lambda r: r.outcome != "InSync")
     assert result.outcome == "Progressing" and not result.plan.converged
     rec.flush_status()
@@ -86,13 +100,18 @@ def test_a_drifted_node_is_not_in_sync_in_status_cli_and_rollout(rplane, rapi, r
     assert f"{rec.name}: 1/2 nodes in sync" in out
     assert any(line.startswith(names[0]) and "Drifted" in line and text in line for line in out.splitlines())
     # The agent repaired it: the annotation goes, the node is in sync again.
-    ssa.apply(rapi, {"apiVersion": "v1", "kind": "Node", "metadata": {"name": names[0]}},
-              field_manager=AGENT_MANAGER + "-drift", force=True)
+    ssa.apply(
+        rapi,
+        {"apiVersion": "v1", "kind": "Node", "metadata": {"name": names[0]}},
+        field_manager=AGENT_MANAGER + "-drift",
+        force=True,
+    )
     eventually(lambda: rec.sync(fetch=False).outcome == "InSync")
 
 
 def test_force_push_or_unreachable_remote_at_start_keeps_enforcing_the_recorded_revision(
-        rapi, repo, gpu_nodes, make_reconciler, tmp_path) -> None:
+    rapi, repo, gpu_nodes, make_reconciler, tmp_path
+) -> None:
     names = gpu_nodes(2, pool="fp")
     applied = repo.commit({"config.yaml": CONFIG_YAML, "nodes.yaml": _pool("fp")})
     name = f"t-{uuid.uuid4().hex[:8]}"
@@ -140,7 +159,8 @@ def test_force_push_or_unreachable_remote_at_start_keeps_enforcing_the_recorded_
 
 
 def test_assignments_matching_no_node_warn_and_max_defaulted_refuses_the_commit(
-        rplane, rapi, repo, gpu_nodes, make_reconciler, tmp_path) -> None:
+    rplane, rapi, repo, gpu_nodes, make_reconciler, tmp_path
+) -> None:
     names = gpu_nodes(2, pool="typo")
     repo.commit({"config.yaml": CONFIG_YAML, "nodes.yaml": _pool("typo") + "default: all-disabled\n"})
     rec = make_reconciler(repo.url)
@@ -148,8 +168,10 @@ def test_assignments_matching_no_node_warn_and_max_defaulted_refuses_the_commit(
     agent_reports(rapi, CONFIG_YAML, names)
     eventually(lambda: rec.sync(fetch=False).outcome == "InSync")
     # A typo in the selector and a node that does not exist, with the guard on: refused, nothing moves.
-    typo = _pool("typpo", rollout="{maxUnavailable: '100%', maxDefaulted: 0}", extra="default: all-disabled\n") + \
-        "  - nodes: [gpu-node-99]\n    config: all-3g.40gb\n"
+    typo = (
+        _pool("typpo", rollout="{maxUnavailable: '100%', maxDefaulted: 0}", extra="default: all-disabled\n")
+        + "  - nodes: [gpu-node-99]\n    config: all-3g.40gb\n"
+    )
     guarded = repo.commit({"nodes.yaml": typo})
     result = rec.sync()
     assert result.outcome == "Invalid" and "rollout.maxDefaulted is 0" in result.message, result
@@ -160,8 +182,15 @@ def test_assignments_matching_no_node_warn_and_max_defaulted_refuses_the_commit(
     # Without the guard the commit applies, and says loudly what it did.
     repo.commit({"nodes.yaml": typo.replace(", maxDefaulted: 0", "")})
     from migops.reconciler.controller import Reconciler
-    preview = Reconciler(rapi, name=rec.name, namespace=NS, spec=SyncSpec(repo.url, "main"), dry_run=True,
-                         cache_dir=tmp_path / "diff-cache").start()
+
+    preview = Reconciler(
+        rapi,
+        name=rec.name,
+        namespace=NS,
+        spec=SyncSpec(repo.url, "main"),
+        dry_run=True,
+        cache_dir=tmp_path / "diff-cache",
+    ).start()
     try:
         found, result = preview.diff(server_side=False)  # what `migops diff` prints
     finally:
@@ -182,10 +211,15 @@ def test_assignments_matching_no_node_warn_and_max_defaulted_refuses_the_commit(
 
 
 def test_a_node_past_its_progress_deadline_stalls_with_its_name_an_event_and_a_metric(
-        rapi, repo, gpu_nodes, make_reconciler) -> None:
+    rapi, repo, gpu_nodes, make_reconciler
+) -> None:
     names = gpu_nodes(2, pool="dead")
-    repo.commit({"config.yaml": CONFIG_YAML, "nodes.yaml": _pool(
-        "dead", rollout="{maxUnavailable: '100%', progressDeadlineSeconds: 2}")})
+    repo.commit(
+        {
+            "config.yaml": CONFIG_YAML,
+            "nodes.yaml": _pool("dead", rollout="{maxUnavailable: '100%', progressDeadlineSeconds: 2}"),
+        }
+    )
     rec = make_reconciler(repo.url)
     assert rec.sync().outcome == "Applied"
     agent_reports(rapi, CONFIG_YAML, names[1:])  # names[0]'s agent is dead: it never reports
@@ -228,8 +262,12 @@ def test_the_migsync_crd_installed_after_start_is_picked_up(rapi, repo, gpu_node
     from migops.reconciler.controller import Reconciler
 
     names = gpu_nodes(1, pool="late")
-    repo.commit({"config.yaml": CONFIG_YAML, "nodes.yaml": nodes_yaml(
-        "  - nodeSelector: {matchLabels: {pool: late}}\n    config: all-1g.10gb")})
+    repo.commit(
+        {
+            "config.yaml": CONFIG_YAML,
+            "nodes.yaml": nodes_yaml("  - nodeSelector: {matchLabels: {pool: late}}\n    config: all-1g.10gb"),
+        }
+    )
     ext = k8s.ApiextensionsV1Api(rapi)
     ext.delete_custom_resource_definition(CRD_NAME)
     eventually(lambda: CRD_NAME not in {c.metadata.name for c in ext.list_custom_resource_definition().items})

@@ -1,4 +1,5 @@
 """The pure planner: waves, done-ness by digest or by mig-manager's transition, halts, drift, prune."""
+
 from __future__ import annotations
 
 from gitrepo import CONFIG_YAML, nodes_yaml
@@ -21,14 +22,30 @@ from migops.reconciler.plan import (
 
 
 def _desired(max_unavailable: object = 2, prune: bool | None = None, n: int = 6):
-    spec = load_repo({"config.yaml": CONFIG_YAML.encode(), "nodes.yaml": nodes_yaml(
-        "  - nodeSelector: {matchLabels: {pool: p}}\n    config: all-1g.10gb", max_unavailable=max_unavailable,
-        prune=prune).encode()}, "", "rev1")
+    spec = load_repo(
+        {
+            "config.yaml": CONFIG_YAML.encode(),
+            "nodes.yaml": nodes_yaml(
+                "  - nodeSelector: {matchLabels: {pool: p}}\n    config: all-1g.10gb",
+                max_unavailable=max_unavailable,
+                prune=prune,
+            ).encode(),
+        },
+        "",
+        "rev1",
+    )
     return resolve(spec, {f"n{i}": _node(f"n{i}") for i in range(n)}, MigSettings(strategy="mixed"))
 
 
-def _node(name: str, label: str | None = "all-disabled", state: str | None = None, digest: str | None = None,
-          owned: bool = False, pool: str | None = "p", reason: str | None = None) -> dict:
+def _node(
+    name: str,
+    label: str | None = "all-disabled",
+    state: str | None = None,
+    digest: str | None = None,
+    owned: bool = False,
+    pool: str | None = "p",
+    reason: str | None = None,
+) -> dict:
     labels = {"migops.io/gpu.device-id": "0x233010DE", "nvidia.com/gpu.count": "8"}
     if pool:
         labels["pool"] = pool
@@ -58,10 +75,12 @@ def test_a_node_counts_until_success_for_the_assigned_digest() -> None:
     digest = d.targets["n0"].digest
     base = {f"n{i}": _node(f"n{i}") for i in range(6)}
     # given, no report yet: busy; success but for older content: busy; success for this digest: done.
-    for n0, busy in ((_node("n0", "all-1g.10gb", owned=True), True),
-                     (_node("n0", "all-1g.10gb", "success", "sha256:old", owned=True), True),
-                     (_node("n0", "all-1g.10gb", "pending", owned=True), True),
-                     (_node("n0", "all-1g.10gb", "success", digest, owned=True), False)):
+    for n0, busy in (
+        (_node("n0", "all-1g.10gb", owned=True), True),
+        (_node("n0", "all-1g.10gb", "success", "sha256:old", owned=True), True),
+        (_node("n0", "all-1g.10gb", "pending", owned=True), True),
+        (_node("n0", "all-1g.10gb", "success", digest, owned=True), False),
+    ):
         p = plan(d, {**base, "n0": n0}, CONFIG_YAML)
         assert (p.writes == ()) is busy, (n0, p.writes)
 
@@ -105,20 +124,51 @@ def test_max_unavailable() -> None:
 
 
 def test_trim_for_reconciler_keeps_what_is_read_and_ownership() -> None:
-    node = {"metadata": {"name": "n", "uid": "u", "resourceVersion": "7", "labels": {"a": "b"},
-                         "annotations": {"migops.io/mig.config.digest": "d", "big": "x" * 1000},
-                         "managedFields": [{"manager": "migops-reconciler", "operation": "Apply",
-                                            "fieldsV1": {"f:metadata": {"f:labels": {"f:nvidia.com/mig.config": {}}}}}]},
-            "status": {"images": ["..."] * 50}}
+    node = {
+        "metadata": {
+            "name": "n",
+            "uid": "u",
+            "resourceVersion": "7",
+            "labels": {"a": "b"},
+            "annotations": {"migops.io/mig.config.digest": "d", "big": "x" * 1000},
+            "managedFields": [
+                {
+                    "manager": "migops-reconciler",
+                    "operation": "Apply",
+                    "fieldsV1": {"f:metadata": {"f:labels": {"f:nvidia.com/mig.config": {}}}},
+                }
+            ],
+        },
+        "status": {"images": ["..."] * 50},
+    }
     t = trim_for_reconciler(node)
-    ours = [{"manager": "migops-reconciler", "operation": "Apply", "time": None,
-             "fieldsV1": {"f:metadata": {"f:labels": {"f:nvidia.com/mig.config": {}}}}}]
-    assert t == {"metadata": {"name": "n", "uid": "u", "resourceVersion": "7", "labels": {"a": "b"},
-                              "annotations": {"migops.io/mig.config.digest": "d"}, "managedFields": ours}}
+    ours = [
+        {
+            "manager": "migops-reconciler",
+            "operation": "Apply",
+            "time": None,
+            "fieldsV1": {"f:metadata": {"f:labels": {"f:nvidia.com/mig.config": {}}}},
+        }
+    ]
+    assert t == {
+        "metadata": {
+            "name": "n",
+            "uid": "u",
+            "resourceVersion": "7",
+            "labels": {"a": "b"},
+            "annotations": {"migops.io/mig.config.digest": "d"},
+            "managedFields": ours,
+        }
+    }
     assert owns_config_label(t)
     # Another manager's entry, or ours without the label, is not kept: not ours.
-    node["metadata"]["managedFields"] = [{"manager": "kubectl-label", "operation": "Update",
-                                          "fieldsV1": {"f:metadata": {"f:labels": {"f:nvidia.com/mig.config": {}}}}}]
+    node["metadata"]["managedFields"] = [
+        {
+            "manager": "kubectl-label",
+            "operation": "Update",
+            "fieldsV1": {"f:metadata": {"f:labels": {"f:nvidia.com/mig.config": {}}}},
+        }
+    ]
     assert not owns_config_label(trim_for_reconciler(node))
     assert trim_for_reconciler(node)["metadata"]["managedFields"] == []
 
@@ -155,12 +205,19 @@ def test_resolving_is_redone_only_when_a_node_changes_what_it_reads() -> None:
     key = memo.key("rev1", "", MigSettings(strategy="mixed"))
     memo.put(key, "resolved")
     # A rollout's events: the config and state labels, the agent's digest: the answer stands.
-    memo.node_event("MODIFIED", "n0", {"pool": "p", "nvidia.com/mig.config": "b", "nvidia.com/mig.config.state": "pending"},
-                    {"migops.io/mig.config.digest": "sha256:x"})
+    memo.node_event(
+        "MODIFIED",
+        "n0",
+        {"pool": "p", "nvidia.com/mig.config": "b", "nvidia.com/mig.config.state": "pending"},
+        {"migops.io/mig.config.digest": "sha256:x"},
+    )
     assert memo.get(memo.key("rev1", "", MigSettings(strategy="mixed"))) == "resolved"
     # A label a selector may read, the GPUs, a node gone: resolved again.
-    for kind, labels, notes in (("MODIFIED", {"pool": "q"}, {}), ("MODIFIED", {"pool": "q"}, {"migops.io/gpus": "0x233010DE"}),
-                                      ("DELETED", {}, {})):
+    for kind, labels, notes in (
+        ("MODIFIED", {"pool": "q"}, {}),
+        ("MODIFIED", {"pool": "q"}, {"migops.io/gpus": "0x233010DE"}),
+        ("DELETED", {}, {}),
+    ):
         memo.put(memo.key("rev1", "", MigSettings(strategy="mixed")), "resolved")
         memo.node_event(kind, "n0", labels, notes)
         assert memo.get(memo.key("rev1", "", MigSettings(strategy="mixed"))) is None

@@ -1,26 +1,30 @@
 """Waves, halts, bad commits, signatures, drift and a vanished remote: nothing unsafe is ever applied."""
+
 from __future__ import annotations
 
 import shutil
 
 from gitrepo import CONFIG_YAML, UNPLACEABLE, SshKey, nodes_yaml
-from reconciler_harness import agent_reports, condition, eventually, events_for, labels_of, migsync
 from kubernetes import client as k8s
+from reconciler_harness import agent_reports, condition, events_for, eventually, labels_of, migsync
 
 from migops.gitops.verify import TrustPolicy
+from migops.kube.names import MIG_CONFIG_LABEL, RESUME_ANNOTATION
 from migops.reconciler.apply import WriteError, Writer
-from migops.kube.names import MIG_CONFIG_LABEL
-from migops.kube.names import RESUME_ANNOTATION
 
 
-def _pool(pool: str, config: str = "all-1g.10gb", **kw) -> str:  # noqa: ANN003
+def _pool(pool: str, config: str = "all-1g.10gb", **kw) -> str:
     return nodes_yaml(f"  - nodeSelector: {{matchLabels: {{pool: {pool}}}}}\n    config: {config}", **kw)
 
 
-def _busy(api, names: list[str], config: str) -> list[str]:  # noqa: ANN001
+def _busy(api, names: list[str], config: str) -> list[str]:
     """Nodes given `config` whose agent has not reported success for it yet."""
     got = labels_of(api, names)
-    return [n for n in names if got[n].get(MIG_CONFIG_LABEL) == config and got[n].get("nvidia.com/mig.config.state") != "success"]
+    return [
+        n
+        for n in names
+        if got[n].get(MIG_CONFIG_LABEL) == config and got[n].get("nvidia.com/mig.config.state") != "success"
+    ]
 
 
 def test_waves_respect_max_unavailable_and_a_failure_halts_until_resume(rapi, repo, gpu_nodes, make_reconciler) -> None:
@@ -46,15 +50,27 @@ def test_waves_respect_max_unavailable_and_a_failure_halts_until_resume(rapi, re
     assert rec.sync().writes == 0  # a poll of the same commit does not lift the halt
     # A resume acknowledges the failure: the rollout goes on, two at a time again.
     k8s.CustomObjectsApi(rapi).patch_namespaced_custom_object(
-        "migops.io", "v1alpha1", "migops-system", "migsyncs", rec.name,
-        {"metadata": {"annotations": {RESUME_ANNOTATION: "1"}}})
-    eventually(lambda: ((rec.migsync_object() or {})["metadata"].get("annotations") or {}).get(RESUME_ANNOTATION) == "1")
+        "migops.io",
+        "v1alpha1",
+        "migops-system",
+        "migsyncs",
+        rec.name,
+        {"metadata": {"annotations": {RESUME_ANNOTATION: "1"}}},
+    )
+    eventually(
+        lambda: ((rec.migsync_object() or {})["metadata"].get("annotations") or {}).get(RESUME_ANNOTATION) == "1"
+    )
     assert rec.sync(fetch=False).writes == 2
     while True:
         agent_reports(rapi, CONFIG_YAML, _busy(rapi, names, "all-1g.10gb"))
-        result = eventually(lambda: rec.sync(fetch=False), lambda r: r.writes > 0 or r.outcome in ("InSync", "Progressing"))
+        result = eventually(
+            lambda: rec.sync(fetch=False), lambda r: r.writes > 0 or r.outcome in ("InSync", "Progressing")
+        )
         got = labels_of(rapi, names)
-        if all(got[n].get(MIG_CONFIG_LABEL) == "all-1g.10gb" for n in names) and len(_busy(rapi, names, "all-1g.10gb")) == 0:
+        if (
+            all(got[n].get(MIG_CONFIG_LABEL) == "all-1g.10gb" for n in names)
+            and len(_busy(rapi, names, "all-1g.10gb")) == 0
+        ):
             break
         assert len(_busy(rapi, names, "all-1g.10gb")) <= 2
 
@@ -68,13 +84,22 @@ def test_bad_commits_are_not_applied_and_name_file_and_path(rapi, repo, gpu_node
     eventually(lambda: rec.sync(fetch=False).outcome == "InSync")
     writes = rec.metrics.writes("nodes") + rec.metrics.writes("configmaps")
     cases = [
-        ({"c/config.yaml": UNPLACEABLE, "c/nodes.yaml": _pool("bad", "too-many")}, "ValidationFailed",
-         'c/config.yaml: mig-configs.too-many[0].mig-devices."1g.10gb"'),
-        ({"c/config.yaml": CONFIG_YAML, "c/nodes.yaml": _pool("bad", "no-such")}, "ValidationFailed",
-         "c/nodes.yaml: assignments[0].config: config 'no-such' is not in c/config.yaml"),
+        (
+            {"c/config.yaml": UNPLACEABLE, "c/nodes.yaml": _pool("bad", "too-many")},
+            "ValidationFailed",
+            'c/config.yaml: mig-configs.too-many[0].mig-devices."1g.10gb"',
+        ),
+        (
+            {"c/config.yaml": CONFIG_YAML, "c/nodes.yaml": _pool("bad", "no-such")},
+            "ValidationFailed",
+            "c/nodes.yaml: assignments[0].config: config 'no-such' is not in c/config.yaml",
+        ),
         ({"c/nodes.yaml": "version: v1\nassignments: [\n"}, "ValidationFailed", "c/nodes.yaml: "),
-        ({"c/nodes.yaml": _pool("bad", strategy="single")}, "StrategyMismatch",
-         "strategy 'single' does not match the cluster's MIG strategy 'mixed'"),
+        (
+            {"c/nodes.yaml": _pool("bad", strategy="single")},
+            "StrategyMismatch",
+            "strategy 'single' does not match the cluster's MIG strategy 'mixed'",
+        ),
     ]
     for files, reason, where in cases:
         bad = repo.commit(files)
@@ -124,7 +149,9 @@ def test_drift_is_reverted_with_an_event(rapi, repo, gpu_nodes, make_reconciler)
     eventually(lambda: rec.sync(fetch=False).outcome == "InSync")
     core = k8s.CoreV1Api(rapi)
     core.patch_node(names[0], {"metadata": {"labels": {MIG_CONFIG_LABEL: "all-3g.40gb"}}})  # as kubectl label would
-    core.patch_namespaced_config_map("default-mig-parted-config", "gpu-operator", {"data": {"config.yaml": "version: v1\n"}})
+    core.patch_namespaced_config_map(
+        "default-mig-parted-config", "gpu-operator", {"data": {"config.yaml": "version: v1\n"}}
+    )
     eventually(lambda: rec.sync(fetch=False).writes > 0, timeout=20)
     eventually(lambda: labels_of(rapi, names)[names[0]][MIG_CONFIG_LABEL] == "all-1g.10gb")
     # The two edits reach the informers as two events: a sync may come between them.
@@ -156,25 +183,46 @@ def test_git_remote_gone_changes_nothing(rapi, repo, gpu_nodes, make_reconciler)
     assert {labels_of(rapi, names)[n][MIG_CONFIG_LABEL] for n in names} == {"all-1g.10gb"}
 
 
-
-def test_an_admission_denial_is_reported_with_its_message_and_not_hot_looped(rapi, repo, gpu_nodes, make_reconciler) -> None:
+def test_an_admission_denial_is_reported_with_its_message_and_not_hot_looped(
+    rapi, repo, gpu_nodes, make_reconciler
+) -> None:
     """Any admission control that refuses a write (here an in-process ValidatingAdmissionPolicy; the
     migops webhook answers the same way): the message reaches status, the write is not retried per sync."""
     adm = k8s.AdmissionregistrationV1Api(rapi)
-    adm.create_validating_admission_policy({
-        "apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicy",
-        "metadata": {"name": "no-3g"},
-        "spec": {"failurePolicy": "Fail",
-                 "matchConstraints": {"resourceRules": [{"apiGroups": [""], "apiVersions": ["v1"],
-                                                         "operations": ["UPDATE"], "resources": ["nodes"]}]},
-                 "validations": [{"expression": "!has(object.metadata.labels) || "
-                                  "object.metadata.labels[?'nvidia.com/mig.config'].orValue('') != 'all-3g.40gb'",
-                                  "message": "all-3g.40gb is not allowed on this pool"}]}})
-    adm.create_validating_admission_policy_binding({
-        "apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicyBinding",
-        "metadata": {"name": "no-3g"},
-        "spec": {"policyName": "no-3g", "validationActions": ["Deny"],
-                 "matchResources": {"objectSelector": {"matchLabels": {"pool": "vap"}}}}})
+    adm.create_validating_admission_policy(
+        {
+            "apiVersion": "admissionregistration.k8s.io/v1",
+            "kind": "ValidatingAdmissionPolicy",
+            "metadata": {"name": "no-3g"},
+            "spec": {
+                "failurePolicy": "Fail",
+                "matchConstraints": {
+                    "resourceRules": [
+                        {"apiGroups": [""], "apiVersions": ["v1"], "operations": ["UPDATE"], "resources": ["nodes"]}
+                    ]
+                },
+                "validations": [
+                    {
+                        "expression": "!has(object.metadata.labels) || "
+                        "object.metadata.labels[?'nvidia.com/mig.config'].orValue('') != 'all-3g.40gb'",
+                        "message": "all-3g.40gb is not allowed on this pool",
+                    }
+                ],
+            },
+        }
+    )
+    adm.create_validating_admission_policy_binding(
+        {
+            "apiVersion": "admissionregistration.k8s.io/v1",
+            "kind": "ValidatingAdmissionPolicyBinding",
+            "metadata": {"name": "no-3g"},
+            "spec": {
+                "policyName": "no-3g",
+                "validationActions": ["Deny"],
+                "matchResources": {"objectSelector": {"matchLabels": {"pool": "vap"}}},
+            },
+        }
+    )
     try:
         names = gpu_nodes(2, pool="vap")
         probe = Writer(rapi, dry_run=True)
@@ -185,16 +233,17 @@ def test_an_admission_denial_is_reported_with_its_message_and_not_hot_looped(rap
                 return False
             except WriteError as err:
                 return err.status == 422
+
         eventually(denies, timeout=60)
         repo.commit({"config.yaml": CONFIG_YAML, "nodes.yaml": _pool("vap", "all-3g.40gb")})
         rec = make_reconciler(repo.url)
         result = rec.sync()
         assert result.outcome == "ApplyFailed", result
         assert "all-3g.40gb is not allowed on this pool" in result.message and "HTTP 422" in result.message
-        errors = rec.metrics.requests.labels("nodes", "error", "422")._value.get()  # noqa: SLF001
+        errors = rec.metrics.requests.labels("nodes", "error", "422")._value.get()
         for _ in range(3):
             assert rec.sync(fetch=False).writes == 0
-        assert rec.metrics.requests.labels("nodes", "error", "422")._value.get() == errors  # noqa: SLF001
+        assert rec.metrics.requests.labels("nodes", "error", "422")._value.get() == errors
         rec.flush_status()
         ready = condition(migsync(rapi, rec.name), "Ready")
         assert ready["reason"] == "ApplyFailed" and "all-3g.40gb is not allowed on this pool" in ready["message"]

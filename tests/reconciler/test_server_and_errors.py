@@ -1,4 +1,5 @@
 """POST /hook signatures (GitHub, generic HMAC, GitLab), probes, /metrics; write errors classified."""
+
 from __future__ import annotations
 
 import hashlib
@@ -19,10 +20,16 @@ SECRET = b"s3cret"
 
 
 @pytest.fixture
-def server():  # noqa: ANN201
+def server():
     fired = threading.Event()
-    srv = Server(("127.0.0.1", 0), metrics=Metrics(), trigger=fired.set, healthy=lambda: (True, "ok"),
-                 ready=lambda: (False, "caches not synced yet"), hook_secret=SECRET).start()
+    srv = Server(
+        ("127.0.0.1", 0),
+        metrics=Metrics(),
+        trigger=fired.set,
+        healthy=lambda: (True, "ok"),
+        ready=lambda: (False, "caches not synced yet"),
+        hook_secret=SECRET,
+    ).start()
     srv.fired = fired  # type: ignore[attr-defined]
     yield srv
     srv.stop()
@@ -73,8 +80,14 @@ def test_probes_and_metrics(server: Server) -> None:
 
 
 def test_hook_off_without_a_secret() -> None:
-    srv = Server(("127.0.0.1", 0), metrics=Metrics(), trigger=lambda: None, healthy=lambda: (True, ""),
-                 ready=lambda: (True, ""), hook_secret=None).start()
+    srv = Server(
+        ("127.0.0.1", 0),
+        metrics=Metrics(),
+        trigger=lambda: None,
+        healthy=lambda: (True, ""),
+        ready=lambda: (True, ""),
+        hook_secret=None,
+    ).start()
     try:
         assert _post(srv, b"{}", {"X-Gitlab-Token": ""})[0] == 404
     finally:
@@ -91,7 +104,9 @@ def test_classification() -> None:
     assert [classify(_api_error(s))[0] for s in (409, 429, 502, 503, 504, 500)] == ["transient"] * 6
     assert classify(_api_error(500, "failed to create typed patch object (...)"))[0] == "terminal"
     assert [classify(_api_error(s))[0] for s in (400, 403, 404, 422)] == ["terminal"] * 4
-    assert classify(_api_error(400, 'admission webhook "mig.migops.io" denied the request: x'))[2].startswith("admission webhook")
+    assert classify(_api_error(400, 'admission webhook "mig.migops.io" denied the request: x'))[2].startswith(
+        "admission webhook"
+    )
     assert classify(ProtocolError("reset"))[0] == "transient"
 
 
@@ -116,13 +131,17 @@ def test_retries_transient_then_gives_up_and_never_retries_terminal() -> None:
     assert len(calls) == 1 and err.value.kind == "terminal" and str(err.value) == "Node/x: HTTP 422: invalid"
 
 
-def test_the_apiservers_500_for_a_mistyped_apply_is_not_retried(rapi, gpu_nodes) -> None:  # noqa: ANN001
+def test_the_apiservers_500_for_a_mistyped_apply_is_not_retried(rapi, gpu_nodes) -> None:
     (name,) = gpu_nodes(1)
     metrics = Metrics()
     writer = Writer(rapi, count=metrics.count_write)
     with pytest.raises(WriteError) as err:
-        writer._apply({"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "labels": ["not", "a", "map"]}},  # noqa: SLF001
-                      "nodes", f"Node/{name}", force=True)
+        writer._apply(
+            {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "labels": ["not", "a", "map"]}},
+            "nodes",
+            f"Node/{name}",
+            force=True,
+        )
     assert err.value.status == 500 and err.value.kind == "terminal"
     assert "failed to create typed patch object" in err.value.message
     text = "\n".join(f"{s.name}{s.labels}={s.value}" for m in metrics.requests.collect() for s in m.samples)

@@ -1,9 +1,10 @@
 """First sync, a change to one assignment, no-op syncs, ownership of the one label: on a real API server."""
+
 from __future__ import annotations
 
 from gitrepo import CONFIG_YAML, nodes_yaml
-from reconciler_harness import agent_reports, condition, eventually, labels_of, migsync
 from kubernetes import client as k8s
+from reconciler_harness import agent_reports, condition, eventually, labels_of, migsync
 
 from migops.kube.names import MIG_CONFIG_LABEL
 
@@ -30,8 +31,11 @@ def test_first_sync_then_one_assignment_change_touches_only_those_nodes(rapi, re
     assert {got[n][MIG_CONFIG_LABEL] for n in b} == {"all-3g.40gb"}
     # Only the one label changed hands: GFD's labels stay GFD's, the operator keeps its deploy label.
     node = k8s.CoreV1Api(rapi).read_node(a[0])
-    owners = {m.manager: m.fields_v1["f:metadata"]["f:labels"] for m in node.metadata.managed_fields
-              if "f:metadata" in (m.fields_v1 or {}) and "f:labels" in m.fields_v1["f:metadata"]}
+    owners = {
+        m.manager: m.fields_v1["f:metadata"]["f:labels"]
+        for m in node.metadata.managed_fields
+        if "f:metadata" in (m.fields_v1 or {}) and "f:labels" in m.fields_v1["f:metadata"]
+    }
     assert set(owners["migops-reconciler"]) == {f"f:{MIG_CONFIG_LABEL}"}
     assert f"f:{MIG_CONFIG_LABEL}" not in owners["gpu-operator"]
     assert "f:nvidia.com/gpu.deploy.mig-manager" in owners["gpu-operator"]
@@ -69,11 +73,18 @@ def test_first_sync_then_one_assignment_change_touches_only_those_nodes(rapi, re
         assert rec.sync().writes == 0
 
 
-
-def test_mig_manager_nodes_count_once_the_state_left_success_and_came_back(rapi, repo, gpu_nodes, make_reconciler) -> None:
+def test_mig_manager_nodes_count_once_the_state_left_success_and_came_back(
+    rapi, repo, gpu_nodes, make_reconciler
+) -> None:
     names = gpu_nodes(2, pool="mm")
-    repo.commit({"config.yaml": CONFIG_YAML, "nodes.yaml": nodes_yaml(
-        "  - nodeSelector: {matchLabels: {pool: mm}}\n    config: all-1g.10gb", max_unavailable=1)})
+    repo.commit(
+        {
+            "config.yaml": CONFIG_YAML,
+            "nodes.yaml": nodes_yaml(
+                "  - nodeSelector: {matchLabels: {pool: mm}}\n    config: all-1g.10gb", max_unavailable=1
+            ),
+        }
+    )
     agent_reports(rapi, CONFIG_YAML, names, mig_manager=True)  # success for all-disabled, as mig-manager leaves it
     rec = make_reconciler(repo.url)
     assert rec.sync().writes == 2  # ConfigMap + one node (maxUnavailable 1)

@@ -10,6 +10,7 @@ the comparison of their answers (tests/verdicts).
 
 An answer is (accepted, the rules of its errors). Nothing here decides a rule.
 """
+
 from __future__ import annotations
 
 import importlib.util
@@ -52,7 +53,9 @@ NODE_KINDS: dict[str, tuple[dict[str, str], dict[str, str]]] = {
     "8xH100": ({DEVICE_ID_LABEL: H100, GPU_COUNT_LABEL: "8"}, {}),
     "8xA100": ({DEVICE_ID_LABEL: A100, GPU_COUNT_LABEL: "8"}, {}),
     "A100 (GFD single: model only)": (
-        {GPU_PRODUCT_LABEL: single_product(catalogue().resolve(A100), "1g.5gb"), GPU_COUNT_LABEL: "7"}, {}),
+        {GPU_PRODUCT_LABEL: single_product(catalogue().resolve(A100), "1g.5gb"), GPU_COUNT_LABEL: "7"},
+        {},
+    ),
     "H100+A100": ({}, {GPUS_ANNOTATION: f"{H100},{A100}"}),
 }
 
@@ -84,8 +87,12 @@ class Case:
 
 
 def _configmap(text: str) -> dict[str, Any]:
-    return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": CM_NAME, "namespace": CM_NS},
-            "data": {CONFIGMAP_KEY: text}}
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": CM_NAME, "namespace": CM_NS},
+        "data": {CONFIGMAP_KEY: text},
+    }
 
 
 def _request(kind: str, obj: dict, old: dict, namespace: str = "") -> Request:
@@ -100,15 +107,17 @@ def _denial(verdict: Any) -> Answer:
 # ------------------------------------------------------------------------------------------ deciders
 def webhook_node(case: Case) -> Answer:
     """A Node's nvidia.com/mig.config set to the config, the ConfigMap in force holding the text."""
-    snap = Snapshot(MigView(MigSettings(strategy=case.strategy), _configmap(case.text)),
-                    Placement([node_view(case.node(False))]))
+    snap = Snapshot(
+        MigView(MigSettings(strategy=case.strategy), _configmap(case.text)), Placement([node_view(case.node(False))])
+    )
     return _denial(nodelabels.validate(_request("Node", case.node(True), case.node(False)), snap))
 
 
 def webhook_configmap(case: Case) -> Answer:
     """The ConfigMap in force written with the text while the node selects the config."""
-    snap = Snapshot(MigView(MigSettings(strategy=case.strategy), _configmap(case.text)),
-                    Placement([node_view(case.node(True))]))
+    snap = Snapshot(
+        MigView(MigSettings(strategy=case.strategy), _configmap(case.text)), Placement([node_view(case.node(True))])
+    )
     cm = _configmap(case.text)
     return _denial(configmaps.validate(_request("ConfigMap", cm, _configmap(case.text), CM_NS), snap))
 
@@ -134,8 +143,9 @@ def cli(case: Case, *, on_node: bool = True) -> Answer | None:
     gpus = node_gpus(case.node(False))
     if on_node and (gpus is None or not gpus.exact):
         return None
-    run = check([str(case.path)], list(gpus.gpus) if on_node and gpus else [],
-                case.strategy if on_node else None, case.name)
+    run = check(
+        [str(case.path)], list(gpus.gpus) if on_node and gpus else [], case.strategy if on_node else None, case.name
+    )
     (checked,) = run.checked
     rules = {p.rule for p in checked.problems if p.severity == "error"}
     for report in checked.reports:
@@ -144,7 +154,9 @@ def cli(case: Case, *, on_node: bool = True) -> Answer | None:
 
 
 DECIDERS: dict[str, Callable[[Case], Answer | None]] = {
-    "webhook (Node label)": webhook_node, "gitops/reconciler": gitops, "migops validate": cli,
+    "webhook (Node label)": webhook_node,
+    "gitops/reconciler": gitops,
+    "migops validate": cli,
 }
 
 
@@ -176,11 +188,13 @@ def texts(tmp: Path) -> Iterator[tuple[str, str, Path, list[str]]]:
         yield source, text, path, names
 
 
-def disagreements(case: Case, deciders: Mapping[str, Callable[[Case], Answer | None]] = DECIDERS
-                  ) -> tuple[dict[str, Answer], list[str]]:
+def disagreements(
+    case: Case, deciders: Mapping[str, Callable[[Case], Answer | None]] = DECIDERS
+) -> tuple[dict[str, Answer], list[str]]:
     """Every decider's answer, and a line per decider that answers otherwise than the first."""
     answers = {name: found for name, decide in deciders.items() if (found := decide(case)) is not None}
     first_name, first = next(iter(answers.items()))
     where = f"{case.source}: config {case.name!r} on {case.kind} under {case.strategy}"
-    return answers, [f"{where}: {first_name} {first}, {name} {answer}"
-                     for name, answer in answers.items() if answer != first]
+    return answers, [
+        f"{where}: {first_name} {first}, {name} {answer}" for name, answer in answers.items() if answer != first
+    ]

@@ -10,14 +10,15 @@ must agree on accepted/denied and on the rules of the errors. A private copy of 
 fails the node") makes them disagree on some case of this corpus: the last test proves the comparison
 catches exactly such a copy.
 """
+
 from __future__ import annotations
 
 from collections import Counter
 from pathlib import Path
 
 import pytest
-
 from deciders import DECIDERS, NODE_KINDS, Answer, Case, cli, disagreements, gitops, texts, webhook_configmap
+
 from migops.webhook import checks
 
 STRATEGIES_MULTI = ("mixed", "single")
@@ -28,7 +29,7 @@ def _cases(tmp: Path, everything: bool) -> list[Case]:
     for source, text, path, names in texts(tmp):
         multi = source == "multi_model.yaml"
         chosen = names if multi or everything else list(dict.fromkeys([names[0], names[len(names) // 2], names[-1]]))
-        for strategy in (STRATEGIES_MULTI if multi else ("mixed",)):
+        for strategy in STRATEGIES_MULTI if multi else ("mixed",):
             for name in chosen:
                 for kind in NODE_KINDS:
                     cases.append(Case(source, text, path, name, kind, strategy))
@@ -53,15 +54,28 @@ def test_webhook_gitops_and_the_cli_agree_on_the_corpus(cases: list[Case]) -> No
     assert not wrong, f"{len(wrong)} disagreements, first ones:\n" + "\n".join(wrong[:15])
     # Not vacuous: thousands of questions, all three deciders on the exact nodes, and denials of many kinds.
     assert len(cases) > 2500 and compared[3] > 1900 and compared[2] > 600, compared
-    assert {"unknown-profile", "gpu-not-covered", "count-exceeds-max", "strategy-mismatch", "does-not-fit-model",
-            "duplicate-device-index", "mig-not-capable", "placement-infeasible"} <= set(denied), denied
-    print(f"\n{len(cases)} questions; deciders compared per question: {dict(compared)}; "
-          f"denials by rule: {dict(denied.most_common())}")
+    assert {
+        "unknown-profile",
+        "gpu-not-covered",
+        "count-exceeds-max",
+        "strategy-mismatch",
+        "does-not-fit-model",
+        "duplicate-device-index",
+        "mig-not-capable",
+        "placement-infeasible",
+    } <= set(denied), denied
+    print(
+        f"\n{len(cases)} questions; deciders compared per question: {dict(compared)}; "
+        f"denials by rule: {dict(denied.most_common())}"
+    )
 
 
 def _by(cases: list[Case], name: str, kind: str, strategy: str = "mixed") -> Case:
-    return next(c for c in cases if c.source == "multi_model.yaml" and c.name == name and c.kind == kind
-                and c.strategy == strategy)
+    return next(
+        c
+        for c in cases
+        if c.source == "multi_model.yaml" and c.name == name and c.kind == kind and c.strategy == strategy
+    )
 
 
 def test_an_unknown_profile_in_another_models_entry_is_denied_everywhere(cases: list[Case]) -> None:
@@ -92,8 +106,9 @@ def test_the_configmap_rule_is_the_node_rule_and_the_catalogue_rule(cases: list[
         for other in {c.name for c in chosen if c.text == case.text} - {case.name}:
             key = (case.text, other)
             if key not in catalogue:
-                catalogue[key] = cli(Case(case.source, case.text, case.path, other, case.kind, case.strategy),
-                                     on_node=False)  # type: ignore[assignment]
+                catalogue[key] = cli(
+                    Case(case.source, case.text, case.path, other, case.kind, case.strategy), on_node=False
+                )  # type: ignore[assignment]
             expected |= catalogue[key].rules
         found = webhook_configmap(case)
         if found.rules != expected or found.accepted != (not expected):

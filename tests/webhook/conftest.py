@@ -6,6 +6,7 @@ gpu-node-1 and gpu-node-3 with 8 x H100 SXM5 80GB, gpu-node-2 with 8 x A100 SXM4
 Operator's ClusterPolicy and NVIDIA's default MIG ConfigMap. The webhook is `migops webhook` as
 `migops local up` starts it: a gunicorn process on loopback, called by the API server over TLS.
 """
+
 from __future__ import annotations
 
 import os
@@ -14,6 +15,7 @@ from collections.abc import Callable, Iterator
 
 import pytest
 from kubernetes import client as k8s
+from webhook_helpers import A100, DEFAULT_CONFIG, H100, MANAGER, Direct, configmap
 
 from migops.kube import ssa
 from migops.local import cluster
@@ -22,7 +24,7 @@ from migops.local.binaries import locate
 from migops.local.controlplane import ControlPlane
 from migops.local.process import stop
 from migops.mig.catalogue import catalogue
-from webhook_helpers import A100, DEFAULT_CONFIG, H100, MANAGER, Direct, configmap
+
 
 @pytest.fixture(scope="package")
 def plane() -> Iterator[ControlPlane]:
@@ -63,13 +65,22 @@ def kubectl(plane: ControlPlane, hook: local_webhook.LocalWebhook) -> Callable[.
 def cluster_state(api: k8s.ApiClient, hook: local_webhook.LocalWebhook) -> Iterator[k8s.ApiClient]:
     """The known state before and after a test: strategy mixed, every node on all-disabled, the
     default ConfigMap (written through the webhook, so each write is also checked)."""
+
     def reset() -> None:
         cluster.apply_cluster_policy(api, "mixed")
         for i in (1, 2, 3):
-            ssa.apply(api, {"apiVersion": "v1", "kind": "Node", "metadata": {
-                "name": f"gpu-node-{i}", "labels": {"nvidia.com/mig.config": "all-disabled"}}},
-                field_manager="gpu-operator", force=True)
+            ssa.apply(
+                api,
+                {
+                    "apiVersion": "v1",
+                    "kind": "Node",
+                    "metadata": {"name": f"gpu-node-{i}", "labels": {"nvidia.com/mig.config": "all-disabled"}},
+                },
+                field_manager="gpu-operator",
+                force=True,
+            )
         ssa.apply(api, configmap(DEFAULT_CONFIG), field_manager=MANAGER, force=True)
+
     reset()
     yield api
     reset()
@@ -78,5 +89,3 @@ def cluster_state(api: k8s.ApiClient, hook: local_webhook.LocalWebhook) -> Itera
 @pytest.fixture(scope="package")
 def direct(hook: local_webhook.LocalWebhook) -> Direct:
     return Direct(hook.url, (hook.certs / "ca-bundle.crt").read_bytes())
-
-

@@ -1,5 +1,6 @@
 """The webhook's HTTP surface, posted to directly over TLS: bad input is a 4xx (or a clean denial)
 in milliseconds, never a 5xx or a hang; dry-run answers equal real ones; probes and metrics."""
+
 from __future__ import annotations
 
 import json
@@ -19,19 +20,38 @@ def _body(resp) -> dict:
     return json.loads(resp.data)["response"]
 
 
-@pytest.mark.parametrize("body, fragment", [
-    (b"{not json", "not JSON"),
-    (b"\xff\xfe\x00garbage", "not JSON"),
-    (b"[" * 100_000, "not JSON"),
-    (b"[]", "JSON object"),
-    (json.dumps({"apiVersion": "admission.k8s.io/v1beta1", "kind": "AdmissionReview", "request": {}}), "apiVersion/kind"),
-    (json.dumps({"apiVersion": "admission.k8s.io/v1", "kind": "Pod"}), "apiVersion/kind"),
-    (json.dumps({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview"}), "request"),
-    (json.dumps({**review(configmap("x")), "request": {**review(configmap("x"))["request"], "uid": ""}}), "uid"),
-    (json.dumps({**review(configmap("x")), "request": {**review(configmap("x"))["request"], "operation": "PATCH"}}), "operation"),
-    (json.dumps({**review(configmap("x")), "request": {**review(configmap("x"))["request"], "object": None}}), "object"),
-    (json.dumps({**review(configmap("x")), "request": {**review(configmap("x"))["request"], "kind": "ConfigMap"}}), "kind"),
-])
+@pytest.mark.parametrize(
+    "body, fragment",
+    [
+        (b"{not json", "not JSON"),
+        (b"\xff\xfe\x00garbage", "not JSON"),
+        (b"[" * 100_000, "not JSON"),
+        (b"[]", "JSON object"),
+        (
+            json.dumps({"apiVersion": "admission.k8s.io/v1beta1", "kind": "AdmissionReview", "request": {}}),
+            "apiVersion/kind",
+        ),
+        (json.dumps({"apiVersion": "admission.k8s.io/v1", "kind": "Pod"}), "apiVersion/kind"),
+        (json.dumps({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview"}), "request"),
+        (json.dumps({**review(configmap("x")), "request": {**review(configmap("x"))["request"], "uid": ""}}), "uid"),
+        (
+            json.dumps(
+                {**review(configmap("x")), "request": {**review(configmap("x"))["request"], "operation": "PATCH"}}
+            ),
+            "operation",
+        ),
+        (
+            json.dumps({**review(configmap("x")), "request": {**review(configmap("x"))["request"], "object": None}}),
+            "object",
+        ),
+        (
+            json.dumps(
+                {**review(configmap("x")), "request": {**review(configmap("x"))["request"], "kind": "ConfigMap"}}
+            ),
+            "kind",
+        ),
+    ],
+)
 def test_malformed_reviews_are_400_with_a_message(direct, body, fragment: str) -> None:
     started = time.monotonic()
     resp = direct.post("/validate", body)
@@ -43,9 +63,15 @@ def test_too_large_is_413_and_wrong_method_405_and_unknown_path_404(direct, hook
     # Announce 9 MiB and send a little: the answer comes from the Content-Length alone, at once.
     host, port = hook.url.removeprefix("https://").split(":")
     ctx = ssl.create_default_context(cadata=(hook.certs / "ca-bundle.crt").read_text())
-    with socket.create_connection((host, int(port)), timeout=10) as raw, ctx.wrap_socket(raw, server_hostname=host) as tls:
-        tls.sendall(b"POST /validate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-                    + f"Content-Length: {9 << 20}\r\n\r\n".encode() + b"{" * 1000)
+    with (
+        socket.create_connection((host, int(port)), timeout=10) as raw,
+        ctx.wrap_socket(raw, server_hostname=host) as tls,
+    ):
+        tls.sendall(
+            b"POST /validate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            + f"Content-Length: {9 << 20}\r\n\r\n".encode()
+            + b"{" * 1000
+        )
         assert tls.recv(100).startswith(b"HTTP/1.1 413")
     assert direct.get("/validate").status == 405
     assert direct.post("/nothing", b"{}").status == 404
@@ -54,14 +80,25 @@ def test_too_large_is_413_and_wrong_method_405_and_unknown_path_404(direct, hook
 def test_chunked_bodies_are_read_and_limited(direct) -> None:
     """The body is read from the server's stream (not werkzeug's): without a Content-Length too."""
     body = json.dumps(review(configmap(DEFAULT_CONFIG))).encode()
-    resp = direct.pool.urlopen("POST", "/validate", body=iter([body[:1000], body[1000:]]), chunked=True,
-                               headers={"Content-Type": "application/json"})
+    resp = direct.pool.urlopen(
+        "POST",
+        "/validate",
+        body=iter([body[:1000], body[1000:]]),
+        chunked=True,
+        headers={"Content-Type": "application/json"},
+    )
     assert _body(resp)["allowed"] is True
     # Its own connection: the server closes it after refusing an unread body of 9 MiB.
-    with urllib3.HTTPSConnectionPool(direct.pool.host, direct.pool.port, ssl_context=direct.pool.conn_kw["ssl_context"],
-                                     maxsize=1, retries=False) as pool:
-        huge = pool.urlopen("POST", "/validate", body=iter([b" " * (1 << 20)] * 9), chunked=True,
-                            headers={"Content-Type": "application/json"})
+    with urllib3.HTTPSConnectionPool(
+        direct.pool.host, direct.pool.port, ssl_context=direct.pool.conn_kw["ssl_context"], maxsize=1, retries=False
+    ) as pool:
+        huge = pool.urlopen(
+            "POST",
+            "/validate",
+            body=iter([b" " * (1 << 20)] * 9),
+            chunked=True,
+            headers={"Content-Type": "application/json"},
+        )
     assert huge.status == 413
 
 
@@ -92,27 +129,43 @@ def test_probes_and_metrics(direct) -> None:
 
 
 # ------------------------------------------------------------------------------------------ fuzz
-_json = st.recursive(st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=20),
-                     lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=10), inner, max_size=4),
-                     max_leaves=20)
+_json = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=20),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=10), inner, max_size=4),
+    max_leaves=20,
+)
 _yamlish = st.one_of(
     st.text(max_size=400),
     st.text(alphabet="version: v1\nmig-configs:-[]{}&*!1g.5gb \"'#", max_size=300),
-    st.builds(lambda name, body: f"version: v1\nmig-configs:\n  {name}:\n{body}",
-              st.text(alphabet="abc-", min_size=1, max_size=8),
-              st.text(alphabet="    - devices: all\nmig-enabled: true false\nmig-devices: {}\"1g.10gb\": 7 3g.40gb 2", max_size=200)),
+    st.builds(
+        lambda name, body: f"version: v1\nmig-configs:\n  {name}:\n{body}",
+        st.text(alphabet="abc-", min_size=1, max_size=8),
+        st.text(
+            alphabet="    - devices: all\nmig-enabled: true false\nmig-devices: {}\"1g.10gb\": 7 3g.40gb 2",
+            max_size=200,
+        ),
+    ),
 )
 _ops = st.sampled_from(["CREATE", "UPDATE", "DELETE", "CONNECT"])
 
 
 def _configmap_review(text: str, operation: str, labelled: bool) -> dict:
-    obj = configmap(text, name=CM_NAME if not labelled else "fuzz", namespace=CM_NS,
-                    labels={"migops.io/mig-config": "true"} if labelled else None)
-    return review(obj if operation != "DELETE" else None, operation=operation,
-                  old=configmap(DEFAULT_CONFIG) if operation in ("UPDATE", "DELETE") else None)
+    obj = configmap(
+        text,
+        name=CM_NAME if not labelled else "fuzz",
+        namespace=CM_NS,
+        labels={"migops.io/mig-config": "true"} if labelled else None,
+    )
+    return review(
+        obj if operation != "DELETE" else None,
+        operation=operation,
+        old=configmap(DEFAULT_CONFIG) if operation in ("UPDATE", "DELETE") else None,
+    )
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@settings(
+    max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow]
+)
 @given(text=_yamlish, operation=_ops, labelled=st.booleans(), path=st.sampled_from(["/validate", "/mutate"]))
 def test_fuzz_configmap_contents(direct, text: str, operation: str, labelled: bool, path: str) -> None:
     from migops.mig.problems import MigError
@@ -130,14 +183,27 @@ def test_fuzz_configmap_contents(direct, text: str, operation: str, labelled: bo
                 pytest.fail(f"admitted an unparseable config: {exc}")
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
-@given(request=st.dictionaries(st.sampled_from(["uid", "kind", "operation", "object", "oldObject", "name", "namespace",
-                                                "dryRun", "resource"]), _json, max_size=9),
-       kind=st.sampled_from(["ConfigMap", "Node", "Pod", "ClusterPolicy", "Secret", ""]),
-       operation=_ops, obj=_json, path=st.sampled_from(["/validate", "/mutate"]))
+@settings(
+    max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow]
+)
+@given(
+    request=st.dictionaries(
+        st.sampled_from(["uid", "kind", "operation", "object", "oldObject", "name", "namespace", "dryRun", "resource"]),
+        _json,
+        max_size=9,
+    ),
+    kind=st.sampled_from(["ConfigMap", "Node", "Pod", "ClusterPolicy", "Secret", ""]),
+    operation=_ops,
+    obj=_json,
+    path=st.sampled_from(["/validate", "/mutate"]),
+)
 def test_fuzz_arbitrary_reviews(direct, request: dict, kind: str, operation: str, obj, path: str) -> None:
-    base = review({"kind": kind, "metadata": {"name": "x", "namespace": CM_NS}, "data": obj, "spec": obj},
-                  operation=operation, kind=kind, group="nvidia.com" if kind == "ClusterPolicy" else "")
+    base = review(
+        {"kind": kind, "metadata": {"name": "x", "namespace": CM_NS}, "data": obj, "spec": obj},
+        operation=operation,
+        kind=kind,
+        group="nvidia.com" if kind == "ClusterPolicy" else "",
+    )
     base["request"].update(request)
     started = time.monotonic()
     resp = direct.post(path, base)
@@ -152,29 +218,59 @@ def test_fuzz_arbitrary_reviews(direct, request: dict, kind: str, operation: str
 # Issue 21 items 6 and 2: a list or dict where a label or annotation value belongs, a string where
 # metadata belongs (both once 500s, `unhashable type`), values beyond Kubernetes' limits (once kept in the
 # verdict cache's keys: 80 reviews of 4 MB labels grew a worker by 335 MiB).
-_value = st.one_of(st.text(max_size=10), st.integers(), st.none(), st.booleans(), st.lists(st.text(max_size=3), max_size=2),
-                   st.dictionaries(st.text(max_size=3), st.text(max_size=3), max_size=2), st.just("v" * 64),
-                   st.just("x" * 300_000))
-_keys = st.sampled_from(["nvidia.com/mig.config", "nvidia.com/gpu.count", "migops.io/gpu.device-id", "migops.io/gpus",
-                         "migops.io/managed-by", "migops.io/unmanaged", "migops.io/mig-config", "k" * 400])
+_value = st.one_of(
+    st.text(max_size=10),
+    st.integers(),
+    st.none(),
+    st.booleans(),
+    st.lists(st.text(max_size=3), max_size=2),
+    st.dictionaries(st.text(max_size=3), st.text(max_size=3), max_size=2),
+    st.just("v" * 64),
+    st.just("x" * 300_000),
+)
+_keys = st.sampled_from(
+    [
+        "nvidia.com/mig.config",
+        "nvidia.com/gpu.count",
+        "migops.io/gpu.device-id",
+        "migops.io/gpus",
+        "migops.io/managed-by",
+        "migops.io/unmanaged",
+        "migops.io/mig-config",
+        "k" * 400,
+    ]
+)
 _mapping = st.one_of(st.dictionaries(_keys, _value, max_size=3), _value)
 _metadata = st.one_of(
-    st.fixed_dictionaries({"name": st.one_of(st.just("gpu-node-1"), st.just("n" * 300), _value)},
-                          optional={"labels": _mapping, "annotations": _mapping, "namespace": _value,
-                                    "managedFields": _value}),
-    _value)
+    st.fixed_dictionaries(
+        {"name": st.one_of(st.just("gpu-node-1"), st.just("n" * 300), _value)},
+        optional={"labels": _mapping, "annotations": _mapping, "namespace": _value, "managedFields": _value},
+    ),
+    _value,
+)
 
 
-@settings(max_examples=250, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
-@given(kind=st.sampled_from(["Node", "ConfigMap", "Pod", "ClusterPolicy"]), operation=st.sampled_from(["CREATE", "UPDATE"]),
-       meta=_metadata, old_meta=_metadata, status=st.one_of(_value, st.fixed_dictionaries({"capacity": _mapping})),
-       user=st.one_of(st.none(), _value, st.fixed_dictionaries({"username": _value, "groups": _value})),
-       path=st.sampled_from(["/validate", "/mutate"]))
+@settings(
+    max_examples=250, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow]
+)
+@given(
+    kind=st.sampled_from(["Node", "ConfigMap", "Pod", "ClusterPolicy"]),
+    operation=st.sampled_from(["CREATE", "UPDATE"]),
+    meta=_metadata,
+    old_meta=_metadata,
+    status=st.one_of(_value, st.fixed_dictionaries({"capacity": _mapping})),
+    user=st.one_of(st.none(), _value, st.fixed_dictionaries({"username": _value, "groups": _value})),
+    path=st.sampled_from(["/validate", "/mutate"]),
+)
 def test_fuzz_badly_typed_and_oversized_fields(direct, kind, operation, meta, old_meta, status, user, path) -> None:
     obj = {"kind": kind, "metadata": meta, "status": status, "data": {"config.yaml": DEFAULT_CONFIG}, "spec": {}}
     old = {"kind": kind, "metadata": old_meta} if operation == "UPDATE" else None
-    body = review({"metadata": {"name": "gpu-node-1", "namespace": CM_NS}}, operation=operation, kind=kind,
-                  group="nvidia.com" if kind == "ClusterPolicy" else "")
+    body = review(
+        {"metadata": {"name": "gpu-node-1", "namespace": CM_NS}},
+        operation=operation,
+        kind=kind,
+        group="nvidia.com" if kind == "ClusterPolicy" else "",
+    )
     body["request"].update({"object": obj, "oldObject": old, "userInfo": user})
     started = time.monotonic()
     resp = direct.post(path, body)
@@ -192,9 +288,11 @@ def test_fuzz_badly_typed_and_oversized_fields(direct, kind, operation, meta, ol
 
 def test_badly_typed_fields_are_400_naming_the_field(direct) -> None:
     node = {"metadata": {"name": "gpu-node-1", "labels": {"nvidia.com/mig.config": ["all-balanced"]}}}
-    for obj, field in ((node, 'metadata.labels["nvidia.com/mig.config"]: must be a string'),
-                       ({"metadata": "gpu-node-1"}, "request.object.metadata: must be an object"),
-                       ({"metadata": {"name": "x", "annotations": {"migops.io/gpus": {"a": 1}}}}, "annotations")):
+    for obj, field in (
+        (node, 'metadata.labels["nvidia.com/mig.config"]: must be a string'),
+        ({"metadata": "gpu-node-1"}, "request.object.metadata: must be an object"),
+        ({"metadata": {"name": "x", "annotations": {"migops.io/gpus": {"a": 1}}}}, "annotations"),
+    ):
         resp = direct.post("/validate", review(obj, operation="CREATE", kind="Node"))
         assert resp.status == 400 and field in resp.data.decode(), resp.data[:300]
 

@@ -1,5 +1,6 @@
 """GitOps safety (applying the same object twice changes nothing), failurePolicy with the webhook
 down, and certificate rotation under load through the API server."""
+
 from __future__ import annotations
 
 import threading
@@ -8,21 +9,24 @@ import time
 import pytest
 from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
+from webhook_helpers import CM_NAME, CM_NS, DEFAULT_CONFIG, configmap, eventually
 
 from migops.certs.publish import publish_ca_bundle
 from migops.certs.rotation import DirectoryStore, certificates, rotate
 from migops.kube import ssa
 from migops.local.ports import free_ports
 from migops.webhook.registration import register
-from webhook_helpers import CM_NAME, CM_NS, DEFAULT_CONFIG, configmap, eventually
 
 pytestmark = pytest.mark.usefixtures("cluster_state")
 
 
 def test_server_side_apply_twice_changes_nothing(api, kubectl) -> None:
     core = k8s.CoreV1Api(api)
-    body = configmap(DEFAULT_CONFIG.replace("all-disabled:", "all-disabled:  # gitops", 1), name="gitops-copy",
-                     labels={"migops.io/mig-config": "true"})
+    body = configmap(
+        DEFAULT_CONFIG.replace("all-disabled:", "all-disabled:  # gitops", 1),
+        name="gitops-copy",
+        labels={"migops.io/mig-config": "true"},
+    )
     for manager in ("argocd-controller", "kustomize-controller"):
         ssa.apply(api, body, field_manager=manager, force=True)
         first = core.read_namespaced_config_map("gitops-copy", CM_NS)
@@ -38,7 +42,9 @@ def test_server_side_apply_twice_changes_nothing(api, kubectl) -> None:
     got = core.read_namespaced_config_map("gitops-copy", CM_NS)
     assert got.metadata.annotations["migops.io/validated-strategy"] == "as-in-git"
     ssa.apply(api, mine, field_manager="argocd-controller", force=True)
-    assert core.read_namespaced_config_map("gitops-copy", CM_NS).metadata.resource_version == got.metadata.resource_version
+    assert (
+        core.read_namespaced_config_map("gitops-copy", CM_NS).metadata.resource_version == got.metadata.resource_version
+    )
     core.delete_namespaced_config_map("gitops-copy", CM_NS)
     # Client-side apply (kubectl apply, Argo CD's default) is just as stable.
     import yaml
@@ -60,6 +66,7 @@ def test_failure_policy_with_the_webhook_down(api, hook) -> None:
     edited = {"data": {"config.yaml": DEFAULT_CONFIG + "# edited\n"}}
     register(api, f"https://127.0.0.1:{dead}", bundle, field_manager="migops-local")
     try:
+
         def fails_closed() -> None:
             with pytest.raises(ApiException) as exc:
                 core.patch_namespaced_config_map(CM_NAME, CM_NS, edited, dry_run="All")
@@ -69,15 +76,28 @@ def test_failure_policy_with_the_webhook_down(api, hook) -> None:
         # A write that leaves the MIG content as it is never reaches the webhook (matchConditions).
         core.patch_namespaced_config_map(CM_NAME, CM_NS, {"metadata": {"labels": {"x": "1"}}}, dry_run="All")
         with pytest.raises(ApiException) as exc:
-            core.patch_node("gpu-node-1", {"metadata": {"labels": {"nvidia.com/mig.config": "all-1g.10gb"}}}, dry_run="All")
+            core.patch_node(
+                "gpu-node-1", {"metadata": {"labels": {"nvidia.com/mig.config": "all-1g.10gb"}}}, dry_run="All"
+            )
         assert "failed calling webhook" in exc.value.body
         with pytest.raises(ApiException) as exc:
             k8s.CustomObjectsApi(api).patch_cluster_custom_object(
-                "nvidia.com", "v1", "clusterpolicies", "cluster-policy", {"spec": {"mig": {"strategy": "single"}}},
-                dry_run="All")
+                "nvidia.com",
+                "v1",
+                "clusterpolicies",
+                "cluster-policy",
+                {"spec": {"mig": {"strategy": "single"}}},
+                dry_run="All",
+            )
         assert "failed calling webhook" in exc.value.body
-        pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": "default"},
-               "spec": {"containers": [{"name": "c", "image": "x", "resources": {"limits": {"nvidia.com/mig-1g.10g": "1"}}}]}}
+        pod = {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": "p", "namespace": "default"},
+            "spec": {
+                "containers": [{"name": "c", "image": "x", "resources": {"limits": {"nvidia.com/mig-1g.10g": "1"}}}]
+            },
+        }
         core.create_namespaced_pod("default", pod, dry_run="All")  # Ignore: admitted, even with a typo
         core.patch_node("gpu-node-1", {"metadata": {"labels": {"example.com/other": "1"}}})  # never sent
     finally:
@@ -98,8 +118,9 @@ def test_rotation_under_load_drops_no_request(api, hook) -> None:
         while not stop.is_set():
             try:
                 # A content change (dry-run: nothing is stored), so each write reaches the webhook.
-                core.patch_namespaced_config_map(CM_NAME, CM_NS, {"data": {"config.yaml": DEFAULT_CONFIG + "# load\n"}},
-                                                 dry_run="All")
+                core.patch_namespaced_config_map(
+                    CM_NAME, CM_NS, {"data": {"config.yaml": DEFAULT_CONFIG + "# load\n"}}, dry_run="All"
+                )
                 outcome = "ok"
             except ApiException as exc:
                 outcome = f"{exc.status}: {exc.body[:200]}"
@@ -118,8 +139,14 @@ def test_rotation_under_load_drops_no_request(api, hook) -> None:
             publish_ca_bundle(api, bundle, ["migops-webhook"])
 
         old_ca = store.load().ca.cert_pem
-        steps = rotate(store, dns_names=["localhost"], ip_addresses=["127.0.0.1"], publish=publish,
-                       settle=lambda: time.sleep(3.0), force=True).steps
+        steps = rotate(
+            store,
+            dns_names=["localhost"],
+            ip_addresses=["127.0.0.1"],
+            publish=publish,
+            settle=lambda: time.sleep(3.0),
+            force=True,
+        ).steps
         time.sleep(2.0)
         steps += rotate(store, dns_names=["localhost"], ip_addresses=["127.0.0.1"], publish=publish).steps
         time.sleep(2.0)

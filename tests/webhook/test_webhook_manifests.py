@@ -1,6 +1,7 @@
 """manifests/base: rendered by kustomize, accepted by the real API server (server-side dry-run, then
 created), and shaped as the issue asks (replicas, PDB, probes, non-root, read-only root filesystem,
 scoped webhooks, read-only RBAC)."""
+
 from __future__ import annotations
 
 import yaml
@@ -39,8 +40,12 @@ def test_shape(kubectl) -> None:
     for kind in ("ValidatingWebhookConfiguration", "MutatingWebhookConfiguration"):
         for hook in docs[(kind, "migops-webhook")]["webhooks"]:
             assert hook["sideEffects"] == "None" and 1 <= hook["timeoutSeconds"] <= 5
-            assert hook["clientConfig"]["service"] == {"name": "migops-webhook", "namespace": "migops-system",
-                                                       "port": 443, "path": hook["clientConfig"]["service"]["path"]}
+            assert hook["clientConfig"]["service"] == {
+                "name": "migops-webhook",
+                "namespace": "migops-system",
+                "port": 443,
+                "path": hook["clientConfig"]["service"]["path"],
+            }
             exprs = hook["namespaceSelector"]["matchExpressions"]
             assert {"key": "migops.io/webhook", "operator": "NotIn", "values": ["skip"]} in exprs
             assert any("kube-system" in e["values"] for e in exprs)
@@ -65,8 +70,12 @@ def test_applied_to_the_api_server(kubectl, api) -> None:
     try:
         out = kubectl("apply", "--server-side", "--dry-run=server", "-f", "-", input=rest)
         assert out.returncode == 0, out.stderr
-        assert k8s.AdmissionregistrationV1Api(api).list_validating_webhook_configuration(
-            field_selector="metadata.name=manifest-test").items == []
+        assert (
+            k8s.AdmissionregistrationV1Api(api)
+            .list_validating_webhook_configuration(field_selector="metadata.name=manifest-test")
+            .items
+            == []
+        )
         out = kubectl("create", "-f", "-", input=rest)
         assert out.returncode == 0, out.stderr
         assert k8s.AppsV1Api(api).read_namespaced_deployment("migops-webhook", "migops-system").spec.replicas == 2
@@ -87,9 +96,16 @@ def test_network_policy_component_admits_only_non_pod_sources_to_the_webhook_por
     shutil.copytree(ROOT / "manifests", copy)
     overlay = copy / "overlays" / "test-network-policy"
     overlay.mkdir()
-    (overlay / "kustomization.yaml").write_text(yaml.safe_dump({
-        "apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization", "resources": ["../../base"],
-        "components": ["../components/webhook-network-policy"]}))
+    (overlay / "kustomization.yaml").write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "kustomize.config.k8s.io/v1beta1",
+                "kind": "Kustomization",
+                "resources": ["../../base"],
+                "components": ["../components/webhook-network-policy"],
+            }
+        )
+    )
     out = kubectl("kustomize", str(overlay))
     assert out.returncode == 0, out.stderr
     docs = {(d["kind"], d["metadata"]["name"]): d for d in yaml.safe_load_all(out.stdout) if d}

@@ -5,6 +5,7 @@ The reconciler writes migops.io/managed-by itself (another branch); here the tes
 MigSync naming the repo, and writes as three identities: the admin (a person's kubectl), the
 reconciler's ServiceAccount (the webhook's default --reconciler-user) with a bound token, and the
 local reconciler's certificate user."""
+
 from __future__ import annotations
 
 import json
@@ -34,16 +35,31 @@ def reconciler_api(plane, api) -> Iterator[k8s.ApiClient]:
     """The reconciler's ServiceAccount, allowed to patch Nodes (as manifests/base/reconciler grants)."""
     core = k8s.CoreV1Api(api)
     ssa.apply(api, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}}, field_manager=MANAGER)
-    ssa.apply(api, {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
-                    "metadata": {"name": "test-reconciler-nodes"},
-                    "rules": [{"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "patch"]}]},
-              field_manager=MANAGER)
-    ssa.apply(api, {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
-                    "metadata": {"name": "test-reconciler-nodes"},
-                    "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
-                                "name": "test-reconciler-nodes"},
-                    "subjects": [{"kind": "ServiceAccount", "name": "migops-reconciler", "namespace": NS}]},
-              field_manager=MANAGER)
+    ssa.apply(
+        api,
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "ClusterRole",
+            "metadata": {"name": "test-reconciler-nodes"},
+            "rules": [{"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "patch"]}],
+        },
+        field_manager=MANAGER,
+    )
+    ssa.apply(
+        api,
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "ClusterRoleBinding",
+            "metadata": {"name": "test-reconciler-nodes"},
+            "roleRef": {
+                "apiGroup": "rbac.authorization.k8s.io",
+                "kind": "ClusterRole",
+                "name": "test-reconciler-nodes",
+            },
+            "subjects": [{"kind": "ServiceAccount", "name": "migops-reconciler", "namespace": NS}],
+        },
+        field_manager=MANAGER,
+    )
     kubeconfig = plane.kubeconfig_for_service_account(NS, "migops-reconciler")
     assert core.read_namespace(NS)
     with plane.api_client(kubeconfig) as client:
@@ -60,9 +76,18 @@ def migsync(api) -> Iterator[None]:
     install_crd(api, field_manager=MANAGER)
     custom = k8s.CustomObjectsApi(api)
     ssa.apply(api, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}}, field_manager=MANAGER)
-    custom.create_namespaced_custom_object("migops.io", "v1alpha1", NS, "migsyncs", {
-        "apiVersion": "migops.io/v1alpha1", "kind": "MigSync", "metadata": {"name": SYNC},
-        "spec": {"url": URL, "path": "clusters/prod", "ref": "main"}})
+    custom.create_namespaced_custom_object(
+        "migops.io",
+        "v1alpha1",
+        NS,
+        "migsyncs",
+        {
+            "apiVersion": "migops.io/v1alpha1",
+            "kind": "MigSync",
+            "metadata": {"name": SYNC},
+            "spec": {"url": URL, "path": "clusters/prod", "ref": "main"},
+        },
+    )
     yield
     custom.delete_namespaced_custom_object("migops.io", "v1alpha1", NS, "migsyncs", SYNC)
     k8s.ApiextensionsV1Api(api).delete_custom_resource_definition("migsyncs.migops.io")
@@ -85,8 +110,9 @@ def managed(api, reconciler_api, migsync) -> Iterator[None]:
 
     eventually(refused, timeout=30)
     yield
-    core.patch_node(NODE, {"metadata": {"annotations": {MANAGED_BY_ANNOTATION: None},
-                                        "labels": {UNMANAGED_LABEL: None}}})
+    core.patch_node(
+        NODE, {"metadata": {"annotations": {MANAGED_BY_ANNOTATION: None}, "labels": {UNMANAGED_LABEL: None}}}
+    )
 
 
 def _label(api: k8s.ApiClient, node: str, value: str | None, *, dry_run: bool = False, **labels: str | None) -> None:
@@ -197,8 +223,11 @@ def test_a_status_write_of_a_managed_node_is_denied_too(api, kubectl, managed) -
 def test_status_writes_without_label_changes_never_reach_the_webhook(api, direct) -> None:
     def node_reviews() -> float:
         text = direct.get("/metrics").data.decode()
-        return sum(float(line.split()[-1]) for line in text.splitlines()
-                   if line.startswith("migops_webhook_requests_total{") and 'kind="Node"' in line)
+        return sum(
+            float(line.split()[-1])
+            for line in text.splitlines()
+            if line.startswith("migops_webhook_requests_total{") and 'kind="Node"' in line
+        )
 
     before = node_reviews()
     core = k8s.CoreV1Api(api)

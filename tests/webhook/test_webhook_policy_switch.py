@@ -3,6 +3,7 @@ judged like a change of the ConfigMap in force, through the real API server: the
 parse and serve every node's nvidia.com/mig.config under the strategy; denied with the reason by
 `kubectl patch` (also --dry-run=server) and the Python client; a good switch is admitted and the
 webhook then judges Node labels against the new ConfigMap."""
+
 from __future__ import annotations
 
 import json
@@ -10,9 +11,9 @@ import json
 import pytest
 from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
+from webhook_helpers import MANAGER, configmap, eventually
 
 from migops.kube import ssa
-from webhook_helpers import MANAGER, configmap, eventually
 
 pytestmark = pytest.mark.usefixtures("cluster_state")
 
@@ -61,15 +62,23 @@ def _prepare(api: k8s.ApiClient, name: str, text: str) -> None:
     ssa.apply(api, configmap(text, name=name), field_manager=MANAGER, force=True)
 
 
-@pytest.mark.parametrize(("target", "text", "rule", "says"), [
-    ("no-such-mig-config", None, "configmap-missing", "does not exist"),
-    ("lacks-in-use", LACKS_IN_USE, "config-not-found", "has no config 'all-disabled', which nodes gpu-node-1, "
-                                                       "gpu-node-2, gpu-node-3 select"),
-    ("has-a-typo", TYPO, "unknown-profile", 'mig-configs.only-here[0].mig-devices."3g.45gb"'),
-    ("not-parsing", "version: v2\nmig-configs: {}\n", "unknown-version", "ConfigMap gpu-operator/not-parsing"),
-])
-def test_switch_to_a_configmap_that_cannot_serve_the_nodes_is_denied(api, kubectl, target: str, text: str | None,
-                                                                      rule: str, says: str) -> None:
+@pytest.mark.parametrize(
+    ("target", "text", "rule", "says"),
+    [
+        ("no-such-mig-config", None, "configmap-missing", "does not exist"),
+        (
+            "lacks-in-use",
+            LACKS_IN_USE,
+            "config-not-found",
+            "has no config 'all-disabled', which nodes gpu-node-1, gpu-node-2, gpu-node-3 select",
+        ),
+        ("has-a-typo", TYPO, "unknown-profile", 'mig-configs.only-here[0].mig-devices."3g.45gb"'),
+        ("not-parsing", "version: v2\nmig-configs: {}\n", "unknown-version", "ConfigMap gpu-operator/not-parsing"),
+    ],
+)
+def test_switch_to_a_configmap_that_cannot_serve_the_nodes_is_denied(
+    api, kubectl, target: str, text: str | None, rule: str, says: str
+) -> None:
     if text is not None:
         _prepare(api, target, text)
     for dry_run in (["--dry-run=server"], []):
@@ -78,8 +87,9 @@ def test_switch_to_a_configmap_that_cannot_serve_the_nodes_is_denied(api, kubect
         assert "denied the request" in out.stderr and f"[{rule}]" in out.stderr and says in out.stderr, out.stderr
         assert "spec.migManager.config.name" in out.stderr
     with pytest.raises(ApiException) as exc:
-        k8s.CustomObjectsApi(api).patch_cluster_custom_object("nvidia.com", "v1", "clusterpolicies", POLICY,
-                                                              json.loads(_patch(target)))
+        k8s.CustomObjectsApi(api).patch_cluster_custom_object(
+            "nvidia.com", "v1", "clusterpolicies", POLICY, json.loads(_patch(target))
+        )
     assert exc.value.status == 422 and f"[{rule}]" in json.loads(exc.value.body)["message"]
     assert _policy_config(api) == "default-mig-parted-config"  # nothing was switched
 
@@ -95,9 +105,13 @@ def test_switch_to_a_good_configmap_is_admitted_and_then_in_force(api, kubectl) 
 
     # The webhook follows: a config only the new ConfigMap holds is now selectable, one only the old held is not.
     def follows() -> None:
-        out = kubectl("label", "node", "gpu-node-1", "nvidia.com/mig.config=only-here", "--overwrite", "--dry-run=server")
+        out = kubectl(
+            "label", "node", "gpu-node-1", "nvidia.com/mig.config=only-here", "--overwrite", "--dry-run=server"
+        )
         assert out.returncode == 0, out.stderr
-        out = kubectl("label", "node", "gpu-node-1", "nvidia.com/mig.config=all-1g.10gb", "--overwrite", "--dry-run=server")
+        out = kubectl(
+            "label", "node", "gpu-node-1", "nvidia.com/mig.config=all-1g.10gb", "--overwrite", "--dry-run=server"
+        )
         assert out.returncode == 1 and "[config-not-found]" in out.stderr, out.stderr
 
     eventually(follows)
@@ -115,4 +129,3 @@ def test_switch_is_judged_on_the_configmap_as_it_is_now(api, kubectl) -> None:
     _prepare(api, "fixed-later", SWITCH_OK)
     out = kubectl(*patch)
     assert out.returncode == 0, out.stderr
-

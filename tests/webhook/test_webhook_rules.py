@@ -1,19 +1,19 @@
 """Each rule through the real API server, the webhook registered and called over TLS: `kubectl apply`
 (also --dry-run=server) and the Python client, denied with the reason; good objects admitted."""
-from __future__ import annotations
 
-from typing import Any
+from __future__ import annotations
 
 import json
 import time
+from typing import Any
 
 import pytest
 import yaml
 from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
+from webhook_helpers import CM_NAME, CM_NS, DEFAULT_CONFIG, MANAGER, configmap, eventually
 
 from migops.kube import ssa
-from webhook_helpers import CM_NAME, CM_NS, DEFAULT_CONFIG, MANAGER, configmap, eventually
 
 pytestmark = pytest.mark.usefixtures("cluster_state")
 
@@ -44,8 +44,12 @@ mig-configs:
 """
 
 # A billion laughs: nine levels of ten aliases each.
-LAUGHS = "l0: &l0 [" + ", ".join(['"lol"'] * 10) + "]\n" + "".join(
-    f"l{i}: &l{i} [" + ", ".join([f"*l{i - 1}"] * 10) + "]\n" for i in range(1, 9))
+LAUGHS = (
+    "l0: &l0 ["
+    + ", ".join(['"lol"'] * 10)
+    + "]\n"
+    + "".join(f"l{i}: &l{i} [" + ", ".join([f"*l{i - 1}"] * 10) + "]\n" for i in range(1, 9))
+)
 
 
 def _manifest(obj: dict) -> str:
@@ -65,8 +69,16 @@ def _denied(exc: pytest.ExceptionInfo[ApiException]) -> str:
 # ------------------------------------------------------------------------------------------ ConfigMaps
 def test_default_config_admitted_with_short_merged_warnings(kubectl) -> None:
     # A content change: re-applying what is stored is never sent to the webhook (matchConditions).
-    out = kubectl("apply", "--server-side", "--field-manager", MANAGER, "--force-conflicts", "-f", "-",
-                  input=_manifest(configmap(DEFAULT_CONFIG + "# reviewed\n")))
+    out = kubectl(
+        "apply",
+        "--server-side",
+        "--field-manager",
+        MANAGER,
+        "--force-conflicts",
+        "-f",
+        "-",
+        input=_manifest(configmap(DEFAULT_CONFIG + "# reviewed\n")),
+    )
     assert out.returncode == 0, out.stderr
     warnings = [line.removeprefix("Warning: ") for line in out.stderr.splitlines() if line.startswith("Warning: ")]
     assert warnings, out.stderr
@@ -78,8 +90,12 @@ def test_default_config_admitted_with_short_merged_warnings(kubectl) -> None:
 @pytest.mark.parametrize("dry_run", [False, True])
 def test_unknown_profile_denied_by_kubectl(kubectl, dry_run: bool) -> None:
     args = ["apply", "-f", "-"] + (["--dry-run=server"] if dry_run else [])
-    out = kubectl(*args, input=_manifest(configmap(UNKNOWN_PROFILE, name="custom", namespace="default",
-                                                       labels={"migops.io/mig-config": "true"})))
+    out = kubectl(
+        *args,
+        input=_manifest(
+            configmap(UNKNOWN_PROFILE, name="custom", namespace="default", labels={"migops.io/mig-config": "true"})
+        ),
+    )
     assert out.returncode == 1
     assert 'denied the request' in out.stderr and "[unknown-profile]" in out.stderr, out.stderr
     assert 'mig-configs.typo[0].mig-devices."1g.9gb"' in out.stderr and "[fits-no-gpu]" in out.stderr
@@ -104,11 +120,16 @@ def test_parse_errors_and_bad_payloads_denied_with_paths(api) -> None:
     }
     for text, expected in cases.items():
         with pytest.raises(ApiException) as exc:
-            core.create_namespaced_config_map(CM_NS, configmap(text, name="bad-parse", labels={
-                "migops.io/mig-config": "true"}), dry_run="All")
+            core.create_namespaced_config_map(
+                CM_NS, configmap(text, name="bad-parse", labels={"migops.io/mig-config": "true"}), dry_run="All"
+            )
         assert expected in _denied(exc), text[:40]
-    binary = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": CM_NAME, "namespace": CM_NS},
-              "binaryData": {"config.yaml": "dmVyc2lvbjogdjEK"}}
+    binary = {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": CM_NAME, "namespace": CM_NS},
+        "binaryData": {"config.yaml": "dmVyc2lvbjogdjEK"},
+    }
     with pytest.raises(ApiException) as exc:
         core.replace_namespaced_config_map(CM_NAME, CM_NS, binary, dry_run="All")
     assert "[configmap-binary-data]" in _denied(exc) and "[configmap-key]" in _denied(exc)
@@ -116,16 +137,27 @@ def test_parse_errors_and_bad_payloads_denied_with_paths(api) -> None:
 
 def test_other_configmaps_and_skipped_namespaces_are_not_checked(api) -> None:
     core = k8s.CoreV1Api(api)
-    garbage = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "app", "namespace": "default"},
-               "data": {"settings.yaml": "not: [a mig config"}}
+    garbage = {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": "app", "namespace": "default"},
+        "data": {"settings.yaml": "not: [a mig config"},
+    }
     core.create_namespaced_config_map("default", garbage, dry_run="All")
     for ns in ("kube-system", "migops-system"):
         try:
             core.create_namespace({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
         except ApiException as exc:
             assert exc.status == 409
-    ssa.apply(api, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "migops-system",
-                    "labels": {"migops.io/webhook": "skip"}}}, field_manager=MANAGER)
+    ssa.apply(
+        api,
+        {
+            "apiVersion": "v1",
+            "kind": "Namespace",
+            "metadata": {"name": "migops-system", "labels": {"migops.io/webhook": "skip"}},
+        },
+        field_manager=MANAGER,
+    )
     for ns in ("kube-system", "migops-system"):
         labelled = configmap(UNKNOWN_PROFILE, name="ignored", namespace=ns, labels={"migops.io/mig-config": "true"})
         eventually(lambda: core.create_namespaced_config_map(ns, labelled, dry_run="All"))
@@ -204,11 +236,16 @@ def test_configmap_writes_that_keep_the_content_never_reach_the_webhook(api, dir
     ssa.apply(api, configmap(edited), field_manager=MANAGER, force=True)  # the next interval: nothing sent
     core.patch_namespaced_config_map(CM_NAME, CM_NS, {"metadata": {"labels": {"migops.io/mig-config": "true"}}})
     assert _reviews(direct, "ConfigMap") == {"validate": before["validate"] + 2, "mutate": before["mutate"] + 2}
-    core.patch_namespaced_config_map(CM_NAME, CM_NS, [{"op": "remove", "path": "/metadata/annotations/migops.io~1config-digest"}])
+    core.patch_namespaced_config_map(
+        CM_NAME, CM_NS, [{"op": "remove", "path": "/metadata/annotations/migops.io~1config-digest"}]
+    )
     assert _reviews(direct, "ConfigMap") == {"validate": before["validate"] + 2, "mutate": before["mutate"] + 3}
     assert core.read_namespaced_config_map(CM_NAME, CM_NS).metadata.annotations["migops.io/config-digest"] == digest
-    core.patch_namespaced_config_map(CM_NAME, CM_NS, {"metadata": {"labels": {"migops.io/mig-config": None, "team": None},
-                                                                   "annotations": {"note": None}}})
+    core.patch_namespaced_config_map(
+        CM_NAME,
+        CM_NS,
+        {"metadata": {"labels": {"migops.io/mig-config": None, "team": None}, "annotations": {"note": None}}},
+    )
 
 
 # ------------------------------------------------------------------------------------------ Nodes
@@ -250,13 +287,23 @@ def test_node_label_multi_profile_denied_under_single(api) -> None:
 def test_other_node_writes_never_reach_the_webhook(api, direct) -> None:
     def node_reviews() -> float:
         text = direct.get("/metrics").data.decode()
-        return sum(float(line.split()[-1]) for line in text.splitlines()
-                   if line.startswith("migops_webhook_requests_total{") and 'kind="Node"' in line)
+        return sum(
+            float(line.split()[-1])
+            for line in text.splitlines()
+            if line.startswith("migops_webhook_requests_total{") and 'kind="Node"' in line
+        )
 
     before = node_reviews()
     for i in range(5):
-        ssa.apply(api, {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "gpu-node-1",
-                        "labels": {"example.com/heartbeat": str(i)}}}, field_manager=MANAGER)
+        ssa.apply(
+            api,
+            {
+                "apiVersion": "v1",
+                "kind": "Node",
+                "metadata": {"name": "gpu-node-1", "labels": {"example.com/heartbeat": str(i)}},
+            },
+            field_manager=MANAGER,
+        )
     _label(api, "gpu-node-1", "all-1g.10gb")
     assert node_reviews() == before + 1
 
@@ -272,23 +319,33 @@ def test_switch_to_single_with_a_balanced_node_denied(api, kubectl) -> None:
 
     eventually(denied)
     with pytest.raises(ApiException) as exc:
-        k8s.CustomObjectsApi(api).patch_cluster_custom_object("nvidia.com", "v1", "clusterpolicies", "cluster-policy",
-                                                              {"spec": {"mig": {"strategy": "single"}}})
+        k8s.CustomObjectsApi(api).patch_cluster_custom_object(
+            "nvidia.com", "v1", "clusterpolicies", "cluster-policy", {"spec": {"mig": {"strategy": "single"}}}
+        )
     assert "[strategy-mismatch]" in _denied(exc)
 
 
 def test_mig_manager_needs_its_image(api) -> None:
     objects = k8s.CustomObjectsApi(api)
     with pytest.raises(ApiException) as exc:
-        objects.patch_cluster_custom_object("nvidia.com", "v1", "clusterpolicies", "cluster-policy",
-                                            {"spec": {"migManager": {"enabled": True, "version": ""}}})
+        objects.patch_cluster_custom_object(
+            "nvidia.com",
+            "v1",
+            "clusterpolicies",
+            "cluster-policy",
+            {"spec": {"migManager": {"enabled": True, "version": ""}}},
+        )
     assert "[mig-manager-image]" in _denied(exc) and "version" in _denied(exc)
 
 
 # ------------------------------------------------------------------------------------------ Pods
 def _pod(name: str, ns: str, resource: str, count: str = "1") -> dict:
-    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": ns},
-            "spec": {"containers": [{"name": "c", "image": "busybox", "resources": {"limits": {resource: count}}}]}}
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": ns},
+        "spec": {"containers": [{"name": "c", "image": "busybox", "resources": {"limits": {resource: count}}}]},
+    }
 
 
 def test_pod_with_a_typo_in_the_profile_denied(api) -> None:
@@ -298,7 +355,9 @@ def test_pod_with_a_typo_in_the_profile_denied(api) -> None:
 
 
 def test_pod_not_offered_is_admitted_with_a_warning(kubectl) -> None:
-    out = kubectl("create", "--dry-run=server", "-f", "-", input=_manifest(_pod("p", "default", "nvidia.com/mig-2g.20gb")))
+    out = kubectl(
+        "create", "--dry-run=server", "-f", "-", input=_manifest(_pod("p", "default", "nvidia.com/mig-2g.20gb"))
+    )
     assert out.returncode == 0, out.stderr
     assert "no node offers it now" in out.stderr
 
@@ -311,14 +370,21 @@ def test_pod_under_single_denied_or_translated_in_opted_in_namespaces(api) -> No
 
     def denied() -> None:
         with pytest.raises(ApiException) as exc:
-            core.create_namespaced_pod("default", _pod("single", "default", "nvidia.com/mig-1g.10gb", "2"), dry_run="All")
+            core.create_namespaced_pod(
+                "default", _pod("single", "default", "nvidia.com/mig-1g.10gb", "2"), dry_run="All"
+            )
         message = _denied(exc)
         assert "[strategy-single]" in message and "nvidia.com/gpu: 2" in message, message
 
     eventually(denied)
     ns = f"translate-{int(time.time() * 1000) % 100000}"
-    core.create_namespace({"apiVersion": "v1", "kind": "Namespace",
-                           "metadata": {"name": ns, "labels": {"migops.io/mig-translate": "single"}}})
+    core.create_namespace(
+        {
+            "apiVersion": "v1",
+            "kind": "Namespace",
+            "metadata": {"name": ns, "labels": {"migops.io/mig-translate": "single"}},
+        }
+    )
     attempt = iter(range(1000))
 
     def translated() -> Any:
@@ -326,7 +392,9 @@ def test_pod_under_single_denied_or_translated_in_opted_in_namespaces(api) -> No
         pod = core.create_namespaced_pod(ns, _pod(f"translated-{next(attempt)}", ns, "nvidia.com/mig-1g.10gb", "2"))
         assert pod.spec.containers[0].resources.limits == {"nvidia.com/gpu": "2"}
         # 1g.10gb exists on the H100 nodes and on the A100 (40GB) node: either product will do.
-        (term,) = pod.spec.affinity.node_affinity.required_during_scheduling_ignored_during_execution.node_selector_terms
+        (term,) = (
+            pod.spec.affinity.node_affinity.required_during_scheduling_ignored_during_execution.node_selector_terms
+        )
         (expression,) = term.match_expressions
         assert expression.key == "nvidia.com/gpu.product" and expression.operator == "In"
         assert set(expression.values) == {"NVIDIA-H100-80GB-HBM3-MIG-1g.10gb", "NVIDIA-A100-SXM4-40GB-MIG-1g.10gb"}

@@ -4,6 +4,7 @@ ConfigMap or changing the strategy; ConfigMap edits; MigSyncs; re-lists after a 
 reports as the differences), what the incremental state answers equals what a scan of the final
 objects finds, index by index, and the rules give the same verdicts on both. And a Node verdict is
 not invalidated by another node's change."""
+
 from __future__ import annotations
 
 import json
@@ -48,35 +49,55 @@ class Offline(ClusterState):
 
 
 # ------------------------------------------------------------------------------------------ objects
-_labels = st.fixed_dictionaries({}, optional={
-    "nvidia.com/mig.config": st.sampled_from(CONFIGS),
-    "migops.io/gpu.device-id": st.sampled_from([H100, A100, UNKNOWN]),
-    "nvidia.com/gpu.product": st.sampled_from(["NVIDIA-H100-80GB-HBM3", "NVIDIA-A100-SXM4-40GB",
-                                               "NVIDIA-H100-80GB-HBM3-MIG-1g.10gb"]),
-    "nvidia.com/gpu.count": st.sampled_from(["1", "2", "8", "x", "0"]),
-    "nvidia.com/mig-1g.10gb.count": st.sampled_from(["0", "3"]),
-    "nvidia.com/mig-3g.20gb.count": st.sampled_from(["0", "1"]),
-    "kubernetes.io/hostname": st.just("h"),
-})
+_labels = st.fixed_dictionaries(
+    {},
+    optional={
+        "nvidia.com/mig.config": st.sampled_from(CONFIGS),
+        "migops.io/gpu.device-id": st.sampled_from([H100, A100, UNKNOWN]),
+        "nvidia.com/gpu.product": st.sampled_from(
+            ["NVIDIA-H100-80GB-HBM3", "NVIDIA-A100-SXM4-40GB", "NVIDIA-H100-80GB-HBM3-MIG-1g.10gb"]
+        ),
+        "nvidia.com/gpu.count": st.sampled_from(["1", "2", "8", "x", "0"]),
+        "nvidia.com/mig-1g.10gb.count": st.sampled_from(["0", "3"]),
+        "nvidia.com/mig-3g.20gb.count": st.sampled_from(["0", "1"]),
+        "kubernetes.io/hostname": st.just("h"),
+    },
+)
 _node = st.builds(
-    lambda name, labels, gpus, capacity: {"metadata": {
-        "name": name, "labels": labels, "annotations": {"migops.io/gpus": gpus} if gpus else {}},
-        "status": {"capacity": capacity}},
-    st.sampled_from(NAMES), _labels, st.sampled_from([None, f"{H100},{H100}", f"{A100}," * 3 + A100, UNKNOWN]),
-    st.fixed_dictionaries({}, optional={"nvidia.com/mig-2g.20gb": st.sampled_from(["0", "2"]), "cpu": st.just("8")}))
+    lambda name, labels, gpus, capacity: {
+        "metadata": {"name": name, "labels": labels, "annotations": {"migops.io/gpus": gpus} if gpus else {}},
+        "status": {"capacity": capacity},
+    },
+    st.sampled_from(NAMES),
+    _labels,
+    st.sampled_from([None, f"{H100},{H100}", f"{A100}," * 3 + A100, UNKNOWN]),
+    st.fixed_dictionaries({}, optional={"nvidia.com/mig-2g.20gb": st.sampled_from(["0", "2"]), "cpu": st.just("8")}),
+)
 _policy = st.builds(
     lambda name, strategy, target, created: {
         "metadata": {"name": name, "creationTimestamp": created},
         "spec": {"mig": {"strategy": strategy}, "migManager": {"config": {"name": target[1]}}},
-        "status": {"namespace": target[0]}},
-    st.sampled_from(["cluster-policy", "second"]), st.sampled_from(["single", "mixed", "none", "bogus"]),
-    st.sampled_from(CM_TARGETS), st.sampled_from(["2026-01-01T00:00:00Z", "2026-02-01T00:00:00Z"]))
-_configmap = st.builds(lambda target, text: configmap(text, name=target[1], namespace=target[0]),
-                       st.sampled_from(CM_TARGETS), st.sampled_from(TEXTS))
-_migsync = st.builds(lambda name, url, path: {"metadata": {"name": name, "namespace": "migops-system"},
-                                              "spec": {"url": url, "path": path}},
-                     st.sampled_from(["a", "b"]), st.sampled_from(["https://git/x", "/srv/repo"]),
-                     st.sampled_from(["", "clusters/prod"]))
+        "status": {"namespace": target[0]},
+    },
+    st.sampled_from(["cluster-policy", "second"]),
+    st.sampled_from(["single", "mixed", "none", "bogus"]),
+    st.sampled_from(CM_TARGETS),
+    st.sampled_from(["2026-01-01T00:00:00Z", "2026-02-01T00:00:00Z"]),
+)
+_configmap = st.builds(
+    lambda target, text: configmap(text, name=target[1], namespace=target[0]),
+    st.sampled_from(CM_TARGETS),
+    st.sampled_from(TEXTS),
+)
+_migsync = st.builds(
+    lambda name, url, path: {
+        "metadata": {"name": name, "namespace": "migops-system"},
+        "spec": {"url": url, "path": path},
+    },
+    st.sampled_from(["a", "b"]),
+    st.sampled_from(["https://git/x", "/srv/repo"]),
+    st.sampled_from(["", "clusters/prod"]),
+)
 
 _event = st.one_of(
     st.tuples(st.just("node"), st.sampled_from(["ADDED", "MODIFIED"]), _node),
@@ -151,8 +172,9 @@ class World:
             if s.configmap is not before:
                 # The old informer may still deliver an event before it stops: it must change nothing.
                 old_target = next(t for t in CM_TARGETS if t != s._configmap_target)
-                before._handler("ADDED", trim_configmap(configmap("garbage: [", name=old_target[1],
-                                                                  namespace=old_target[0])))
+                before._handler(
+                    "ADDED", trim_configmap(configmap("garbage: [", name=old_target[1], namespace=old_target[0]))
+                )
                 self._list_configmap()
         elif source == "configmap":
             target = what if kind == "DELETED" else (what["metadata"]["namespace"], what["metadata"]["name"])
@@ -173,10 +195,13 @@ class World:
                 s._migsync_event(kind, trim_migsync(obj))
 
     def rebuilt(self) -> Snapshot:
-        return Snapshot.build(0, [trim_node(n) for n in self.nodes.values()],
-                              [trim_policy(p) for p in self.policies.values()],
-                              [trim_configmap(c) for c in self.configmaps.values()],
-                              [trim_migsync(m) for m in self.migsyncs.values()])
+        return Snapshot.build(
+            0,
+            [trim_node(n) for n in self.nodes.values()],
+            [trim_policy(p) for p in self.policies.values()],
+            [trim_configmap(c) for c in self.configmaps.values()],
+            [trim_migsync(m) for m in self.migsyncs.values()],
+        )
 
 
 def scanned(views: list[NodeView]) -> dict[str, Any]:
@@ -195,7 +220,8 @@ def scanned(views: list[NodeView]) -> dict[str, Any]:
             gpu_sets.setdefault(n.model_ids, []).append(n.name)
     return {
         "nodes": {n.name: n for n in nodes},
-        "users": users, "users order": list(users),
+        "users": users,
+        "users order": list(users),
         "groups": {c: [(ids, exact, names) for (ids, exact), names in g.items()] for c, g in groups.items()},
         "configured": [n.name for n in nodes if n.config],
         "gpu sets": gpu_sets,
@@ -214,13 +240,23 @@ def _verdicts(snap: Snapshot) -> list:
     removed) and deleted, the annotations it gets, a strategy switch."""
     ns, name = snap.settings.configmap
     edited = configmap(TEXTS[3], name=name, namespace=ns)
-    reqs = [parse_review(review(edited, operation="UPDATE", old=configmap(DEFAULT_CONFIG, name=name, namespace=ns))),
-            parse_review(review(None, operation="DELETE", old=edited))]
+    reqs = [
+        parse_review(review(edited, operation="UPDATE", old=configmap(DEFAULT_CONFIG, name=name, namespace=ns))),
+        parse_review(review(None, operation="DELETE", old=edited)),
+    ]
     out = [configmaps.validate(r, snap) for r in reqs] + [annotate.mutate(reqs[0], snap)]
     for strategy in ("single", "mixed"):
         policy = {"metadata": {"name": "cluster-policy"}, "spec": {"mig": {"strategy": strategy}}}
-        out.append(policies.validate(parse_review(review(policy, operation="UPDATE", kind="ClusterPolicy",
-                                                         group="nvidia.com", old={**policy, "spec": {}})), snap))
+        out.append(
+            policies.validate(
+                parse_review(
+                    review(
+                        policy, operation="UPDATE", kind="ClusterPolicy", group="nvidia.com", old={**policy, "spec": {}}
+                    )
+                ),
+                snap,
+            )
+        )
     return out
 
 
@@ -232,8 +268,11 @@ def test_incremental_state_equals_a_full_rebuild(events: list) -> None:
 
     def observed() -> tuple:
         placed = {n.name: (n.config, n.gpus, n.exact, n.gpu_problem) for n in placement.nodes.values()}
-        return ((placement.version, placed), (placement.offers_version, placement.offered),
-                (placement.models_version, placement.models_present))
+        return (
+            (placement.version, placed),
+            (placement.offers_version, placement.offered),
+            (placement.models_version, placement.models_present),
+        )
 
     before = observed()
     for event in events:
@@ -253,15 +292,21 @@ def test_incremental_state_equals_a_full_rebuild(events: list) -> None:
         for got in (live.placement.view(), rebuilt.placement.view()):
             assert got["nodes"] == expected["nodes"]
             assert got["users"] == expected["users"] and got["users order"] == expected["users order"]
-            assert {c: sorted(g) for c, g in got["groups"].items()} == {c: sorted(g) for c, g in expected["groups"].items()}
-            assert [g[2][0] for g in sum(got["groups"].values(), [])] == [g[2][0] for g in sum(
-                [sorted(v, key=lambda g: g[2][0]) for v in got["groups"].values()], [])], "groups in name order"
+            assert {c: sorted(g) for c, g in got["groups"].items()} == {
+                c: sorted(g) for c, g in expected["groups"].items()
+            }
+            assert [g[2][0] for g in sum(got["groups"].values(), [])] == [
+                g[2][0] for g in sum([sorted(v, key=lambda g: g[2][0]) for v in got["groups"].values()], [])
+            ], "groups in name order"
             for key in ("configured", "gpu sets", "models", "offered", "config models"):
                 assert got[key] == expected[key], key
         for fit in (frozenset({H100}), frozenset({A100}), frozenset({H100, A100})):
             for config in CONFIGS:
-                want = [n.name for n in sorted(expected["nodes"].values(), key=lambda n: n.name)
-                        if n.gpus and n.config != config and not n.model_ids <= fit]
+                want = [
+                    n.name
+                    for n in sorted(expected["nodes"].values(), key=lambda n: n.name)
+                    if n.gpus and n.config != config and not n.model_ids <= fit
+                ]
                 assert _not_served(live.placement, fit, config) == want
                 assert len(live.placement.not_served(fit, config)) == len(want)
         assert _verdicts(live) == _verdicts(rebuilt)
@@ -289,8 +334,12 @@ class Fixed:
 
 
 def _node(name: str, config: str) -> dict:
-    return {"metadata": {"name": name, "labels": {"migops.io/gpu.device-id": H100, "nvidia.com/gpu.count": "8",
-                                                  "nvidia.com/mig.config": config}}}
+    return {
+        "metadata": {
+            "name": name,
+            "labels": {"migops.io/gpu.device-id": H100, "nvidia.com/gpu.count": "8", "nvidia.com/mig.config": config},
+        }
+    }
 
 
 def test_a_node_verdict_survives_other_nodes_changes() -> None:
@@ -298,14 +347,20 @@ def test_a_node_verdict_survives_other_nodes_changes() -> None:
     answered from the cache whatever the other nodes do; a new config in force is a new question."""
     from migops.webhook import metrics
 
-    policy = {"metadata": {"name": "cluster-policy"}, "spec": {"mig": {"strategy": "mixed"}},
-              "status": {"namespace": "gpu-operator"}}
-    snap = Snapshot.build(0, [trim_node(_node(n, "all-disabled")) for n in NAMES], [policy], [configmap(DEFAULT_CONFIG)])
+    policy = {
+        "metadata": {"name": "cluster-policy"},
+        "spec": {"mig": {"strategy": "mixed"}},
+        "status": {"namespace": "gpu-operator"},
+    }
+    snap = Snapshot.build(
+        0, [trim_node(_node(n, "all-disabled")) for n in NAMES], [policy], [configmap(DEFAULT_CONFIG)]
+    )
     state = Fixed(snap)
     client = create_app(state).test_client()
     hits = metrics.child(metrics.CACHE, "hit")
-    body = review(_node("gpu-node-1", "all-balanced"), operation="UPDATE", old=_node("gpu-node-1", "all-disabled"),
-                  kind="Node")
+    body = review(
+        _node("gpu-node-1", "all-balanced"), operation="UPDATE", old=_node("gpu-node-1", "all-disabled"), kind="Node"
+    )
     assert client.post("/validate", json=body).json["response"]["allowed"] is True
     for name in NAMES[2:]:  # the rest of the rollout lands in the state
         snap.placement.put(node_view(trim_node(_node(name, "all-balanced"))))

@@ -1,5 +1,6 @@
 """Pure parts, without a cluster: the envelope, warnings, the rules on a hand-made Snapshot, the
 mutations' patches, certificate rotation in a directory."""
+
 from __future__ import annotations
 
 import datetime as dt
@@ -14,10 +15,21 @@ from migops.webhook import annotate, configmaps, nodelabels, pods, policies
 from migops.webhook.admission import MAX_WARNING, BadReview, merge_warnings, parse_review
 from migops.webhook.state import Snapshot, trim_node
 
-H100_NODE = {"metadata": {"name": "n1", "labels": {"migops.io/gpu.device-id": "0x233010DE", "nvidia.com/gpu.count": "8",
-                                                   "nvidia.com/mig.config": "all-balanced"}}}
-POLICY = {"metadata": {"name": "cluster-policy", "creationTimestamp": "2026-01-01T00:00:00Z"},
-          "spec": {"mig": {"strategy": "mixed"}}, "status": {"namespace": CM_NS}}
+H100_NODE = {
+    "metadata": {
+        "name": "n1",
+        "labels": {
+            "migops.io/gpu.device-id": "0x233010DE",
+            "nvidia.com/gpu.count": "8",
+            "nvidia.com/mig.config": "all-balanced",
+        },
+    }
+}
+POLICY = {
+    "metadata": {"name": "cluster-policy", "creationTimestamp": "2026-01-01T00:00:00Z"},
+    "spec": {"mig": {"strategy": "mixed"}},
+    "status": {"namespace": CM_NS},
+}
 
 
 def snap(strategy: str = "mixed", nodes=(H100_NODE,), text: str | None = DEFAULT_CONFIG) -> Snapshot:
@@ -37,8 +49,10 @@ def test_envelope_rejects_with_the_field_named() -> None:
 
 
 def test_warnings_are_merged_per_rule_and_short() -> None:
-    items = [("device-index-out-of-range", f"mig-configs.c{i}", f"GPU index {i + 8} does not exist " + "x" * 200)
-             for i in range(12)] + [("zero-count", "p", "short")]
+    items = [
+        ("device-index-out-of-range", f"mig-configs.c{i}", f"GPU index {i + 8} does not exist " + "x" * 200)
+        for i in range(12)
+    ] + [("zero-count", "p", "short")]
     out = merge_warnings(items)
     assert len(out) == 2 and all(len(w) <= MAX_WARNING for w in out)
     assert "+11 similar" in out[0] and out[1] == "p: short [zero-count]"
@@ -56,12 +70,26 @@ def test_configmap_rules_on_a_snapshot() -> None:
 
 
 def test_node_rule_with_unknown_count_checks_the_model() -> None:
-    single_mig = {"metadata": {"name": "n2", "labels": {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3-MIG-1g.10gb",
-                                                        "nvidia.com/mig.config": "all-1g.5gb"}}}
-    verdict = nodelabels.validate(req(review(single_mig, operation="UPDATE", old=H100_NODE, kind="Node")), snap("single"))
+    single_mig = {
+        "metadata": {
+            "name": "n2",
+            "labels": {
+                "nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3-MIG-1g.10gb",
+                "nvidia.com/mig.config": "all-1g.5gb",
+            },
+        }
+    }
+    verdict = nodelabels.validate(
+        req(review(single_mig, operation="UPDATE", old=H100_NODE, kind="Node")), snap("single")
+    )
     assert not verdict.allowed and "H100-SXM5-80GB" in verdict.message
-    ok = {**single_mig, "metadata": {**single_mig["metadata"], "labels": {**single_mig["metadata"]["labels"],
-                                                                        "nvidia.com/mig.config": "all-1g.10gb"}}}
+    ok = {
+        **single_mig,
+        "metadata": {
+            **single_mig["metadata"],
+            "labels": {**single_mig["metadata"]["labels"], "nvidia.com/mig.config": "all-1g.10gb"},
+        },
+    }
     assert nodelabels.validate(req(review(ok, operation="UPDATE", old=H100_NODE, kind="Node")), snap("single")).allowed
     missing = nodelabels.validate(req(review(ok, operation="UPDATE", old=H100_NODE, kind="Node")), snap(text=None))
     assert "configmap-missing" in missing.rules
@@ -110,23 +138,47 @@ def test_lru_is_bounded_by_weight() -> None:
 
 
 def test_policy_rules() -> None:
-    body = {"apiVersion": "nvidia.com/v1", "kind": "ClusterPolicy", "metadata": {"name": "cp"},
-            "spec": {"mig": {"strategy": "single"}, "migManager": {"enabled": True, "repository": "r", "image": "i"}}}
+    body = {
+        "apiVersion": "nvidia.com/v1",
+        "kind": "ClusterPolicy",
+        "metadata": {"name": "cp"},
+        "spec": {"mig": {"strategy": "single"}, "migManager": {"enabled": True, "repository": "r", "image": "i"}},
+    }
     old = {**body, "spec": {"mig": {"strategy": "mixed"}}}
-    verdict = policies.validate(req(review(body, operation="UPDATE", old=old, kind="ClusterPolicy", group="nvidia.com")), snap())
+    verdict = policies.validate(
+        req(review(body, operation="UPDATE", old=old, kind="ClusterPolicy", group="nvidia.com")), snap()
+    )
     assert set(verdict.rules) == {"mig-manager-image", "strategy-mismatch"}
 
 
 def test_pod_translation_patch_and_idempotence() -> None:
-    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": "ns"},
-           "spec": {"containers": [{"name": "c", "resources": {"limits": {"nvidia.com/mig-3g.40gb": "1"},
-                                                                "requests": {"nvidia.com/mig-3g.40gb": "1"}}}]}}
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "p", "namespace": "ns"},
+        "spec": {
+            "containers": [
+                {
+                    "name": "c",
+                    "resources": {
+                        "limits": {"nvidia.com/mig-3g.40gb": "1"},
+                        "requests": {"nvidia.com/mig-3g.40gb": "1"},
+                    },
+                }
+            ]
+        },
+    }
     verdict = pods.mutate(req(review(pod, kind="Pod")), snap("single"))
     ops = {(o["op"], o["path"]) for o in verdict.patch}
     assert ("remove", "/spec/containers/0/resources/limits/nvidia.com~1mig-3g.40gb") in ops
     assert ("add", "/spec/nodeSelector") in ops
-    translated = {**pod, "spec": {"containers": [{"name": "c", "resources": {"limits": {"nvidia.com/gpu": "1"}}}],
-                                  "nodeSelector": {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3-MIG-3g.40gb"}}}
+    translated = {
+        **pod,
+        "spec": {
+            "containers": [{"name": "c", "resources": {"limits": {"nvidia.com/gpu": "1"}}}],
+            "nodeSelector": {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3-MIG-3g.40gb"},
+        },
+    }
     assert pods.mutate(req(review(translated, kind="Pod")), snap("single")).patch == ()
     assert pods.mutate(req(review(pod, kind="Pod")), snap("mixed")).patch == ()
     assert "nvidia.com/mig-1c.3g.40gb" in pods.mig_resources() and "nvidia.com/mig-1g.10gb.me" in pods.mig_resources()
@@ -136,12 +188,25 @@ def test_annotations_leave_owned_ones_alone() -> None:
     obj = configmap(DEFAULT_CONFIG)
     first = annotate.mutate(req(review(obj)), snap())
     assert [o["path"] for o in first.patch] == ["/metadata/annotations"]
-    mine = {**obj, "metadata": {**obj["metadata"], "annotations": {"migops.io/validated-strategy": "x"},
-                                "managedFields": [{"manager": "argocd-controller", "operation": "Apply", "fieldsV1": {
-                                    "f:metadata": {"f:annotations": {"f:migops.io/validated-strategy": {}}}}}]}}
+    mine = {
+        **obj,
+        "metadata": {
+            **obj["metadata"],
+            "annotations": {"migops.io/validated-strategy": "x"},
+            "managedFields": [
+                {
+                    "manager": "argocd-controller",
+                    "operation": "Apply",
+                    "fieldsV1": {"f:metadata": {"f:annotations": {"f:migops.io/validated-strategy": {}}}},
+                }
+            ],
+        },
+    }
     patch = annotate.mutate(req(review(mine)), snap()).patch
-    assert {o["path"] for o in patch} == {"/metadata/annotations/migops.io~1config-digest",
-                                          "/metadata/annotations/migops.io~1validated-gpus"}
+    assert {o["path"] for o in patch} == {
+        "/metadata/annotations/migops.io~1config-digest",
+        "/metadata/annotations/migops.io~1validated-gpus",
+    }
 
 
 def test_rotation_in_a_directory(tmp_path) -> None:
@@ -172,12 +237,14 @@ def test_several_workers_count_in_the_shared_directory(tmp_path) -> None:
     import subprocess
     import sys
 
-    code = ("import os, sys; os.environ['MIGOPS_WEBHOOK_TMP'] = sys.argv[1]\n"
-            "from migops.webhook import server\n"
-            "server.prepare_metrics_dir(2)\n"
-            "from migops.webhook import metrics\n"
-            "metrics.child(metrics.REQUESTS, 'validate', 'ConfigMap', 'allowed').inc()\n"
-            "print(metrics.exposition()[0].decode())\n")
+    code = (
+        "import os, sys; os.environ['MIGOPS_WEBHOOK_TMP'] = sys.argv[1]\n"
+        "from migops.webhook import server\n"
+        "server.prepare_metrics_dir(2)\n"
+        "from migops.webhook import metrics\n"
+        "metrics.child(metrics.REQUESTS, 'validate', 'ConfigMap', 'allowed').inc()\n"
+        "print(metrics.exposition()[0].decode())\n"
+    )
     out = subprocess.run([sys.executable, "-c", code, str(tmp_path)], capture_output=True, text=True, check=True)
     assert 'migops_webhook_requests_total{endpoint="validate",kind="ConfigMap",result="allowed"} 1.0' in out.stdout
     assert list(tmp_path.glob("migops-webhook-metrics-*/counter_*.db"))
@@ -202,13 +269,22 @@ def test_bad_request_lines_are_rate_limited(caplog) -> None:
 def test_gpu_counts_and_lists_beyond_any_node_are_a_problem_not_a_billion_gpus() -> None:
     from migops.webhook.state import node_view
 
-    huge = {"metadata": {"name": "n", "labels": {"migops.io/gpu.device-id": "0x233010DE",
-                                                 "nvidia.com/gpu.count": "999999999"}}}
+    huge = {
+        "metadata": {
+            "name": "n",
+            "labels": {"migops.io/gpu.device-id": "0x233010DE", "nvidia.com/gpu.count": "999999999"},
+        }
+    }
     view = node_view(huge)
     assert view.gpus == () and "more than the 16 GPUs" in (view.gpu_problem or "")
     listed = {"metadata": {"name": "n", "annotations": {"migops.io/gpus": ",".join(["0x233010DE"] * 5000)}}}
     assert "more than the 16 GPUs" in (node_view(listed).gpu_problem or "")
-    labelled = {**huge, "metadata": {**huge["metadata"], "labels": {**huge["metadata"]["labels"],
-                                                                    "nvidia.com/mig.config": "all-balanced"}}}
+    labelled = {
+        **huge,
+        "metadata": {
+            **huge["metadata"],
+            "labels": {**huge["metadata"]["labels"], "nvidia.com/mig.config": "all-balanced"},
+        },
+    }
     verdict = nodelabels.validate(req(review(labelled, operation="UPDATE", old=huge, kind="Node")), snap())
     assert verdict.allowed and "geometry not checked" in " ".join(verdict.warnings)

@@ -1,6 +1,7 @@
 """The webhook's gunicorn worker (migops.webhook.worker.ThreadWorker) against a real gunicorn over TLS:
 connections that never send a request do not starve the threads, and closing a connection does not
 hold up the worker's other connections."""
+
 from __future__ import annotations
 
 import socket
@@ -26,8 +27,9 @@ def server(tmp_path_factory) -> Iterator[tuple[int, ssl.SSLContext]]:
     store = DirectoryStore(tmp / "certs")
     rotate(store, dns_names=["localhost"], ip_addresses=["127.0.0.1"], publish=lambda b: None)
     (port,) = free_ports(1)
-    proc, ref = spawn([sys.executable, str(HERE / "worker_server.py"), str(store.serving_file), str(port), "1"],
-                      tmp / "server.log")
+    proc, ref = spawn(
+        [sys.executable, str(HERE / "worker_server.py"), str(store.serving_file), str(port), "1"], tmp / "server.log"
+    )
     ctx = ssl.create_default_context(cafile=str(tmp / "certs" / "ca-bundle.crt"))
     try:
         deadline = time.monotonic() + 60

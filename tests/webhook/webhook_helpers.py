@@ -1,4 +1,5 @@
 """Helpers for the webhook tests (constants, objects, AdmissionReviews, a TLS client)."""
+
 from __future__ import annotations
 
 import json
@@ -44,26 +45,46 @@ class Direct:
     def __init__(self, url: str, bundle: bytes) -> None:
         host, port = url.removeprefix("https://").split(":")
         ctx = ssl.create_default_context(cadata=bundle.decode())
-        self.pool = urllib3.HTTPSConnectionPool(host, int(port), ssl_context=ctx, maxsize=4,
-                                                timeout=urllib3.Timeout(connect=5, read=10), retries=False)
+        self.pool = urllib3.HTTPSConnectionPool(
+            host, int(port), ssl_context=ctx, maxsize=4, timeout=urllib3.Timeout(connect=5, read=10), retries=False
+        )
 
     def post(self, path: str, body: bytes | str | dict, headers: dict | None = None) -> urllib3.BaseHTTPResponse:
         data = json.dumps(body).encode() if isinstance(body, dict) else body
-        return self.pool.request("POST", path, body=data,
-                                 headers={"Content-Type": "application/json", **(headers or {})})
+        return self.pool.request(
+            "POST", path, body=data, headers={"Content-Type": "application/json", **(headers or {})}
+        )
 
     def get(self, path: str) -> urllib3.BaseHTTPResponse:
         return self.pool.request("GET", path)
 
 
-def review(obj: dict | None, *, operation: str = "CREATE", old: dict | None = None, kind: str | None = None,
-           group: str = "", dry_run: bool = False) -> dict[str, Any]:
+def review(
+    obj: dict | None,
+    *,
+    operation: str = "CREATE",
+    old: dict | None = None,
+    kind: str | None = None,
+    group: str = "",
+    dry_run: bool = False,
+) -> dict[str, Any]:
     """An AdmissionReview as the API server sends it."""
     some = obj or old or {}
     meta = some.get("metadata") if isinstance(some.get("metadata"), dict) else {}
     kind = kind or some.get("kind", "ConfigMap")
-    return {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {
-        "uid": str(uuid.uuid4()), "kind": {"group": group, "version": "v1", "kind": kind},
-        "resource": {"group": group, "version": "v1", "resource": kind.lower() + "s"},
-        "name": meta.get("name", ""), "namespace": meta.get("namespace", ""), "operation": operation,
-        "userInfo": {"username": "tester"}, "object": obj, "oldObject": old, "dryRun": dry_run}}
+    return {
+        "apiVersion": "admission.k8s.io/v1",
+        "kind": "AdmissionReview",
+        "request": {
+            "uid": str(uuid.uuid4()),
+            "kind": {"group": group, "version": "v1", "kind": kind},
+            "resource": {"group": group, "version": "v1", "resource": kind.lower() + "s"},
+            "name": meta.get("name", ""),
+            "namespace": meta.get("namespace", ""),
+            "operation": operation,
+            "userInfo": {"username": "tester"},
+            "object": obj,
+            "oldObject": old,
+            "dryRun": dry_run,
+        },
+    }

@@ -1,5 +1,6 @@
 """A gunicorn server for tests/webhook/test_webhook_worker.py: `migops webhook`'s gunicorn settings
 (worker class included) serving a small Flask app. argv: tls.pem, port, threads."""
+
 from __future__ import annotations
 
 import sys
@@ -21,5 +22,9 @@ def load() -> Flask:
 
 if __name__ == "__main__":
     pem, port, threads = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
-    serve(gunicorn_options(tls_cert=pem, tls_key=pem, bind="127.0.0.1", port=port, workers=1, threads=threads,
-                           log_level="debug"), load)
+    serve(
+        gunicorn_options(
+            tls_cert=pem, tls_key=pem, bind="127.0.0.1", port=port, workers=1, threads=threads, log_level="debug"
+        ),
+        load,
+    )
