@@ -4,7 +4,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-stamp
 
-.PHONY: demo demo-deploy test test-unit lint lock venv k8s-binaries flux-binaries host-packages bench bench-tools clean
+.PHONY: demo demo-deploy test test-unit lint lock venv k8s-binaries flux-binaries helm-binary host-packages bench bench-tools clean
 
 venv: $(STAMP)
 
@@ -46,10 +46,14 @@ flux-binaries:
 
 # The one place that installs Debian packages: what the real node (`migops local up --real-node`)
 # and the image build need. apt-get runs only when one is missing, so a warm machine pays nothing.
+# helm v3.22.0, built once from its Go module into ~/.cache/migops/helm/ (the chart tests).
+helm-binary:
+	hack/helm-binary.sh >/dev/null
+
 host-packages:
 	hack/host-packages.sh
 
-test: venv k8s-binaries flux-binaries host-packages
+test: venv k8s-binaries flux-binaries helm-binary host-packages
 	$(PY) -m pytest
 
 demo: venv k8s-binaries
