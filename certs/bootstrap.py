@@ -17,19 +17,16 @@ nothing changed, and it fills in configurations created after the Secret (an Arg
 
 from __future__ import annotations
 
-import base64
 import logging
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 
-from migops.certs.pki import KeyPair
-from migops.certs.publish import KINDS, publish_ca_bundle
+from migops.certs.publish import KINDS, material_from_secret, publish_ca_bundle, secret_body
 from migops.certs.rotation import DirectoryStore, Material, rotate, service_dns_names
 from migops.kube import ssa
 from migops.kube.names import CERTS_MANAGER
@@ -60,25 +57,11 @@ class GuardedSecretStore:
                 return Material()
             raise
         self._version = secret.metadata.resource_version
-        data = {k: base64.b64decode(v) for k, v in (secret.data or {}).items()}
-        ca = KeyPair(data["ca.crt"], data["ca.key"]) if "ca.crt" in data and "ca.key" in data else None
-        serving = KeyPair(data["tls.crt"], data["tls.key"]) if "tls.crt" in data and "tls.key" in data else None
-        return Material(ca, serving, data.get("ca-bundle.crt", b""))
+        return material_from_secret(secret)
 
     def save(self, material: Material) -> None:
-        data = {"ca-bundle.crt": material.bundle}
-        if material.ca:
-            data |= {"ca.crt": material.ca.cert_pem, "ca.key": material.ca.key_pem}
-        if material.serving:
-            data |= {"tls.crt": material.serving.cert_pem, "tls.key": material.serving.key_pem}
-        metadata: dict[str, str] = {"name": self.name, "namespace": self.namespace}
-        body: dict[str, Any] = {
-            "apiVersion": "v1",
-            "kind": "Secret",
-            "type": "kubernetes.io/tls",
-            "metadata": metadata,
-            "data": {k: base64.b64encode(v).decode() for k, v in data.items()},
-        }
+        body = secret_body(self.name, self.namespace, material)
+        metadata = body["metadata"]
         try:
             if self._version is None:
                 created = k8s.CoreV1Api(self.api).create_namespaced_secret(

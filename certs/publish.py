@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import base64
 from dataclasses import dataclass
+from typing import Any
 
 from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
@@ -68,26 +69,31 @@ class SecretStore:
             if exc.status == 404:
                 return Material()
             raise
-        data = {k: base64.b64decode(v) for k, v in (secret.data or {}).items()}
-        ca = KeyPair(data["ca.crt"], data["ca.key"]) if "ca.crt" in data and "ca.key" in data else None
-        serving = KeyPair(data["tls.crt"], data["tls.key"]) if "tls.crt" in data and "tls.key" in data else None
-        return Material(ca, serving, data.get("ca-bundle.crt", b""))
+        return material_from_secret(secret)
 
     def save(self, material: Material) -> None:
-        data = {"ca-bundle.crt": material.bundle}
-        if material.ca:
-            data |= {"ca.crt": material.ca.cert_pem, "ca.key": material.ca.key_pem}
-        if material.serving:
-            data |= {"tls.crt": material.serving.cert_pem, "tls.key": material.serving.key_pem}
-        ssa.apply(
-            self.api,
-            {
-                "apiVersion": "v1",
-                "kind": "Secret",
-                "type": "kubernetes.io/tls",
-                "metadata": {"name": self.name, "namespace": self.namespace},
-                "data": {k: base64.b64encode(v).decode() for k, v in data.items()},
-            },
-            field_manager=CERTS_MANAGER,
-            force=True,
-        )
+        ssa.apply(self.api, secret_body(self.name, self.namespace, material), field_manager=CERTS_MANAGER, force=True)
+
+
+def material_from_secret(secret: k8s.V1Secret) -> Material:
+    """The Secret's layout (ca.crt/ca.key, tls.crt/tls.key, ca-bundle.crt) read back as Material."""
+    data = {k: base64.b64decode(v) for k, v in (secret.data or {}).items()}
+    ca = KeyPair(data["ca.crt"], data["ca.key"]) if "ca.crt" in data and "ca.key" in data else None
+    serving = KeyPair(data["tls.crt"], data["tls.key"]) if "tls.crt" in data and "tls.key" in data else None
+    return Material(ca, serving, data.get("ca-bundle.crt", b""))
+
+
+def secret_body(name: str, namespace: str, material: Material) -> dict[str, Any]:
+    """A kubernetes.io/tls Secret holding the material in that layout (the mount reads tls.crt/tls.key)."""
+    data = {"ca-bundle.crt": material.bundle}
+    if material.ca:
+        data |= {"ca.crt": material.ca.cert_pem, "ca.key": material.ca.key_pem}
+    if material.serving:
+        data |= {"tls.crt": material.serving.cert_pem, "tls.key": material.serving.key_pem}
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "type": "kubernetes.io/tls",
+        "metadata": {"name": name, "namespace": namespace},
+        "data": {k: base64.b64encode(v).decode() for k, v in data.items()},
+    }
