@@ -159,14 +159,31 @@ def test_values_reach_the_objects(helm: Path) -> None:
         assert token not in text, f"{token!r} left in a render with other names"
 
 
-def test_cert_manager_mode_replaces_migops_own_issuer(helm: Path) -> None:
-    docs = template(helm, {"certificates.mode": "cert-manager"})
-    assert not [d for d in docs if d["metadata"]["name"].endswith("-certs")]
+def test_cert_manager_mode_is_the_overlay_with_the_cert_manager_component(helm: Path) -> None:
+    docs = template(helm, {"certificates.mode": "cert-manager"}, namespace="mig")
+    assert not [d for d in docs if d["kind"] == "CronJob"]  # cert-manager renews, migops's CronJob would fight it
+    certificates = [d for d in docs if d["kind"] == "Certificate"]
+    assert certificates and all(d["metadata"]["namespace"] == "mig" for d in certificates)
+    serving = [d for d in certificates if d["spec"].get("secretName") == "migops-webhook-tls"]
+    assert serving and "migops-webhook.mig.svc" in serving[0]["spec"]["dnsNames"]
     for kind in KINDS:
-        assert (
-            find(docs, kind, "migops-webhook")["metadata"]["annotations"]["cert-manager.io/inject-ca-from"]
-            == "migops-system/migops-webhook-tls"
-        )
+        annotations = find(docs, kind, "migops-webhook")["metadata"]["annotations"]
+        assert annotations["cert-manager.io/inject-ca-from"] == "mig/migops-webhook"
+
+
+def test_network_policy_lets_only_the_api_server_reach_the_webhook(helm: Path) -> None:
+    assert not [d for d in template(helm) if d["kind"] == "NetworkPolicy"]
+    docs = template(
+        helm,
+        {"webhook.networkPolicy.enabled": True, "webhook.networkPolicy.apiServerCIDRs": ["10.99.0.1/32"]},
+        namespace="mig",
+    )
+    policy = find(docs, "NetworkPolicy", "migops-webhook")
+    assert policy["metadata"]["namespace"] == "mig"
+    assert policy["spec"]["podSelector"] == {"matchLabels": {"app.kubernetes.io/name": "migops-webhook"}}
+    assert policy["spec"]["ingress"] == [
+        {"from": [{"ipBlock": {"cidr": "10.99.0.1/32"}}], "ports": [{"port": 8443, "protocol": "TCP"}]}
+    ]
 
 
 @pytest.mark.parametrize("mode", MODES)

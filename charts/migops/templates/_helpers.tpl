@@ -31,11 +31,12 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 {{- end -}}
 {{- end -}}
 
-{{/* The overlays' text with this release's names: the release namespace for migops-system, the GPU
+{{/* The overlay's text (with the cert-manager component when certificates.mode says so) with this release's names: the release namespace for migops-system, the GPU
 Operator's namespace and the MIG ConfigMap's name. Each is a whole token in the rendered overlays
 (tests/helm checks that no other occurrence exists). */}}
 {{- define "migops.source" -}}
-{{- $text := .Files.Get (printf "files/%s.yaml" .Values.mode) -}}
+{{- $suffix := ternary "+cert-manager" "" (eq .Values.certificates.mode "cert-manager") -}}
+{{- $text := .Files.Get (printf "files/%s%s.yaml" .Values.mode $suffix) -}}
 {{- $text = $text | replace "migops-mig-config" .Values.migConfigMap.name -}}
 {{- $text = $text | replace "namespace: gpu-operator" (printf "namespace: %s" .Values.gpuOperator.namespace) -}}
 {{- $text = $text | replace "request.namespace == ''gpu-operator''" (printf "request.namespace == ''%s''" .Values.gpuOperator.namespace) -}}
