@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 from chart_helpers import CHART, run_helm
 from kubernetes import client as k8s
+from polling import until
 
 from migops.local import agents, cluster, image
 
@@ -173,9 +174,14 @@ def test_uninstall_leaves_no_object_of_the_release(installed, helm: Path) -> Non
         "validatingwebhookconfigurations,mutatingwebhookconfigurations,validatingadmissionpolicies,"
         "validatingadmissionpolicybindings,poddisruptionbudgets,cronjobs,migsyncs"
     )
-    left = _kubectl(real_node, kube, "get", kinds, "-A", "-l", "app.kubernetes.io/part-of=migops", "-o", "name")
-    assert left.returncode == 0, left.stderr
-    assert left.stdout.split() == [], left.stdout
+
+    def nothing_left() -> bool:
+        # The pods go after their ReplicaSets (garbage collection, then a graceful stop): waited for.
+        left = _kubectl(real_node, kube, "get", kinds, "-A", "-l", "app.kubernetes.io/part-of=migops", "-o", "name")
+        assert left.returncode == 0, left.stderr
+        return left.stdout.split() == []
+
+    until(nothing_left, timeout=120, what="every object of the release gone", interval=1.0)
     webhooks = _kubectl(
         real_node, kube, "get", "validatingwebhookconfigurations,mutatingwebhookconfigurations", "-o", "name"
     )
