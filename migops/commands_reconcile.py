@@ -136,17 +136,23 @@ def _spec(args: argparse.Namespace):  # noqa: ANN202
     from migops.reconciler.status import SyncSpec, parse_duration
 
     if not args.repo:
-        if args.allowed_signers or args.trusted_key:
-            raise UsageError("--allowed-signers/--trusted-key go with --repo (else the MigSync's spec.verify applies)")
-        return None
-    keys = tuple(_read(p) for p in args.trusted_key)
-    signers = _read(args.allowed_signers) if args.allowed_signers else ""
-    trust = TrustPolicy("head" if keys or signers else "none", signers, keys)
+        return None  # the MigSync's spec; --allowed-signers/--trusted-key then add to its trust (_trust)
+    trust = _trust(args) or TrustPolicy()
     try:
         interval = parse_duration(getattr(args, "interval", None))
     except ValueError as exc:
         raise UsageError(str(exc)) from None
     return SyncSpec(args.repo, args.ref, args.path, interval, False, trust)
+
+
+def _trust(args: argparse.Namespace):  # noqa: ANN202
+    """The keys the flags name (files: a mounted Secret or ConfigMap in a cluster), None without any.
+    With a MigSync they are a floor its spec cannot lower: commits must be signed (docs/reconciler.md)."""
+    from migops.gitops.verify import TrustPolicy
+
+    keys = tuple(_read(p) for p in args.trusted_key)
+    signers = _read(args.allowed_signers) if args.allowed_signers else ""
+    return TrustPolicy("head", signers, keys) if keys or signers else None
 
 
 def _auth(args: argparse.Namespace):  # noqa: ANN202
@@ -184,6 +190,7 @@ def _reconciler(args: argparse.Namespace, *, dry_run: bool, once: bool):  # noqa
         dry_run=dry_run,
         workers=getattr(args, "workers", 8),
         enforce_last_good=not once,
+        trust=None if spec is not None else _trust(args),
     )
     if spec is not None and not dry_run:
         _apply_migsync(api, args.name, args.namespace, spec)

@@ -19,7 +19,7 @@ import copy
 import logging
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +28,7 @@ from kubernetes import client as k8s
 from migops.gitops.desired import DesiredState, FitCache
 from migops.gitops.repo import RepoSpec
 from migops.gitops.source import GitAuth, default_cache_dir
+from migops.gitops.verify import TrustPolicy
 from migops.kube import clusterpolicy
 from migops.kube.informer import Informer
 from migops.kube.names import CONFIGMAP_KEY, MIG_CONFIG_STATE_LABEL, STATE_FAILED, STATE_SUCCESS
@@ -86,11 +87,16 @@ class Reconciler:
         metrics: Metrics | None = None,
         git_timeout: float = 60.0,
         enforce_last_good: bool = True,
+        trust: TrustPolicy | None = None,
     ) -> None:
         self.api = api
         self.name, self.namespace = name, namespace
         self.owner = f"{namespace}/{name}"  # the managed-by annotation on every node we give a config
         self._fixed_spec = spec  # None: read it from the MigSync object
+        # Keys the Deployment mounts (--allowed-signers/--trusted-key beside a MigSync): added to the
+        # MigSync's own, and verification on whatever its spec says -- who may edit the MigSync cannot
+        # turn off what whoever deploys the reconciler requires.
+        self._trust_floor = trust
         self.dry_run = dry_run
         self.write_status = write_status and not dry_run
         self.metrics = metrics or Metrics()
@@ -208,7 +214,8 @@ class Reconciler:
         obj = self.migsync_object()
         if obj is None:
             raise ValueError(f"MigSync {self.namespace}/{self.name} not found")
-        return st.spec_from_object(obj)
+        spec = st.spec_from_object(obj)
+        return spec if self._trust_floor is None else with_trust_floor(spec, self._trust_floor)
 
     def settings(self) -> clusterpolicy.MigSettings:
         return clusterpolicy.settings_from_policies(self.policies.items().values())
@@ -360,3 +367,11 @@ class Reconciler:
         from migops.reconciler.loop import run
 
         run(self, stop or self.stop_event, hook or threading.Event())
+
+
+def with_trust_floor(spec: st.SyncSpec, floor: TrustPolicy) -> st.SyncSpec:
+    """The spec with the floor's keys added to its own and verification required (mode head)."""
+    own = spec.trust
+    signers = "\n".join(t for t in (own.allowed_signers.strip(), floor.allowed_signers.strip()) if t)
+    keys = tuple(dict.fromkeys((*own.openpgp_keys, *floor.openpgp_keys)))
+    return replace(spec, trust=TrustPolicy("head", signers, keys))

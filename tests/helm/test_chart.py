@@ -236,3 +236,27 @@ def test_no_helm_binary_in_the_repository() -> None:
     assert shutil.which("git")
     tracked = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True, check=True).stdout.split()
     assert not [p for p in tracked if Path(p).name == "helm"]
+
+
+def test_trust_keys_by_reference_are_mounted_and_required(helm: Path) -> None:
+    docs = template(
+        helm,
+        {
+            "reconciler.configRepo.url": "https://git.example/mig.git",
+            "reconciler.configRepo.verify.allowedSignersFrom": {"kind": "ConfigMap", "name": "mig-signers"},
+            "reconciler.configRepo.verify.trustedKeysFrom": {"kind": "Secret", "name": "mig-gpg", "key": "team.asc"},
+        },
+    )
+    pod = find(docs, "Deployment", "migops-reconciler")["spec"]["template"]["spec"]
+    args = pod["containers"][0]["args"]
+    assert "--allowed-signers=/etc/migops/verify-allowed-signers/allowed_signers" in args
+    assert "--trusted-key=/etc/migops/verify-trusted-key/team.asc" in args
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    assert volumes["verify-allowed-signers"]["configMap"] == {
+        "name": "mig-signers",
+        "items": [{"key": "allowed_signers", "path": "allowed_signers"}],
+    }
+    assert volumes["verify-trusted-key"]["secret"]["secretName"] == "mig-gpg"
+    mounts = {m["mountPath"] for m in pod["containers"][0]["volumeMounts"]}
+    assert {"/etc/migops/verify-allowed-signers", "/etc/migops/verify-trusted-key"} <= mounts
+    assert "verify" not in find(docs, "MigSync", "migops")["spec"]  # the floor lives in the Deployment

@@ -251,3 +251,54 @@ def test_an_admission_denial_is_reported_with_its_message_and_not_hot_looped(
     finally:
         adm.delete_validating_admission_policy_binding("no-3g")
         adm.delete_validating_admission_policy("no-3g")
+
+
+def test_keys_the_deployment_mounts_require_signatures_the_migsync_does_not_ask_for(
+    rapi, repo, gpu_nodes, make_reconciler, tmp_path
+) -> None:
+    """`migops reconcile --allowed-signers F` beside a MigSync (the chart mounts F from a Secret or
+    ConfigMap): commits must be signed by those keys even though the MigSync's spec.verify says none."""
+    import uuid
+
+    from migops.kube import ssa
+    from migops.reconciler.controller import Reconciler
+    from migops.reconciler.status import SyncSpec, migsync_object
+
+    names = gpu_nodes(2, pool="floor")
+    alice = SshKey.make(tmp_path / "keys", "alice")
+    unsigned = repo.commit({"config.yaml": CONFIG_YAML, "nodes.yaml": _pool("floor")})
+    name = f"t-{uuid.uuid4().hex[:8]}"
+    open_spec = SyncSpec(repo.url, "main", "", 60.0, False, TrustPolicy())  # the MigSync asks for nothing
+    ssa.apply(rapi, migsync_object(name, "migops-system", open_spec), field_manager="migops-test", force=True)
+    rec = Reconciler(
+        rapi,
+        name=name,
+        namespace="migops-system",
+        cache_dir=tmp_path / "git-cache",
+        trust=TrustPolicy("head", allowed_signers=alice.allowed_signers),
+    ).start()
+    try:
+        eventually(rec.migsync_object)
+        assert rec.current_spec().trust.mode == "head"
+        result = rec.sync()
+        assert result.outcome == "Unverified" and result.writes == 0
+        assert f"commit {unsigned[:12]} is not signed" in result.message
+        signed = repo.commit({}, "by alice", key=alice)
+        result = rec.sync()
+        assert result.outcome == "Applied" and result.revision == signed
+        assert {labels_of(rapi, names)[n][MIG_CONFIG_LABEL] for n in names} == {"all-1g.10gb"}
+    finally:
+        rec.stop()
+
+
+def test_a_trust_floor_adds_its_keys_to_the_migsyncs_own() -> None:
+    from migops.reconciler.controller import with_trust_floor
+    from migops.reconciler.status import SyncSpec
+
+    own = SyncSpec("https://git.example/x", trust=TrustPolicy("head", "bob ssh-ed25519 AAAA", ("-----KEY A-----",)))
+    floor = TrustPolicy("head", "alice ssh-ed25519 BBBB", ("-----KEY B-----", "-----KEY A-----"))
+    merged = with_trust_floor(own, floor).trust
+    assert merged.mode == "head"
+    assert merged.allowed_signers.splitlines() == ["bob ssh-ed25519 AAAA", "alice ssh-ed25519 BBBB"]
+    assert merged.openpgp_keys == ("-----KEY A-----", "-----KEY B-----")
+    assert with_trust_floor(SyncSpec("https://git.example/x"), floor).trust.mode == "head"

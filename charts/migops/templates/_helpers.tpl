@@ -71,6 +71,20 @@ Operator's namespace and the MIG ConfigMap's name. Each is a whole token in the 
   {{- $mounts = append $mounts (dict "name" "git-ca" "mountPath" "/etc/migops/git-ca" "readOnly" true) -}}
   {{- $volumes = append $volumes (dict "name" "git-ca" "configMap" (dict "name" $repo.caConfigMap)) -}}
 {{- end -}}
+{{- range $flag, $ref := dict "--allowed-signers" $repo.verify.allowedSignersFrom "--trusted-key" $repo.verify.trustedKeysFrom -}}
+  {{- if and $ref $ref.kind $ref.name -}}
+    {{- $volume := printf "verify-%s" ($flag | trimPrefix "-" | trimPrefix "-") -}}
+    {{- $dir := printf "/etc/migops/%s" $volume -}}
+    {{- $args = append $args (printf "%s=%s/%s" $flag $dir $ref.key) -}}
+    {{- $mounts = append $mounts (dict "name" $volume "mountPath" $dir "readOnly" true) -}}
+    {{- $items := list (dict "key" $ref.key "path" $ref.key) -}}
+    {{- if eq $ref.kind "Secret" -}}
+      {{- $volumes = append $volumes (dict "name" $volume "secret" (dict "secretName" $ref.name "items" $items)) -}}
+    {{- else -}}
+      {{- $volumes = append $volumes (dict "name" $volume "configMap" (dict "name" $ref.name "items" $items)) -}}
+    {{- end -}}
+  {{- end -}}
+{{- end -}}
 {{- $_ := set $main "args" $args -}}
 {{- $_ := set $main "volumeMounts" $mounts -}}
 {{- $_ := set $pod "volumes" $volumes -}}
