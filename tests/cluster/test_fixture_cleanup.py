@@ -100,6 +100,6 @@ def test_an_interrupted_session_leaves_no_servers(control_plane, tmp_path: Path,
         time.sleep(0.1)
     assert len(_servers_under(tmp)) == 2
     proc.send_signal(sig)
-    out, _ = proc.communicate(timeout=60)
+    out, _ = proc.communicate(timeout=150)  # its teardown stops etcd and kube-apiserver: slow on a busy machine
     assert proc.returncode != 0, out
     assert _no_servers_left(tmp) == [], out
