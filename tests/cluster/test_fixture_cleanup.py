@@ -69,6 +69,9 @@ def _session(tmp_path: Path, body: str) -> tuple[subprocess.Popen[str], dict[str
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
+        # Ctrl-C as a terminal delivers it: a shell that started this suite in the background (`cmd &`
+        # without job control) made SIGINT ignored, and the child would inherit that.
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     return proc, env, tmp
 
