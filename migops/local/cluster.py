@@ -120,27 +120,17 @@ def apply_real_node(api: ApiClient, node: NodeSpec) -> None:
     status update; allocatable is set too so the scheduler sees it at once). Its
     conditions stay the kubelet's."""
     apply_labels(api, node)
-    core = k8s.CoreV1Api(api)
-    count = gpu_count(node)
-    body = {
-        "apiVersion": "v1",
-        "kind": "Node",
-        "metadata": {"name": node.name},
-        "status": {"capacity": {GPU_RESOURCE: count}, "allocatable": {GPU_RESOURCE: count}},
-    }
-    # A kubelet that has just registered may still rewrite its status from its own view (its first
-    # sync can drop what it did not put there): apply until the resource has been seen a few times.
-    seen, deadline = 0, time.monotonic() + 30.0
-    while seen < 3 and time.monotonic() < deadline:
-        current = core.read_node_status(node.name).status
-        if (current.allocatable or {}).get(GPU_RESOURCE) == count and (current.capacity or {}).get(
-            GPU_RESOURCE
-        ) == count:
-            seen += 1
-        else:
-            seen = 0
-            core.patch_node_status(node.name, body, field_manager=LOCAL_MANAGER, _content_type=APPLY)
-        time.sleep(0.5)
+    k8s.CoreV1Api(api).patch_node_status(
+        node.name,
+        {
+            "apiVersion": "v1",
+            "kind": "Node",
+            "metadata": {"name": node.name},
+            "status": {"capacity": {GPU_RESOURCE: gpu_count(node)}, "allocatable": {GPU_RESOURCE: gpu_count(node)}},
+        },
+        field_manager=LOCAL_MANAGER,
+        _content_type=APPLY,
+    )
 
 
 def mark_ready(api: ApiClient, name: str, extended: dict[str, str] | None = None) -> None:
