@@ -14,12 +14,15 @@ FROM ${PYTHON_IMAGE} AS build
 ENV PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_CACHE_DIR=1 PIP_ROOT_USER_ACTION=ignore
 WORKDIR /src
 COPY . .
-# The wheel (migops.* only, tests/packaging checks it), then a virtualenv with it and its pinned
-# dependencies; pip compiles the bytecode now, so nothing needs a writable site-packages later.
+# The wheel (migops.* only, tests/packaging checks it), then a virtualenv with the exact, hashed
+# versions of requirements.lock (never a fresh resolve from pyproject's ranges: the image is what CI
+# tested) and the wheel on top with --no-deps; pip compiles the bytecode now, so nothing needs a
+# writable site-packages later. tests/deploy/test_deploy_image.py checks the tree equals the lock.
 RUN python -m pip wheel --no-deps --wheel-dir /dist . \
  && python -m venv /opt/migops \
- && /opt/migops/bin/python -m pip install /dist/migops-*.whl \
- && /opt/migops/bin/python -m pip uninstall --yes pip
+ && /opt/migops/bin/python -m pip install --require-hashes --only-binary=:all: -r requirements.lock \
+ && /opt/migops/bin/python -m pip install --no-deps /dist/migops-*.whl \
+ && /opt/migops/bin/python -m pip uninstall --yes setuptools pip
 
 FROM ${PYTHON_IMAGE}
 # The reconciler fetches with git (ssh:// through openssh-client) and verifies commit signatures with

@@ -17,6 +17,8 @@ node):
     with logs.bound(revision=rev):
         ...
 
+A pool's threads start without what is bound; `logs.carried(fn)` runs fn there with it.
+
 Text is the same fields for a person: `time LEVEL component logger: message node=... revision=...`.
 """
 
@@ -29,8 +31,8 @@ import json
 import logging
 import sys
 import time
-from collections.abc import Iterator, Mapping
-from typing import IO, Any
+from collections.abc import Callable, Iterator, Mapping
+from typing import IO, Any, ParamSpec, TypeVar
 
 LEVELS = ("debug", "info", "warning", "error")
 FORMATS = ("text", "json")
@@ -38,6 +40,8 @@ FORMATS = ("text", "json")
 OBJECT_FIELDS = ("node", "migsync", "revision", "namespace", "configmap", "pod")
 
 
+P = ParamSpec("P")
+T = TypeVar("T")
 _BOUND: contextvars.ContextVar[Mapping[str, str] | None] = contextvars.ContextVar("migops_log_objects", default=None)
 
 
@@ -49,6 +53,16 @@ def bound(**objects: str) -> Iterator[None]:
         yield
     finally:
         _BOUND.reset(token)
+
+
+def carried(fn: Callable[P, T]) -> Callable[P, T]:
+    """fn, run with the objects bound where this is called (for a pool's threads, which start without)."""
+    context = contextvars.copy_context()
+
+    def run(*args: P.args, **kwargs: P.kwargs) -> T:
+        return context.copy().run(fn, *args, **kwargs)  # a Context can be entered by one thread at a time
+
+    return run
 
 
 def add_arguments(parser: argparse.ArgumentParser, default_level: str = "info") -> None:

@@ -31,6 +31,7 @@ from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import HTTPError as Urllib3Error
 
+from migops import logs
 from migops.kube import ssa
 from migops.kube.names import (
     CONFIGMAP_KEY,
@@ -240,7 +241,7 @@ class Writer:
             results = [one(n) for n in names]
         else:
             with ThreadPoolExecutor(self.workers, thread_name_prefix="label") as pool:
-                results = list(pool.map(one, names))
+                results = list(pool.map(logs.carried(one), names))  # its lines name the revision too
         for name, err in results:
             if err is None:
                 done.append(name)

@@ -25,6 +25,7 @@ from typing import Any
 
 from kubernetes import client as k8s
 
+from migops import logs
 from migops.gitops.desired import DesiredState, FitCache
 from migops.gitops.repo import RepoSpec
 from migops.gitops.source import GitAuth, default_cache_dir
@@ -310,10 +311,12 @@ class Reconciler:
             run = steps.Run(fetch)
             stopped = None
             for step in steps.SYNC:
-                stopped = step(self, run)
+                with logs.bound(**_about(run.revision(self))):
+                    stopped = step(self, run)
                 if stopped is not None:
                     break
-            return finish(self, run, stopped, began)
+            with logs.bound(**_about(run.revision(self))):
+                return finish(self, run, stopped, began)
 
     # ------------------------------------------------------------------------------ status
     def status_body(self, p: Plan | None) -> dict[str, Any]:
@@ -367,6 +370,10 @@ class Reconciler:
         from migops.reconciler.loop import run
 
         run(self, stop or self.stop_event, hook or threading.Event())
+
+
+def _about(revision: str | None) -> dict[str, str]:
+    return {"revision": revision} if revision else {}
 
 
 def with_trust_floor(spec: st.SyncSpec, floor: TrustPolicy) -> st.SyncSpec:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Hashable, Mapping
 from typing import Any
 
@@ -11,6 +12,8 @@ from migops.kube import events
 from migops.kube.names import RECONCILER_CONTROLLER
 from migops.reconciler.metrics import Metrics
 from migops.reconciler.reasons import Note
+
+log = logging.getLogger(__name__)
 
 
 class Dedup:
@@ -48,6 +51,11 @@ class EventRecorder:
     def record(self, note: Note) -> None:
         if self._dry_run or (note.key is not None and not self._dedup.first(note.key)):
             return
+        # Each Event is a log line too (as Flux's controllers log theirs): the revision is bound by the sync.
+        involved = note.involved or {}
+        node = (involved.get("metadata") or {}).get("name") if involved.get("kind") == "Node" else None
+        level = logging.WARNING if note.type == "Warning" else logging.INFO
+        log.log(level, "%s: %s", note.reason, note.message, extra={"node": node} if node else None)
         target = note.involved or self._default_target()
         if target is None:
             return

@@ -65,6 +65,18 @@ class Run:
     writes: int = 0
     errors: list[WriteError] = field(default_factory=list)
     notes: list[Note] = field(default_factory=list)
+    resolved: bool = False  # `resolve` has decided what is in force
+
+    def revision(self, r: Reconciler) -> str | None:
+        """The revision this sync is about now, which its log lines name: the newest one while it is
+        fetched, verified, loaded and resolved; once `resolve` has decided, the one in force."""
+        if self.resolved and r.desired is not None:
+            return r.desired.revision
+        if self.fetched is not None:
+            return self.fetched.revision
+        if self.candidate is not None:
+            return self.candidate.revision
+        return r.desired.revision if r.desired is not None else None
 
     def keep(self, failure: Failure) -> None:
         """The first failure is the one status shows."""
@@ -195,14 +207,20 @@ def fall_back(r: Reconciler, run: Run) -> Failure | None:
         run.candidate = r.revisions.verified_load(run.source, revision, run.path, run.spec.trust)
         return None
     except (SourceError, VerificationError, RepoError) as exc:
-        log.warning("cannot reload revision %s from git: %s", revision, exc)
+        log.warning("cannot reload revision %s from git: %s", revision, exc, extra={"revision": revision})
     if record is not None:
         try:
             run.candidate = record.spec()
             run.from_record = True
-            log.warning("enforcing revision %s from the cluster's applied record", record.revision)
+            log.warning(
+                "enforcing revision %s from the cluster's applied record",
+                record.revision,
+                extra={"revision": record.revision},
+            )
         except RepoError as exc:
-            log.warning("the applied record of %s does not parse: %s", record.revision, exc)
+            log.warning(
+                "the applied record of %s does not parse: %s", record.revision, exc, extra={"revision": record.revision}
+            )
     return None
 
 
@@ -229,6 +247,7 @@ def resolve(r: Reconciler, run: Run) -> Failure | None:
                 # Said before the fallback found what to keep: say what is kept.
                 run.failure = replace(run.failure, message=run.failure.message[: -len(NOTHING_KEPT)] + r.kept())
             break
+    run.resolved = True
     if run.failure is not None and run.failure.reason in UNREADABLE:
         run.note(run.failure.reason, run.failure.message, "Warning", key=("unreachable", run.failure.message))
     if r.desired is None:

@@ -40,7 +40,7 @@ def test_dockerfile_is_multi_stage_small_and_non_root(image: Image) -> None:
     # The final stage adds the reconciler's tools and the install tree; no compilers, no pip, no context.
     (run,) = df.final.all("RUN")
     assert "--no-install-recommends" in run and "rm -rf /var/lib/apt/lists/*" in run
-    assert "pip uninstall --yes pip" in df.stage("build").all("RUN")[-1]
+    assert "pip uninstall --yes setuptools pip" in df.stage("build").all("RUN")[-1]
     assert df.final.env()["PYTHONDONTWRITEBYTECODE"] == "1" and df.final.env()["HOME"] == "/tmp"
 
 
@@ -83,6 +83,31 @@ def test_the_clean_install_is_the_wheel_alone(image: Image) -> None:
         p for p in (site / "migops").rglob("*.py") if not list(p.parent.joinpath("__pycache__").glob(f"{p.stem}.*.pyc"))
     ]
     assert missing == []
+
+
+def _canonical(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def test_the_image_holds_exactly_the_locked_versions(image: Image) -> None:
+    """What CI tested is what ships: every distribution in the image's virtualenv is a pin of
+    requirements.lock at its version (or migops itself), and every pin is there; no pip, no setuptools."""
+    locked = {
+        _canonical(m.group(1)): m.group(2)
+        for m in re.finditer(r"^([A-Za-z0-9][A-Za-z0-9._-]*)==(\S+)", (ROOT / "requirements.lock").read_text(), re.M)
+    }
+    assert len(locked) > 20, "requirements.lock: expected pip-compile's name==version lines"
+    out = image.run(
+        [
+            "python",
+            "-c",
+            "import importlib.metadata as m\nfor d in m.distributions(): print(d.metadata['Name'], d.version)",
+        ]
+    )
+    assert out.returncode == 0, out.stderr
+    installed = {_canonical(name): version for name, version in (line.split() for line in out.stdout.splitlines())}
+    assert installed.pop("migops") == PYPROJECT["project"]["version"]
+    assert installed == locked
 
 
 def _entrypoints(image: Image, rendered) -> dict[tuple[str, ...], str]:

@@ -70,6 +70,24 @@ def test_text_lines_name_the_same_fields() -> None:
     assert line.split(" ", 1)[1] == "INFO agent migops.agent: applied node=gpu-1 revision=abc"
 
 
+def test_bound_objects_reach_a_pools_threads_only_when_carried() -> None:
+    """The reconciler writes labels from a thread pool: its lines name the revision of the sync."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    out = io.StringIO()
+    logs.setup("reconciler", "info", "json", stream=out)
+    try:
+        log = logging.getLogger("migops.test")
+        with logs.bound(revision="abc"), ThreadPoolExecutor(2) as pool:
+            list(pool.map(logs.carried(lambda n: log.info("carried %s", n)), ["a", "b"]))
+            list(pool.map(lambda n: log.info("plain %s", n), ["c"]))
+        log.info("after")
+    finally:
+        logging.getLogger().handlers.clear()
+    seen = {d["message"]: d.get("revision") for d in map(json.loads, out.getvalue().splitlines())}
+    assert seen == {"carried a": "abc", "carried b": "abc", "plain c": None, "after": None}
+
+
 def test_gunicorn_lines_through_the_same_formatter(tmp_path: Path) -> None:
     """The webhook with --log-format json: gunicorn's master and worker lines are JSON too. The worker
     cannot reach a cluster (no kubeconfig anywhere), so it fails to boot and gunicorn stops: every line

@@ -28,8 +28,23 @@ def test_image_label_default_is_the_version() -> None:
 
 
 def test_changelog_names_the_version() -> None:
+    """The newest release heading (after "Unreleased") is the version pyproject.toml gives."""
     headings = re.findall(r"^## \[?v?([0-9][^\]\s]*)", (ROOT / "CHANGELOG.md").read_text(), re.M)
-    assert VERSION in headings, headings
+    assert headings and headings[0] == VERSION, headings
+
+
+def test_each_release_tag_is_the_version_its_commit_carries() -> None:
+    """A tag v<X> (what users pin with pre-commit's `rev:` and pip's `@v<X>`) sits on a commit whose
+    pyproject.toml says X, so `migops --version` of that checkout agrees with the pin."""
+    git = ["git", "-C", str(ROOT)]
+    if subprocess.run([*git, "rev-parse", "--git-dir"], capture_output=True, check=False).returncode != 0:
+        return  # an unpacked sdist: no history to check
+    tags = subprocess.run([*git, "tag", "--list", "v*"], capture_output=True, text=True, check=True).stdout.split()
+    for tag in tags:
+        text = subprocess.run(
+            [*git, "show", f"{tag}:pyproject.toml"], capture_output=True, text=True, check=True
+        ).stdout
+        assert tomllib.loads(text)["project"]["version"] == tag[1:], f"{tag}: pyproject.toml says otherwise"
 
 
 def test_pre_commit_config_is_valid_and_pins_the_locked_ruff() -> None:

@@ -1,4 +1,5 @@
-"""The reconciler's log with --log-format json: one object per line, naming its MigSync."""
+"""The reconciler's log with --log-format json: one object per line, naming its MigSync, and the revision
+it is about on every line of a sync (its Events among them)."""
 
 from __future__ import annotations
 
@@ -13,8 +14,8 @@ MIGOPS = Path(sys.executable).parent / "migops"
 
 
 def test_reconcile_once_logs_json(rplane, repo, gpu_nodes, tmp_path) -> None:
-    gpu_nodes(1, pool="logs")
-    repo.commit(
+    (node,) = gpu_nodes(1, pool="logs")
+    head = repo.commit(
         {
             "config.yaml": CONFIG_YAML,
             "nodes.yaml": nodes_yaml("  - nodeSelector: {matchLabels: {pool: logs}}\n    config: all-3g.40gb"),
@@ -49,3 +50,12 @@ def test_reconcile_once_logs_json(rplane, repo, gpu_nodes, tmp_path) -> None:
     assert {d["component"] for d in lines} == {"reconciler"}
     assert {d["migsync"] for d in lines} == {"migops-system/logs"}
     assert all(d["level"] in ("debug", "info", "warning", "error") and d["message"] for d in lines)
+    # Every line of the sync names the revision it is about, the pool's label writes too; its Events
+    # are lines of their own.
+    synced = [
+        d for d in lines if d["logger"].startswith("migops.reconciler.") and d["logger"] != "migops.reconciler.main"
+    ]
+    assert synced and {d.get("revision") for d in synced} == {head}, synced
+    events = [d for d in lines if d["logger"] == "migops.reconciler.recorder"]
+    assert events and all(d["level"] in ("info", "warning") for d in events)
+    assert any(d["message"].startswith("MigConfigAssigned: ") and node in d["message"] for d in events), events
