@@ -52,6 +52,7 @@ def gunicorn_options(
         "certfile": tls_cert,
         "keyfile": tls_key,
         "accesslog": None,
+        "logger_class": "migops.webhook.gunicorn_logger.Logger",  # and so no access log (see there)
         "errorlog": "-",
         "loglevel": log_level,
         # gunicorn's own lines and the app's, through migops.logs (--log-format text|json)

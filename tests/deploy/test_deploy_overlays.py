@@ -402,6 +402,10 @@ def test_a_fresh_install_needs_no_certificate_step(installed: Installed, image: 
         assert _served_certificate(port) == ssl.PEM_cert_to_DER_cert(renewed["tls.crt"].decode())
         assert _https(port, _published_bundle(installed.api), "/readyz")[0] == 200
         assert proc.stop() == 0
+        # gunicorn's lines are JSON through migops.logs, and no request is an access-log line.
+        lines = [json.loads(line) for line in (tmp_path / "webhook.log").read_text().splitlines() if line.strip()]
+        assert any(d["logger"] == "gunicorn.error" for d in lines)
+        assert not [d for d in lines if d["logger"] == "gunicorn.access"], "the access log is off"
     finally:
         if proc.popen.poll() is None:
             os.killpg(proc.popen.pid, signal.SIGKILL)
