@@ -19,7 +19,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 from kubernetes.client.exceptions import ApiException
 
@@ -281,17 +281,19 @@ class Reconfigure:
             log.info("%s", step)
             run.touched.add(step.gpu)
             run.steps += 1
+            # plan_gpu sets what each op needs: gi and ci for destroy_ci, gi for destroy_gi, slices for
+            # create_ci (gi there only for a GI that stays; else the one create_gi made).
             if step.op == "destroy_ci":
-                self.backend.destroy_compute_instance(step.gpu, step.gi, step.ci)
+                self.backend.destroy_compute_instance(step.gpu, cast(int, step.gi), cast(int, step.ci))
             elif step.op == "destroy_gi":
-                self.backend.destroy_gpu_instance(step.gpu, step.gi)
+                self.backend.destroy_gpu_instance(step.gpu, cast(int, step.gi))
             elif step.op == "create_gi":
                 created[(step.placement.start, step.placement.size)] = self.backend.create_gpu_instance(
                     step.gpu, step.placement.profile, step.placement.start
                 )
             elif step.op == "create_ci":
                 gi = step.gi if step.gi is not None else created[(step.placement.start, step.placement.size)]
-                self.backend.create_compute_instance(step.gpu, gi, step.slices)
+                self.backend.create_compute_instance(step.gpu, gi, cast(int, step.slices))
 
     def _change_modes(self, run: _Run, plans: Sequence[GpuPlan], desired: Sequence[Desired]) -> Outcome | None:
         changing = [p for p in plans if p.mode_change]
@@ -383,15 +385,13 @@ class Reconfigure:
                 log.warning("could not restart the operator validator: %s", _describe(exc))
         if problems:
             return self._fail(run, "applied, but " + "; ".join(problems))
-        annotations = self._publish(run, models, states)
-        annotations.update(
-            {
-                APPLIED_ANNOTATION: run.request.name,
-                DIGEST_ANNOTATION: run.request.digest or "",
-                REASON_ANNOTATION: None,
-                DRIFT_ANNOTATION: None,
-            }
-        )
+        annotations: dict[str, str | None] = {  # None: remove the annotation
+            **self._publish(run, models, states),
+            APPLIED_ANNOTATION: run.request.name,
+            DIGEST_ANNOTATION: run.request.digest or "",
+            REASON_ANNOTATION: None,
+            DRIFT_ANNOTATION: None,
+        }
         try:
             self.kube.set_state(STATE_SUCCESS, annotations)
         except ApiException as exc:

@@ -111,19 +111,22 @@ def plan_gpu(current: GpuState, desired: Desired) -> GpuPlan:
     if not desired.mig_enabled:
         if not current.mig_enabled and not current.mode_pending:
             return GpuPlan(index, False, (), (), (), ())
-        steps = [s for inst in current.instances for s in _destroys(index, inst)]
+        steps: list[Step] = [s for inst in current.instances for s in _destroys(index, inst)]
         return GpuPlan(index, True, tuple(steps), (), current.instances, ())
     if mode_change:
         # Every instance goes before the mode changes; then the GPU starts empty.
         steps = [s for inst in current.instances for s in _destroys(index, inst)]
         steps += [s for p, ci in desired.instances for s in _creates(index, p, ci)]
         return GpuPlan(index, True, tuple(steps), (), current.instances, desired.instances)
-    request = Counter()
+    table = model.table
+    if table is None:  # MIG is on, but the catalogue knows no geometry for this GPU (the validator refuses it)
+        return GpuPlan(index, False, (), (), (), (), error=f"GPU {index}: no MIG profile table for {model.label()}")
+    request: Counter[GiProfile] = Counter()
     for placement, _ in desired.instances:
         gi = gi_profile(model, placement.profile)
         assert gi is not None
         request[gi] += 1
-    change = plan_change(model.table, [i.placement for i in current.instances], request)
+    change = plan_change(table, [i.placement for i in current.instances], request)
     if change is None:
         return GpuPlan(index, False, (), (), (), (), error=f"GPU {index}: the geometry cannot be placed")
     by_placement = {i.placement: i for i in current.instances}
@@ -139,7 +142,7 @@ def plan_gpu(current: GpuState, desired: Desired) -> GpuPlan:
         else:
             repartition.append(inst)
     leftover = sorted(wanted.elements(), key=lambda k: (k[0], k[1]))
-    steps: list[Step] = []
+    steps = []
     must_go: list[GpuInstance] = []
     for p in change.destroy:
         must_go.append(by_placement[p])

@@ -156,7 +156,7 @@ def compare(gpu: ProbedGpu, model: GpuModel | None) -> list[str]:
         if p is None:
             out.append(f"{gi.name}: in the catalogue (NVML enum {gi.nvml_profile}), not reported by the driver")
             continue
-        checks = [
+        checks: list[tuple[str, object, object]] = [  # (what, catalogue, NVML); None: not known
             ("profile ID", gi.smi_id, p.id),
             ("compute slices", gi.compute_slices, p.compute_slices),
             ("max count", gi.max_count, p.max_count),

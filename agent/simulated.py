@@ -221,7 +221,8 @@ class SimulatedBackend:
             if not g["mig"]["current"]:
                 raise GpuError("create_gpu_instance", index, "NOT_SUPPORTED", "MIG mode is disabled")
             gi = gi_profile(model, profile)
-            if gi is None:
+            table = model.table
+            if gi is None or table is None:  # a model without a table has no profiles: gi is None then
                 raise GpuError("create_gpu_instance", index, "NOT_SUPPORTED", f"{model.name} has no profile {profile}")
             if start not in gi.starts:
                 raise GpuError(
@@ -250,7 +251,7 @@ class SimulatedBackend:
                     "INSUFFICIENT_RESOURCES",
                     f"{gi.max_count} x {profile} already exist (the maximum)",
                 )
-            if sum(p.compute_slices for p, _ in existing if p) + gi.compute_slices > model.table.compute_slices:
+            if sum(p.compute_slices for p, _ in existing if p) + gi.compute_slices > table.compute_slices:
                 raise GpuError("create_gpu_instance", index, "INSUFFICIENT_RESOURCES", "no compute slices left")
             if gi.has_media_extensions and any(p and p.has_media_extensions for p, _ in existing):
                 raise GpuError(

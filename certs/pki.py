@@ -12,10 +12,15 @@ import ipaddress
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import cast
 
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.hazmat.primitives.asymmetric import dsa, ec, ed448, ed25519, rsa
+from cryptography.hazmat.primitives.asymmetric.types import (
+    CertificateIssuerPrivateKeyTypes,
+    CertificateIssuerPublicKeyTypes,
+)
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 # Long enough for a demo cluster left running for weeks, short enough not to matter if leaked.
@@ -127,19 +132,42 @@ def _issue(
     sans: list[x509.GeneralName],
 ) -> KeyPair:
     ca_cert = x509.load_pem_x509_certificate(ca.cert_pem)
-    ca_key = serialization.load_pem_private_key(ca.key_pem, password=None)
+    ca_key = _issuer_private_key(ca.key_pem)
     key = ec.generate_private_key(ec.SECP256R1())
     builder = (
         _base_builder(subject, ca_cert.subject, key.public_key(), valid_for)
         .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
         .add_extension(_key_usage(signs_certificates=False), critical=True)
         .add_extension(x509.ExtendedKeyUsage([usage]), critical=False)
-        .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_cert.public_key()), critical=False)
+        .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(_issuer_public_key(ca_cert)), critical=False)
     )
     if sans:
         builder = builder.add_extension(x509.SubjectAlternativeName(sans), critical=False)
     cert = builder.sign(ca_key, hashes.SHA256())
     return KeyPair(cert.public_bytes(serialization.Encoding.PEM), _key_pem(key))
+
+
+# Key types that can sign a certificate: X25519/X448 (key agreement) and DH keys cannot, though a PEM
+# file may hold one; CertificateBuilder.sign refuses them with a TypeError, and so does this.
+_ISSUER_PRIVATE_KEYS = (
+    ec.EllipticCurvePrivateKey,
+    rsa.RSAPrivateKey,
+    dsa.DSAPrivateKey,
+    ed25519.Ed25519PrivateKey,
+    ed448.Ed448PrivateKey,
+)
+
+
+def _issuer_private_key(key_pem: bytes) -> CertificateIssuerPrivateKeyTypes:
+    key = serialization.load_pem_private_key(key_pem, password=None)
+    if not isinstance(key, _ISSUER_PRIVATE_KEYS):
+        raise TypeError(f"the CA key is a {type(key).__name__}, which cannot sign certificates")
+    return key
+
+
+def _issuer_public_key(ca_cert: x509.Certificate) -> CertificateIssuerPublicKeyTypes:
+    # The CA certificate holds the public half of the CA key, a signing key (_issuer_private_key).
+    return cast(CertificateIssuerPublicKeyTypes, ca_cert.public_key())
 
 
 def _base_builder(

@@ -176,13 +176,14 @@ def rotate(
         out.steps += ["created CA", "published bundle (1 CA)", "issued serving certificate"]
         out.material = m
         return out
-    if m.ca.cert_pem not in bundle:
-        bundle += m.ca.cert_pem
-    if force or remaining(m.ca.cert_pem, now) < renew_before:
+    ca = m.ca  # the store's CA from here on (m is rebound only on paths that return)
+    if ca.cert_pem not in bundle:
+        bundle += ca.cert_pem
+    if force or remaining(ca.cert_pem, now) < renew_before:
         new_ca = create_ca("migops-webhook-ca", valid_for=ca_validity)
         bundle += new_ca.cert_pem
         publish(bundle)
-        store.save(Material(m.ca, m.serving, bundle))
+        store.save(Material(ca, m.serving, bundle))
         out.steps.append(f"new CA; published bundle ({len(certificates(bundle))} CAs)")
         settle()
         m = Material(new_ca, issue(new_ca), bundle)
@@ -193,7 +194,7 @@ def rotate(
     dns, ips = _sans(m.serving.cert_pem) if m.serving else (set(), set())
     stale = (
         m.serving is None
-        or not _signed_by(m.serving.cert_pem, m.ca.cert_pem)
+        or not _signed_by(m.serving.cert_pem, ca.cert_pem)
         or remaining(m.serving.cert_pem, now) < renew_before
         or dns != set(dns_names)
         or ips != {str(i) for i in ip_addresses}
@@ -202,17 +203,17 @@ def rotate(
         publish(bundle)
         out.steps.append(f"published bundle ({len(certificates(bundle))} CAs)")
     if stale:
-        m = Material(m.ca, issue(m.ca), bundle)
+        m = Material(ca, issue(ca), bundle)
         store.save(m)
         out.steps.append("issued serving certificate")
     else:
-        current = [c for c in certificates(bundle) if c.public_bytes(Encoding.PEM) == m.ca.cert_pem]
+        current = [c for c in certificates(bundle) if c.public_bytes(Encoding.PEM) == ca.cert_pem]
         if len(certificates(bundle)) > len(current):
-            bundle = m.ca.cert_pem  # the served certificate comes from the current CA: older ones can go
+            bundle = ca.cert_pem  # the served certificate comes from the current CA: older ones can go
             publish(bundle)
             out.steps.append("dropped old CAs from the bundle")
         if bundle != m.bundle:
-            m = Material(m.ca, m.serving, bundle)
+            m = Material(ca, m.serving, bundle)
             store.save(m)
     out.material = m
     return out

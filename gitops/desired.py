@@ -57,7 +57,7 @@ class FitCache:
         self._size = size
         self._items: OrderedDict[tuple, Fit] = OrderedDict()
 
-    def fit(self, spec: RepoSpec, config: str, gpus: NodeGpus | None, strategy: str) -> Fit:
+    def fit(self, spec: RepoSpec, config: str, gpus: NodeGpus | None, strategy: str | None) -> Fit:
         """The config on these GPUs (None: the catalogue) under the strategy."""
         # By the entries as parsed, not the digest: the digest is what the node sees, and two spellings
         # with one digest (`devices: [1, 1]` and `[1]`) get different verdicts.
@@ -73,6 +73,8 @@ class FitCache:
             reports = (
                 Reports(catalogue=lambda c, n, s: self.fit(spec, n, None, s).report) if gpus is not None else DIRECT
             )
+            # arg-type: MigSettings.strategy is the ClusterPolicy's spec.mig.strategy as read, a str not
+            # narrowed to Strategy (the webhook denies other values; without it, one can reach here).
             found = self._items[key] = fit(spec.config, config, gpus, strategy, reports)  # type: ignore[arg-type]
             if len(self._items) > self._size:
                 self._items.popitem(last=False)

@@ -46,7 +46,7 @@ class RepoProblem:
     def __str__(self) -> str:
         return f"{self.file}: {self.problem}"
 
-    def as_dict(self) -> dict[str, str]:
+    def as_dict(self) -> dict[str, object]:  # Problem.as_dict's, with line and column (ints) when known
         return {"file": self.file, **self.problem.as_dict()}
 
 

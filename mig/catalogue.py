@@ -7,6 +7,7 @@ import json
 from dataclasses import dataclass, field
 from functools import cache, lru_cache
 from importlib import resources
+from typing import Literal, NotRequired, TypedDict, cast
 
 from migops.mig.devices import DeviceId, DeviceIdSyntaxError, parse_device_id
 from migops.mig.profile import MigProfile, parse_profile
@@ -19,6 +20,68 @@ class UnknownGpuError(LookupError):
 
 ENGINE_KINDS = ("copy", "decoder", "encoder", "jpeg", "ofa")
 ENGINE_NAMES = {"copy": "copy engine", "decoder": "decoder", "encoder": "encoder", "jpeg": "JPEG decoder", "ofa": "OFA"}
+
+
+# The data file's shape, as mig/data/gpus.schema.json describes it (tests/mig/test_catalogue.py checks
+# the packaged file against that schema; nothing else is ever loaded here).
+class RawEngines(TypedDict):
+    copy: int
+    decoder: int
+    encoder: int
+    jpeg: int
+    ofa: int
+
+
+class RawProfile(TypedDict):
+    name: str
+    c: int
+    m: int
+    max: int
+    starts: list[int]
+    sms: int | None
+    memory_mib: int | None
+    engines: RawEngines | None
+    nvml: int | None
+    smi: int | None
+    aliases: NotRequired[list[str]]
+    inferred: NotRequired[list[str]]
+
+
+class RawTable(TypedDict):
+    compute_slices: int
+    memory_slices: int
+    naming_memory_gib: int
+    engines: RawEngines | None
+    inferred: list[str]
+    profiles: list[RawProfile]
+
+
+class RawGpu(TypedDict):
+    device_id: str
+    name: str
+    product: str
+    table: str  # a key of RawCatalogue.profile_tables
+    architecture: str
+    compute_capability: str
+    memory_mib: int
+    inferred: NotRequired[list[str]]
+    in_default_config: NotRequired[bool]
+
+
+class RawNonMigGpu(TypedDict):
+    device_id: str
+    name: str
+    product: str
+    architecture: str
+    compute_capability: str
+    inferred: NotRequired[list[str]]
+
+
+class RawCatalogue(TypedDict):
+    schema_version: Literal[1]
+    profile_tables: dict[str, RawTable]
+    gpus: list[RawGpu]
+    non_mig_gpus: list[RawNonMigGpu]
 
 
 @dataclass(frozen=True)
@@ -72,7 +135,7 @@ class ProfileTable:
     inferred: tuple[str, ...]
     engines: Engines | None = None  # the whole GPU's, shared by its instances; None: unknown
     # (G, GB, attributes, negative) -> (profile, matched by alias): mig-parted's Matches() as a lookup.
-    index: dict = field(default_factory=dict, repr=False)
+    index: dict[GiKey, tuple[GiProfile, bool]] = field(default_factory=dict, repr=False)
 
     names: tuple[str, ...] = field(init=False, repr=False)  # the profile names, in table order
 
@@ -127,7 +190,10 @@ class GpuModel:
         return f"{self.name} ({self.device_id}{'' if self.mig_capable else ', not MIG-capable'})"
 
 
-def gi_key(profile: MigProfile) -> tuple[int, int, tuple[str, ...], bool]:
+GiKey = tuple[int, int, tuple[str, ...], bool]  # what mig-parted matches a profile string on (gi_key)
+
+
+def gi_key(profile: MigProfile) -> GiKey:
     return (profile.gpu, profile.memory_gb, profile.attributes, profile.negative)
 
 
@@ -186,10 +252,11 @@ class Catalogue:
 
 
 @cache
-def _profile_owners(cat: Catalogue) -> dict[tuple, tuple[GpuModel, ...]]:
-    owners: dict[tuple, list[GpuModel]] = {}
+def _profile_owners(cat: Catalogue) -> dict[GiKey, tuple[GpuModel, ...]]:
+    owners: dict[GiKey, list[GpuModel]] = {}
     for gpu in cat.gpus:
-        for key in gpu.table.index:
+        table = cast(ProfileTable, gpu.table)  # Catalogue.gpus are the MIG-capable models: each has one
+        for key in table.index:
             owners.setdefault(key, []).append(gpu)
     return {key: tuple(gpus) for key, gpus in owners.items()}
 
@@ -231,16 +298,17 @@ def _read_data(name: str) -> str:
     return resources.files("migops.mig").joinpath("data", name).read_text(encoding="utf-8")
 
 
-def raw_catalogue() -> dict:
+def raw_catalogue() -> RawCatalogue:
     """The data file as loaded (for the schema test and `migops gpus -o json`)."""
-    return load_yaml(_read_data("gpus.yaml"))  # type: ignore[return-value]
+    return cast(RawCatalogue, load_yaml(_read_data("gpus.yaml")))
 
 
-def catalogue_schema() -> dict:
-    return json.loads(_read_data("gpus.schema.json"))
+def catalogue_schema() -> dict[str, object]:
+    schema: dict[str, object] = json.loads(_read_data("gpus.schema.json"))  # a JSON Schema: an object
+    return schema
 
 
-def _build_table(table_id: str, raw: dict) -> ProfileTable:
+def _build_table(table_id: str, raw: RawTable) -> ProfileTable:
     profiles = tuple(
         GiProfile(
             name=p["name"],
@@ -270,7 +338,7 @@ def _build_table(table_id: str, raw: dict) -> ProfileTable:
     )
 
 
-def build_catalogue(raw: dict) -> Catalogue:
+def build_catalogue(raw: RawCatalogue) -> Catalogue:
     tables = {tid: _build_table(tid, t) for tid, t in raw["profile_tables"].items()}
     gpus = tuple(
         GpuModel(

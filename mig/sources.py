@@ -55,19 +55,22 @@ class FileContents:
     skipped: tuple[Skipped, ...] = ()
 
 
-def _object_name(obj: Mapping) -> str:
-    meta = obj.get("metadata")
-    meta = meta if isinstance(meta, Mapping) else {}
+def _mapping(value: object) -> Mapping[str, object]:
+    """A JSON object, or an empty one in place of anything else (a missing or malformed field)."""
+    return value if isinstance(value, Mapping) else {}
+
+
+def _object_name(obj: Mapping[str, object]) -> str:
+    meta = _mapping(obj.get("metadata"))
     name = meta.get("name") if isinstance(meta.get("name"), str) else ""
     namespace = meta.get("namespace")
     return f"{namespace}/{name}" if isinstance(namespace, str) and namespace and name else str(name)
 
 
-def _is_mig_configmap(obj: Mapping) -> tuple[bool, bool]:
+def _is_mig_configmap(obj: Mapping[str, object]) -> tuple[bool, bool]:
     """(holds a MIG config, is declared one): declared by name or label; held when its config.yaml
     mentions mig-configs (then it is read, and what it holds is reported, broken or not)."""
-    meta = obj.get("metadata")
-    meta = meta if isinstance(meta, Mapping) else {}
+    meta = _mapping(obj.get("metadata"))
     labels = meta.get("labels")
     declared = meta.get("name") == DEFAULT_CONFIGMAP or (
         isinstance(labels, Mapping) and labels.get(MIG_CONFIG_LABEL) == "true"
@@ -104,13 +107,10 @@ def _stream(text: str, docs: list[Document], limits: Limits) -> FileContents:
                 )
             )
             continue
-        objects: list[tuple[str, Mapping]] = [("", value)]  # type: ignore[list-item]
-        if value.get("kind") == "List" and isinstance(value.get("items"), list):  # type: ignore[union-attr]
-            objects = [
-                (index_path("items", i), item)
-                for i, item in enumerate(value["items"])  # type: ignore[index]
-                if isinstance(item, Mapping)
-            ]
+        objects: list[tuple[str, Mapping[str, object]]] = [("", value)]
+        items = value.get("items") if value.get("kind") == "List" else None
+        if isinstance(items, list):
+            objects = [(index_path("items", i), item) for i, item in enumerate(items) if isinstance(item, Mapping)]
         for prefix, obj in objects:
             loc = doc.locate(prefix) or doc.start
             kind = obj.get("kind") if isinstance(obj.get("kind"), str) else "(no kind)"

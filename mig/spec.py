@@ -18,6 +18,7 @@ import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Literal, TypeGuard
 
 from migops.mig.gcpause import paused_gc
 from migops.mig.problems import MigError, Problem, index_path, key_part, key_path
@@ -52,7 +53,7 @@ class MigConfigEntry:
     """One item of a named config: which GPUs it selects and what they should become."""
 
     path: str  # e.g. mig-configs.custom[1]
-    devices: str | tuple[int, ...]  # "all" or GPU indices
+    devices: Literal["all"] | tuple[int, ...]  # "all" or GPU indices
     device_filter: tuple[str, ...]  # raw strings: mig-parted never checks them, the validator does
     mig_enabled: bool
     mig_devices: tuple[ProfileCount, ...]
@@ -260,7 +261,7 @@ def _int_refusal(value: object) -> str:
     return f"cannot unmarshal {_json_type(value)} {_shown(value)} into Go value of type int"
 
 
-def _parse_devices(ctx: _Context, value: object, path: str) -> str | tuple[int, ...]:
+def _parse_devices(ctx: _Context, value: object, path: str) -> Literal["all"] | tuple[int, ...]:
     if isinstance(value, str):
         if value != "all":  # rule 8
             ctx.error(
@@ -341,7 +342,7 @@ def _parse_mig_devices(ctx: _Context, value: object, path: str) -> tuple[Profile
     seen = ctx.counts
     for key, count in value.items():
         if ctx.plain and type(count) is int:
-            known = seen.get((key, count))  # type: ignore[arg-type]
+            known = seen.get((key, count))
             if known is not None:
                 items.append(known)
                 continue
@@ -539,21 +540,23 @@ def parse_config_object(doc: object) -> MigPartedConfig:
 # ConfigMap manifests and the config text inside them
 
 
-def is_kubernetes_object(value: object) -> bool:
-    """A mapping with apiVersion and kind: a manifest, not a bare mig-parted config."""
+def is_kubernetes_object(value: object) -> TypeGuard[Mapping[str, object]]:
+    """A mapping with apiVersion and kind: a manifest, not a bare mig-parted config.
+
+    Called on JSON values (a Document's), whose mappings have string keys."""
     return (
         isinstance(value, Mapping) and isinstance(value.get("kind"), str) and isinstance(value.get("apiVersion"), str)
     )
 
 
-def is_configmap(doc: object) -> bool:
-    return is_kubernetes_object(doc) and doc.get("kind") == "ConfigMap"  # type: ignore[union-attr]
+def is_configmap(doc: object) -> TypeGuard[Mapping[str, object]]:
+    return is_kubernetes_object(doc) and doc.get("kind") == "ConfigMap"
 
 
 _PAYLOAD = key_path("data", CONFIGMAP_KEY)
 
 
-def configmap_payload(doc: Mapping) -> str:
+def configmap_payload(doc: Mapping[str, object]) -> str:
     """The config text inside a ConfigMap manifest (key `config.yaml`); MigError if there is none."""
     data = doc.get("data")
     if not isinstance(data, Mapping) or CONFIGMAP_KEY not in data:
@@ -609,7 +612,7 @@ def _payload_of(value: object, prefix: str) -> str | None:
     obj = value
     if prefix:  # an item of a List: items[i]
         index = int(prefix[prefix.rindex("[") + 1 : -1])
-        obj = value.get("items", [])[index] if isinstance(value, Mapping) else None  # type: ignore[union-attr]
+        obj = value.get("items", [])[index] if isinstance(value, Mapping) else None
     if not isinstance(obj, Mapping):
         return None
     data = obj.get("data")
@@ -628,7 +631,7 @@ def _shifted(
 
 
 def parse_embedded(
-    text: str, manifest: Document, obj: Mapping, prefix: str = "", limits: Limits = DEFAULT_LIMITS
+    text: str, manifest: Document, obj: Mapping[str, object], prefix: str = "", limits: Limits = DEFAULT_LIMITS
 ) -> MigPartedConfig:
     """The config inside a ConfigMap object of `manifest` (at `prefix`: "" or `items[i]` of a List),
     with every location given in the whole file `text`."""
@@ -675,5 +678,5 @@ def parse_config(text: str | bytes, limits: Limits = DEFAULT_LIMITS) -> MigParte
     doc = read_first(text, limits)
     if is_configmap(doc.value):
         source = text if isinstance(text, str) else text.decode("utf-8")  # read_first checked it is UTF-8
-        return parse_embedded(source, doc, doc.value, "", limits)  # type: ignore[arg-type]
+        return parse_embedded(source, doc, doc.value, "", limits)
     return decode_document(doc)

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Literal, NamedTuple
 
 from migops.mig.catalogue import ENGINE_NAMES, Catalogue, GiProfile, GpuModel, ProfileTable, catalogue, gi_key
-from migops.mig.devices import DeviceIdSyntaxError, parse_device_id
+from migops.mig.devices import DeviceId, DeviceIdSyntaxError, parse_device_id
 from migops.mig.gcpause import paused_gc
 from migops.mig.placement import Placement, place
 from migops.mig.problems import Problem, Severity, index_path, key_path
@@ -147,7 +147,7 @@ _Batch = tuple[Sequence[_Finding], Sequence[GpuModel] | None]
 
 def _merge(batches: Sequence[_Batch]) -> list[_Merged]:
     """One problem per (path, rule, message); the GPUs it was seen on are named once, in order."""
-    gpus: dict[tuple[str, str, object, str], tuple[Message, list[str]]] = {}
+    gpus: dict[tuple[str, str, object, Severity], tuple[Message, list[str]]] = {}
     for found, members in batches:
         for f in found:
             key = (f.path, f.rule, _identity(f.message), f.severity)
@@ -176,7 +176,7 @@ def _render(merged: Sequence[_Merged], prefix: str) -> list[Problem]:
             rule,
             head + (message.render(prefix) if isinstance(message, _PathMessage) else str(message)),
             severity,
-        )  # type: ignore[arg-type]
+        )
         for path, rule, head, message, severity in merged
     ]
 
@@ -196,8 +196,18 @@ def _gpus(indices: Sequence[int]) -> str:
     return f"GPU {_ranges(indices)}" if len(indices) == 1 else f"GPUs {_ranges(indices)}"
 
 
+def _table(gpu: GpuModel) -> ProfileTable:
+    """The profile table of a GPU the caller knows can do MIG (a catalogue model, or one past a
+    `mig_capable` check)."""
+    table = gpu.table
+    assert table is not None, f"{gpu.name} cannot do MIG"
+    return table
+
+
 # --------------------------------------------------------------------------------------------------
 # Entry-level checks (independent of the GPU). Repeated findings of one kind merge into one line.
+
+_GiKey = tuple[int, int, tuple[str, ...], bool]  # what `gi_key` makes of a profile
 
 
 @dataclass(frozen=True)
@@ -206,16 +216,18 @@ class _Entry:
 
     raw: MigConfigEntry
     path: str  # relative to the config's path (see above)
-    filters: tuple  # parsed DeviceIds (unparseable ones dropped: they match nothing, as in mig-parted)
+    filters: tuple[DeviceId, ...]  # parsed DeviceIds (unparseable ones dropped: they match nothing, as in mig-parted)
     indices: frozenset[int] | None  # None: devices: all
     # Device IDs the filter names; None without a filter. Catalogue GPUs carry no subsystem ID, so a
     # filter with a subsystem part is taken to match its device (see docs/config-rules.md).
     primaries: frozenset[str] | None = None
-    items: tuple = ()  # the mig-devices as (key, count) pairs: what the geometry depends on
-    counts: dict = field(default_factory=dict)  # raw.profile_counts(), for comparing entries
-    gi_keys: tuple = ()  # what each profile name is looked up by in a profile table
-    resolved: dict = field(default_factory=dict, compare=False)  # table id -> unresolved_on(): computed once
-    geometries: dict = field(default_factory=dict, compare=False)  # table id -> _Geometry (from the context)
+    items: tuple[tuple[str, int], ...] = ()  # the mig-devices as (key, count) pairs: what the geometry depends on
+    counts: dict[MigProfile, int] = field(default_factory=dict)  # raw.profile_counts(), for comparing entries
+    gi_keys: tuple[_GiKey, ...] = ()  # what each profile name is looked up by in a profile table
+    # table id -> unresolved_on(): computed once
+    resolved: dict[str, int] = field(default_factory=dict, compare=False)
+    # table id -> _Geometry (from the context)
+    geometries: dict[str, _Geometry] = field(default_factory=dict, compare=False)
 
     def selects(self, index: int, gpu: GpuModel) -> bool:
         if self.indices is not None and index not in self.indices:
@@ -224,7 +236,7 @@ class _Entry:
 
     def resolves_on(self, gpu: GpuModel) -> bool:
         """Cheap pre-check: every profile name of the entry exists (or is an alias) on this GPU."""
-        return self.unresolved_on(gpu.table) == 0
+        return self.unresolved_on(_table(gpu)) == 0
 
     def unresolved_on(self, table: ProfileTable) -> int:
         """How many of the entry's profile names the table lacks (computed once per table)."""
@@ -236,7 +248,7 @@ class _Entry:
 
 
 def _prepare_entry(entry: MigConfigEntry, path: str, cat: Catalogue, out: list[_Finding]) -> _Entry:
-    filters = []
+    filters: list[DeviceId] = []
     filter_path = key_path(path, "device-filter")
     for i, text in enumerate(entry.device_filter):
         item_path = index_path(filter_path, i) if len(entry.device_filter) > 1 else filter_path
@@ -263,7 +275,7 @@ def _prepare_entry(entry: MigConfigEntry, path: str, cat: Catalogue, out: list[_
             )
         filters.append(device)
     indices = None
-    if entry.devices != "all":
+    if not isinstance(entry.devices, str):  # a str is "all" (the parser makes nothing else)
         devices_path = key_path(path, "devices")
         seen: set[int] = set()
         negative: list[tuple[int, int]] = []  # (position, value)
@@ -370,7 +382,7 @@ def _did_you_mean(profile: MigProfile, gpu: GpuModel, cat: Catalogue) -> str:
     7g.79gb vs 7g.80gb), then the same G, then the nearest in G and memory."""
     names = [p.name for p in gpu.profiles]
 
-    def distance(gi: GiProfile) -> tuple:
+    def distance(gi: GiProfile) -> tuple[bool, int, int, int]:
         p = gi.profile
         return (
             p.attributes != profile.attributes or p.negative != profile.negative,
@@ -416,7 +428,8 @@ def _packed(layout: Sequence[Placement], wanted: dict[GiProfile, dict[int, int]]
     }
     out: list[tuple[Placement, tuple[int, ...]]] = []
     for placement in sorted(layout):
-        queue, room, mine = queues[placement.profile], by_name[placement.profile].compute_slices, []
+        mine: list[int] = []
+        queue, room = queues[placement.profile], by_name[placement.profile].compute_slices
         while queue and (queue[0] <= room or not mine):
             room -= queue[0]
             mine.append(queue.pop(0))
@@ -491,7 +504,7 @@ def _geometry(entry: _Entry, gpu: GpuModel, ctx: _Context) -> _Geometry:
             errors = True
     if errors:
         return _Geometry(tuple(findings), None, ())
-    layout = place(gpu.table, request)
+    layout = place(_table(gpu), request)
     if layout is None:
         findings.append(_Finding(devices_path, "placement-infeasible", _why_infeasible(gpu, request), gpu=_MODEL))
         return _Geometry(tuple(findings), None, ())
@@ -531,7 +544,7 @@ def _over_budget(gpu: GpuModel, request: dict[GiProfile, int]) -> str | None:
     One mechanism for every engine: it is also what limits media extensions, since a GPU has one OFA
     that each +me instance takes, and +me.all takes every media engine (RTX PRO 6000: only -me
     instances, which take none, fit beside it)."""
-    budget = gpu.table.engines
+    budget = _table(gpu).engines
     wanted = [(gi, count) for gi, count in request.items() if count]
     if budget is None or any(gi.engines is None for gi, _ in wanted):
         return None
@@ -556,7 +569,7 @@ def _over_budget(gpu: GpuModel, request: dict[GiProfile, int]) -> str | None:
 
 
 def _why_infeasible(gpu: GpuModel, request: dict[GiProfile, int]) -> str:
-    table = gpu.table
+    table = _table(gpu)
     wanted = " + ".join(f"{c} x {gi.name}" for gi, c in request.items())
     memory = sum(gi.memory_slices * c for gi, c in request.items())
     compute = sum(gi.compute_slices * c for gi, c in request.items())
@@ -572,7 +585,8 @@ def _why_infeasible(gpu: GpuModel, request: dict[GiProfile, int]) -> str:
 # A whole node.
 
 
-class _GpuOutcome(NamedTuple):
+@dataclass(frozen=True, slots=True)
+class _GpuOutcome:  # not a NamedTuple: its field `index` would shadow tuple.index
     """A GpuResult before its entry path is made absolute."""
 
     index: int
@@ -685,11 +699,11 @@ def _strategy_findings(
                 )
             )
         return findings
-    empty: dict[tuple[str, str], list[int]] = {}  # (entry path, model) -> GPU indices
+    idle: dict[tuple[str, str], list[int]] = {}  # (entry path, model) -> GPU indices without MIG devices
     for r in enabled:
         if not r.mig_devices:
-            empty.setdefault((entry_paths[r.index], r.gpu.name), []).append(r.index)
-    for (path, gpu), indices in empty.items():
+            idle.setdefault((entry_paths[r.index], r.gpu.name), []).append(r.index)
+    for (path, gpu), indices in idle.items():
         findings.append(
             _Finding(
                 path,
@@ -823,6 +837,10 @@ def _config_findings(name: str) -> list[Problem]:
 # Catalogue mode: a config on every model it can apply to.
 
 
+# A group of models in catalogue mode, judged: (members, findings, errors).
+_Loose = tuple[list[GpuModel], list[_Finding], int]
+
+
 def _against_catalogue(
     config_path: str, entries: Sequence[_Entry], findings: list[_Finding], ctx: _Context
 ) -> tuple[list[_Batch], tuple[GpuModel, ...]]:
@@ -869,19 +887,20 @@ def _against_catalogue(
     # Models with the same profile table that the same entries select behave identically: evaluate
     # one of them and credit the findings to all. Which entries select a GPU index depends only on
     # which entries' filters admit the model, so selections are shared between such groups.
-    groups: dict[tuple, list[GpuModel]] | list[tuple[tuple, list[GpuModel]]]
+    # ((table id, or device ID without a table; indices of the entries selecting), members)
+    groups: list[tuple[tuple[str, tuple[int, ...]], list[GpuModel]]]
     if not filtered_paths:
         everything = tuple(range(len(entries)))
         groups = [((table_id, everything), members) for table_id, members in ctx.table_groups]
     else:
-        groups = {}
+        by_selection: dict[tuple[str, tuple[int, ...]], list[GpuModel]] = {}
         for gpu in models:
             selecting = tuple(i for i, e in enumerate(entries) if e.primaries is None or gpu.device_id in e.primaries)
             table = gpu.table.id if gpu.table is not None else gpu.device_id
-            groups.setdefault((table, selecting), []).append(gpu)
-        groups = list(groups.items())
+            by_selection.setdefault((table, selecting), []).append(gpu)
+        groups = list(by_selection.items())
     selections: dict[tuple[int, ...], _Selection] = {}
-    loose: list[tuple[list[GpuModel], list[_Finding], int]] = []
+    loose: list[_Loose] = []
 
     def select(selecting: tuple[int, ...], members: list[GpuModel]) -> _Selection:
         selection = selections.get(selecting)
@@ -889,7 +908,7 @@ def _against_catalogue(
             selection = selections[selecting] = _select(entries, [members[0]] * size)
         return selection
 
-    def evaluate(selecting: tuple[int, ...], members: list[GpuModel]) -> tuple | None:
+    def evaluate(selecting: tuple[int, ...], members: list[GpuModel]) -> _Loose | None:
         """Judge the group; record fits and pinned findings; return its (members, findings, errors)."""
         node_findings, _, errors = _evaluate_node(
             config_path, entries, select(selecting, members), [members[0]] * size, strategy, False, ctx
@@ -923,7 +942,7 @@ def _against_catalogue(
         # whose unknown profiles alone outnumber the fewest errors seen cannot be shown: it is skipped.
         # Groups are judged from the smallest such bound up, and kept in their own order.
         def bound(selecting: tuple[int, ...], members: list[GpuModel]) -> int:
-            selection, table, total = select(selecting, members), members[0].table, 0
+            selection, table, total = select(selecting, members), _table(members[0]), 0
             for index in range(size):
                 chosen = selection.chosen[index]
                 if chosen:
@@ -934,7 +953,7 @@ def _against_catalogue(
 
         bounds = [bound(selecting, members) for selecting, members in deferred]
         fewest = min((errors for _, _, errors in loose), default=None)
-        judged: dict[int, tuple | None] = {}
+        judged: dict[int, _Loose | None] = {}
         for position in sorted(range(len(deferred)), key=bounds.__getitem__):
             if fewest is not None and bounds[position] > fewest:
                 break
@@ -1012,7 +1031,11 @@ class _Verdict:
     fits: tuple[GpuModel, ...]
 
 
-def _entry_key(entry: MigConfigEntry) -> tuple:
+# (devices, device-filter, mig-enabled, mig-devices as (key, count) pairs)
+_EntryKey = tuple[str | tuple[int, ...], tuple[str, ...], bool, tuple[tuple[str, int], ...]]
+
+
+def _entry_key(entry: MigConfigEntry) -> _EntryKey:
     """What an entry's verdict depends on (a profile is a function of its key)."""
     return (
         entry.devices if isinstance(entry.devices, str) else tuple(entry.devices),
@@ -1033,31 +1056,35 @@ class _Context:
         self.node = tuple(node) if node else None
         self.strategy = strategy
         self.only = only  # catalogue mode on this one (MIG-capable) model
-        self._verdicts: dict[tuple, _Verdict] = {}
-        self._geometries: dict[tuple, _Geometry] = {}
-        self._hints: dict[tuple, _Lazy] = {}
-        self._items: dict[tuple, dict[str, _Item]] = {}
+        # (root, entry paths or their number, entry keys) -> verdict: see `report`
+        self._verdicts: dict[tuple[str, tuple[str, ...] | int, tuple[_EntryKey, ...]], _Verdict] = {}
+        # (entry path, entry items, table id) -> geometry
+        self._geometries: dict[tuple[str, tuple[tuple[str, int], ...], str], _Geometry] = {}
+        self._hints: dict[tuple[str, tuple[str, ...]], _Lazy] = {}  # (key, the table's profile names)
+        self._items: dict[tuple[str, str], dict[str, _Item]] = {}  # (mig-devices path, table id) -> key -> item
         # Catalogue models grouped by profile table, in catalogue order (what an unfiltered config sees).
         tables: dict[str, list[GpuModel]] = {}
         for gpu in cat.gpus:
-            tables.setdefault(gpu.table.id, []).append(gpu)
-        self.table_groups = list(tables.items()) if only is None else [(only.table.id, [only])]
+            tables.setdefault(_table(gpu).id, []).append(gpu)
+        self.table_groups = list(tables.items()) if only is None else [(_table(only).id, [only])]
 
     def geometry(self, entry: _Entry, gpu: GpuModel) -> _Geometry:
-        found = entry.geometries.get(gpu.table.id)
+        table_id = _table(gpu).id
+        found = entry.geometries.get(table_id)
         if found is None:
-            key = (entry.path, entry.items, gpu.table.id)
+            key = (entry.path, entry.items, table_id)
             found = self._geometries.get(key)
             if found is None:
                 found = self._geometries[key] = _geometry(entry, gpu, self)
-            entry.geometries[gpu.table.id] = found
+            entry.geometries[table_id] = found
         return found
 
     def resolver(self, devices_path: str, gpu: GpuModel) -> Callable[[ProfileCount], _Item]:
         """Resolve the keys of one mig-devices map on one GPU model, each key once per call."""
-        cache = self._items.get((devices_path, gpu.table.id))
+        table_id = _table(gpu).id
+        cache = self._items.get((devices_path, table_id))
         if cache is None:
-            cache = self._items[(devices_path, gpu.table.id)] = {}
+            cache = self._items[(devices_path, table_id)] = {}
 
         def resolve(item: ProfileCount) -> _Item:
             found = cache.get(item.key)
@@ -1069,7 +1096,7 @@ class _Context:
 
     def did_you_mean(self, item: ProfileCount, gpu: GpuModel) -> _Lazy:
         # Keyed by what the text depends on, so equal hints are one object (see `_identity`).
-        key = (item.key, gpu.table.names)
+        key = (item.key, _table(gpu).names)
         found = self._hints.get(key)
         if found is None:
             cat = self.cat  # not `self`: the hint must not refer back to the context (no reference cycle)

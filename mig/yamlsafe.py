@@ -31,7 +31,7 @@ import struct
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from decimal import Decimal
-from typing import NamedTuple
+from typing import Any, NamedTuple, Protocol
 
 import yaml
 
@@ -102,7 +102,17 @@ class _Pos(NamedTuple):
     column: int
 
 
-def _fail(rule: str, message: str, path: str = "", pos: _Pos | None = None) -> MigError:
+class _Mark(Protocol):
+    """What the reader uses of a position: a libyaml mark (C or pure-Python parser) or a _Pos."""
+
+    @property
+    def line(self) -> int: ...  # 0-based
+
+    @property
+    def column(self) -> int: ...  # 0-based
+
+
+def _fail(rule: str, message: str, path: str = "", pos: _Mark | None = None) -> MigError:
     """An error at `pos`: a libyaml mark or a _Pos (0-based line and column)."""
     if pos is None:
         return MigError([Problem(path, rule, message, "error")])
@@ -410,6 +420,9 @@ def to_json_value(value: object) -> object:
 
 _EV_SCALAR, _EV_SEQ, _EV_MAP, _EV_ALIAS = 0, 1, 2, 3
 _EV_END = (4,)
+# The items after the kind depend on the kind, and mypy cannot narrow a tuple by its first item: they are
+# Any, and the code names their types where it takes them out (`text: str = ev[2]`).
+_Event = tuple[Any, ...]
 _NULLS = frozenset(("", "~", "null", "Null", "NULL"))
 _BLOCK = ("|", ">")
 
@@ -434,7 +447,7 @@ class LocationIndex(Mapping[str, Location]):
 
     __slots__ = ("_raw", "_lines", "_columns", "_pin")
 
-    def __init__(self, raw: Mapping[str, _Pos], lines: int = 1, columns: int = 1, pin: Location | None = None) -> None:
+    def __init__(self, raw: Mapping[str, _Mark], lines: int = 1, columns: int = 1, pin: Location | None = None) -> None:
         self._raw = raw
         self._lines = lines  # added to the 0-based line
         self._columns = columns
@@ -495,13 +508,15 @@ class _Composer:
 
     def _event(self) -> yaml.Event:
         try:
-            return self.loader.get_event()
+            event: yaml.Event = self.loader.get_event()  # not None: nothing reads past the stream's end
+            return event
         except yaml.YAMLError as exc:
             raise _syntax(exc, self.text) from None
 
     def _peek(self) -> yaml.Event:
         try:
-            return self.loader.peek_event()
+            event: yaml.Event = self.loader.peek_event()  # not None: nothing peeks past the stream's end
+            return event
         except yaml.YAMLError as exc:
             raise _syntax(exc, self.text) from None
 
@@ -519,6 +534,7 @@ class _Composer:
             if not self.has_document():
                 return None
             start = self._peek().start_mark
+            assert start is not None  # libyaml marks every event
             while True:
                 event = self._event()
                 if isinstance(event, yaml.StreamEndEvent):
@@ -540,7 +556,7 @@ class _Composer:
             p = exc.problems[0]
             return Location(p.line or 1, p.column or 1)
 
-    def document(self) -> tuple[Iterator[tuple], list[tuple]]:
+    def document(self) -> tuple[Iterator[_Event], list[_Event]]:
         """The next document's events (an empty document is a null scalar) and the tape its anchors'
         events go to."""
         start = self._event()
@@ -552,19 +568,19 @@ class _Composer:
                 f"{version[0]}.{version[1]}; mig-parted reads only YAML 1.1)",
                 pos=start.start_mark,
             )
-        tape: list[tuple] = []
+        tape: list[_Event] = []
         self.failed = self.draining = False
         self._recording = []
         return self._events(tape, self._recording), tape
 
-    def drain(self, events: Iterator[tuple]) -> None:
+    def drain(self, events: Iterator[_Event]) -> None:
         """Read the rest of a document whose decoding failed: raises its first error of composing, if any."""
         self.draining = True
         self._recording.clear()
         for _ in events:
             pass
 
-    def _events(self, tape: list[tuple], recording: list[tuple[_Anchor, int]]) -> Iterator[tuple]:
+    def _events(self, tape: list[_Event], recording: list[tuple[_Anchor, int]]) -> Iterator[_Event]:
         """The document's events as tuples; those of anchored nodes also go to the tape (`recording`:
         the anchored nodes not yet ended, with their depth)."""
         get = self.loader.get_event
@@ -582,7 +598,7 @@ class _Composer:
                     mark = event.start_mark
                     if depth >= max_depth:
                         raise _fail("yaml-too-deep", f"document is nested deeper than {max_depth} levels", pos=mark)
-                    out: tuple = (_EV_SCALAR, mark, event.value, event.tag or "", event.implicit[0], event.style or "")
+                    out: _Event = (_EV_SCALAR, mark, event.value, event.tag or "", event.implicit[0], event.style or "")
                     if event.anchor is not None:  # a later anchor of the same name replaces it, as in go-yaml
                         anchor = anchors[event.anchor] = _Anchor(len(tape))
                         if not self.draining:
@@ -641,7 +657,7 @@ def _allowed_alias_ratio(count: int) -> float:
     return 0.99 - 0.89 * (count - 400_000) / 3_600_000
 
 
-Next = Callable[[], tuple]  # the next event of the node being decoded (from the parser, or replayed)
+Next = Callable[[], _Event]  # the next event of the node being decoded (from the parser, or replayed)
 
 
 class _Decoder:
@@ -651,7 +667,7 @@ class _Decoder:
     counts towards go-yaml's alias ratio; a node's path is made once, for its location and for any
     problem or surprise found on it."""
 
-    def __init__(self, limits: Limits, left: int, tape: list[tuple]) -> None:
+    def __init__(self, limits: Limits, left: int, tape: list[_Event]) -> None:
         self.max_depth = limits.max_depth
         self.max_nodes = limits.max_nodes
         self.left = left  # nodes the input may still decode
@@ -661,13 +677,13 @@ class _Decoder:
         self.slow = False  # within an alias, or past 100 aliased nodes: every node takes the full check
         self.active: set[int] = set()  # aliases being expanded (go-yaml refuses one met inside itself)
         self.tape = tape
-        self.locations: dict[str, _Pos] = {}
+        self.locations: dict[str, _Mark] = {}
         self.surprises: dict[str, Scalar] = {}
         self.strings: dict[str, tuple[int, int, str]] = {}
         self.non_finite: list[str] = []
         self.parts: dict[str, str] = {}  # JSON key -> how a path spells it
 
-    def _tick(self, pos: _Pos) -> None:
+    def _tick(self, pos: _Mark) -> None:
         self.left -= 1
         count = self.base - self.left
         if self.alias_depth:
@@ -683,7 +699,7 @@ class _Decoder:
                 pos=pos,
             )
 
-    def _enter(self, alias: tuple, path: str) -> None:
+    def _enter(self, alias: _Event, path: str) -> None:
         """Start expanding an alias (go-yaml refuses an alias met again while its own value is decoded)."""
         if id(alias) in self.active:
             raise _fail("yaml-syntax", f"not valid YAML: anchor '{alias[2]}' value contains itself", path, alias[1])
@@ -691,7 +707,7 @@ class _Decoder:
         self.alias_depth += 1
         self.slow = True
 
-    def _leave(self, alias: tuple) -> None:
+    def _leave(self, alias: _Event) -> None:
         self.alias_depth -= 1
         self.active.discard(id(alias))
         self.slow = self.alias_depth > 0 or self.alias_count > 100
@@ -700,7 +716,7 @@ class _Decoder:
         end = len(self.tape) if anchor.end is None else anchor.end
         return iter(self.tape[anchor.start : end]).__next__
 
-    def scalar(self, ev: tuple, path: str) -> tuple[str, object]:
+    def scalar(self, ev: _Event, path: str) -> tuple[str, object]:
         """(resolved tag, value) of a scalar, as go-yaml decodes it into interface{}."""
         text: str = ev[2]
         tag: str = ev[3]
@@ -725,7 +741,7 @@ class _Decoder:
                 ) from None
         return rtag, value
 
-    def scalar_value(self, ev: tuple, path: str) -> object:
+    def scalar_value(self, ev: _Event, path: str) -> object:
         """A scalar's JSON value; how it was written is noted where it reads otherwise."""
         text: str = ev[2]
         if not ev[3]:  # no tag: the common cases first
@@ -765,7 +781,7 @@ class _Decoder:
             self.strings[path] = (ev[1].line + 1, ev[1].column + 1, style)
         return value if isinstance(value, str) else text
 
-    def node(self, ev: tuple, nxt: Next, path: str, depth: int) -> object:
+    def node(self, ev: _Event, nxt: Next, path: str, depth: int) -> object:
         """The value of the node whose first event is `ev`; `nxt` gives the events after it."""
         if self.slow or self.left <= 0:
             self._tick(ev[1])
@@ -825,7 +841,7 @@ class _Decoder:
                 continue
             append(self.node(ev, nxt, item_path, depth))
 
-    def _key(self, kev: tuple, path: str) -> tuple[object, str, tuple]:
+    def _key(self, kev: _Event, path: str) -> tuple[object, str, _Event]:
         """A mapping key decoded into interface{}: (Go key, JSON key, the scalar it came from). The Go
         key is the string itself, or (type letter, value) for a bool, int or float."""
         if self.slow or self.left <= 0:
@@ -886,7 +902,7 @@ class _Decoder:
     ) -> None:
         """Decode a mapping's pairs into `out` in document order; `owners` maps each JSON key of `out` to
         (Go key, set by the outer mapping itself) so collisions and merge overrides can be told."""
-        seen: dict[object, tuple] = {}
+        seen: dict[object, _Event] = {}
         locations = self.locations
         parts = self.parts
         depth += 1
@@ -965,7 +981,7 @@ class _Decoder:
 
     def merge(
         self,
-        vev: tuple,
+        vev: _Event,
         nxt: Next,
         path: str,
         depth: int,
@@ -988,7 +1004,7 @@ class _Decoder:
                 raise want_map()
             self._merge_alias(vev, path, depth, out, owners)
         elif kind == _EV_SEQ:
-            items: list[tuple[tuple, list[tuple] | None]] = []
+            items: list[tuple[_Event, list[_Event] | None]] = []
             while True:  # every item is checked before any is merged
                 item = nxt()
                 if item is _EV_END:
@@ -1009,7 +1025,7 @@ class _Decoder:
             raise want_map()
 
     def _merge_alias(
-        self, alias: tuple, path: str, depth: int, out: dict[str, object], owners: dict[str, tuple[object, bool]]
+        self, alias: _Event, path: str, depth: int, out: dict[str, object], owners: dict[str, tuple[object, bool]]
     ) -> None:
         self._tick(alias[1])
         self._enter(alias, path)
@@ -1021,9 +1037,9 @@ class _Decoder:
             self._leave(alias)
 
 
-def _rest_of_node(nxt: Next) -> list[tuple]:
+def _rest_of_node(nxt: Next) -> list[_Event]:
     """The events after a container's start, through its end."""
-    events: list[tuple] = []
+    events: list[_Event] = []
     level = 0
     while True:
         ev = nxt()

@@ -86,7 +86,8 @@ def _api_message(exc: ApiException) -> str:
 def _retry_after(exc: BaseException) -> float | None:
     headers = getattr(exc, "headers", None) or {}
     try:
-        return float(headers.get("Retry-After")) if headers.get("Retry-After") else None
+        value = headers.get("Retry-After")
+        return float(value) if value else None
     except (TypeError, ValueError):
         return None
 

@@ -21,7 +21,7 @@ import threading
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from kubernetes import client as k8s
 
@@ -240,7 +240,8 @@ class Reconciler:
 
     def _on_node(self, kind: str, obj: dict[str, Any]) -> None:
         meta = obj.get("metadata") or {}
-        name, labels = meta.get("name"), meta.get("labels") or {}
+        # A Node the informer reports always has its name.
+        name, labels = cast(str, meta.get("name")), meta.get("labels") or {}
         state = labels.get(MIG_CONFIG_STATE_LABEL)
         if name in self.memory.awaiting and state is not None and state != STATE_SUCCESS:
             self.memory.awaiting.discard(name)  # mig-manager has picked the new label up

@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
-from typing import Any
+from typing import Any, cast
 
 from migops.gitops.desired import DesiredState, NodeTarget
 from migops.kube.names import (
@@ -206,7 +206,7 @@ def config_state(obj: Mapping[str, Any]) -> NodeConfigState:
     labels = meta.get("labels") or {}
     annotations = meta.get("annotations") or {}
     return NodeConfigState(
-        meta.get("name"),
+        cast(str, meta.get("name")),  # a Node the informer lists always has its name
         labels.get(MIG_CONFIG_LABEL),
         labels.get(MIG_CONFIG_STATE_LABEL),
         annotations.get(DIGEST_ANNOTATION),
@@ -223,7 +223,7 @@ def config_state(obj: Mapping[str, Any]) -> NodeConfigState:
 class NodeStatus:
     name: str
     config: str
-    phase: str
+    phase: Phase
     state: str  # the state label, or "-"
     message: str = ""
     revision: str | None = None  # the revision that gave it its config, from the node's annotation
@@ -239,7 +239,7 @@ class Plan:
     max_unavailable: int
     unavailable: int
     halted: tuple[NodeStatus, ...] = ()  # failed nodes that stop the rollout
-    counts: dict[str, int] = field(default_factory=dict)
+    counts: dict[Phase, int] = field(default_factory=dict)
     annotate: tuple[tuple[str, str], ...] = ()  # (node, config): already has its label, lacks our managed-by
     releases: tuple[str, ...] = ()  # nodes that left management: our annotations go, the label stays
 

@@ -266,10 +266,9 @@ def _resolved(r: Reconciler, run: Run, attempt: RepoSpec) -> DesiredState | Fail
     known = r.resolve_memo.get(key)
     if known is not None:
         return known
+    found: DesiredState | Failure
     try:
-        found: DesiredState | Failure = resolve_desired(
-            attempt, managed_nodes(r.nodes.items()), run.settings, r.fit_cache
-        )
+        desired = resolve_desired(attempt, managed_nodes(r.nodes.items()), run.settings, r.fit_cache)
     except RepoError as exc:
         found = Failure(
             exc.reason,
@@ -280,7 +279,7 @@ def _resolved(r: Reconciler, run: Run, attempt: RepoSpec) -> DesiredState | Fail
             tuple(str(p) for p in exc.problems),
         )
     else:
-        found = _guard_defaulted(r, found) or found
+        found = _guard_defaulted(r, desired) or desired
     r.resolve_memo.put(key, found)
     return found
 

@@ -339,15 +339,12 @@ def labels(obj: Mapping[str, Any] | None) -> dict[str, Any]:
     return found if isinstance(found, dict) else {}
 
 
-def annotations(obj: Mapping[str, Any] | None) -> dict[str, Any]:
+def annotations_of(obj: Mapping[str, Any] | None) -> dict[str, Any]:
+    """metadata.annotations of an object from a review, {} when absent or malformed. Not named
+    `annotations`: `from __future__ import annotations` binds that name in every module here."""
     meta = (obj or {}).get("metadata")
     found = meta.get("annotations") if isinstance(meta, dict) else None
     return found if isinstance(found, dict) else {}
-
-
-def annotations_of(obj: Mapping[str, Any] | None) -> dict[str, Any]:
-    """annotations() under a name that no `from __future__ import annotations` shadows in its importer."""
-    return annotations(obj)
 
 
 def escape_pointer(key: str) -> str:
@@ -361,7 +358,6 @@ __all__ = [
     "Request",
     "Verdict",
     "allow",
-    "annotations",
     "annotations_of",
     "check_object",
     "decode",

@@ -20,7 +20,7 @@ from typing import Any
 
 from migops.kube.names import CONFIG_DIGEST_ANNOTATION, VALIDATED_GPUS_ANNOTATION, VALIDATED_STRATEGY_ANNOTATION
 from migops.webhook import checks
-from migops.webhook.admission import ALLOW, Request, Verdict, allow, annotations, escape_pointer
+from migops.webhook.admission import ALLOW, Request, Verdict, allow, annotations_of, escape_pointer
 from migops.webhook.configmaps import in_scope, payload
 from migops.webhook.state import Snapshot
 
@@ -41,7 +41,7 @@ def owned(obj: Mapping[str, Any] | None) -> frozenset[str]:
 
 
 def cache_key(req: Request) -> tuple:
-    have = annotations(req.object)
+    have = annotations_of(req.object)
     return tuple(have.get(k) for k in OURS), owned(req.object) & frozenset(OURS)
 
 
@@ -64,7 +64,7 @@ def mutate(req: Request, snap: Snapshot) -> Verdict:
     want = wanted(req, snap)
     if not want:
         return ALLOW
-    have, theirs = annotations(req.object), owned(req.object)
+    have, theirs = annotations_of(req.object), owned(req.object)
     meta = (req.object or {}).get("metadata")
     ops: list[dict[str, Any]] = []
     base = {k: v for k, v in want.items() if k not in theirs and have.get(k) != v}

@@ -95,7 +95,7 @@ def create_app(
     app = Flask("migops.webhook")
     app.config["MAX_CONTENT_LENGTH"] = MAX_BODY
     verdicts: LRU[tuple, Verdict] = LRU(cache_bytes)
-    policy_key, policy_rule, policy_reads = RULES["validate"][("nvidia.com", "ClusterPolicy")]
+    policy_key, _, policy_reads = RULES["validate"][("nvidia.com", "ClusterPolicy")]
     prefetched = threading.local()
 
     def read_prefetched(namespace: str, name: str) -> Any:
@@ -106,17 +106,18 @@ def create_app(
             raise found[1]
         return found[1]
 
-    bound = {
+    # RULES' ClusterPolicy rule is policies.validate with no way to read a ConfigMap; here it gets one.
+    bound: dict[str, dict[tuple[str, str], Rule]] = {
         **RULES,
         "validate": {
             **RULES["validate"],
             ("nvidia.com", "ClusterPolicy"): (
                 policy_key,
-                lambda req, snap: policy_rule(req, snap, read_prefetched if read_configmap else None),
+                lambda req, snap: policies.validate(req, snap, read_prefetched if read_configmap else None),
                 policy_reads,
             ),
         },
-    }  # type: ignore[call-arg]
+    }
 
     def prefetch(req: Request) -> None:
         """A ClusterPolicy naming another MIG ConfigMap than the one in force: read it now, unlocked."""
@@ -166,13 +167,14 @@ def create_app(
                 with state.lock:
                     snap = state.snapshot()
                     key = (endpoint, req.kind, rule[0](req), rule[2](req, snap))
-                    verdict = verdicts.get(key)
-                    if verdict is None:
+                    cached = verdicts.get(key)
+                    if cached is None:
                         metrics.child(metrics.CACHE, "miss").inc()
                         verdict = rule[1](req, snap)
                         verdicts.put(key, verdict, weight=verdict.weight + _KEY_WEIGHT)
                     else:
                         metrics.child(metrics.CACHE, "hit").inc()
+                        verdict = cached
             result = "allowed" if verdict.allowed else "denied"
             for rule_name in verdict.rules:
                 metrics.child(metrics.DENIALS, rule_name).inc()

@@ -41,6 +41,12 @@ def _containers(pod: Mapping[str, Any]) -> Iterator[tuple[str, int, dict[str, An
                     yield kind, i, c
 
 
+def _field(obj: Mapping[str, Any], key: str) -> dict[str, Any]:
+    """obj[key] when it is an object, else {}: a review may hold anything there."""
+    found = obj.get(key)
+    return found if isinstance(found, dict) else {}
+
+
 def _resources(container: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
     res = container.get("resources")
     if not isinstance(res, dict):
@@ -61,7 +67,7 @@ def requested(pod: Mapping[str, Any]) -> dict[str, str]:
 
 def cache_key(req: Request) -> tuple:
     pod = req.object or {}
-    spec = pod.get("spec") if isinstance(pod.get("spec"), dict) else {}
+    spec = _field(pod, "spec")
     # Digests: bounded keys (a review may hold megabytes there), and no two pods that differ share one.
     return (
         req.operation,
@@ -135,7 +141,7 @@ def mutate(req: Request, snap: Snapshot) -> Verdict:
                 base = f"/spec/{kind}/{i}/resources/{part}"
                 ops.append({"op": "remove", "path": f"{base}/{escape_pointer(res)}"})
                 ops.append({"op": "add", "path": f"{base}/{escape_pointer(GPU_RESOURCE)}", "value": values[res]})
-    spec = pod.get("spec") if isinstance(pod.get("spec"), dict) else {}
+    spec = _field(pod, "spec")
     choices = products(res, snap)
     selector = spec.get("nodeSelector")
     if isinstance(selector, dict) and PRODUCT_LABEL in selector:
@@ -179,7 +185,7 @@ def mutate(req: Request, snap: Snapshot) -> Verdict:
             )
         else:
             return ALLOW  # the user's own required node affinity: not ours to rewrite
-    meta = pod.get("metadata") if isinstance(pod.get("metadata"), dict) else {}
+    meta = _field(pod, "metadata")
     if isinstance(meta.get("annotations"), dict):
         ops.append(
             {"op": "add", "path": f"/metadata/annotations/{escape_pointer(TRANSLATED_ANNOTATION)}", "value": res}

@@ -48,6 +48,11 @@ def _part(spec: Mapping[str, Any], name: str) -> dict[str, Any]:
     return part if isinstance(part, dict) else {}
 
 
+def _given(value: object) -> bool:
+    """A field set to a non-blank string."""
+    return isinstance(value, str) and bool(value.strip())
+
+
 def strategy_of(obj: Mapping[str, Any] | None) -> object:
     return _part(_spec(obj), "mig").get("strategy", DEFAULT_STRATEGY)
 
@@ -83,7 +88,7 @@ def validate(req: Request, snap: Snapshot, read: ReadConfigMap | None = None) ->
         findings.append(("invalid-strategy", f"spec.mig.strategy: {strategy!r} is not one of none, single, mixed"))
     manager = _part(spec, "migManager")
     if manager.get("enabled") is True:
-        missing = [f for f in _IMAGE_FIELDS if not (isinstance(manager.get(f), str) and manager.get(f).strip())]
+        missing = [f for f in _IMAGE_FIELDS if not _given(manager.get(f))]
         if missing:
             findings.append(
                 (

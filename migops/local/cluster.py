@@ -17,13 +17,15 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from importlib import resources
-from typing import Any, Protocol
+from typing import Any
 
 from kubernetes import client as k8s
 from kubernetes.client import ApiClient
 
 from migops.kube.names import GPU_COUNT_LABEL, GPU_RESOURCE, LOCAL_MANAGER
+from migops.mig.catalogue import GpuModel
 from migops.mig.gfd import DEVICE_ID_LABEL, MIG_CONFIG_LABEL, node_labels_without_mig
+from migops.mig.validate import Strategy
 from migops.mig.yamlsafe import load_yaml
 
 APPLY = "application/apply-patch+yaml"
@@ -40,32 +42,25 @@ NODE_RESOURCES = {"cpu": "128", "memory": "2Ti", "pods": "110", "ephemeral-stora
 NOT_READY_TAINT = "node.kubernetes.io/not-ready"
 
 
-class Gpu(Protocol):
-    """What this module needs from a `migops.mig.catalogue` entry."""
-
-    device_id: str
-    product: str
-
-
 @dataclass(frozen=True)
 class NodeSpec:
     """A Node to seed: its name, GPU model and count, and the labels each owner applies."""
 
     name: str
-    gpu: Gpu
+    gpu: GpuModel  # a `migops.mig.catalogue` entry: migops.mig.gfd labels the node from all of it
     gpus: int
     gfd_labels: dict[str, str]
     operator_labels: dict[str, str]
 
 
-def plan_nodes(count: int, gpus: Sequence[Gpu], gpus_per_node: int, strategy: str) -> list[NodeSpec]:
+def plan_nodes(count: int, gpus: Sequence[GpuModel], gpus_per_node: int, strategy: Strategy) -> list[NodeSpec]:
     """Nodes `gpu-node-1..count`; node i carries `gpus_per_node` GPUs of model gpus[i % len]."""
     if not gpus:
         raise ValueError("at least one GPU model is needed")
     return [plan_node(f"{NODE_PREFIX}{i + 1}", gpus[i % len(gpus)], gpus_per_node, strategy) for i in range(count)]
 
 
-def plan_node(name: str, gpu: Gpu, gpus: int, strategy: str) -> NodeSpec:
+def plan_node(name: str, gpu: GpuModel, gpus: int, strategy: Strategy) -> NodeSpec:
     """One GPU node `name` with `gpus` GPUs of model `gpu`, labelled as GFD and the GPU Operator would."""
     gfd = dict(node_labels_without_mig(gpu, count=gpus, strategy=strategy))
     gfd[DEVICE_ID_LABEL] = gpu.device_id  # migops.mig.gfd sets it too; the issue requires it

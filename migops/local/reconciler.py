@@ -83,7 +83,7 @@ def start(
         field_manager=LOCAL_MANAGER,
         _content_type="application/apply-patch+yaml",
     )
-    install_crd(api, field_manager=LOCAL_MANAGER)  # type: ignore[arg-type]
+    install_crd(api, field_manager=LOCAL_MANAGER)
     if "://" not in repo and Path(repo).exists():
         repo = str(Path(repo).resolve())
     (port,) = free_ports(1)

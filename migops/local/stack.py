@@ -38,6 +38,7 @@ from migops.local.controlplane import ControlPlane
 from migops.local.controlplane import identifying_arguments as server_arguments
 from migops.local.process import find_by_argument, find_by_environment, is_alive, stop
 from migops.mig.catalogue import GpuModel
+from migops.mig.validate import Strategy
 
 Progress = Callable[[str], None]
 AGENT_PREFIX = "agent/"
@@ -48,7 +49,7 @@ class Options:
     nodes: int
     gpus: Sequence[GpuModel]  # node i gets gpus[i % len(gpus)]
     gpus_per_node: int
-    strategy: str
+    strategy: Strategy
     repo: str | None = None  # run the reconciler on this config repo
     ref: str | None = None
     path: str = ""
