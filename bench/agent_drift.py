@@ -112,6 +112,7 @@ def check_cost() -> None:
 def detection_latency(rounds: int = 8, interval: float = 1.0) -> None:
     from kubernetes import client as k8s
 
+    from migops.local import agents as local_agents
     from migops.local import cluster
     from migops.local.binaries import locate
     from migops.local.cluster import plan_nodes
@@ -132,37 +133,19 @@ def detection_latency(rounds: int = 8, interval: float = 1.0) -> None:
         state = Path(tmp) / "gpus.json"
         env = {k: v for k, v in os.environ.items() if k != "KUBECONFIG"}
         with open(Path(tmp) / "agent.log", "wb") as log:
+            argv = local_agents.command(
+                node,
+                "2x0x233010DE",
+                state,
+                Path(tmp),
+                plane.admin_kubeconfig,
+                pod_timeout=5,
+                retry_base=0.5,
+                retry_max=2,
+                drift_interval=interval,
+            )
             agent = subprocess.Popen(
-                [
-                    sys.executable,
-                    "-m",
-                    "migops",
-                    "agent",
-                    "--node",
-                    node,
-                    "--backend",
-                    "simulated",
-                    "--gpus",
-                    "2x0x233010DE",
-                    "--state-file",
-                    str(state),
-                    "--work-dir",
-                    tmp,
-                    "--kubeconfig",
-                    str(plane.admin_kubeconfig),
-                    "--pod-timeout",
-                    "5",
-                    "--retry-base",
-                    "0.5",
-                    "--retry-max",
-                    "2",
-                    "--mode-change-settle",
-                    "0",
-                    "--drift-interval",
-                    str(interval),
-                    "--drift-max-repairs",
-                    "100",
-                ],
+                [*argv, "--drift-max-repairs", "100"],
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 env=env,

@@ -146,6 +146,72 @@ def wait_for(check, timeout: float, what: str) -> float:
     return time.monotonic() - began
 
 
+def start_reconciler(repo_url: str, kubeconfig: Path, tmp: Path, port: int) -> subprocess.Popen:
+    """`migops reconcile` of MigSync "bench", woken by the push hook on `port` (interval 1 h: only hooks
+    sync), logging to <tmp>/reconciler.log; a session of its own, so killpg stops it."""
+    (tmp / "secret").write_bytes(SECRET)
+    return subprocess.Popen(
+        [
+            str(MIGOPS),
+            "reconcile",
+            "--repo",
+            repo_url,
+            "--ref",
+            "main",
+            "--name",
+            "bench",
+            "--kubeconfig",
+            str(kubeconfig),
+            "--no-leader-elect",
+            "--http-address",
+            f"127.0.0.1:{port}",
+            "--hook-secret-file",
+            str(tmp / "secret"),
+            "--interval",
+            "1h",
+            "--cache-dir",
+            str(tmp / "cache"),
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=open(tmp / "reconciler.log", "wb"),  # the child holds it
+        start_new_session=True,
+    )
+
+
+def reconciles(port: int) -> float:
+    """Syncs done so far (0 before the reconciler serves /metrics)."""
+    try:
+        return metric(port, "migops_reconcile_total")
+    except OSError:
+        return 0.0
+
+
+def node_writes(port: int) -> float:
+    """The reconciler's own count of Node writes that succeeded (listing 10,000 Nodes per poll would load
+    the API server)."""
+    return metric(port, "migops_api_writes_total", resource="nodes", result="ok")
+
+
+def hook_until_written(port: int, count: int, timeout: float, what: str) -> float:
+    """Send the push hook, then wait until the reconciler has written `count` more Nodes: seconds taken."""
+    before = node_writes(port)
+    began = time.monotonic()
+    hook(port)
+    wait_for(lambda: node_writes(port) - before >= count or (time.sleep(0.2) or False), timeout, what)
+    return time.monotonic() - began
+
+
+def report(counts: list[int], run, width: int) -> dict[int, dict[str, float]]:
+    """run(count) for each count, its figures printed as they come."""
+    results = {}
+    for count in counts:
+        print(f"{count} nodes:", flush=True)
+        results[count] = run(count)
+        for k, v in results[count].items():
+            print(f"  {k:<{width}} {v:10.3f}", flush=True)
+    return results
+
+
 def run(count: int) -> dict[str, float]:
     out: dict[str, float] = {}
     with (
@@ -164,77 +230,44 @@ def run(count: int) -> dict[str, float]:
         repo = GitRepo(tmp_path / "repo")
         two = "  - nodeSelector: {matchLabels: {pool: p}}\n    config: %s\n  - nodeSelector: {matchLabels: {pool: q}}\n    config: %s"
         repo.commit({"config.yaml": CONFIG_YAML, "nodes.yaml": nodes_yaml(two % ("all-1g.10gb", "all-1g.10gb"))})
-        (tmp_path / "secret").write_bytes(SECRET)
         port = free_port()
-        proc = subprocess.Popen(
-            [
-                str(MIGOPS),
-                "reconcile",
-                "--repo",
-                repo.url,
-                "--ref",
-                "main",
-                "--name",
-                "bench",
-                "--kubeconfig",
-                str(plane.admin_kubeconfig),
-                "--no-leader-elect",
-                "--http-address",
-                f"127.0.0.1:{port}",
-                "--hook-secret-file",
-                str(tmp_path / "secret"),
-                "--interval",
-                "1h",
-                "--cache-dir",
-                str(tmp_path / "cache"),
-            ],
-            stdout=subprocess.DEVNULL,
-            stderr=open(tmp_path / "log", "wb"),
-            start_new_session=True,
-        )
+        proc = start_reconciler(repo.url, plane.admin_kubeconfig, tmp_path, port)
         try:
-
-            def reconciles() -> float:
-                try:
-                    return metric(port, "migops_reconcile_total")
-                except OSError:
-                    return 0.0
-
-            out["process start -> first sync done s"] = wait_for(lambda: reconciles() >= 1, 300, "first sync")
+            out["process start -> first sync done s"] = wait_for(lambda: reconciles(port) >= 1, 300, "first sync")
             out["first sync writes (ConfigMap)"] = metric(
                 port, "migops_api_writes_total", resource="configmaps", result="ok"
             )
-            out["first sync node writes"] = metric(port, "migops_api_writes_total", resource="nodes", result="ok")
+            out["first sync node writes"] = node_writes(port)
 
             # No-op syncs: a hook on an unchanged repo (fetch, resolve, plan, nothing to write).
             durations = []
             for _ in range(5):
                 n, s, w = (
-                    reconciles(),
+                    reconciles(port),
                     metric(port, "migops_reconcile_duration_seconds_sum"),
-                    metric(port, "migops_api_writes_total", result="ok", resource="nodes"),
+                    node_writes(port),
                 )
                 hook(port)
-                wait_for(lambda: reconciles() > n, 60, "no-op sync")
+                wait_for(lambda: reconciles(port) > n, 60, "no-op sync")
                 durations.append(metric(port, "migops_reconcile_duration_seconds_sum") - s)
-                assert metric(port, "migops_api_writes_total", result="ok", resource="nodes") == w
+                assert node_writes(port) == w
                 time.sleep(0.3)
             durations.sort()
             out["no-op sync s (median of 5)"] = durations[2]
             out["no-op sync writes"] = 0.0
 
             # 10% of the nodes change (pool q): one write each, none for the 90%.
-            before = metric(port, "migops_api_writes_total", resource="nodes", result="ok")
+            before = node_writes(port)
             repo.commit({"nodes.yaml": nodes_yaml(two % ("all-1g.10gb", "all-3g.40gb"))})
             changed = sum(1 for i in range(count) if i % 10 == 0)
             hook(port)
             wait_for(
-                lambda: metric(port, "migops_api_writes_total", resource="nodes", result="ok") - before >= changed,
+                lambda: node_writes(port) - before >= changed,
                 120,
                 "10%",
             )
             time.sleep(1.0)
-            writes = metric(port, "migops_api_writes_total", resource="nodes", result="ok") - before
+            writes = node_writes(port) - before
             out["10% change: node writes per changed node"] = writes / changed
             out["10% change: node writes per unchanged node"] = (
                 0.0 if writes == changed else (writes - changed) / (count - changed)
@@ -242,14 +275,14 @@ def run(count: int) -> dict[str, float]:
 
             # Every assignment changes (maxUnavailable 100%): time from the hook to the last label written.
             pids = {name: ref.pid for name, ref in plane.processes.items()}
-            before = metric(port, "migops_api_writes_total", resource="nodes", result="ok")
+            before = node_writes(port)
             patches = apiserver_count(api, "PATCH|APPLY", "nodes")
             repo.commit({"nodes.yaml": nodes_yaml(two % ("five-1g-one-2g", "five-1g-one-2g"))})
             cpu0 = {"reconciler": cpu_seconds(proc.pid), **{k: cpu_seconds(v) for k, v in pids.items()}}
             t0 = time.monotonic()
             hook(port)
             wait_for(
-                lambda: metric(port, "migops_api_writes_total", resource="nodes", result="ok") - before >= count,
+                lambda: node_writes(port) - before >= count,
                 600,
                 "100% change",
             )
@@ -259,9 +292,7 @@ def run(count: int) -> dict[str, float]:
             for k in cpu0:
                 out[f"100% change: CPU s {k}"] = cpu1[k] - cpu0[k]
             time.sleep(1.0)
-            out["100% change: node writes per node (reconciler)"] = (
-                metric(port, "migops_api_writes_total", resource="nodes", result="ok") - before
-            ) / count
+            out["100% change: node writes per node (reconciler)"] = (node_writes(port) - before) / count
             out["100% change: node PATCH/APPLY per node (API server's count)"] = (
                 apiserver_count(api, "PATCH|APPLY", "nodes") - patches
             ) / count
@@ -279,12 +310,7 @@ def main(counts: list[int]) -> None:
     print(
         f"machine: {os.cpu_count()} CPUs, load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f} at start", flush=True
     )
-    results = {}
-    for count in counts:
-        print(f"{count} nodes:", flush=True)
-        results[count] = run(count)
-        for k, v in results[count].items():
-            print(f"  {k:<58} {v:10.3f}", flush=True)
+    results = report(counts, run, 58)
     if len(counts) > 1:
         a, b = counts[0], counts[-1]
         ra, rb = results[a]["reconciler peak RSS MiB"], results[b]["reconciler peak RSS MiB"]

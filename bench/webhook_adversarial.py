@@ -33,14 +33,13 @@ from pathlib import Path
 
 import urllib3
 
-from migops.certs.rotation import DirectoryStore, rotate
 from migops.kube import ssa
 from migops.local import cluster
+from migops.local import webhook as local_webhook
 from migops.local.binaries import locate
 from migops.local.controlplane import ControlPlane
 from migops.local.ports import free_ports
-from migops.local.process import spawn, stop
-from migops.local.webhook import _wait_ready
+from migops.local.process import stop
 from migops.mig.catalogue import catalogue
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -184,30 +183,13 @@ def main() -> int:
             },
             field_manager="bench",
         )
-        store = DirectoryStore(tmpdir / "certs")
-        bundle = rotate(
-            store, dns_names=["localhost"], ip_addresses=["127.0.0.1"], publish=lambda b: None
-        ).material.bundle
-        pem = str(store.serving_file)
+        pem, bundle = local_webhook.certificates(tmpdir / "certs")
         (port,) = free_ports(1)
-        argv = [
-            sys.executable,
-            "-m",
-            "migops",
-            "webhook",
-            f"--tls-cert={pem}",
-            f"--tls-key={pem}",
-            f"--port={port}",
-            "--bind-address=127.0.0.1",
-            f"--kubeconfig={plane.admin_kubeconfig}",
-            "--workers=1",
-            "--threads=16",
-            "--log-level=warning",
-        ]
-        popen, ref = spawn(argv, tmpdir / "webhook.log")
+        argv = local_webhook.command(
+            cert=pem, key=pem, port=port, kubeconfig=plane.admin_kubeconfig, workers=1, threads=16
+        )
+        popen, ref, url = local_webhook.spawn_ready(argv, port, bundle, tmpdir / "webhook.log", 120)
         try:
-            url = f"https://127.0.0.1:{port}"
-            _wait_ready(url, bundle, popen, ref, tmpdir / "webhook.log", 120)
             (worker,) = [
                 int(p)
                 for task in Path(f"/proc/{popen.pid}/task").iterdir()

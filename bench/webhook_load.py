@@ -40,14 +40,13 @@ ROOT = Path(__file__).resolve().parents[1]
 import urllib3  # noqa: E402
 from kubernetes import client as k8s  # noqa: E402
 
-from migops.certs.rotation import DirectoryStore, rotate  # noqa: E402
 from migops.kube import ssa  # noqa: E402
 from migops.local import cluster  # noqa: E402
+from migops.local import webhook as local_webhook  # noqa: E402
 from migops.local.binaries import locate  # noqa: E402
 from migops.local.controlplane import ControlPlane  # noqa: E402
 from migops.local.ports import free_ports  # noqa: E402
 from migops.local.process import spawn, stop  # noqa: E402
-from migops.local.webhook import _wait_ready  # noqa: E402
 from migops.mig.catalogue import catalogue  # noqa: E402
 from migops.webhook.registration import configurations, register, unregister  # noqa: E402
 
@@ -445,40 +444,26 @@ def main() -> int:
                 field_manager="gpu-operator",
                 force=True,
             )
-        store = DirectoryStore(tmpdir / "certs")
-        bundle = rotate(
-            store, dns_names=["localhost"], ip_addresses=["127.0.0.1"], publish=lambda b: None
-        ).material.bundle
+        pem, bundle = local_webhook.certificates(tmpdir / "certs")
         ca = tmpdir / "certs" / "ca-bundle.crt"
         ours_port, trivial_port = free_ports(2)
-        pem = str(store.serving_file)
-        ours_argv = [
-            sys.executable,
-            "-m",
-            "migops",
-            "webhook",
-            f"--tls-cert={pem}",
-            f"--tls-key={pem}",
-            f"--port={ours_port}",
-            "--bind-address=127.0.0.1",
-            f"--kubeconfig={plane.admin_kubeconfig}",
-            f"--workers={WORKERS}",
-            f"--threads={THREADS}",
-            "--log-level=warning",
-        ]
+        ours_argv = local_webhook.command(
+            cert=pem, key=pem, port=ours_port, kubeconfig=plane.admin_kubeconfig, workers=WORKERS, threads=THREADS
+        )
         trivial_argv = [
             sys.executable,
             str(ROOT / "bench" / "_trivial_server.py"),
-            pem,
+            str(pem),
             str(trivial_port),
             str(WORKERS),
             str(THREADS),
         ]
-        ours = spawn(ours_argv, tmpdir / "webhook.log")
+        ours_popen, ours_ref, ours_url = local_webhook.spawn_ready(
+            ours_argv, ours_port, bundle, tmpdir / "webhook.log", 90
+        )
         trivial = spawn(trivial_argv, tmpdir / "trivial.log")
         try:
-            ours_url, trivial_url = f"https://127.0.0.1:{ours_port}", f"https://127.0.0.1:{trivial_port}"
-            _wait_ready(ours_url, bundle, ours[0], ours[1], tmpdir / "webhook.log", 90)
+            trivial_url = f"https://127.0.0.1:{trivial_port}"
             time.sleep(1.0)
             body = tmpdir / "review.json"
             body.write_bytes(review_body(configmap(DEFAULT_CONFIG), old=configmap(DEFAULT_CONFIG)))
@@ -492,7 +477,7 @@ def main() -> int:
             first_review_https(ours_port, bundle)
             through_api_server(api, ours_url, bundle, trivial_url)
         finally:
-            stop(ours[1], popen=ours[0])
+            stop(ours_ref, popen=ours_popen)
             stop(trivial[1], popen=trivial[0])
     print(f"\nload average at end {loadavg()}")
     return 0

@@ -24,7 +24,6 @@ from __future__ import annotations
 import os
 import signal
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -41,21 +40,19 @@ import urllib3  # noqa: E402
 from gitrepo import CONFIG_YAML, GitRepo, nodes_yaml  # noqa: E402
 from kubernetes import client as k8s  # noqa: E402
 
-from migops.certs.rotation import DirectoryStore, rotate  # noqa: E402
 from migops.kube import ssa  # noqa: E402
 from migops.local import cluster  # noqa: E402
+from migops.local import webhook as local_webhook  # noqa: E402
 from migops.local.binaries import locate  # noqa: E402
 from migops.local.controlplane import ControlPlane  # noqa: E402
 from migops.local.ports import free_ports  # noqa: E402
 from migops.local.process import spawn, stop  # noqa: E402
 from migops.local.reconciler import LOCAL_RECONCILER_USER  # noqa: E402
-from migops.local.webhook import _wait_ready  # noqa: E402
 from migops.mig.catalogue import catalogue  # noqa: E402
 from migops.reconciler.status import install_crd  # noqa: E402
 from migops.webhook.registration import configurations, register, unregister  # noqa: E402
-from reconciler import SECRET, hook, metric, peak_rss_mib, wait_for  # noqa: E402
+from reconciler import hook_until_written, peak_rss_mib, reconciles, report, start_reconciler, wait_for  # noqa: E402
 
-MIGOPS = Path(sys.executable).parent / "migops"
 WORKERS = int(os.environ.get("BENCH_WORKERS", "1"))
 WRITES = int(os.environ.get("BENCH_WRITES", "200"))
 MODELS = ("0x233010DE", "0x20B210DE")  # H100 SXM5 80GB, A100 SXM4 80GB: every config of CONFIG_YAML fits both
@@ -87,26 +84,18 @@ def seed(api: k8s.ApiClient, count: int) -> list[str]:
 class Webhook:
     """`migops webhook` on loopback, its /metrics read over TLS."""
 
-    def __init__(self, plane: ControlPlane, tmp: Path, bundle: bytes, pem: str, port: int) -> None:
-        argv = [
-            sys.executable,
-            "-m",
-            "migops",
-            "webhook",
-            f"--tls-cert={pem}",
-            f"--tls-key={pem}",
-            f"--port={port}",
-            "--bind-address=127.0.0.1",
-            f"--kubeconfig={plane.admin_kubeconfig}",
-            f"--workers={WORKERS}",
-            "--threads=16",
-            "--log-level=warning",
-            f"--reconciler-user={LOCAL_RECONCILER_USER}",
-        ]
-        self.url = f"https://127.0.0.1:{port}"
+    def __init__(self, plane: ControlPlane, tmp: Path, bundle: bytes, pem: Path, port: int) -> None:
+        argv = local_webhook.command(
+            cert=pem,
+            key=pem,
+            port=port,
+            kubeconfig=plane.admin_kubeconfig,
+            workers=WORKERS,
+            threads=16,
+            reconciler_users=(LOCAL_RECONCILER_USER,),
+        )
         self.log = tmp / "webhook.log"
-        self.popen, self.ref = spawn(argv, self.log)
-        _wait_ready(self.url, bundle, self.popen, self.ref, self.log, 600)
+        self.popen, self.ref, self.url = local_webhook.spawn_ready(argv, port, bundle, self.log, 600)
         self.pool = urllib3.HTTPSConnectionPool(
             "127.0.0.1", port, ssl_context=ssl.create_default_context(cadata=bundle.decode()), maxsize=1, timeout=30
         )
@@ -238,62 +227,17 @@ def rollout(
     current = {n.metadata.labels.get("nvidia.com/mig.config") for n in core.list_node().items}
     start = sorted(current)[0]
     repo.commit({"config.yaml": CONFIG_YAML, "nodes.yaml": nodes_yaml(every % start)})
-    (tmp / "secret").write_bytes(SECRET)
     (port,) = free_ports(1)
     identity = plane.kubeconfig_for(LOCAL_RECONCILER_USER, ("system:masters",))
-    proc = subprocess.Popen(
-        [
-            str(MIGOPS),
-            "reconcile",
-            "--repo",
-            repo.url,
-            "--ref",
-            "main",
-            "--name",
-            "bench",
-            "--kubeconfig",
-            str(identity),
-            "--no-leader-elect",
-            "--http-address",
-            f"127.0.0.1:{port}",
-            "--hook-secret-file",
-            str(tmp / "secret"),
-            "--interval",
-            "1h",
-            "--cache-dir",
-            str(tmp / "cache"),
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=open(tmp / "reconciler.log", "wb"),
-        start_new_session=True,
-    )
+    proc = start_reconciler(repo.url, identity, tmp, port)
     out: dict[str, float] = {}
     try:
-
-        def reconciles() -> float:
-            try:
-                return metric(port, "migops_reconcile_total")
-            except OSError:
-                return 0.0
-
-        wait_for(lambda: reconciles() >= 1, 900, "first sync")
+        wait_for(lambda: reconciles(port) >= 1, 900, "first sync")
         target = "five-1g-one-2g"
         repo.commit({"nodes.yaml": nodes_yaml(every % target)})
         before, n0, s0 = hook_.histogram()
         cache0 = hook_.cache()
-        writes = metric(port, "migops_api_writes_total", resource="nodes", result="ok")
-        t0 = time.monotonic()
-        hook(port)
-        # The reconciler's own count of node writes (a list of 10,000 Nodes per poll would load the API server).
-        wait_for(
-            lambda: (
-                metric(port, "migops_api_writes_total", resource="nodes", result="ok") - writes >= count
-                or (time.sleep(0.2) or False)
-            ),
-            1800,
-            "rollout",
-        )
-        out["rollout: hook -> every label written s"] = time.monotonic() - t0
+        out["rollout: hook -> every label written s"] = hook_until_written(port, count, 1800, "rollout")
         labels = {n.metadata.labels.get("nvidia.com/mig.config") for n in core.list_node(_request_timeout=120).items}
         assert labels == {target}, labels
         after, n1, s1 = hook_.histogram()
@@ -309,18 +253,7 @@ def rollout(
         unregister(api)
         time.sleep(3.0)
         repo.commit({"nodes.yaml": nodes_yaml(every % CONFIGS[1])})
-        writes = metric(port, "migops_api_writes_total", resource="nodes", result="ok")
-        t0 = time.monotonic()
-        hook(port)
-        wait_for(
-            lambda: (
-                metric(port, "migops_api_writes_total", resource="nodes", result="ok") - writes >= count
-                or (time.sleep(0.2) or False)
-            ),
-            1800,
-            "rollout without the webhook",
-        )
-        out["rollout without the webhook s"] = time.monotonic() - t0
+        out["rollout without the webhook s"] = hook_until_written(port, count, 1800, "rollout without the webhook")
         register(api, hook_.url, bundle, field_manager="bench")
     finally:
         os.killpg(proc.pid, signal.SIGTERM)
@@ -349,14 +282,17 @@ def run(count: int) -> dict[str, float]:
         began = time.monotonic()
         names = seed(api, count)
         print(f"  seeded {len(names)} nodes in {time.monotonic() - began:.1f}s (load {loadavg()})", flush=True)
-        store = DirectoryStore(tmp / "certs")
-        bundle = rotate(
-            store, dns_names=["localhost"], ip_addresses=["127.0.0.1"], publish=lambda b: None
-        ).material.bundle
-        pem = str(store.serving_file)
+        pem, bundle = local_webhook.certificates(tmp / "certs")
         ours_port, trivial_port = free_ports(2)
         trivial = spawn(
-            [sys.executable, str(ROOT / "bench" / "_trivial_server.py"), pem, str(trivial_port), str(WORKERS), "16"],
+            [
+                sys.executable,
+                str(ROOT / "bench" / "_trivial_server.py"),
+                str(pem),
+                str(trivial_port),
+                str(WORKERS),
+                "16",
+            ],
             tmp / "trivial.log",
         )
         began = time.monotonic()
@@ -381,12 +317,7 @@ def main(counts: list[int]) -> None:
         f"{WRITES} sequential writes per phase and round",
         flush=True,
     )
-    results = {}
-    for count in counts:
-        print(f"{count} nodes:", flush=True)
-        results[count] = run(count)
-        for k, v in results[count].items():
-            print(f"  {k:<52} {v:10.3f}", flush=True)
+    results = report(counts, run, 52)
     if len(counts) > 1:
         a, b = counts[0], counts[-1]
         ra, rb = results[a], results[b]

@@ -63,6 +63,50 @@ def kubeconfig_path(workdir: Path, node: str) -> Path:
     return agent_dir(workdir, node) / "kubeconfig"
 
 
+def command(
+    node: str,
+    gpus: str,
+    state_file: Path,
+    work: Path,
+    kubeconfig: Path,
+    *,
+    pod_timeout: float = 60,
+    retry_base: float = 2,
+    retry_max: float = 60,
+    drift_interval: float = DRIFT_INTERVAL,
+) -> list[str]:
+    """`migops agent` of `node` on simulated GPUs (`gpus`: COUNTxDEVICE_ID, their state in `state_file`),
+    changing MIG modes without the settle a real driver needs: the local stack's command line, and the
+    benchmarks'."""
+    return [
+        sys.executable,
+        "-m",
+        "migops",
+        "agent",
+        "--node",
+        node,
+        "--backend",
+        "simulated",
+        "--gpus",
+        gpus,
+        "--state-file",
+        str(state_file),
+        f"--work-dir={work}",
+        "--kubeconfig",
+        str(kubeconfig),
+        "--pod-timeout",
+        f"{pod_timeout:g}",
+        "--retry-base",
+        f"{retry_base:g}",
+        "--retry-max",
+        f"{retry_max:g}",
+        "--mode-change-settle",
+        "0",
+        "--drift-interval",
+        f"{drift_interval:g}",
+    ]
+
+
 def start(
     workdir: Path, nodes: Iterable[tuple[str, str, int]], *, state_files: Mapping[str, Path] | None = None
 ) -> dict[str, tuple[subprocess.Popen[bytes], ProcessRef]]:
@@ -74,33 +118,7 @@ def start(
     for node, device_id, count in nodes:
         work = agent_dir(workdir, node)
         gpus = (state_files or {}).get(node, work / "gpus.json")
-        argv = [
-            sys.executable,
-            "-m",
-            "migops",
-            "agent",
-            "--node",
-            node,
-            "--backend",
-            "simulated",
-            "--gpus",
-            f"{count}x{device_id}",
-            "--state-file",
-            str(gpus),
-            f"--work-dir={work}",
-            "--kubeconfig",
-            str(kubeconfig_path(workdir, node)),
-            "--pod-timeout",
-            "60",
-            "--retry-base",
-            "2",
-            "--retry-max",
-            "60",
-            "--mode-change-settle",
-            "0",
-            "--drift-interval",
-            str(DRIFT_INTERVAL),
-        ]
+        argv = command(node, f"{count}x{device_id}", gpus, work, kubeconfig_path(workdir, node))
         started[node] = spawn(argv, workdir / "logs" / f"agent-{node}.log")
     return started
 

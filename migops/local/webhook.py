@@ -46,6 +46,57 @@ def identifying_arguments(workdir: Path) -> tuple[str]:
     return (f"--tls-cert={certs_dir(workdir) / 'tls.pem'}",)
 
 
+def certificates(path: Path) -> tuple[Path, bytes]:
+    """A CA and a serving certificate for loopback under `path` (created or renewed): the one file with
+    the key and certificate that the server loads, and the CA bundle that trusts it."""
+    store = DirectoryStore(path)
+    material = rotate(store, dns_names=["localhost"], ip_addresses=[LOOPBACK], publish=lambda bundle: None).material
+    return store.serving_file, material.bundle
+
+
+def command(
+    *,
+    cert: Path | str,
+    key: Path | str,
+    port: int,
+    kubeconfig: Path | str,
+    workers: int = 1,
+    threads: int | None = None,
+    reconciler_users: Sequence[str] = (),
+) -> list[str]:
+    """`migops webhook` serving on loopback: the local stack's command line, and the benchmarks'."""
+    return [
+        sys.executable,
+        "-m",
+        "migops",
+        "webhook",
+        f"--tls-cert={cert}",
+        f"--tls-key={key}",
+        f"--port={port}",
+        f"--bind-address={LOOPBACK}",
+        f"--kubeconfig={kubeconfig}",
+        f"--workers={workers}",
+        *([f"--threads={threads}"] if threads is not None else []),
+        "--log-level=warning",
+        *(f"--reconciler-user={u}" for u in reconciler_users),
+    ]
+
+
+def spawn_ready(
+    argv: Sequence[str], port: int, bundle: bytes, log: Path, timeout: float
+) -> tuple[subprocess.Popen[bytes], ProcessRef, str]:
+    """Start a detached webhook and wait until /readyz answers 200 (its informers have listed) over TLS
+    that `bundle` trusts: (process, its record, its URL). Stopped again, with RuntimeError, when not."""
+    popen, ref = spawn(list(argv), log)
+    url = f"https://{LOOPBACK}:{port}"
+    try:
+        _wait_ready(url, bundle, popen, ref, log, timeout)
+    except BaseException:
+        stop(ref, popen=popen)
+        raise
+    return popen, ref, url
+
+
 def start(
     api: ApiClient,
     workdir: Path,
@@ -60,32 +111,23 @@ def start(
     """Start the webhook for the control plane at `kubeconfig` and register it; raise RuntimeError
     (after stopping it) when it does not become ready. `reconciler_users`: who may change a managed
     node's nvidia.com/mig.config (the local reconciler's identity, and the in-cluster ServiceAccount's)."""
-    store = DirectoryStore(certs_dir(workdir))
-    material = rotate(store, dns_names=["localhost"], ip_addresses=[LOOPBACK], publish=lambda bundle: None).material
+    pem, bundle = certificates(certs_dir(workdir))
     port = port or free_ports(1)[0]
-    argv = [
-        sys.executable,
-        "-m",
-        "migops",
-        "webhook",
-        *identifying_arguments(workdir),
-        f"--tls-key={store.serving_file}",
-        f"--port={port}",
-        f"--bind-address={LOOPBACK}",
-        f"--kubeconfig={kubeconfig}",
-        f"--workers={workers}",
-        "--log-level=warning",
-        *(f"--reconciler-user={u}" for u in reconciler_users),
-    ]
-    popen, ref = spawn(argv, log)
-    url = f"https://{LOOPBACK}:{port}"
+    argv = command(
+        cert=pem,  # <workdir>/webhook/tls.pem: identifying_arguments, what `down` finds it by
+        key=pem,
+        port=port,
+        kubeconfig=kubeconfig,
+        workers=workers,
+        reconciler_users=reconciler_users,
+    )
+    popen, ref, url = spawn_ready(argv, port, bundle, log, timeout)
     try:
-        _wait_ready(url, material.bundle, popen, ref, log, timeout)
-        register(api, url, material.bundle, field_manager=LOCAL_MANAGER)
+        register(api, url, bundle, field_manager=LOCAL_MANAGER)
     except BaseException:
         stop(ref, popen=popen)
         raise
-    return LocalWebhook(popen, ref, url, store.path)
+    return LocalWebhook(popen, ref, url, pem.parent)
 
 
 def _wait_ready(url: str, bundle: bytes, popen, ref: ProcessRef, log: Path, timeout: float) -> None:
