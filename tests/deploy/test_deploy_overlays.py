@@ -21,6 +21,7 @@ import shutil
 import signal
 import ssl
 import subprocess
+import time
 import urllib.request
 import uuid
 from collections.abc import Iterator
@@ -400,7 +401,12 @@ def test_a_fresh_install_needs_no_certificate_step(installed: Installed, image: 
         for key in ("tls.crt", "tls.key"):
             (mount / key).write_bytes(renewed[key])
         assert _served_certificate(port) == ssl.PEM_cert_to_DER_cert(renewed["tls.crt"].decode())
-        assert _https(port, _published_bundle(installed.api), "/readyz")[0] == 200
+        # Ready through the bundle now published. Polled: each of the two workers has its own watches,
+        # and in two full-suite runs one answered 503 here once (not reproduced alone or under CPU load).
+        published, deadline = _published_bundle(installed.api), time.monotonic() + 60
+        while (answer := _https(port, published, "/readyz"))[0] != 200 and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert answer[0] == 200, answer
         assert proc.stop() == 0
         # gunicorn's lines are JSON through migops.logs, and no request is an access-log line.
         lines = [json.loads(line) for line in (tmp_path / "webhook.log").read_text().splitlines() if line.strip()]
