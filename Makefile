@@ -4,7 +4,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-stamp
 
-.PHONY: demo demo-deploy test test-unit lint lock venv k8s-binaries flux-binaries helm-binary host-packages bench bench-tools clean
+.PHONY: demo demo-deploy test test-unit lint lock venv k8s-binaries k8s-control-plane flux-binaries helm-binary host-packages bench bench-tools clean
 
 venv: $(STAMP)
 
@@ -40,6 +40,10 @@ lock: venv
 k8s-binaries:
 	hack/k8s-binaries.sh >/dev/null
 
+# The control plane alone (etcd, kube-apiserver, kube-scheduler, kubectl): what the demo runs.
+k8s-control-plane:
+	hack/k8s-binaries.sh control-plane >/dev/null
+
 # Flux's source-controller and kustomize-controller (tests/flux), built once into ~/.cache/migops/flux/.
 flux-binaries:
 	hack/flux-binaries.sh >/dev/null
@@ -53,10 +57,13 @@ helm-binary:
 host-packages:
 	hack/host-packages.sh
 
-test: venv k8s-binaries flux-binaries helm-binary host-packages
-	$(PY) -m pytest
+# Every test. hack/run_tests.py builds the control plane first, then builds the rest (host packages, the
+# real node, helm, Flux, Argo CD) in the background while the tests that need only the control plane run,
+# and ends with each build's time and one line per tier.
+test: venv
+	$(PY) hack/run_tests.py
 
-demo: venv k8s-binaries
+demo: venv k8s-control-plane
 	$(PY) -m migops.demo
 
 # migops in pods on the real node (root): local up --real-node, local image, local deploy, a MIG pod
@@ -68,7 +75,7 @@ demo-deploy: venv k8s-binaries host-packages
 bench-tools:
 	hack/bench-tools.sh >/dev/null
 
-bench: venv k8s-binaries bench-tools
+bench: venv k8s-control-plane bench-tools
 	$(PY) bench/run.py
 
 clean:

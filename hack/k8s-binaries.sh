@@ -5,7 +5,12 @@
 # Idempotent: does nothing when the binaries for the pinned versions are already there; builds only the
 # missing ones (adding the node binaries to a cache holding the first four compiles just those).
 # Prints the directory holding the binaries on its last line of stdout.
+#   hack/k8s-binaries.sh                 everything (what `make test` needs: the real node too)
+#   hack/k8s-binaries.sh control-plane   etcd, kube-apiserver, kube-scheduler, kubectl (the demo, `migops
+#                                        local up`, every cluster test but the real node's)
 set -euo pipefail
+SET=${1:-all}
+case $SET in all|control-plane) ;; *) echo "usage: $0 [all|control-plane]" >&2; exit 2 ;; esac
 here=$(cd "$(dirname "$0")" && pwd)
 # shellcheck source=k8s-versions.env
 . "$here/k8s-versions.env"
@@ -16,14 +21,15 @@ cache=${MIGOPS_K8S_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/migops/k8s}
 out="$cache/$K-etcd$E"
 log() { echo "k8s-binaries: $*" >&2; }
 
-K8S_CMDS="kube-apiserver kube-scheduler kubectl kubelet kube-controller-manager kube-proxy"
+K8S_CMDS="kube-apiserver kube-scheduler kubectl"
+[ "$SET" = all ] && K8S_CMDS="$K8S_CMDS kubelet kube-controller-manager kube-proxy"
 CONTAINERD_CMDS="containerd containerd-shim-runc-v2 ctr"
 have() { for b in "$@"; do [ -x "$out/$b" ] || return 1; done; }
 # containerd's version is not in the directory name (that would orphan the cached Kubernetes builds when
 # only containerd moves): a stamp next to the binaries says which one they are.
 have_containerd() { have $CONTAINERD_CMDS && [ "$(cat "$out/containerd.version" 2>/dev/null)" = "$C" ]; }
 have_k8s() { have $K8S_CMDS; }
-have_all() { have etcd && have_k8s && have_containerd; }
+have_all() { have etcd && have_k8s && { [ "$SET" = control-plane ] || have_containerd; }; }
 # A directory of ready binaries (built elsewhere) replaces the cache and the build.
 if [ -n "${MIGOPS_K8S_BIN:-}" ]; then
   out=$(cd "$MIGOPS_K8S_BIN" && pwd)
@@ -47,7 +53,7 @@ if command -v flock >/dev/null; then
   if ! flock -n 9; then log "another build is running; waiting for it"; flock 9; fi
   if have_all; then echo "$out"; exit 0; fi
 fi
-log "cold build: downloads modules and compiles for ~10 min on 2 cores (once per cache)"
+log "cold build ($SET): downloads modules and compiles for ~10 min on 2 cores (once per cache)"
 work=$(mktemp -d); trap 'rm -rf "$work"' EXIT
 export GOFLAGS=-mod=mod CGO_ENABLED=0
 start=$(date +%s)
@@ -95,7 +101,7 @@ if ! have_k8s; then
   log "built$missing in $(( $(date +%s) - t0 ))s"
 fi
 
-if ! have_containerd; then
+if [ "$SET" = all ] && ! have_containerd; then
   log "building containerd $C (containerd, containerd-shim-runc-v2, ctr)"
   mkdir -p "$work/containerd"; cd "$work/containerd"
   go mod init tmp/containerd >/dev/null 2>&1
@@ -113,7 +119,6 @@ fi
 
 "$out/etcd" --version >&2
 "$out/kube-apiserver" --version >&2
-"$out/kubelet" --version >&2
-"$out/containerd" --version >&2
-log "built in $(( $(date +%s) - start ))s into $out"
+if [ "$SET" = all ]; then "$out/kubelet" --version >&2; "$out/containerd" --version >&2; fi
+log "$SET built in $(( $(date +%s) - start ))s into $out"
 echo "$out"

@@ -246,7 +246,7 @@ def _image(args: argparse.Namespace) -> int:
             _say("no real node running (`migops local up --real-node`): not loaded anywhere")
         else:
             try:
-                RealNode(locate(), Path(current.real_node)).load_image(built.archive)
+                RealNode(locate(node=True), Path(current.real_node)).load_image(built.archive)
             except RealNodeError as exc:
                 _say(str(exc))
                 return EXIT_INVALID
@@ -272,7 +272,7 @@ def _deploy(args: argparse.Namespace) -> int:
         if current is None or not current.running() or not current.real_node:
             _say("needs a running cluster with the real node: `migops local up --real-node` first")
             return EXIT_INVALID
-        binaries = locate()
+        binaries = locate(node=True)
         node = RealNode(binaries, Path(current.real_node))
         try:
             ref = deploy.ensure_image(node, log=lambda line: None)

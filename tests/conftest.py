@@ -206,7 +206,7 @@ def real_node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RealNodeClus
     from migops.local.binaries import BinariesUnavailable, locate
 
     try:
-        binaries = locate()
+        binaries = locate(node=True)
     except BinariesUnavailable as exc:
         pytest.fail(f"cannot run real-node tests: {exc}", pytrace=False)
     workdir = tmp_path_factory.mktemp("realnode")

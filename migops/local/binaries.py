@@ -74,8 +74,9 @@ class Binaries:
         return [n for n in names if not os.access(self.directory / n, os.X_OK)]
 
 
-def locate(*, echo_build: bool = False) -> Binaries:
-    """Return the binaries, building them first if needed (minutes on a cold machine).
+def locate(*, node: bool = False, echo_build: bool = False) -> Binaries:
+    """Return the binaries, building them first if needed (minutes on a cold machine): the control
+    plane's, and with `node` the real node's too (the demo and the cluster tests never wait for those).
 
     With `echo_build` the script's progress goes to our stderr as it happens (the CLI);
     otherwise it is captured and only shown in the error if the build fails (tests).
@@ -91,17 +92,17 @@ def locate(*, echo_build: bool = False) -> Binaries:
             f"{SCRIPT} not found (an installed copy without the repository?); "
             f"build the binaries with the repository's hack/k8s-binaries.sh and set ${BIN_ENV}"
         )
-    found = Binaries(run_script(SCRIPT, echo_build=echo_build))
+    found = Binaries(run_script(SCRIPT, "all" if node else "control-plane", echo_build=echo_build))
     if found.missing():
         raise BinariesUnavailable(f"{SCRIPT} reported {found.directory} but it lacks {', '.join(found.missing())}")
     return found
 
 
-def run_script(script: Path, *, echo_build: bool = False) -> Path:
+def run_script(script: Path, *args: str, echo_build: bool = False) -> Path:
     """Run a hack/*-binaries.sh build script (instant when its cache is warm); the directory it
     prints on its last line of stdout. BinariesUnavailable with its output when it fails."""
     proc = subprocess.run(
-        ["bash", str(script)],
+        ["bash", str(script), *args],
         stdout=subprocess.PIPE,
         stderr=None if echo_build else subprocess.PIPE,
         text=True,

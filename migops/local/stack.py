@@ -72,7 +72,7 @@ def up(home: Path, options: Options, progress: Progress = lambda _: None) -> Sta
     stale state). Raises ControlPlaneError, ApiException, TimeoutError or RuntimeError after stopping
     whatever had started."""
     nodes = cluster.plan_nodes(options.nodes, list(options.gpus), options.gpus_per_node, options.strategy)
-    binaries = locate(echo_build=True)
+    binaries = locate(node=options.real_node, echo_build=True)
     began = time.monotonic()
     real: realnode.RealNode | None = None
     real_spec: cluster.NodeSpec | None = None
