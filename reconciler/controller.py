@@ -133,6 +133,8 @@ class Reconciler:
         self.started_revision_at: dict[str, float] = {}  # revision -> when adopted (unix seconds)
         self.record: AppliedRecord | None = None  # what the cluster keeps of the revision in force
         self.recorded: str | None = None  # the revision whose record we wrote or found
+        self.record_trust: TrustPolicy | None = None  # the policy `record` was verified under (steps.check_record)
+        self.record_refused: str | None = None  # why the record found at start was refused
         self.revision_condition: tuple[str, str, str] | None = None  # AppliedRevisionAvailable
         self.moved: tuple[str, ...] = ()  # nodes the revision in force moved to `default`
         self.resolve_memo = ResolveMemo()
