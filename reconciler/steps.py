@@ -222,14 +222,22 @@ def fall_back(r: Reconciler, run: Run) -> Failure | None:
     the mirror still has it, else from the cluster's applied record (a fresh cache, a rewritten branch)."""
     if r.desired is not None or run.candidate is not None or not r.enforce_last_good:
         return None
+    _fall_back(r, run)
+    if run.candidate is None and r.record_refused and run.failure is not None:
+        # Nothing kept: say that the record was there, and why it was not enforced.
+        run.failure = replace(run.failure, message=f"{run.failure.message} ({r.record_refused})")
+    return None
+
+
+def _fall_back(r: Reconciler, run: Run) -> None:
     assert run.source is not None and run.spec is not None
     record = r.record if r.record is not None and r.record.path == run.path else None
     revision = record.revision if record is not None else r.last_applied
     if revision is None:
-        return None
+        return
     try:
         run.candidate = r.revisions.verified_load(run.source, revision, run.path, run.spec.trust)
-        return None
+        return
     except (SourceError, VerificationError, RepoError) as exc:
         log.warning("cannot reload revision %s from git: %s", revision, exc, extra={"revision": revision})
     if record is not None:
@@ -245,9 +253,6 @@ def fall_back(r: Reconciler, run: Run) -> Failure | None:
             log.warning(
                 "the applied record of %s does not parse: %s", record.revision, exc, extra={"revision": record.revision}
             )
-    if run.candidate is None and r.record_refused and run.failure is not None:
-        run.failure = replace(run.failure, message=f"{run.failure.message} ({r.record_refused})")
-    return None
 
 
 def managed_nodes(nodes: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
