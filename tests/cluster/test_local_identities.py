@@ -57,7 +57,10 @@ def _who(kubeconfig: Path) -> Any:
 
 
 def _argv(fragment: str) -> list[str]:
-    (ref,) = find_by_argument(fragment)
+    """The command line of the process started with `fragment` (the webhook's workers share its master's)."""
+    refs = find_by_argument(fragment)
+    assert refs, fragment
+    ref = refs[0]
     return [a.decode() for a in Path(f"/proc/{ref.pid}/cmdline").read_bytes().split(b"\0") if a]
 
 
