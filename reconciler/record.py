@@ -156,13 +156,21 @@ def from_configmap(obj: Mapping[str, Any]) -> AppliedRecord:
 def read(api: k8s.ApiClient, namespace: str, migsync: str) -> AppliedRecord | None:
     """The record, or None (none yet, unreadable, or not allowed: said in the log)."""
     try:
-        obj = k8s.CoreV1Api(api).read_namespaced_config_map(
-            record_name(migsync), namespace, _preload_content=False, _request_timeout=30
-        )
-        return from_configmap(json.loads(obj.data))
-    except ApiException as exc:
-        if exc.status != 404:
-            log.warning("cannot read the applied record %s/%s: HTTP %s", namespace, record_name(migsync), exc.status)
+        return load(api, namespace, migsync)
     except ValueError as exc:
         log.warning("ignoring ConfigMap %s/%s: %s", namespace, record_name(migsync), exc)
     return None
+
+
+def load(api: k8s.ApiClient, namespace: str, migsync: str) -> AppliedRecord | None:
+    """The record, or None (none yet, or not readable: said in the log); ValueError when the
+    ConfigMap is there but holds no record (edited by hand, truncated)."""
+    try:
+        obj = k8s.CoreV1Api(api).read_namespaced_config_map(
+            record_name(migsync), namespace, _preload_content=False, _request_timeout=30
+        )
+    except ApiException as exc:
+        if exc.status != 404:
+            log.warning("cannot read the applied record %s/%s: HTTP %s", namespace, record_name(migsync), exc.status)
+        return None
+    return from_configmap(json.loads(obj.data))

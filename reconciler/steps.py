@@ -112,24 +112,33 @@ def check_record(r: Reconciler, run: Run) -> Failure | None:
     """The cluster's applied record counts only if it verifies under the trust policy in force (checked
     once per record and policy, so at start): with signatures required, a record whose commit is not
     signed by a trusted key, or whose files are not that commit's, is refused -- the condition
-    AppliedRevisionAvailable and an Event say why -- and nothing of it is enforced or compared with."""
+    AppliedRevisionAvailable and an Event say why -- and nothing of it is enforced or compared with.
+    So is a ConfigMap of that name that holds no record at all (whatever the policy)."""
     kept = r.record
+    if kept is None and r.record_unreadable is not None:
+        _refuse_record(r, run, "", r.record_unreadable)
+        r.record_unreadable = None
     if kept is None or run.spec is None or r.record_trust == run.spec.trust:
         return None
     try:
         applied_record.verify(kept, run.spec.trust)
     except VerificationError as exc:
-        message = (
-            f"the cluster's applied record (ConfigMap {r.namespace}/{record_name(r.name)}) of revision "
-            f"{kept.revision[:12]} is refused: {exc}; nothing of it is applied"
-        )
-        log.warning("%s", message, extra={"revision": kept.revision})
-        r.record, r.recorded, r.record_refused = None, None, message
-        r.revision_condition = ("False", Reason.RECORD_REFUSED, message)
-        run.note(Reason.RECORD_REFUSED, message, "Warning", key=("record-refused", kept.revision, str(exc)))
+        _refuse_record(r, run, kept.revision, str(exc))
         return None
     r.record_trust = run.spec.trust
     return None
+
+
+def _refuse_record(r: Reconciler, run: Run, revision: str, why: str) -> None:
+    of = f" of revision {revision[:12]}" if revision else ""
+    message = (
+        f"the cluster's applied record (ConfigMap {r.namespace}/{record_name(r.name)}){of} is refused: {why}; "
+        "nothing of it is applied"
+    )
+    log.warning("%s", message, extra={"revision": revision} if revision else {})
+    r.record, r.recorded, r.record_refused = None, None, message
+    r.revision_condition = ("False", Reason.RECORD_REFUSED, message)
+    run.note(Reason.RECORD_REFUSED, message, "Warning", key=("record-refused", revision, why))
 
 
 def resume(r: Reconciler, run: Run) -> Failure | None:

@@ -30,10 +30,10 @@ def _pool(pool: str, config: str) -> str:
     )
 
 
-def _forge(api, name: str, record: AppliedRecord) -> None:
+def _forge(api, name: str, record: AppliedRecord | dict) -> None:
     """What someone with write access to ConfigMaps in the namespace can do: a record of their own,
-    digest recomputed, owner and labels as the reconciler sets them."""
-    body = applied_record.to_configmap(record, NS, name, None)
+    digest recomputed, labels as the reconciler sets them (or a ConfigMap body as it is)."""
+    body = applied_record.to_configmap(record, NS, name, None) if isinstance(record, AppliedRecord) else record
     ssa.apply(api, body, field_manager="someone-else", force=True)
 
 
@@ -99,6 +99,11 @@ def test_with_signatures_required_only_a_verified_record_is_enforced(
                 proof=CommitProof(forger.commit_object(refused), forger.path_trees(refused, "")),
             ),
             "is signed by an SSH key that is not in the allowed signers",
+        ),
+        # Not a record at all: its digest does not match its config.yaml.
+        "bad digest": (
+            {**applied_record.to_configmap(genuine, NS, name, None), "data": {"configDigest": "sha256:" + "0" * 64}},
+            "configDigest does not match the recorded config.yaml",
         ),
     }
     for tag, (forged, why) in forgeries.items():
