@@ -171,29 +171,46 @@ class GitSource:
     # ------------------------------------------------------------------------------ reading
     def read_files(self, revision: str, paths: list[str]) -> dict[str, bytes | None]:
         """The blobs at `revision:path` for each path; None where the path is absent (or not a file)."""
-        request = "".join(f"{revision}:{p}\n" for p in paths).encode()
-        out = self._run_bytes(["cat-file", "--batch"], request)
         found: dict[str, bytes | None] = {}
+        for p, obj in zip(paths, self._batch([f"{revision}:{p}" for p in paths]), strict=True):
+            if obj is None or obj[0] != "blob":
+                found[p] = None
+            elif len(obj[1]) > MAX_FILE_BYTES:
+                raise SourceError(
+                    SourceReason.FILE_TOO_LARGE,
+                    f"{p} is {len(obj[1])} bytes at {revision[:12]}; a ConfigMap holds at most {MAX_FILE_BYTES} bytes",
+                )
+            else:
+                found[p] = obj[1]
+        return found
+
+    def path_trees(self, revision: str, path: str) -> tuple[bytes, ...]:
+        """The raw tree objects from `revision`'s root down to directory `path` (normalised): with the
+        commit object, what proves which blobs the commit holds there (gitops.verify.verify_files)."""
+        parts = [p for p in path.split("/") if p]
+        names = [f"{revision}^{{tree}}", *(f"{revision}:{'/'.join(parts[: i + 1])}" for i in range(len(parts)))]
+        trees = []
+        for name, obj in zip(names, self._batch(names), strict=True):
+            if obj is None or obj[0] != "tree":
+                raise SourceError(SourceReason.GIT_FAILED, f"{name} is not a directory in {self._shown_url()}")
+            trees.append(obj[1])
+        return tuple(trees)
+
+    def _batch(self, names: list[str]) -> list[tuple[str, bytes] | None]:
+        """(type, raw content) of each object name (`rev:path`, `rev^{tree}`), None where missing."""
+        out = self._run_bytes(["cat-file", "--batch"], "".join(f"{n}\n" for n in names).encode())
+        found: list[tuple[str, bytes] | None] = []
         pos = 0
-        for p in paths:
+        for _ in names:
             end = out.index(b"\n", pos)
             header = out[pos:end].decode(errors="replace").split()
             pos = end + 1
             if len(header) == 3 and header[1] in ("blob", "tree", "commit", "tag"):
                 size = int(header[2])
-                body = out[pos : pos + size]
+                found.append((header[1], out[pos : pos + size]))
                 pos += size + 1
-                if header[1] != "blob":
-                    found[p] = None
-                elif size > MAX_FILE_BYTES:
-                    raise SourceError(
-                        SourceReason.FILE_TOO_LARGE,
-                        f"{p} is {size} bytes at {revision[:12]}; a ConfigMap holds at most {MAX_FILE_BYTES} bytes",
-                    )
-                else:
-                    found[p] = body
             else:
-                found[p] = None  # "<name> missing"
+                found.append(None)  # "<name> missing"
         return found
 
     def contains(self, head: str, revision: str) -> bool:

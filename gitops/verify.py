@@ -8,12 +8,18 @@ tools that define the formats, each told to trust exactly the configured keys:
 `gpgv` against a keyring made from the configured armored public keys (every key in it is trusted, as
 in Flux's verification). Anything else (unsigned, bad signature, unknown key, expired or revoked key)
 is a VerificationError: the commit is never applied.
+
+`verify_files` checks a copy kept outside git (the cluster's applied record): the signed commit object
+and the tree objects from its root to the files' directory, re-hashed by git itself in a scratch
+repository, must lead from the signed revision to exactly the recorded files.
 """
 
 from __future__ import annotations
 
+import os
 import subprocess
 import tempfile
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -209,3 +215,73 @@ def _verify_openpgp(work: Path, short: str, policy: TrustPolicy) -> Signer:
     raise VerificationError(
         f"commit {short}: OpenPGP signature not verified ({checked.stderr.decode(errors='replace').strip()[:300]})"
     )
+
+
+@dataclass(frozen=True)
+class CommitProof:
+    """What ties files to a signed revision without its repository: the raw commit object (signature
+    included) and the raw tree objects from its root tree down to the files' directory."""
+
+    commit: bytes
+    trees: tuple[bytes, ...]
+
+
+def verify_files(
+    proof: CommitProof, revision: str, path: str, files: Mapping[str, bytes], policy: TrustPolicy
+) -> Signer | None:
+    """Is each of `files` (name -> content, in directory `path`) what signed commit `revision` holds?
+    The signature is checked as for a fetched commit; then git hashes the objects: the commit object
+    must be `revision`, its trees must lead to `path`, and the blobs there must be `files`.
+    Raises VerificationError."""
+    signer = verify_commit(proof.commit, revision, policy)
+    short = revision[:12]
+    with tempfile.TemporaryDirectory(prefix="migops-proof-") as tmp:
+        git = _scratch_git(Path(tmp), "sha256" if len(revision) == 64 else "sha1")
+        made = git(["hash-object", "-w", "-t", "commit", "--stdin"], proof.commit).strip()
+        if made != revision:
+            raise VerificationError(f"the commit object kept for {short} is another commit ({made[:12]})")
+        for tree in proof.trees:
+            git(["hash-object", "-w", "-t", "tree", "--stdin"], tree)
+        blobs = {n: git(["hash-object", "-w", "-t", "blob", "--stdin"], files[n]).strip() for n in files}
+        # The tree entries alone name the blobs: ls-tree reads the trees, never the blobs.
+        top = f"{revision}:{path}" if path else f"{revision}^{{tree}}"
+        try:
+            listing: str | None = git(["ls-tree", "-z", top, "--", *sorted(files)], b"")
+        except VerificationError:
+            listing = None
+        entries: dict[str, str] = {}  # name -> object id ("<mode> <type> <id>\t<name>")
+        for entry in (listing or "").split("\0"):
+            if "\t" in entry:
+                meta, name = entry.split("\t", 1)
+                entries[name] = meta.split(" ")[-1]
+        for name in sorted(files):
+            shown = f"{path}/{name}" if path else name
+            if listing is None or name not in entries:
+                raise VerificationError(
+                    f"{shown} as kept is not the file commit {short} holds (its trees do not lead there)"
+                )
+            if entries[name] != blobs[name]:
+                raise VerificationError(
+                    f"{shown} as kept is not the file commit {short} holds (that is blob {entries[name][:12]})"
+                )
+    return signer
+
+
+def _scratch_git(where: Path, object_format: str) -> Callable[[list[str], bytes], str]:
+    """A bare repository of its own, for git to hash and look up objects in; no config but its own."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
+    env.update(GIT_CONFIG_NOSYSTEM="1", GIT_CONFIG_GLOBAL=os.devnull, LC_ALL="C")
+
+    def git(args: list[str], stdin: bytes = b"") -> str:
+        try:
+            out = subprocess.run(
+                ["git", "-C", str(where), *args], input=stdin, capture_output=True, timeout=30, env=env, check=False
+            )
+        except FileNotFoundError:
+            raise VerificationError("git is not installed; it is needed to check a kept commit") from None
+        if out.returncode != 0:
+            raise VerificationError(f"git {args[0]} refused a kept object: {out.stderr.decode(errors='replace')[:300]}")
+        return out.stdout.decode(errors="replace")
+
+    git(["init", "--bare", "-q", f"--object-format={object_format}", "."])
+    return git

@@ -362,6 +362,8 @@ def cmd_status(args: argparse.Namespace) -> int:
             print(line)
         for i in items:
             s = i.get("status") or {}
+            for warning in _warnings(s):  # Ready can be True while these say something is off
+                print(f"  {i['metadata']['name']}: warning: {warning}")
             for problem in s.get("problems") or ():
                 print(f"  {i['metadata']['name']}: {problem}")
             if args.nodes:
@@ -406,6 +408,19 @@ def _with_drift(message: str, drift: str | None) -> str:
     if not drift or drift in message:
         return message
     return f"GPUs drifted: {drift}" + (f"; {message}" if message else "")
+
+
+_KSTATUS = ("Ready", "Reconciling", "Stalled")  # the table's own columns say these
+
+
+def _warnings(status: dict) -> list[str]:
+    """The MigSync's other conditions that are False (AssignmentsMatched, AppliedRevisionAvailable):
+    `TYPE (REASON): MESSAGE`, one line each."""
+    return [
+        f"{c.get('type')} ({c.get('reason', '-')})" + (f": {c['message']}" if c.get("message") else "")
+        for c in status.get("conditions") or ()
+        if c.get("type") not in _KSTATUS and c.get("status") == "False"
+    ]
 
 
 def _condition(status: dict, kind: str) -> dict:

@@ -133,6 +133,9 @@ class Reconciler:
         self.started_revision_at: dict[str, float] = {}  # revision -> when adopted (unix seconds)
         self.record: AppliedRecord | None = None  # what the cluster keeps of the revision in force
         self.recorded: str | None = None  # the revision whose record we wrote or found
+        self.record_trust: TrustPolicy | None = None  # the policy `record` was verified under (steps.check_record)
+        self.record_refused: str | None = None  # why the record found at start was refused
+        self.record_unreadable: str | None = None  # why the ConfigMap found at start holds no record
         self.revision_condition: tuple[str, str, str] | None = None  # AppliedRevisionAvailable
         self.moved: tuple[str, ...] = ()  # nodes the revision in force moved to `default`
         self.resolve_memo = ResolveMemo()
@@ -198,7 +201,10 @@ class Reconciler:
         self.last_attempted = status.get("lastAttemptedRevision") or None
         self.handled_resume = status.get("lastHandledResume")
         self.status_writer.forget()
-        self.record = applied_record.read(self.api, self.namespace, self.name)
+        try:
+            self.record = applied_record.load(self.api, self.namespace, self.name)
+        except ValueError as exc:  # said in status and an Event by the first sync (steps.check_record)
+            self.record, self.record_unreadable = None, str(exc)
         if self.record is not None and self.record.adopted_at:
             self.started_revision_at[self.record.revision] = self.record.adopted_at
         for entry in status.get("nodes") or ():  # per-node revisions are on the nodes themselves

@@ -57,6 +57,7 @@ class Reason(StrEnum):
     # The AppliedRevisionAvailable condition
     REVISION_AVAILABLE = "RevisionAvailable"
     REVISION_VANISHED = "RevisionVanished"
+    RECORD_REFUSED = "AppliedRecordRefused"  # (and its Event) the record does not verify: not enforced
 
 
 AnyReason = Reason | SourceReason

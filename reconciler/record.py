@@ -6,6 +6,13 @@ them on the nodes of the day), the config's digest, when it was adopted, and the
 as resolved then. It is written once per adopted revision, before any write of that revision. A fresh
 reconciler (its git cache is an emptyDir) whose remote is unreachable, or whose followed branch was
 rewritten so that the revision is gone, enforces that record instead of nothing.
+
+The record is only as trusted as the revision it records: it also keeps the commit object (with its
+signature) and the tree objects down to the two files. With signatures required, `verify` checks the
+signature against the allowed signers and that those objects lead from the revision to exactly the
+recorded files; a record that does not verify is never enforced. Who may write it at all is narrowed
+by the ValidatingAdmissionPolicy migops-applied-record (manifests/base/reconciler): the reconciler's
+ServiceAccount only.
 """
 
 from __future__ import annotations
@@ -24,6 +31,7 @@ from kubernetes.client.exceptions import ApiException
 
 from migops.gitops.desired import DesiredState
 from migops.gitops.repo import CONFIG_FILE, NODES_FILE, RepoSpec, load_repo
+from migops.gitops.verify import CommitProof, TrustPolicy, VerificationError, verify_files
 from migops.reconciler import status as st
 
 log = logging.getLogger(__name__)
@@ -43,6 +51,7 @@ class AppliedRecord:
     nodes_text: str
     adopted_at: float  # unix seconds
     targets: Mapping[str, tuple[str, str]] = field(default_factory=dict)  # node -> (config, source)
+    proof: CommitProof | None = None  # the commit object and trees (None: an old record, or git lacked it)
 
     @property
     def config_digest(self) -> str:
@@ -58,7 +67,20 @@ class AppliedRecord:
         )
 
 
-def of(desired: DesiredState, adopted_at: float) -> AppliedRecord:
+def verify(record: AppliedRecord, policy: TrustPolicy) -> None:
+    """With signatures required, is the record the signed revision's own? Raises VerificationError."""
+    if not policy.enabled:
+        return
+    if record.proof is None:
+        raise VerificationError(
+            f"it holds no signed commit object for revision {record.revision[:12]} (written by hand, or by a "
+            "reconciler older than the proof), so nothing ties it to a signature"
+        )
+    files = {CONFIG_FILE: record.config_text.encode(), NODES_FILE: record.nodes_text.encode()}
+    verify_files(record.proof, record.revision, record.path, files, policy)
+
+
+def of(desired: DesiredState, adopted_at: float, proof: CommitProof | None = None) -> AppliedRecord:
     return AppliedRecord(
         desired.revision,
         desired.spec.path,
@@ -66,7 +88,12 @@ def of(desired: DesiredState, adopted_at: float) -> AppliedRecord:
         desired.spec.nodes_text,
         adopted_at,
         {n: (t.config, t.source) for n, t in desired.targets.items()},
+        proof,
     )
+
+
+def _b64(data: bytes) -> str:
+    return base64.b64encode(data).decode()
 
 
 def to_configmap(record: AppliedRecord, namespace: str, migsync: str, owner_uid: str | None) -> dict[str, Any]:
@@ -78,6 +105,9 @@ def to_configmap(record: AppliedRecord, namespace: str, migsync: str, owner_uid:
         "adoptedAt": record.adopted_at,
         "targets": {n: list(t) for n, t in record.targets.items()},
     }
+    if record.proof is not None:
+        doc["commitObject"] = _b64(record.proof.commit)
+        doc["trees"] = [_b64(t) for t in record.proof.trees]
     meta: dict[str, Any] = {
         "name": record_name(migsync),
         "namespace": namespace,
@@ -99,6 +129,14 @@ def from_configmap(obj: Mapping[str, Any]) -> AppliedRecord:
     try:
         raw = ((obj.get("binaryData") or {}).get(RECORD_KEY)) or ""
         doc = json.loads(gzip.decompress(base64.b64decode(raw)))
+        proof = (
+            CommitProof(
+                base64.b64decode(doc["commitObject"], validate=True),
+                tuple(base64.b64decode(t, validate=True) for t in doc.get("trees") or ()),
+            )
+            if doc.get("commitObject")
+            else None
+        )
         record = AppliedRecord(
             str(doc["revision"]),
             str(doc.get("path") or ""),
@@ -106,6 +144,7 @@ def from_configmap(obj: Mapping[str, Any]) -> AppliedRecord:
             str(doc["nodesText"]),
             float(doc.get("adoptedAt") or 0),
             {str(n): (str(t[0]), str(t[1])) for n, t in (doc.get("targets") or {}).items()},
+            proof,
         )
     except (ValueError, KeyError, TypeError, OSError, EOFError) as exc:
         raise ValueError(f"not an applied record: {exc}") from None
@@ -117,13 +156,21 @@ def from_configmap(obj: Mapping[str, Any]) -> AppliedRecord:
 def read(api: k8s.ApiClient, namespace: str, migsync: str) -> AppliedRecord | None:
     """The record, or None (none yet, unreadable, or not allowed: said in the log)."""
     try:
-        obj = k8s.CoreV1Api(api).read_namespaced_config_map(
-            record_name(migsync), namespace, _preload_content=False, _request_timeout=30
-        )
-        return from_configmap(json.loads(obj.data))
-    except ApiException as exc:
-        if exc.status != 404:
-            log.warning("cannot read the applied record %s/%s: HTTP %s", namespace, record_name(migsync), exc.status)
+        return load(api, namespace, migsync)
     except ValueError as exc:
         log.warning("ignoring ConfigMap %s/%s: %s", namespace, record_name(migsync), exc)
     return None
+
+
+def load(api: k8s.ApiClient, namespace: str, migsync: str) -> AppliedRecord | None:
+    """The record, or None (none yet, or not readable: said in the log); ValueError when the
+    ConfigMap is there but holds no record (edited by hand, truncated)."""
+    try:
+        obj = k8s.CoreV1Api(api).read_namespaced_config_map(
+            record_name(migsync), namespace, _preload_content=False, _request_timeout=30
+        )
+    except ApiException as exc:
+        if exc.status != 404:
+            log.warning("cannot read the applied record %s/%s: HTTP %s", namespace, record_name(migsync), exc.status)
+        return None
+    return from_configmap(json.loads(obj.data))

@@ -1,5 +1,5 @@
-"""One sync as a list of steps, after Flux's source-controller: load spec → resume → fetch → verify →
-load → fall back → resolve → history → record → warn → plan → deadline → apply the ConfigMap → apply
+"""One sync as a list of steps, after Flux's source-controller: load spec → check the record → resume →
+fetch → verify → load → fall back → resolve → history → record → warn → plan → deadline → apply the ConfigMap → apply
 a wave (`SYNC`, at the end).
 
 Every step has one signature, `step(reconciler, run) -> Failure | None`: it reads what earlier steps
@@ -22,7 +22,7 @@ from migops.gitops.desired import resolve as resolve_desired
 from migops.gitops.reasons import UNREADABLE, SourceReason
 from migops.gitops.repo import RepoError, RepoSpec
 from migops.gitops.source import Fetched, GitSource, SourceError, normalise_path
-from migops.gitops.verify import VerificationError
+from migops.gitops.verify import CommitProof, VerificationError
 from migops.kube.clusterpolicy import MigSettings
 from migops.kube.names import CONFIGMAP_KEY, RESUME_ANNOTATION
 from migops.mig.text import listed
@@ -106,6 +106,39 @@ def load_spec(r: Reconciler, run: Run) -> Failure | None:
     run.source = r.revisions.source(spec.url, spec.ref)
     run.settings = r.settings()
     return None
+
+
+def check_record(r: Reconciler, run: Run) -> Failure | None:
+    """The cluster's applied record counts only if it verifies under the trust policy in force (checked
+    once per record and policy, so at start): with signatures required, a record whose commit is not
+    signed by a trusted key, or whose files are not that commit's, is refused -- the condition
+    AppliedRevisionAvailable and an Event say why -- and nothing of it is enforced or compared with.
+    So is a ConfigMap of that name that holds no record at all (whatever the policy)."""
+    kept = r.record
+    if kept is None and r.record_unreadable is not None:
+        _refuse_record(r, run, "", r.record_unreadable)
+        r.record_unreadable = None
+    if kept is None or run.spec is None or r.record_trust == run.spec.trust:
+        return None
+    try:
+        applied_record.verify(kept, run.spec.trust)
+    except VerificationError as exc:
+        _refuse_record(r, run, kept.revision, str(exc))
+        return None
+    r.record_trust = run.spec.trust
+    return None
+
+
+def _refuse_record(r: Reconciler, run: Run, revision: str, why: str) -> None:
+    of = f" of revision {revision[:12]}" if revision else ""
+    message = (
+        f"the cluster's applied record (ConfigMap {r.namespace}/{record_name(r.name)}){of} is refused: {why}; "
+        "nothing of it is applied"
+    )
+    log.warning("%s", message, extra={"revision": revision} if revision else {})
+    r.record, r.recorded, r.record_refused = None, None, message
+    r.revision_condition = ("False", Reason.RECORD_REFUSED, message)
+    run.note(Reason.RECORD_REFUSED, message, "Warning", key=("record-refused", revision, why))
 
 
 def resume(r: Reconciler, run: Run) -> Failure | None:
@@ -198,14 +231,22 @@ def fall_back(r: Reconciler, run: Run) -> Failure | None:
     the mirror still has it, else from the cluster's applied record (a fresh cache, a rewritten branch)."""
     if r.desired is not None or run.candidate is not None or not r.enforce_last_good:
         return None
+    _fall_back(r, run)
+    if run.candidate is None and r.record_refused and run.failure is not None:
+        # Nothing kept: say that the record was there, and why it was not enforced.
+        run.failure = replace(run.failure, message=f"{run.failure.message} ({r.record_refused})")
+    return None
+
+
+def _fall_back(r: Reconciler, run: Run) -> None:
     assert run.source is not None and run.spec is not None
     record = r.record if r.record is not None and r.record.path == run.path else None
     revision = record.revision if record is not None else r.last_applied
     if revision is None:
-        return None
+        return
     try:
         run.candidate = r.revisions.verified_load(run.source, revision, run.path, run.spec.trust)
-        return None
+        return
     except (SourceError, VerificationError, RepoError) as exc:
         log.warning("cannot reload revision %s from git: %s", revision, exc, extra={"revision": revision})
     if record is not None:
@@ -221,7 +262,6 @@ def fall_back(r: Reconciler, run: Run) -> Failure | None:
             log.warning(
                 "the applied record of %s does not parse: %s", record.revision, exc, extra={"revision": record.revision}
             )
-    return None
 
 
 def managed_nodes(nodes: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
@@ -349,18 +389,43 @@ def record(r: Reconciler, run: Run) -> Failure | None:
     assert desired is not None
     if r.dry_run or r.recorded == desired.revision:
         return None
-    if r.record is not None and r.record.revision == desired.revision:
-        r.recorded = desired.revision
+    proof = None if run.from_record else _proof(run, desired)
+    kept = r.record
+    if kept is not None and _same(kept, desired) and (kept.proof is not None or proof is None):
+        r.recorded = desired.revision  # (a record without its proof gets one once git has the commit)
         return None
     uid = ((r.migsync_object() or {}).get("metadata") or {}).get("uid")
-    new = applied_record.of(desired, r.started_revision_at.get(desired.revision) or time.time())
+    new = applied_record.of(desired, r.started_revision_at.get(desired.revision) or time.time(), proof)
     try:
         r.writer.record(applied_record.to_configmap(new, r.namespace, r.name, uid))
     except WriteError as err:
         log.warning("the applied record was not written (tried again at the next sync): %s", err)
         return None
-    r.record, r.recorded = new, desired.revision
+    r.record, r.recorded, r.record_refused = new, desired.revision, None
+    r.record_trust = run.spec.trust if run.spec is not None else None
     return None
+
+
+def _same(kept: applied_record.AppliedRecord, desired: DesiredState) -> bool:
+    spec = desired.spec
+    return (kept.revision, kept.path, kept.config_text, kept.nodes_text) == (
+        desired.revision,
+        spec.path,
+        spec.config_text,
+        spec.nodes_text,
+    )
+
+
+def _proof(run: Run, desired: DesiredState) -> CommitProof | None:
+    """The commit object and trees that make the record re-verifiable; None when git lacks them."""
+    if run.source is None:
+        return None
+    try:
+        revision, path = desired.revision, desired.spec.path
+        return CommitProof(run.source.commit_object(revision), run.source.path_trees(revision, path))
+    except SourceError as exc:
+        log.warning("the applied record keeps no commit object: %s", exc, extra={"revision": desired.revision})
+        return None
 
 
 def warn(r: Reconciler, run: Run) -> Failure | None:
@@ -532,6 +597,7 @@ def _notes_for_writes(run: Run, p: Plan, done: list[str], wrote: dict[str, str |
 
 SYNC: tuple[Step, ...] = (
     load_spec,
+    check_record,
     resume,
     fetch,
     verify,

@@ -7,58 +7,36 @@ tests/agent/test_local_agents.py) in namespace `migops-system`, as `kubectl appl
 (TokenRequest, boundObjectRef kind Node): simulated nodes run no pods, and such a token carries the
 node's name in the user's extra (`authentication.kubernetes.io/node-name`, with `node-uid`) exactly as
 a pod-bound one does, so the policy and the agent's own identity check treat it the same. The token
-lives TOKEN_SECONDS (nothing refreshes it) and dies with its Node: a node deleted and re-created needs
-`migops local down` and `up` again.
+lives identity.TOKEN_SECONDS (nothing refreshes it) and dies with its Node: a node deleted and re-created needs
+`migops local down` and `up` again. (migops.local.identity does the same for the reconciler and the
+webhook, without a Node.)
 """
 
 from __future__ import annotations
 
 import time
-from importlib import resources
 from pathlib import Path
 
-import yaml
 from kubernetes import client as k8s
 from kubernetes.client import ApiClient
 
-from migops.kube import ssa
-from migops.kube.names import LOCAL_MANAGER
-from migops.local import kubeconfig
+from migops.local import identity
+from migops.local.identity import NAMESPACE
 
-NAMESPACE = "migops-system"  # the manifests' namespace (manifests/base/kustomization.yaml)
 SERVICE_ACCOUNT = "migops-agent"
 USER = f"system:serviceaccount:{NAMESPACE}:{SERVICE_ACCOUNT}"
 MANIFESTS = ("agent-serviceaccount.yaml", "agent-rbac.yaml", "agent-own-node-policy.yaml")
 POLICY = "migops-agent-own-node"
-# A year: longer than any local stack lives; the API server here sets no maximum.
-TOKEN_SECONDS = 365 * 24 * 3600
 
 
 def objects() -> list[dict]:
     """The manifests' objects, namespaced ones without a namespace put in NAMESPACE (as kustomize does)."""
-    out = []
-    for name in MANIFESTS:
-        text = resources.files("migops.local").joinpath(f"data/{name}").read_text()
-        for doc in yaml.safe_load_all(text):  # our own packaged file
-            if not doc:
-                continue
-            if not ssa.is_cluster_scoped(doc["kind"]):
-                doc.setdefault("metadata", {}).setdefault("namespace", NAMESPACE)
-            out.append(doc)
-    return out
+    return identity.objects(MANIFESTS)
 
 
 def install(api: ApiClient) -> None:
     """Apply the ServiceAccount, RBAC and policy (wait_in_force tells when the policy denies)."""
-    core = k8s.CoreV1Api(api)
-    core.patch_namespace(
-        NAMESPACE,
-        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}},
-        field_manager=LOCAL_MANAGER,
-        _content_type=ssa.APPLY_CONTENT_TYPE,
-    )
-    for doc in objects():
-        ssa.apply(api, doc, field_manager=LOCAL_MANAGER, force=True)
+    identity.install(api, MANIFESTS)
 
 
 def wait_in_force(agent_kubeconfig: Path, node: str, timeout: float = 30.0) -> None:
@@ -85,18 +63,6 @@ def wait_in_force(agent_kubeconfig: Path, node: str, timeout: float = 30.0) -> N
 
 def kubeconfig_for_node(api: ApiClient, server: str, ca_pem: bytes, node: str, out: Path) -> Path:
     """A kubeconfig with the agent ServiceAccount's token bound to Node `node`."""
-    core = k8s.CoreV1Api(api)
-    uid = core.read_node(node).metadata.uid
-    token = core.create_namespaced_service_account_token(
-        SERVICE_ACCOUNT,
-        NAMESPACE,
-        {
-            "apiVersion": "authentication.k8s.io/v1",
-            "kind": "TokenRequest",
-            "spec": {
-                "expirationSeconds": TOKEN_SECONDS,
-                "boundObjectRef": {"apiVersion": "v1", "kind": "Node", "name": node, "uid": uid},
-            },
-        },
-    )
-    return kubeconfig.write(out, kubeconfig.build(server, ca_pem, USER, token=token.status.token))
+    uid = k8s.CoreV1Api(api).read_node(node).metadata.uid
+    bound = {"apiVersion": "v1", "kind": "Node", "name": node, "uid": uid}
+    return identity.token_kubeconfig(api, server, ca_pem, SERVICE_ACCOUNT, out, bound)

@@ -5,14 +5,19 @@ from `migops.mig.gfd`, the only place that knows GPU and MIG rules), the labels 
 to MIG-capable nodes, the ClusterPolicy CRD and a `cluster-policy` object with the chosen
 MIG strategy, and the `gpu-operator` namespace.
 
-Field managers mirror who owns what in a real cluster: GFD's labels belong to
-`gpu-feature-discovery`, `nvidia.com/mig.config` and the deploy label to `gpu-operator`. A
+Simulated nodes also carry the labels every kubelet sets when it registers its Node
+(kubernetes.io/hostname, kubernetes.io/os, kubernetes.io/arch and their beta.* pair), so a nodes.yaml
+that pins one node by hostname selects it here as on a real cluster.
+
+Field managers mirror who owns what in a real cluster: the kubelet's labels belong to `kubelet`, GFD's
+to `gpu-feature-discovery`, `nvidia.com/mig.config` and the deploy label to `gpu-operator`. A
 migops reconciler that applies `nvidia.com/mig.config` therefore meets the same ownership
 conflict it would meet on a real cluster.
 """
 
 from __future__ import annotations
 
+import platform
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -30,6 +35,16 @@ from migops.mig.yamlsafe import load_yaml
 
 APPLY = "application/apply-patch+yaml"
 GFD_MANAGER = "gpu-feature-discovery"
+KUBELET_MANAGER = "kubelet"
+# Go's GOARCH for the machine the simulated nodes run on (the kubelet labels its node with it).
+_GOARCH = {
+    "x86_64": "amd64",
+    "amd64": "amd64",
+    "aarch64": "arm64",
+    "arm64": "arm64",
+    "ppc64le": "ppc64le",
+    "s390x": "s390x",
+}
 OPERATOR_MANAGER = "gpu-operator"
 OPERATOR_NAMESPACE = "gpu-operator"
 CLUSTER_POLICY = "cluster-policy"
@@ -90,8 +105,24 @@ def seed(api: ApiClient, nodes: Sequence[NodeSpec], strategy: str) -> None:
         apply_node(api, node)
 
 
+def kubelet_labels(name: str) -> dict[str, str]:
+    """What a kubelet puts on the Node it registers (pkg/kubelet/kubelet_node_status.go, initialNode):
+    its hostname (the node name here), GOOS and GOARCH, stable and beta."""
+    arch = _GOARCH.get(platform.machine().lower(), platform.machine().lower())
+    return {
+        "kubernetes.io/hostname": name,
+        "kubernetes.io/os": "linux",
+        "kubernetes.io/arch": arch,
+        "beta.kubernetes.io/os": "linux",
+        "beta.kubernetes.io/arch": arch,
+    }
+
+
 def apply_node(api: ApiClient, node: NodeSpec) -> None:
-    """Create/update the Node: GFD labels, operator labels, and `nvidia.com/gpu` capacity."""
+    """Create/update a simulated Node: the kubelet's labels, GFD labels, operator labels, and
+    `nvidia.com/gpu` capacity."""
+    body = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": node.name, "labels": kubelet_labels(node.name)}}
+    k8s.CoreV1Api(api).patch_node(node.name, body, field_manager=KUBELET_MANAGER, _content_type=APPLY)
     apply_labels(api, node)
     # What the device plugin would advertise for GPUs with MIG disabled: one per GPU.
     mark_ready(api, node.name, {"nvidia.com/gpu": gpu_count(node)})

@@ -1,9 +1,12 @@
 """`migops local up --repo URL`: the GitOps reconciler next to the local control plane.
 
-It runs as its own detached process (`migops reconcile`, one replica, no Lease), with the MigSync CRD
-installed and a MigSync `migops` in `migops-system` recording what it follows, so `migops status` and
-`kubectl get migsync -A` work as in a real cluster. Its log is `<workdir>/logs/reconciler.log`;
-migops.local.stack records it with the servers, so `down` stops it before them.
+It runs as its own detached process (`migops reconcile`, one replica, no Lease), as the manifests'
+Deployment runs it: with the MigSync CRD installed, a MigSync `migops` in `migops-system` holding the
+spec (repo, ref, path, interval: `kubectl edit migsync migops` changes it), and the identity of
+manifests/base/reconciler (ServiceAccount migops-reconciler, its RBAC, the applied record's admission
+policy: migops.local.identity), never system:masters. `migops status` and `kubectl get migsync -A`
+work as in a real cluster. Its log is `<workdir>/logs/reconciler.log`; migops.local.stack records it
+with the servers, so `down` stops it before them.
 """
 
 from __future__ import annotations
@@ -19,16 +22,17 @@ import time
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from migops.local.ports import free_ports
 from migops.local.process import ProcessRef, spawn
 from migops.local.process import stop as stop_process
 
+if TYPE_CHECKING:
+    from kubernetes.client import ApiClient
+
 NAMESPACE = "migops-system"
-# Its own identity (a client certificate, in system:masters like the rest of the local stack), not the
-# admin's: the webhook lets only the reconciler change a managed node's nvidia.com/mig.config, and a
-# person's kubectl in `migops local` is the admin.
-LOCAL_RECONCILER_USER = "migops-reconciler"
+MIGSYNC = "migops"  # the name the manifests' Deployment and RBAC (its applied record's Role) expect
 
 
 def add_arguments(up: argparse.ArgumentParser) -> None:
@@ -59,8 +63,12 @@ def hook_secret_file(workdir: Path) -> Path:
     return workdir / "reconciler-hook.secret"
 
 
+def kubeconfig_path(workdir: Path) -> Path:
+    return workdir / "reconciler.kubeconfig"
+
+
 def start(
-    api: object,
+    api: ApiClient,
     workdir: Path,
     kubeconfig: Path,
     repo: str,
@@ -69,13 +77,16 @@ def start(
     interval: str = "10s",
     timeout: float = 60.0,
 ) -> LocalReconciler:
-    """Install the CRD and namespace, start the reconciler, wait until it serves /readyz; the caller
-    records the process (migops.local.stack). It polls every `interval` (a local repo is cheap to
-    fetch) and syncs at once on a signed POST /hook, as a git host's push webhook would send it."""
+    """Install the CRD, namespace and MigSync (with `api`, the admin's), start the reconciler with
+    `kubeconfig` (its own identity), wait until it serves /readyz; the caller records the process
+    (migops.local.stack). It polls every `interval` (a local repo is cheap to fetch) and syncs at once
+    on a signed POST /hook, as a git host's push webhook would send it."""
     from kubernetes import client as k8s
 
+    from migops.gitops.verify import TrustPolicy
+    from migops.kube import ssa
     from migops.kube.names import LOCAL_MANAGER
-    from migops.reconciler.status import install_crd
+    from migops.reconciler.status import SyncSpec, install_crd, migsync_object, parse_duration
 
     k8s.CoreV1Api(api).patch_namespace(
         NAMESPACE,
@@ -86,6 +97,8 @@ def start(
     install_crd(api, field_manager=LOCAL_MANAGER)
     if "://" not in repo and Path(repo).exists():
         repo = str(Path(repo).resolve())
+    spec = SyncSpec(repo, ref, path, parse_duration(interval), False, TrustPolicy())
+    ssa.apply(api, migsync_object(MIGSYNC, NAMESPACE, spec), field_manager=LOCAL_MANAGER, force=True)
     (port,) = free_ports(1)
     secret = hook_secret_file(workdir)
     secret.write_text(secrets.token_hex(32))
@@ -93,26 +106,20 @@ def start(
     argv = [
         str(Path(sys.executable).parent / "migops"),
         "reconcile",
-        "--repo",
-        repo,
-        "--path",
-        path,
         "--kubeconfig",
         str(kubeconfig),
+        "--name",
+        MIGSYNC,
         "--namespace",
         NAMESPACE,
         "--no-leader-elect",
         "--http-address",
         f"127.0.0.1:{port}",
-        "--interval",
-        interval,
         "--hook-secret-file",
         str(secret),
         *identifying_arguments(workdir),
         "--log-level=info",
     ]
-    if ref:
-        argv += ["--ref", ref]
     log = workdir / "logs" / "reconciler.log"
     popen, ref_ = spawn(argv, log)
     deadline = time.monotonic() + timeout

@@ -3,10 +3,11 @@
 Order: etcd, kube-apiserver, with `real_node` kube-controller-manager and the real node (containerd,
 kubelet, kube-proxy: migops.local.realnode; its network is made before the API server, which serves on
 the node address), the cluster's seed (GPU nodes, the GPU Operator's ClusterPolicy and MIG
-ConfigMap), the admission webhook (registered before anything else writes MIG objects, so every later
-write passes through it), the agents' ServiceAccount, RBAC and own-node policy (manifests/base/agent),
-one simulated agent per node with a token bound to its Node, with --flux a loopback git server and Flux's
-source- and kustomize-controller (migops.local.flux), the GitOps reconciler when a repo is given,
+ConfigMap), the admission webhook (as the manifests' ServiceAccount migops-webhook; registered before
+anything else writes MIG objects, so every later write passes through it), the agents' ServiceAccount,
+RBAC and own-node policy (manifests/base/agent), one simulated agent per node with a token bound to its Node, with --flux a loopback git server and Flux's
+source- and kustomize-controller (migops.local.flux), the GitOps reconciler when a repo is given (as
+ServiceAccount migops-reconciler, with the manifests' RBAC and the applied record's policy),
 kube-scheduler. Each process is adopted by the ControlPlane as soon as it starts, so a failure half-way
 stops what already runs (nothing is orphaned), the watchdog covers them while `up` runs, and state.json
 lists them all for `down`, which stops them in reverse order: the clients before the API server.
@@ -27,6 +28,7 @@ from migops.local import (
     cluster,
     flux,
     gitserver,
+    identity,
     nodeclean,
     realnode,
     reconciler,
@@ -96,7 +98,11 @@ def up(home: Path, options: Options, progress: Progress = lambda _: None) -> Sta
             if real_spec is not None:
                 cluster.apply_real_node(api, real_spec)
             progress(f"seeded {len(nodes)} GPU node(s) and the GPU Operator's ClusterPolicy ({options.strategy})")
-            hook = webhook.start(api, plane.workdir, plane.admin_kubeconfig, log=plane.logs / "webhook.log")
+            # The webhook and the reconciler run as the manifests' ServiceAccounts (migops.local.identity).
+            hook_identity = identity.kubeconfig_for(
+                api, plane.url, plane.ca_pem, identity.WEBHOOK, webhook.kubeconfig_path(plane.workdir)
+            )
+            hook = webhook.start(api, plane.workdir, hook_identity, log=plane.logs / "webhook.log")
             plane.adopt("webhook", hook.popen, hook.ref)
             progress(f"admission webhook registered at {hook.url}")
             agents.seed_mig_config(api)
@@ -122,9 +128,11 @@ def up(home: Path, options: Options, progress: Progress = lambda _: None) -> Sta
                 flux_git = flux.up(api, plane, progress)
             reconciler_url = None
             if options.repo:
-                identity = plane.kubeconfig_for(reconciler.LOCAL_RECONCILER_USER, ("system:masters",))
+                rec_identity = identity.kubeconfig_for(
+                    api, plane.url, plane.ca_pem, identity.RECONCILER, reconciler.kubeconfig_path(plane.workdir)
+                )
                 rec = reconciler.start(
-                    api, plane.workdir, identity, options.repo, options.ref, options.path, interval=options.interval
+                    api, plane.workdir, rec_identity, options.repo, options.ref, options.path, interval=options.interval
                 )
                 plane.adopt("reconciler", rec.popen, rec.ref)
                 reconciler_url = rec.url

@@ -24,7 +24,6 @@ from migops.certs.rotation import DirectoryStore, rotate
 from migops.kube.names import LOCAL_MANAGER
 from migops.local.ports import LOOPBACK, free_ports
 from migops.local.process import ProcessRef, is_alive, spawn, stop
-from migops.local.reconciler import LOCAL_RECONCILER_USER
 from migops.webhook.registration import register
 from migops.webhook.state import DEFAULT_RECONCILER_USER
 
@@ -39,6 +38,10 @@ class LocalWebhook:
 
 def certs_dir(workdir: Path) -> Path:
     return workdir / "webhook"
+
+
+def kubeconfig_path(workdir: Path) -> Path:
+    return workdir / "webhook.kubeconfig"
 
 
 def identifying_arguments(workdir: Path) -> tuple[str]:
@@ -106,11 +109,14 @@ def start(
     timeout: float = 90.0,
     port: int | None = None,
     workers: int = 1,
-    reconciler_users: Sequence[str] = (LOCAL_RECONCILER_USER, DEFAULT_RECONCILER_USER),
+    reconciler_users: Sequence[str] = (DEFAULT_RECONCILER_USER,),
 ) -> LocalWebhook:
-    """Start the webhook for the control plane at `kubeconfig` and register it; raise RuntimeError
-    (after stopping it) when it does not become ready. `reconciler_users`: who may change a managed
-    node's nvidia.com/mig.config (the local reconciler's identity, and the in-cluster ServiceAccount's)."""
+    """Start the webhook for the control plane with `kubeconfig` (its own identity: in `migops local`
+    the ServiceAccount of manifests/base/webhook, migops.local.identity) and register it with `api`
+    (the installer's, an admin: the registration is not the webhook's own write); raise
+    RuntimeError (after stopping it) when it does not become ready. `reconciler_users`: who may change
+    a managed node's nvidia.com/mig.config (the reconciler's ServiceAccount, which the local one runs
+    as too)."""
     pem, bundle = certificates(certs_dir(workdir))
     port = port or free_ports(1)[0]
     argv = command(

@@ -23,13 +23,43 @@ from migops.reconciler.record import read as read_record
 from migops.reconciler.status import SyncSpec, crd, migsync_object
 
 ROOT = Path(__file__).resolve().parents[2]
+NS = "migops-system"
 
 
 def test_shipped_crd_is_the_packaged_one() -> None:
     assert load_yaml((ROOT / "manifests/base/reconciler/migsync-crd.yaml").read_text()) == crd()
 
 
-def test_reconciler_runs_with_exactly_its_rbac(rplane, rapi, repo, gpu_nodes, tmp_path) -> None:
+def _record_refusal(api) -> str:
+    """Why a dry-run write of an applied record (a ConfigMap migops-applied-*) in migops-system is
+    refused; "" when it is admitted."""
+    body = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "migops-applied-probe", "namespace": NS}}
+    try:
+        ssa.apply(api, body, field_manager="migops-test", force=True, dry_run=True)
+    except ApiException as exc:
+        return exc.body or str(exc.status)
+    return ""
+
+
+@pytest.fixture
+def no_record_policy_after(rapi):
+    """The package's plane is shared, and other tests' reconcilers run as the admin: the applied
+    record's admission policy that manifests/base installs must not outlive this test."""
+    yield
+    admission = k8s.AdmissionregistrationV1Api(rapi)
+    for delete in (
+        admission.delete_validating_admission_policy_binding,
+        admission.delete_validating_admission_policy,
+    ):
+        try:
+            delete("migops-applied-record")
+        except ApiException as exc:
+            if exc.status != 404:
+                raise
+    eventually(lambda: not _record_refusal(rapi))
+
+
+def test_reconciler_runs_with_exactly_its_rbac(rplane, rapi, repo, gpu_nodes, tmp_path, no_record_policy_after) -> None:
     kubectl = str(locate().directory / "kubectl")
     applied = subprocess.run(
         [
@@ -99,6 +129,10 @@ def test_reconciler_runs_with_exactly_its_rbac(rplane, rapi, repo, gpu_nodes, tm
         eventually(lambda: {labels_of(rapi, names)[n].get(MIG_CONFIG_LABEL) for n in names} == {"all-3g.40gb"})
         agent_reports(rapi, CONFIG_YAML, names)
         eventually(lambda: condition(migsync(rapi, "migops"), "Ready")["status"] == "True")
+        # The applied record's admission policy is in force: not even the admin may write one; the
+        # reconciler's ServiceAccount writes the next one below (the new path's).
+        refusal = eventually(lambda: _record_refusal(rapi))
+        assert "only ServiceAccount migops-system/migops-reconciler may write it, not admin" in refusal
         # A new spec (here another path) is fetched at once, not at the next 60 s poll.
         repo.commit(
             {

@@ -19,7 +19,6 @@ from webhook_helpers import MANAGER, eventually
 
 from migops.kube import ssa
 from migops.kube.names import MANAGED_BY_ANNOTATION, MIG_CONFIG_LABEL, UNMANAGED_LABEL
-from migops.local.reconciler import LOCAL_RECONCILER_USER
 from migops.reconciler.status import install_crd
 
 pytestmark = pytest.mark.usefixtures("cluster_state")
@@ -152,11 +151,14 @@ def test_the_reconcilers_identity_may_change_it_and_is_still_checked(api, reconc
     assert "[config-not-found]" in _message(exc)
 
 
-def test_the_local_reconcilers_user_is_allowed(plane, api, managed) -> None:
-    kubeconfig = plane.kubeconfig_for(LOCAL_RECONCILER_USER, ("system:masters",))
-    with plane.api_client(Path(kubeconfig)) as client:
+def test_a_certificate_user_named_like_the_reconciler_is_not_the_reconciler(plane, api, managed) -> None:
+    """The local stack's reconciler runs as the ServiceAccount (issue 31, item 9): the client-certificate
+    user `migops-reconciler` it used to be is no reconciler identity any more, even in system:masters."""
+    kubeconfig = plane.kubeconfig_for("migops-reconciler", ("system:masters",))
+    with plane.api_client(Path(kubeconfig)) as client, pytest.raises(ApiException) as exc:
         _label(client, NODE, "all-1g.10gb")
-    assert _config(api) == "all-1g.10gb"
+    assert "[git-owned]" in _message(exc)
+    assert _config(api) != "all-1g.10gb"
 
 
 def test_taking_a_node_out_of_management_then_anyone_may_set_it(api, kubectl, managed) -> None:
