@@ -152,7 +152,7 @@ def ownership(req: Request, snap: Snapshot, live: Live | None = None) -> tuple[l
         if sync is None and isinstance(live, MigSyncRef):  # the cache lags: the API server has it
             sync = live
         if sync is None and live != ABSENT:  # not read, or the read failed
-            reason = (getattr(live, "reason", None) or type(live).__name__) if live is not None else "not read"
+            reason = (getattr(live, "reason", None) or str(live)[:200] or type(live).__name__) if live else "not read"
             findings.append(
                 (
                     "managed-by-unverified",
