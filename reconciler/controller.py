@@ -77,7 +77,9 @@ def _pooled(api: k8s.ApiClient, workers: int) -> k8s.ApiClient:
     hold connections of the caller's pool)."""
     config = copy.copy(api.configuration)
     config.connection_pool_maxsize = workers + 2
-    return k8s.ApiClient(config)
+    client = k8s.ApiClient(config)
+    client.default_headers.update(api.default_headers)  # Impersonate-User (`migops reconcile --as`) too
+    return client
 
 
 class Reconciler:
