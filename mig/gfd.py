@@ -51,7 +51,9 @@ GPU_ATTRIBUTE_LABELS = frozenset(
     f"{PREFIX}gpu.{a}" for a in (*_DEVICE_ATTRIBUTES, "present", "family", "compute.major", "compute.minor")
 )
 # nvidia.com/mig-<profile>.<attribute> (`mixed`), the profile's '+' written '.' as in resource names.
-MIG_DEVICE_LABEL = re.compile(r"^nvidia\.com/mig-.+\.(" + "|".join(a.replace(".", r"\.") for a in _DEVICE_ATTRIBUTES) + r")$")
+MIG_DEVICE_LABEL = re.compile(
+    r"^nvidia\.com/mig-.+\.(" + "|".join(a.replace(".", r"\.") for a in _DEVICE_ATTRIBUTES) + r")$"
+)
 
 
 def is_gfd_label(key: str) -> bool:
