@@ -206,6 +206,7 @@ def _reconciler(args: argparse.Namespace, *, dry_run: bool, once: bool):  # noqa
         workers=getattr(args, "workers", 8),
         enforce_last_good=not once,
         trust=None if spec is not None else _trust(args),
+        finalizer=not once,
     )
     if once and not dry_run:
         from migops.reconciler.preflight import refusal

@@ -99,6 +99,7 @@ class Reconciler:
         git_timeout: float = 60.0,
         enforce_last_good: bool = True,
         trust: TrustPolicy | None = None,
+        finalizer: bool = True,
     ) -> None:
         self.api = api
         self.name, self.namespace = name, namespace
@@ -112,6 +113,9 @@ class Reconciler:
         self.write_status = write_status and not dry_run
         self.metrics = metrics or Metrics()
         self.enforce_last_good = enforce_last_good  # False (--once): a bad commit means no writes at all
+        # Put the finalizer on the MigSync (a running reconciler honours it); --once only honours one
+        # already there, as nothing would be left running to release the nodes on a later deletion.
+        self.finalizer = finalizer
         self.stop_event = threading.Event()
         self.wake = threading.Event()
         self.writer = Writer(
@@ -318,7 +322,8 @@ class Reconciler:
 
     # ------------------------------------------------------------------------------ the finalizer
     def finalize(self) -> SyncResult | None:
-        """The MigSync's finalizer (migops.io/release-nodes). One not being deleted gets it (once); one
+        """The MigSync's finalizer (migops.io/release-nodes). One not being deleted gets it (once, unless
+        `finalizer` is off: --once); one
         being deleted first releases every node it manages (managed-by and revision annotations removed;
         the labels stay as they are, anyone's now), then drops the finalizer so the deletion completes.
         Then, and while the MigSync stays gone, a sync writes nothing: the result says so. None: sync on.
@@ -332,7 +337,7 @@ class Reconciler:
         meta = obj.get("metadata") or {}
         held = MIGSYNC_FINALIZER in (meta.get("finalizers") or ())
         if not meta.get("deletionTimestamp"):
-            if not held:
+            if not held and self.finalizer:
                 try:
                     self.writer.finalizer(self.namespace, self.name, True)
                 except WriteError as err:  # no permission yet: the nodes keep their annotations on deletion
