@@ -154,18 +154,27 @@ def configmap_reader(api: Any) -> Callable[[str, str], dict[str, Any] | None]:
     return read
 
 
-def migsync_reader(api: Any) -> Callable[[str, str], Any]:
+LIVE_READS_PER_SECOND = 20  # per worker: the API server's own reviews miss the cache rarely
+
+
+def migsync_reader(api: Any, per_second: int = LIVE_READS_PER_SECOND) -> Callable[[str, str], Any]:
     """A MigSync by (namespace, name) as the webhook's MigSyncRef, None when it (or its CRD) does not
     exist: read when a Node names one the informer does not hold yet, so that a cache miss is never
-    taken for "unmanaged" (webhook/nodelabels.py)."""
+    taken for "unmanaged" (webhook/nodelabels.py). At most `per_second` reads a second: reviews
+    posted to the port directly, naming made-up MigSyncs, cannot turn the webhook into a flood of GETs
+    (over the limit the read fails, and the review is denied: never admitted)."""
     from kubernetes import client as k8s
 
     from migops.reconciler.status import GROUP, PLURAL, VERSION
+    from migops.webhook.ratelog import Window
     from migops.webhook.state import migsync_ref
 
     objects = k8s.CustomObjectsApi(api)
+    window = Window(per_interval=per_second, interval=1.0)
 
     def read(namespace: str, name: str) -> Any:
+        if window.admit() is None:
+            raise RuntimeError(f"more than {per_second} MigSync reads a second")
         try:
             obj = objects.get_namespaced_custom_object(
                 GROUP, VERSION, namespace, PLURAL, name, _request_timeout=READ_TIMEOUT

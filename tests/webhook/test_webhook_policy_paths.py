@@ -263,3 +263,13 @@ def test_only_the_reconciler_writes_the_revision_annotation(plane, api, kubectl)
         core.patch_node(node, {"metadata": {"annotations": {REVISION_ANNOTATION: forged}}})
         assert core.read_node(node).metadata.annotations[REVISION_ANNOTATION] == forged
         core.patch_node(node, {"metadata": {"annotations": {REVISION_ANNOTATION: None}}})
+
+
+def test_live_reads_are_bounded(api) -> None:
+    """Reviews posted directly, naming made-up MigSyncs, cost at most `per_second` GETs a second: the
+    rest are denied (never admitted), not sent on to the API server."""
+    app = create_app(_Fixed(), read_migsync=migsync_reader(api, per_second=1))
+    answers = [_answer(app, _node_review("gpu-node-3", f"{NS}/made-up-{i}")) for i in range(10)]
+    assert answers[0]["allowed"] is True  # read: it does not exist
+    refused = [a for a in answers if not a["allowed"]]
+    assert refused and all("reads a second" in a["status"]["message"] for a in refused)
