@@ -27,13 +27,11 @@ from migops.kube.names import (
     AGENT_CONTROLLER,
     AGENT_MANAGER,
     DEPLOY_LABEL_PREFIX,
-    DEVICE_ID_LABEL,
-    MIG_CAPABLE_LABEL,
     MIG_CONFIG_LABEL,
     MIG_CONFIG_STATE_LABEL,
-    MIG_STRATEGY_LABEL,
     PAUSED_FOR_MIG_CHANGE,
 )
+from migops.mig.gfd import is_gfd_label
 from migops.mig.text import listed
 
 log = logging.getLogger(__name__)
@@ -44,18 +42,6 @@ CLIENT_COMPONENT = "client"  # third-party clients: paused only when the label e
 CLIENT_POD_APPS = ("nvidia-device-plugin-daemonset", "gpu-feature-discovery", "nvidia-dcgm-exporter", "nvidia-dcgm")
 VALIDATOR_APPS = ("nvidia-cuda-validator", "nvidia-device-plugin-validator")
 OPERATOR_VALIDATOR_APP = "nvidia-operator-validator"
-
-
-def is_gfd_label(key: str) -> bool:
-    """Labels GFD (and the agent in its place, for simulated GPUs) owns as a set: those migops.mig.gfd
-    writes, and no more (the own-node policy lets the agent change exactly these)."""
-    if key.startswith(DEPLOY_LABEL_PREFIX):
-        return False
-    return key.startswith(("nvidia.com/gpu.", "nvidia.com/mig-")) or key in (
-        MIG_CAPABLE_LABEL,
-        MIG_STRATEGY_LABEL,
-        DEVICE_ID_LABEL,
-    )
 
 
 def is_gpu_resource(key: str) -> bool:

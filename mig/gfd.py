@@ -31,6 +31,39 @@ GPU_RESOURCE = f"{PREFIX}gpu"  # whole GPUs, and MIG devices under `single`
 MIG_RESOURCE_PREFIX = f"{PREFIX}mig-"  # MIG devices under `mixed`: nvidia.com/mig-<profile>
 MIG_COUNT_LABEL = re.compile(r"^nvidia\.com/mig-(.+)\.count$")  # `mixed`: MIG devices of a profile
 _SINGLE_MIG = "-MIG-"  # `single`: gpu.product is <product>-MIG-<profile>
+# What GFD publishes of a MIG device type (`_mig_device_labels`; under `single` on nvidia.com/gpu.*).
+_ENGINES = ("copy", "decoder", "encoder", "jpeg", "ofa")
+_DEVICE_ATTRIBUTES = (
+    "product",
+    "replicas",
+    "sharing-strategy",
+    "slices.gi",
+    "slices.ci",
+    "memory",
+    "multiprocessors",
+    *(f"engines.{e}" for e in _ENGINES),
+    "count",
+)
+# Every nvidia.com/gpu.* label GFD publishes (node_labels_without_mig, advertise): the agent writes
+# exactly these for simulated GPUs. Any other nvidia.com/gpu.* label is not GFD's: the GPU Operator's
+# controls (gpu.workload.config, gpu.deploy.*) are set by the operator or a person, never the agent.
+GPU_ATTRIBUTE_LABELS = frozenset(
+    f"{PREFIX}gpu.{a}" for a in (*_DEVICE_ATTRIBUTES, "present", "family", "compute.major", "compute.minor")
+)
+# nvidia.com/mig-<profile>.<attribute> (`mixed`), the profile's '+' written '.' as in resource names.
+MIG_DEVICE_LABEL = re.compile(
+    r"^nvidia\.com/mig-.+\.(" + "|".join(a.replace(".", r"\.") for a in _DEVICE_ATTRIBUTES) + r")$"
+)
+
+
+def is_gfd_label(key: str) -> bool:
+    """One of the labels GFD publishes (and the agent in its place, for simulated GPUs), and no more:
+    the agent's own-node policy (manifests/base/agent/own-node-policy.yaml) lets it write exactly these."""
+    return (
+        key in GPU_ATTRIBUTE_LABELS
+        or MIG_DEVICE_LABEL.match(key) is not None
+        or key in (f"{PREFIX}mig.capable", f"{PREFIX}mig.strategy", DEVICE_ID_LABEL)
+    )
 
 
 def resource_name(profile: str) -> str:
@@ -98,7 +131,7 @@ def _mig_device_labels(prefix: str, gpu: GpuModel, profile_text: str) -> dict[st
         # A compute-instance sub-profile gets its share of the GPU instance's SMs.
         labels[f"{prefix}.multiprocessors"] = str(gi.sms * profile.compute // profile.gpu)
     if gi and gi.engines is not None:
-        for engine in ("copy", "decoder", "encoder", "jpeg", "ofa"):
+        for engine in _ENGINES:
             labels[f"{prefix}.engines.{engine}"] = str(getattr(gi.engines, engine))
     return labels
 

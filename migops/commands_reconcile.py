@@ -1,7 +1,8 @@
 """`migops reconcile`, `migops diff`, `migops status`: the GitOps reconciler on the command line.
 
 Exit codes: reconcile --once: 0 applied, in sync or rolling out; 1 the commit is invalid or unverified
-(nothing applied); 3 the repo is unreachable, a write failed or the rollout is halted. diff: 0 no
+(nothing applied); 3 the repo is unreachable, a write failed, the rollout is halted, or migops's
+webhook would refuse the identity it runs as (said before anything is written: reconciler/preflight.py). diff: 0 no
 changes, 1 changes (as `kubectl diff`), 3 the commit is invalid, unverified or unreachable.
 status: 0 every MigSync Ready, 1 otherwise. 2 is a usage error everywhere.
 """
@@ -57,6 +58,13 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="run without the Lease (only safe with one replica)",
     )
     r.add_argument("--workers", type=int, default=8, help="parallel label writes (default 8)")
+    r.add_argument(
+        "--as",
+        dest="as_user",
+        metavar="USER",
+        help="impersonate USER, as kubectl --as (e.g. system:serviceaccount:migops-system:migops-reconciler, the "
+        "identity migops's webhook accepts for what git owns; needs the impersonate permission)",
+    )
     logs.add_arguments(r)
     r.set_defaults(func=cmd_reconcile)
 
@@ -170,9 +178,16 @@ def _api(args: argparse.Namespace):  # noqa: ANN202
     from kubernetes.config.config_exception import ConfigException
 
     try:
-        return kube_client.api_client(args.kubeconfig, args.context)
+        api = kube_client.api_client(args.kubeconfig, args.context)
     except (ConfigException, OSError) as exc:
         raise UsageError(f"no cluster to talk to: {exc}") from None
+    if getattr(args, "as_user", None):
+        api.set_default_header("Impersonate-User", args.as_user)
+    return api
+
+
+class Refused(Exception):
+    """`migops reconcile --once` would be refused by the webhook: said before anything is written."""
 
 
 def _reconciler(args: argparse.Namespace, *, dry_run: bool, once: bool):  # noqa: ANN202
@@ -191,7 +206,16 @@ def _reconciler(args: argparse.Namespace, *, dry_run: bool, once: bool):  # noqa
         workers=getattr(args, "workers", 8),
         enforce_last_good=not once,
         trust=None if spec is not None else _trust(args),
+        finalizer=not once,
     )
+    if once and not dry_run:
+        from migops.reconciler.preflight import refusal
+
+        refused = refusal(api, rec.owner)
+        if refused is not None:
+            rec.writer.api.close()
+            api.close()
+            raise Refused(refused)
     if spec is not None and not dry_run:
         _apply_migsync(api, args.name, args.namespace, spec)
     return rec
@@ -228,7 +252,11 @@ def cmd_reconcile(args: argparse.Namespace) -> int:
     _logging(args)
     if args.dry_run:
         return _diff(args, output="text", server_dry_run=True, exit_on_change=False)
-    rec = _reconciler(args, dry_run=False, once=args.once)
+    try:
+        rec = _reconciler(args, dry_run=False, once=args.once)
+    except Refused as exc:
+        print(f"migops reconcile: {exc}", file=sys.stderr)
+        return EXIT_FAILED
     if args.once:
         try:
             rec.start()

@@ -37,9 +37,12 @@ from migops.kube.names import (
     CONFIGMAP_KEY,
     MANAGED_BY_ANNOTATION,
     MIG_CONFIG_LABEL,
+    MIGSYNC_FINALIZER,
     RECONCILER_MANAGER,
     REVISION_ANNOTATION,
 )
+from migops.reconciler.status import API_VERSION as MIGSYNC_API_VERSION
+from migops.reconciler.status import KIND as MIGSYNC_KIND
 
 log = logging.getLogger(__name__)
 
@@ -249,6 +252,15 @@ class Writer:
             else:
                 errors.append(err)
         return done, errors
+
+    def finalizer(self, namespace: str, name: str, present: bool) -> None:
+        """Our finalizer on the MigSync, or (present False) our claim to it dropped, which removes it
+        (server-side apply: the list is a set, other finalizers stay as they are)."""
+        meta: dict[str, Any] = {"name": name, "namespace": namespace}
+        if present:
+            meta["finalizers"] = [MIGSYNC_FINALIZER]
+        body = {"apiVersion": MIGSYNC_API_VERSION, "kind": MIGSYNC_KIND, "metadata": meta}
+        self._apply(body, "migsyncs", f"MigSync/{namespace}/{name}", force=True)
 
     def record(self, body: Mapping[str, Any]) -> None:
         """The applied record (reconciler/record.py): a ConfigMap of ours, all its fields ours."""

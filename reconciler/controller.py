@@ -32,16 +32,24 @@ from migops.gitops.source import GitAuth, default_cache_dir
 from migops.gitops.verify import TrustPolicy
 from migops.kube import clusterpolicy
 from migops.kube.informer import Informer
-from migops.kube.names import CONFIGMAP_KEY, MIG_CONFIG_STATE_LABEL, STATE_FAILED, STATE_SUCCESS
+from migops.kube.names import (
+    CONFIGMAP_KEY,
+    MANAGED_BY_ANNOTATION,
+    MIG_CONFIG_STATE_LABEL,
+    MIGSYNC_FINALIZER,
+    STATE_FAILED,
+    STATE_SUCCESS,
+)
+from migops.mig.text import listed
 from migops.reconciler import matching, steps
 from migops.reconciler import record as applied_record
 from migops.reconciler import status as st
-from migops.reconciler.apply import Writer
+from migops.reconciler.apply import WriteError, Writer
 from migops.reconciler.memo import ResolveMemo
 from migops.reconciler.metrics import Metrics
 from migops.reconciler.overlay import WriteOverlay
 from migops.reconciler.plan import IN_SYNC, Plan, trim_for_reconciler
-from migops.reconciler.reasons import Failure, Reason, SyncResult
+from migops.reconciler.reasons import Failure, Outcome, Reason, SyncResult
 from migops.reconciler.record import AppliedRecord
 from migops.reconciler.recorder import EventRecorder
 from migops.reconciler.revisions import Revisions
@@ -69,7 +77,9 @@ def _pooled(api: k8s.ApiClient, workers: int) -> k8s.ApiClient:
     hold connections of the caller's pool)."""
     config = copy.copy(api.configuration)
     config.connection_pool_maxsize = workers + 2
-    return k8s.ApiClient(config)
+    client = k8s.ApiClient(config)
+    client.default_headers.update(api.default_headers)  # Impersonate-User (`migops reconcile --as`) too
+    return client
 
 
 class Reconciler:
@@ -89,6 +99,7 @@ class Reconciler:
         git_timeout: float = 60.0,
         enforce_last_good: bool = True,
         trust: TrustPolicy | None = None,
+        finalizer: bool = True,
     ) -> None:
         self.api = api
         self.name, self.namespace = name, namespace
@@ -102,6 +113,9 @@ class Reconciler:
         self.write_status = write_status and not dry_run
         self.metrics = metrics or Metrics()
         self.enforce_last_good = enforce_last_good  # False (--once): a bad commit means no writes at all
+        # Put the finalizer on the MigSync (a running reconciler honours it); --once only honours one
+        # already there, as nothing would be left running to release the nodes on a later deletion.
+        self.finalizer = finalizer
         self.stop_event = threading.Event()
         self.wake = threading.Event()
         self.writer = Writer(
@@ -139,6 +153,7 @@ class Reconciler:
         self.revision_condition: tuple[str, str, str] | None = None  # AppliedRevisionAvailable
         self.moved: tuple[str, ...] = ()  # nodes the revision in force moved to `default`
         self.resolve_memo = ResolveMemo()
+        self.released = ""  # set once our MigSync was deleted and its nodes released (finalize)
         self.nodes = Informer(
             k8s.CoreV1Api(api).list_node, name="nodes", transform=trim_for_reconciler, handler=self._on_node
         )
@@ -311,9 +326,62 @@ class Reconciler:
             log.info("%s acknowledges the failure of %s", why, ", ".join(sorted(failed)))
         self.memory.acknowledged |= failed
 
+    # ------------------------------------------------------------------------------ the finalizer
+    def finalize(self) -> SyncResult | None:
+        """The MigSync's finalizer (migops.io/release-nodes). One not being deleted gets it (once, unless
+        `finalizer` is off: --once); one
+        being deleted first releases every node it manages (managed-by and revision annotations removed;
+        the labels stay as they are, anyone's now), then drops the finalizer so the deletion completes.
+        Then, and while the MigSync stays gone, a sync writes nothing: the result says so. None: sync on.
+        A reconciler that writes no status (a dry run, a diff) does not own the object and leaves it."""
+        if not self.write_status:
+            return None
+        obj = self.migsync_object()
+        if obj is None:
+            return SyncResult(Outcome.RELEASED, message=self.released) if self.released else None
+        self.released = ""
+        meta = obj.get("metadata") or {}
+        held = MIGSYNC_FINALIZER in (meta.get("finalizers") or ())
+        if not meta.get("deletionTimestamp"):
+            if not held and self.finalizer:
+                try:
+                    self.writer.finalizer(self.namespace, self.name, True)
+                except WriteError as err:  # no permission yet: the nodes keep their annotations on deletion
+                    log.warning("cannot add the finalizer %s: %s", MIGSYNC_FINALIZER, err)
+            return None
+        managed = sorted(
+            n
+            for n, o in self.nodes.items().items()
+            if ((o.get("metadata") or {}).get("annotations") or {}).get(MANAGED_BY_ANNOTATION) == self.owner
+        )
+        done, errors = self.writer.releases(managed)
+        for name in done:
+            self.overlay.released(name)
+        if errors:
+            return SyncResult(
+                Outcome.APPLY_FAILED,
+                message=f"MigSync {self.owner} is being deleted; releasing its nodes failed: {errors[0]}",
+                problems=tuple(str(e) for e in errors),
+            )
+        if held:
+            try:
+                self.writer.finalizer(self.namespace, self.name, False)
+            except WriteError as err:
+                return SyncResult(Outcome.APPLY_FAILED, message=f"cannot remove the finalizer: {err}")
+        self.desired = None
+        self.released = (
+            f"MigSync {self.owner} deleted: {len(done)} node(s) released ({listed(done, 10) if done else 'none'}); "
+            "their nvidia.com/mig.config is no longer enforced"
+        )
+        log.info("%s", self.released)
+        return SyncResult(Outcome.RELEASED, writes=len(done) + int(held), message=self.released)
+
     # ------------------------------------------------------------------------------ one sync
     def sync(self, fetch: bool = True) -> SyncResult:
         with self._lock:
+            finalized = self.finalize()
+            if finalized is not None:
+                return finalized
             began = time.monotonic()
             run = steps.Run(fetch)
             stopped = None

@@ -27,9 +27,10 @@ class Outcome(StrEnum):
     APPLY_FAILED = "ApplyFailed"
     HALTED = "Halted"
     SUSPENDED = "Suspended"
+    RELEASED = "Released"  # the MigSync was deleted: its nodes released, nothing managed any more
 
 
-GOOD = frozenset({Outcome.APPLIED, Outcome.IN_SYNC, Outcome.PROGRESSING})
+GOOD = frozenset({Outcome.APPLIED, Outcome.IN_SYNC, Outcome.PROGRESSING, Outcome.RELEASED})
 
 
 class Reason(StrEnum):

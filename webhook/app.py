@@ -23,7 +23,7 @@ from migops.webhook import annotate, configmaps, metrics, nodelabels, pods, poli
 from migops.webhook.admission import ALLOW, BadReview, Request, Verdict, decode, deny, parse_review, shorten
 from migops.webhook.cache import LRU
 from migops.webhook.ratelog import RateLimitedLog
-from migops.webhook.state import Snapshot
+from migops.webhook.state import MigSyncRef, Snapshot
 
 log = logging.getLogger(__name__)
 bad_requests = RateLimitedLog(log, per_interval=10, interval=10.0)  # one line per bad request, at most 10 per 10 s
@@ -86,12 +86,22 @@ class State(Protocol):
     def errors(self) -> dict[str, str]: ...
 
 
+# (namespace, name) -> the MigSync, None when it does not exist; raises when it cannot tell.
+ReadMigSync = Callable[[str, str], MigSyncRef | None]
+
+
 def create_app(
-    state: State, *, cache_bytes: int = CACHE_BYTES, read_configmap: policies.ReadConfigMap | None = None
+    state: State,
+    *,
+    cache_bytes: int = CACHE_BYTES,
+    read_configmap: policies.ReadConfigMap | None = None,
+    read_migsync: ReadMigSync | None = None,
 ) -> Flask:
     """The app over `state`; `read_configmap` is how a ClusterPolicy switching to another MIG ConfigMap
-    gets that ConfigMap (webhook/policies.py; without it such a switch is denied as uncheckable). It is
-    read before the state's lock is taken, so a slow API server holds up no other review."""
+    gets that ConfigMap (webhook/policies.py; without it such a switch is denied as uncheckable);
+    `read_migsync` how a Node naming a MigSync the informer does not hold (yet) learns whether it
+    exists (without it, such an edit is denied: never admitted on a cache miss). Both are read before
+    the state's lock is taken, so a slow API server holds up no other review."""
     app = Flask("migops.webhook")
     app.config["MAX_CONTENT_LENGTH"] = MAX_BODY
     verdicts: LRU[tuple, Verdict] = LRU(cache_bytes)
@@ -106,7 +116,20 @@ def create_app(
             raise found[1]
         return found[1]
 
-    # RULES' ClusterPolicy rule is policies.validate with no way to read a ConfigMap; here it gets one.
+    def live_migsync() -> nodelabels.Live | None:
+        found = getattr(prefetched, "migsync", None)
+        return found[1] if found is not None else None
+
+    def node_reads(req: Request, snap: Snapshot) -> tuple:
+        """nodelabels.reads, and what a live read of a MigSync found (a failed read's verdict is never cached)."""
+        found = getattr(prefetched, "migsync", None)
+        if found is None:
+            return nodelabels.reads(req, snap)
+        return (*nodelabels.reads(req, snap), req.uid if isinstance(found[1], Exception) else found)
+
+    node_key = RULES["validate"][("", "Node")][0]
+    # RULES' ClusterPolicy rule is policies.validate with no way to read a ConfigMap, and its Node rule
+    # nodelabels.validate with no live read of a MigSync; here they get them.
     bound: dict[str, dict[tuple[str, str], Rule]] = {
         **RULES,
         "validate": {
@@ -116,16 +139,38 @@ def create_app(
                 lambda req, snap: policies.validate(req, snap, read_prefetched if read_configmap else None),
                 policy_reads,
             ),
+            ("", "Node"): (
+                node_key,
+                lambda req, snap: nodelabels.validate(req, snap, live_migsync()),
+                node_reads,
+            ),
         },
     }
 
     def prefetch(req: Request) -> None:
-        """A ClusterPolicy naming another MIG ConfigMap than the one in force: read it now, unlocked."""
+        """A ClusterPolicy naming another MIG ConfigMap than the one in force, or a Node naming a
+        MigSync the informer does not hold: read it now, unlocked."""
         prefetched.value = None
+        prefetched.migsync = None
+        if (req.group, req.kind) == ("", "Node"):
+            owner = nodelabels.uncached_owner(req, state.snapshot())
+            if owner is None:
+                return
+            if read_migsync is None:
+                prefetched.migsync = (owner, LookupError("this webhook cannot read MigSyncs"))
+                return
+            namespace, _, name = owner.partition("/")
+            try:
+                found = read_migsync(namespace, name) if namespace and name else None
+                prefetched.migsync = (owner, nodelabels.ABSENT if found is None else found)
+            except Exception as exc:  # noqa: BLE001 - the rule turns it into a denial that says why
+                prefetched.migsync = (owner, exc)
+            return
         if read_configmap is None or (req.group, req.kind) != ("nvidia.com", "ClusterPolicy"):
             return
-        target = policies.target_of(req.object)
-        if req.operation not in ("CREATE", "UPDATE") or target == state.snapshot().settings.configmap:
+        snap = state.snapshot()
+        target = policies.after(req, snap).configmap
+        if req.operation not in ("CREATE", "UPDATE", "DELETE") or target == snap.settings.configmap:
             return
         try:
             prefetched.value = (target, read_configmap(*target))

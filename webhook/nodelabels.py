@@ -20,6 +20,7 @@ named, so a rollout across thousands of nodes never invalidates it.
 from __future__ import annotations
 
 import difflib
+from typing import Final, Literal
 
 from migops.gitops.repo import NODES_FILE
 from migops.kube.names import (
@@ -29,6 +30,7 @@ from migops.kube.names import (
     GPUS_ANNOTATION,
     MANAGED_BY_ANNOTATION,
     MIG_CONFIG_LABEL,
+    REVISION_ANNOTATION,
     UNMANAGED_LABEL,
 )
 from migops.mig.gfd import NodeGpus
@@ -38,7 +40,7 @@ from migops.mig.validate import STRATEGIES
 from migops.webhook import checks
 from migops.webhook.admission import ALLOW, Request, Verdict, allow, annotations_of, deny, labels, merge_warnings
 from migops.webhook.findings import Finding, Warning_, split
-from migops.webhook.state import Snapshot, node_view
+from migops.webhook.state import MigSyncRef, Snapshot, node_view
 
 _GPU_KEYS = (GPU_PRODUCT_LABEL, GPU_COUNT_LABEL, DEVICE_ID_LABEL)
 
@@ -69,6 +71,8 @@ def _ownership_key(req: Request) -> tuple:
         _bounded(annotations_of(req.object).get(MANAGED_BY_ANNOTATION)),
         _bounded(annotations_of(req.old_object).get(MANAGED_BY_ANNOTATION)),
         labels(req.object).get(UNMANAGED_LABEL),
+        _bounded(annotations_of(req.object).get(REVISION_ANNOTATION)),
+        _bounded(annotations_of(req.old_object).get(REVISION_ANNOTATION)),
     )
 
 
@@ -86,17 +90,50 @@ def _owner(req: Request) -> str | None:
     return found or None
 
 
-def ownership(req: Request, snap: Snapshot) -> tuple[list[Finding], list[Warning_]]:
+# What a live GET of a MigSync the cache lacks found: the MigSync, ABSENT when it does not exist, or
+# the failure (the rule then denies: it never decides "unmanaged" on a cache miss, nor unread).
+ABSENT: Final = "absent"
+Live = MigSyncRef | Literal["absent"] | Exception
+
+
+def uncached_owner(req: Request, snap: Snapshot) -> str | None:
+    """The MigSync (namespace/name) the node names that the webhook's cache does not hold, when the
+    verdict depends on whether it exists (a change of the label by someone other than the
+    reconciler): app.py reads it from the API server before deciding."""
+    owner = _owner(req)
+    if owner is None or snap.migsync(owner) is not None or req.username in snap.reconciler_users:
+        return None
+    if labels(req.object).get(UNMANAGED_LABEL) == "true":
+        return None
+    if labels(req.object).get(MIG_CONFIG_LABEL) == labels(req.old_object).get(MIG_CONFIG_LABEL):
+        return None
+    return owner
+
+
+def ownership(req: Request, snap: Snapshot, live: Live | None = None) -> tuple[list[Finding], list[Warning_]]:
     """Git owns nvidia.com/mig.config of a managed node: only the reconciler changes it (or the
     managed-by annotation), unless the write labels the node migops.io/unmanaged=true."""
-    if req.username in snap.reconciler_users or labels(req.object).get(UNMANAGED_LABEL) == "true":
+    if req.username in snap.reconciler_users:
         return [], []
+    findings: list[Finding] = []
+    warnings: list[Warning_] = []
+    who = f"{req.username or 'this user'} (the reconciler's identities: {listed(sorted(snap.reconciler_users), 4)})"
+    new_revision = annotations_of(req.object).get(REVISION_ANNOTATION)
+    old_revision = annotations_of(req.old_object).get(REVISION_ANNOTATION) if req.operation == "UPDATE" else None
+    if new_revision != old_revision:  # even on an unmanaged node: labelling it back would restore the forgery
+        findings.append(
+            (
+                "revision",
+                f"metadata.annotations.\"{REVISION_ANNOTATION}\": written by the reconciler only, with "
+                f"the label it describes (its MigSync reports it as the revision that gave the node its config), "
+                f"not by {who}",
+            )
+        )
+    if labels(req.object).get(UNMANAGED_LABEL) == "true":
+        return findings, warnings
     new_value, old_value = labels(req.object).get(MIG_CONFIG_LABEL), labels(req.old_object).get(MIG_CONFIG_LABEL)
     new_owner = annotations_of(req.object).get(MANAGED_BY_ANNOTATION)
     old_owner = annotations_of(req.old_object).get(MANAGED_BY_ANNOTATION) if req.operation == "UPDATE" else new_owner
-    findings: list[Finding] = []
-    warnings: list[Warning_] = []
-    who = req.username or "this user"
     out = (
         f"to take the node out of management, label it {UNMANAGED_LABEL}=true (the reconciler then leaves it "
         "alone and anyone may set its labels)"
@@ -112,7 +149,19 @@ def ownership(req: Request, snap: Snapshot) -> tuple[list[Finding], list[Warning
     owner = old_owner
     if owner and new_value != old_value:
         sync = snap.migsync(owner)
-        if sync is None:
+        if sync is None and isinstance(live, MigSyncRef):  # the cache lags: the API server has it
+            sync = live
+        if sync is None and live != ABSENT:  # not read, or the read failed
+            reason = (getattr(live, "reason", None) or str(live)[:200] or type(live).__name__) if live else "not read"
+            findings.append(
+                (
+                    "managed-by-unverified",
+                    f"metadata.annotations.\"{MANAGED_BY_ANNOTATION}\": names MigSync {owner}, which the "
+                    f"webhook could not read ({reason}), so it cannot tell whether git owns this node's MIG "
+                    "config; try again",
+                )
+            )
+        elif sync is None:
             warnings.append(
                 ("managed-by-unknown", MANAGED_BY_ANNOTATION, f"MigSync {owner} does not exist; not git-owned")
             )
@@ -130,12 +179,14 @@ def ownership(req: Request, snap: Snapshot) -> tuple[list[Finding], list[Warning
     return findings, warnings
 
 
-def validate(req: Request, snap: Snapshot) -> Verdict:
+def validate(req: Request, snap: Snapshot, live: Live | None = None) -> Verdict:
+    """`live`: the MigSync uncached_owner names, as read from the API server (None: not read, so a
+    cache miss is denied as unverified)."""
     if req.operation not in ("CREATE", "UPDATE"):
         return ALLOW
     value = labels(req.object).get(MIG_CONFIG_LABEL)
     subject = f"Node {req.name}: {MIG_CONFIG_LABEL}={value}" if value is not None else f"Node {req.name}"
-    owned, warnings = ownership(req, snap)
+    owned, warnings = ownership(req, snap, live)
     findings, more = _config(req, snap, value)
     warnings += more
     if owned:  # with what else is wrong, so one answer says everything

@@ -1,17 +1,25 @@
-"""Rules for the GPU Operator's ClusterPolicy (nvidia.com/v1).
+"""Rules for the GPU Operator's ClusterPolicy (nvidia.com/v1): every write that can change the MIG
+strategy or the MIG ConfigMap in force is reviewed, whichever way it comes.
 
 - spec.mig.strategy is none, single or mixed;
 - a strategy change is denied while a node runs a config that is invalid under the new strategy
   (switching to `single` with a node on a multi-profile config such as all-balanced), naming the nodes;
-- a switch to another MIG ConfigMap (spec.migManager.config.name, in the operator's namespace) is
-  judged like a change of the ConfigMap in force: it must exist, hold data."config.yaml", parse, and
-  serve every node's nvidia.com/mig.config under the (new) strategy (webhook/configmaps.judge);
+- a switch to another MIG ConfigMap is judged like a change of the ConfigMap in force: it must exist,
+  hold data."config.yaml", parse, and serve every node's nvidia.com/mig.config under the (new)
+  strategy (webhook/configmaps.judge). A switch comes three ways: spec.migManager.config.name,
+  status.namespace (the operator's namespace, where the ConfigMap is read: the `status` subresource,
+  registered for writes that change it), and deleting the ClusterPolicy in force (the next oldest, or
+  the GPU Operator's defaults: strategy single, gpu-operator/default-mig-parted-config, take over);
+- while a MigSync exists, the ConfigMap in force holds git's config.yaml (the reconciler writes it): a
+  switch to a ConfigMap with other content would re-partition the managed nodes to a geometry that is
+  not in git, and is denied [git-owned] (content-identical switches are admitted);
 - migManager.enabled: true needs repository, image and version (the mig-manager image is the user's
   mirror, and its tag must match what was mirrored exactly: no default is guessed).
 
 The switch target is not in the informers' Snapshot (only the ConfigMap in force is watched), so it is
 read with one GET when a review asks for a switch (rare: a person changes the ClusterPolicy), and such
 a review's verdict is never cached (its key holds the review's uid): the ConfigMap may change in between.
+A DELETE is never cached either: what takes over depends on the other ClusterPolicies.
 """
 
 from __future__ import annotations
@@ -20,7 +28,8 @@ import logging
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from migops.kube.clusterpolicy import DEFAULT_STRATEGY, settings_from_policies
+from migops.gitops.repo import NODES_FILE
+from migops.kube.clusterpolicy import DEFAULT_STRATEGY, MigSettings, settings_from_policies
 from migops.kube.names import MIG_CONFIG_LABEL
 from migops.mig.gfd import NodeGpus
 from migops.mig.problems import MigError
@@ -57,19 +66,51 @@ def strategy_of(obj: Mapping[str, Any] | None) -> object:
     return _part(_spec(obj), "mig").get("strategy", DEFAULT_STRATEGY)
 
 
+def _shape(obj: Mapping[str, Any]) -> dict[str, Any]:
+    """What settings_from_policies reads, with every part of the wrong type read as absent (a review
+    may hold anything there; the API server's schema stops most of it first)."""
+    meta = obj.get("metadata")
+    meta = meta if isinstance(meta, dict) else {}
+    spec = _spec(obj)
+    manager = _part(spec, "migManager")
+    status = obj.get("status")
+    status = status if isinstance(status, dict) else {}
+    strings = {k: v for k, v in _part(manager, "config").items() if isinstance(v, str)}
+    namespace = status.get("namespace")
+    return {
+        "metadata": {k: meta.get(k) for k in ("name", "creationTimestamp") if isinstance(meta.get(k), str)},
+        "spec": {"mig": _part(spec, "mig"), "migManager": {"config": strings}},
+        "status": {"namespace": namespace} if isinstance(namespace, str) else {},
+    }
+
+
 def target_of(obj: Mapping[str, Any] | None) -> tuple[str, str]:
     """(namespace, name) of the MIG ConfigMap this ClusterPolicy names (defaults as the operator's)."""
-    return settings_from_policies([obj] if isinstance(obj, Mapping) else []).configmap
+    return settings_from_policies([_shape(obj)] if isinstance(obj, Mapping) else []).configmap
+
+
+def after(req: Request, snap: Snapshot) -> MigSettings:
+    """The settings in force once this write lands: the oldest ClusterPolicy's, with this one written
+    (CREATE, UPDATE of spec or status) or gone (DELETE). Without the other policies (a Snapshot built
+    without them) the one written is taken to be the one in force."""
+    others = [_shape(p) for p in snap.policies if ((p.get("metadata") or {}).get("name")) != req.name]
+    if req.operation == "DELETE":
+        return settings_from_policies(others)
+    return settings_from_policies([*others, _shape(req.object or {})])
 
 
 def cache_key(req: Request) -> tuple:
     new, old = _spec(req.object), _spec(req.old_object)
-    # A review that may switch the ConfigMap is judged on a ConfigMap read now: never from the cache.
-    switch = req.uid if req.operation == "CREATE" or target_of(req.object) != target_of(req.old_object) else ""
+    # A review that may switch the ConfigMap is judged on a ConfigMap read now: never from the cache;
+    # nor a DELETE (what takes over depends on the other ClusterPolicies).
+    switch = (
+        req.uid if req.operation in ("CREATE", "DELETE") or target_of(req.object) != target_of(req.old_object) else ""
+    )
     # Digests: bounded keys whatever the spec holds, and no two specs that differ share one.
     return (
         req.name,
         req.operation,
+        req.sub_resource,
         checks.digest(repr(_part(new, "mig"))),
         checks.digest(repr(_part(new, "migManager"))),
         checks.digest(repr(_part(old, "mig"))),
@@ -77,70 +118,122 @@ def cache_key(req: Request) -> tuple:
     )
 
 
+def _fields(req: Request) -> tuple[str, str]:
+    """How the denial names the change: (of the ConfigMap, of the strategy)."""
+    if req.operation == "DELETE":
+        gone = f"deleting ClusterPolicy {req.name} (what takes over: the next oldest ClusterPolicy, else the GPU Operator's defaults)"
+        return gone, gone
+    if req.sub_resource == "status":
+        return "status.namespace", "status"
+    return "spec.migManager.config.name", "spec.mig.strategy"
+
+
 def validate(req: Request, snap: Snapshot, read: ReadConfigMap | None = None) -> Verdict:
-    if req.operation not in ("CREATE", "UPDATE"):
+    if req.operation not in ("CREATE", "UPDATE", "DELETE"):
         return ALLOW
-    spec = _spec(req.object)
+    if req.operation == "DELETE" and snap.settings.policy not in (None, req.name):
+        return ALLOW  # the operator ignores all but the oldest ClusterPolicy: nothing changes
     subject = f"ClusterPolicy {req.name}"
     findings: list[Finding] = []
-    strategy = strategy_of(req.object)
-    if strategy not in STRATEGIES:
-        findings.append(("invalid-strategy", f"spec.mig.strategy: {strategy!r} is not one of none, single, mixed"))
-    manager = _part(spec, "migManager")
-    if manager.get("enabled") is True:
-        missing = [f for f in _IMAGE_FIELDS if not _given(manager.get(f))]
-        if missing:
-            findings.append(
-                (
-                    "mig-manager-image",
-                    f"spec.migManager: enabled, but {', '.join(missing)} "
-                    f"{'is' if len(missing) == 1 else 'are'} not set; give the mig-manager image you "
-                    "mirrored (repository, image and the exact version tag)",
+    if req.operation != "DELETE" and req.sub_resource != "status":  # a status write keeps the spec
+        strategy = strategy_of(req.object)
+        if strategy not in STRATEGIES:
+            findings.append(("invalid-strategy", f"spec.mig.strategy: {strategy!r} is not one of none, single, mixed"))
+        manager = _part(_spec(req.object), "migManager")
+        if manager.get("enabled") is True:
+            missing = [f for f in _IMAGE_FIELDS if not _given(manager.get(f))]
+            if missing:
+                findings.append(
+                    (
+                        "mig-manager-image",
+                        f"spec.migManager: enabled, but {', '.join(missing)} "
+                        f"{'is' if len(missing) == 1 else 'are'} not set; give the mig-manager image you "
+                        "mirrored (repository, image and the exact version tag)",
+                    )
                 )
-            )
     warnings: list[Warning_] = []
-    target = target_of(req.object)
-    before = strategy_of(req.old_object) if req.operation == "UPDATE" else None
-    if target != snap.settings.configmap:
-        errors, warnings = _switch_configmap(target, str(strategy), snap, read)
+    owned: list[Finding] = []
+    new = after(req, snap)
+    configmap_field, strategy_field = _fields(req)
+    if new.configmap != snap.settings.configmap:
+        errors, warnings, text = _switch_configmap(new.configmap, str(new.strategy), snap, read, configmap_field)
         findings += errors
-    elif strategy in STRATEGIES and strategy != before:
-        findings += _switch(str(strategy), snap)
+        owned = _git_owned(req, snap, new.configmap, text, configmap_field)
+    elif new.strategy in STRATEGIES and new.strategy != snap.strategy:
+        findings += _switch(str(new.strategy), snap, strategy_field)
+    if owned:  # with what else is wrong, so one answer says everything
+        return deny(subject, owned + findings, code=403, reason="Forbidden", warnings=merge_warnings(warnings))
     if findings:
         return deny(subject, findings, warnings=merge_warnings(warnings))
     return allow(merge_warnings(warnings))
 
 
-def _switch_configmap(
-    target: tuple[str, str], strategy: str, snap: Snapshot, read: ReadConfigMap | None
-) -> tuple[list[Finding], list[Warning_]]:
-    """The ConfigMap the policy switches to, judged as the ConfigMap in force would be."""
+def _git_owned(req: Request, snap: Snapshot, target: tuple[str, str], text: str | None, field: str) -> list[Finding]:
+    """While a MigSync exists, the ConfigMap in force holds git's config.yaml (the reconciler writes
+    it): a switch to other content would give the nodes it manages a geometry that is not in git."""
+    if not snap.migsyncs or req.username in snap.reconciler_users:
+        return []
+    if text is not None and text == snap.active_text:
+        return []  # the same content: nothing any node runs changes
+    key = sorted(snap.migsyncs)[0]
+    sync = snap.migsyncs[key]
+    where = f"{sync.path}/{NODES_FILE}" if sync.path else NODES_FILE
+    more = f" (and {len(snap.migsyncs) - 1} more)" if len(snap.migsyncs) > 1 else ""
     namespace, name = target
-    where = f"spec.migManager.config.name: ConfigMap {namespace}/{name}"
+    return [
+        (
+            "git-owned",
+            f"{field}: the MIG ConfigMap in force, {snap.configmap_name}, holds the config.yaml MigSync "
+            f"{key}{more} applies from git ({sync.url}); ConfigMap {namespace}/{name} holds another, so "
+            f"this switch would re-partition the nodes it manages to a geometry that is not in git (not by "
+            f"{req.username or 'this user'}); to move the config, set configMap in {where} so the reconciler "
+            "writes git's config.yaml there, then switch; or delete the MigSync first",
+        )
+    ]
+
+
+def _switch_configmap(
+    target: tuple[str, str], strategy: str, snap: Snapshot, read: ReadConfigMap | None, field: str
+) -> tuple[list[Finding], list[Warning_], str | None]:
+    """The ConfigMap the policy switches to, judged as the ConfigMap in force would be; and its
+    config.yaml (None when it has none)."""
+    namespace, name = target
+    where = f"{field}: ConfigMap {namespace}/{name}"
     if read is None:
-        return [
-            ("configmap-unreadable", f"{where}: this webhook cannot read ConfigMaps, so the switch cannot be checked")
-        ], []
+        return (
+            [
+                (
+                    "configmap-unreadable",
+                    f"{where}: this webhook cannot read ConfigMaps, so the switch cannot be checked",
+                )
+            ],
+            [],
+            None,
+        )
     try:
         obj = read(namespace, name)
     except Exception as exc:  # noqa: BLE001 - any failure to read is a denial that says why, not a 500
         log.warning("reading ConfigMap %s/%s for a ClusterPolicy switch: %s", namespace, name, exc)
         reason = getattr(exc, "reason", None) or type(exc).__name__
-        return [("configmap-unreadable", f"{where}: cannot be read to check the switch ({reason})")], []
+        return [("configmap-unreadable", f"{where}: cannot be read to check the switch ({reason})")], [], None
     if obj is None:
-        return [
-            (
-                "configmap-missing",
-                f"{where}: does not exist; mig-manager would have no config to apply (create it first, then switch)",
-            )
-        ], []
+        return (
+            [
+                (
+                    "configmap-missing",
+                    f"{where}: does not exist; mig-manager would have no config to apply (create it first, then switch)",
+                )
+            ],
+            [],
+            None,
+        )
     text, problems = configmaps.payload(obj)
     if text is None or problems:
-        return [(rule, f"{where}: {line}") for rule, line in problems], []
+        return [(rule, f"{where}: {line}") for rule, line in problems], [], text
     try:
         config = checks.parse(text)
     except MigError as exc:
-        return [(rule, f"{where}: {line}") for rule, line in split(exc.problems)[0]], []
+        return [(rule, f"{where}: {line}") for rule, line in split(exc.problems)[0]], [], text
     names = set(config.names())
     findings = [
         (
@@ -152,10 +245,10 @@ def _switch_configmap(
         if config_name not in names
     ]
     errors, warnings = configmaps.judge(config, snap.users, snap, strategy)
-    return findings + [(rule, f"{where}: {line}") for rule, line in errors], warnings
+    return findings + [(rule, f"{where}: {line}") for rule, line in errors], warnings, text
 
 
-def _switch(strategy: str, snap: Snapshot) -> list[Finding]:
+def _switch(strategy: str, snap: Snapshot, field: str = "spec.mig.strategy") -> list[Finding]:
     """Nodes whose current config becomes invalid under `strategy` (strategy-mismatch findings)."""
     config = snap.active_config
     if config is None or isinstance(config, MigError):
@@ -178,7 +271,7 @@ def _switch(strategy: str, snap: Snapshot) -> list[Finding]:
     return [
         (
             "strategy-mismatch",
-            f"spec.mig.strategy: {strategy} would break {node_names(NodeSample(groups))} "
+            f"{field}: {strategy} would break {node_names(NodeSample(groups))} "
             f"(nvidia.com/mig.config={name}: {reasons[name][1]}); relabel them first",
         )
         for name, groups in sorted(broken.items())

@@ -6,13 +6,15 @@ Scope, so that the webhook can never lock out the cluster or itself:
 - namespaced objects in kube-system, kube-node-lease and any namespace labelled migops.io/webhook=skip
   (migops-system is) are never sent;
 - Nodes, and their status subresource (which stores labels too), only when nvidia.com/mig.config is
-  set or changed or the migops.io/managed-by annotation changes (matchConditions: kubelets and
+  set or changed or the migops.io/managed-by or migops.io/mig.config.revision annotation changes (matchConditions: kubelets and
   mig-manager write Nodes constantly, and a Node write must never wait on the webhook otherwise);
 - ConfigMaps only when they could hold a MIG config (a config.yaml key, the migops label, or the GPU
   Operator's namespace), and an UPDATE only when it changes what the webhook judges (data,
   binaryData, the migops label; the mutation also when the digest annotation is gone): re-applies
   of unchanged content, every interval under GitOps, never wait on the webhook;
 - Pods only when they request nvidia.com/mig-* resources;
+- ClusterPolicies on CREATE, UPDATE and DELETE, and their status subresource only when
+  status.namespace changes (where mig-manager's ConfigMap is read; the operator writes the rest often);
 - failurePolicy Fail for MIG ConfigMaps, Nodes and ClusterPolicies (an unchecked MIG config is what
   this webhook exists to stop), Ignore for Pods and for every mutation (workloads never depend on it);
 - timeouts of a few seconds; sideEffects None (dry-runs are answered like real requests).
@@ -31,6 +33,7 @@ from migops.kube.names import (
     CONFIG_DIGEST_ANNOTATION,
     MANAGED_BY_ANNOTATION,
     MIG_CONFIGMAP_LABEL,
+    REVISION_ANNOTATION,
     TRANSLATE_LABEL,
     WEBHOOK_SKIP_LABEL,
 )
@@ -114,7 +117,23 @@ _MANAGED_BY_CHANGED = (
     f"request.operation == 'UPDATE' && {_annotation('object', MANAGED_BY_ANNOTATION)} != "
     f"{_annotation('oldObject', MANAGED_BY_ANNOTATION)}"
 )
-_NODE_CONDITIONS = {"mig-config-label-or-owner-changed": f"({_NODE_LABEL_CHANGED}) || ({_MANAGED_BY_CHANGED})"}
+# The revision the MigSync status reports for the node is the reconciler's alone to write (nodelabels).
+_REVISION_CHANGED = (
+    f"request.operation == 'CREATE' ? {_annotation('object', REVISION_ANNOTATION)} != '' : "
+    f"{_annotation('object', REVISION_ANNOTATION)} != {_annotation('oldObject', REVISION_ANNOTATION)}"
+)
+_NODE_CONDITIONS = {
+    "mig-config-label-owner-or-revision-changed": (
+        f"({_NODE_LABEL_CHANGED}) || ({_MANAGED_BY_CHANGED}) || ({_REVISION_CHANGED})"
+    )
+}
+
+
+def _status_namespace(var: str) -> str:
+    return f"(has({var}.status) && has({var}.status.namespace) ? {var}.status.namespace : '')"
+
+
+_STATUS_NAMESPACE_CHANGED = f"{_status_namespace('object')} != {_status_namespace('oldObject')}"
 
 
 def _wants_mig(containers: str) -> str:
@@ -203,12 +222,23 @@ def configurations(client: dict[str, Any], ca_bundle: bytes | None = None) -> li
             "Fail",
             conditions=_NODE_CONDITIONS,
         ),
+        # Every way the MIG strategy or the ConfigMap in force changes: the spec, its deletion (the
+        # operator's defaults take over) and status.namespace (where the ConfigMap is read), whose
+        # writes are sent only when they change it (the operator writes its status constantly).
         _hook(
             "clusterpolicies.validate.migops.io",
             "/validate",
             client,
-            [_rule("nvidia.com", "v1", "clusterpolicies", "CREATE", "UPDATE")],
+            [_rule("nvidia.com", "v1", "clusterpolicies", "CREATE", "UPDATE", "DELETE")],
             "Fail",
+        ),
+        _hook(
+            "clusterpolicies-status.validate.migops.io",
+            "/validate",
+            client,
+            [_rule("nvidia.com", "v1", "clusterpolicies/status", "UPDATE")],
+            "Fail",
+            conditions={"status-namespace-changed": _STATUS_NAMESPACE_CHANGED},
         ),
         _hook(
             "pods.validate.migops.io",

@@ -121,7 +121,7 @@ def app_from_kubeconfig(
         api = api_client(kubeconfig, context)
         state = ClusterState(api, reconciler_users=reconciler_users or (DEFAULT_RECONCILER_USER,)).start()
         mig_resources()  # build the catalogue's tables now, not in the first review
-        app = create_app(state, read_configmap=configmap_reader(api))
+        app = create_app(state, read_configmap=configmap_reader(api), read_migsync=migsync_reader(api))
         # Everything loaded so far (the Kubernetes client's models, Flask, the catalogue: ~75,000
         # objects) lives as long as the worker; a full collection walking it took ~36 ms, a pause
         # any review could hit. Frozen, collections walk only what reviews allocate.
@@ -150,6 +150,40 @@ def configmap_reader(api: Any) -> Callable[[str, str], dict[str, Any] | None]:
                 return None
             raise
         return api.sanitize_for_serialization(obj)
+
+    return read
+
+
+LIVE_READS_PER_SECOND = 20  # per worker: the API server's own reviews miss the cache rarely
+
+
+def migsync_reader(api: Any, per_second: int = LIVE_READS_PER_SECOND) -> Callable[[str, str], Any]:
+    """A MigSync by (namespace, name) as the webhook's MigSyncRef, None when it (or its CRD) does not
+    exist: read when a Node names one the informer does not hold yet, so that a cache miss is never
+    taken for "unmanaged" (webhook/nodelabels.py). At most `per_second` reads a second: reviews
+    posted to the port directly, naming made-up MigSyncs, cannot turn the webhook into a flood of GETs
+    (over the limit the read fails, and the review is denied: never admitted)."""
+    from kubernetes import client as k8s
+
+    from migops.reconciler.status import GROUP, PLURAL, VERSION
+    from migops.webhook.ratelog import Window
+    from migops.webhook.state import migsync_ref
+
+    objects = k8s.CustomObjectsApi(api)
+    window = Window(per_interval=per_second, interval=1.0)
+
+    def read(namespace: str, name: str) -> Any:
+        if window.admit() is None:
+            raise RuntimeError(f"more than {per_second} MigSync reads a second")
+        try:
+            obj = objects.get_namespaced_custom_object(
+                GROUP, VERSION, namespace, PLURAL, name, _request_timeout=READ_TIMEOUT
+            )
+        except k8s.exceptions.ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise
+        return migsync_ref(obj)
 
     return read
 

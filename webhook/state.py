@@ -454,11 +454,14 @@ class Snapshot:
         placement: Placement,
         migsyncs: Mapping[str, MigSyncRef] | None = None,
         reconciler_users: frozenset[str] = frozenset(),
+        policies: tuple[Mapping[str, Any], ...] = (),
     ) -> None:
         self.mig = mig
         self.placement = placement
         self.migsyncs = migsyncs if migsyncs is not None else {}
         self.reconciler_users = reconciler_users  # who may write what git owns (the reconciler's identities)
+        # Every ClusterPolicy (trimmed; a few): what is in force once the one in force is deleted.
+        self.policies = policies
 
     @classmethod
     def build(
@@ -472,6 +475,7 @@ class Snapshot:
     ) -> Snapshot:
         """From whole lists of objects (tests, benchmarks and the property tests' full rebuild).
         `version` is not used (versions live in the Placement); kept for the callers' signature."""
+        policies = tuple(policies)
         settings = clusterpolicy.settings_from_policies(policies)
         active = None
         for cm in configmaps:
@@ -479,7 +483,13 @@ class Snapshot:
             if (meta.get("namespace"), meta.get("name")) == settings.configmap:
                 active = cm
         refs = {object_key(m): ref for m in migsyncs if (ref := migsync_ref(m)) is not None}
-        return cls(MigView(settings, active), Placement(node_view(n) for n in nodes), refs, frozenset(reconciler_users))
+        return cls(
+            MigView(settings, active),
+            Placement(node_view(n) for n in nodes),
+            refs,
+            frozenset(reconciler_users),
+            tuple(trim_policy(dict(p)) for p in policies),
+        )
 
     # the settings and the config in force
     @property
@@ -575,6 +585,7 @@ class ClusterState:
         self.lock = threading.RLock()
         self._placement = Placement()
         self._policies: dict[str, Obj] = {}
+        self._policy_list: tuple[Obj, ...] = ()  # replaced per event: a review holds the old one
         self._configmap_obj: Obj | None = None
         self._mig = MigView(clusterpolicy.MigSettings(), None)
         self._migsyncs: dict[str, MigSyncRef] = {}
@@ -604,6 +615,9 @@ class ClusterState:
             transform=trim_migsync,
             handler=self._migsync_event,
             missing_ok=True,
+            # A CRD installed after the webhook started is seen within 2 s (a review in between reads
+            # the MigSync it needs live: nodelabels.uncached_owner).
+            backoff=(0.2, 2.0),
             watch_timeout=watch_timeout,
         )
         self.configmap: Informer | None = None
@@ -656,7 +670,7 @@ class ClusterState:
     # --------------------------------------------------------------------------- reading
     def snapshot(self) -> Snapshot:
         """The current view: O(1). Read its nodes while holding `lock` (app.py holds it per review)."""
-        return Snapshot(self._mig, self._placement, self._migsyncs, self.reconciler_users)
+        return Snapshot(self._mig, self._placement, self._migsyncs, self.reconciler_users, self._policy_list)
 
     def errors(self) -> dict[str, str]:
         """Informers whose last list or watch failed, and why (for /readyz)."""
@@ -683,6 +697,7 @@ class ClusterState:
                 self._policies.pop(key, None)
             else:
                 self._policies[key] = obj
+            self._policy_list = tuple(self._policies.values())
             settings = clusterpolicy.settings_from_policies(self._policies.values())
             if settings != self._mig.settings:
                 active = self._configmap_obj if settings.configmap == self._configmap_target else None

@@ -55,6 +55,9 @@ MANAGED_BY_ANNOTATION = "migops.io/managed-by"
 # On a Node, by the reconciler, in the same write as the label: the revision that gave it its config
 # (status is rebuilt from it after a restart).
 REVISION_ANNOTATION = "migops.io/mig.config.revision"
+# On a MigSync, by its reconciler: deleting the MigSync first releases the nodes it manages (their
+# managed-by and revision annotations removed, their labels left as they are), then lets it go.
+MIGSYNC_FINALIZER = "migops.io/release-nodes"
 # On a Node, by a person: "true" takes it out of management (the reconciler leaves it and drops the
 # annotation above; the webhook lets anyone set its nvidia.com/mig.config again).
 UNMANAGED_LABEL = "migops.io/unmanaged"

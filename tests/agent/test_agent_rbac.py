@@ -29,7 +29,10 @@ from migops.kube.names import (
     MIG_CONFIG_STATE_LABEL,
     REASON_ANNOTATION,
 )
+from migops.mig import gfd
+from migops.mig.catalogue import catalogue
 from migops.mig.spec import parse_config
+from migops.mig.validate import GpuResult
 
 pytestmark = pytest.mark.cluster
 
@@ -183,6 +186,12 @@ DENIED = [
         "node",
         {"metadata": {"labels": {"nvidia.com/cuda.driver.major": "999"}}},
         "not metadata.labels nvidia.com/cuda.driver.major",
+    ),
+    (  # issue 31 item 8: a GPU Operator control label under nvidia.com/gpu.*, not GFD's
+        "label-gpu-workload-config",
+        "node",
+        {"metadata": {"labels": {"nvidia.com/gpu.workload.config": "vm-passthrough"}}},
+        "not metadata.labels nvidia.com/gpu.workload.config",
     ),
     (
         "label-deploy-operand",
@@ -475,6 +484,27 @@ def test_the_policy_compares_every_node_status_field(agent_plane) -> None:
     compared = next(v["expression"] for v in policy["spec"]["variables"] if v["name"] == "changedStatusFields")
     listed = set(re.findall(r'"(\w+)"', compared.split("].filter")[0]))
     assert listed | {"capacity", "allocatable"} == fields
+
+
+def test_the_policy_lets_the_agent_write_exactly_gfds_labels() -> None:
+    """The policy's lists are migops.mig.gfd's, and every label advertise() writes, for every model and
+    strategy, is among them (so the narrowing never refuses what the agent publishes)."""
+    policy = next(yaml.safe_load_all((ROOT / "manifests/base/agent/own-node-policy.yaml").read_text()))
+    variables = {v["name"]: v["expression"] for v in policy["spec"]["variables"]}
+    assert set(re.findall(r'"([^"]+)"', variables["agentGpuLabels"])) == gfd.GPU_ATTRIBUTE_LABELS
+    pattern = variables["agentMigDeviceLabel"].strip().strip("'").replace("\\\\", "\\")
+    assert pattern == gfd.MIG_DEVICE_LABEL.pattern
+    written: set[str] = set()
+    for model in (*catalogue().gpus, *catalogue().non_mig):
+        for strategy in ("none", "single", "mixed"):
+            written |= set(gfd.node_labels_without_mig(model, 2, strategy))
+            for profile in (gi.name for gi in model.profiles):
+                for devices in ((profile,), (profile, profile)):
+                    result = GpuResult(0, model, None, True, (), devices)
+                    written |= set(gfd.advertise([result], strategy).labels)
+    assert written and all(gfd.is_gfd_label(k) for k in written), sorted(k for k in written if not gfd.is_gfd_label(k))
+    assert not gfd.is_gfd_label("nvidia.com/gpu.workload.config")
+    assert not gfd.is_gfd_label("nvidia.com/gpu.deploy.driver")
 
 
 def test_the_policy_lists_every_event_reason_the_agent_records() -> None:

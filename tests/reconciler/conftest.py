@@ -21,6 +21,7 @@ from kubernetes import client as k8s
 from kubernetes.client import ApiClient
 
 from migops.kube import ssa
+from migops.kube.names import MIGSYNC_FINALIZER
 from migops.local.binaries import locate
 from migops.local.cluster import apply_node, plan_nodes, seed
 from migops.local.controlplane import ControlPlane
@@ -44,6 +45,31 @@ def rplane() -> Iterator[ControlPlane]:
 def rapi(rplane: ControlPlane) -> Iterator[ApiClient]:
     with rplane.api_client() as api:
         yield api
+
+
+@pytest.fixture(autouse=True)
+def _no_finalizers_left(rplane: ControlPlane) -> Iterator[None]:
+    """After each test (its reconcilers stopped), drop the reconcilers' finalizer from every MigSync, as
+    before there was one: nothing runs to honour it, and a later test deletes the CRD."""
+    yield
+    with rplane.api_client() as api:
+        custom = k8s.CustomObjectsApi(api)
+        try:
+            items = custom.list_cluster_custom_object("migops.io", "v1alpha1", "migsyncs")["items"]
+        except k8s.exceptions.ApiException:
+            return  # no CRD
+        for obj in items:
+            meta = obj["metadata"]
+            if MIGSYNC_FINALIZER in (meta.get("finalizers") or ()):
+                kept = [f for f in meta["finalizers"] if f != MIGSYNC_FINALIZER]
+                custom.patch_namespaced_custom_object(
+                    "migops.io",
+                    "v1alpha1",
+                    meta["namespace"],
+                    "migsyncs",
+                    meta["name"],
+                    {"metadata": {"finalizers": kept or None}},
+                )
 
 
 @pytest.fixture

@@ -151,6 +151,28 @@ def test_policy_rules() -> None:
     assert set(verdict.rules) == {"mig-manager-image", "strategy-mismatch"}
 
 
+def test_deleting_a_cluster_policy_is_judged_as_what_takes_over() -> None:
+    """Issue 31 item 1: a DELETE of the ClusterPolicy in force puts the next oldest (or the operator's
+    defaults) in force, judged as that switch; deleting one that is not in force changes nothing."""
+    newer = {
+        "metadata": {"name": "newer", "creationTimestamp": "2026-06-01T00:00:00Z"},
+        "spec": {"mig": {"strategy": "single"}},
+        "status": {"namespace": CM_NS},
+    }
+    two = Snapshot.build(1, [trim_node(H100_NODE)], [POLICY, newer], [configmap(DEFAULT_CONFIG)])
+
+    def delete(name: str, state: Snapshot):
+        old = {"apiVersion": "nvidia.com/v1", "kind": "ClusterPolicy", "metadata": {"name": name}}
+        return policies.validate(req(review(None, operation="DELETE", old=old, group="nvidia.com")), state)
+
+    assert delete("newer", two).allowed  # ignored by the operator while the older one exists
+    verdict = delete("cluster-policy", two)  # "newer" (single) takes over; n1 is on all-balanced
+    assert not verdict.allowed and verdict.rules == ("strategy-mismatch",), verdict
+    assert "deleting ClusterPolicy cluster-policy" in verdict.message and "n1" in verdict.message
+    assert set(delete("cluster-policy", snap()).rules) == {"strategy-mismatch"}  # the defaults: single
+    assert delete("cluster-policy", snap(nodes=())).allowed
+
+
 def test_pod_translation_patch_and_idempotence() -> None:
     pod = {
         "apiVersion": "v1",
