@@ -5,7 +5,8 @@ An exact model solved by OR-Tools' CP-SAT, lexicographically (docs/suggest.md):
 1. the most pods served, by priority (a higher priority's pod outweighs every lower one's);
 2. then the fewest GPUs reconfigured;
 3. then the fewest nodes whose nodes.yaml assignment changes;
-4. then the fewest nodes given a config new to config.yaml.
+4. then the fewest nodes given a config new to config.yaml;
+5. then, among equals, the nodes first in name order.
 
 Each stage is solved with the previous ones held at what they reached (their optimum, or the best
 found when the time ran out; then `Stage.optimal` is false and `Stage.gap` is how far the proven bound
@@ -112,6 +113,11 @@ def solve(
     new = [x[i, k] for i, name in enumerate(node_names) for k, o in enumerate(options[name]) if o.new]
     if new:
         objectives.append(("new-configs", sum(new), False))
+    # Last, among equals: the nodes first in name order, so that equal nodes do not swap between runs
+    # or releases (a tie-break, not a preference anyone asked for).
+    ranked = [(i + 1) * x[i, k] for i, name in enumerate(node_names) for k, o in enumerate(options[name]) if o.changed]
+    if ranked:
+        objectives.append(("tie-break", sum(ranked), False))
 
     stages: list[Stage] = []
     solver = cp_model.CpSolver()
