@@ -77,7 +77,7 @@ def _read_repo(args: argparse.Namespace) -> tuple[dict[str, bytes | None], str]:
         try:
             fetched = source.fetch()
             paths = [f"{args.path}/{n}" if args.path else n for n in (CONFIG_FILE, NODES_FILE)]
-            return source.read_files(fetched.sha, paths), fetched.sha
+            return source.read_files(fetched.revision, paths), fetched.revision
         except SourceError as exc:
             raise _Failed(str(exc)) from None
 

@@ -86,11 +86,11 @@ def edit_nodes(text: str, changes: Mapping[str, str]) -> str:
     for item in seq.value:
         if not isinstance(item, yaml.MappingNode):
             continue
-        named, config = _key(item, "nodes"), _key(item, "config")
+        named, chosen = _key(item, "nodes"), _key(item, "config")
         if named is None or not isinstance(named[1], yaml.SequenceNode):
             continue
         names = [n.value for n in named[1].value if isinstance(n, yaml.ScalarNode)]
-        cfg = config[1].value if config and isinstance(config[1], yaml.ScalarNode) else None
+        cfg = chosen[1].value if chosen and isinstance(chosen[1], yaml.ScalarNode) else None
         keep = [n for n in names if n not in changes or changes[n] == cfg]
         if cfg in wanted:
             keep += [n for n in wanted.pop(cfg) if n not in keep]
@@ -133,8 +133,7 @@ def _rewrite_assignments(
     else:
         key, value = found
         start = t.line_start(key.start_mark.line)
-        end = t.line_start(t.end_line(value)) if value.end_mark.column else value.end_mark.index
-        end = max(end, t.line_start(value.end_mark.line + 1)) if value.flow_style else end
+        end = t.line_start(t.end_line(value))
         t.edits.append((start, end, t.text[start : key.end_mark.index] + ":\n" + block))
     return t.apply()
 

@@ -33,8 +33,8 @@ def propose(
     forbidden: dict[str, list[Option]] = {}
     refused: list[Refused] = []
     for node in nodes:
-        options, why = node_options(node, spec, strategy, every, cache)
-        refused.extend(why)
+        options, no = node_options(node, spec, strategy, every, cache)
+        refused.extend(no)
         may = policy.allowed(node.name, node.labels)
         allowed[node.name] = [o for o in options if not o.changed or may is None or o.config in may]
         forbidden[node.name] = [o for o in options if o.changed and may is not None and o.config not in may]

@@ -96,17 +96,17 @@ def solve(
     tiers: dict[int, list[cp_model.IntVar]] = defaultdict(list)
     for c, group in enumerate(classes):
         tiers[group[0].priority].extend(served_by_class[c])
-    sizes = {p: sum(len(g) for g in classes if g[0].priority == p) for p in tiers}
+    sizes = {pr: sum(len(g) for g in classes if g[0].priority == pr) for pr in tiers}
     weights: dict[int, int] = {}
     w = 1
-    for p in sorted(tiers):
-        weights[p] = w
-        w = w * (sizes[p] + 1)
+    for pr in sorted(tiers):
+        weights[pr] = w
+        w = w * (sizes[pr] + 1)
     objectives: list[tuple[str, object, bool]] = []  # (name, expression, maximise)
     if w <= _MAX_WEIGHT:
-        objectives.append(("served", sum(weights[p] * sum(vs) for p, vs in tiers.items()), True))
+        objectives.append(("served", sum(weights[pr] * sum(vs) for pr, vs in tiers.items()), True))
     else:
-        objectives += [(f"served-priority-{p}", sum(tiers[p]), True) for p in sorted(tiers, reverse=True)]
+        objectives += [(f"served-priority-{pr}", sum(tiers[pr]), True) for pr in sorted(tiers, reverse=True)]
     gpus = sum(len(o.gpus) * x[i, k] for i, name in enumerate(node_names) for k, o in enumerate(options[name]))
     objectives.append(("gpus-reconfigured", gpus, False))
     objectives.append(("nodes-changed", sum(changed), False))

@@ -109,7 +109,10 @@ def test_the_policy_limits_configs_and_nodes() -> None:
     assert "policy" in why["a"] and "forbids" in why["a"]  # all-3g.40gb is not in the pool's list
     assert len(out.proposal.changes) == 1  # maxNodes: 1, though two nodes would serve both 2g pods
     assert set(moves(out).values()) == {"five-1g-one-2g"}
-    assert len(out.proposal.placed) == 1 and "at most 1 nodes" in why[({"b", "c"} - {p.demand.name for p in out.proposal.placed}).pop()]
+    assert (
+        len(out.proposal.placed) == 1
+        and "at most 1 nodes" in why[({"b", "c"} - {p.demand.name for p in out.proposal.placed}).pop()]
+    )
 
 
 def test_a_node_no_pool_matches_is_never_changed() -> None:
@@ -164,7 +167,10 @@ def test_the_suggest_policy_is_checked_like_the_rest_of_nodes_yaml() -> None:
     bad = {
         "suggest:\n  maxNodes: 0\n": ("suggest.maxNodes", "invalid-maxnodes"),
         "suggest:\n  newConfig: true\n": ("suggest.newConfig", "unexpected-field"),
-        "suggest:\n  pools:\n    - configs: [nope]\n      nodes: [n1]\n": ("suggest.pools[0].configs[0]", "config-not-found"),
+        "suggest:\n  pools:\n    - configs: [nope]\n      nodes: [n1]\n": (
+            "suggest.pools[0].configs[0]",
+            "config-not-found",
+        ),
         "suggest:\n  pools:\n    - configs: [all-3g.40gb]\n": ("suggest.pools[0]", "one-target"),
         "suggest:\n  pools:\n    - configs: [all-3g.40gb]\n      nodeSelector: {matchLabels: {'bad key!': x}}\n": (
             "suggest.pools[0].nodeSelector.matchLabels",
