@@ -12,9 +12,10 @@ from __future__ import annotations
 import dataclasses
 from collections import Counter
 from collections.abc import Mapping, Sequence
+from functools import lru_cache
 
 from migops.agent.backend import GpuState
-from migops.agent.plan import desired_from_result, mig_device_names, plan_gpu
+from migops.agent.plan import Desired, GpuPlan, desired_from_result, mig_device_names, plan_gpu
 from migops.gitops.desired import FitCache
 from migops.gitops.repo import RepoSpec
 from migops.mig.gfd import GPU_PRODUCT_LABEL, GPU_RESOURCE, MIG_RESOURCE_PREFIX, Advertisement
@@ -64,6 +65,12 @@ def protect(node: NodeFacts, strategy: str) -> tuple[GpuState, ...] | None:
             instances.append(dataclasses.replace(inst, pids=inst.pids or ((0,) if busy else ())))
         out.append(dataclasses.replace(state, instances=tuple(instances)))
     return tuple(out)
+
+
+@lru_cache(maxsize=1 << 14)
+def _plan(state: GpuState, desired: Desired) -> GpuPlan:
+    """The agent's plan, memoised: a thousand nodes in the same layout ask the same question."""
+    return plan_gpu(state, desired)
 
 
 def _free(offered: Counter[str], node: NodeFacts) -> dict[str, int]:
@@ -130,7 +137,7 @@ def node_options(
         kept = destroyed = created = 0
         why = ""
         for state, result in zip(states, f.report.gpus):
-            plan = plan_gpu(state, desired_from_result(result))
+            plan = _plan(state, desired_from_result(result))
             if plan.error:
                 why = plan.error
                 break

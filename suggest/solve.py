@@ -43,6 +43,23 @@ def _classes(demands: Sequence[Demand]) -> list[list[Demand]]:
     return sorted(out, key=lambda g: (-g[0].priority, g[0].namespace, g[0].name))
 
 
+def _signature(o: Option) -> tuple[object, ...]:
+    return (o.config, o.changed, o.new, tuple(sorted(o.free.items())), tuple(sorted(o.labels.items())), len(o.gpus))
+
+
+def _groups(nodes: Sequence[NodeFacts], options: Mapping[str, Sequence[Option]], exact: bool) -> list[list[str]]:
+    """Nodes whose options are the same (but for the names): one group, counted by integers instead of
+    one choice per node -- a thousand nodes in one layout are one group, and no symmetry to search.
+    Only when every pod needs one device (`exact`): with more, two half-free nodes are not one full one."""
+    names = sorted(n.name for n in nodes)
+    if not exact:
+        return [[n] for n in names]
+    by: dict[tuple[object, ...], list[str]] = {}
+    for name in names:
+        by.setdefault(tuple(_signature(o) for o in options[name]), []).append(name)
+    return sorted(by.values())
+
+
 def solve(
     nodes: Sequence[NodeFacts],
     options: Mapping[str, Sequence[Option]],
@@ -58,44 +75,50 @@ def solve(
     unservable = dict(unservable or {})
     todo = [d for d in demands if d not in unservable]
     classes = _classes(todo)
-    node_names = [n.name for n in sorted(nodes, key=lambda n: n.name)]
+    groups = _groups(nodes, options, all(g[0].count == 1 for g in classes))
+    rank = {name: i for i, name in enumerate(sorted(n.name for n in nodes))}
     m = cp_model.CpModel()
-    x: dict[tuple[int, int], cp_model.IntVar] = {}
-    for i, name in enumerate(node_names):
-        opts = options[name]
+    # y[g, k]: how many nodes of group g take option k (a 0/1 choice for a group of one).
+    y: dict[tuple[int, int], cp_model.IntVar] = {}
+    for g, members in enumerate(groups):
+        opts = options[members[0]]
         for k in range(len(opts)):
-            x[i, k] = m.new_bool_var(f"x{i}_{k}")
-        m.add_exactly_one(x[i, k] for k in range(len(opts)))
+            y[g, k] = m.new_int_var(0, len(members), f"y{g}_{k}")
+        m.add(sum(y[g, k] for k in range(len(opts))) == len(members))
     z: dict[tuple[int, int, str], cp_model.IntVar] = {}
     supply: dict[tuple[int, str], list[tuple[int, cp_model.IntVar]]] = defaultdict(list)
     served_by_class: list[list[cp_model.IntVar]] = [[] for _ in classes]
-    for c, group in enumerate(classes):
-        d = group[0]
-        for i, name in enumerate(node_names):
-            opts = options[name]
+    for c, pods in enumerate(classes):
+        d = pods[0]
+        for g, members in enumerate(groups):
+            opts = options[members[0]]
+            if not any(d.matches(o.labels) for o in opts):
+                continue
             for p in sorted(d.keys):
-                able = [k for k, o in enumerate(opts) if o.free.get(p, 0) >= d.count and d.matches(o.labels)]
-                if not able:
+                # Pods of this class one node holds under option k: what the option frees, by need.
+                per = {k: o.free.get(p, 0) // d.count for k, o in enumerate(opts) if d.matches(o.labels)}
+                per = {k: n for k, n in per.items() if n > 0}
+                if not per:
                     continue
-                most = min(len(group), max(opts[k].free.get(p, 0) for k in able) // d.count)
-                v = m.new_int_var(0, most, f"z{c}_{i}_{p}")
-                z[c, i, p] = v
-                m.add(v <= most * sum(x[i, k] for k in able))  # only under an option where it fits
-                supply[i, p].append((d.count, v))
+                most = min(len(pods), max(per.values()) * len(members))
+                v = m.new_int_var(0, most, f"z{c}_{g}_{p}")
+                z[c, g, p] = v
+                m.add(v <= sum(n * y[g, k] for k, n in per.items()))  # only under options where it fits
+                supply[g, p].append((d.count, v))
                 served_by_class[c].append(v)
         if served_by_class[c]:
-            m.add(sum(served_by_class[c]) <= len(group))
-    for (i, p), users in supply.items():
-        opts = options[node_names[i]]
-        m.add(sum(n * v for n, v in users) <= sum(o.free.get(p, 0) * x[i, k] for k, o in enumerate(opts)))
-    changed = [x[i, k] for i, name in enumerate(node_names) for k, o in enumerate(options[name]) if o.changed]
+            m.add(sum(served_by_class[c]) <= len(pods))
+    for (g, p), users in supply.items():
+        opts = options[groups[g][0]]
+        m.add(sum(n * v for n, v in users) <= sum(o.free.get(p, 0) * y[g, k] for k, o in enumerate(opts)))
+    changed = [y[g, k] for g, members in enumerate(groups) for k, o in enumerate(options[members[0]]) if o.changed]
     if limits.max_nodes is not None:
         m.add(sum(changed) <= limits.max_nodes)
 
     # The lexicographic order, as stages.
     tiers: dict[int, list[cp_model.IntVar]] = defaultdict(list)
-    for c, group in enumerate(classes):
-        tiers[group[0].priority].extend(served_by_class[c])
+    for c, pods in enumerate(classes):
+        tiers[pods[0].priority].extend(served_by_class[c])
     sizes = {pr: sum(len(g) for g in classes if g[0].priority == pr) for pr in tiers}
     weights: dict[int, int] = {}
     w = 1
@@ -107,69 +130,104 @@ def solve(
         objectives.append(("served", sum(weights[pr] * sum(vs) for pr, vs in tiers.items()), True))
     else:
         objectives += [(f"served-priority-{pr}", sum(tiers[pr]), True) for pr in sorted(tiers, reverse=True)]
-    gpus = sum(len(o.gpus) * x[i, k] for i, name in enumerate(node_names) for k, o in enumerate(options[name]))
+    gpus = sum(
+        len(o.gpus) * y[g, k] for g, members in enumerate(groups) for k, o in enumerate(options[members[0]]) if o.gpus
+    )
     objectives.append(("gpus-reconfigured", gpus, False))
     objectives.append(("nodes-changed", sum(changed), False))
-    new = [x[i, k] for i, name in enumerate(node_names) for k, o in enumerate(options[name]) if o.new]
+    new = [y[g, k] for g, members in enumerate(groups) for k, o in enumerate(options[members[0]]) if o.new]
     if new:
         objectives.append(("new-configs", sum(new), False))
     # Last, among equals: the nodes first in name order, so that equal nodes do not swap between runs
-    # or releases (a tie-break, not a preference anyone asked for).
-    ranked = [(i + 1) * x[i, k] for i, name in enumerate(node_names) for k, o in enumerate(options[name]) if o.changed]
-    if ranked:
+    # or releases (a tie-break, not a preference anyone asked for; within a group the first names are
+    # the ones changed).
+    if len(groups) > 1 and changed:
+        ranked = [
+            (rank[members[0]] + 1) * y[g, k]
+            for g, members in enumerate(groups)
+            for k, o in enumerate(options[members[0]])
+            if o.changed
+        ]
         objectives.append(("tie-break", sum(ranked), False))
 
     stages: list[Stage] = []
     solver = cp_model.CpSolver()
     solver.parameters.num_workers = 1  # one thread, deterministic
     solver.parameters.random_seed = 0
-    values: dict[tuple[int, int], int] | None = None
+    # Every node as it is, nobody served: always feasible, the first stage's starting point.
+    values: dict[tuple[int, int], int] = {(g, k): len(groups[g]) if k == 0 else 0 for g, k in y}
+    zvalues: dict[tuple[int, int, str], int] = dict.fromkeys(z, 0)
+    # The first stage (serving) gets half the time; the others share the rest.
+    shares = [0.5] + [0.5 / max(1, len(objectives) - 1)] * (len(objectives) - 1)
     for s, (label, expr, maximise) in enumerate(objectives):
         left = limits.time_limit - (time.monotonic() - started)
-        solver.parameters.max_time_in_seconds = max(0.05, left / (len(objectives) - s))
-        solver.parameters.max_deterministic_time = max(0.05, limits.work_limit / len(objectives))
+        solver.parameters.max_time_in_seconds = max(0.05, min(left, limits.time_limit * shares[s]))
+        solver.parameters.max_deterministic_time = max(0.05, limits.work_limit * shares[s])
         if maximise:
             m.maximize(expr)  # type: ignore[arg-type]
         else:
             m.minimize(expr)  # type: ignore[arg-type]
-        if values is not None:
-            m.clear_hints()
-            for key, var in x.items():
-                m.add_hint(var, values[key])
+        m.clear_hints()
+        for key, var in y.items():
+            m.add_hint(var, values[key])
+        for zkey, zvar in z.items():
+            m.add_hint(zvar, zvalues[zkey])
         status = solver.solve(m)
         if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
-            if values is None:
+            if not stages:
                 raise RuntimeError(f"the solver found no proposal ({solver.status_name(status)})")
-            break  # keep the previous stage's solution
+            break  # out of time: the previous stage's solution stands
         value = round(solver.objective_value)
         bound = round(solver.best_objective_bound)
         stages.append(Stage(label, value, bound, status == cp_model.OPTIMAL))
-        values = {key: solver.value(var) for key, var in x.items()}
-        zvalues = {key: solver.value(var) for key, var in z.items()}
+        values = {key: solver.value(var) for key, var in y.items()}
+        zvalues = {zkey: solver.value(zvar) for zkey, zvar in z.items()}
         if maximise:
             m.add(expr >= value)  # type: ignore[operator]
         else:
             m.add(expr <= value)  # type: ignore[operator]
-    assert values is not None
+    return _realise(nodes, options, groups, classes, values, zvalues, unservable, limits, stages, started)
 
-    chosen = {
-        name: options[name][next(k for k in range(len(options[name])) if values[i, k])]
-        for i, name in enumerate(node_names)
-    }
-    changes = tuple(
-        NodeChange(n.name, n.assigned, chosen[n.name])
-        for n in sorted(nodes, key=lambda n: n.name)
-        if chosen[n.name].changed
-    )
+
+def _realise(
+    nodes: Sequence[NodeFacts],
+    options: Mapping[str, Sequence[Option]],
+    groups: list[list[str]],
+    classes: list[list[Demand]],
+    values: Mapping[tuple[int, int], int],
+    zvalues: Mapping[tuple[int, int, str], int],
+    unservable: Mapping[Demand, str],
+    limits: Limits,
+    stages: list[Stage],
+    started: float,
+) -> Proposal:
+    """The counts as nodes and pods: in each group, the first nodes by name take the changed options
+    (as many as solved), then the pods of each class fill the nodes in name order. Exact: within a group
+    every pod needs one device, so any spread of the counts over identical nodes fits."""
+    assigned = {n.name: n.assigned for n in nodes}
+    chosen: dict[str, Option] = {}
+    room: dict[str, dict[str, int]] = {}
+    for g, members in enumerate(groups):
+        opts = options[members[0]]
+        order = sorted(range(len(opts)), key=lambda k: (not opts[k].changed, k))
+        queue = [k for k in order for _ in range(values.get((g, k), 0))]
+        for name, k in zip(members, queue):
+            chosen[name] = options[name][k]
+            room[name] = dict(chosen[name].free)
     placed: list[Placed] = []
     unserved = [Unserved(d, why) for d, why in unservable.items()]
-    for c, group in enumerate(classes):
-        queue = list(group)
-        for (cc, i, p), _var in sorted(z.items()):
-            if cc != c:
-                continue
-            for _ in range(zvalues[cc, i, p]):
-                placed.append(Placed(queue.pop(0), node_names[i], p))
+    for c, pods in enumerate(classes):
+        queue = list(pods)
+        d = pods[0]
+        for g, members in enumerate(groups):
+            for p in sorted(d.keys):
+                left = zvalues.get((c, g, p), 0)
+                for name in members:
+                    while left and queue and room[name].get(p, 0) >= d.count and d.matches(chosen[name].labels):
+                        room[name][p] -= d.count
+                        placed.append(Placed(queue.pop(0), name, p))
+                        left -= 1
+                assert left == 0 or not queue, "the solver's counts do not fit the group's nodes"
         for d in queue:
             reason = (
                 f"no room for it within the policy (at most {limits.max_nodes} nodes changed per proposal) "
@@ -178,6 +236,7 @@ def solve(
                 else "no room for it beside pods of higher or equal priority on the nodes that could serve it"
             )
             unserved.append(Unserved(d, reason))
+    changes = tuple(NodeChange(name, assigned[name], chosen[name]) for name in sorted(chosen) if chosen[name].changed)
     unserved.sort(key=lambda u: (u.demand.namespace, u.demand.name))
     placed.sort(key=lambda p: (p.demand.namespace, p.demand.name))
     return Proposal(changes, tuple(placed), tuple(unserved), tuple(stages), time.monotonic() - started)
