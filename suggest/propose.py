@@ -3,6 +3,8 @@ why), then the solver. The one entry point the CLI and the reconciler call."""
 
 from __future__ import annotations
 
+import dataclasses
+import time
 from collections.abc import Sequence
 
 from migops.gitops.desired import FitCache
@@ -25,6 +27,7 @@ def propose(
     cache: FitCache | None = None,
 ) -> Proposal:
     """The proposal for `demands` on `nodes` within nodes.yaml's `suggest` policy."""
+    started = time.monotonic()
     cache = cache or FitCache()
     policy = spec.nodes.suggest
     limits = limits or Limits(max_nodes=policy.max_nodes)
@@ -39,7 +42,10 @@ def propose(
         allowed[node.name] = [o for o in options if not o.changed or may is None or o.config in may]
         forbidden[node.name] = [o for o in options if o.changed and may is not None and o.config not in may]
     unservable = {d: why for d in demands if (why := _why_unservable(d, nodes, allowed, forbidden, refused))}
-    return solve(nodes, allowed, demands, limits, unservable)
+    # The time limit is the whole proposal's: what the options took comes off the solver's share.
+    left = max(0.5, limits.time_limit - (time.monotonic() - started))
+    proposal = solve(nodes, allowed, demands, dataclasses.replace(limits, time_limit=left), unservable)
+    return dataclasses.replace(proposal, seconds=time.monotonic() - started)
 
 
 def _offers(d: Demand, o: Option) -> bool:

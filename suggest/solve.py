@@ -22,10 +22,12 @@ import time
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from migops.suggest.model import Demand, NodeChange, NodeFacts, Option, Placed, Proposal, Stage, Unserved
 
-_MAX_WEIGHT = 1 << 40  # above it, priorities are solved one stage each rather than as one weighted sum
+_MAX_WEIGHT = 1 << 40
+_Key = Any  # a variable's key: (group, option) for y, (class, group, profile) for z  # above it, priorities are solved one stage each rather than as one weighted sum
 
 
 @dataclass(frozen=True)
@@ -111,9 +113,11 @@ def solve(
     for (g, p), users in supply.items():
         opts = options[groups[g][0]]
         m.add(sum(n * v for n, v in users) <= sum(o.free.get(p, 0) * y[g, k] for k, o in enumerate(opts)))
-    changed = [y[g, k] for g, members in enumerate(groups) for k, o in enumerate(options[members[0]]) if o.changed]
     if limits.max_nodes is not None:
-        m.add(sum(changed) <= limits.max_nodes)
+        m.add(
+            sum(y[g, k] for g, members in enumerate(groups) for k, o in enumerate(options[members[0]]) if o.changed)
+            <= limits.max_nodes
+        )
 
     # The lexicographic order, as stages.
     tiers: dict[int, list[cp_model.IntVar]] = defaultdict(list)
@@ -125,68 +129,141 @@ def solve(
     for pr in sorted(tiers):
         weights[pr] = w
         w = w * (sizes[pr] + 1)
-    objectives: list[tuple[str, object, bool]] = []  # (name, expression, maximise)
+    # Each objective as (name, terms, maximise, best conceivable); a term is (coefficient, variable key).
+    objectives: list[tuple[str, list[tuple[int, _Key]], bool, int]] = []
+    zkeys_of = [[key for key in z if key[0] == c] for c in range(len(classes))]
+    servable = [len(pods) if zkeys_of[c] else 0 for c, pods in enumerate(classes)]
     if w <= _MAX_WEIGHT:
-        objectives.append(("served", sum(weights[pr] * sum(vs) for pr, vs in tiers.items()), True))
+        terms = [(weights[classes[c][0].priority], key) for c in range(len(classes)) for key in zkeys_of[c]]
+        best = sum(weights[classes[c][0].priority] * servable[c] for c in range(len(classes)))
+        objectives.append(("served", terms, True, best))
     else:
-        objectives += [(f"served-priority-{pr}", sum(tiers[pr]), True) for pr in sorted(tiers, reverse=True)]
-    gpus = sum(
-        len(o.gpus) * y[g, k] for g, members in enumerate(groups) for k, o in enumerate(options[members[0]]) if o.gpus
-    )
-    objectives.append(("gpus-reconfigured", gpus, False))
-    objectives.append(("nodes-changed", sum(changed), False))
-    new = [y[g, k] for g, members in enumerate(groups) for k, o in enumerate(options[members[0]]) if o.new]
-    if new:
-        objectives.append(("new-configs", sum(new), False))
+        for pr in sorted(tiers, reverse=True):
+            cs = [c for c in range(len(classes)) if classes[c][0].priority == pr]
+            objectives.append(
+                (
+                    f"served-priority-{pr}",
+                    [(1, key) for c in cs for key in zkeys_of[c]],
+                    True,
+                    sum(servable[c] for c in cs),
+                )
+            )
+    each = [(g, k, o) for g, members in enumerate(groups) for k, o in enumerate(options[members[0]])]
+    objectives.append(("gpus-reconfigured", [(len(o.gpus), (g, k)) for g, k, o in each if o.gpus], False, 0))
+    objectives.append(("nodes-changed", [(1, (g, k)) for g, k, o in each if o.changed], False, 0))
+    if any(o.new for _, _, o in each):
+        objectives.append(("new-configs", [(1, (g, k)) for g, k, o in each if o.new], False, 0))
     # Last, among equals: the nodes first in name order, so that equal nodes do not swap between runs
     # or releases (a tie-break, not a preference anyone asked for; within a group the first names are
     # the ones changed).
-    if len(groups) > 1 and changed:
-        ranked = [
-            (rank[members[0]] + 1) * y[g, k]
-            for g, members in enumerate(groups)
-            for k, o in enumerate(options[members[0]])
-            if o.changed
-        ]
-        objectives.append(("tie-break", sum(ranked), False))
+    if len(groups) > 1:
+        objectives.append(("tie-break", [(rank[groups[g][0]] + 1, (g, k)) for g, k, o in each if o.changed], False, 0))
 
     stages: list[Stage] = []
     solver = cp_model.CpSolver()
     solver.parameters.num_workers = 1  # one thread, deterministic
     solver.parameters.random_seed = 0
-    # Every node as it is, nobody served: always feasible, the first stage's starting point.
-    values: dict[tuple[int, int], int] = {(g, k): len(groups[g]) if k == 0 else 0 for g, k in y}
-    zvalues: dict[tuple[int, int, str], int] = dict.fromkeys(z, 0)
-    # The first stage (serving) gets half the time; the others share the rest.
+    # A feasible start: nos's greedy (node by node, the option that serves the most by priority).
+    values, zvalues = _greedy(groups, options, classes, weights, limits.max_nodes)
+
+    def var(key: _Key) -> Any:
+        return z[key] if len(key) == 3 else y[key]
+
+    def now(terms: list[tuple[int, _Key]]) -> int:
+        return sum(c * (zvalues.get(key, 0) if len(key) == 3 else values.get(key, 0)) for c, key in terms)
+
+    # The first stage (serving) gets half the time; the others share what is left.
     shares = [0.5] + [0.5 / max(1, len(objectives) - 1)] * (len(objectives) - 1)
-    for s, (label, expr, maximise) in enumerate(objectives):
-        left = limits.time_limit - (time.monotonic() - started)
-        solver.parameters.max_time_in_seconds = max(0.05, min(left, limits.time_limit * shares[s]))
-        solver.parameters.max_deterministic_time = max(0.05, limits.work_limit * shares[s])
-        if maximise:
-            m.maximize(expr)  # type: ignore[arg-type]
+    for s, (label, terms, maximise, best) in enumerate(objectives):
+        expr = sum(c * var(key) for c, key in terms)
+        start = now(terms)
+        if start == best:  # the start already reaches what no solution can pass
+            stages.append(Stage(label, start, best, True))
         else:
-            m.minimize(expr)  # type: ignore[arg-type]
-        m.clear_hints()
-        for key, var in y.items():
-            m.add_hint(var, values[key])
-        for zkey, zvar in z.items():
-            m.add_hint(zvar, zvalues[zkey])
-        status = solver.solve(m)
-        if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
-            if not stages:
-                raise RuntimeError(f"the solver found no proposal ({solver.status_name(status)})")
-            break  # out of time: the previous stage's solution stands
-        value = round(solver.objective_value)
-        bound = round(solver.best_objective_bound)
-        stages.append(Stage(label, value, bound, status == cp_model.OPTIMAL))
-        values = {key: solver.value(var) for key, var in y.items()}
-        zvalues = {zkey: solver.value(zvar) for zkey, zvar in z.items()}
-        if maximise:
-            m.add(expr >= value)  # type: ignore[operator]
+            left = limits.time_limit - (time.monotonic() - started)
+            share = shares[0] if s == 0 else 1 / (len(objectives) - s)
+            solver.parameters.max_time_in_seconds = max(0.05, left * share)
+            solver.parameters.max_deterministic_time = max(0.05, limits.work_limit * shares[s])
+            if maximise:
+                m.maximize(expr)
+            else:
+                m.minimize(expr)
+            m.clear_hints()
+            for key, v in y.items():
+                m.add_hint(v, values.get(key, 0))
+            for zkey, zv in z.items():
+                m.add_hint(zv, zvalues.get(zkey, 0))
+            status = solver.solve(m)
+            if status in (cp_model.OPTIMAL, cp_model.FEASIBLE) and (
+                (solver.objective_value >= start) if maximise else (solver.objective_value <= start)
+            ):
+                values = {key: solver.value(v) for key, v in y.items()}
+                zvalues = {zkey: solver.value(zv) for zkey, zv in z.items()}
+            # Out of time without a better solution: the one in hand stands, with the bound proven.
+            bound = round(solver.best_objective_bound) if status != cp_model.UNKNOWN else best
+            if status == cp_model.UNKNOWN and not maximise:
+                bound = 0
+            stages.append(Stage(label, now(terms), bound, status == cp_model.OPTIMAL))
+        if maximise and now(terms) == best and label == "served":
+            # Everyone servable is served: per-class equalities hold it, far easier to propagate than
+            # one weighted sum.
+            for c, keys in enumerate(zkeys_of):
+                if keys:
+                    m.add(sum(z[key] for key in keys) == servable[c])
+        elif maximise:
+            m.add(expr >= now(terms))
         else:
-            m.add(expr <= value)  # type: ignore[operator]
+            m.add(expr <= now(terms))
     return _realise(nodes, options, groups, classes, values, zvalues, unservable, limits, stages, started)
+
+
+def _greedy(
+    groups: list[list[str]],
+    options: Mapping[str, Sequence[Option]],
+    classes: list[list[Demand]],
+    weights: Mapping[int, int],
+    max_nodes: int | None,
+) -> tuple[dict[tuple[int, int], int], dict[tuple[int, int, str], int]]:
+    """Node by node, the option that serves the most pending pods (by priority weight), what is left to
+    the next: feasible by construction, and the solver's first solution (it only gets better)."""
+    left = [len(pods) for pods in classes]
+    values: dict[tuple[int, int], int] = {}
+    zvalues: dict[tuple[int, int, str], int] = {}
+    changed = 0
+    for g, members in enumerate(groups):
+        opts = options[members[0]]
+        for _ in members:
+            best: tuple[int, int, int] | None = None  # (score, -gpus, -k)
+            best_take: list[tuple[int, str, int]] = []
+            for k, o in enumerate(opts):
+                if o.changed and max_nodes is not None and changed >= max_nodes:
+                    continue
+                free = dict(o.free)
+                take: list[tuple[int, str, int]] = []
+                score = 0
+                for c, pods in enumerate(classes):
+                    d = pods[0]
+                    if not left[c] or not d.matches(o.labels):
+                        continue
+                    want = left[c] - sum(n for cc, _, n in take if cc == c)
+                    for p in sorted(d.keys):
+                        n = min(want, free.get(p, 0) // d.count)
+                        if n > 0:
+                            free[p] -= n * d.count
+                            want -= n
+                            take.append((c, p, n))
+                            score += n * weights[d.priority]
+                key = (score, -len(o.gpus), -k)
+                if best is None or key > best:
+                    best, best_take = key, take
+            assert best is not None  # option 0 (as it is) is always there
+            k = -best[2]
+            values[g, k] = values.get((g, k), 0) + 1
+            changed += opts[k].changed
+            for c, p, n in best_take:
+                zvalues[c, g, p] = zvalues.get((c, g, p), 0) + n
+                left[c] -= n
+    return values, zvalues
 
 
 def _realise(
@@ -210,14 +287,14 @@ def _realise(
     for g, members in enumerate(groups):
         opts = options[members[0]]
         order = sorted(range(len(opts)), key=lambda k: (not opts[k].changed, k))
-        queue = [k for k in order for _ in range(values.get((g, k), 0))]
-        for name, k in zip(members, queue):
+        picks = [k for k in order for _ in range(values.get((g, k), 0))]
+        for name, k in zip(members, picks):
             chosen[name] = options[name][k]
             room[name] = dict(chosen[name].free)
     placed: list[Placed] = []
     unserved = [Unserved(d, why) for d, why in unservable.items()]
     for c, pods in enumerate(classes):
-        queue = list(pods)
+        queue: list[Demand] = list(pods)
         d = pods[0]
         for g, members in enumerate(groups):
             for p in sorted(d.keys):
@@ -228,14 +305,14 @@ def _realise(
                         placed.append(Placed(queue.pop(0), name, p))
                         left -= 1
                 assert left == 0 or not queue, "the solver's counts do not fit the group's nodes"
-        for d in queue:
+        for rest in queue:
             reason = (
                 f"no room for it within the policy (at most {limits.max_nodes} nodes changed per proposal) "
                 "or beside pods of higher priority"
                 if limits.max_nodes is not None
                 else "no room for it beside pods of higher or equal priority on the nodes that could serve it"
             )
-            unserved.append(Unserved(d, reason))
+            unserved.append(Unserved(rest, reason))
     changes = tuple(NodeChange(name, assigned[name], chosen[name]) for name in sorted(chosen) if chosen[name].changed)
     unserved.sort(key=lambda u: (u.demand.namespace, u.demand.name))
     placed.sort(key=lambda p: (p.demand.namespace, p.demand.name))
