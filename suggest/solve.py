@@ -180,7 +180,8 @@ def solve(
         if start == best:  # the start already reaches what no solution can pass
             stages.append(Stage(label, start, best, True))
         else:
-            left = limits.time_limit - (time.monotonic() - started)
+            # A tenth of the limit is kept back for building the answer (and the solver's own overrun).
+            left = 0.9 * limits.time_limit - (time.monotonic() - started)
             share = shares[0] if s == 0 else 1 / (len(objectives) - s)
             solver.parameters.max_time_in_seconds = max(0.05, left * share)
             solver.parameters.max_deterministic_time = max(0.05, limits.work_limit * shares[s])
