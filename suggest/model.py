@@ -85,6 +85,8 @@ class Refused:
     node: str
     config: str
     reason: str
+    offers: frozenset[str] = frozenset()  # profile keys it would offer (when it fits but is unsafe)
+    in_use: bool = False  # refused because it would destroy instances in use (or cannot prove it would not)
 
 
 @dataclass(frozen=True)

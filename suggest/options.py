@@ -117,6 +117,7 @@ def node_options(
             refused.append(Refused(node.name, config, f"GFD would publish -MIG-INVALID: {adv.invalid_reason}"))
             continue
         after = labels_after(node.labels, adv)
+        offers = frozenset(devices(adv.resources, after, strategy))
         if states is None:
             if any(n > 0 for n in node.used.values()):
                 refused.append(
@@ -125,6 +126,8 @@ def node_options(
                         config,
                         "pods use MIG devices and the node publishes no layout (migops.io/mig.layout): "
                         "cannot prove they are kept",
+                        offers,
+                        True,
                     )
                 )
                 continue
@@ -135,15 +138,15 @@ def node_options(
             continue
         touched: list[int] = []
         kept = destroyed = created = 0
-        why = ""
+        why, busy = "", False
         for state, result in zip(states, f.report.gpus):
             plan = _plan(state, desired_from_result(result))
             if plan.error:
                 why = plan.error
                 break
             if plan.busy:
-                inst = plan.busy[0]
-                why = f"would destroy the {inst.profile} instance at slice {inst.start} on GPU {state.index}, which a running pod uses"
+                busy, inst = True, plan.busy[0]
+                why = f"it would destroy the {inst.profile} instance at slice {inst.start} on GPU {state.index}, which a running pod uses"
                 break
             if plan.touches:
                 touched.append(state.index)
@@ -151,7 +154,7 @@ def node_options(
                 destroyed += len(plan.must_go)
                 created += sum(1 for s in plan.steps if s.op == "create_gi")
         if why:
-            refused.append(Refused(node.name, config, why))
+            refused.append(Refused(node.name, config, why, offers, in_use=busy))
             continue
         free = _free(devices(adv.resources, after, strategy), node)
         options.append(Option(config, True, False, free, after, tuple(touched), kept, destroyed, created))

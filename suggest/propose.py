@@ -74,8 +74,9 @@ def _why_unservable(
     blocked = sorted({f"{o.config} on {n.name}" for n in nodes for o in forbidden[n.name] if _offers(d, o)})
     if blocked:
         return f"the suggest policy in nodes.yaml forbids what would serve it ({listed(blocked, _SHOWN)})"
-    for r in refused:
-        if "running pod" in r.reason or "cannot prove" in r.reason:
-            return f"the configs that could serve it would remove MIG devices in use: {r.config} on {r.node} {r.reason}"
+    unsafe = [r for r in refused if r.in_use and r.offers & d.keys]
+    if unsafe:
+        shown = listed([f"{r.config} on {r.node}" for r in unsafe], _SHOWN)
+        return f"the configs that would serve it would remove MIG devices in use ({shown}): {unsafe[0].reason}"
     need = f"{d.count} x " if d.count > 1 else ""
     return f"no config of config.yaml offers {need}{wanted} on a node it may run on"
