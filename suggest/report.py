@@ -52,7 +52,9 @@ def text(out: Outcome) -> list[str]:
                 )
         if p.placed:
             lines.append("")
-            lines.append("Served once applied:")
+            lines.append(
+                "Served once applied:" if p.changes else "Served by nodes.yaml as it stands (its rollout included):"
+            )
             by: dict[tuple[str, str], list[str]] = {}
             for x in p.placed:
                 by.setdefault((x.profile, x.node), []).append(x.demand.ref)
