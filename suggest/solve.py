@@ -177,11 +177,13 @@ def solve(
     for s, (label, terms, maximise, best) in enumerate(objectives):
         expr = sum(c * var(key) for c, key in terms)
         start = now(terms)
+        # A tenth of the limit is kept back for building the answer (and the solver's own overrun).
+        left = 0.9 * limits.time_limit - (time.monotonic() - started)
         if start == best:  # the start already reaches what no solution can pass
             stages.append(Stage(label, start, best, True))
+        elif left < 0.2:  # out of time: the solution in hand stands, nothing proven beyond the trivial bound
+            stages.append(Stage(label, start, best, False))
         else:
-            # A tenth of the limit is kept back for building the answer (and the solver's own overrun).
-            left = 0.9 * limits.time_limit - (time.monotonic() - started)
             share = shares[0] if s == 0 else 1 / (len(objectives) - s)
             solver.parameters.max_time_in_seconds = max(0.05, left * share)
             solver.parameters.max_deterministic_time = max(0.05, limits.work_limit * shares[s])
