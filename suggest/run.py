@@ -41,14 +41,14 @@ class Outcome:
     def patch(self) -> str:
         """A unified diff `git apply` takes at the repository's root."""
         name = self.spec.file(NODES_FILE)
-        return "".join(
-            difflib.unified_diff(
-                self.spec.nodes_text.splitlines(keepends=True),
-                self.nodes_text.splitlines(keepends=True),
-                f"a/{name}",
-                f"b/{name}",
-            )
+        lines = difflib.unified_diff(
+            self.spec.nodes_text.splitlines(keepends=True),
+            self.nodes_text.splitlines(keepends=True),
+            f"a/{name}",
+            f"b/{name}",
         )
+        # A last line without its newline is marked as git marks it (else the next line would join it).
+        return "".join(line if line.endswith("\n") else line + "\n\\ No newline at end of file\n" for line in lines)
 
 
 @dataclass(frozen=True)

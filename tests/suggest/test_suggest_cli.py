@@ -94,6 +94,14 @@ def test_the_patch_applies_at_the_repo_root_and_keeps_comments(capsys, tree: Pat
     assert text.endswith("  - nodes: [n2]\n    config: all-3g.40gb\n")
 
 
+def test_the_patch_applies_to_a_file_without_a_final_newline(capsys, tree: Path, tmp_path: Path) -> None:
+    (tree / "clusters/prod/nodes.yaml").write_text(NODES.rstrip("\n"))
+    code, out, _ = suggest(capsys, tree, cluster(tmp_path), "-o", "patch")
+    assert code == 0 and "\\ No newline at end of file" in out
+    subprocess.run(["git", "apply"], cwd=tree, input=out, text=True, check=True)
+    assert (tree / "clusters/prod/nodes.yaml").read_text().endswith("  - nodes: [n2]\n    config: all-3g.40gb\n")
+
+
 def test_write_then_nothing_more_to_propose(capsys, tree: Path, tmp_path: Path) -> None:
     objs = cluster(tmp_path)
     assert suggest(capsys, tree, objs, "--write")[0] == 0
