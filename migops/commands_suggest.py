@@ -158,9 +158,10 @@ def cmd_suggest(args: argparse.Namespace) -> int:
         else:
             print("\n".join(report.text(out)))
         if out.changed and args.write:
-            target = Path(args.tree) / out.spec.file("nodes.yaml")
-            target.write_text(out.nodes_text)
-            print(f"wrote {target}", file=sys.stderr)
+            for name, text in out.files().items():
+                target = Path(args.tree) / name
+                target.write_text(text)
+                print(f"wrote {target}", file=sys.stderr)
         if out.changed and args.commit:
             _commit(args, out, report.summary(out), "\n".join(report.text(out)))
         elif args.commit:
@@ -201,9 +202,8 @@ def _git(cwd: Path | str, *argv: str) -> str:
 
 
 def _commit(args: argparse.Namespace, out: Any, subject: str, body: str) -> None:
-    """Commit nodes.yaml as proposed on a new branch: in a temporary worktree of the working tree (the
+    """Commit the proposed files on a new branch: in a temporary worktree of the working tree (the
     checkout itself is left as it is), or in a throwaway clone of --repo; then push when asked."""
-    name = out.spec.file("nodes.yaml")
     with tempfile.TemporaryDirectory(prefix="migops-suggest-") as tmp:
         work = Path(tmp) / "work"
         if args.repo:
@@ -215,10 +215,11 @@ def _commit(args: argparse.Namespace, out: Any, subject: str, body: str) -> None
             _git(owner, "worktree", "add", "--quiet", "-b", args.branch, str(work), "HEAD")
         try:
             prefix = "" if args.repo else _git(args.tree, "rev-parse", "--show-prefix").strip()
-            target = work / prefix / name
-            target.parent.mkdir(parents=True, exist_ok=True)
-            target.write_text(out.nodes_text)
-            _git(work, "add", "--", str(Path(prefix) / name))
+            for name, text in out.files().items():
+                target = work / prefix / name
+                target.parent.mkdir(parents=True, exist_ok=True)
+                target.write_text(text)
+                _git(work, "add", "--", str(Path(prefix) / name))
             _git(work, "commit", "--quiet", "-m", f"migops suggest: {subject}", "-m", body)
             sha = _git(work, "rev-parse", "HEAD").strip()
             if args.push:

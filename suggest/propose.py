@@ -41,11 +41,48 @@ def propose(
         may = policy.allowed(node.name, node.labels)
         allowed[node.name] = [o for o in options if not o.changed or may is None or o.config in may]
         forbidden[node.name] = [o for o in options if o.changed and may is not None and o.config not in may]
+    new_configs: dict[str, str] = {}
+    if policy.new_configs:
+        new_configs = _new_options(spec, nodes, demands, strategy, cache, allowed, refused)
     unservable = {d: why for d in demands if (why := _why_unservable(d, nodes, allowed, forbidden, refused))}
     # The time limit is the whole proposal's: what the options took comes off the solver's share.
     left = max(0.5, limits.time_limit - (time.monotonic() - started))
     proposal = solve(nodes, allowed, demands, dataclasses.replace(limits, time_limit=left), unservable)
-    return dataclasses.replace(proposal, seconds=time.monotonic() - started)
+    used = {c.config: new_configs[c.config] for c in proposal.changes if c.option.new}
+    return dataclasses.replace(proposal, seconds=time.monotonic() - started, new_configs=used)
+
+
+def _new_options(
+    spec: RepoSpec,
+    nodes: Sequence[NodeFacts],
+    demands: Sequence[Demand],
+    strategy: str,
+    cache: FitCache,
+    allowed: dict[str, list[Option]],
+    refused: list[Refused],
+) -> dict[str, str]:
+    """`suggest.newConfigs`: a `suggest-<profile>` config for each pending profile no allowed option
+    offers, added to the nodes' options (marked new) where the policy lets the node change at all."""
+    from migops.gitops.repo import CONFIG_FILE, NODES_FILE, RepoError, load_repo
+    from migops.suggest.newconfigs import add_configs, candidates
+
+    offered = {p for opts in allowed.values() for o in opts for p, n in o.free.items() if n > 0}
+    found = candidates(nodes, demands, offered, spec.config.names())
+    if not found:
+        return {}
+    try:
+        text = add_configs(spec.config_text, found)
+        files = {spec.file(CONFIG_FILE): text.encode(), spec.file(NODES_FILE): spec.nodes_text.encode()}
+        grown = load_repo(files, spec.path, spec.revision)
+    except (ValueError, RepoError):
+        return {}  # config.yaml cannot take them in place: proposals keep to the existing configs
+    for node in nodes:
+        if spec.nodes.suggest.allowed(node.name, node.labels) == ():
+            continue  # no pool matches it: never changed
+        options, no = node_options(node, grown, strategy, sorted(found), cache)
+        refused.extend(no)
+        allowed[node.name] += [dataclasses.replace(o, new=True) for o in options if o.changed]
+    return found
 
 
 def _offers(d: Demand, o: Option) -> bool:

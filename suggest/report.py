@@ -40,6 +40,11 @@ def text(out: Outcome) -> list[str]:
         lines.append(
             f"Pending MIG demand: {p.demand} pods ({_profiles([*(x.demand for x in p.placed), *(u.demand for u in p.unserved)])})."
         )
+        if p.new_configs:
+            lines.append("")
+            lines.append(f"New configs in {out.spec.file('config.yaml')} (no existing config offers these profiles):")
+            for name in sorted(p.new_configs):
+                lines.append(f"  {name}")
         if p.changes:
             lines.append("")
             lines.append(f"Changes to {out.spec.file('nodes.yaml')}:")
@@ -95,6 +100,7 @@ def as_dict(out: Outcome) -> dict[str, Any]:
         "unserved": [],
         "skipped": [{"ref": s.ref, "reason": s.reason} for s in out.skipped],
         "patch": out.patch(),
+        "newConfigs": dict(sorted(p.new_configs.items())) if p is not None else {},
         "warnings": [w.as_dict() for w in out.warnings],
     }
     if p is not None:

@@ -174,3 +174,22 @@ def test_usage_errors(capsys, tree: Path, tmp_path: Path) -> None:
     assert main(["suggest", "--repo", str(tree), "--write"]) == 2
     assert main(["suggest", str(tree), "--path", "clusters/prod", "--objects", str(tmp_path / "missing.json")]) == 2
     assert main(["suggest", str(tree), "--objects", str(cluster(tmp_path))]) == 1  # no config.yaml at the root
+
+
+def test_a_new_named_config_only_when_the_policy_allows_it(capsys, tree: Path, tmp_path: Path) -> None:
+    objs = objects(tmp_path, [node("n1", [ONE_G], pool="ml")], [pod("big", "nvidia.com/mig-4g.40gb")])
+    code, out, _ = suggest(capsys, tree, objs)
+    assert code == 0 and "ml/big (4g.40gb): no config of config.yaml offers 4g.40gb" in out
+    (tree / "clusters/prod/nodes.yaml").write_text(NODES + "suggest:\n  newConfigs: true\n")
+    code, out, _ = suggest(capsys, tree, objs, "-o", "json")
+    doc = json.loads(out)
+    assert code == 0 and list(jsonschema.Draft202012Validator(json_schema("suggest")).iter_errors(doc)) == []
+    assert doc["changes"][0]["to"] == "suggest-4g.40gb" and doc["changes"][0]["newConfig"] is True
+    assert doc["newConfigs"] == {
+        "suggest-4g.40gb": 'suggest-4g.40gb:\n  - device-filter: ["0x233010DE"]\n    devices: all\n'
+        '    mig-enabled: true\n    mig-devices:\n      "4g.40gb": 1\n'
+    }
+    assert [s["pod"] for s in doc["served"]] == ["ml/big"]
+    subprocess.run(["git", "apply"], cwd=tree, input=doc["patch"], text=True, check=True)
+    assert "  suggest-4g.40gb:\n    - device-filter:" in (tree / "clusters/prod/config.yaml").read_text()
+    assert main(["validate", str(tree / "clusters/prod")]) == 0  # the grown repo validates
