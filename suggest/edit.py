@@ -36,7 +36,7 @@ def _key(node: yaml.MappingNode, key: str) -> tuple[yaml.Node, yaml.Node] | None
     return None
 
 
-class _Text:
+class TextEdits:
     """The file as lines with their offsets, and a list of edits applied at the end."""
 
     def __init__(self, text: str) -> None:
@@ -72,7 +72,7 @@ def edit_nodes(text: str, changes: Mapping[str, str]) -> str:
     root = yaml.compose(text, Loader=yaml.SafeLoader)
     if not isinstance(root, yaml.MappingNode):
         raise ValueError("nodes.yaml is not a mapping")
-    t = _Text(text if text.endswith("\n") else text + "\n")
+    t = TextEdits(text if text.endswith("\n") else text + "\n")
     found = _key(root, "assignments")
     seq = found[1] if found else None
     if seq is not None and not isinstance(seq, yaml.SequenceNode):
@@ -121,7 +121,7 @@ def edit_nodes(text: str, changes: Mapping[str, str]) -> str:
 
 
 def _rewrite_assignments(
-    t: _Text, root: yaml.MappingNode, found: tuple[yaml.Node, yaml.Node] | None, changes: Mapping[str, str]
+    t: TextEdits, root: yaml.MappingNode, found: tuple[yaml.Node, yaml.Node] | None, changes: Mapping[str, str]
 ) -> str:
     """`assignments` absent, empty or in flow style: its value written anew as a block list."""
     doc = yaml.safe_load(t.text) or {}

@@ -13,7 +13,7 @@ import yaml
 
 from migops.mig.catalogue import GpuModel
 from migops.mig.placement import place
-from migops.suggest.edit import _Text
+from migops.suggest.edit import TextEdits
 from migops.suggest.model import Demand, NodeFacts, profile_key
 
 
@@ -65,7 +65,7 @@ def add_configs(text: str, configs: Mapping[str, str]) -> str:
         found = next((v for k, v in root.value if isinstance(k, yaml.ScalarNode) and k.value == "mig-configs"), None)
     if not isinstance(found, yaml.MappingNode) or found.flow_style or not found.value:
         raise ValueError("config.yaml: mig-configs is not a block mapping; new configs cannot be added in place")
-    t = _Text(text if text.endswith("\n") else text + "\n")
+    t = TextEdits(text if text.endswith("\n") else text + "\n")
     indent = " " * found.value[0][0].start_mark.column
     block = "".join("".join(f"{indent}{line}\n" for line in body.splitlines()) for body in configs.values())
     at = t.line_start(t.end_line(found))
