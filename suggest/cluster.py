@@ -24,7 +24,7 @@ from migops.gitops.repo import LabelSelector, Requirement
 from migops.kube.names import LAYOUT_ANNOTATION
 from migops.kube.nodes import UnknownGpuError, node_gpus
 from migops.mig.gfd import GPU_PRODUCT_LABEL, GPU_RESOURCE, MIG_RESOURCE_PREFIX
-from migops.suggest.model import Demand, NodeFacts
+from migops.suggest.model import WHOLE_GPU, Demand, NodeFacts
 from migops.suggest.options import devices
 
 _SINGLE_MIG = "-MIG-"
@@ -208,7 +208,10 @@ def used_devices(
             continue
         wants = pod_resources(pod)
         labels = _meta(nodes[node]).get("labels") or {}
-        used[node].update(devices(dict(wants), labels, strategy))
+        mig = devices(dict(wants), labels, strategy)
+        used[node].update(mig)
+        if wants.get(GPU_RESOURCE) and not (strategy == "single" and mig):
+            used[node][WHOLE_GPU] += wants[GPU_RESOURCE]  # nvidia.com/gpu as whole GPUs
     return used
 
 

@@ -9,6 +9,8 @@ from migops.agent.backend import GpuState
 from migops.gitops.repo import LabelSelector
 from migops.mig.gfd import NodeGpus
 
+WHOLE_GPU = "(whole GPU)"  # NodeFacts.used key: whole GPUs (nvidia.com/gpu, not MIG devices) pods hold
+
 
 def profile_key(profile: str) -> str:
     """A MIG device profile as resource names and labels spell it ('+' becomes '.', as mig-parted and
@@ -59,7 +61,8 @@ class NodeFacts:
     # (a node run by NVIDIA's mig-manager): then nothing in use can be proven kept.
     states: tuple[GpuState, ...] | None
     assigned: str | None  # the config nodes.yaml gives it now (None: no assignment, left as it is)
-    used: Mapping[str, int] = field(default_factory=dict)  # profile key -> MIG devices running pods hold
+    # profile key -> MIG devices running pods hold; WHOLE_GPU -> whole GPUs they hold
+    used: Mapping[str, int] = field(default_factory=dict)
     allocatable: Mapping[str, int] = field(default_factory=dict)  # profile key -> MIG devices it has now
 
 

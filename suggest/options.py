@@ -19,7 +19,7 @@ from migops.agent.plan import Desired, GpuPlan, desired_from_result, mig_device_
 from migops.gitops.desired import FitCache
 from migops.gitops.repo import RepoSpec
 from migops.mig.gfd import GPU_PRODUCT_LABEL, GPU_RESOURCE, MIG_RESOURCE_PREFIX, Advertisement
-from migops.suggest.model import NodeFacts, Option, Refused
+from migops.suggest.model import WHOLE_GPU, NodeFacts, Option, Refused
 
 _SINGLE_MIG = "-MIG-"
 _GFD_PREFIXES = ("nvidia.com/gpu.", "nvidia.com/mig-")  # the labels GFD rewrites with the geometry
@@ -143,6 +143,11 @@ def node_options(
             plan = _plan(state, desired_from_result(result))
             if plan.error:
                 why = plan.error
+                break
+            if plan.mode_change and not state.mig_enabled and node.used.get(WHOLE_GPU, 0) > 0:
+                # Which GPU a whole-GPU pod holds is the device plugin's secret too: none may change mode.
+                busy = True
+                why = f"it would turn MIG on for GPU {state.index}, and running pods use whole GPUs on this node"
                 break
             if plan.busy:
                 busy, inst = True, plan.busy[0]

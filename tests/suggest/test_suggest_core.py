@@ -182,3 +182,14 @@ def test_the_suggest_policy_is_checked_like_the_rest_of_nodes_yaml() -> None:
             repo(nodes_yaml(POOL, extra=extra))
         found = [(p.problem.path, p.problem.rule) for p in exc.value.problems if p.severity == "error"]
         assert (path, rule) in found or any(r == rule and p.startswith(path) for p, r in found), (extra, found)
+
+
+def test_a_whole_gpu_in_use_is_never_switched_to_mig() -> None:
+    # GPU 0 whole (MIG off), GPU 1 in 1g.10gb; a pod holds a whole GPU: enabling MIG on GPU 0 would end it.
+    n = node("n1", [[], ONE_G], pool="ml")
+    n["status"]["allocatable"]["nvidia.com/gpu"] = "1"
+    pods = [pod("whole", "nvidia.com/gpu", node="n1"), pod("a")]
+    out = run([n], pods)
+    assert out.proposal.changes == ()
+    assert "whole GPUs" in out.proposal.unserved[0].reason, out.proposal.unserved
+    assert moves(run([n], pods[1:])) == {"n1": "all-3g.40gb"}  # without it, the change is fine
