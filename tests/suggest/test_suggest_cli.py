@@ -151,6 +151,9 @@ def test_no_pending_demand_says_so(capsys, tree: Path, tmp_path: Path) -> None:
     objs = objects(tmp_path, [node("n1", [ONE_G], pool="ml")], [pod("run", "nvidia.com/mig-1g.10gb", node="n1")])
     code, out, _ = suggest(capsys, tree, objs)
     assert code == 0 and out.startswith("no pending MIG demand\n")
+    doc = json.loads(suggest(capsys, tree, objs, "-o", "json")[1])
+    assert doc["outcome"] == "no-demand" and doc["changes"] == [] and doc["patch"] == ""
+    assert list(jsonschema.Draft202012Validator(json_schema("suggest")).iter_errors(doc)) == []
     code, out, _ = suggest(capsys, tree, objs, "--commit", "--branch", "x")
     assert code == 0 and "x" not in run(["git", "branch"], cwd=tree)
 
