@@ -114,6 +114,9 @@ def _single_profiles(selectors: Iterable[LabelSelector]) -> frozenset[str]:
 
 
 def is_pending(pod: Mapping[str, Any]) -> bool:
+    """Waiting to be scheduled: not bound, not finished, not being deleted."""
+    if _meta(pod).get("deletionTimestamp"):
+        return False
     return (
         not (pod.get("spec") or {}).get("nodeName") and (pod.get("status") or {}).get("phase", "Pending") == "Pending"
     )

@@ -141,7 +141,10 @@ def test_the_single_strategy_reads_the_product_selector() -> None:
 
 
 def test_no_pending_mig_demand_proposes_nothing() -> None:
-    out = run([node("n1", [ONE_G], pool="ml")], [pod("run", "nvidia.com/mig-1g.10gb", node="n1"), pod("cpu", "cpu")])
+    going = pod("going")
+    going["metadata"]["deletionTimestamp"] = "2026-12-01T20:00:00Z"  # being deleted: no longer waiting
+    pods = [pod("run", "nvidia.com/mig-1g.10gb", node="n1"), pod("cpu", "cpu"), going]
+    out = run([node("n1", [ONE_G], pool="ml")], pods)
     assert out.proposal is None and not out.changed and out.patch() == ""
 
 
