@@ -24,7 +24,7 @@ from migops.mig.yamlsafe import load_yaml
 
 CONFIG_FILE = "config.yaml"
 NODES_FILE = "nodes.yaml"
-_TOP_FIELDS = ("version", "strategy", "configMap", "rollout", "default", "prune", "assignments")
+_TOP_FIELDS = ("version", "strategy", "configMap", "rollout", "default", "prune", "assignments", "suggest")
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 _DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 _PERCENT = re.compile(r"^([0-9]{1,3})%$")
@@ -97,6 +97,39 @@ class Assignment:
     selector: LabelSelector | None = None
 
 
+@dataclass(frozen=True)
+class SuggestPool:
+    """nodes.yaml `suggest.pools[i]`: the configs `migops suggest` may give these nodes."""
+
+    path: str  # suggest.pools[i], for messages
+    configs: tuple[str, ...]
+    nodes: tuple[str, ...] | None = None
+    selector: LabelSelector | None = None
+
+    def matches(self, name: str, labels: Mapping[str, str]) -> bool:
+        if self.nodes is not None:
+            return name in self.nodes
+        return self.selector is not None and self.selector.matches(labels)
+
+
+@dataclass(frozen=True)
+class SuggestPolicy:
+    """nodes.yaml `suggest`: the limits of what `migops suggest` may propose (docs/suggest.md)."""
+
+    max_nodes: int | None = None  # nodes one proposal may change; None: no limit
+    new_configs: bool = False  # may add a named config to config.yaml
+    pools: tuple[SuggestPool, ...] | None = None  # None: every node, every config of config.yaml
+
+    def allowed(self, name: str, labels: Mapping[str, str]) -> tuple[str, ...] | None:
+        """The configs this node may take (the first pool that matches it); None: any config; () none."""
+        if self.pools is None:
+            return None
+        for pool in self.pools:
+            if pool.matches(name, labels):
+                return pool.configs
+        return ()
+
+
 DEFAULT_PROGRESS_DEADLINE = 600.0  # as a Deployment's progressDeadlineSeconds
 _ROLLOUT_FIELDS = ("maxUnavailable", "maxDefaulted", "progressDeadlineSeconds")
 
@@ -112,6 +145,7 @@ class NodesFile:
     assignments: tuple[Assignment, ...] = ()
     max_defaulted: int | None = None  # refuse a commit moving more nodes than this to `default`; None: no limit
     progress_deadline: float = DEFAULT_PROGRESS_DEADLINE  # seconds a node may reconfigure before it is Stalled
+    suggest: SuggestPolicy = SuggestPolicy()  # what `migops suggest` may propose
 
 
 @dataclass(frozen=True)
@@ -189,6 +223,19 @@ def _check_references(config: MigPartedConfig, nodes: NodesFile, cfg_file: str, 
     problems: list[RepoProblem] = []
     names = set(config.names())
     referenced = referenced_configs(nodes)
+    for pool in nodes.suggest.pools or ():
+        for j, name in enumerate(pool.configs):
+            if name not in names:
+                problems.append(
+                    RepoProblem(
+                        nodes_file,
+                        Problem(
+                            index_path(key_path(pool.path, "configs"), j),
+                            "config-not-found",
+                            f"config {name!r} is not in {cfg_file} (it has: {', '.join(config.names())})",
+                        ),
+                    )
+                )
     for name, path in referenced.items():
         if name not in names:
             problems.append(
@@ -288,11 +335,104 @@ def parse_nodes(doc: object, problems: list[Problem]) -> NodesFile | None:
     if not isinstance(prune, bool):
         problems.append(Problem("prune", "invalid-prune", f"prune must be true or false, not {prune!r}"))
     assignments = _parse_assignments(doc.get("assignments"), problems)
+    suggest = _parse_suggest(doc.get("suggest"), problems)
     if len(problems) == start:  # the published schema (gitops/schema.py) holds too: label key syntax, ...
         problems.extend(schema_problems(doc))
     if len(problems) > start:
         return None
-    return NodesFile(strategy, cm_name, cm_ns, max_unavailable, default, prune, assignments, max_defaulted, deadline)
+    return NodesFile(
+        strategy, cm_name, cm_ns, max_unavailable, default, prune, assignments, max_defaulted, deadline, suggest
+    )
+
+
+_SUGGEST_FIELDS = ("maxNodes", "newConfigs", "pools")
+
+
+def _parse_suggest(raw: object, problems: list[Problem]) -> SuggestPolicy:
+    """nodes.yaml `suggest` (the schema holds too: it runs once these checks pass)."""
+    if raw is None:
+        return SuggestPolicy()
+    if not isinstance(raw, Mapping):
+        problems.append(Problem("suggest", "invalid-suggest", "suggest must be a mapping such as {maxNodes: 4}"))
+        return SuggestPolicy()
+    for k in raw:
+        if k not in _SUGGEST_FIELDS:
+            problems.append(
+                Problem(
+                    key_path("suggest", k),
+                    "unexpected-field",
+                    f"unexpected field {k!r} (allowed: {', '.join(_SUGGEST_FIELDS)})",
+                )
+            )
+    max_nodes = raw.get("maxNodes")
+    if max_nodes is not None and not (
+        isinstance(max_nodes, int) and not isinstance(max_nodes, bool) and max_nodes >= 1
+    ):
+        problems.append(
+            Problem("suggest.maxNodes", "invalid-maxnodes", f"maxNodes must be a whole number >= 1, not {max_nodes!r}")
+        )
+        max_nodes = None
+    new_configs = raw.get("newConfigs", False)
+    if not isinstance(new_configs, bool):
+        problems.append(
+            Problem(
+                "suggest.newConfigs", "invalid-newconfigs", f"newConfigs must be true or false, not {new_configs!r}"
+            )
+        )
+        new_configs = False
+    pools: list[SuggestPool] | None = None
+    raw_pools = raw.get("pools")
+    if raw_pools is not None:
+        pools = []
+        if not isinstance(raw_pools, list):
+            problems.append(Problem("suggest.pools", "invalid-pools", "pools must be a list"))
+            raw_pools = []
+        for i, item in enumerate(raw_pools):
+            path = index_path("suggest.pools", i)
+            if not isinstance(item, Mapping):
+                problems.append(
+                    Problem(path, "invalid-pool", "each pool is a mapping with configs and nodes or nodeSelector")
+                )
+                continue
+            for k in item:
+                if k not in ("configs", "nodes", "nodeSelector"):
+                    problems.append(
+                        Problem(
+                            key_path(path, k),
+                            "unexpected-field",
+                            f"unexpected field {k!r} (allowed: configs, nodes, nodeSelector)",
+                        )
+                    )
+            configs = item.get("configs")
+            if not isinstance(configs, list) or not configs or not all(isinstance(c, str) and c for c in configs):
+                problems.append(
+                    Problem(
+                        key_path(path, "configs"),
+                        "invalid-configs",
+                        "configs must be a non-empty list of config names of config.yaml",
+                    )
+                )
+                continue
+            if ("nodes" in item) == ("nodeSelector" in item):
+                problems.append(
+                    Problem(path, "one-target", "give exactly one of nodes (a list of node names) or nodeSelector")
+                )
+                continue
+            if "nodes" in item:
+                names = item["nodes"]
+                if not isinstance(names, list) or not names or not all(isinstance(n, str) and n for n in names):
+                    problems.append(
+                        Problem(
+                            key_path(path, "nodes"), "invalid-nodes", "nodes must be a non-empty list of node names"
+                        )
+                    )
+                    continue
+                pools.append(SuggestPool(path, tuple(configs), nodes=tuple(names)))
+            else:
+                selector = parse_selector(item["nodeSelector"], key_path(path, "nodeSelector"), problems)
+                if selector is not None:
+                    pools.append(SuggestPool(path, tuple(configs), selector=selector))
+    return SuggestPolicy(max_nodes, new_configs, None if pools is None else tuple(pools))
 
 
 def _parse_rollout(raw: object, problems: list[Problem]) -> tuple[int | str, int | None, float]:

@@ -7,7 +7,15 @@ import sys
 from collections.abc import Sequence
 from importlib.metadata import PackageNotFoundError, version
 
-from migops import commands_agent, commands_mig, commands_reconcile, commands_sim, commands_webhook, local_cli
+from migops import (
+    commands_agent,
+    commands_mig,
+    commands_reconcile,
+    commands_sim,
+    commands_suggest,
+    commands_webhook,
+    local_cli,
+)
 from migops.usage import EXIT_OK, EXIT_USAGE, UsageError
 
 
@@ -28,6 +36,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     commands_mig.register(sub)
     commands_reconcile.register(sub)
+    commands_suggest.register(sub)
     local_cli.register(sub)
     commands_agent.register(sub)
     commands_sim.register(sub)

@@ -178,11 +178,17 @@ class Demo:
         return k8s.CoreV1Api(self.api)
 
     def run(
-        self, argv: Sequence[str], *, expect: int | None = 0, show: str | None = None
+        self,
+        argv: Sequence[str],
+        *,
+        expect: int | None = 0,
+        show: str | None = None,
+        env: dict[str, str] | None = None,
     ) -> subprocess.CompletedProcess[str]:
         """Run a command as a person would type it (kubectl, migops, git), show it and its output."""
         assert self.local is not None
         env = {
+            **(env or {}),
             **os.environ,
             "KUBECONFIG": self.local.kubeconfig,
             "MIGOPS_HOME": str(self.home),
@@ -268,6 +274,7 @@ class Demo:
             ("a valid change rolls out in waves", self.valid_change),
             ("a GPU changed by hand is put back as git says", self.out_of_band),
             ("MIG workloads: Pods bound to the nodes that advertise their profile", self.workloads),
+            ("geometry from demand: `migops suggest` proposes it through git", self.suggest),
             ("summary", self.summary),
         ]
 
@@ -514,6 +521,67 @@ class Demo:
             "    kubelet): the Pods are bound, not executed. On a real cluster, `kubectl logs` of each would show"
         )
         self.c.say("    its MIG device, as in the GPU Operator documentation (docs/workloads.md).")
+
+    def suggest(self) -> None:
+        self.core.delete_collection_namespaced_pod(WORKLOADS, grace_period_seconds=0)  # no kubelet to stop them
+        self.c.wait("the workload Pods to go", lambda: not self.core.list_namespaced_pod(WORKLOADS).items, 60)
+        self.c.say("gpu-node-1 runs a pod on one 1g.10gb instance; two pods wait for 2g.20gb, which no node offers")
+        self.c.say("(h100-inference and a100-training have none):")
+        before = (self.core.read_node("gpu-node-1").metadata.annotations or {}).get(LAYOUT_ANNOTATION)
+        pods = {"inference": ("nvidia.com/mig-1g.10gb", "gpu-node-1"), "train-a": ("nvidia.com/mig-2g.20gb", None)}
+        pods["train-b"] = ("nvidia.com/mig-2g.20gb", None)
+        for name, (resource, node) in pods.items():
+            spec: dict[str, Any] = {
+                "restartPolicy": "Never",
+                "containers": [
+                    {
+                        "name": "cuda",
+                        "image": "nvcr.io/nvidia/cuda:12.4.1-base-ubuntu22.04",
+                        "resources": {"limits": {resource: "1"}},
+                    }
+                ],
+            }
+            if node:
+                spec["nodeName"] = node
+            self.core.create_namespaced_pod(WORKLOADS, {"metadata": {"name": name}, "spec": spec})
+            self.c.say(f"  pod {name}: limits {resource}: 1" + (f" (running on {node})" if node else ""))
+        identity = {
+            "GIT_AUTHOR_NAME": "Platform Team",
+            "GIT_AUTHOR_EMAIL": "platform@example.com",
+            "GIT_COMMITTER_NAME": "Platform Team",
+            "GIT_COMMITTER_EMAIL": "platform@example.com",
+        }
+        done = self.run(["migops", "suggest", str(self.repo), "--commit", "--branch", "suggest/2g"], env=identity)
+        if "gpu-node-1" in done.stdout.split("Served once applied")[0] or "-> all-balanced" not in done.stdout:
+            raise DemoFailed("the proposal should move a node without pods to all-balanced, never gpu-node-1")
+        self.c.say("A person reviews the branch (its commit message is the text above), then merges it:")
+        self.git("merge", "-q", "--ff-only", "suggest/2g")
+        sha = self.git("rev-parse", "HEAD")
+        self.c.say(f"$ git merge --ff-only suggest/2g      # {sha[:12]}")
+        assert self.local is not None and self.local.reconciler_url
+        local_reconciler.notify(
+            self.local.reconciler_url, local_reconciler.hook_secret_file(Path(self.local.workdir)), sha
+        )
+
+        def bound() -> bool:
+            return all(self.core.read_namespaced_pod(n, WORKLOADS).spec.node_name for n in ("train-a", "train-b"))
+
+        self.c.wait("the reconciler's rollout and kube-scheduler to bind the waiting pods", bound, 180)
+        self.run(
+            [
+                "kubectl",
+                "get",
+                "pods",
+                "-n",
+                WORKLOADS,
+                "-o",
+                "custom-columns=POD:.metadata.name,NODE:.spec.nodeName,REQUESTS:.spec.containers[0].resources.limits",
+            ]
+        )
+        after = (self.core.read_node("gpu-node-1").metadata.annotations or {}).get(LAYOUT_ANNOTATION)
+        if after != before:
+            raise DemoFailed("gpu-node-1's layout changed: the instance in use was not kept")
+        self.c.ok("served through a reviewed commit; gpu-node-1, whose instance is in use, was never touched")
 
     def summary(self) -> None:
         cat = catalogue()

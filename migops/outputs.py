@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from importlib.resources import files
 from typing import Any
 
-VERSIONS = {"validate": 1, "plan": 1, "gpus": 1, "probe": 1, "diff": 1, "status": 1}
+VERSIONS = {"validate": 1, "plan": 1, "gpus": 1, "probe": 1, "diff": 1, "status": 1, "suggest": 1}
 
 
 def schema_id(command: str) -> str:

@@ -21,6 +21,9 @@ COALESCE = 0.05  # a wave lands as hundreds of watch events: one sync for a burs
 def run(r: Reconciler, stop: threading.Event, hook: threading.Event) -> None:
     """Fetch every interval (or when `hook` is set), follow the cluster in between. Errors back off
     exponentially (1 s doubling to the interval); a refused commit waits for the next."""
+    from migops.reconciler.suggestion import Suggester
+
+    Suggester(r).start(stop)  # spec.suggest: idle until enabled
     next_fetch, backoff, generation = 0.0, 1.0, None
     while not stop.is_set() and not r.stop_event.is_set():
         try:

@@ -49,6 +49,12 @@ class Metrics:
         self.leader = Gauge("migops_leader", "1 while this replica holds the Lease", registry=r)
         self.hooks = Counter("migops_hook_requests", "POST /hook requests, by result", ["result"], registry=r)
         self.events = Counter("migops_events", "Events recorded, by reason", ["reason"], registry=r)
+        self.pending_mig = Gauge(
+            "migops_pending_mig_requests",
+            "MIG devices pending pods ask for, by profile (MigSync spec.suggest; docs/suggest.md)",
+            ["profile"],
+            registry=r,
+        )
 
     def count_write(self, resource: str, result: str, status: int | None) -> None:
         self.requests.labels(resource, result, str(status or "")).inc()

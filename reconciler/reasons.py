@@ -51,6 +51,7 @@ class Reason(StrEnum):
     PRUNED = "MigConfigPruned"
     RELEASED = "NodeReleased"
     RESUMED = "RolloutResumed"
+    SUGGESTION_CHANGED = "MigSuggestionChanged"  # spec.suggest: the proposal for pending MIG pods changed
     # The AssignmentsMatched condition, and its Event
     ALL_MATCHED = "AllMatched"
     MATCHES_NO_NODE = "MatchesNoNode"

@@ -29,6 +29,7 @@ CRD_NAME = f"{PLURAL}.{GROUP}"
 DEFAULT_NAME, DEFAULT_NAMESPACE = "migops", "migops-system"
 MAX_STATUS_NODES = 1000  # keeps the object far below etcd's request limit at 10,000 nodes
 DEFAULT_INTERVAL = 60.0
+DEFAULT_SUGGEST_INTERVAL = 300.0  # spec.suggest.interval: a proposal costs a list of every pod, and seconds of solving
 _DURATION = re.compile(r"([0-9]+(?:\.[0-9]+)?)(ms|s|m|h)")
 _UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
 
@@ -75,6 +76,8 @@ class SyncSpec:
     interval: float = DEFAULT_INTERVAL
     suspend: bool = False
     trust: TrustPolicy = field(default_factory=TrustPolicy)
+    suggest: bool = False  # spec.suggest.enabled: publish `migops suggest`'s proposal (never applied)
+    suggest_interval: float = DEFAULT_SUGGEST_INTERVAL
 
     def to_spec(self) -> dict[str, Any]:
         spec: dict[str, Any] = {"url": self.url, "interval": f"{self.interval:g}s"}
@@ -84,6 +87,8 @@ class SyncSpec:
             spec["path"] = self.path
         if self.suspend:
             spec["suspend"] = True
+        if self.suggest:
+            spec["suggest"] = {"enabled": True, "interval": f"{self.suggest_interval:g}s"}
         if self.trust.enabled:
             spec["verify"] = {"mode": self.trust.mode}
             if self.trust.allowed_signers:
@@ -109,8 +114,20 @@ def spec_from_object(obj: Mapping[str, Any]) -> SyncSpec:
         raise ValueError(f"spec.interval: {exc}") from None
     if not spec.get("url"):
         raise ValueError("spec.url: a repository URL is required")
+    suggest = spec.get("suggest") or {}
+    try:
+        every = parse_duration(suggest.get("interval")) if suggest.get("interval") else DEFAULT_SUGGEST_INTERVAL
+    except ValueError as exc:
+        raise ValueError(f"spec.suggest.interval: {exc}") from None
     return SyncSpec(
-        spec["url"], spec.get("ref") or None, spec.get("path") or "", interval, bool(spec.get("suspend")), trust
+        spec["url"],
+        spec.get("ref") or None,
+        spec.get("path") or "",
+        interval,
+        bool(spec.get("suspend")),
+        trust,
+        bool(suggest.get("enabled")),
+        every,
     )
 
 

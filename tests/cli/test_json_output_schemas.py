@@ -40,7 +40,7 @@ def test_every_json_output_has_a_schema() -> None:
         for a in p._actions
         if "--output" in a.option_strings and "json" in (a.choices or ())
     }
-    assert with_json == {"validate", "plan", "gpus", "diff", "status"}
+    assert with_json == {"validate", "plan", "gpus", "diff", "status", "suggest"}
     assert set(VERSIONS) == with_json | {"probe"}  # gpus --probe has a shape of its own
     for command in VERSIONS:
         jsonschema.Draft202012Validator.check_schema(json_schema(command))

@@ -143,7 +143,7 @@ def test_missing_config_name_and_yaml_error_and_bad_fields() -> None:
         )
     assert problems(err) == [
         "c/nodes.yaml: extra: unexpected field 'extra' (allowed: version, strategy, configMap, rollout, default, "
-        "prune, assignments) [unexpected-field]",
+        "prune, assignments, suggest) [unexpected-field]",
         "c/nodes.yaml: rollout.maxUnavailable: maxUnavailable must be a whole number >= 1 or a percentage from "
         "\"1%\" to \"100%\", not 0 [invalid-max-unavailable]",
         "c/nodes.yaml: assignments[0].nodes: nodes must be a non-empty list of node names [invalid-nodes]",
