@@ -786,13 +786,14 @@ def findings(
     present = tuple(present)
     out: list[Finding] = []
     for sel in selections:
-        where = f"{sel.path} ({sel.request})" if sel.request else sel.path
+        # Short: a warning is at most 120 characters (the API server's advice).
+        where = f"request {sel.request}" if sel.request else sel.path
         literals = _profile_literals(sel.expressions)
         about_mig = bool(sel.by_model) or bool(literals) or any("'mig'" in e or '"mig"' in e for e in sel.expressions)
         if mig_only and not about_mig:
             continue
         if sel.errors:
-            out.append(Finding("dra-selector-error", where, f"selector fails on MIG devices: {sel.errors[0]}"))
+            out.append(Finding("dra-selector-error", where, f"selector fails: {sel.errors[0]}"))
             continue
         if sel.class_missing or (sel.gaps and not sel.by_model):
             continue  # the class's selectors, or the attributes read, are unknown here: no verdict
@@ -803,10 +804,7 @@ def findings(
             near = _closest(literals, offered_here or [gi.name for g in catalogue().gpus for gi in g.profiles])
             out.append(
                 Finding(
-                    "dra-unknown-profile",
-                    where,
-                    f"{_describe(sel)}: no known GPU model has a MIG profile these selectors accept; "
-                    f"closest: {', '.join(near)}",
+                    "dra-unknown-profile", where, f"{_describe(sel)}: no GPU model has it; closest: {', '.join(near)}"
                 )
             )
             continue
@@ -816,26 +814,29 @@ def findings(
                 Finding(
                     "dra-profile-not-in-cluster",
                     where,
-                    f"{', '.join(sorted(sel.profiles))[:120]}: only on {', '.join(g.name for g in models[:3])}, "
-                    f"which no node has; closest here: {', '.join(_closest(sorted(sel.profiles), offered_here))}",
+                    f"{_few(sel.profiles)}: only on {', '.join(g.name for g in models[:2])}, not in this cluster; "
+                    f"closest: {', '.join(_closest(sorted(sel.profiles), offered_here))}",
                 )
             )
             continue
         if config is not None and here:
-            models_here = [g for g in present if g.device_id in here]
-            provided = {gi for g in models_here for gi in provided_profiles(config, g)}
-            if not (provided & set().union(*here.values())):
+            wanted = set().union(*here.values())
+            provided = {gi for g in present if g.device_id in here for gi in provided_profiles(config, g)}
+            if not (provided & wanted):
+                near = _closest(sorted(wanted), provided) if provided else ["none"]
                 out.append(
                     Finding(
                         "dra-profile-not-configured",
                         where,
-                        f"{', '.join(sorted(set().union(*here.values())))[:120]}: no geometry of the MIG config "
-                        f"in force creates it; closest configured: "
-                        f"{', '.join(_closest(sorted(set().union(*here.values())), provided)) or 'none'} "
-                        "(the claim stays pending until a geometry provides it)",
+                        f"{_few(wanted)}: no geometry in force creates it; closest: {', '.join(near)}",
                     )
                 )
     return tuple(out)
+
+
+def _few(profiles: Iterable[str], limit: int = 3) -> str:
+    names = sorted(profiles)
+    return ", ".join(names[:limit]) + (f" (+{len(names) - limit})" if len(names) > limit else "")
 
 
 __all__ = [

@@ -196,7 +196,7 @@ def test_findings_name_the_profile_and_the_closest() -> None:
         )
     )
     found = dra.findings(parsed.selections, [A100_80], parse_config(CONFIG))
-    by_rule = {f.where.split("(")[1].rstrip(")"): f for f in found}
+    by_rule = {f.where.removeprefix("request "): f for f in found}
     assert set(by_rule) == {"typo", "elsewhere", "unconfigured"}
     assert by_rule["typo"].rule == "dra-unknown-profile" and "3g.45gb" in by_rule["typo"].text
     assert "3g.40gb" in by_rule["typo"].text  # closest on the cluster's model
