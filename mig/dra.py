@@ -153,6 +153,30 @@ def mig_device(
     return device
 
 
+def device_class_name(profile: str) -> str:
+    """mig-<profile>.nvidia.com, '+' (not allowed in a name) as '-': mig-1g.10gb-me.nvidia.com."""
+    return f"mig-{profile.replace('+', '-').replace(',', '-')}.{MIG_DEVICE_CLASS.split('.', 1)[1]}"
+
+
+def profile_device_classes(models: Iterable[GpuModel]) -> list[dict[str, Any]]:
+    """One DeviceClass per MIG profile of these models, selecting the driver's devices of that profile
+    (the driver ships only `mig.nvidia.com`; per-profile classes are made by hand today, its #939)."""
+    profiles = sorted({gi.name for g in models for gi in g.profiles if not gi.profile.negative})
+    return [
+        {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "DeviceClass",
+            "metadata": {"name": device_class_name(p), "labels": {"app.kubernetes.io/part-of": "migops"}},
+            "spec": {
+                "selectors": [
+                    {"cel": {"expression": f"{MIG_CLASS_EXPRESSION} && device.attributes['{DRIVER}'].profile == '{p}'"}}
+                ]
+            },
+        }
+        for p in profiles
+    ]
+
+
 # --- CEL with Kubernetes' library ----------------------------------------------------------------------
 
 
