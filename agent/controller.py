@@ -222,6 +222,7 @@ class Agent:
                     config, problem = self._parse(text, where)
         dynamic = owners.node_owner(node)
         if dynamic is not None:  # checked last, so it is the reason reported whatever else is wrong
+            config = None  # no digest: the request's key is this problem, so becoming owned is seen at once
             problem = (
                 f"this node's MIG geometry is owned by {dynamic} ({owners.ENV}), which creates and destroys "
                 "instances itself: the agent does not reconfigure here"

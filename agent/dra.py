@@ -198,14 +198,19 @@ class DraSlices:
         return listed(found.get("items") or [], self.node)
 
     def after_apply(
-        self, devices: Sequence[Device], models: Sequence[GpuModel], states: Sequence[GpuState]
+        self,
+        devices: Sequence[Device],
+        models: Sequence[GpuModel],
+        states: Sequence[GpuState],
+        *,
+        changed: bool = True,
     ) -> str | None:
-        """Publish or restart, then wait for the slices to list exactly the GPUs' instances; the mismatch
-        (why the node must not report success) or None."""
+        """Publish or restart (when the GPUs `changed`), then wait for the slices to list exactly the GPUs'
+        instances; the mismatch (why the node must not report success) or None."""
         want = expected(devices, states)
         if self.options.mode == "publish":
             self.publish(devices_for(devices, models, states))
-        else:
+        elif changed:
             restarted = self.restart_plugin()
             log.info("restarted the DRA kubelet plugin: %s", ", ".join(restarted) or "no pod matched")
             if not restarted:

@@ -24,6 +24,7 @@ from typing import Any, cast
 from kubernetes.client.exceptions import ApiException
 
 from migops.agent.backend import Backend, GpuError, GpuState
+from migops.agent.dra import DraSlices
 from migops.agent.host import KUBELET_SERVICE, HostError, Systemd
 from migops.agent.kube import (
     OPERATOR_VALIDATOR_APP,
@@ -165,8 +166,10 @@ class Reconfigure:
         reboot: Callable[[], None] | None = None,
         stop: threading.Event | None = None,
         sleep: Callable[[float], None] = time.sleep,
+        dra: DraSlices | None = None,
     ) -> None:
         self.backend = backend
+        self.dra = dra  # DRA (static MIG): the driver's ResourceSlices must follow the geometry
         self.kube = kube
         self.options = options
         self.systemd = systemd
@@ -385,6 +388,11 @@ class Reconfigure:
                 log.warning("could not restart the operator validator: %s", _describe(exc))
         if problems:
             return self._fail(run, "applied, but " + "; ".join(problems))
+        if self.dra is not None:
+            # The kubelet plugin is restarted only when the GPUs changed; otherwise its slices are checked.
+            mismatch = self.dra.after_apply(self.backend.devices(), models, states, changed=bool(run.touched))
+            if mismatch:
+                return self._fail(run, "applied, but " + mismatch)
         annotations: dict[str, str | None] = {  # None: remove the annotation
             **self._publish(run, models, states),
             APPLIED_ANNOTATION: run.request.name,

@@ -158,6 +158,16 @@ def device_class_name(profile: str) -> str:
     return f"mig-{profile.replace('+', '-').replace(',', '-')}.{MIG_DEVICE_CLASS.split('.', 1)[1]}"
 
 
+def driver_device_class() -> dict[str, Any]:
+    """The driver's own `mig.nvidia.com` DeviceClass (its chart's deviceclass-mig.yaml)."""
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "DeviceClass",
+        "metadata": {"name": MIG_DEVICE_CLASS},
+        "spec": {"selectors": [{"cel": {"expression": MIG_CLASS_EXPRESSION}}]},
+    }
+
+
 def profile_device_classes(models: Iterable[GpuModel]) -> list[dict[str, Any]]:
     """One DeviceClass per MIG profile of these models, selecting the driver's devices of that profile
     (the driver ships only `mig.nvidia.com`; per-profile classes are made by hand today, its #939)."""

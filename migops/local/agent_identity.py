@@ -29,15 +29,16 @@ NAMESPACE = "migops-system"  # the manifests' namespace (manifests/base/kustomiz
 SERVICE_ACCOUNT = "migops-agent"
 USER = f"system:serviceaccount:{NAMESPACE}:{SERVICE_ACCOUNT}"
 MANIFESTS = ("agent-serviceaccount.yaml", "agent-rbac.yaml", "agent-own-node-policy.yaml")
+DRA_STANDIN = "agent-dra-standin.yaml"  # `local up --dra`: the agents publish the DRA driver's slices
 POLICY = "migops-agent-own-node"
 # A year: longer than any local stack lives; the API server here sets no maximum.
 TOKEN_SECONDS = 365 * 24 * 3600
 
 
-def objects() -> list[dict]:
+def objects(names: tuple[str, ...] = MANIFESTS) -> list[dict]:
     """The manifests' objects, namespaced ones without a namespace put in NAMESPACE (as kustomize does)."""
     out = []
-    for name in MANIFESTS:
+    for name in names:
         text = resources.files("migops.local").joinpath(f"data/{name}").read_text()
         for doc in yaml.safe_load_all(text):  # our own packaged file
             if not doc:
@@ -48,8 +49,9 @@ def objects() -> list[dict]:
     return out
 
 
-def install(api: ApiClient) -> None:
-    """Apply the ServiceAccount, RBAC and policy (wait_in_force tells when the policy denies)."""
+def install(api: ApiClient, *, dra: bool = False) -> None:
+    """Apply the ServiceAccount, RBAC and policy (wait_in_force tells when the policy denies); with `dra`,
+    the right to publish ResourceSlices the stand-in for the DRA driver needs."""
     core = k8s.CoreV1Api(api)
     core.patch_namespace(
         NAMESPACE,
@@ -57,7 +59,7 @@ def install(api: ApiClient) -> None:
         field_manager=LOCAL_MANAGER,
         _content_type=ssa.APPLY_CONTENT_TYPE,
     )
-    for doc in objects():
+    for doc in objects(MANIFESTS + ((DRA_STANDIN,) if dra else ())):
         ssa.apply(api, doc, field_manager=LOCAL_MANAGER, force=True)
 
 
