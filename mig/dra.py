@@ -22,7 +22,7 @@ import difflib
 import json
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from decimal import Decimal
 from functools import lru_cache
 from typing import Any, Literal
@@ -661,17 +661,26 @@ def _selection(
 
 @dataclass(frozen=True)
 class ClaimDemand:
-    """MIG demand from one pending claim request: `count` devices of any of `profiles`.
+    """MIG demand from one pending claim request: `count` devices of any of `profiles`, on one node.
 
-    migops.suggest's own Demand type did not exist when this was written; this is its shape (profiles,
-    count, priority, node constraint) so one can be built from the other."""
+    The fields are those of migops.suggest's Demand (on the suggest branch, not merged when this was
+    written; the MIG core cannot import gitops' LabelSelector): it is built as
+    Demand(namespace, name, profiles, count, priority,
+           (LabelSelector(match_labels=node_selector),) if node_selector else (), kind)."""
 
-    source: str  # "ResourceClaim ns/name request gpu"
-    profiles: frozenset[str]
-    count: int
+    namespace: str
+    name: str
+    profiles: frozenset[str]  # GFD's profile names (`3g.40gb`, `1g.10gb+me`)
+    count: int = 1
     priority: int = 0
-    node_selector: tuple[tuple[str, str], ...] = ()  # labels the node must have (from the pod)
+    node_selector: tuple[tuple[str, str], ...] = ()  # labels the node must have (the pod's nodeSelector)
+    kind: str = "ResourceClaim"  # or ResourceClaimTemplate (a pending pod's claim not created yet)
+    request: str = ""  # the request's name ("req/sub" for a firstAvailable alternative)
     models: frozenset[str] = frozenset()  # device IDs of the models that offer one of the profiles
+
+    @property
+    def source(self) -> str:
+        return f"{self.kind} {self.namespace}/{self.name} request {self.request}"
 
 
 def is_pending(claim: Obj) -> bool:
@@ -694,7 +703,10 @@ def demand(
         seen.add(top)
         out.append(
             ClaimDemand(
-                source=f"{parsed.kind} {parsed.namespace}/{parsed.name} request {sel.request}",
+                namespace=parsed.namespace,
+                name=parsed.name,
+                kind=parsed.kind,
+                request=sel.request,
                 profiles=sel.profiles,
                 count=sel.count,
                 priority=priority,
@@ -731,13 +743,14 @@ def pending_demand(
             template = (templates or {}).get((ns, str(ref.get("resourceClaimTemplateName"))))
             if template is not None:
                 selector = _obj(spec.get("nodeSelector"))
-                out.extend(
-                    demand(
-                        claim_requests(template, classes),
-                        priority=int(spec.get("priority") or 0),
-                        node_selector={str(k): str(v) for k, v in selector.items()},
-                    )
-                )
+                pod_name = str(_obj(pod.get("metadata")).get("name") or "")
+                for d in demand(
+                    claim_requests(template, classes),
+                    priority=int(spec.get("priority") or 0),
+                    node_selector={str(k): str(v) for k, v in selector.items()},
+                ):
+                    # Named after the pod that waits (its claim does not exist yet); the template in `request`.
+                    out.append(replace(d, name=pod_name, kind="Pod", request=f"{d.name}/{d.request}"))
     return tuple(out)
 
 

@@ -168,10 +168,11 @@ def test_pending_demand_from_claims_and_pod_templates() -> None:
         "status": {"phase": "Pending"},
     }
     out = dra.pending_demand([pending, allocated], pods=[pod], templates={("team", "c"): template})
-    assert [(sorted(d.profiles), d.count, d.priority, d.node_selector) for d in out] == [
-        (["3g.40gb"], 2, 0, ()),
-        (["7g.80gb"], 1, 5, (("pool", "a"),)),
+    assert [(d.kind, d.name, sorted(d.profiles), d.count, d.priority, d.node_selector) for d in out] == [
+        ("ResourceClaim", "c", ["3g.40gb"], 2, 0, ()),
+        ("Pod", "p", ["7g.80gb"], 1, 5, (("pool", "a"),)),
     ]
+    assert out[1].source == "Pod team/p request c/t"
     made = {**pod, "status": {"phase": "Pending", "resourceClaimStatuses": [{"name": "m", "resourceClaimName": "p-m"}]}}
     assert dra.pending_demand([], pods=[made], templates={("team", "c"): template}) == ()
 
