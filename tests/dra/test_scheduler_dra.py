@@ -7,6 +7,7 @@ No kubelet runs: the scheduler allocates the claim and binds the Pod, which is n
 
 from __future__ import annotations
 
+import threading
 import uuid
 from collections.abc import Iterator
 
@@ -16,7 +17,7 @@ from kubernetes.client import ApiClient
 from polling import until
 
 from migops.agent.backend import Device, GpuInstance, GpuState
-from migops.agent.dra import DraOptions, DraSlices, devices_for, slice_name
+from migops.agent.dra import DraOptions, DraSlices, devices_for, difference, expected, listed, slice_name
 from migops.kube import ssa
 from migops.local.cluster import mark_ready
 from migops.local.controlplane import ControlPlane
@@ -139,8 +140,6 @@ def test_a_slice_that_does_not_follow_the_gpus_is_a_reported_failure(admin: ApiC
     assert problem is not None and "no DRA kubelet plugin pod" in problem
     # The slices still list the old geometry: the difference is named.
     slices = custom_slices(admin, dra_node)
-    from migops.agent.dra import difference, expected, listed
-
     diff = difference(expected([gpu], [_state(0, TWO_3G)]), listed(slices, dra_node))
     assert diff is not None and "missing 3g.40gb@0, 3g.40gb@4" in diff and "stale 1g.10gb@0" in diff
     # And the devices published are the driver's: one per instance, named as the driver names them.
@@ -153,3 +152,54 @@ def custom_slices(admin: ApiClient, node: str) -> list[dict]:
         "resource.k8s.io", "v1", "resourceslices", field_selector=f"spec.nodeName={node}"
     )
     return list(found["items"])
+
+
+def _plugin_pod(core: k8s.CoreV1Api, namespace: str, node: str) -> str:
+    """A pod standing for the driver's kubelet plugin on `node` (bound by nodeName; no kubelet runs it)."""
+    name = "dra-kubelet-plugin"
+    core.create_namespaced_pod(
+        namespace,
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": name, "labels": {"dra-driver-nvidia-gpu-component": "kubelet-plugin"}},
+            "spec": {"nodeName": node, "containers": [{"name": "plugin", "image": "plugin"}]},
+        },
+    )
+    return name
+
+
+def test_verify_restarts_the_plugin_and_waits_for_its_slices(admin: ApiClient, namespace: str, dra_node: str) -> None:
+    """The driver's side is played by a thread: when its plugin pod is deleted (the agent's restart), it
+    publishes the slice of the new geometry, as the restarted kubelet plugin would."""
+    core = k8s.CoreV1Api(admin)
+    gpu = Device(0, A100.device_id, f"GPU-{uuid.uuid4()}")
+    driver = DraSlices(admin, dra_node, DraOptions("publish", timeout=5, interval=0.2))
+    assert driver.after_apply([gpu], [A100], [_state(0, ALL_1G)]) is None
+    pod = _plugin_pod(core, namespace, dra_node)
+    stop = threading.Event()
+
+    def restarted_plugin() -> None:
+        while not stop.wait(0.2):
+            if core.read_namespaced_pod(pod, namespace).metadata.deletion_timestamp:
+                driver.publish(devices_for([gpu], [A100], [_state(0, TWO_3G)]))
+                return
+
+    helper = threading.Thread(target=restarted_plugin, daemon=True)
+    helper.start()
+    try:
+        agent = DraSlices(admin, dra_node, DraOptions("verify", plugin_namespace=namespace, timeout=30, interval=0.2))
+        assert agent.after_apply([gpu], [A100], [_state(0, TWO_3G)]) is None
+    finally:
+        stop.set()
+        helper.join(5)
+        core.delete_namespaced_pod(pod, namespace, grace_period_seconds=0)
+    # A plugin that restarts but keeps advertising the old instances: a failure naming the difference.
+    pod = _plugin_pod(core, namespace, dra_node)
+    try:
+        agent = DraSlices(admin, dra_node, DraOptions("verify", plugin_namespace=namespace, timeout=1, interval=0.2))
+        problem = agent.after_apply([gpu], [A100], [_state(0, ALL_1G)])
+        assert problem is not None and "missing 1g.10gb@0" in problem and "stale 3g.40gb@0, 3g.40gb@4" in problem
+        assert core.read_namespaced_pod(pod, namespace).metadata.deletion_timestamp  # it was restarted
+    finally:
+        core.delete_namespaced_pod(pod, namespace, grace_period_seconds=0)
