@@ -150,3 +150,34 @@ def test_an_owned_node_is_refused_by_the_webhook_and_the_agent(dra_stack: Path) 
     with pytest.raises(ApiException) as err:
         _label(core, node, "all-3g.40gb")
     assert err.value.status == 403 and "owned by hami" in err.value.body
+
+
+def test_kubectl_shows_the_admission_warning(dra_stack: Path) -> None:
+    """What a user sees applying a claim for a profile with a typo, through the registered webhook."""
+    from migops.local.binaries import locate
+
+    manifest = """
+apiVersion: resource.k8s.io/v1
+kind: ResourceClaimTemplate
+metadata: {name: typo, namespace: default}
+spec:
+  spec:
+    devices:
+      requests:
+        - name: gpu
+          exactly:
+            deviceClassName: mig.nvidia.com
+            selectors:
+              - cel: {expression: "device.attributes['gpu.nvidia.com'].profile == '3g.45gb'"}
+"""
+    done = subprocess.run(
+        [str(locate().kubectl), "--kubeconfig", str(dra_stack / "local" / "admin.kubeconfig"), "apply", "-f", "-"],
+        input=manifest,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr  # a warning, never a denial
+    assert "Warning: request gpu: 3g.45gb: no GPU model has it; closest: 3g.40gb" in done.stderr
+    assert "[dra-unknown-profile]" in done.stderr
