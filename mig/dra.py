@@ -21,6 +21,7 @@ from __future__ import annotations
 import difflib
 import json
 import re
+import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from decimal import Decimal
@@ -47,6 +48,9 @@ KUBELET_PLUGIN_SELECTOR = "dra-driver-nvidia-gpu-component=kubelet-plugin"
 STANDARD_DOMAIN = "resource.kubernetes.io"
 MAX_EXPRESSION = 10 * 1024  # resource.k8s.io's CELSelectorExpressionMaxLength: the API refuses longer ones
 MIG_TYPE = "mig"  # the `type` attribute of a MIG device (mig.go:141)
+# Wall time one request's selectors may take over all catalogue devices (the webhook answers within its
+# 5 s timeout; the API server has already bounded each expression's CEL cost when it calls us).
+BUDGET_SECONDS = 1.5
 
 # Attributes of a MIG device whose value the catalogue knows for a model (the rest are per GPU: uuid,
 # parentUUID, driverVersion, cudaDriverVersion, PCI and NUMA attributes).
@@ -330,6 +334,8 @@ def compile_selector(expression: str) -> celpy.Runner:
         return _ENV.program(_ENV.compile(expression), functions=_FUNCTIONS)
     except celpy.CELParseError as exc:
         raise CelError(f"does not compile: {str(exc).splitlines()[0]}") from None
+    except (RecursionError, Exception) as exc:  # noqa: BLE001 -- untrusted text: nesting too deep, ...
+        raise CelError(f"does not compile: {type(exc).__name__}") from None
 
 
 def _cel_value(value: Any) -> Any:
@@ -520,10 +526,10 @@ def _request_expressions(req: Obj) -> tuple[str, ...]:
 
 
 def evaluate(
-    expressions: Sequence[str], models: Iterable[GpuModel]
+    expressions: Sequence[str], models: Iterable[GpuModel], budget: float = BUDGET_SECONDS
 ) -> tuple[tuple[tuple[str, frozenset[str]], ...], tuple[str, ...], bool]:
     """Profiles per model that every expression accepts, the selectors' failures (deduplicated), and
-    whether some device was undetermined (a catalogue gap).
+    whether some device was undetermined (a catalogue gap, or the time `budget` spent).
 
     A failure is kept only when it is about the selector, not about what the catalogue lacks: a missing
     per-GPU attribute, or a capacity the catalogue leaves unknown, makes that device undetermined."""
@@ -533,11 +539,18 @@ def evaluate(
     gaps = False
     by_model = []
     reads_product = any("productName" in e for e in expressions)
+    deadline = time.monotonic() + budget
     for gpu in models:
         chosen = set()
         devices = model_devices(gpu)
         for profile, keys in devices.devices if reads_product else devices.generic:
+            if time.monotonic() > deadline:
+                gaps = True  # costly selectors: the rest undetermined, never a wrong "selects nothing"
+                break
             for key in keys:
+                if time.monotonic() > deadline:
+                    gaps = True
+                    break
                 failed: str | None = None
                 verdict = True
                 for e in expressions:
@@ -549,6 +562,8 @@ def evaluate(
                         verdict = False
                         break
                 if failed is not None:
+                    if "recursion" in failed:  # nesting too deep: fails the same way on every device
+                        return tuple(by_model), (f"too deeply nested: {failed}",), gaps
                     if _catalogue_gap(failed, gpu):
                         gaps = True
                     else:

@@ -147,6 +147,9 @@ def test_bad_cel_is_an_error_not_a_crash() -> None:
     assert sel.errors and "does not compile" in sel.errors[0]
     (sel,) = dra.claim_requests(claim(req("r", "quantity('x') == 1")), models=[A100_80]).selections
     assert sel.errors and "quantity" in sel.errors[0]
+    deep = "(" * 3000 + "true" + ")" * 3000  # within the API server's 10 KiB, beyond the parser's recursion
+    (sel,) = dra.claim_requests(claim(req("r", deep)), models=[A100_80]).selections
+    assert sel.errors and not sel.by_model
     parsed = dra.claim_requests({"kind": "ResourceClaim", "spec": {"devices": {"requests": [5, {"name": "x"}]}}})
     assert parsed.problems == (
         "spec.devices.requests[0]: must be an object",
