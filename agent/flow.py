@@ -19,12 +19,11 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 from kubernetes.client.exceptions import ApiException
 
 from migops.agent.backend import Backend, GpuError, GpuState
-from migops.agent.dra import DraSlices
 from migops.agent.host import KUBELET_SERVICE, HostError, Systemd
 from migops.agent.kube import (
     OPERATOR_VALIDATOR_APP,
@@ -61,6 +60,9 @@ from migops.mig.devices import DeviceIdSyntaxError, parse_device_id
 from migops.mig.fit import NodeGpus, fit
 from migops.mig.problems import MigError
 from migops.mig.spec import MigPartedConfig
+
+if TYPE_CHECKING:  # the DRA check (cel-python) is imported only by agents started with --dra
+    from migops.agent.dra import DraSlices
 
 log = logging.getLogger(__name__)
 MAX_REASON = 1000  # annotation values may be long; keep the reason readable
