@@ -194,6 +194,8 @@ def cmd_agent(args: argparse.Namespace) -> int:
             services = parse_gpu_clients(Path(args.gpu_clients_file).read_text(), args.gpu_clients_file)
         except (OSError, ValueError) as exc:
             raise UsageError(str(exc)) from None
+    if args.dra == "publish" and args.backend != "simulated":
+        raise UsageError("--dra publish stands in for the DRA driver with simulated GPUs; use --dra verify")
     backend, simulated_reboot = _backend(args, work)
     host = HostCommands(args.host_root)
     systemd = Systemd(host, journal=work / "stopped-services.json") if args.host_gpu_clients else None
@@ -223,8 +225,6 @@ def cmd_agent(args: argparse.Namespace) -> int:
     if args.dra != "off":
         from migops.agent.dra import DraOptions, DraSlices
 
-        if args.dra == "publish" and args.backend != "simulated":
-            raise UsageError("--dra publish stands in for the DRA driver with simulated GPUs; use --dra verify")
         slices = DraSlices(
             api, args.node, DraOptions(args.dra, args.dra_plugin_selector, args.dra_plugin_namespace, args.dra_timeout)
         )
