@@ -537,7 +537,7 @@ def evaluate(
         compile_selector(e)  # CelError: does not compile
     errors: dict[str, None] = {}
     gaps = False
-    by_model = []
+    by_model: list[tuple[str, frozenset[str]]] = []
     reads_product = any("productName" in e for e in expressions)
     deadline = time.monotonic() + budget
     for gpu in models:
