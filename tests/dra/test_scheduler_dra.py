@@ -45,9 +45,16 @@ TWO_3G = [("3g.40gb", 0), ("3g.40gb", 4)]
 
 
 @pytest.fixture(scope="module")
-def scheduler(control_plane: ControlPlane) -> ControlPlane:
+def scheduler(control_plane: ControlPlane, admin: ApiClient) -> Iterator[ControlPlane]:
+    """kube-scheduler, and the DeviceClasses of the driver's MIG devices per A100-80GB profile (removed after)."""
     control_plane.start_scheduler()
-    return control_plane
+    classes = dra.profile_device_classes([A100])
+    for body in classes:
+        ssa.apply(admin, body, field_manager="test", force=True)
+    yield control_plane
+    custom = k8s.CustomObjectsApi(admin)
+    for body in classes:
+        custom.delete_cluster_custom_object("resource.k8s.io", "v1", "deviceclasses", body["metadata"]["name"])
 
 
 @pytest.fixture
@@ -55,8 +62,6 @@ def dra_node(admin: ApiClient, scheduler: ControlPlane) -> Iterator[str]:
     name = f"dra-{uuid.uuid4().hex[:8]}"
     ssa.apply(admin, {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name}}, field_manager="test")
     mark_ready(admin, name, {})
-    for body in dra.profile_device_classes([A100]):
-        ssa.apply(admin, body, field_manager="test", force=True)
     yield name
     custom = k8s.CustomObjectsApi(admin)
     try:
