@@ -52,9 +52,7 @@ MIG_TYPE = "mig"  # the `type` attribute of a MIG device (mig.go:141)
 # 5 s timeout; the API server has already bounded each expression's CEL cost when it calls us).
 BUDGET_SECONDS = 1.5
 
-# Attributes of a MIG device whose value the catalogue knows for a model (the rest are per GPU: uuid,
-# parentUUID, driverVersion, cudaDriverVersion, PCI and NUMA attributes).
-MODEL_ATTRIBUTES = ("type", "profile", "productName", "brand", "architecture", "cudaComputeCapability")
+# The capacities of a MIG device (mig.go:120-133); the catalogue may lack some for a model.
 CAPACITIES = ("multiprocessors", "copyEngines", "decoders", "encoders", "jpegEngines", "ofaEngines", "memory")
 
 Obj = Mapping[str, Any]
