@@ -111,6 +111,7 @@ def app_from_kubeconfig(
 
     def load() -> Any:
         from migops.kube.client import api_client
+        from migops.mig import dra
         from migops.mig.gfd import mig_resources
         from migops.webhook.app import create_app
         from migops.webhook.memory import bound_malloc
@@ -121,6 +122,7 @@ def app_from_kubeconfig(
         api = api_client(kubeconfig, context)
         state = ClusterState(api, reconciler_users=reconciler_users or (DEFAULT_RECONCILER_USER,)).start()
         mig_resources()  # build the catalogue's tables now, not in the first review
+        dra.warm()  # and the DRA driver's MIG devices the claims' selectors are judged on
         app = create_app(state, read_configmap=configmap_reader(api))
         # Everything loaded so far (the Kubernetes client's models, Flask, the catalogue: ~75,000
         # objects) lives as long as the worker; a full collection walking it took ~36 ms, a pause
