@@ -118,11 +118,11 @@ def app_from_kubeconfig(
         from migops.webhook.state import DEFAULT_RECONCILER_USER, ClusterState
 
         bound_malloc()  # before the informers and the first review allocate
+        dra.warm()  # the DRA driver's MIG devices the claims' selectors are judged on, before the informers
         logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
         api = api_client(kubeconfig, context)
         state = ClusterState(api, reconciler_users=reconciler_users or (DEFAULT_RECONCILER_USER,)).start()
         mig_resources()  # build the catalogue's tables now, not in the first review
-        dra.warm()  # and the DRA driver's MIG devices the claims' selectors are judged on
         app = create_app(state, read_configmap=configmap_reader(api))
         # Everything loaded so far (the Kubernetes client's models, Flask, the catalogue: ~75,000
         # objects) lives as long as the worker; a full collection walking it took ~36 ms, a pause
