@@ -26,7 +26,7 @@ from migops.agent.flow import Failure, Outcome, Reconfigure, Request, clip
 from migops.agent.kube import NodeIO, layout_json
 from migops.agent.metrics import AgentMetrics
 from migops.agent.plan import layout_annotation
-from migops.kube import clusterpolicy
+from migops.kube import clusterpolicy, owners
 from migops.kube.clusterpolicy import MigSettings, settings_from_policies
 from migops.kube.informer import Informer
 from migops.kube.names import (
@@ -220,6 +220,13 @@ class Agent:
                     problem = f"{where} has no key {CONFIGMAP_KEY!r}"
                 else:
                     config, problem = self._parse(text, where)
+        dynamic = owners.node_owner(node)
+        if dynamic is not None:  # checked last, so it is the reason reported whatever else is wrong
+            config = None  # no digest: the request's key is this problem, so becoming owned is seen at once
+            problem = (
+                f"this node's MIG geometry is owned by {dynamic} ({owners.ENV}), which creates and destroys "
+                "instances itself: the agent does not reconfigure here"
+            )
         return Request(
             name,
             config,

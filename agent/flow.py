@@ -19,7 +19,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 from kubernetes.client.exceptions import ApiException
 
@@ -60,6 +60,9 @@ from migops.mig.devices import DeviceIdSyntaxError, parse_device_id
 from migops.mig.fit import NodeGpus, fit
 from migops.mig.problems import MigError
 from migops.mig.spec import MigPartedConfig
+
+if TYPE_CHECKING:  # the DRA check (cel-python) is imported only by agents started with --dra
+    from migops.agent.dra import DraSlices
 
 log = logging.getLogger(__name__)
 MAX_REASON = 1000  # annotation values may be long; keep the reason readable
@@ -165,8 +168,10 @@ class Reconfigure:
         reboot: Callable[[], None] | None = None,
         stop: threading.Event | None = None,
         sleep: Callable[[float], None] = time.sleep,
+        dra: DraSlices | None = None,
     ) -> None:
         self.backend = backend
+        self.dra = dra  # DRA (static MIG): the driver's ResourceSlices must follow the geometry
         self.kube = kube
         self.options = options
         self.systemd = systemd
@@ -385,6 +390,11 @@ class Reconfigure:
                 log.warning("could not restart the operator validator: %s", _describe(exc))
         if problems:
             return self._fail(run, "applied, but " + "; ".join(problems))
+        if self.dra is not None:
+            # The kubelet plugin is restarted only when the GPUs changed; otherwise its slices are checked.
+            mismatch = self.dra.after_apply(self.backend.devices(), models, states, changed=bool(run.touched))
+            if mismatch:
+                return self._fail(run, "applied, but " + mismatch)
         annotations: dict[str, str | None] = {  # None: remove the annotation
             **self._publish(run, models, states),
             APPLIED_ANNOTATION: run.request.name,

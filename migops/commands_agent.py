@@ -142,6 +142,25 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="publish GFD labels and extended resources (default with --backend simulated)",
     )
     gfd.add_argument("--no-publish-gfd", dest="publish_gfd", action="store_false")
+    a.add_argument(
+        "--dra",
+        choices=("off", "verify", "publish"),
+        default=os.environ.get("MIGOPS_DRA", "off"),
+        help="after a geometry change, check the NVIDIA DRA driver's ResourceSlices (static MIG): verify = "
+        "restart its kubelet plugin on this node and wait for its slices to list exactly the GPUs' "
+        "instances; publish = publish those slices ourselves (simulated GPUs only: a stand-in for the "
+        "driver); a mismatch is a failed state (env MIGOPS_DRA, default off)",
+    )
+    a.add_argument(
+        "--dra-plugin-selector",
+        default=os.environ.get("MIGOPS_DRA_PLUGIN_SELECTOR", "dra-driver-nvidia-gpu-component=kubelet-plugin"),
+        metavar="SELECTOR",
+        help="label selector of the DRA driver's kubelet plugin pods (default: the driver chart's)",
+    )
+    a.add_argument("--dra-plugin-namespace", metavar="NS", help="their namespace (default: any)")
+    a.add_argument(
+        "--dra-timeout", type=float, default=120.0, metavar="S", help="how long the slices may take (default 120)"
+    )
     logs.add_arguments(a)
     a.set_defaults(func=cmd_agent)
 
@@ -175,6 +194,8 @@ def cmd_agent(args: argparse.Namespace) -> int:
             services = parse_gpu_clients(Path(args.gpu_clients_file).read_text(), args.gpu_clients_file)
         except (OSError, ValueError) as exc:
             raise UsageError(str(exc)) from None
+    if args.dra == "publish" and args.backend != "simulated":
+        raise UsageError("--dra publish stands in for the DRA driver with simulated GPUs; use --dra verify")
     backend, simulated_reboot = _backend(args, work)
     host = HostCommands(args.host_root)
     systemd = Systemd(host, journal=work / "stopped-services.json") if args.host_gpu_clients else None
@@ -200,7 +221,14 @@ def cmd_agent(args: argparse.Namespace) -> int:
     kube = NodeIO(api, args.node)
     kube.load()
     reboot = (lambda: None) if simulated_reboot else Systemd(host).reboot
-    flow = Reconfigure(backend, kube, options=options, systemd=systemd, reboot=reboot, stop=stop)
+    slices = None
+    if args.dra != "off":
+        from migops.agent.dra import DraOptions, DraSlices
+
+        slices = DraSlices(
+            api, args.node, DraOptions(args.dra, args.dra_plugin_selector, args.dra_plugin_namespace, args.dra_timeout)
+        )
+    flow = Reconfigure(backend, kube, options=options, systemd=systemd, reboot=reboot, stop=stop, dra=slices)
     if args.drift_interval < 0 or args.drift_max_repairs < 1 or args.drift_window <= 0:
         raise UsageError("--drift-interval must be >= 0 (0: off), --drift-max-repairs >= 1, --drift-window > 0")
     metrics = AgentMetrics()

@@ -67,6 +67,13 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="also run Flux's source-controller and kustomize-controller (built once from their Go "
         "modules, hack/flux-binaries.sh) syncing the MIG ConfigMap from a loopback git server",
     )
+    up.add_argument(
+        "--dra",
+        action="store_true",
+        help="Dynamic Resource Allocation: the simulated agents publish ResourceSlices for their MIG devices "
+        "in NVIDIA's DRA driver's attribute contract (a stand-in for the driver), with a DeviceClass per "
+        "profile, so kube-scheduler allocates ResourceClaims for MIG devices (docs/dra.md)",
+    )
     reconciler.add_arguments(up)
     up.set_defaults(func=_up)
 
@@ -153,6 +160,7 @@ def _up(args: argparse.Namespace) -> int:
         args.path,
         real_node=args.real_node,
         flux=args.flux,
+        dra=args.dra,
     )
     with state.locked(home):
         current = state.load(home)
@@ -209,6 +217,11 @@ def _up(args: argparse.Namespace) -> int:
             "`kubectl get gitrepository,kustomization -n flux-system`"
         )
     print("  scheduler:  kube-scheduler binds Pods to the nodes by their allocatable resources")
+    if args.dra:
+        print(
+            "  dra:        ResourceSlices per node (driver gpu.nvidia.com, published by the agents as a stand-in); "
+            "claim a device with deviceClassName mig-<profile>.nvidia.com (`kubectl get deviceclasses`)"
+        )
     print(f"  kubeconfig: {plane.kubeconfig}")
     print(f'  next:       eval "$({_self()} local env)"; kubectl get nodes --show-labels')
     return EXIT_OK

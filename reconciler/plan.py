@@ -40,6 +40,7 @@ from migops.kube.names import (
     STATE_SUCCESS,
     UNMANAGED_LABEL,
 )
+from migops.kube.owners import node_owner
 
 _AGENT_ANNOTATIONS = (DIGEST_ANNOTATION, APPLIED_ANNOTATION, GPUS_ANNOTATION, LAYOUT_ANNOTATION)
 _KEPT_ANNOTATIONS = (
@@ -60,14 +61,16 @@ class Phase(StrEnum):
     WAITING = "Waiting"  # its turn has not come (waves) or the rollout is halted
     FAILED = "Failed"
     DRIFTED = "Drifted"  # applied, but its GPUs differ from the config (the agent's drift annotation)
+    SKIPPED = "Skipped"  # a dynamic MIG manager owns its geometry (migops.kube.owners): never written
 
 
-IN_SYNC, PROGRESSING, WAITING, FAILED, DRIFTED = (
+IN_SYNC, PROGRESSING, WAITING, FAILED, DRIFTED, SKIPPED = (
     Phase.IN_SYNC,
     Phase.PROGRESSING,
     Phase.WAITING,
     Phase.FAILED,
     Phase.DRIFTED,
+    Phase.SKIPPED,
 )
 
 
@@ -245,7 +248,9 @@ class Plan:
 
     @property
     def converged(self) -> bool:
-        return not self.configmap_changed and self.counts.get(IN_SYNC, 0) == len(self.nodes) and not self.prunes
+        # Skipped nodes (a dynamic MIG manager owns them) are never written, so never wait on them.
+        settled = self.counts.get(IN_SYNC, 0) + self.counts.get(SKIPPED, 0)
+        return not self.configmap_changed and settled == len(self.nodes) and not self.prunes
 
 
 def max_unavailable(value: int | str, total: int) -> int:
@@ -294,9 +299,23 @@ def plan(
     eligible: list[tuple[int, str, str]] = []  # (priority, node, config)
     annotate: list[tuple[str, str]] = []
     counts = {phase: 0 for phase in Phase}
+    skipped: list[NodeStatus] = []
     for name in sorted(desired.targets):
         obj = nodes.get(name)
         if obj is None or unmanaged(obj):
+            continue
+        dynamic = node_owner(obj)
+        if dynamic is not None:  # neither written nor counted against the rollout's budget
+            skipped.append(
+                NodeStatus(
+                    name,
+                    desired.targets[name].config,
+                    SKIPPED,
+                    config_state(obj).state or "-",
+                    f"MIG geometry owned by {dynamic}; migops leaves this node alone",
+                )
+            )
+            counts[SKIPPED] += 1
             continue
         view = config_state(obj)
         s, turn = _classify(view, desired.targets[name], name in awaiting)
@@ -321,7 +340,7 @@ def plan(
         writes,
         drift,
         prunes,
-        tuple(statuses),
+        tuple(statuses + skipped),
         limit,
         unavailable,
         tuple(halted),
@@ -372,6 +391,7 @@ def _prunes(desired: DesiredState, nodes: Mapping[str, Mapping[str, Any]]) -> tu
             if name not in desired.targets
             and owns_config_label(obj)
             and not unmanaged(obj)
+            and node_owner(obj) is None
             and ((obj.get("metadata") or {}).get("labels") or {}).get(MIG_CONFIG_LABEL) is not None
         )
     )

@@ -21,7 +21,7 @@ from kubernetes import client as k8s
 
 from migops.gitops.verify import TrustPolicy
 from migops.mig.yamlsafe import load_yaml
-from migops.reconciler.plan import DRIFTED, FAILED, IN_SYNC, PROGRESSING, WAITING, Plan
+from migops.reconciler.plan import DRIFTED, FAILED, IN_SYNC, PROGRESSING, SKIPPED, WAITING, Plan
 
 GROUP, VERSION, PLURAL, KIND = "migops.io", "v1alpha1", "migsyncs", "MigSync"
 API_VERSION = f"{GROUP}/{VERSION}"
@@ -185,11 +185,12 @@ def summary(plan: Plan | None) -> dict[str, Any]:
         "waiting": plan.counts.get(WAITING, 0),
         "failed": plan.counts.get(FAILED, 0),
         "drifted": plan.counts.get(DRIFTED, 0),
+        "skipped": plan.counts.get(SKIPPED, 0),
         "maxUnavailable": plan.max_unavailable,
     }
 
 
-_ORDER = {FAILED: 0, DRIFTED: 1, PROGRESSING: 2, WAITING: 3, IN_SYNC: 4}
+_ORDER = {FAILED: 0, DRIFTED: 1, PROGRESSING: 2, WAITING: 3, IN_SYNC: 4, SKIPPED: 5}
 
 
 def node_entries(plan: Plan | None) -> list[dict[str, Any]]:

@@ -19,7 +19,7 @@ from typing import Any, Protocol
 from flask import Flask, Response, request
 from werkzeug.exceptions import HTTPException, RequestEntityTooLarge
 
-from migops.webhook import annotate, configmaps, metrics, nodelabels, pods, policies
+from migops.webhook import annotate, configmaps, dra, metrics, nodelabels, pods, policies
 from migops.webhook.admission import ALLOW, BadReview, Request, Verdict, decode, deny, parse_review, shorten
 from migops.webhook.cache import LRU
 from migops.webhook.ratelog import RateLimitedLog
@@ -63,6 +63,7 @@ RULES: dict[str, dict[tuple[str, str], Rule]] = {
         ("", "Node"): (nodelabels.cache_key, nodelabels.validate, nodelabels.reads),
         ("nvidia.com", "ClusterPolicy"): (policies.cache_key, policies.validate, _placement),
         ("", "Pod"): (pods.cache_key, pods.validate, _pods),
+        **{(dra.GROUP, kind): (dra.cache_key, dra.validate, dra.reads) for kind in dra.KINDS},
     },
     "mutate": {
         ("", "ConfigMap"): (_both(configmaps.cache_key, annotate.cache_key), annotate.mutate, _placement),

@@ -23,6 +23,7 @@ import difflib
 from typing import Final, Literal
 
 from migops.gitops.repo import NODES_FILE
+from migops.kube import owners
 from migops.kube.names import (
     DEVICE_ID_LABEL,
     GPU_COUNT_LABEL,
@@ -73,6 +74,7 @@ def _ownership_key(req: Request) -> tuple:
         labels(req.object).get(UNMANAGED_LABEL),
         _bounded(annotations_of(req.object).get(REVISION_ANNOTATION)),
         _bounded(annotations_of(req.old_object).get(REVISION_ANNOTATION)),
+        owners.node_owner(req.object or {}),
     )
 
 
@@ -179,6 +181,21 @@ def ownership(req: Request, snap: Snapshot, live: Live | None = None) -> tuple[l
     return findings, warnings
 
 
+def owners_findings(req: Request, value: object) -> list[Finding]:
+    """A node whose MIG geometry a dynamic MIG manager owns (migops.kube.owners) takes no config label."""
+    owner = owners.node_owner(req.object or {})
+    if owner is None or value is None or value == labels(req.old_object).get(MIG_CONFIG_LABEL):
+        return []
+    return [
+        (
+            "dynamic-mig-owner",
+            f"metadata.labels.\"{MIG_CONFIG_LABEL}\": this node's MIG geometry is owned by {owner}, which "
+            "creates and destroys instances itself; a second manager would fight it (remove the label, or "
+            f"take the node from {owner} first: {owners.ENV})",
+        )
+    ]
+
+
 def validate(req: Request, snap: Snapshot, live: Live | None = None) -> Verdict:
     """`live`: the MigSync uncached_owner names, as read from the API server (None: not read, so a
     cache miss is denied as unverified)."""
@@ -187,6 +204,7 @@ def validate(req: Request, snap: Snapshot, live: Live | None = None) -> Verdict:
     value = labels(req.object).get(MIG_CONFIG_LABEL)
     subject = f"Node {req.name}: {MIG_CONFIG_LABEL}={value}" if value is not None else f"Node {req.name}"
     owned, warnings = ownership(req, snap, live)
+    owned += owners_findings(req, value)
     findings, more = _config(req, snap, value)
     warnings += more
     if owned:  # with what else is wrong, so one answer says everything

@@ -15,6 +15,8 @@ Scope, so that the webhook can never lock out the cluster or itself:
 - Pods only when they request nvidia.com/mig-* resources;
 - ClusterPolicies on CREATE, UPDATE and DELETE, and their status subresource only when
   status.namespace changes (where mig-manager's ConfigMap is read; the operator writes the rest often);
+- ResourceClaims, ResourceClaimTemplates and DeviceClasses (resource.k8s.io/v1) only when they hold a
+  CEL selector: warnings only, failurePolicy Ignore;
 - failurePolicy Fail for MIG ConfigMaps, Nodes and ClusterPolicies (an unchecked MIG config is what
   this webhook exists to stop), Ignore for Pods and for every mutation (workloads never depend on it);
 - timeouts of a few seconds; sideEffects None (dry-runs are answered like real requests).
@@ -145,6 +147,24 @@ def _wants_mig(containers: str) -> str:
 
 
 _POD_WANTS_MIG = f"{_wants_mig('containers')} || {_wants_mig('initContainers')}"
+# A DRA object is sent only when it holds a CEL selector (a request naming a class alone is judged by
+# that class). Claims' and templates' specs are immutable and their status is a subresource the rules
+# do not cover, so the scheduler's and the controllers' writes are never sent.
+
+
+def _requests_with_cel(spec: str) -> str:
+    return (
+        f"has({spec}.devices) && has({spec}.devices.requests) && {spec}.devices.requests.exists(r, "
+        "(has(r.exactly) && has(r.exactly.selectors)) || "
+        "(has(r.firstAvailable) && r.firstAvailable.exists(s, has(s.selectors))))"
+    )
+
+
+_DRA_CONDITIONS = {
+    "resourceclaims": _requests_with_cel("object.spec"),
+    "resourceclaimtemplates": f"has(object.spec.spec) && {_requests_with_cel('object.spec.spec')}",
+    "deviceclasses": "has(object.spec.selectors)",
+}
 
 
 def _hook(
@@ -247,6 +267,18 @@ def configurations(client: dict[str, Any], ca_bundle: bytes | None = None) -> li
             [_rule("", "v1", "pods", "CREATE")],
             "Ignore",
             conditions={"requests-mig-devices": _POD_WANTS_MIG},
+        ),
+        # DRA objects whose selectors may pick MIG devices (webhook/dra.py): warnings only, so Ignore.
+        *(
+            _hook(
+                f"{resource}.validate.migops.io",
+                "/validate",
+                client,
+                [_rule("resource.k8s.io", "v1", resource, "CREATE", "UPDATE")],
+                "Ignore",
+                conditions={"has-cel-selectors": condition},
+            )
+            for resource, condition in _DRA_CONDITIONS.items()
         ),
     ]
     mutating = [

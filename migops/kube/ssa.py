@@ -34,6 +34,8 @@ _CLUSTER_SCOPED = frozenset(
         "APIService",
         "ValidatingAdmissionPolicy",
         "ValidatingAdmissionPolicyBinding",
+        "ResourceSlice",
+        "DeviceClass",
     }
 )
 

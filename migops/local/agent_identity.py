@@ -26,17 +26,19 @@ from migops.local.identity import NAMESPACE
 SERVICE_ACCOUNT = "migops-agent"
 USER = f"system:serviceaccount:{NAMESPACE}:{SERVICE_ACCOUNT}"
 MANIFESTS = ("agent-serviceaccount.yaml", "agent-rbac.yaml", "agent-own-node-policy.yaml")
+DRA_STANDIN = "agent-dra-standin.yaml"  # `local up --dra`: the agents publish the DRA driver's slices
 POLICY = "migops-agent-own-node"
 
 
-def objects() -> list[dict]:
+def objects(names: tuple[str, ...] = MANIFESTS) -> list[dict]:
     """The manifests' objects, namespaced ones without a namespace put in NAMESPACE (as kustomize does)."""
-    return identity.objects(MANIFESTS)
+    return identity.objects(names)
 
 
-def install(api: ApiClient) -> None:
-    """Apply the ServiceAccount, RBAC and policy (wait_in_force tells when the policy denies)."""
-    identity.install(api, MANIFESTS)
+def install(api: ApiClient, *, dra: bool = False) -> None:
+    """Apply the ServiceAccount, RBAC and policy (wait_in_force tells when the policy denies); with `dra`,
+    the right to publish ResourceSlices the stand-in for the DRA driver needs."""
+    identity.install(api, MANIFESTS + ((DRA_STANDIN,) if dra else ()))
 
 
 def wait_in_force(agent_kubeconfig: Path, node: str, timeout: float = 30.0) -> None:

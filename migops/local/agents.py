@@ -74,6 +74,7 @@ def command(
     retry_base: float = 2,
     retry_max: float = 60,
     drift_interval: float = DRIFT_INTERVAL,
+    dra: bool = False,
 ) -> list[str]:
     """`migops agent` of `node` on simulated GPUs (`gpus`: COUNTxDEVICE_ID, their state in `state_file`),
     changing MIG modes without the settle a real driver needs: the local stack's command line, and the
@@ -104,11 +105,16 @@ def command(
         "0",
         "--drift-interval",
         f"{drift_interval:g}",
+        *(["--dra", "publish", "--dra-timeout", "30"] if dra else []),
     ]
 
 
 def start(
-    workdir: Path, nodes: Iterable[tuple[str, str, int]], *, state_files: Mapping[str, Path] | None = None
+    workdir: Path,
+    nodes: Iterable[tuple[str, str, int]],
+    *,
+    state_files: Mapping[str, Path] | None = None,
+    dra: bool = False,
 ) -> dict[str, tuple[subprocess.Popen[bytes], ProcessRef]]:
     """One agent per (node, device ID, GPU count), each a detached process logging to
     <workdir>/logs/agent-<node>.log, with the kubeconfig at kubeconfig_path(); the caller records them
@@ -118,7 +124,7 @@ def start(
     for node, device_id, count in nodes:
         work = agent_dir(workdir, node)
         gpus = (state_files or {}).get(node, work / "gpus.json")
-        argv = command(node, f"{count}x{device_id}", gpus, work, kubeconfig_path(workdir, node))
+        argv = command(node, f"{count}x{device_id}", gpus, work, kubeconfig_path(workdir, node), dra=dra)
         started[node] = spawn(argv, workdir / "logs" / f"agent-{node}.log")
     return started
 

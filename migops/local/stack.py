@@ -22,6 +22,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from migops.kube import ssa
+from migops.kube.names import LOCAL_MANAGER
 from migops.local import (
     agent_identity,
     agents,
@@ -39,6 +41,7 @@ from migops.local.binaries import locate
 from migops.local.controlplane import ControlPlane
 from migops.local.controlplane import identifying_arguments as server_arguments
 from migops.local.process import find_by_argument, find_by_environment, is_alive, stop
+from migops.mig import dra
 from migops.mig.catalogue import GpuModel
 from migops.mig.validate import Strategy
 
@@ -58,6 +61,7 @@ class Options:
     interval: str = "10s"  # the reconciler's poll interval
     real_node: bool = False  # also run the real node `migops-node` (root; one per machine)
     flux: bool = False  # also run Flux (source- and kustomize-controller) on a loopback git server
+    dra: bool = False  # agents publish the NVIDIA DRA driver's ResourceSlices; DeviceClasses per profile
 
 
 @dataclass(frozen=True)
@@ -106,7 +110,16 @@ def up(home: Path, options: Options, progress: Progress = lambda _: None) -> Sta
             plane.adopt("webhook", hook.popen, hook.ref)
             progress(f"admission webhook registered at {hook.url}")
             agents.seed_mig_config(api)
-            agent_identity.install(api)
+            agent_identity.install(api, dra=options.dra)
+            if options.dra:
+                models = {n.gpu for n in nodes} | ({real_spec.gpu} if real_spec else set())
+                classes = [dra.driver_device_class(), *dra.profile_device_classes(models)]
+                for body in classes:
+                    ssa.apply(api, body, field_manager=LOCAL_MANAGER, force=True)
+                progress(
+                    f"DRA: {len(classes)} DeviceClasses (mig.nvidia.com, mig-<profile>.nvidia.com); the agents "
+                    "publish ResourceSlices as NVIDIA's DRA driver would (a stand-in)"
+                )
             gpu_nodes = [*nodes, *([real_spec] if real_spec else [])]
             for n in gpu_nodes:
                 agent_identity.kubeconfig_for_node(
@@ -118,7 +131,10 @@ def up(home: Path, options: Options, progress: Progress = lambda _: None) -> Sta
                 )
             state_files = {real.name: real.layout.gpu_dir / "gpus.json"} if real else {}
             for node, (popen, ref) in agents.start(
-                plane.workdir, [(n.name, n.gpu.device_id, n.gpus) for n in gpu_nodes], state_files=state_files
+                plane.workdir,
+                [(n.name, n.gpu.device_id, n.gpus) for n in gpu_nodes],
+                state_files=state_files,
+                dra=options.dra,
             ).items():
                 plane.adopt(AGENT_PREFIX + node, popen, ref)
             unready = agents.wait_ready(api, [n.name for n in gpu_nodes])

@@ -12,6 +12,7 @@ from migops.reconciler.plan import (
     FAILED,
     IN_SYNC,
     PROGRESSING,
+    SKIPPED,
     WAITING,
     max_unavailable,
     owns_config_label,
@@ -67,7 +68,7 @@ def test_first_wave_is_bounded_and_ordered() -> None:
     nodes = {f"n{i}": _node(f"n{i}") for i in range(6)}
     p = plan(d, nodes, None)
     assert p.configmap_changed and p.writes == (("n0", "all-1g.10gb"), ("n1", "all-1g.10gb"))
-    assert p.counts == {IN_SYNC: 0, PROGRESSING: 0, WAITING: 6, FAILED: 0, DRIFTED: 0}
+    assert p.counts == {IN_SYNC: 0, PROGRESSING: 0, WAITING: 6, FAILED: 0, DRIFTED: 0, SKIPPED: 0}
 
 
 def test_a_node_counts_until_success_for_the_assigned_digest() -> None:
