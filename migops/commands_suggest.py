@@ -98,33 +98,23 @@ def _cluster(args: argparse.Namespace) -> Any:
         if not isinstance(items, list):
             raise UsageError(f"{args.objects}: not a JSON List (items) as `kubectl get ... -o json` prints it")
         return Cluster.from_items(items)
-    from kubernetes import client as k8s
     from kubernetes.client.exceptions import ApiException
     from kubernetes.config.config_exception import ConfigException
     from urllib3.exceptions import HTTPError
 
     from migops.kube.clusterpolicy import read_settings
+    from migops.suggest.live import read_cluster
 
     try:
         api = kube_client.api_client(args.kubeconfig, args.context)
     except (ConfigException, OSError) as exc:
         raise UsageError(f"no cluster to talk to: {exc}") from None
     try:
-        core = k8s.CoreV1Api(api)
-        nodes = json.loads(core.list_node(_preload_content=False, _request_timeout=30).data)["items"]
-        pods = json.loads(
-            core.list_pod_for_all_namespaces(
-                field_selector="status.phase!=Succeeded,status.phase!=Failed",
-                _preload_content=False,
-                _request_timeout=60,
-            ).data
-        )["items"]
-        settings = read_settings(api)
+        return read_cluster(api, read_settings(api))
     except (ApiException, HTTPError, OSError) as exc:
         raise _Failed(f"cannot read the cluster: {exc}") from None
     finally:
         api.close()
-    return Cluster({n["metadata"]["name"]: n for n in nodes}, pods, settings)
 
 
 def cmd_suggest(args: argparse.Namespace) -> int:

@@ -10,14 +10,11 @@ own thread, so a slow solve never delays a sync.
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
 import time
 from collections import Counter
 from typing import TYPE_CHECKING, Any
-
-from kubernetes import client as k8s
 
 from migops.kube import ssa
 from migops.reconciler import status as st
@@ -35,19 +32,13 @@ def suggestion(r: Reconciler) -> dict[str, Any] | None:
     """The proposal for the revision in force, as status.suggestion; None when none is in force."""
     from migops.gitops.repo import RepoError
     from migops.suggest import report
-    from migops.suggest.run import Cluster, suggest
+    from migops.suggest.live import read_cluster
+    from migops.suggest.run import suggest
 
     desired = r.desired
     if desired is None:
         return None
-    core = k8s.CoreV1Api(r.api)
-    nodes = json.loads(core.list_node(_preload_content=False, _request_timeout=60).data)["items"]
-    pods = json.loads(
-        core.list_pod_for_all_namespaces(
-            field_selector="status.phase!=Succeeded,status.phase!=Failed", _preload_content=False, _request_timeout=60
-        ).data
-    )["items"]
-    cluster = Cluster({n["metadata"]["name"]: n for n in nodes}, pods, r.settings())
+    cluster = read_cluster(r.api, r.settings())
     try:
         out = suggest(desired.spec, cluster, cache=r.fit_cache)
     except RepoError as exc:

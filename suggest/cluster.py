@@ -172,6 +172,36 @@ def read_demand(pods: Iterable[Mapping[str, Any]], strategy: str) -> tuple[list[
     return demands, skipped
 
 
+def read_claims(
+    claims: Iterable[Mapping[str, Any]],
+    templates: Iterable[Mapping[str, Any]],
+    classes: Iterable[Mapping[str, Any]],
+    pods: Iterable[Mapping[str, Any]],
+) -> list[Demand]:
+    """DRA demand as Demand values: pending ResourceClaims, and pending pods' claim templates whose claim
+    does not exist yet, whose CEL selectors pick MIG devices (mig.dra evaluates them as the scheduler
+    would). A claim's node constraint is its pod's nodeSelector, when it came from a template."""
+    from migops.mig import dra
+
+    def name(obj: Mapping[str, Any]) -> str:
+        return str((obj.get("metadata") or {}).get("name") or "")
+
+    by_class = {name(c): c for c in classes}
+    by_template = {(str((t.get("metadata") or {}).get("namespace") or ""), name(t)): t for t in templates}
+    return [
+        Demand(
+            d.namespace,
+            d.name,
+            d.profiles,
+            d.count,
+            d.priority,
+            (LabelSelector(d.node_selector),) if d.node_selector else (),
+            d.kind,
+        )
+        for d in dra.pending_demand(claims, by_class, pods=pods, templates=by_template)
+    ]
+
+
 def states_from_layout(value: str | None, count: int) -> tuple[GpuState, ...] | None:
     """The agent's `migops.io/mig.layout` (docs/interfaces.md) as GPU states; None when absent or not
     one entry per GPU (then nothing is known about what is in use)."""

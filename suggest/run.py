@@ -13,7 +13,7 @@ from typing import Any
 from migops.gitops.desired import FitCache, resolve
 from migops.gitops.repo import CONFIG_FILE, NODES_FILE, RepoError, RepoProblem, RepoSpec, load_repo
 from migops.kube.clusterpolicy import MigSettings
-from migops.suggest.cluster import Skipped, read_demand, read_nodes, used_devices
+from migops.suggest.cluster import Skipped, read_claims, read_demand, read_nodes, used_devices
 from migops.suggest.edit import edit_nodes, rewrite
 from migops.suggest.model import Demand, NodeFacts, Proposal
 from migops.suggest.newconfigs import add_configs
@@ -64,22 +64,36 @@ class Outcome:
 
 @dataclass(frozen=True)
 class Cluster:
-    """The objects read: nodes by name, every pod, the MIG settings (ClusterPolicy)."""
+    """The objects read: nodes by name, every pod, the MIG settings (ClusterPolicy), and DRA's
+    ResourceClaims, ResourceClaimTemplates and DeviceClasses (resource.k8s.io/v1; empty without DRA)."""
 
     nodes: Mapping[str, Mapping[str, Any]]
     pods: Sequence[Mapping[str, Any]]
     settings: MigSettings = field(default_factory=MigSettings)
+    claims: Sequence[Mapping[str, Any]] = ()
+    claim_templates: Sequence[Mapping[str, Any]] = ()
+    device_classes: Sequence[Mapping[str, Any]] = ()
 
     @classmethod
     def from_items(cls, items: Iterable[Mapping[str, Any]], settings: MigSettings | None = None) -> Cluster:
-        """From a List as `kubectl get nodes,pods -A -o json` prints it (ClusterPolicies in it count)."""
+        """From a List as `kubectl get nodes,pods -A -o json` prints it (ClusterPolicies, ResourceClaims,
+        ResourceClaimTemplates and DeviceClasses in it count)."""
         from migops.kube.clusterpolicy import settings_from_policies
 
         items = list(items)
-        nodes = {str((i.get("metadata") or {}).get("name")): i for i in items if i.get("kind") == "Node"}
-        pods = [i for i in items if i.get("kind") == "Pod"]
-        policies = [i for i in items if i.get("kind") == "ClusterPolicy"]
-        return cls(nodes, pods, settings or settings_from_policies(policies))
+
+        def kind(name: str) -> list[Mapping[str, Any]]:
+            return [i for i in items if i.get("kind") == name]
+
+        nodes = {str((i.get("metadata") or {}).get("name")): i for i in kind("Node")}
+        return cls(
+            nodes,
+            kind("Pod"),
+            settings or settings_from_policies(kind("ClusterPolicy")),
+            kind("ResourceClaim"),
+            kind("ResourceClaimTemplate"),
+            kind("DeviceClass"),
+        )
 
 
 def suggest(
@@ -90,11 +104,12 @@ def suggest(
     demand: Sequence[Demand] = (),
 ) -> Outcome:
     """Raises RepoError when the repo does not validate against this cluster (nothing is proposed).
-    `demand`: more pending requests beside the cluster's pods (DRA ResourceClaims read elsewhere)."""
+    `demand`: more pending requests beside the cluster's pods and claims."""
     cache = cache or FitCache()
     desired = resolve(spec, cluster.nodes, cluster.settings, cache)
     strategy = desired.strategy
     demands, skipped = read_demand(cluster.pods, strategy)
+    demands += read_claims(cluster.claims, cluster.claim_templates, cluster.device_classes, cluster.pods)
     demands += demand
     used = used_devices(cluster.pods, cluster.nodes, strategy)
     facts, unknown = read_nodes(cluster.nodes, {n: t.config for n, t in desired.targets.items()}, used, strategy)

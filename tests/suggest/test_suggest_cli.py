@@ -196,3 +196,44 @@ def test_a_new_named_config_only_when_the_policy_allows_it(capsys, tree: Path, t
     subprocess.run(["git", "apply"], cwd=tree, input=doc["patch"], text=True, check=True)
     assert "  suggest-4g.40gb:\n    - device-filter:" in (tree / "clusters/prod/config.yaml").read_text()
     assert main(["validate", str(tree / "clusters/prod")]) == 0  # the grown repo validates
+
+
+def claim(name: str, expression: str, *, allocated: bool = False) -> dict:
+    """A resource.k8s.io/v1 ResourceClaim asking for one device of the NVIDIA driver's MIG class."""
+    obj = {
+        "kind": "ResourceClaim",
+        "apiVersion": "resource.k8s.io/v1",
+        "metadata": {"name": name, "namespace": "ml"},
+        "spec": {
+            "devices": {
+                "requests": [
+                    {
+                        "name": "mig",
+                        "exactly": {
+                            "deviceClassName": "mig.nvidia.com",
+                            "selectors": [{"cel": {"expression": expression}}],
+                        },
+                    }
+                ]
+            }
+        },
+    }
+    if allocated:
+        obj["status"] = {"allocation": {"devices": {"results": []}}}
+    return obj
+
+
+def test_pending_resource_claims_are_demand_beside_pods(capsys, tree: Path, tmp_path: Path) -> None:
+    """A DRA claim whose CEL selector picks 3g.40gb counts as demand (mig.dra evaluates it); an allocated
+    one does not."""
+    objs = objects(tmp_path, [node("n1", [ONE_G], pool="ml"), node("n2", [ONE_G], pool="ml")], [])
+    doc = json.loads(objs.read_text())
+    wanted = 'device.attributes["gpu.nvidia.com"].profile == "3g.40gb"'
+    doc["items"] += [claim("wants-3g", wanted), claim("has-3g", wanted, allocated=True)]
+    objs.write_text(json.dumps(doc))
+    code, out, _ = suggest(capsys, tree, objs, "-o", "json")
+    result = json.loads(out)
+    assert code == 0 and result["outcome"] == "proposal", out
+    assert [c["to"] for c in result["changes"]] == ["all-3g.40gb"]
+    served = json.dumps(result["served"])
+    assert "wants-3g" in served and "has-3g" not in served
