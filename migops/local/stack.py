@@ -6,7 +6,8 @@ the node address), the cluster's seed (GPU nodes, the GPU Operator's ClusterPoli
 ConfigMap), the admission webhook (registered before anything else writes MIG objects, so every later
 write passes through it), the agents' ServiceAccount, RBAC and own-node policy (manifests/base/agent),
 one simulated agent per node with a token bound to its Node, with --flux a loopback git server and Flux's
-source- and kustomize-controller (migops.local.flux), the GitOps reconciler when a repo is given,
+source- and kustomize-controller (migops.local.flux), with --argocd redis and Argo CD's repo-server and
+application-controller (migops.local.argocd, on the same git server), the GitOps reconciler when a repo is given,
 kube-scheduler. Each process is adopted by the ControlPlane as soon as it starts, so a failure half-way
 stops what already runs (nothing is orphaned), the watchdog covers them while `up` runs, and state.json
 lists them all for `down`, which stops them in reverse order: the clients before the API server.
@@ -24,6 +25,7 @@ from pathlib import Path
 from migops.local import (
     agent_identity,
     agents,
+    argocd,
     cluster,
     flux,
     gitserver,
@@ -56,6 +58,7 @@ class Options:
     interval: str = "10s"  # the reconciler's poll interval
     real_node: bool = False  # also run the real node `migops-node` (root; one per machine)
     flux: bool = False  # also run Flux (source- and kustomize-controller) on a loopback git server
+    argocd: bool = False  # also run Argo CD (redis, repo-server, application-controller), same git server
 
 
 @dataclass(frozen=True)
@@ -120,6 +123,9 @@ def up(home: Path, options: Options, progress: Progress = lambda _: None) -> Sta
             flux_git = None
             if options.flux:
                 flux_git = flux.up(api, plane, progress)
+            argocd_git = None
+            if options.argocd:
+                argocd_git = argocd.up(api, plane, progress, git_base=flux_git.rsplit("/", 1)[0] if flux_git else None)
             reconciler_url = None
             if options.repo:
                 identity = plane.kubeconfig_for(reconciler.LOCAL_RECONCILER_USER, ("system:masters",))
@@ -144,6 +150,7 @@ def up(home: Path, options: Options, progress: Progress = lambda _: None) -> Sta
             repo=options.repo,
             reconciler_url=reconciler_url,
             flux_git=flux_git,
+            argocd_git=argocd_git,
             real_node=str(real.layout.root) if real else None,
         )
         state.save(home, recorded)
