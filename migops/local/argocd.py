@@ -114,8 +114,9 @@ def redis_server() -> str:
 
 
 def health_lua() -> str:
-    """The MigSync health check (migops/local/data/argocd-migsync-health.lua)."""
-    return resources.files("migops.local").joinpath("data/argocd-migsync-health.lua").read_text()
+    """The MigSync health check (reconciler/data/argocd-migsync-health.lua: it reads the status the
+    reconciler writes, so it lives with the reconciler)."""
+    return resources.files("migops.reconciler").joinpath("data/argocd-migsync-health.lua").read_text()
 
 
 # ------------------------------------------------------------------------------------------- install
@@ -293,7 +294,11 @@ def start(
             lambda: _http_ok(f"http://{LOOPBACK}:{repo_metrics}/healthz?full=true"),
         )
 
-        identity = kubeconfig_for_service_account(NAMESPACE, CONTROLLER, expiration_seconds=7 * 24 * 3600)
+        identity = controller_kubeconfig(workdir)
+        identity.write_bytes(
+            kubeconfig_for_service_account(NAMESPACE, CONTROLLER, expiration_seconds=7 * 24 * 3600).read_bytes()
+        )
+        identity.chmod(0o600)
         ctl_env = {
             **env,
             "KUBECONFIG": str(identity),
@@ -328,6 +333,12 @@ def start(
             stop(c.ref, popen=c.popen)
         raise
     return started
+
+
+def controller_kubeconfig(workdir: Path) -> Path:
+    """The application-controller's identity: a bound token of its ServiceAccount (a week: the local
+    stack has no kubelet to rotate it)."""
+    return workdir / "argocd" / f"{CONTROLLER}.kubeconfig"
 
 
 def _redis_ping(port: int) -> bool:

@@ -21,7 +21,8 @@ from gitrepo import Clone
 from kubernetes import config as kconfig
 from kubernetes.client import ApiClient
 
-from migops.local import argocd, flux, gitserver, state
+from migops import certs
+from migops.local import argocd, flux, gitserver, kubeconfig, state
 from migops.local.process import find_by_argument, find_by_environment
 
 MIGOPS = Path(sys.executable).parent / "migops"
@@ -43,6 +44,17 @@ class ArgoLocal:
     def url(self) -> str:
         assert self.state.argocd_git
         return self.state.argocd_git
+
+    def kubeconfig_for(self, user: str, groups: tuple[str, ...] = ()) -> Path:
+        """A client-certificate kubeconfig signed by this cluster's client CA (as tests/flux mints it:
+        `up` ran in another process, so its ControlPlane is not at hand)."""
+        pki = self.workdir / "pki"
+        ca = certs.KeyPair((pki / "client-ca.crt").read_bytes(), (pki / "client-ca.key").read_bytes())
+        client = certs.issue_client(ca, user, groups)
+        path = self.workdir / "users" / f"test-{user}.kubeconfig"
+        return kubeconfig.write(
+            path, kubeconfig.build(self.state.api_url, (pki / "ca.crt").read_bytes(), user, client=client)
+        )
 
     @property
     def kubectl(self) -> list[str]:

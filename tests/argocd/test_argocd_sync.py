@@ -9,19 +9,23 @@ through migops's validating and mutating webhooks.
 from __future__ import annotations
 
 import subprocess
+import sys
 import time
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pytest
-from gitrepo import CONFIG_YAML
+from gitrepo import CONFIG_YAML, nodes_yaml
 from kubernetes import client as k8s
 from kubernetes.client import ApiClient
 from polling import until
 
-from migops.kube.names import CONFIG_DIGEST_ANNOTATION, MIG_CONFIG_LABEL
+from migops.kube.names import CONFIG_DIGEST_ANNOTATION, MANAGED_BY_ANNOTATION, MIG_CONFIG_LABEL, RECONCILER_MANAGER
 from migops.local import argocd
 from migops.local.agents import MIG_CONFIGMAP
+from migops.local.ports import free_ports
 
 NAMESPACE, NAME = MIG_CONFIGMAP
 APP = argocd.REPO
@@ -279,7 +283,213 @@ def test_sync_waves_apply_the_config_before_the_label_naming_it(argo_local, clon
     print(f"bad label: {status['operationState']['message']}")
     assert 'admission webhook "nodes.validate.migops.io" denied the request' in status["operationState"]["message"]
     assert node(api, node1)["metadata"]["labels"][MIG_CONFIG_LABEL] == "all-2g.20gb"
-    # Leave the node as git's other tests expect: no Node manifest (Prune=false keeps the label).
+    # Fixed: a config every later commit keeps (the file stays: removing it would leave the tracked
+    # Node OutOfSync, "requires pruning", and pruning is off).
     push_and_wait(
-        argo_local, clone, {f"{argocd.CONFIG_DIR}/node-{node1}.yaml": None, CONFIG_FILE: cm_file(MORE)}, "no label"
+        argo_local,
+        clone,
+        {f"{argocd.CONFIG_DIR}/node-{node1}.yaml": argocd.node_manifest(node1, "all-1g.10gb")},
+        "fixed label",
     )
+    assert node(api, node1)["metadata"]["labels"][MIG_CONFIG_LABEL] == "all-1g.10gb"
+
+
+# ------------------------------------------------------------------------------------------- least privilege
+@pytest.mark.parametrize(
+    ("account", "verb", "resource", "namespace", "allowed"),
+    [
+        # install.yaml's Role in argocd and its ClusterRole (everything, for any destination resource)
+        (argocd.CONTROLLER, "patch", "applications.argoproj.io", argocd.NAMESPACE, True),
+        (argocd.CONTROLLER, "get", "secrets", argocd.NAMESPACE, True),
+        (argocd.CONTROLLER, "patch", "configmaps", NAMESPACE, True),
+        (argocd.CONTROLLER, "patch", "nodes", "", True),
+        # install.yaml binds nothing to the repo-server, and it is given no credentials at all
+        (argocd.REPO_SERVER, "get", "configmaps", argocd.NAMESPACE, False),
+        (argocd.REPO_SERVER, "get", "secrets", argocd.NAMESPACE, False),
+        (argocd.REPO_SERVER, "list", "applications.argoproj.io", argocd.NAMESPACE, False),
+    ],
+)
+def test_each_component_has_argo_cds_own_rbac(
+    argo_local, account: str, verb: str, resource: str, namespace: str, allowed: bool
+) -> None:
+    name, _, group = resource.partition(".")
+    review = k8s.AuthorizationV1Api(argo_local.api).create_subject_access_review(
+        {
+            "apiVersion": "authorization.k8s.io/v1",
+            "kind": "SubjectAccessReview",
+            "spec": {
+                "user": f"system:serviceaccount:{argocd.NAMESPACE}:{account}",
+                "groups": ["system:serviceaccounts", f"system:serviceaccounts:{argocd.NAMESPACE}"],
+                "resourceAttributes": {"verb": verb, "resource": name, "group": group, "namespace": namespace},
+            },
+        }
+    )
+    assert review.status.allowed is allowed
+
+
+def test_the_controller_authenticates_as_its_service_account_not_system_masters(argo_local) -> None:
+    """The identity the controller runs with (its kubeconfig, a bound token) as the API server sees it."""
+    from kubernetes import config as kconfig
+
+    api = kconfig.new_client_from_config(config_file=str(argocd.controller_kubeconfig(argo_local.workdir)))
+    try:
+        review = k8s.AuthenticationV1Api(api).create_self_subject_review({"apiVersion": "authentication.k8s.io/v1"})
+    finally:
+        api.close()
+    info = review.status.user_info
+    assert info.username == f"system:serviceaccount:{argocd.NAMESPACE}:{argocd.CONTROLLER}"
+    assert "system:masters" not in (info.groups or [])
+
+
+# ------------------------------------------------------------------------------------------- with the reconciler
+RECONCILER_DIR = "reconciler"  # config.yaml + nodes.yaml: what migops's reconciler reads
+MIGSYNC_DIR = "migsync"  # the MigSync object, applied by a second Application
+MIGSYNC_APP = "migsync"
+
+
+def migsync_manifest(url: str) -> str:
+    return (
+        "apiVersion: migops.io/v1alpha1\nkind: MigSync\nmetadata:\n  name: migops\n  namespace: migops-system\n"
+        f"spec:\n  url: {url}\n  ref: main\n  path: {RECONCILER_DIR}\n  interval: 2s\n"
+    )
+
+
+@dataclass
+class SideBySide:
+    node: str  # the node the reconciler manages
+    health: list[tuple[float, str, str]]  # (seconds since start, Application health, message) as they changed
+
+
+@pytest.fixture
+def reconciler_beside(argo_local, clone) -> Iterator[SideBySide]:
+    """Argo CD applies the MIG ConfigMap (mig-config/) and, through Application `migsync`, the MigSync
+    whose reconciler (migops reconcile, reading the MigSync object) writes the labels from nodes.yaml."""
+    from kubernetes import client as k8s_client
+
+    from migops.local import flux
+    from migops.local.process import spawn, stop
+    from migops.reconciler.status import install_crd
+
+    api = argo_local.api
+    install_crd(api, field_manager="test")
+    k8s_client.CoreV1Api(api).patch_namespace(
+        "migops-system",
+        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "migops-system"}},
+        field_manager="test",
+        _content_type="application/apply-patch+yaml",
+    )
+    node2 = argo_local.state.nodes[1].name
+    bare = flux.git_root(argo_local.workdir) / f"{argocd.REPO}.git"
+    push_and_wait(
+        argo_local,
+        clone,
+        {
+            CONFIG_FILE: cm_file(MORE),
+            f"{RECONCILER_DIR}/config.yaml": MORE,
+            f"{RECONCILER_DIR}/nodes.yaml": nodes_yaml(f"  - config: all-3g.40gb\n    nodes: [{node2}]\n"),
+            f"{MIGSYNC_DIR}/migsync.yaml": migsync_manifest(str(bare)),
+        },
+        "the MigSync and the reconciler's files",
+    )
+    began = time.monotonic()
+    health: list[tuple[float, str, str]] = []
+    argocd.apply(api, argocd.application(MIGSYNC_APP, argo_local.url, MIGSYNC_DIR))
+
+    def record() -> str:
+        h = (argocd.get_application(api, MIGSYNC_APP).get("status") or {}).get("health") or {}
+        now = (h.get("status", ""), h.get("message", ""))
+        if now[0] and (not health or health[-1][1:] != now):
+            health.append((time.monotonic() - began, *now))
+        return now[0]
+
+    # No reconciler yet: the MigSync has no status, the Lua check says Progressing.
+    until(lambda: record() == "Progressing", timeout=90, what="the MigSync Application Progressing")
+    identity = argo_local.kubeconfig_for(RECONCILER_MANAGER, ("system:masters",))
+    from migops.local.reconciler import identifying_arguments
+
+    (port,) = free_ports(1)
+    popen, ref = spawn(
+        [
+            str(Path(sys.executable).parent / "migops"),
+            "reconcile",
+            "--name=migops",
+            "--namespace=migops-system",
+            f"--kubeconfig={identity}",
+            "--no-leader-elect",
+            f"--http-address=127.0.0.1:{port}",
+            *identifying_arguments(argo_local.workdir),
+            "--log-level=info",
+        ],
+        argo_local.workdir / "logs" / "reconciler.log",
+    )
+    try:
+        yield SideBySide(node2, health)
+        # (the test drives the rest; record() is re-used through the fixture's list)
+    finally:
+        stop(ref, popen=popen)
+        k8s_client.CustomObjectsApi(api).delete_namespaced_custom_object(
+            "argoproj.io", "v1alpha1", argocd.NAMESPACE, "applications", MIGSYNC_APP
+        )
+
+
+def app_health(api: ApiClient, name: str) -> tuple[str, str]:
+    h = (argocd.get_application(api, name).get("status") or {}).get("health") or {}
+    return h.get("status", ""), h.get("message", "")
+
+
+def test_migsync_health_in_argo_cd_and_argo_cd_denied_a_git_owned_label(argo_local, clone, reconciler_beside) -> None:
+    api = argo_local.api
+    node2 = reconciler_beside.node
+    seen = reconciler_beside.health
+    began = time.monotonic() - (seen[-1][0] if seen else 0)
+
+    def watch(want: str, what: str, timeout: float = 120) -> None:
+        def check() -> bool:
+            now = app_health(api, MIGSYNC_APP)
+            if not seen or seen[-1][1:] != now:
+                seen.append((time.monotonic() - began, *now))
+            return now[0] == want
+
+        until(check, timeout=timeout, what=what, interval=0.2)
+
+    # The reconciler labels node2 (the agent reconfigures its GPUs): Progressing, then Healthy.
+    watch("Healthy", "the MigSync Healthy in Argo CD")
+    assert node(api, node2)["metadata"]["labels"][MIG_CONFIG_LABEL] == "all-3g.40gb"
+    n = node(api, node2)
+    assert managers(n, ("metadata", "labels"), MIG_CONFIG_LABEL) == {RECONCILER_MANAGER}
+    assert MANAGED_BY_ANNOTATION in n["metadata"]["annotations"]
+    cm = configmap(api)
+    assert managers(cm, ("data",), "config.yaml") == {argocd.ARGOCD_MANAGER}
+
+    # A refused commit for the reconciler (an unknown profile in its config.yaml): Degraded.
+    clone.push({f"{RECONCILER_DIR}/config.yaml": UNKNOWN_PROFILE}, "the reconciler refuses this")
+    watch("Degraded", "the MigSync Degraded in Argo CD")
+    assert (
+        "[unknown-profile]" in app_health(api, MIGSYNC_APP)[1] or "ValidationFailed" in app_health(api, MIGSYNC_APP)[1]
+    )
+    clone.push({f"{RECONCILER_DIR}/config.yaml": MORE}, "fixed for the reconciler")
+    watch("Healthy", "the MigSync Healthy again")
+    # A rollout: reassign node2; Progressing while the agent applies, Healthy after.
+    clone.push(
+        {f"{RECONCILER_DIR}/nodes.yaml": nodes_yaml(f"  - config: all-2g.20gb\n    nodes: [{node2}]\n")}, "reassign"
+    )
+    watch("Progressing", "the MigSync Progressing during the rollout", timeout=60)
+    watch("Healthy", "the MigSync Healthy after the rollout")
+    print("MigSync health in Argo CD (seconds, status, message):")
+    for t, status, message in seen:
+        print(f"  {t:6.1f}s  {status:<12} {message}")
+    statuses = [s for _, s, _ in seen]
+    assert "Progressing" in statuses and "Healthy" in statuses and "Degraded" in statuses
+
+    # Argo CD must not write what the reconciler owns: a Node manifest for node2 is denied [git-owned].
+    bad = clone.push(
+        {f"{argocd.CONFIG_DIR}/node-{node2}.yaml": argocd.node_manifest(node2, "all-1g.10gb")}, "argo labels it"
+    )
+    status = wait_failed(api, APP, bad)
+    message = status["operationState"]["message"]
+    print(f"git-owned: {message}")
+    assert "[git-owned]" in message and f"{RECONCILER_DIR}/nodes.yaml" in message, message
+    assert f"system:serviceaccount:{argocd.NAMESPACE}:{argocd.CONTROLLER}" in message, message
+    assert node(api, node2)["metadata"]["labels"][MIG_CONFIG_LABEL] == "all-2g.20gb"
+    push_and_wait(argo_local, clone, {f"{argocd.CONFIG_DIR}/node-{node2}.yaml": None}, "leave it to the reconciler")
+    get_applications(argo_local)
