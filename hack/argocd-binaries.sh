@@ -51,7 +51,7 @@ mkdir -p "$out.tmp/crds" "$out.tmp/manifests"
 cd "$work"
 go mod init migops.local/argocd-build >/dev/null 2>&1
 read -r dir gomod released < <(go mod download -json "$MOD@$V" \
-  | python3 -c 'import json,sys; d=json.load(sys.stdin); print(d["Dir"], d["GoMod"], d["Time"])')
+  | python3 -c 'import json,sys; d=json.load(sys.stdin); print(d["Dir"], d["GoMod"], json.load(open(d["Info"]))["Time"])')
 t_dl=$(date +%s)
 # A building module does not inherit replaces: copy Argo CD's own (every k8s.io/* pinned to the version
 # it was built with). Local-path replaces (gitops-engine/v3 => ./gitops-engine) point into folders the
@@ -81,7 +81,7 @@ ldflags="$ldflags -X $pkg.kubectlVersion=$kubectl -X $pkg.extraBuildInfo=migops-
 go build -trimpath -ldflags="$ldflags" -o "$out.tmp/argocd" "$MOD/cmd" >&2
 t_build=$(date +%s)
 for r in $ROLES; do ln -sf argocd "$out.tmp/$r"; done
-cp "$dir"/manifests/crds/*.yaml "$out.tmp/crds/"
+cp "$dir"/manifests/crds/*-crd.yaml "$out.tmp/crds/"
 cp "$dir"/manifests/install.yaml "$out.tmp/manifests/"
 chmod -R u+w "$out.tmp"
 "$out.tmp/argocd-repo-server" --help >/dev/null

@@ -279,7 +279,8 @@ def start(
                 f"--port={repo_port}",
                 f"--metrics-address={LOOPBACK}",
                 f"--metrics-port={repo_metrics}",
-                "--disable-tls",
+                "--disable-tls",  # loopback only; and no mTLS client CA with it (Argo CD refuses both)
+                "--client-ca-path=",
                 f"--redis={redis_addr}",
                 "--logformat=text",
             ],
