@@ -2,7 +2,8 @@
 # Build Argo CD's one binary (github.com/argoproj/argo-cd/v3/cmd) from its Go module into
 # ~/.cache/migops/argocd/<version>/, with the role names it is run under (argocd-application-controller,
 # argocd-repo-server: symlinks, the component is chosen by argv[0]) and, from the same module zip, the CRDs
-# (crds/) and the install manifests whose RBAC the local stack gives each component (manifests/).
+# (crds/), the install manifest whose RBAC the local stack gives each component (manifests/) and the
+# helper scripts the image puts on the repo-server's PATH (git-verify-wrapper.sh, gpg-wrapper.sh).
 # Idempotent: does nothing when everything for the pinned version is there (the warm path).
 # Prints the directory on its last line of stdout. MIGOPS_ARGOCD_BIN points at a ready directory instead.
 set -euo pipefail
@@ -20,7 +21,7 @@ t0=$(date +%s)
 
 have_all() {
   [ -x "$out/argocd" ] || return 1
-  local r; for r in $ROLES; do [ -x "$out/$r" ] || return 1; done
+  local r; for r in $ROLES git-verify-wrapper.sh; do [ -x "$out/$r" ] || return 1; done
   [ -s "$out/crds/application-crd.yaml" ] && [ -s "$out/crds/appproject-crd.yaml" ] \
     && [ -s "$out/manifests/install.yaml" ]
 }
@@ -68,7 +69,8 @@ for r in json.load(sys.stdin).get("Replace") or []:
 # shellcheck disable=SC2046
 go mod edit $(cat replaces)
 log "$(wc -l < replaces) replaces copied from Argo CD's go.mod"
-go get "$MOD/cmd@$V" >&2
+# (quiet: the ~350 "go: added" lines say nothing a failure would not)
+go get "$MOD/cmd@$V" 2>&1 | { grep -v '^go: added ' || true; } >&2
 t_get=$(date +%s)
 log "modules resolved in $(( t_get - t0 ))s"
 # Stamped as Argo CD's Makefile does (otherwise `argocd version` says v99.99.99): the VERSION file of
@@ -81,9 +83,12 @@ ldflags="$ldflags -X $pkg.kubectlVersion=$kubectl -X $pkg.extraBuildInfo=migops-
 go build -trimpath -ldflags="$ldflags" -o "$out.tmp/argocd" "$MOD/cmd" >&2
 t_build=$(date +%s)
 for r in $ROLES; do ln -sf argocd "$out.tmp/$r"; done
+# The helper scripts Argo CD's image puts on the repo-server's PATH (it runs git-verify-wrapper.sh for
+# every revision, signed or not).
+cp "$dir"/hack/git-verify-wrapper.sh "$dir"/hack/gpg-wrapper.sh "$out.tmp/"
 cp "$dir"/manifests/crds/*-crd.yaml "$out.tmp/crds/"
 cp "$dir"/manifests/install.yaml "$out.tmp/manifests/"
-chmod -R u+w "$out.tmp"
+chmod -R u+w "$out.tmp"; chmod +x "$out.tmp"/*.sh
 "$out.tmp/argocd-repo-server" --help >/dev/null
 "$out.tmp/argocd-application-controller" --help >/dev/null
 rm -rf "$out"; mv "$out.tmp" "$out"

@@ -96,7 +96,7 @@ def locate(*, echo_build: bool = False) -> ArgoCDBinaries:
             f"{SCRIPT} not found; build Argo CD with the repository's hack/argocd-binaries.sh and set MIGOPS_ARGOCD_BIN"
         )
     found = ArgoCDBinaries(run_script(SCRIPT, echo_build=echo_build))
-    missing = [n for n in (CONTROLLER, REPO_SERVER) if not os.access(found.role(n), os.X_OK)]
+    missing = [n for n in (CONTROLLER, REPO_SERVER, "git-verify-wrapper.sh") if not os.access(found.role(n), os.X_OK)]
     if missing or not found.crds or not found.install_manifest.is_file():
         raise BinariesUnavailable(
             f"{SCRIPT} reported {found.directory} but it lacks {missing or 'crds/ or manifests/'}"
@@ -246,6 +246,8 @@ def start(
         "ARGOCD_GPG_ENABLED": "false",
         "ARGOCD_PLUGINSOCKFILEPATH": str(base / "plugins"),
         "HOME": str(base),  # git's global config and credential helpers: none of the user's
+        # git-verify-wrapper.sh beside the binary, where Argo CD's image has it (/usr/local/bin)
+        "PATH": f"{binaries.directory}{os.pathsep}{os.environ.get('PATH', os.defpath)}",
     }
     redis_addr = f"{LOOPBACK}:{redis_port}"
     started: list[Component] = []
@@ -382,25 +384,45 @@ def application(
     revision: str = "main",
     automated: bool = True,
     server_side_diff: bool = False,
-    retry: int | None = None,
+    retry: int = 1,
 ) -> dict[str, Any]:
     """An Application syncing `path` of `url` into the in-cluster destination: automated (no prune: a
     MIG ConfigMap or a Node must not vanish with a file), applied server-side (field manager
-    argocd-controller, so labels owned by the reconciler or the GPU Operator stay theirs)."""
+    argocd-controller, so labels owned by the reconciler or the GPU Operator stay theirs).
+
+    Server-Side Diff is stated explicitly, off by default: Argo CD v3.6 turns it on with
+    `ServerSideApply=true`, and a Server-Side Diff denied by the webhook is cached as "no difference",
+    so the Application shows Synced at the refused commit and never syncs it (docs/gitops-tools.md).
+    `retry`: automated syncs of one commit (Argo CD's default is 5; a denial is not transient)."""
     spec: dict[str, Any] = {
         "project": PROJECT,
         "source": {"repoURL": url, "targetRevision": revision, "path": path},
         "destination": {"name": IN_CLUSTER},
-        "syncPolicy": {"syncOptions": ["ServerSideApply=true"]},
+        "syncPolicy": {
+            "syncOptions": ["ServerSideApply=true"],
+            "retry": {"limit": retry, "backoff": {"duration": "2s", "factor": 2, "maxDuration": "30s"}},
+        },
     }
     if automated:
         spec["syncPolicy"]["automated"] = {"prune": False, "selfHeal": True}
-    if retry is not None:
-        spec["syncPolicy"]["retry"] = {"limit": retry, "backoff": {"duration": "2s", "factor": 2, "maxDuration": "30s"}}
-    metadata: dict[str, Any] = {"name": name, "namespace": NAMESPACE}
-    if server_side_diff:
-        metadata["annotations"] = {"argocd.argoproj.io/compare-options": "ServerSideDiff=true"}
+    metadata: dict[str, Any] = {
+        "name": name,
+        "namespace": NAMESPACE,
+        "annotations": {"argocd.argoproj.io/compare-options": f"ServerSideDiff={str(server_side_diff).lower()}"},
+    }
     return {"apiVersion": "argoproj.io/v1alpha1", "kind": "Application", "metadata": metadata, "spec": spec}
+
+
+class _Literal(yaml.SafeDumper):
+    """Multi-line strings as `|` blocks: the config in git reads as the config.yaml it is."""
+
+
+def _str(dumper: yaml.SafeDumper, text: str) -> yaml.Node:
+    style = "|" if "\n" in text else None
+    return dumper.represent_scalar("tag:yaml.org,2002:str", text, style=style)
+
+
+_Literal.add_representer(str, _str)
 
 
 def configmap_manifest(namespace: str, name: str, config_yaml: str, *, wave: int | None = None) -> str:
@@ -413,7 +435,7 @@ def configmap_manifest(namespace: str, name: str, config_yaml: str, *, wave: int
     }
     if wave is not None:
         body["metadata"]["annotations"] = {"argocd.argoproj.io/sync-wave": str(wave)}
-    return yaml.safe_dump(body, sort_keys=False, default_style=None, width=1000)
+    return yaml.dump(body, Dumper=_Literal, sort_keys=False, width=1000)
 
 
 def node_manifest(node: str, config: str, *, wave: int | None = None) -> str:

@@ -101,6 +101,11 @@ def get_applications(argo_local: Any) -> str:
     return out.stdout
 
 
+def row(table: str, name: str) -> list[str]:
+    """One Application's row of `kubectl get application` (NAME, SYNC STATUS, HEALTH STATUS)."""
+    return next(line.split() for line in table.splitlines() if line.split()[:1] == [name])
+
+
 def wait_failed(api: ApiClient, name: str, sha: str, *, timeout: float = 120) -> dict[str, Any]:
     """The Application's status once its (automated) sync of `sha` has failed."""
 
@@ -137,8 +142,7 @@ def test_a_good_commit_lands_as_git_says_through_the_webhook(argo_local, clone) 
     assert [(r["kind"], r["namespace"], r["name"], r["status"]) for r in status["resources"]] == [
         ("ConfigMap", NAMESPACE, NAME, "Synced")
     ]
-    table = get_applications(argo_local)
-    assert f"{APP}   Synced        Healthy" in table, table
+    assert row(get_applications(argo_local), APP) == [APP, "Synced", "Healthy"]
 
 
 @pytest.mark.parametrize(
@@ -174,8 +178,7 @@ def test_a_bad_commit_is_denied_shown_in_the_application_and_the_next_good_one_r
     time.sleep(4)
     cm = configmap(api)
     assert cm["data"]["config.yaml"] == CONFIG_YAML and cm["metadata"]["resourceVersion"] == before
-    table = get_applications(argo_local)
-    assert "OutOfSync" in table, table
+    assert row(get_applications(argo_local), APP)[1] == "OutOfSync"
 
     fixed = push_and_wait(argo_local, clone, {CONFIG_FILE: cm_file(MORE)}, "fixed")
     assert configmap(api)["data"]["config.yaml"] == MORE
