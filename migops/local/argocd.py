@@ -477,8 +477,9 @@ def refresh(api: ApiClient, name: str, kind: str = "normal") -> None:
 
 
 def wait_synced(api: ApiClient, name: str, sha: str, *, timeout: float = 120.0) -> dict[str, Any]:
-    """Wait until Application `name` is Synced and Healthy at `sha` with a Succeeded operation for it;
-    its status. A failed operation for `sha` is raised at once (RuntimeError with Argo CD's message)."""
+    """Wait until Application `name` is Synced and Healthy at `sha` with no operation running; its
+    status. (A commit that changes nothing in the cluster is Synced without any sync operation.) A
+    failed operation for `sha` is raised at once (RuntimeError with Argo CD's message)."""
     deadline = time.monotonic() + timeout
     last: dict[str, Any] = {}
     while time.monotonic() < deadline:
@@ -492,8 +493,7 @@ def wait_synced(api: ApiClient, name: str, sha: str, *, timeout: float = 120.0) 
             sync.get("status") == "Synced"
             and sync.get("revision") == sha
             and (last.get("health") or {}).get("status") == "Healthy"
-            and op_rev == sha
-            and op.get("phase") == "Succeeded"
+            and op.get("phase") != "Running"
         ):
             return last
         time.sleep(0.25)
