@@ -251,6 +251,21 @@ def test_server_side_diff_shows_the_denial_before_any_sync(argo_local, clone, ss
         assert "[placement-infeasible]" in where[0]["message"]
         assert "operationState" not in status  # never synced
         assert configmap(api)["data"]["config.yaml"] == CONFIG_YAML
+        # Argo CD v3.6 then reuses the failed comparison as its diff cache (Server-Side Diff skips a
+        # recompute while the revision is unchanged) and shows the refused commit as Synced, though
+        # nothing of it was applied: why migops's Applications set ServerSideDiff=false with
+        # ServerSideApply=true (which would turn it on).
+        until(
+            lambda: (
+                (argocd.get_application(api, ssd_app).get("status") or {}).get("sync", {}).get("status") == "Synced"
+            ),
+            timeout=60,
+            what="the server-side-diff Application showing the refused commit as Synced",
+        )
+        flipped = argocd.get_application(api, ssd_app)["status"]
+        print(f"server-side diff, next refresh: sync={flipped['sync']} conditions={flipped.get('conditions')}")
+        assert flipped["sync"]["revision"] == sha
+        assert configmap(api)["data"]["config.yaml"] == CONFIG_YAML
     finally:
         argocd.apply(api, argocd.application(APP, argo_local.url, argocd.CONFIG_DIR))
     push_and_wait(argo_local, clone, {CONFIG_FILE: cm_file(CONFIG_YAML)}, "good again")
