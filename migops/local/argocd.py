@@ -318,6 +318,9 @@ def start(
                 f"--redis={redis_addr}",
                 f"--metrics-port={ctl_metrics}",
                 "--logformat=text",
+                # No argocd-server runs here to show the resource tree: keep each resource's health (the
+                # MigSync check's message among them) in the Application's status, for kubectl.
+                "--persist-resource-health",
                 "--status-processors=2",
                 "--operation-processors=2",
             ],

@@ -485,7 +485,9 @@ def test_migsync_health_in_argo_cd_and_argo_cd_denied_a_git_owned_label(argo_loc
     clone.push({f"{RECONCILER_DIR}/config.yaml": UNKNOWN_PROFILE}, "the reconciler refuses this")
     watch("Degraded", "the MigSync Degraded in Argo CD")
     message = app_health(api, MIGSYNC_APP)[1]
-    assert message.startswith("ValidationFailed: "), message
+    # The check's message is the Stalled condition's reason and text (here the reconciler's write of the
+    # ConfigMap, refused by the webhook: "ApplyFailed: ... [unknown-profile]").
+    assert "[unknown-profile]" in message and message.split(":")[0] in ("ValidationFailed", "ApplyFailed"), message
     clone.push({f"{RECONCILER_DIR}/config.yaml": MORE}, "fixed for the reconciler")
     watch("Healthy", "the MigSync Healthy again")
     # A rollout: reassign node2; Progressing while the agent applies, Healthy after.
