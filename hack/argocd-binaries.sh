@@ -44,16 +44,15 @@ if command -v flock >/dev/null; then
   if ! flock -n 9; then log "another build is running; waiting for it"; flock 9; fi
   if have_all; then echo "$out"; exit 0; fi
 fi
-log "cold build of Argo CD $V: fetches $GOTOOLCHAIN and ~280 modules (~2 GB), compiles ~2,300 packages (~7 min on 2 cores, ~2.4 GB RSS)"
+log "cold build of Argo CD $V: fetches $GOTOOLCHAIN and ~280 modules (~2 GB), compiles ~2,300 packages (7-20 min on 2 cores, ~2.4 GB RSS)"
 work=$(mktemp -d); trap 'chmod -R u+w "$work" 2>/dev/null; rm -rf "$work"' EXIT
 export GOFLAGS="-mod=mod -buildvcs=false" CGO_ENABLED=0
-mkdir -p "$out.tmp/crds" "$out.tmp/manifests"
+rm -rf "$out.tmp"; mkdir -p "$out.tmp/crds" "$out.tmp/manifests"  # nothing of an interrupted build
 
 cd "$work"
 go mod init migops.local/argocd-build >/dev/null 2>&1
 read -r dir gomod released < <(go mod download -json "$MOD@$V" \
   | python3 -c 'import json,sys; d=json.load(sys.stdin); print(d["Dir"], d["GoMod"], json.load(open(d["Info"]))["Time"])')
-t_dl=$(date +%s)
 # A building module does not inherit replaces: copy Argo CD's own (every k8s.io/* pinned to the version
 # it was built with). Local-path replaces (gitops-engine/v3 => ./gitops-engine) point into folders the
 # module zip lacks; the published module of that version is used instead.

@@ -312,6 +312,46 @@ def test_sync_waves_apply_the_config_before_the_label_naming_it(argo_local, clon
     assert node(api, node1)["metadata"]["labels"][MIG_CONFIG_LABEL] == "all-1g.10gb"
 
 
+def test_without_waves_argo_cds_kind_order_applies_the_config_first(argo_local, clone) -> None:
+    """The same commit shape with no sync-wave annotations: gitops-engine sorts one wave's tasks by kind
+    (ConfigMap is in its kind order, Node is not, so it comes last) and applies each kind only after
+    the previous kind's applies returned, so the label still meets the new ConfigMap."""
+    api = argo_local.api
+    node1 = argo_local.state.nodes[0].name
+    with_1g20 = (
+        MORE
+        + """\
+  all-1g.20gb:
+    - devices: all
+      mig-enabled: true
+      mig-devices:
+        "1g.20gb": 4
+"""
+    )
+    assert "all-1g.20gb" not in configmap(api)["data"]["config.yaml"]
+    sha = push_and_wait(
+        argo_local,
+        clone,
+        {
+            CONFIG_FILE: cm_file(with_1g20),
+            f"{argocd.CONFIG_DIR}/node-{node1}.yaml": argocd.node_manifest(node1, "all-1g.20gb"),
+        },
+        "add all-1g.20gb and assign it, no waves",
+    )
+    assert node(api, node1)["metadata"]["labels"][MIG_CONFIG_LABEL] == "all-1g.20gb"
+    op = argocd.get_application(api, APP)["status"]["operationState"]
+    assert op["syncResult"]["revision"] == sha
+    print(f"no waves {sha[:12]}: {[(r['kind'], r['status'], r['message']) for r in op['syncResult']['resources']]}")
+    # Back, label first: a config a node is labelled with is not removed in the same commit.
+    push_and_wait(
+        argo_local,
+        clone,
+        {f"{argocd.CONFIG_DIR}/node-{node1}.yaml": argocd.node_manifest(node1, "all-1g.10gb")},
+        "back",
+    )
+    push_and_wait(argo_local, clone, {CONFIG_FILE: cm_file(MORE)}, "drop all-1g.20gb")
+
+
 # ------------------------------------------------------------------------------------------- least privilege
 @pytest.mark.parametrize(
     ("account", "verb", "resource", "namespace", "allowed"),
