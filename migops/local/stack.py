@@ -177,7 +177,8 @@ def down(home: Path) -> list[int]:
     workdir = state.local_dir(home)
     recorded = state.load(home)
     refs = list(recorded.processes.values())[::-1] if recorded else []
-    # Leftovers found by command line, clients first (they talk to the servers).
+    # Leftovers found by command line, clients first (they talk to the servers). Flux's controllers and
+    # Argo CD's redis, repo-server and controller carry the workdir in their environment.
     refs += [r for r in find_by_environment(flux.WORKDIR_ENV, str(workdir)) if r not in refs]
     node_dir = Path(recorded.real_node) if recorded and recorded.real_node else None
     if node_dir is None and nodeclean.NODE_DIR.exists() and nodeclean.last_owner_is(workdir):
