@@ -4,7 +4,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-stamp
 
-.PHONY: demo demo-deploy test test-unit lint lock venv k8s-binaries k8s-control-plane flux-binaries helm-binary host-packages bench bench-tools clean
+.PHONY: demo demo-deploy test test-unit lint lock venv k8s-binaries k8s-control-plane flux-binaries argocd-binaries helm-binary host-packages bench bench-tools clean
 
 venv: $(STAMP)
 
@@ -47,6 +47,11 @@ k8s-control-plane:
 # Flux's source-controller and kustomize-controller (tests/flux), built once into ~/.cache/migops/flux/.
 flux-binaries:
 	hack/flux-binaries.sh >/dev/null
+
+# Argo CD's one binary (repo-server, application-controller; tests/argocd), built once into
+# ~/.cache/migops/argocd/<version>/ with its CRDs and install manifest. Needs redis-server (host-packages).
+argocd-binaries:
+	hack/argocd-binaries.sh >/dev/null
 
 # The one place that installs Debian packages: what the real node (`migops local up --real-node`)
 # and the image build need. apt-get runs only when one is missing, so a warm machine pays nothing.

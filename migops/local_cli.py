@@ -74,6 +74,12 @@ def register(sub: argparse._SubParsersAction) -> None:
         "in NVIDIA's DRA driver's attribute contract (a stand-in for the driver), with a DeviceClass per "
         "profile, so kube-scheduler allocates ResourceClaims for MIG devices (docs/dra.md)",
     )
+    up.add_argument(
+        "--argocd",
+        action="store_true",
+        help="also run Argo CD's repo-server and application-controller (built once from its Go module, "
+        "hack/argocd-binaries.sh) and redis, syncing the MIG ConfigMap from a loopback git server",
+    )
     reconciler.add_arguments(up)
     up.set_defaults(func=_up)
 
@@ -161,6 +167,7 @@ def _up(args: argparse.Namespace) -> int:
         real_node=args.real_node,
         flux=args.flux,
         dra=args.dra,
+        argocd=args.argocd,
     )
     with state.locked(home):
         current = state.load(home)
@@ -215,6 +222,12 @@ def _up(args: argparse.Namespace) -> int:
             f"  flux:       source-controller + kustomize-controller (processes, users flux-source-controller and "
             f"flux-kustomize-controller); git clone {plane.flux_git}, edit mig-config/config.yaml, push; "
             "`kubectl get gitrepository,kustomization -n flux-system`"
+        )
+    if plane.argocd_git:
+        print(
+            "  argocd:     repo-server + application-controller + redis (processes; the controller as "
+            "ServiceAccount argocd/argocd-application-controller); "
+            f"git clone {plane.argocd_git}, edit mig-config/configmap.yaml, push; `kubectl get application -n argocd`"
         )
     print("  scheduler:  kube-scheduler binds Pods to the nodes by their allocatable resources")
     if args.dra:
@@ -395,6 +408,8 @@ def _status(args: argparse.Namespace) -> int:
         print(f"  real node:      migops-node (containerd, kubelet, kube-proxy; {current.real_node})")
     if current.flux_git:
         print(f"  flux git:       {current.flux_git}")
+    if current.argocd_git:
+        print(f"  argocd git:     {current.argocd_git}")
     print("  nodes:")
     for line in _node_lines(Path(current.kubeconfig)):
         print(f"    {line}")

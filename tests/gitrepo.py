@@ -207,3 +207,27 @@ def nodes_yaml(
         lines.append(f"prune: {str(prune).lower()}")
     lines.append("assignments:" + ("\n" + assignments.rstrip() if assignments.strip() else " []"))
     return "\n".join(lines) + "\n" + extra
+
+
+class Clone:
+    """A working copy of a repository on the loopback git server (Flux, Argo CD tests): commit files, push
+    over HTTP as a user would; the pushed SHA."""
+
+    def __init__(self, url: str, path: Path) -> None:
+        self.path = path
+        run(["git", "clone", "-q", url, str(path)])
+        run(["git", "-C", str(path), "config", "commit.gpgsign", "false"])
+
+    def push(self, files: dict[str, str | None], message: str) -> str:
+        run(["git", "-C", str(self.path), "pull", "-q", "--ff-only"])
+        for name, text in files.items():
+            target = self.path / name
+            if text is None:
+                target.unlink(missing_ok=True)
+                continue
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_text(text)
+        run(["git", "-C", str(self.path), "add", "-A"])
+        run(["git", "-C", str(self.path), "commit", "-q", "--allow-empty", "-m", message])
+        run(["git", "-C", str(self.path), "push", "-q", "origin", "HEAD:main"])
+        return run(["git", "-C", str(self.path), "rev-parse", "HEAD"]).strip()

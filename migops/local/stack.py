@@ -6,7 +6,8 @@ the node address), the cluster's seed (GPU nodes, the GPU Operator's ClusterPoli
 ConfigMap), the admission webhook (as the manifests' ServiceAccount migops-webhook; registered before
 anything else writes MIG objects, so every later write passes through it), the agents' ServiceAccount,
 RBAC and own-node policy (manifests/base/agent), one simulated agent per node with a token bound to its Node, with --flux a loopback git server and Flux's
-source- and kustomize-controller (migops.local.flux), the GitOps reconciler when a repo is given (as
+source- and kustomize-controller (migops.local.flux), with --argocd redis and Argo CD's repo-server and
+application-controller (migops.local.argocd, on the same git server), the GitOps reconciler when a repo is given (as
 ServiceAccount migops-reconciler, with the manifests' RBAC and the applied record's policy),
 kube-scheduler. Each process is adopted by the ControlPlane as soon as it starts, so a failure half-way
 stops what already runs (nothing is orphaned), the watchdog covers them while `up` runs, and state.json
@@ -27,6 +28,7 @@ from migops.kube.names import LOCAL_MANAGER
 from migops.local import (
     agent_identity,
     agents,
+    argocd,
     cluster,
     flux,
     gitserver,
@@ -62,6 +64,7 @@ class Options:
     real_node: bool = False  # also run the real node `migops-node` (root; one per machine)
     flux: bool = False  # also run Flux (source- and kustomize-controller) on a loopback git server
     dra: bool = False  # agents publish the NVIDIA DRA driver's ResourceSlices; DeviceClasses per profile
+    argocd: bool = False  # also run Argo CD (redis, repo-server, application-controller), same git server
 
 
 @dataclass(frozen=True)
@@ -142,6 +145,9 @@ def up(home: Path, options: Options, progress: Progress = lambda _: None) -> Sta
             flux_git = None
             if options.flux:
                 flux_git = flux.up(api, plane, progress)
+            argocd_git = None
+            if options.argocd:
+                argocd_git = argocd.up(api, plane, progress, git_base=flux_git.rsplit("/", 1)[0] if flux_git else None)
             reconciler_url = None
             if options.repo:
                 rec_identity = identity.kubeconfig_for(
@@ -168,6 +174,7 @@ def up(home: Path, options: Options, progress: Progress = lambda _: None) -> Sta
             repo=options.repo,
             reconciler_url=reconciler_url,
             flux_git=flux_git,
+            argocd_git=argocd_git,
             real_node=str(real.layout.root) if real else None,
         )
         state.save(home, recorded)
@@ -194,7 +201,8 @@ def down(home: Path) -> list[int]:
     workdir = state.local_dir(home)
     recorded = state.load(home)
     refs = list(recorded.processes.values())[::-1] if recorded else []
-    # Leftovers found by command line, clients first (they talk to the servers).
+    # Leftovers found by command line, clients first (they talk to the servers). Flux's controllers and
+    # Argo CD's redis, repo-server and controller carry the workdir in their environment.
     refs += [r for r in find_by_environment(flux.WORKDIR_ENV, str(workdir)) if r not in refs]
     node_dir = Path(recorded.real_node) if recorded and recorded.real_node else None
     if node_dir is None and nodeclean.NODE_DIR.exists() and nodeclean.last_owner_is(workdir):

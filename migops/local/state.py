@@ -65,6 +65,7 @@ class LocalState:
     reconciler_url: str | None = None  # its /healthz, /readyz, /metrics and POST /hook
     real_node: str | None = None  # the real node's directory (migops.local.realnode), when it runs
     flux_git: str | None = None  # with --flux: the git URL Flux's GitRepository follows (push here)
+    argocd_git: str | None = None  # with --argocd: the git URL Argo CD's Application follows (push here)
 
     def running(self) -> bool:
         """etcd and kube-apiserver alive (the very processes we started, not recycled pids): the
@@ -93,6 +94,7 @@ class LocalState:
             reconciler_url=data.get("reconciler_url"),
             real_node=data.get("real_node"),
             flux_git=data.get("flux_git"),
+            argocd_git=data.get("argocd_git"),
         )
 
 

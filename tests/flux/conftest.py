@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from gitrepo import run
+from gitrepo import Clone
 from kubernetes import config as kconfig
 from kubernetes.client import ApiClient
 
@@ -58,29 +58,6 @@ class FluxLocal:
     @property
     def kubectl(self) -> list[str]:
         return [str(Path(self.state.bin_dir) / "kubectl"), f"--kubeconfig={self.state.kubeconfig}"]
-
-
-class Clone:
-    """A working copy of the served repository: commit files, push over HTTP; the pushed SHA."""
-
-    def __init__(self, url: str, path: Path) -> None:
-        self.path = path
-        run(["git", "clone", "-q", url, str(path)])
-        run(["git", "-C", str(path), "config", "commit.gpgsign", "false"])
-
-    def push(self, files: dict[str, str | None], message: str) -> str:
-        run(["git", "-C", str(self.path), "pull", "-q", "--ff-only"])
-        for name, text in files.items():
-            target = self.path / name
-            if text is None:
-                target.unlink(missing_ok=True)
-                continue
-            target.parent.mkdir(parents=True, exist_ok=True)
-            target.write_text(text)
-        run(["git", "-C", str(self.path), "add", "-A"])
-        run(["git", "-C", str(self.path), "commit", "-q", "--allow-empty", "-m", message])
-        run(["git", "-C", str(self.path), "push", "-q", "origin", "HEAD:main"])
-        return run(["git", "-C", str(self.path), "rev-parse", "HEAD"]).strip()
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
