@@ -86,13 +86,18 @@ class FitCache:
         """The errors of the config on these GPUs; empty when it fits."""
         return self.fit(spec, config, gpus, strategy).errors
 
-    def catalogue(self, spec: RepoSpec, config: str, strategy: str) -> tuple[Problem, ...]:
-        """The errors of the config against the catalogue (a config no node has now)."""
+    def catalogue(self, spec: RepoSpec, config: str, strategy: str | None) -> tuple[Problem, ...]:
+        """The errors of the config against the catalogue (a config no node has now; strategy None: no
+        strategy question, as the webhook asks it of a ConfigMap's config no node takes)."""
         return self.fit(spec, config, None, strategy).errors
 
 
 def _labels(node: Mapping[str, Any]) -> Mapping[str, str]:
     return (node.get("metadata") or {}).get("labels") or {}
+
+
+# How a problem of a config no assignment names says so (it is judged as the MIG ConfigMap's content).
+UNASSIGNED = "is named by no assignment but is written into the MIG ConfigMap"
 
 
 def resolve(
@@ -244,17 +249,25 @@ def resolve(
             causes[why] = p
         digest = digests.get(config) or digests.setdefault(config, spec.digest(config))
         targets[name] = NodeTarget(config, digest, source)
-    # A config no node has now must still fit some GPU: the node it is meant for may join tomorrow.
+    # A config no node has now must still fit some GPU: the node it is meant for may join tomorrow. One
+    # that nodes.yaml does not name at all is written into the MIG ConfigMap all the same, where the
+    # webhook judges it against the catalogue with no strategy (webhook/configmaps.judge; `migops validate`
+    # judges every config of the file): its errors refuse the commit here too, rather than meet a 422.
     in_use = {t.config for t in targets.values()}
-    for name, path in referenced_configs(cfg).items():
-        if name not in in_use:
-            for p in cache.catalogue(spec, name, strategy):
-                problems.append(
-                    RepoProblem(
-                        spec.file("config.yaml"),
-                        Problem(p.path, p.rule, f"{p.message} (config {name!r} is named at {path} in {nodes_file})"),
-                    )
-                )
+    referenced = referenced_configs(cfg)
+    for name in spec.config.names():
+        if name in in_use:
+            continue
+        path = referenced.get(name)
+        where = (
+            f"is named at {path} in {nodes_file}"
+            if path
+            else "is named by no assignment but is written into the MIG ConfigMap"
+        )
+        for p in cache.catalogue(spec, name, strategy if path else None):
+            problems.append(
+                RepoProblem(spec.file("config.yaml"), Problem(p.path, p.rule, f"{p.message} (config {name!r} {where})"))
+            )
     for (source, config, why), names in sorted(failures.items()):
         model = _describe(gpu_of.get(names[0]))
         problems.append(

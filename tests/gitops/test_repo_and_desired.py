@@ -158,9 +158,18 @@ def test_missing_files() -> None:
     assert problems(err) == ["nodes.yaml: (document): nodes.yaml is missing at this revision [file-missing]"]
 
 
-def test_unassigned_invalid_config_is_only_a_warning() -> None:
+def test_an_unassigned_invalid_config_refuses_the_commit() -> None:
+    """Offline (nodes.yaml checked without a cluster) it is a warning; against the cluster the whole
+    config.yaml becomes the MIG ConfigMap, which the webhook judges config by config (and `migops
+    validate` the file): one verdict, so the reconciler refuses it rather than meet a 422."""
     s = spec(nodes_yaml("  - nodes: [n1]\n    config: all-1g.10gb"), config=UNPLACEABLE)
     assert any("no assignment names this config" in str(w) for w in s.warnings)
+    with pytest.raises(RepoError) as err:
+        resolve(s, {"n1": node("n1")}, MIXED)
+    found = problems(err)
+    assert any(
+        "too-many" in p and "is named by no assignment but is written into the MIG ConfigMap" in p for p in found
+    ), found
 
 
 def test_fit_cache_validates_each_shape_once() -> None:
@@ -168,5 +177,8 @@ def test_fit_cache_validates_each_shape_once() -> None:
     cache = FitCache()
     cluster = {f"n{i}": node(f"n{i}", pool="a") for i in range(500)}
     assert len(resolve(s, cluster, MIXED, cache).targets) == 500
-    # one node shape and the config's catalogue question (the errors of its text), each asked once
-    assert len(cache._items) == 2
+    # one node shape and the config's catalogue question (the errors of its text), each asked once, and
+    # the catalogue question of each of the 3 configs no node takes (they are in the ConfigMap too)
+    assert len(cache._items) == 2 + 3
+    resolve(s, cluster, MIXED, cache)
+    assert len(cache._items) == 5

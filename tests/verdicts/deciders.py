@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from migops.commands_mig import check
-from migops.gitops.desired import FitCache, resolve
+from migops.gitops.desired import UNASSIGNED, FitCache, resolve
 from migops.gitops.repo import RepoError, load_repo
 from migops.kube.clusterpolicy import MigSettings
 from migops.kube.names import (
@@ -132,7 +132,12 @@ def gitops(case: Case) -> Answer:
         spec = load_repo({"c/config.yaml": case.text.encode(), "c/nodes.yaml": nodes_yaml.encode()}, "c", "rev")
         resolve(spec, {NODE: case.node(False)}, MigSettings(strategy=case.strategy), _FITS)
     except RepoError as exc:
-        errors = [p for p in exc.problems if p.severity == "error"]
+        # The question is this config on this node: the errors of the file's other configs (no node takes
+        # them, so they are judged as the MIG ConfigMap's content, as webhook_configmap judges them) are
+        # another question.
+        errors = [p for p in exc.problems if p.severity == "error" and UNASSIGNED not in p.problem.message]
+        if not errors:
+            return Answer(True, frozenset())
         return Answer(False, frozenset(c.rule for p in errors for c in (p.causes or (p.problem,))))
     return Answer(True, frozenset())
 
