@@ -612,6 +612,9 @@ def _select(entries: Sequence[_Entry], node: Sequence[GpuModel]) -> _Selection:
         for index, gpu in enumerate(node):
             if entry.selects(index, gpu):
                 chosen[index].append(entry)
+    if all(len(c) < 2 for c in chosen):  # no GPU selected twice: no overlaps (most configs, one entry each)
+        none = ((),) * len(node)
+        return _Selection(tuple(map(tuple, chosen)), none, (0,) * len(node))
     # One finding per (entry, earlier entry, model), naming every GPU index the two both select; it is
     # reported where the first of those GPUs is.
     groups: dict[tuple[int, int, str], list[int]] = {}
@@ -760,6 +763,9 @@ def _evaluate_node(
     results: list[_GpuOutcome] = []
     entry_paths: dict[int, str] = {}
     outcomes = explicit or strategy is not None  # catalogue mode without a strategy needs findings only
+    # (entry, model) whose geometry's findings are listed already: on the next GPU of that model the
+    # entry selects they are the same findings, which merging would drop (8 x H100: one listing, not 8).
+    listed_geometries: set[tuple[int, str]] = set()
     for index, gpu in enumerate(node):
         chosen = selection.chosen[index]
         if not chosen:
@@ -804,8 +810,10 @@ def _evaluate_node(
                 results.append(_GpuOutcome(index, gpu, last.path, True))
             continue
         geometry = ctx.geometry(last, gpu)
-        # Catalogue mode credits every finding to each model of the group when merging.
-        findings.extend(geometry.credited(gpu.name) if explicit else geometry.findings)
+        if geometry.findings and (id(last), gpu.name) not in listed_geometries:
+            listed_geometries.add((id(last), gpu.name))
+            # Catalogue mode credits every finding to each model of the group when merging.
+            findings.extend(geometry.credited(gpu.name) if explicit else geometry.findings)
         errors += geometry.errors
         if outcomes:
             entry_paths[index] = last.path
@@ -1050,7 +1058,12 @@ class _Context:
     verdicts per distinct list of entries, geometries per (entry, profile table), did-you-mean hints."""
 
     def __init__(
-        self, cat: Catalogue, node: Sequence[GpuModel] | None, strategy: Strategy | None, only: GpuModel | None = None
+        self,
+        cat: Catalogue,
+        node: Sequence[GpuModel] | None,
+        strategy: Strategy | None,
+        only: GpuModel | None = None,
+        share: _Context | None = None,
     ) -> None:
         self.cat = cat
         self.node = tuple(node) if node else None
@@ -1058,10 +1071,16 @@ class _Context:
         self.only = only  # catalogue mode on this one (MIG-capable) model
         # (root, entry paths or their number, entry keys) -> verdict: see `report`
         self._verdicts: dict[tuple[str, tuple[str, ...] | int, tuple[_EntryKey, ...]], _Verdict] = {}
+        # What does not depend on the question (an entry's geometry on a profile table, a key resolved on
+        # a table, a hint) is shared with `share`, another question on the same file (`Validation`).
         # (entry path, entry items, table id) -> geometry
-        self._geometries: dict[tuple[str, tuple[tuple[str, int], ...], str], _Geometry] = {}
-        self._hints: dict[tuple[str, tuple[str, ...]], _Lazy] = {}  # (key, the table's profile names)
-        self._items: dict[tuple[str, str], dict[str, _Item]] = {}  # (mig-devices path, table id) -> key -> item
+        self._geometries: dict[tuple[str, tuple[tuple[str, int], ...], str], _Geometry] = (
+            {} if share is None else share._geometries
+        )
+        # (key, the table's profile names)
+        self._hints: dict[tuple[str, tuple[str, ...]], _Lazy] = {} if share is None else share._hints
+        # (mig-devices path, table id) -> key -> item
+        self._items: dict[tuple[str, str], dict[str, _Item]] = {} if share is None else share._items
         # Catalogue models grouped by profile table, in catalogue order (what an unfiltered config sees).
         tables: dict[str, list[GpuModel]] = {}
         for gpu in cat.gpus:
@@ -1175,6 +1194,50 @@ def validate_on_model(
         return _Context(cat or catalogue(), None, strategy, model).report(name, config.entries(name))
 
 
+class Validation:
+    """One file's configs judged on a node and against the catalogue, the work shared: each entry's
+    geometry on a profile table, each key resolved on a table and each hint is computed once for both
+    questions and every config (`migops.mig.fit.fit_all` asks both of each config). Configs with the
+    same entries share one verdict per question.
+
+    Call it with the cyclic collector paused (`paused_gc`) and drop it before the collector resumes, as
+    `validate` does: the shared work is many small objects, which the collector would walk for nothing."""
+
+    def __init__(
+        self,
+        config: MigPartedConfig,
+        node: Sequence[GpuModel] | None = None,
+        strategy: Strategy | None = None,
+        cat: Catalogue | None = None,
+    ) -> None:
+        cat = cat or catalogue()
+        self._by_name: dict[str, tuple[MigConfigEntry, ...]] = {}
+        for config_name, entries in config.configs:
+            self._by_name.setdefault(config_name, entries)  # the first of a name, as MigPartedConfig.entries() finds
+        self._catalogue = _Context(cat, None, strategy)
+        self._node = _Context(cat, node, strategy, share=self._catalogue) if node else None
+
+    def entries(self, name: str) -> tuple[MigConfigEntry, ...]:
+        """The entries of config `name` (KeyError if the file has none of that name)."""
+        return self._by_name[name]
+
+    def on_node(self, names: Sequence[str]) -> tuple[ConfigReport, ...]:
+        """The named configs on the node (`validate_on_node` of each)."""
+        if self._node is None:
+            raise ValueError("no node to judge the configs on")
+        return self._reports(self._node, names)
+
+    def against_catalogue(self, names: Sequence[str]) -> tuple[ConfigReport, ...]:
+        """The named configs against the catalogue (`validate_against_catalogue` of each)."""
+        return self._reports(self._catalogue, names)
+
+    def _reports(self, ctx: _Context, names: Sequence[str]) -> tuple[ConfigReport, ...]:
+        for n in names:
+            if n not in self._by_name:
+                raise KeyError(n)
+        return tuple(ctx.report(n, self._by_name[n]) for n in names)
+
+
 def validate(
     config: MigPartedConfig,
     names: Sequence[str] | None = None,
@@ -1183,15 +1246,9 @@ def validate(
     cat: Catalogue | None = None,
 ) -> tuple[ConfigReport, ...]:
     """Validate the named configs (all of them by default), on a node when one is given."""
-    ctx = _Context(cat or catalogue(), node or None, strategy)
-    by_name: dict[str, tuple[MigConfigEntry, ...]] = {}
-    for config_name, entries in config.configs:
-        by_name.setdefault(config_name, entries)  # the first of a name, as MigPartedConfig.entries() finds
     chosen = list(names) if names is not None else [n for n, _ in config.configs]
-    for n in chosen:
-        if n not in by_name:
-            raise KeyError(n)
     with paused_gc():
-        reports = tuple(ctx.report(n, by_name[n]) for n in chosen)
-        del ctx  # free the shared work before the collector resumes, or its first pass would walk it all
+        validation = Validation(config, node or None, strategy, cat)
+        reports = validation.on_node(chosen) if node else validation.against_catalogue(chosen)
+        del validation  # free the shared work before the collector resumes, or its first pass would walk it all
     return reports
