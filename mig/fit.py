@@ -97,12 +97,15 @@ class Fit:
 def text_errors(catalogue: ConfigReport, question: ConfigReport | None = None) -> tuple[Problem, ...]:
     """The catalogue errors that hold for every node (see the module's rule): all of them, except
     when an unfiltered config fits no model at all; then its findings explain that on the closest
-    models, and a question with errors of its own (it has them: no model fits) needs none of them."""
+    models, and a question with errors of its own (it has them: no model fits) needs none of them.
+    That holds when `fits-no-gpu` is past the report's limit too (MAX_PROBLEMS): a question that fails
+    does not take the closest models' findings then either."""
     errors = catalogue.errors
-    nothing = tuple(p for p in errors if p.rule == "fits-no-gpu")
-    if not nothing:
+    if not catalogue.fits_no_gpu:
         return errors
-    return () if question is not None and not question.valid else nothing
+    if question is not None and not question.valid:
+        return ()
+    return tuple(p for p in errors if p.rule == "fits-no-gpu") or errors
 
 
 def combine(catalogue: ConfigReport, question: ConfigReport | None, gpus: NodeGpus | None) -> ConfigReport:

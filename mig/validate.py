@@ -71,6 +71,9 @@ class ConfigReport:
     problems: tuple[Problem, ...]
     gpus: tuple[GpuResult, ...] = ()  # node mode: one per GPU of the node
     fits: tuple[GpuModel, ...] = ()  # catalogue mode: the models the config is valid on
+    # Catalogue mode: no model fits the config (`fits-no-gpu`), whether that problem is listed or is
+    # among those past MAX_PROBLEMS (migops.mig.fit.text_errors needs to know either way).
+    fits_no_gpu: bool = False
 
     @property
     def valid(self) -> bool:
@@ -1149,7 +1152,8 @@ class _Context:
         problems = _config_findings(name) + _render(merged[:MAX_PROBLEMS], prefix)
         if len(merged) > MAX_PROBLEMS:
             problems.append(_truncated(config_path, merged[MAX_PROBLEMS:]))
-        return ConfigReport(name, tuple(problems), gpus=gpus, fits=verdict.fits)
+        fits_no_gpu = self.node is None and any(rule == "fits-no-gpu" for _, rule, *_ in merged)
+        return ConfigReport(name, tuple(problems), gpus=gpus, fits=verdict.fits, fits_no_gpu=fits_no_gpu)
 
     def _evaluate(self, root: str, raw: Sequence[MigConfigEntry], paths: Sequence[str]) -> _Verdict:
         findings: list[_Finding] = []
