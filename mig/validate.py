@@ -1077,13 +1077,13 @@ class _Context:
         # What does not depend on the question (an entry's geometry on a profile table, a key resolved on
         # a table, a hint) is shared with `share`, another question on the same file (`Validation`).
         # (entry path, entry items, table id) -> geometry
-        self._geometries: dict[tuple[str, tuple[tuple[str, int], ...], str], _Geometry] = (
-            {} if share is None else share._geometries
+        self.geometries: dict[tuple[str, tuple[tuple[str, int], ...], str], _Geometry] = (
+            {} if share is None else share.geometries
         )
         # (key, the table's profile names)
-        self._hints: dict[tuple[str, tuple[str, ...]], _Lazy] = {} if share is None else share._hints
+        self.hints: dict[tuple[str, tuple[str, ...]], _Lazy] = {} if share is None else share.hints
         # (mig-devices path, table id) -> key -> item
-        self._items: dict[tuple[str, str], dict[str, _Item]] = {} if share is None else share._items
+        self.items: dict[tuple[str, str], dict[str, _Item]] = {} if share is None else share.items
         # Catalogue models grouped by profile table, in catalogue order (what an unfiltered config sees).
         tables: dict[str, list[GpuModel]] = {}
         for gpu in cat.gpus:
@@ -1095,18 +1095,18 @@ class _Context:
         found = entry.geometries.get(table_id)
         if found is None:
             key = (entry.path, entry.items, table_id)
-            found = self._geometries.get(key)
+            found = self.geometries.get(key)
             if found is None:
-                found = self._geometries[key] = _geometry(entry, gpu, self)
+                found = self.geometries[key] = _geometry(entry, gpu, self)
             entry.geometries[table_id] = found
         return found
 
     def resolver(self, devices_path: str, gpu: GpuModel) -> Callable[[ProfileCount], _Item]:
         """Resolve the keys of one mig-devices map on one GPU model, each key once per call."""
         table_id = _table(gpu).id
-        cache = self._items.get((devices_path, table_id))
+        cache = self.items.get((devices_path, table_id))
         if cache is None:
-            cache = self._items[(devices_path, table_id)] = {}
+            cache = self.items[(devices_path, table_id)] = {}
 
         def resolve(item: ProfileCount) -> _Item:
             found = cache.get(item.key)
@@ -1119,11 +1119,11 @@ class _Context:
     def did_you_mean(self, item: ProfileCount, gpu: GpuModel) -> _Lazy:
         # Keyed by what the text depends on, so equal hints are one object (see `_identity`).
         key = (item.key, _table(gpu).names)
-        found = self._hints.get(key)
+        found = self.hints.get(key)
         if found is None:
             cat = self.cat  # not `self`: the hint must not refer back to the context (no reference cycle)
             profile = item.profile
-            found = self._hints[key] = _Lazy(lambda: _did_you_mean(profile, gpu, cat))
+            found = self.hints[key] = _Lazy(lambda: _did_you_mean(profile, gpu, cat))
         return found
 
     def report(self, name: str, entries: Sequence[MigConfigEntry]) -> ConfigReport:
