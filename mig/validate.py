@@ -15,7 +15,7 @@ import re
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Literal, NamedTuple
+from typing import NamedTuple
 
 from migops.mig.catalogue import ENGINE_NAMES, Catalogue, GiProfile, GpuModel, ProfileTable, catalogue, gi_key
 from migops.mig.devices import DeviceId, DeviceIdSyntaxError, parse_device_id
@@ -24,10 +24,10 @@ from migops.mig.placement import Placement, place
 from migops.mig.problems import Problem, Severity, index_path, key_path
 from migops.mig.profile import MigProfile, compute_subprofile_allowed
 from migops.mig.spec import MigConfigEntry, MigPartedConfig, ProfileCount
+from migops.mig.strategy import STRATEGIES as STRATEGIES  # re-exported: the validator's callers import them here
+from migops.mig.strategy import Strategy as Strategy
 from migops.mig.text import listed
 
-Strategy = Literal["none", "single", "mixed"]
-STRATEGIES: tuple[str, ...] = ("none", "single", "mixed")
 MAX_GPUS_PER_NODE = 16  # HGX boards carry 8; no MIG-capable system puts more than 16 GPUs in one node
 
 # A Kubernetes label value: the config name must be one to be selectable via nvidia.com/mig.config.
