@@ -130,17 +130,10 @@ class _Finding(NamedTuple):  # a tuple, not a dataclass: hundreds of thousands a
     gpu: str | None = None  # model name the finding is about; None: independent of the GPU
 
 
-def _identity(message: Message) -> object:
-    """What tells two messages apart when merging. A lazy message stands for its text without building
-    it: the context makes one per distinct text (a hint depends only on the profile and on the names of
-    the model's profiles), so identity and text agree, and a hint that is never shown is never built."""
-    if isinstance(message, _Lazy):
-        return message
-    return message.render("") if isinstance(message, _PathMessage) else message
-
-
-# A merged finding, still relative: (path, rule, "on <models>: " or "", message, severity).
-_Merged = tuple[str, str, str, Message, Severity]
+# A merged finding, still relative: (path, rule, the models it was seen on, message, severity). The
+# "on <models>: " head is written when the problem is shown (`_render`): most merged findings of a large
+# config are past MAX_PROBLEMS and only counted.
+_Merged = tuple[str, str, tuple[str, ...], Message, Severity]
 
 
 # Findings with the models to credit them to (each finding then counts as seen on each of those
@@ -149,27 +142,30 @@ _Batch = tuple[Sequence[_Finding], Sequence[GpuModel] | None]
 
 
 def _merge(batches: Sequence[_Batch]) -> list[_Merged]:
-    """One problem per (path, rule, message); the GPUs it was seen on are named once, in order."""
+    """One problem per (path, rule, message); the GPUs it was seen on are named once, in order.
+
+    A message is told apart from another by its text, except a lazy one, which stands for its text
+    without building it: the context makes one per distinct text (a hint depends only on the profile
+    and on the names of the model's profiles), so identity and text agree, and a hint that is never
+    shown is never built."""
     gpus: dict[tuple[str, str, object, Severity], tuple[Message, list[str]]] = {}
     for found, members in batches:
+        credit = None if members is None else [m.name for m in members]
         for f in found:
-            key = (f.path, f.rule, _identity(f.message), f.severity)
+            message = f.message
+            key = (f.path, f.rule, message.render("") if type(message) is _PathMessage else message, f.severity)
             slot = gpus.get(key)
             if slot is None:
-                slot = gpus[key] = (f.message, [])
+                slot = gpus[key] = (message, [])
             if not f.gpu:
                 continue
             names = slot[1]
-            for name in [f.gpu] if members is None else [m.name for m in members]:
+            for name in [f.gpu] if credit is None else credit:
                 if name not in names:
                     names.append(name)
-    merged: list[_Merged] = []
-    for (path, rule, _, severity), (message, names) in gpus.items():
-        head = ""
-        if names:
-            head = f"on {listed(names, 6)}: "
-        merged.append((path, rule, head, message, severity))
-    return merged
+    return [
+        (path, rule, tuple(names), message, severity) for (path, rule, _, severity), (message, names) in gpus.items()
+    ]
 
 
 def _render(merged: Sequence[_Merged], prefix: str) -> list[Problem]:
@@ -177,10 +173,11 @@ def _render(merged: Sequence[_Merged], prefix: str) -> list[Problem]:
         Problem(
             prefix + path,
             rule,
-            head + (message.render(prefix) if isinstance(message, _PathMessage) else str(message)),
+            (f"on {listed(names, 6)}: " if names else "")
+            + (message.render(prefix) if isinstance(message, _PathMessage) else str(message)),
             severity,
         )
-        for path, rule, head, message, severity in merged
+        for path, rule, names, message, severity in merged
     ]
 
 
@@ -1117,7 +1114,7 @@ class _Context:
         return resolve
 
     def did_you_mean(self, item: ProfileCount, gpu: GpuModel) -> _Lazy:
-        # Keyed by what the text depends on, so equal hints are one object (see `_identity`).
+        # Keyed by what the text depends on, so equal hints are one object (see `_merge`).
         key = (item.key, _table(gpu).names)
         found = self.hints.get(key)
         if found is None:
