@@ -5,10 +5,14 @@ the time to parse it, to validate every config against the catalogue and on an 8
 and 8 different models), and the verdict's total: parse + validate, timed as one call from the text
 (the figure issue 11 judges: what the webhook spends on one write). Then the peak memory: the process's
 peak RSS (interpreter, file text, parsed config, verdicts: everything) and the peak of Python
-allocations while parsing and validating. Each shape runs in its own interpreter, so peaks do not
-carry over. Times are the best of 3 runs, wall clock; the load average is printed before and after
+allocations while parsing and validating. Then what `migops validate` spends on each shape (issue 30):
+reading the file and `fit_all` on each source, against the catalogue and on 8 x H100, in process, with
+the number of validations per source and of reports per question (fit_all validates each source once
+and asks the catalogue only where it can change a node's verdict); and the whole process of
+`migops validate --gpu 0x233010DE` x 8 on the 6,000 distinct configs. Each shape runs in its own
+interpreter, so peaks do not carry over. Times are the best of 3 runs, wall clock; the load average is printed before and after
 (the machine is shared: figures from a busy machine are larger). Targets: < 1 s and < 200 MB for any
-admissible file. Prints figures, never a verdict.
+admissible file. Prints figures, never a verdict. `bench/mig_worst_case.py SHAPE...` runs only those shapes.
 """
 
 from __future__ import annotations
@@ -47,6 +51,55 @@ def _best_both(fn) -> tuple[float, float]:
     return wall, cpu
 
 
+def cli_check(text: str, node: list) -> object:
+    """What `migops validate [--gpu ...]` does with the file, printing aside: read it, judge each source."""
+    from migops.commands_mig import check_source
+    from migops.mig.sources import read_file
+
+    contents = read_file(text.encode())
+    return [check_source("bench.yaml", source, node, None, None) for source in contents.sources]
+
+
+def count_validations(text: str, node: list) -> dict[str, int]:
+    """Validations made and reports per question in one `cli_check` (counted apart from the timed runs)."""
+    from migops.mig import validate as v
+
+    counts = {"validations": 0, "node": 0, "catalogue": 0}
+    init, report = v.Validation.__init__, v._Context.report
+
+    def counting_init(self, *args, **kwargs) -> None:
+        counts["validations"] += 1
+        init(self, *args, **kwargs)
+
+    def counting_report(self, name, entries):
+        counts["node" if self.node is not None else "catalogue"] += 1
+        return report(self, name, entries)
+
+    v.Validation.__init__, v._Context.report = counting_init, counting_report
+    try:
+        cli_check(text, node)
+    finally:
+        v.Validation.__init__, v._Context.report = init, report
+    return counts
+
+
+def whole_process(text: str) -> float:
+    """Best wall time of `migops validate --gpu 0x233010DE` x 8 on the file, as a whole process."""
+    import tempfile
+
+    migops = Path(sys.executable).parent / "migops"
+    with tempfile.NamedTemporaryFile("w", suffix=".yaml") as f:
+        f.write(text)
+        f.flush()
+        argv = [str(migops), "validate", *[a for _ in range(8) for a in ("--gpu", H100)], f.name]
+        best = float("inf")
+        for _ in range(RUNS):
+            t0 = time.perf_counter()
+            subprocess.run(argv, stdout=subprocess.DEVNULL, check=False)
+            best = min(best, time.perf_counter() - t0)
+    return best
+
+
 def measure(shape: str) -> dict:
     """Run in a child interpreter: every figure for one shape."""
     from migops.mig.catalogue import catalogue
@@ -71,7 +124,14 @@ def measure(shape: str) -> dict:
         "total_node": _best_both(lambda: validate(parse_config(text), node=h100)),
         "total_mixed": _best_both(lambda: validate(parse_config(text), node=mixed, strategy="mixed")),
         "problems": sum(len(r.problems) for r in validate(config)),
+        # `migops validate` in process: read + fit_all per source
+        "cli_catalogue": _best_both(lambda: cli_check(text, [])),
+        "cli_node": _best_both(lambda: cli_check(text, h100)),
+        "counts_catalogue": count_validations(text, []),
+        "counts_node": count_validations(text, h100),
     }
+    if shape == "distinct":
+        out["process_node"] = whole_process(text)
     del config
     out["rss_mib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # before tracemalloc's own use
     # Peak Python allocations of parsing the file and judging it one way (the parsed config stays).
@@ -94,10 +154,11 @@ def main() -> int:
     print("depth 32). Best of 3, wall clock; validate = every config of the file; total = parse + validate,")
     print("from the text, in one call. Targets: total < 1 s, peak < 200 MiB.")
     print(f"(load average {os.getloadavg()[0]:.2f} at the start: figures from a busy machine are larger)\n")
-    for name, (_, about) in _shapes.SHAPES.items():
-        print(f"  {name:<9} {about}")
+    chosen = sys.argv[1:] or list(_shapes.SHAPES)  # shape names to run (default: every one)
+    for name in chosen:
+        print(f"  {name:<9} {_shapes.SHAPES[name][1]}")
     results = []
-    for name in _shapes.SHAPES:
+    for name in chosen:
         done = subprocess.run([sys.executable, __file__, "--shape", name], capture_output=True, text=True, check=False)
         if done.returncode != 0:
             results.append((name, done.stderr.strip().splitlines()[-1:]))
@@ -124,12 +185,32 @@ def main() -> int:
                 f"  {name:<9} {r['problems']:>8} {r['rss_mib']:>4.0f} MiB {r['traced_catalogue']:>6.0f} MiB "
                 f"{r['traced_node']:>5.0f} MiB {r['traced_mixed']:>5.0f} MiB"
             )
+    print("\n  migops validate, in process: read the file + fit_all on each source (no start-up, no printing)")
+    print(f"  {'':<9} {'catalogue':^26} {'8 x H100':^26}")
+    print(f"  {'shape':<9} " + f"{'total':>8} {'(cpu)':>8} {'sources':>8} " * 2 + "reports: node + catalogue (configs)")
+    for name, r in results:
+        if not isinstance(r, dict):
+            continue
+        line = f"  {name:<9} "
+        for mode in ("catalogue", "node"):
+            wall, cpu = r[f"cli_{mode}"]
+            line += f"{wall:>7.3f}s {cpu:>7.3f}s {r[f'counts_{mode}']['validations']:>8} "
+        n = r["counts_node"]
+        print(line + f"{n['node']:>6} + {n['catalogue']:<6} ({r['configs']})")
+    for name, r in results:
+        if isinstance(r, dict) and "process_node" in r:
+            print(
+                f"\n  migops validate --gpu {H100} x 8 on {name} ({r['configs']:,} configs, {r['kib']:.0f} KiB), "
+                f"whole process: {r['process_node']:.3f}s (best of {RUNS})"
+            )
     print(f"\n(load average {os.getloadavg()[0]:.2f} at the end)")
     print("  total: parse + validate from the text in one call (what issue 11 judges); (cpu): that call's CPU time.")
     print("  catalogue: against every model; 8 x H100: on a node of 8 x H100-SXM5-80GB; 8 models: on a node of")
     print("  8 different models under strategy mixed. problems: in catalogue mode. peak RSS: the whole process")
     print("  (interpreter, catalogue, file text, parsed config, the largest verdict). traced peak: Python")
     print("  allocations (MiB) while parsing the file and judging it in one of the three ways.")
+    print("  sources: validations of the file per run (one per config source is the bound); reports: made on")
+    print("  8 x H100, node + catalogue (a catalogue report only where it can change a node's verdict).")
     return 0
 
 

@@ -24,23 +24,24 @@ node's report) are dropped.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from migops.mig.catalogue import GpuModel
+from migops.mig.gcpause import paused_gc
 from migops.mig.gfd import Advertisement, NodeGpus, advertise
 from migops.mig.problems import Problem, key_path
-from migops.mig.spec import MigPartedConfig
+from migops.mig.spec import MigConfigEntry, MigPartedConfig
 from migops.mig.validate import (
     ConfigReport,
     Strategy,
-    validate,
+    Validation,
     validate_against_catalogue,
     validate_on_model,
     validate_on_node,
 )
 
-__all__ = ["DIRECT", "Fit", "NodeGpus", "Reports", "combine", "fit", "fit_all", "text_errors"]
+__all__ = ["DIRECT", "Fit", "NodeGpus", "Reports", "combine", "fit", "fit_all", "needs_catalogue", "text_errors"]
 
 
 @dataclass(frozen=True)
@@ -96,12 +97,15 @@ class Fit:
 def text_errors(catalogue: ConfigReport, question: ConfigReport | None = None) -> tuple[Problem, ...]:
     """The catalogue errors that hold for every node (see the module's rule): all of them, except
     when an unfiltered config fits no model at all; then its findings explain that on the closest
-    models, and a question with errors of its own (it has them: no model fits) needs none of them."""
+    models, and a question with errors of its own (it has them: no model fits) needs none of them.
+    That holds when `fits-no-gpu` is past the report's limit too (MAX_PROBLEMS): a question that fails
+    does not take the closest models' findings then either."""
     errors = catalogue.errors
-    nothing = tuple(p for p in errors if p.rule == "fits-no-gpu")
-    if not nothing:
+    if not catalogue.fits_no_gpu:
         return errors
-    return () if question is not None and not question.valid else nothing
+    if question is not None and not question.valid:
+        return ()
+    return tuple(p for p in errors if p.rule == "fits-no-gpu") or errors
 
 
 def combine(catalogue: ConfigReport, question: ConfigReport | None, gpus: NodeGpus | None) -> ConfigReport:
@@ -150,17 +154,44 @@ def fit(
     return Fit(combine(catalogue, question, gpus), gpus, strategy)
 
 
+def needs_catalogue(entries: Sequence[MigConfigEntry], question: ConfigReport) -> bool:
+    """Whether the catalogue report can add a problem to this node or model question's report (`combine`).
+
+    It cannot when no entry has a device-filter and the question already fails. Such a config's catalogue
+    errors are its entry-level errors (a negative or repeated GPU index), which the question's report
+    holds too, at the same paths and rules and, when problems are truncated, among the same first ones
+    (both reports list entry-level findings first); plus, when it fits no model, the closest models'
+    findings and `fits-no-gpu`, which `text_errors` drops for a question that fails. What a filtered
+    entry gets wrong on the models it names, and a valid question's `fits-no-gpu` or
+    `does-not-fit-model`, need the catalogue. tests/mig/test_fit.py and test_fuzz.py check that
+    `fit_all`, which skips the rest, agrees with `fit`, which never does."""
+    return question.valid or any(e.device_filter for e in entries)
+
+
 def fit_all(
     config: MigPartedConfig, names: Sequence[str] | None, gpus: NodeGpus | None, strategy: Strategy | None = None
 ) -> tuple[Fit, ...]:
-    """`fit` for many configs of one file: each mode judged in one `validate` call, which shares the
-    work common to the configs (what `migops validate` runs)."""
+    """`fit` for many configs of one file (what `migops validate` runs): one `Validation` of the file,
+    which shares the work common to the configs and to the node and catalogue questions, and a catalogue
+    report only where it can change the verdict (`needs_catalogue`)."""
     chosen = list(names) if names is not None else [n for n, _ in config.configs]
-    catalogue: Mapping[str, ConfigReport] = {r.name: r for r in validate(config, chosen, strategy=strategy)}
-    if gpus is None:
-        return tuple(Fit(catalogue[n], None, strategy) for n in chosen)
-    if gpus.exact:
-        questions = dict(zip(chosen, validate(config, chosen, node=gpus.gpus, strategy=strategy)))
-    else:
-        questions = {n: _question(config, n, gpus, strategy, DIRECT) for n in chosen}
-    return tuple(Fit(combine(catalogue[n], questions[n], gpus), gpus, strategy) for n in chosen)
+    with paused_gc():
+        validation = Validation(config, gpus.gpus if gpus is not None and gpus.exact else None, strategy)
+        if gpus is None:
+            found = tuple(Fit(r, None, strategy) for r in validation.against_catalogue(chosen))
+        else:
+            if gpus.exact:
+                questions = dict(zip(chosen, validation.on_node(chosen)))
+            else:
+                questions = {n: _question(config, n, gpus, strategy, DIRECT) for n in chosen}
+            asked = [n for n in chosen if needs_catalogue(validation.entries(n), questions[n])]
+            catalogue: dict[str, ConfigReport | None] = dict.fromkeys(chosen)
+            catalogue.update(zip(asked, validation.against_catalogue(asked)))
+            found = tuple(Fit(_combined(catalogue[n], questions[n], gpus), gpus, strategy) for n in chosen)
+        del validation  # free the shared work before the collector resumes (see Validation)
+    return found
+
+
+def _combined(catalogue: ConfigReport | None, question: ConfigReport, gpus: NodeGpus) -> ConfigReport:
+    """`combine`, or the question's report alone where the catalogue cannot change it (`needs_catalogue`)."""
+    return question if catalogue is None else combine(catalogue, question, gpus)

@@ -15,7 +15,7 @@ import re
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Literal, NamedTuple
+from typing import NamedTuple
 
 from migops.mig.catalogue import ENGINE_NAMES, Catalogue, GiProfile, GpuModel, ProfileTable, catalogue, gi_key
 from migops.mig.devices import DeviceId, DeviceIdSyntaxError, parse_device_id
@@ -24,10 +24,10 @@ from migops.mig.placement import Placement, place
 from migops.mig.problems import Problem, Severity, index_path, key_path
 from migops.mig.profile import MigProfile, compute_subprofile_allowed
 from migops.mig.spec import MigConfigEntry, MigPartedConfig, ProfileCount
+from migops.mig.strategy import STRATEGIES as STRATEGIES  # re-exported: the validator's callers import them here
+from migops.mig.strategy import Strategy as Strategy
 from migops.mig.text import listed
 
-Strategy = Literal["none", "single", "mixed"]
-STRATEGIES: tuple[str, ...] = ("none", "single", "mixed")
 MAX_GPUS_PER_NODE = 16  # HGX boards carry 8; no MIG-capable system puts more than 16 GPUs in one node
 
 # A Kubernetes label value: the config name must be one to be selectable via nvidia.com/mig.config.
@@ -71,6 +71,9 @@ class ConfigReport:
     problems: tuple[Problem, ...]
     gpus: tuple[GpuResult, ...] = ()  # node mode: one per GPU of the node
     fits: tuple[GpuModel, ...] = ()  # catalogue mode: the models the config is valid on
+    # Catalogue mode: no model fits the config (`fits-no-gpu`), whether that problem is listed or is
+    # among those past MAX_PROBLEMS (migops.mig.fit.text_errors needs to know either way).
+    fits_no_gpu: bool = False
 
     @property
     def valid(self) -> bool:
@@ -127,17 +130,10 @@ class _Finding(NamedTuple):  # a tuple, not a dataclass: hundreds of thousands a
     gpu: str | None = None  # model name the finding is about; None: independent of the GPU
 
 
-def _identity(message: Message) -> object:
-    """What tells two messages apart when merging. A lazy message stands for its text without building
-    it: the context makes one per distinct text (a hint depends only on the profile and on the names of
-    the model's profiles), so identity and text agree, and a hint that is never shown is never built."""
-    if isinstance(message, _Lazy):
-        return message
-    return message.render("") if isinstance(message, _PathMessage) else message
-
-
-# A merged finding, still relative: (path, rule, "on <models>: " or "", message, severity).
-_Merged = tuple[str, str, str, Message, Severity]
+# A merged finding, still relative: (path, rule, the models it was seen on, message, severity). The
+# "on <models>: " head is written when the problem is shown (`_render`): most merged findings of a large
+# config are past MAX_PROBLEMS and only counted.
+_Merged = tuple[str, str, tuple[str, ...], Message, Severity]
 
 
 # Findings with the models to credit them to (each finding then counts as seen on each of those
@@ -146,27 +142,30 @@ _Batch = tuple[Sequence[_Finding], Sequence[GpuModel] | None]
 
 
 def _merge(batches: Sequence[_Batch]) -> list[_Merged]:
-    """One problem per (path, rule, message); the GPUs it was seen on are named once, in order."""
+    """One problem per (path, rule, message); the GPUs it was seen on are named once, in order.
+
+    A message is told apart from another by its text, except a lazy one, which stands for its text
+    without building it: the context makes one per distinct text (a hint depends only on the profile
+    and on the names of the model's profiles), so identity and text agree, and a hint that is never
+    shown is never built."""
     gpus: dict[tuple[str, str, object, Severity], tuple[Message, list[str]]] = {}
     for found, members in batches:
+        credit = None if members is None else [m.name for m in members]
         for f in found:
-            key = (f.path, f.rule, _identity(f.message), f.severity)
+            message = f.message
+            key = (f.path, f.rule, message.render("") if type(message) is _PathMessage else message, f.severity)
             slot = gpus.get(key)
             if slot is None:
-                slot = gpus[key] = (f.message, [])
+                slot = gpus[key] = (message, [])
             if not f.gpu:
                 continue
             names = slot[1]
-            for name in [f.gpu] if members is None else [m.name for m in members]:
+            for name in [f.gpu] if credit is None else credit:
                 if name not in names:
                     names.append(name)
-    merged: list[_Merged] = []
-    for (path, rule, _, severity), (message, names) in gpus.items():
-        head = ""
-        if names:
-            head = f"on {listed(names, 6)}: "
-        merged.append((path, rule, head, message, severity))
-    return merged
+    return [
+        (path, rule, tuple(names), message, severity) for (path, rule, _, severity), (message, names) in gpus.items()
+    ]
 
 
 def _render(merged: Sequence[_Merged], prefix: str) -> list[Problem]:
@@ -174,10 +173,11 @@ def _render(merged: Sequence[_Merged], prefix: str) -> list[Problem]:
         Problem(
             prefix + path,
             rule,
-            head + (message.render(prefix) if isinstance(message, _PathMessage) else str(message)),
+            (f"on {listed(names, 6)}: " if names else "")
+            + (message.render(prefix) if isinstance(message, _PathMessage) else str(message)),
             severity,
         )
-        for path, rule, head, message, severity in merged
+        for path, rule, names, message, severity in merged
     ]
 
 
@@ -612,6 +612,9 @@ def _select(entries: Sequence[_Entry], node: Sequence[GpuModel]) -> _Selection:
         for index, gpu in enumerate(node):
             if entry.selects(index, gpu):
                 chosen[index].append(entry)
+    if all(len(c) < 2 for c in chosen):  # no GPU selected twice: no overlaps (most configs, one entry each)
+        none = ((),) * len(node)
+        return _Selection(tuple(map(tuple, chosen)), none, (0,) * len(node))
     # One finding per (entry, earlier entry, model), naming every GPU index the two both select; it is
     # reported where the first of those GPUs is.
     groups: dict[tuple[int, int, str], list[int]] = {}
@@ -760,6 +763,9 @@ def _evaluate_node(
     results: list[_GpuOutcome] = []
     entry_paths: dict[int, str] = {}
     outcomes = explicit or strategy is not None  # catalogue mode without a strategy needs findings only
+    # (entry, model) whose geometry's findings are listed already: on the next GPU of that model the
+    # entry selects they are the same findings, which merging would drop (8 x H100: one listing, not 8).
+    listed_geometries: set[tuple[int, str]] = set()
     for index, gpu in enumerate(node):
         chosen = selection.chosen[index]
         if not chosen:
@@ -804,8 +810,10 @@ def _evaluate_node(
                 results.append(_GpuOutcome(index, gpu, last.path, True))
             continue
         geometry = ctx.geometry(last, gpu)
-        # Catalogue mode credits every finding to each model of the group when merging.
-        findings.extend(geometry.credited(gpu.name) if explicit else geometry.findings)
+        if geometry.findings and (id(last), gpu.name) not in listed_geometries:
+            listed_geometries.add((id(last), gpu.name))
+            # Catalogue mode credits every finding to each model of the group when merging.
+            findings.extend(geometry.credited(gpu.name) if explicit else geometry.findings)
         errors += geometry.errors
         if outcomes:
             entry_paths[index] = last.path
@@ -1050,7 +1058,12 @@ class _Context:
     verdicts per distinct list of entries, geometries per (entry, profile table), did-you-mean hints."""
 
     def __init__(
-        self, cat: Catalogue, node: Sequence[GpuModel] | None, strategy: Strategy | None, only: GpuModel | None = None
+        self,
+        cat: Catalogue,
+        node: Sequence[GpuModel] | None,
+        strategy: Strategy | None,
+        only: GpuModel | None = None,
+        share: _Context | None = None,
     ) -> None:
         self.cat = cat
         self.node = tuple(node) if node else None
@@ -1058,10 +1071,16 @@ class _Context:
         self.only = only  # catalogue mode on this one (MIG-capable) model
         # (root, entry paths or their number, entry keys) -> verdict: see `report`
         self._verdicts: dict[tuple[str, tuple[str, ...] | int, tuple[_EntryKey, ...]], _Verdict] = {}
+        # What does not depend on the question (an entry's geometry on a profile table, a key resolved on
+        # a table, a hint) is shared with `share`, another question on the same file (`Validation`).
         # (entry path, entry items, table id) -> geometry
-        self._geometries: dict[tuple[str, tuple[tuple[str, int], ...], str], _Geometry] = {}
-        self._hints: dict[tuple[str, tuple[str, ...]], _Lazy] = {}  # (key, the table's profile names)
-        self._items: dict[tuple[str, str], dict[str, _Item]] = {}  # (mig-devices path, table id) -> key -> item
+        self.geometries: dict[tuple[str, tuple[tuple[str, int], ...], str], _Geometry] = (
+            {} if share is None else share.geometries
+        )
+        # (key, the table's profile names)
+        self.hints: dict[tuple[str, tuple[str, ...]], _Lazy] = {} if share is None else share.hints
+        # (mig-devices path, table id) -> key -> item
+        self.items: dict[tuple[str, str], dict[str, _Item]] = {} if share is None else share.items
         # Catalogue models grouped by profile table, in catalogue order (what an unfiltered config sees).
         tables: dict[str, list[GpuModel]] = {}
         for gpu in cat.gpus:
@@ -1073,18 +1092,18 @@ class _Context:
         found = entry.geometries.get(table_id)
         if found is None:
             key = (entry.path, entry.items, table_id)
-            found = self._geometries.get(key)
+            found = self.geometries.get(key)
             if found is None:
-                found = self._geometries[key] = _geometry(entry, gpu, self)
+                found = self.geometries[key] = _geometry(entry, gpu, self)
             entry.geometries[table_id] = found
         return found
 
     def resolver(self, devices_path: str, gpu: GpuModel) -> Callable[[ProfileCount], _Item]:
         """Resolve the keys of one mig-devices map on one GPU model, each key once per call."""
         table_id = _table(gpu).id
-        cache = self._items.get((devices_path, table_id))
+        cache = self.items.get((devices_path, table_id))
         if cache is None:
-            cache = self._items[(devices_path, table_id)] = {}
+            cache = self.items[(devices_path, table_id)] = {}
 
         def resolve(item: ProfileCount) -> _Item:
             found = cache.get(item.key)
@@ -1095,13 +1114,13 @@ class _Context:
         return resolve
 
     def did_you_mean(self, item: ProfileCount, gpu: GpuModel) -> _Lazy:
-        # Keyed by what the text depends on, so equal hints are one object (see `_identity`).
+        # Keyed by what the text depends on, so equal hints are one object (see `_merge`).
         key = (item.key, _table(gpu).names)
-        found = self._hints.get(key)
+        found = self.hints.get(key)
         if found is None:
             cat = self.cat  # not `self`: the hint must not refer back to the context (no reference cycle)
             profile = item.profile
-            found = self._hints[key] = _Lazy(lambda: _did_you_mean(profile, gpu, cat))
+            found = self.hints[key] = _Lazy(lambda: _did_you_mean(profile, gpu, cat))
         return found
 
     def report(self, name: str, entries: Sequence[MigConfigEntry]) -> ConfigReport:
@@ -1130,7 +1149,8 @@ class _Context:
         problems = _config_findings(name) + _render(merged[:MAX_PROBLEMS], prefix)
         if len(merged) > MAX_PROBLEMS:
             problems.append(_truncated(config_path, merged[MAX_PROBLEMS:]))
-        return ConfigReport(name, tuple(problems), gpus=gpus, fits=verdict.fits)
+        fits_no_gpu = self.node is None and any(rule == "fits-no-gpu" for _, rule, *_ in merged)
+        return ConfigReport(name, tuple(problems), gpus=gpus, fits=verdict.fits, fits_no_gpu=fits_no_gpu)
 
     def _evaluate(self, root: str, raw: Sequence[MigConfigEntry], paths: Sequence[str]) -> _Verdict:
         findings: list[_Finding] = []
@@ -1175,6 +1195,50 @@ def validate_on_model(
         return _Context(cat or catalogue(), None, strategy, model).report(name, config.entries(name))
 
 
+class Validation:
+    """One file's configs judged on a node and against the catalogue, the work shared: each entry's
+    geometry on a profile table, each key resolved on a table and each hint is computed once for both
+    questions and every config (`migops.mig.fit.fit_all` asks both of each config). Configs with the
+    same entries share one verdict per question.
+
+    Call it with the cyclic collector paused (`paused_gc`) and drop it before the collector resumes, as
+    `validate` does: the shared work is many small objects, which the collector would walk for nothing."""
+
+    def __init__(
+        self,
+        config: MigPartedConfig,
+        node: Sequence[GpuModel] | None = None,
+        strategy: Strategy | None = None,
+        cat: Catalogue | None = None,
+    ) -> None:
+        cat = cat or catalogue()
+        self._by_name: dict[str, tuple[MigConfigEntry, ...]] = {}
+        for config_name, entries in config.configs:
+            self._by_name.setdefault(config_name, entries)  # the first of a name, as MigPartedConfig.entries() finds
+        self._catalogue = _Context(cat, None, strategy)
+        self._node = _Context(cat, node, strategy, share=self._catalogue) if node else None
+
+    def entries(self, name: str) -> tuple[MigConfigEntry, ...]:
+        """The entries of config `name` (KeyError if the file has none of that name)."""
+        return self._by_name[name]
+
+    def on_node(self, names: Sequence[str]) -> tuple[ConfigReport, ...]:
+        """The named configs on the node (`validate_on_node` of each)."""
+        if self._node is None:
+            raise ValueError("no node to judge the configs on")
+        return self._reports(self._node, names)
+
+    def against_catalogue(self, names: Sequence[str]) -> tuple[ConfigReport, ...]:
+        """The named configs against the catalogue (`validate_against_catalogue` of each)."""
+        return self._reports(self._catalogue, names)
+
+    def _reports(self, ctx: _Context, names: Sequence[str]) -> tuple[ConfigReport, ...]:
+        for n in names:
+            if n not in self._by_name:
+                raise KeyError(n)
+        return tuple(ctx.report(n, self._by_name[n]) for n in names)
+
+
 def validate(
     config: MigPartedConfig,
     names: Sequence[str] | None = None,
@@ -1183,15 +1247,9 @@ def validate(
     cat: Catalogue | None = None,
 ) -> tuple[ConfigReport, ...]:
     """Validate the named configs (all of them by default), on a node when one is given."""
-    ctx = _Context(cat or catalogue(), node or None, strategy)
-    by_name: dict[str, tuple[MigConfigEntry, ...]] = {}
-    for config_name, entries in config.configs:
-        by_name.setdefault(config_name, entries)  # the first of a name, as MigPartedConfig.entries() finds
     chosen = list(names) if names is not None else [n for n, _ in config.configs]
-    for n in chosen:
-        if n not in by_name:
-            raise KeyError(n)
     with paused_gc():
-        reports = tuple(ctx.report(n, by_name[n]) for n in chosen)
-        del ctx  # free the shared work before the collector resumes, or its first pass would walk it all
+        validation = Validation(config, node or None, strategy, cat)
+        reports = validation.on_node(chosen) if node else validation.against_catalogue(chosen)
+        del validation  # free the shared work before the collector resumes, or its first pass would walk it all
     return reports

@@ -13,21 +13,23 @@ import shutil
 import sys
 from collections.abc import Iterator, Sequence
 from dataclasses import replace
-from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from migops import report
-from migops.mig.catalogue import GpuModel, UnknownGpuError, catalogue, raw_catalogue
-from migops.mig.fit import NodeGpus, fit_all
-from migops.mig.problems import MigError, Problem, key_path
-from migops.mig.sources import ConfigSource, read_file
-from migops.mig.spec import MigPartedConfig, no_config_problems
-from migops.mig.validate import STRATEGIES
-from migops.mig.yamlsafe import load_yaml
-from migops.outputs import document
-from migops.render import draw_layout, table
-from migops.report import Checked, Run, emit_json, node_text, problem_line
+from migops.mig.strategy import STRATEGIES
 from migops.usage import EXIT_INVALID, EXIT_OK, UsageError
+
+if TYPE_CHECKING:
+    from migops.mig.catalogue import GpuModel
+    from migops.mig.fit import NodeGpus
+    from migops.mig.problems import Problem
+    from migops.mig.sources import ConfigSource
+    from migops.mig.spec import MigPartedConfig
+    from migops.report import Checked, Run
+
+# The MIG core is imported where a command runs, not with this module: every command line registers
+# these commands, and `migops --version` or `migops reconcile` must not pay for loading the validator
+# (tests/cli/test_startup.py, bench/cli_startup.py).
 
 SUFFIXES = (".yaml", ".yml", ".json")
 
@@ -146,6 +148,8 @@ def expand_inputs(names: Sequence[str]) -> Iterator[tuple[str, bool]]:
 
 
 def resolve_gpus(names: Sequence[str]) -> list[GpuModel]:
+    from migops.mig.catalogue import UnknownGpuError, catalogue
+
     cat = catalogue()
     try:
         return [cat.resolve(n) for n in names]
@@ -154,12 +158,16 @@ def resolve_gpus(names: Sequence[str]) -> list[GpuModel]:
 
 
 def _print_problems(problems: Sequence[Problem], file: str, indent: str = "  ") -> None:
+    from migops.report import problem_line
+
     for p in problems:
         print(f"{indent}{problem_line(file, p)}")
 
 
 def _split_notes(config: MigPartedConfig, names: Sequence[str]) -> tuple[list[Problem], dict[str, list[Problem]]]:
     """Reading notes of the whole source, and those that belong to one config (by path)."""
+    from migops.mig.problems import key_path
+
     prefixes = {name: key_path("mig-configs", name) for name in names}
     whole: list[Problem] = []
     per: dict[str, list[Problem]] = {name: [] for name in names}
@@ -173,6 +181,8 @@ def _split_notes(config: MigPartedConfig, names: Sequence[str]) -> tuple[list[Pr
 
 def _question(node: Sequence[GpuModel]) -> NodeGpus | None:
     """--gpu given: that node, exactly; none: the catalogue (migops.mig.fit)."""
+    from migops.mig.fit import NodeGpus
+
     return NodeGpus(tuple(node), True) if node else None
 
 
@@ -180,6 +190,11 @@ def check_source(
     file: str, source: ConfigSource, node: Sequence[GpuModel], strategy: str | None, selected: str | None
 ) -> Checked:
     """Validate one config source; every problem located in the file."""
+    from migops.mig.fit import fit_all
+    from migops.mig.problems import MigError
+    from migops.mig.spec import no_config_problems
+    from migops.report import Checked
+
     config = source.config
     if config is None:
         return Checked(file, source.object, source.line, False, source.problems)
@@ -206,6 +221,9 @@ def check(
 ) -> Run:
     """Read and validate every input; a file found in a directory (or named, with skip_unrelated) that is
     neither a manifest stream nor mentions mig-configs is not a MIG config and is only counted."""
+    from migops.mig.sources import read_file
+    from migops.report import Run
+
     checked: list[Checked] = []
     skipped = []
     ignored = []
@@ -231,7 +249,11 @@ def check(
 
 def _nodes_file(name: str, data: bytes) -> bool | None:
     """True for a config repo's nodes.yaml (gitops.check.is_nodes_file: by name, or by shape), else None."""
+    if b"assignments" not in data and not Path(name).name.startswith("nodes."):
+        return None  # named like no nodes file (gitops.check.NAMES) and not shaped like one: gitops stays unloaded
     from migops.gitops.check import NAMES, is_nodes_file
+    from migops.mig.problems import MigError
+    from migops.mig.yamlsafe import load_yaml
 
     if Path(name).name in NAMES:
         return True
@@ -248,6 +270,7 @@ def check_nodes_file(file: str, name: str, data: bytes, node: Sequence[GpuModel]
     """A nodes.yaml, checked with the config.yaml beside it (gitops.check)."""
     from migops.gitops.check import check_nodes
     from migops.gitops.repo import CONFIG_FILE
+    from migops.report import Checked
 
     beside = Path(name).parent / CONFIG_FILE if name != "-" else Path(CONFIG_FILE)
     config_text = beside.read_bytes() if beside.is_file() else None
@@ -257,6 +280,8 @@ def check_nodes_file(file: str, name: str, data: bytes, node: Sequence[GpuModel]
 
 
 def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version  # SARIF output only
+
     try:
         return version("migops")
     except PackageNotFoundError:  # pragma: no cover - running from a source tree without installing
@@ -265,6 +290,10 @@ def _version() -> str:
 
 def _load_one(args: argparse.Namespace, listing: str) -> tuple[str, list[GpuModel], MigPartedConfig | None]:
     """`plan`: one file with exactly one config source; usage errors raise, an unparseable one is reported."""
+    from migops.mig.sources import read_file
+    from migops.outputs import document
+    from migops.report import emit_json
+
     data = read_input(args.file)
     node = resolve_gpus(args.gpu)
     file = "<stdin>" if args.file == "-" else args.file
@@ -291,6 +320,9 @@ def _load_one(args: argparse.Namespace, listing: str) -> tuple[str, list[GpuMode
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
+    from migops import report
+    from migops.report import emit_json
+
     node = resolve_gpus(args.gpu)
     run = check(args.inputs, node, args.strategy, args.config, args.skip_unrelated)
     if args.output == "json":
@@ -310,6 +342,12 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
+    from migops.mig.fit import fit_all
+    from migops.mig.problems import MigError
+    from migops.outputs import document
+    from migops.render import draw_layout
+    from migops.report import emit_json, node_text
+
     file, node, config = _load_one(args, "gpus")
     if config is None:
         return EXIT_INVALID
@@ -375,6 +413,11 @@ def cmd_gpus(args: argparse.Namespace) -> int:
         from migops.commands_agent import cmd_probe
 
         return cmd_probe(args)
+    from migops.mig.catalogue import catalogue, raw_catalogue
+    from migops.outputs import document
+    from migops.render import table
+    from migops.report import emit_json
+
     cat = catalogue()
     if args.output == "json":
         raw = raw_catalogue()

@@ -14,6 +14,10 @@ Fixtures:
   node                                  function  name of a fresh, unlabelled Node (deleted after)
   real_node                             session  RealNodeCluster: a second control plane serving pods
                                                  and the real node migops-node running them (root)
+
+The session ends with one line per tier (top-level test directory: tests/mig, tests/webhook, ...): its
+tests by outcome and the seconds they took, then the total (TierSummary), so a regression in either
+shows in every CI log.
 """
 
 from __future__ import annotations
@@ -21,7 +25,9 @@ from __future__ import annotations
 import atexit
 import re
 import signal
+import time
 import uuid
+from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,6 +43,65 @@ if TYPE_CHECKING:
     from migops.local.realnode import RealNode
 
 ClientFactory = Callable[[Path], "ApiClient"]
+
+
+# An outcome overrides another of lower rank: a test that passed and then failed its teardown is an error.
+_RANK = {"passed": 0, "skipped": 1, "xfailed": 1, "xpassed": 1, "error": 2, "failed": 3}
+
+
+def _outcome(report: pytest.TestReport) -> str | None:
+    """The test's outcome as this phase decides it (pytest's own categories), or None for a phase that
+    passed without deciding anything (setup and teardown)."""
+    if report.failed:
+        return "failed" if report.when == "call" else "error"
+    if report.skipped:
+        return "xfailed" if hasattr(report, "wasxfail") else "skipped"
+    if report.when == "call":
+        return "xpassed" if hasattr(report, "wasxfail") else "passed"
+    return None
+
+
+def _tier(nodeid: str) -> str:
+    """tests/mig/test_fit.py::test_x -> tests/mig (a test file at the top: its directory)."""
+    parts = nodeid.split("::", 1)[0].split("/")
+    return "/".join(parts[:-1][:2]) or "."
+
+
+class TierSummary:
+    """Per tier: how many tests had each outcome, and the seconds their setup, call and teardown took."""
+
+    def __init__(self) -> None:
+        self.started = time.monotonic()
+        self.tests: dict[str, tuple[str, float]] = {}  # node id -> (outcome, seconds)
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        outcome, seconds = self.tests.get(report.nodeid, ("passed", 0.0))
+        found = _outcome(report)
+        if found is not None and (report.nodeid not in self.tests or _RANK[found] > _RANK[outcome]):
+            outcome = found
+        self.tests[report.nodeid] = (outcome, seconds + report.duration)
+
+    def pytest_terminal_summary(self, terminalreporter: pytest.TerminalReporter) -> None:
+        if not self.tests:
+            return
+        tiers: dict[str, tuple[Counter[str], float]] = {}
+        for nodeid, (outcome, seconds) in sorted(self.tests.items()):
+            counts, total = tiers.get(_tier(nodeid), (Counter(), 0.0))
+            counts[outcome] += 1
+            tiers[_tier(nodeid)] = (counts, total + seconds)
+        everything: Counter[str] = sum((c for c, _ in tiers.values()), Counter())
+        width = max(len(t) for t in [*tiers, "total"])
+        terminalreporter.write_sep("-", "tiers: tests, seconds")
+        for name, (counts, seconds) in [*tiers.items(), ("total", (everything, sum(s for _, s in tiers.values())))]:
+            outcomes = ", ".join(f"{counts[o]} {o}" for o in _RANK if counts[o])
+            line = f"{name:<{width}} {sum(counts.values()):>5} tests {seconds:>8.1f} s  {outcomes}"
+            if name == "total":
+                line += f"  (session {time.monotonic() - self.started:.1f} s wall)"
+            terminalreporter.write_line(line)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.pluginmanager.register(TierSummary(), "migops-tier-summary")
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -4,6 +4,10 @@ merged), else `~/.kube/config`, else the pod's service account; `--context` pick
 Merging follows kubectl (client-go's clientcmd loading rules): files that do not exist are skipped; for
 clusters, users and contexts the first file that names one wins; so does the first file that sets
 current-context. Relative certificate paths stay relative to the file that holds them.
+
+The Kubernetes client is imported where a client is made, not with this module: every command line
+registers `add_arguments`, and `migops validate` must not pay ~0.3 s to import a client it never uses
+(tests/cli/test_startup.py).
 """
 
 from __future__ import annotations
@@ -13,11 +17,10 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from kubernetes import client as k8s
-from kubernetes import config
-from kubernetes.config.config_exception import ConfigException
-from kubernetes.config.kube_config import KubeConfigLoader, KubeConfigMerger
+if TYPE_CHECKING:
+    from kubernetes import client as k8s
 
 ENV = "KUBECONFIG"
 KUBECONFIG_HELP = (
@@ -50,6 +53,8 @@ def locate(
     if kubeconfig:
         path = Path(kubeconfig).expanduser()
         if not path.is_file():
+            from kubernetes.config.config_exception import ConfigException
+
             raise ConfigException(f"--kubeconfig {kubeconfig}: no such file")
         return Found("--kubeconfig", (path,))
     listed = env.get(ENV, "")
@@ -66,6 +71,11 @@ def locate(
 def api_client(kubeconfig: str | Path | None = None, context: str | None = None) -> k8s.ApiClient:
     """Each client gets its own Configuration, so several identities in one process (the tests run
     them side by side) never share credentials through the client library's global default."""
+    from kubernetes import client as k8s
+    from kubernetes import config
+    from kubernetes.config.config_exception import ConfigException
+    from kubernetes.config.kube_config import KubeConfigLoader, KubeConfigMerger
+
     found = locate(kubeconfig)
     configuration = k8s.Configuration()
     if not found.paths:

@@ -19,7 +19,6 @@ import secrets
 import subprocess
 import sys
 import time
-import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -121,6 +120,8 @@ def start(
         "--log-level=info",
     ]
     log = workdir / "logs" / "reconciler.log"
+    import urllib.request  # here, not with the module: `migops validate` registers this module's arguments
+
     popen, ref_ = spawn(argv, log)
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -140,6 +141,8 @@ def start(
 def notify(url: str, secret_file: Path, revision: str = "") -> int:
     """POST a push event to the reconciler's /hook, signed as GitHub signs it (X-Hub-Signature-256):
     what a git host does after a push, so the commit is synced at once. The HTTP status."""
+    import urllib.request
+
     body = json.dumps({"ref": "refs/heads/main", "after": revision}).encode()
     signature = hmac.new(secret_file.read_bytes().strip(), body, hashlib.sha256).hexdigest()
     request = urllib.request.Request(

@@ -3,7 +3,11 @@ text's own errors on every question, and the compute-instance packing the valida
 
 from __future__ import annotations
 
+import sys
 from collections import Counter
+from pathlib import Path
+
+import pytest
 
 from migops.mig.catalogue import catalogue
 from migops.mig.fit import NodeGpus, fit, fit_all
@@ -88,10 +92,58 @@ def test_a_config_that_fits_no_model_is_explained_on_the_node() -> None:
     assert rules(on_node) == {"unknown-profile"}  # why on its GPUs; no closest-model findings of other GPUs
 
 
+def test_a_config_that_fits_no_model_past_the_problem_limit_is_explained_on_the_node() -> None:
+    """60 profile names no GPU has: the catalogue report lists 100 problems and counts the rest, its
+    `fits-no-gpu` among them; a node's question still takes none of the other models' findings."""
+    keys = ", ".join(f'"{g}g.{m}gb": 1' for g in (1, 2, 3) for m in range(201, 221))
+    config = parse_config(
+        f"version: v1\nmig-configs:\n  odd:\n    - devices: all\n      mig-enabled: true\n      mig-devices: {{{keys}}}\n"
+    )
+    catalogue_report = fit(config, "odd", None).report
+    assert catalogue_report.fits_no_gpu and "problems-truncated" in rules(catalogue_report)
+    assert "fits-no-gpu" not in rules(catalogue_report)  # past the limit, counted
+    on_node = fit(config, "odd", NodeGpus((H100,) * 8, True))
+    assert rules(on_node) == {"unknown-profile"}
+    assert all(p.message.startswith("on H100-SXM5-80GB: ") for p in on_node.errors)
+
+
 def test_fit_all_is_fit_for_each_config() -> None:
     for gpus in (None, NodeGpus((A100,) * 8, True), NodeGpus((A100,), False)):
         batch = fit_all(CONFIG, None, gpus, "mixed")
         assert [f.report for f in batch] == [fit(CONFIG, n, gpus, "mixed").report for n in CONFIG.names()]
+
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
+import _shapes  # noqa: E402  (bench/_shapes.py: the worst-case generators)
+
+# The worst-case shapes, small: every kind of finding (filtered entries on named models, unknown
+# profiles, overlaps, out-of-range and repeated indices, huge counts, configs that fit no model).
+SMALL_SHAPES = {
+    "repeated": {"configs": 120},
+    "distinct": {"configs": 400},
+    "aliases": {"configs": 40},
+    "entries": {"configs": 4, "per_config": 40},
+    "indices": {"configs": 4, "per_config": 300},
+    "counts": {"configs": 200},
+    "profiles": {"configs": 30, "per_config": 20},
+    "filters": {"configs": 40, "per_entry": 12},
+}
+MIXED_NODE = tuple(CAT.resolve(i) for i in ("0x20B010DE", "0x233010DE", "0x20B710DE", "0x2BB510DE", "0x294110DE"))
+
+
+@pytest.mark.parametrize("shape", sorted(SMALL_SHAPES))
+def test_fit_all_skips_only_catalogue_reports_that_change_nothing(shape: str) -> None:
+    """fit_all asks the catalogue only where it can change a node or model verdict (needs_catalogue);
+    fit always asks it. Same verdicts, on nodes where most configs fail and where some pass."""
+    config = parse_config(_shapes.SHAPES[shape][0](**SMALL_SHAPES[shape]))
+    names = list(config.names())
+    for gpus, strategy in (
+        (NodeGpus((H100,) * 8, True), None),
+        (NodeGpus(MIXED_NODE, True), "mixed"),
+        (NodeGpus((A100,), False), "single"),
+    ):
+        batch = [f.report for f in fit_all(config, None, gpus, strategy)]
+        assert batch == [fit(config, n, gpus, strategy).report for n in names], (shape, gpus, strategy)
 
 
 def test_advertisement_of_a_valid_node_question() -> None:

@@ -10,6 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from migops.mig.catalogue import catalogue
+from migops.mig.fit import NodeGpus, fit, fit_all
 from migops.mig.gfd import advertise
 from migops.mig.problems import MigError
 from migops.mig.profile import ProfileSyntaxError, parse_profile
@@ -429,6 +430,26 @@ def test_validate_never_raises(doc, node, strategy):
                 assert result.layout is not None
         if strategy is not None:
             advertise(report.gpus, strategy)
+
+
+@FUZZ
+@given(
+    config_docs,
+    st.lists(st.sampled_from(CAT.gpus), min_size=1, max_size=4),
+    st.booleans(),
+    st.sampled_from((None,) + STRATEGIES),
+)
+def test_fit_all_is_fit_for_each_config(doc, node, exact, strategy):
+    """fit_all skips the catalogue reports that cannot change a verdict (mig.fit.needs_catalogue); fit
+    never does: the verdicts agree."""
+    config = _parse_or_none(yaml.safe_dump(doc))
+    if config is None:
+        return
+    gpus = NodeGpus(tuple(node), True) if exact else NodeGpus(tuple(node[:1]), False)
+    names = [n for n, _ in config.configs]
+    assert [f.report for f in fit_all(config, None, gpus, strategy)] == [
+        fit(config, n, gpus, strategy).report for n in names
+    ]
 
 
 @FUZZ
