@@ -47,10 +47,10 @@ from migops.local.binaries import locate  # noqa: E402
 from migops.local.controlplane import ControlPlane  # noqa: E402
 from migops.local.ports import free_ports  # noqa: E402
 from migops.local.process import spawn, stop  # noqa: E402
-from migops.local.reconciler import LOCAL_RECONCILER_USER  # noqa: E402
 from migops.mig.catalogue import catalogue  # noqa: E402
 from migops.reconciler.status import install_crd  # noqa: E402
 from migops.webhook.registration import configurations, register, unregister  # noqa: E402
+from migops.webhook.state import DEFAULT_RECONCILER_USER  # noqa: E402
 from reconciler import hook_until_written, peak_rss_mib, reconciles, report, start_reconciler, wait_for  # noqa: E402
 
 WORKERS = int(os.environ.get("BENCH_WORKERS", "1"))
@@ -92,7 +92,7 @@ class Webhook:
             kubeconfig=plane.admin_kubeconfig,
             workers=WORKERS,
             threads=16,
-            reconciler_users=(LOCAL_RECONCILER_USER,),
+            reconciler_users=(DEFAULT_RECONCILER_USER,),
         )
         self.log = tmp / "webhook.log"
         self.popen, self.ref, self.url = local_webhook.spawn_ready(argv, port, bundle, self.log, 600)
@@ -228,7 +228,7 @@ def rollout(
     start = sorted(current)[0]
     repo.commit({"config.yaml": CONFIG_YAML, "nodes.yaml": nodes_yaml(every % start)})
     (port,) = free_ports(1)
-    identity = plane.kubeconfig_for(LOCAL_RECONCILER_USER, ("system:masters",))
+    identity = plane.kubeconfig_for(DEFAULT_RECONCILER_USER, ("system:masters",))
     proc = start_reconciler(repo.url, identity, tmp, port)
     out: dict[str, float] = {}
     try:

@@ -17,7 +17,6 @@ from webhook_helpers import DEFAULT_CONFIG, MANAGER, configmap, eventually
 
 from migops.kube import ssa
 from migops.kube.names import MANAGED_BY_ANNOTATION, MIG_CONFIG_LABEL, REVISION_ANNOTATION, UNMANAGED_LABEL
-from migops.local.reconciler import LOCAL_RECONCILER_USER
 from migops.reconciler.status import install_crd
 from migops.webhook.app import create_app
 from migops.webhook.server import migsync_reader
@@ -245,7 +244,7 @@ def test_only_the_reconciler_writes_the_revision_annotation(plane, api, kubectl)
     ):
         out = kubectl("annotate", "node", node, *args)
         assert out.returncode == 1, out.stdout
-        assert "[revision]" in out.stderr and LOCAL_RECONCILER_USER in out.stderr, out.stderr
+        assert "[revision]" in out.stderr and DEFAULT_RECONCILER_USER in out.stderr, out.stderr
     # Not through the status subresource either, nor with the node taken out of management.
     with pytest.raises(ApiException) as exc:
         k8s.CoreV1Api(api).patch_node_status(node, {"metadata": {"annotations": {REVISION_ANNOTATION: forged}}})
@@ -257,7 +256,7 @@ def test_only_the_reconciler_writes_the_revision_annotation(plane, api, kubectl)
         assert out.returncode == 1 and "[revision]" in out.stderr, out.stderr
     finally:
         assert kubectl("label", "node", node, f"{UNMANAGED_LABEL}-").returncode == 0
-    kubeconfig = plane.kubeconfig_for(LOCAL_RECONCILER_USER, ("system:masters",))
+    kubeconfig = plane.kubeconfig_for(DEFAULT_RECONCILER_USER, ("system:masters",))
     with plane.api_client(Path(kubeconfig)) as client:
         core = k8s.CoreV1Api(client)
         core.patch_node(node, {"metadata": {"annotations": {REVISION_ANNOTATION: forged}}})
