@@ -17,6 +17,7 @@ from typing import Any
 
 import orjson
 
+MAX_BODY = 8 << 20  # an AdmissionReview holds object and oldObject, each up to etcd's 1.5 MiB (app.py, worker.py)
 API_VERSION = "admission.k8s.io/v1"
 KIND = "AdmissionReview"
 MAX_WARNING = 120  # the API server's advice; longer ones may be truncated
