@@ -287,6 +287,8 @@ def fuzzed(i: int, seed: int = 0) -> tuple[str, bytes, object]:
     text = _DEEP.sub(lambda m: "[" * int(m.group(1)) + "]" * int(m.group(1)), json.dumps(doc))
     body = text.encode("utf-8", "surrogatepass")
     roll = rng.random()
+    if roll < 0.04:
+        uid = None  # the cut or the corrupted byte may fall in the uid: no answer to compare
     if roll < 0.02:
         body = body[: rng.randrange(len(body))]
     elif roll < 0.04:
@@ -368,6 +370,6 @@ def run(count: int, seed: int = 0, *, client: Any = None) -> tuple[dict[int, int
             errors.append((i, path, resp.data[:300]))
         if resp.status_code == 200:
             answer = json.loads(resp.data)["response"]
-            if answer["uid"] != uid or not isinstance(answer["allowed"], bool):
+            if (uid is not None and answer["uid"] != uid) or not isinstance(answer["allowed"], bool):
                 errors.append((i, path, b"answer for another uid, or no verdict: " + resp.data[:200]))
     return statuses, errors

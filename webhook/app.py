@@ -32,6 +32,7 @@ from migops.webhook.admission import (
     shorten,
 )
 from migops.webhook.cache import LRU
+from migops.webhook.memory import retained
 from migops.webhook.ratelog import RateLimitedLog
 from migops.webhook.state import Snapshot
 
@@ -39,10 +40,10 @@ log = logging.getLogger(__name__)
 bad_requests = RateLimitedLog(log, per_interval=10, interval=10.0)  # one line per bad request, at most 10 per 10 s
 errors = RateLimitedLog(log, per_interval=5, interval=10.0)
 
-# Verdicts are weighed by their bytes (message, warnings, patch) plus their key's (digests and values
-# of at most Kubernetes' limits: admission.check_object): 4 MiB of them whatever the requests hold.
+# Verdicts are weighed by the bytes they and their keys hold (memory.retained: the response kept
+# serialised, message, warnings, patch; digests and values of at most Kubernetes' limits,
+# admission.check_object): 4 MiB of them whatever the requests hold.
 CACHE_BYTES = 4 << 20
-_KEY_WEIGHT = 1024
 SYNC_WAIT = 2.0  # a review that arrives before the caches are synced waits at most this long
 JSON = "application/json"
 
@@ -180,7 +181,8 @@ def create_app(
                     if cached is None:
                         metrics.child(metrics.CACHE, "miss").inc()
                         verdict = rule[1](req, snap)
-                        verdicts.put(key, verdict, weight=verdict.weight + _KEY_WEIGHT)
+                        verdict.body(req.uid)  # serialised now, so that it is weighed with the rest
+                        verdicts.put(key, verdict, weight=retained(key, verdict, limit=cache_bytes))
                     else:
                         metrics.child(metrics.CACHE, "hit").inc()
                         verdict = cached
