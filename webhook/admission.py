@@ -333,11 +333,6 @@ class Verdict:
         per verdict (a cached verdict is answered again and again)."""
         return _HEAD + json.dumps(uid).encode() + self._tail
 
-    @property
-    def weight(self) -> int:
-        """About the bytes it holds (its response, kept serialised, and its fields): the verdict cache's measure."""
-        return 2 * len(self._tail) + 200
-
     @cached_property
     def _tail(self) -> bytes:
         response: dict[str, Any] = {"allowed": self.allowed}
