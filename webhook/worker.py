@@ -223,11 +223,11 @@ class ThreadWorker(gthread.ThreadWorker):
     def _wait(self, conn: Conn, phase: str, deadline: float) -> None:
         """Put `conn` in the poller (or keep it there) in `phase`, to be cut at `deadline`."""
         conn.phase = phase
-        self._deadline(conn, deadline)
         if conn not in self.waiting:
             self.waiting.add(conn)
             conn.events = selectors.EVENT_READ
             self.poller.register(conn.sock, conn.events, partial(self._ready, conn))
+        self._deadline(conn, deadline)
 
     def _deadline(self, conn: Conn, deadline: float) -> None:
         if self._stopping is not None and conn.phase == _IDLE:
@@ -235,6 +235,11 @@ class ThreadWorker(gthread.ThreadWorker):
         conn.deadline = deadline
         conn.serial += 1
         heapq.heappush(self.deadlines, (deadline, conn.serial, next(self._tiebreak), conn))
+        if len(self.deadlines) > 4 * len(self.waiting) + 1024:
+            # Superseded entries go when their time comes; under a high request rate with a 75 s
+            # keepalive that is many, so they are dropped here too, in one pass now and then.
+            self.deadlines = [e for e in self.deadlines if e[1] == e[3].serial and e[3] in self.waiting]
+            heapq.heapify(self.deadlines)
 
     def _unwait(self, conn: Conn) -> None:
         if conn in self.waiting:
