@@ -70,7 +70,7 @@ def decode(body: bytes) -> object:
         try:
             doc = json.loads(body)
         except RecursionError:
-            raise BadReview(f"body nests deeper than {MAX_DEPTH} levels") from None
+            raise BadReview(f"body is not JSON nested at most {MAX_DEPTH} levels deep") from None
     deep = too_deep(doc)
     if deep is not None:
         raise BadReview(f"{deep}: nested deeper than {MAX_DEPTH} levels (no object this webhook reviews comes near)")

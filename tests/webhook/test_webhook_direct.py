@@ -76,7 +76,7 @@ def _pod_limit(value: Any) -> dict:
         (_policy_with(migManager={"config": _deep(300)}), 400, "nested deeper than 100 levels"),
         (_fuzz.review({**_fuzz.pod(), "spec": {"containers": {"c": 1}}}), 400, "spec.containers: must be a list"),
         # Deeper than orjson reads (1,024): the stdlib's fallback recursed; a 400 either way.
-        (_pod_limit(_deep(5000)), 400, "nests deeper than 100 levels"),
+        (_pod_limit(_deep(5000)), 400, "not JSON nested at most 100 levels deep"),
         # Within the bound, deep values are the rules' business: a verdict.
         (_pod_limit(_deep(90)), 200, ""),
     ],
