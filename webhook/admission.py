@@ -333,6 +333,12 @@ class Verdict:
         per verdict (a cached verdict is answered again and again)."""
         return _HEAD + json.dumps(uid).encode() + self._tail
 
+    @property
+    def weight(self) -> int:
+        """The bytes it holds: its response, kept serialised, and its fields (at most as many again) and
+        their objects: the verdict cache's measure."""
+        return 2 * len(self._tail) + 1024
+
     @cached_property
     def _tail(self) -> bytes:
         response: dict[str, Any] = {"allowed": self.allowed}

@@ -32,7 +32,6 @@ from migops.webhook.admission import (
     shorten,
 )
 from migops.webhook.cache import LRU
-from migops.webhook.memory import retained
 from migops.webhook.ratelog import RateLimitedLog
 from migops.webhook.state import Snapshot
 
@@ -40,10 +39,12 @@ log = logging.getLogger(__name__)
 bad_requests = RateLimitedLog(log, per_interval=10, interval=10.0)  # one line per bad request, at most 10 per 10 s
 errors = RateLimitedLog(log, per_interval=5, interval=10.0)
 
-# Verdicts are weighed by the bytes they and their keys hold (memory.retained: the response kept
-# serialised, message, warnings, patch; digests and values of at most Kubernetes' limits,
-# admission.check_object): 4 MiB of them whatever the requests hold.
+# Verdicts are weighed by the bytes they hold (Verdict.weight: flat strings, checked against
+# memory.retained by tests/webhook/test_webhook_memory.py) plus a fixed allowance for their keys
+# (digests and values of at most Kubernetes' limits, admission.check_object; the state's versions and
+# settings they name are shared): 4 MiB of them whatever the requests hold.
 CACHE_BYTES = 4 << 20
+_KEY_WEIGHT = 1024
 SYNC_WAIT = 2.0  # a review that arrives before the caches are synced waits at most this long
 JSON = "application/json"
 
@@ -181,8 +182,7 @@ def create_app(
                     if cached is None:
                         metrics.child(metrics.CACHE, "miss").inc()
                         verdict = rule[1](req, snap)
-                        verdict.body(req.uid)  # serialised now, so that it is weighed with the rest
-                        verdicts.put(key, verdict, weight=retained(key, verdict, limit=cache_bytes))
+                        verdicts.put(key, verdict, weight=verdict.weight + _KEY_WEIGHT)
                     else:
                         metrics.child(metrics.CACHE, "hit").inc()
                         verdict = cached

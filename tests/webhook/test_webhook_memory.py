@@ -131,3 +131,18 @@ def test_a_remembered_parse_failure_holds_no_review() -> None:
     gc.collect()
     assert first() is None and second() is None, "a cached failure keeps a review's frame alive"
     checks.forget()
+
+
+def test_a_verdicts_weight_covers_what_it_holds() -> None:
+    """The verdict cache weighs a verdict by its serialised response (Verdict.weight): at least what
+    it really holds, for allowances, denials with long messages and warnings, and patches."""
+    import json as _json
+
+    app = _fuzz.app()
+    client = app.test_client()
+    for path, doc in _fuzz.seeds():
+        client.post(path, data=_json.dumps(doc), content_type="application/json")
+    verdicts = list(app.extensions["migops.verdicts"]._items.values())
+    assert len(verdicts) > 10
+    for verdict, weight in verdicts:
+        assert retained(verdict) <= weight, (verdict, retained(verdict), weight)
