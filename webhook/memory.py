@@ -5,7 +5,8 @@ free, but after such a free it raises its mmap threshold to that size (up to 32 
 comes from the heap, where the freed space stays mapped between live objects: a worker grew by 125 MiB
 over 3,000 large reviews while Python held 35 MiB (bench/webhook_adversarial.py). A fixed threshold keeps
 large blocks mmapped (returned at once), and two arenas keep 16 threads from each holding their own
-heap. No effect outside glibc (musl, macOS): the call is skipped.
+heap. No effect outside glibc (musl, macOS): the call is skipped. And `retained`: what a cache entry
+really holds, the measure of the webhook's memos.
 """
 
 from __future__ import annotations
@@ -65,7 +66,7 @@ def retained(*objs: object, shared: tuple[type, ...] = (), limit: int | None = N
     containers, dataclass fields, __dict__ and __slots__), each object once, leaving out classes,
     modules, functions, the singletons and instances of `shared` (with what they reach).
 
-    The caches weigh their entries with this, not with a guess per kind: a guess of 24 bytes per
+    The MIG memos (webhook/checks.py) weigh their entries with this, not with a guess per kind: a guess of 24 bytes per
     character of config text kept a parsed 1 MB file as 24 MB when it held 40, and a report guessed
     at 4 KB pinned its config's whole parsed entries through its key (issue 31 item 4:
     +58.5 MiB of RSS after 1,500 MIG ConfigMap reviews). tests/webhook/test_webhook_memory.py checks
