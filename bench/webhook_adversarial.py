@@ -1,4 +1,5 @@
-"""The webhook's memory under a flood of distinct adversarial reviews (issue 21 item 2; prints figures).
+"""The webhook under adversarial clients: memory (issue 21 item 2, issue 31 item 4) and slow clients
+(issue 31 item 3); prints figures.
 
 Once, 80 direct Node reviews with 4 MB nvidia.com/mig.config values grew a worker from 181 to 516 MiB,
 never released: the verdict cache's keys held the raw values. Here one `migops webhook` worker (on a
@@ -13,10 +14,22 @@ as a client inside the cluster could without the NetworkPolicy, cycling through:
   - Pods requesting 20 distinct 1 KB MIG resource names,
   - ClusterPolicies with a distinct 100 KB migManager section,
   - badly typed reviews (lists where label values belong, a string for metadata: 400).
-The worker's RSS after the flood and its peak (VmHWM) are printed beside the start. Target: within 50 MB
-of the start.
+They are sent by two clients at once (as the trial of issue 31 did). The worker's RSS after the flood
+and its peak (VmHWM) are printed beside the start. Target: within 50 MB of the start.
 
-Usage: .venv/bin/python bench/webhook_adversarial.py   (BENCH_REVIEWS, default 10000)
+The ConfigMap-heavy set (issue 31 item 4: +58.5 MiB after 1,500 of them): BENCH_CM_REVIEWS distinct
+labelled MIG ConfigMaps of 60 to 200 KB, every tenth of about 1 MiB, from two clients, on a fresh
+worker. Each is parsed and judged in full (most of a second here), so the default is 1,500; the
+target is the same +50 MB.
+
+Slow clients (issue 31 item 3): the webhook registered with the API server, 40 slow-body connections
+kept open (each sends a POST header and then a byte every 5 s; when the worker cuts one after its read
+deadline, it reconnects at once), and meanwhile, for BENCH_SLOW_SECONDS (30), fast reviews: direct
+reviews of the MIG ConfigMap from two clients, and dry-run applies of it through the API server (refused
+if the webhook does not answer: failurePolicy Fail). p50/p99 of both; target p99 <= 1 s.
+
+Usage: .venv/bin/python bench/webhook_adversarial.py   (BENCH_REVIEWS, default 10000; BENCH_CM_REVIEWS,
+default 1500; BENCH_SLOW_SECONDS, default 30; BENCH_PHASES, default "mixed,configmaps,slow")
 """
 
 from __future__ import annotations
@@ -25,12 +38,17 @@ import json
 import os
 import re
 import ssl
+import statistics
 import sys
 import tempfile
+import threading
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 
+import _shapes  # bench/: the script's own directory is on sys.path
+import _slow
 import urllib3
 
 from migops.kube import ssa
@@ -41,10 +59,14 @@ from migops.local.controlplane import ControlPlane
 from migops.local.ports import free_ports
 from migops.local.process import stop
 from migops.mig.catalogue import catalogue
+from migops.webhook.registration import unregister
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_CONFIG = (ROOT / "examples" / "nvidia-default-config.yaml").read_text()
 REVIEWS = int(os.environ.get("BENCH_REVIEWS", "10000"))
+CM_REVIEWS = int(os.environ.get("BENCH_CM_REVIEWS", "1500"))
+SLOW_SECONDS = float(os.environ.get("BENCH_SLOW_SECONDS", "30"))
+PHASES = os.environ.get("BENCH_PHASES", "mixed,configmaps,slow").split(",")
 CM_NAME, CM_NS = "default-mig-parted-config", "gpu-operator"
 
 
@@ -162,9 +184,196 @@ def adversarial(i: int) -> bytes:
     return review("Node", bad)
 
 
+def heavy_configmap(i: int) -> bytes:
+    """A distinct labelled MIG ConfigMap of 60 to 200 KB (every tenth about 1 MiB): the set of issue 31 item 4."""
+    size = 1_000_000 if i % 10 == 9 else (60_000, 100_000, 140_000, 200_000)[i % 4]
+    text = _shapes.distinct(configs=max(4, size // 120), seed=i + 1)
+    if len(text) > size:
+        text = text[: text.rfind("\n  ", 0, size)] + "\n"
+    cm = {
+        "metadata": {"name": f"heavy-{i}", "namespace": CM_NS, "labels": {"migops.io/mig-config": "true"}},
+        "data": {"config.yaml": text},
+    }
+    return review("ConfigMap", cm)
+
+
+def pool_for(port: int, bundle: bytes, read: float = 60) -> urllib3.HTTPSConnectionPool:
+    return urllib3.HTTPSConnectionPool(
+        "127.0.0.1",
+        port,
+        ssl_context=ssl.create_default_context(cadata=bundle.decode()),
+        maxsize=1,
+        timeout=urllib3.Timeout(connect=5, read=read),
+        retries=False,
+    )
+
+
+def worker_pid(popen) -> int:
+    (worker,) = [
+        int(p) for task in Path(f"/proc/{popen.pid}/task").iterdir() for p in (task / "children").read_text().split()
+    ]
+    return worker
+
+
+def two_clients(port: int, bundle: bytes, count: int, body: Callable[[int], bytes], worker: int) -> dict[int, int]:
+    """`count` reviews, body(i), from two clients at once (each its own connection); statuses."""
+    statuses: dict[int, int] = {}
+    lock = threading.Lock()
+    done = [0]
+    began = time.monotonic()
+
+    def client(first: int) -> None:
+        pool = pool_for(port, bundle)
+        for i in range(first, count, 2):
+            try:
+                code = pool.request(
+                    "POST", "/validate", body=body(i), headers={"Content-Type": "application/json"}
+                ).status
+            except urllib3.exceptions.HTTPError as exc:
+                code = -1
+                print(f"  review {i}: {exc}", flush=True)
+            with lock:
+                statuses[code] = statuses.get(code, 0) + 1
+                done[0] += 1
+                if done[0] % max(1, count // 5) == 0:
+                    print(
+                        f"  {done[0]:6d} reviews: RSS {status_kib(worker, 'VmRSS') / 1024:7.1f} MiB "
+                        f"({time.monotonic() - began:.0f}s)",
+                        flush=True,
+                    )
+
+    threads = [threading.Thread(target=client, args=(first,)) for first in (0, 1)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return statuses
+
+
+def memory_phase(
+    name: str, plane: ControlPlane, tmpdir: Path, count: int, body: Callable[[int], bytes], warm: Callable[[int], bytes]
+) -> None:
+    """A fresh one-worker webhook, warmed with ordinary reviews, then `count` distinct ones from two clients."""
+    pem, bundle = local_webhook.certificates(tmpdir / "certs")
+    (port,) = free_ports(1)
+    argv = local_webhook.command(cert=pem, key=pem, port=port, kubeconfig=plane.admin_kubeconfig, workers=1, threads=16)
+    log = tmpdir / f"webhook-{name}.log"
+    popen, ref, url = local_webhook.spawn_ready(argv, port, bundle, log, 120)
+    try:
+        worker = worker_pid(popen)
+        pool = pool_for(port, bundle)
+        # Warm: every kind of ordinary review, so the start figure includes what any worker loads.
+        for i in range(60):
+            ordinary = {"metadata": {"name": CM_NAME, "namespace": CM_NS}, "data": {"config.yaml": DEFAULT_CONFIG}}
+            pool.request("POST", "/validate", body=review("ConfigMap", ordinary), headers={"Content-Type": JSON})
+            pool.request("POST", "/validate", body=warm(i), headers={"Content-Type": JSON})
+        time.sleep(1.0)
+        start = status_kib(worker, "VmRSS")
+        began = time.monotonic()
+        statuses = two_clients(port, bundle, count, body, worker)
+        took = time.monotonic() - began
+        time.sleep(1.0)
+        end, peak = status_kib(worker, "VmRSS"), status_kib(worker, "VmHWM")
+        log_bytes = log.stat().st_size
+    finally:
+        stop(ref, popen=popen)
+    print(f"[{name}] HTTP statuses: {dict(sorted(statuses.items()))}  (no 5xx expected), {took:.0f} s")
+    print(
+        f"[{name}] worker RSS: start {start / 1024:.1f} MiB, after {count} distinct reviews from 2 clients "
+        f"{end / 1024:.1f} MiB (+{(end - start) / 1024:.1f} MiB; target <= +50 MB), peak {peak / 1024:.1f} MiB"
+    )
+    print(f"[{name}] webhook log: {log_bytes} bytes (bad requests logged rate-limited)", flush=True)
+
+
+JSON = "application/json"
+
+
+def quantiles(times: list[float]) -> str:
+    q = statistics.quantiles(times, n=100, method="inclusive") if len(times) > 1 else times * 99
+    return f"p50 {statistics.median(times) * 1000:6.1f} ms  p99 {q[98] * 1000:6.1f} ms  max {max(times) * 1000:6.1f} ms"
+
+
+def slow_phase(plane: ControlPlane, api) -> None:
+    """The webhook registered; 40 slow-body connections kept open; fast reviews meanwhile."""
+    from kubernetes import client as k8s
+
+    hook = local_webhook.start(api, plane.workdir, plane.admin_kubeconfig, log=plane.logs / "webhook-slow.log")
+    bundle = (hook.certs / "ca-bundle.crt").read_bytes()
+    host, port = hook.url.removeprefix("https://").split(":")
+    ctx = ssl.create_default_context(cadata=bundle.decode())
+    cm = {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": CM_NAME, "namespace": CM_NS},
+        "data": {"config.yaml": DEFAULT_CONFIG},
+    }
+    body = review("ConfigMap", cm, operation="UPDATE", old=cm)
+    direct: list[float] = []
+    through: list[float] = []
+    failed: list[str] = []
+    lock = threading.Lock()
+    try:
+        with _slow.SlowClients(host, int(port), ctx, count=40, interval=5.0, reconnect=True) as slow:
+            print(f"\n[slow] {slow.sending} slow-body connections open", flush=True)
+
+            def direct_client() -> None:
+                pool = pool_for(int(port), bundle, read=10)
+                while time.monotonic() < until:
+                    began = time.monotonic()
+                    try:
+                        code = pool.request("POST", "/validate", body=body, headers={"Content-Type": JSON}).status
+                    except urllib3.exceptions.HTTPError as exc:
+                        code = str(exc)
+                    with lock:
+                        direct.append(time.monotonic() - began)
+                        if code != 200:
+                            failed.append(f"direct: {code}")
+
+            def api_client() -> None:
+                i = 0
+                while time.monotonic() < until:
+                    i += 1
+                    labelled = {**cm, "metadata": {**cm["metadata"], "labels": {"bench": str(i)}}}
+                    began = time.monotonic()
+                    try:
+                        ssa.apply(api, labelled, field_manager="bench", dry_run=True, force=True)
+                    except k8s.exceptions.ApiException as exc:
+                        with lock:
+                            failed.append(f"API server: {exc.status} {exc.reason}")
+                    with lock:
+                        through.append(time.monotonic() - began)
+
+            threads = [threading.Thread(target=direct_client) for _ in range(2)] + [threading.Thread(target=api_client)]
+            began = time.monotonic()
+            until = began + SLOW_SECONDS
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join()
+            took = time.monotonic() - began
+            open_at_end = slow.sending
+        cut = [answer for _, answer in slow.cuts]
+        after = sorted(t for t, _ in slow.cuts)
+    finally:
+        stop(hook.ref, popen=hook.popen)
+        unregister(api)
+    print(
+        f"[slow] over {took:.0f} s: {len(direct)} direct reviews (2 clients), {len(through)} dry-run applies through the API server"
+    )
+    print(f"[slow] direct reviews:             {quantiles(direct)}  (target p99 <= 1 s)")
+    print(f"[slow] through the API server:     {quantiles(through)}  (target p99 <= 1 s)")
+    print(f"[slow] failed: {len(failed)} {failed[:5]}")
+    answers = {a[:12].decode(errors="replace"): cut.count(a) for a in set(cut)}
+    print(
+        f"[slow] slow connections: {open_at_end} open at the end; {len(cut)} cut meanwhile, answered {answers}, "
+        f"after {min(after, default=0):.1f}-{max(after, default=0):.1f} s from their first byte; {len(slow.failures)} failed to connect",
+        flush=True,
+    )
+
+
 def main() -> int:
     print(
-        f"machine: {os.cpu_count()} CPUs, load average {loadavg()} at start; {REVIEWS} distinct adversarial reviews",
+        f"machine: {os.cpu_count()} CPUs, load average {loadavg()} at start; phases {PHASES}",
         flush=True,
     )
     with ControlPlane(locate()) as plane, plane.api_client() as api, tempfile.TemporaryDirectory() as tmp:
@@ -183,63 +392,24 @@ def main() -> int:
             },
             field_manager="bench",
         )
-        pem, bundle = local_webhook.certificates(tmpdir / "certs")
-        (port,) = free_ports(1)
-        argv = local_webhook.command(
-            cert=pem, key=pem, port=port, kubeconfig=plane.admin_kubeconfig, workers=1, threads=16
-        )
-        popen, ref, url = local_webhook.spawn_ready(argv, port, bundle, tmpdir / "webhook.log", 120)
-        try:
-            (worker,) = [
-                int(p)
-                for task in Path(f"/proc/{popen.pid}/task").iterdir()
-                for p in (task / "children").read_text().split()
-            ]
-            pool = urllib3.HTTPSConnectionPool(
-                "127.0.0.1",
-                port,
-                ssl_context=ssl.create_default_context(cadata=bundle.decode()),
-                maxsize=1,
-                timeout=urllib3.Timeout(connect=5, read=60),
-                retries=False,
+        if "mixed" in PHASES:
+            print(f"\n[mixed] {REVIEWS} distinct adversarial reviews (the six kinds above)", flush=True)
+            memory_phase(
+                "mixed",
+                plane,
+                tmpdir,
+                REVIEWS,
+                lambda i: adversarial(10 + i),
+                lambda i: adversarial(i + 6 * 1000000 if i % 6 != 2 else i),
             )
-
-            def post(body: bytes) -> int:
-                return pool.request("POST", "/validate", body=body, headers={"Content-Type": "application/json"}).status
-
-            # Warm: every kind of ordinary review once, so the start figure includes what any worker loads.
-            for i in range(60):
-                post(
-                    review(
-                        "ConfigMap",
-                        {"metadata": {"name": CM_NAME, "namespace": CM_NS}, "data": {"config.yaml": DEFAULT_CONFIG}},
-                    )
-                )
-                post(adversarial(i + 6 * 1000000 if i % 6 != 2 else i))
-            time.sleep(1.0)
-            start = status_kib(worker, "VmRSS")
-            statuses: dict[int, int] = {}
-            began = time.monotonic()
-            for i in range(REVIEWS):
-                code = post(adversarial(10 + i))
-                statuses[code] = statuses.get(code, 0) + 1
-                if (i + 1) % 2000 == 0:
-                    print(
-                        f"  {i + 1:6d} reviews: RSS {status_kib(worker, 'VmRSS') / 1024:7.1f} MiB "
-                        f"({time.monotonic() - began:.0f}s)",
-                        flush=True,
-                    )
-            time.sleep(1.0)
-            end, peak = status_kib(worker, "VmRSS"), status_kib(worker, "VmHWM")
-            log_bytes = (tmpdir / "webhook.log").stat().st_size
-        finally:
-            stop(ref, popen=popen)
-    print(f"HTTP statuses: {dict(sorted(statuses.items()))}  (no 5xx expected)")
-    print(
-        f"worker RSS: start {start / 1024:.1f} MiB, after {REVIEWS} adversarial reviews {end / 1024:.1f} MiB "
-        f"(+{(end - start) / 1024:.1f} MiB; target <= +50 MB), peak {peak / 1024:.1f} MiB"
-    )
-    print(f"webhook log: {log_bytes} bytes for {REVIEWS} reviews (bad requests logged rate-limited)")
+        if "configmaps" in PHASES:
+            print(
+                f"\n[configmaps] {CM_REVIEWS} distinct labelled MIG ConfigMaps, 60-200 KB, every tenth ~1 MiB",
+                flush=True,
+            )
+            memory_phase("configmaps", plane, tmpdir, CM_REVIEWS, heavy_configmap, lambda i: heavy_configmap(10**6 + i))
+        if "slow" in PHASES:
+            slow_phase(plane, api)
     print(f"load average {loadavg()} at the end")
     return 0
 

@@ -45,7 +45,8 @@ class DeviceId:
 def _parse_u32(text: str) -> int:
     """Go's strconv.ParseUint(s, 0, 32): 0x hex, 0o/0 octal, 0b binary, decimal; underscores allowed."""
     body = text
-    if body.startswith(("+", "-")):  # Python's int() takes a sign; Go's ParseUint does not
+    # Python's int() takes a sign and any script's digits ("٣" is 3); Go's ParseUint takes neither.
+    if body.startswith(("+", "-")) or not body.isascii():
         raise DeviceIdSyntaxError(f"{text!r} is not a number (expected a PCI ID such as 0x233010DE)")
     if body[:1] == "0" and len(body) > 1 and body[1].isdigit():
         body = "0o" + body[1:]  # Go reads a leading 0 as octal

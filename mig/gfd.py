@@ -225,7 +225,7 @@ def read_gpus(
     model = cat.resolve(name)
     count = labels.get(GPU_COUNT_LABEL)
     count = count if isinstance(count, str) else ""
-    if _SINGLE_MIG in product or not count.isdigit() or int(count) < 1:
+    if _SINGLE_MIG in product or not _ascii_digits(count) or int(count) < 1:
         return NodeGpus((model,), False)
     if len(count) > 3 or int(count) > MAX_GPUS_PER_NODE:  # a count of 10**9 must not become a tuple of 10**9
         raise UnknownGpuError(
@@ -240,10 +240,16 @@ def mig_offers(labels: Mapping[str, object], capacity: Mapping[str, object]) -> 
     offers = {
         MIG_RESOURCE_PREFIX + m.group(1)
         for k, v in labels.items()
-        if (m := MIG_COUNT_LABEL.match(k)) and str(v).isdigit() and int(str(v)) > 0
+        if (m := MIG_COUNT_LABEL.match(k)) and _ascii_digits(v) and int(str(v)) > 0
     }
     offers.update(k for k, v in capacity.items() if k.startswith(MIG_RESOURCE_PREFIX) and str(v) not in ("0", ""))
     return frozenset(offers)
+
+
+def _ascii_digits(value: object) -> bool:
+    """A count as GFD writes it and Go's strconv.Atoi reads it: ASCII digits only. str.isdigit() also
+    passes "²" (which int() refuses) and "٣" (which int() reads as 3, where Go refuses it)."""
+    return isinstance(value, str) and value.isascii() and value.isdigit()
 
 
 @cache

@@ -271,7 +271,7 @@ def cmd_reconcile(args: argparse.Namespace) -> int:
     from migops.reconciler.main import ServeOptions, serve
 
     host, _, port = args.http_address.rpartition(":")
-    if not port.isdigit():
+    if not (port.isascii() and port.isdigit()):  # isdigit() alone passes "²", which int() refuses
         raise UsageError(f"--http-address {args.http_address!r}: expected [HOST]:PORT")
     secret = None
     if args.hook_secret_file is not None:

@@ -17,6 +17,7 @@ from typing import Any
 
 import orjson
 
+MAX_BODY = 8 << 20  # an AdmissionReview holds object and oldObject, each up to etcd's 1.5 MiB (app.py, worker.py)
 API_VERSION = "admission.k8s.io/v1"
 KIND = "AdmissionReview"
 MAX_WARNING = 120  # the API server's advice; longer ones may be truncated
@@ -32,6 +33,7 @@ MAX_LABEL_VALUE = 63
 MAX_ANNOTATIONS = 256 << 10  # total size of keys and values
 MAX_USERNAME = 1024  # no Kubernetes limit; longer ones are not names anyone authenticates as
 MAX_GROUPS = 256
+MAX_DEPTH = 100  # JSON nesting: a Pod's deepest field (its managedFields included) is under 30 levels
 
 
 class BadReview(ValueError):
@@ -61,11 +63,55 @@ def decode(body: bytes) -> object:
     """The JSON body: orjson (a quarter of the stdlib's time on a 26 KB review), and the stdlib for
     what orjson refuses but JSON allows (a lone surrogate escape, an integer beyond 64 bits), so the
     answer to such content is the same denial as before, not a 400. Raises ValueError when the body
-    is not JSON at all, RecursionError when it nests too deep for the stdlib."""
+    is not JSON at all, BadReview when it nests deeper than MAX_DEPTH."""
     try:
-        return orjson.loads(body)
+        doc = orjson.loads(body)
     except orjson.JSONDecodeError:
-        return json.loads(body)
+        try:
+            doc = json.loads(body)
+        except RecursionError:
+            raise BadReview(f"body is not JSON nested at most {MAX_DEPTH} levels deep") from None
+    deep = too_deep(doc)
+    if deep is not None:
+        raise BadReview(f"{deep}: nested deeper than {MAX_DEPTH} levels (no object this webhook reviews comes near)")
+    return doc
+
+
+def too_deep(doc: object, limit: int | None = None) -> str | None:
+    """The path of the first value nested deeper than `limit` (MAX_DEPTH), None when none is.
+
+    Every rule may repr(), hash or walk what it reads (cache keys are digests of repr()), and Python
+    recurses for that: 1,000 levels in a Pod's resources.limits once raised RecursionError in a rule
+    (a 500). Bounded here, once, no rule meets a deeper value. Iterative: the walk itself cannot recurse."""
+    limit = MAX_DEPTH if limit is None else limit
+    # (value, depth, (key, parent link)): the path is rebuilt only for the one that is too deep.
+    stack: list[tuple[object, int, tuple | None]] = [(doc, 0, None)]
+    while stack:
+        value, depth, link = stack.pop()
+        if depth > limit:
+            return _path(link)
+        if isinstance(value, dict):
+            stack.extend((v, depth + 1, (k, link)) for k, v in value.items() if isinstance(v, (dict, list)))
+        elif isinstance(value, list):
+            stack.extend((v, depth + 1, (i, link)) for i, v in enumerate(value) if isinstance(v, (dict, list)))
+    return None
+
+
+def _path(link: tuple | None, shown: int = 8) -> str:
+    keys: list[int | str] = []
+    while link is not None:
+        keys.append(link[0])
+        link = link[1]
+    keys.reverse()
+    text = ""
+    for key in keys[:shown]:
+        if isinstance(key, int):
+            text += f"[{key}]"
+        elif key.isidentifier():
+            text += f".{key}" if text else key
+        else:
+            text += f"[{_key(key)}]"
+    return text + (f"... ({len(keys)} levels)" if len(keys) > shown else "")
 
 
 def parse_review(doc: object) -> Request:
@@ -102,6 +148,9 @@ def parse_review(doc: object) -> Request:
             refusal += check_object(value, f"request.{field_name}")
     if operation in ("CREATE", "UPDATE") and obj is None:
         raise BadReview(f"request.object: required for {operation}")
+    for field_name, value in (("object", obj), ("oldObject", old)):
+        if value is not None:
+            check_shape((kind.get("group", ""), kind["kind"]), value, f"request.{field_name}")
     name, namespace = req.get("name") or "", req.get("namespace") or ""
     if not isinstance(name, str) or not isinstance(namespace, str):
         raise BadReview("request.name and request.namespace must be strings")
@@ -208,6 +257,53 @@ def check_object(obj: dict[str, Any], where: str) -> list[tuple[str, str]]:
     return found
 
 
+# The fields each kind's rules read beyond metadata, with the JSON type the API (or the GPU Operator's
+# ClusterPolicy CRD) gives them. The API server never sends another type there, so one is a BadReview
+# naming the field, checked here once, rather than a crash in whichever rule reads it (a string
+# spec.mig was a 500). null is the field's absence.
+_SHAPES: dict[tuple[str, str], tuple[tuple[tuple[str, ...], type], ...]] = {
+    ("nvidia.com", "ClusterPolicy"): (
+        (("spec", "mig"), dict),
+        (("spec", "mig", "strategy"), str),
+        (("spec", "migManager"), dict),
+        (("spec", "migManager", "enabled"), bool),
+        (("spec", "migManager", "repository"), str),
+        (("spec", "migManager", "image"), str),
+        (("spec", "migManager", "version"), str),
+        (("spec", "migManager", "config"), dict),
+        (("spec", "migManager", "config", "name"), str),
+        (("spec", "migManager", "config", "default"), str),
+        (("status", "namespace"), str),
+    ),
+    ("", "Pod"): (
+        (("spec", "containers"), list),
+        (("spec", "initContainers"), list),
+        (("spec", "nodeSelector"), dict),
+        (("spec", "affinity"), dict),
+    ),
+}
+_JSON_TYPES = {
+    dict: "an object",
+    list: "a list",
+    str: "a string",
+    bool: "a boolean",
+    int: "a number",
+    float: "a number",
+}
+
+
+def check_shape(kind: tuple[str, str], obj: dict[str, Any], where: str) -> None:
+    """The types of the fields `kind`'s rules read (_SHAPES); raise BadReview naming the first wrong one."""
+    for path, want in _SHAPES.get(kind, ()):
+        value: object = obj
+        for part in path:
+            value = value.get(part) if isinstance(value, dict) else None
+        if value is not None and not isinstance(value, want):
+            raise BadReview(
+                f"{where}.{'.'.join(path)}: must be {_JSON_TYPES[want]}, not {_JSON_TYPES.get(type(value), type(value).__name__)}"
+            )
+
+
 def _key(key: str) -> str:
     """A map key as the field path shows it: "nvidia.com/mig.config", at most 60 characters."""
     text = json.dumps(key)
@@ -239,8 +335,9 @@ class Verdict:
 
     @property
     def weight(self) -> int:
-        """About the bytes it holds (its response, kept serialised, and its fields): the verdict cache's measure."""
-        return 2 * len(self._tail) + 200
+        """The bytes it holds: its response, kept serialised, and its fields (at most as many again) and
+        their objects: the verdict cache's measure."""
+        return 2 * len(self._tail) + 1024
 
     @cached_property
     def _tail(self) -> bytes:
@@ -360,6 +457,7 @@ __all__ = [
     "allow",
     "annotations_of",
     "check_object",
+    "check_shape",
     "decode",
     "deny",
     "escape_pointer",
@@ -367,4 +465,5 @@ __all__ = [
     "merge_warnings",
     "parse_review",
     "shorten",
+    "too_deep",
 ]

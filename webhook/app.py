@@ -20,7 +20,17 @@ from flask import Flask, Response, request
 from werkzeug.exceptions import HTTPException, RequestEntityTooLarge
 
 from migops.webhook import annotate, configmaps, dra, metrics, nodelabels, pods, policies
-from migops.webhook.admission import ALLOW, BadReview, Request, Verdict, decode, deny, parse_review, shorten
+from migops.webhook.admission import (
+    ALLOW,
+    MAX_BODY,
+    BadReview,
+    Request,
+    Verdict,
+    decode,
+    deny,
+    parse_review,
+    shorten,
+)
 from migops.webhook.cache import LRU
 from migops.webhook.ratelog import RateLimitedLog
 from migops.webhook.state import MigSyncRef, Snapshot
@@ -29,9 +39,10 @@ log = logging.getLogger(__name__)
 bad_requests = RateLimitedLog(log, per_interval=10, interval=10.0)  # one line per bad request, at most 10 per 10 s
 errors = RateLimitedLog(log, per_interval=5, interval=10.0)
 
-MAX_BODY = 8 << 20  # an AdmissionReview holds object and oldObject, each up to etcd's 1.5 MiB
-# Verdicts are weighed by their bytes (message, warnings, patch) plus their key's (digests and values
-# of at most Kubernetes' limits: admission.check_object): 4 MiB of them whatever the requests hold.
+# Verdicts are weighed by the bytes they hold (Verdict.weight: flat strings, checked against
+# memory.retained by tests/webhook/test_webhook_memory.py) plus a fixed allowance for their keys
+# (digests and values of at most Kubernetes' limits, admission.check_object; the state's versions and
+# settings they name are shared): 4 MiB of them whatever the requests hold.
 CACHE_BYTES = 4 << 20
 _KEY_WEIGHT = 1024
 SYNC_WAIT = 2.0  # a review that arrives before the caches are synced waits at most this long

@@ -16,25 +16,33 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Iterable, Sequence
+from typing import Any
 
 from migops.mig import fit as _fit
 from migops.mig.catalogue import GpuModel
 from migops.mig.gfd import NodeGpus
-from migops.mig.problems import MigError
+from migops.mig.problems import MigError, Problem
 from migops.mig.spec import MigConfigEntry, MigPartedConfig, parse_config
 from migops.mig.validate import ConfigReport, Strategy, validate, validate_on_model, validate_on_node
 from migops.webhook.cache import LRU
+from migops.webhook.memory import retained
 
-# Both memos are bounded by bytes (estimated), so a flood of distinct configs (bench/webhook_adversarial.py)
-# cannot grow a worker by more than they hold. A parsed file weighs PARSED_PER_CHAR x its text's length
-# (measured: 26 MB for the largest admissible 800 KB text, 0.3 MB for NVIDIA's 12 KB default): 12 MiB
-# is ~40 default-sized files, and a file over ~500 KB is parsed per review instead of kept (the config
-# in force is kept by the webhook's state in any case). A report weighs REPORT_BYTES: 0.5 KB
-# (catalogue) to 3 KB (an 8-GPU node), plus the parsed entries its key keeps alive.
-PARSED_PER_CHAR = 24
-REPORT_BYTES = 4096
-_parsed: LRU[str, MigPartedConfig | MigError] = LRU(12 << 20)
-_reports: LRU[tuple, ConfigReport] = LRU(8 << 20)
+# Both memos are bounded by the bytes their entries really hold (memory.retained: everything a parsed
+# file or a report reaches, the catalogue's shared models left out), so a flood of distinct configs
+# (bench/webhook_adversarial.py) cannot grow a worker by more than PARSED_BYTES + REPORT_BYTES. Weighed
+# by guesses (24 bytes per character of text, 4 KB per report) they held far more than their bounds
+# when reports' keys kept evicted files' entries alive (issue 31 item 4). A parsed file heavier than
+# PARSED_BYTES (a text of ~1 MB) is parsed per review instead of kept; the config in force is kept by
+# the webhook's state in any case.
+PARSED_BYTES = 8 << 20
+REPORT_BYTES = 6 << 20
+_parsed: LRU[str, MigPartedConfig | tuple[Problem, ...]] = LRU(PARSED_BYTES)
+_reports: LRU[tuple, ConfigReport] = LRU(REPORT_BYTES)
+_SHARED = (GpuModel,)  # the catalogue's, alive as long as the process: no entry's own bytes
+
+
+def _weight(cache: LRU[Any, Any], *objs: object) -> int:
+    return retained(*objs, shared=_SHARED, limit=cache.size)
 
 
 def digest(text: str) -> str:
@@ -50,10 +58,13 @@ def parse(text: str, text_digest: str | None = None) -> MigPartedConfig:
         try:
             found = parse_config(text)
         except MigError as exc:
-            found = exc
-        _parsed.put(key, found, weight=max(1, len(text)) * PARSED_PER_CHAR)
-    if isinstance(found, MigError):
-        raise found
+            # Its problems, not the exception: a kept exception holds the frames it was raised
+            # through (the parser's, then each review's that raised it again), and with them the text
+            # and the request. Each raise below is a new exception.
+            found = exc.problems
+        _parsed.put(key, found, weight=_weight(_parsed, key, found))
+    if not isinstance(found, MigPartedConfig):
+        raise MigError(found)
     return found
 
 
@@ -81,7 +92,7 @@ def on_catalogue(
     if missing:
         for name, report in zip(missing, validate(config, missing, strategy=strategy)):
             found[name] = report
-            _reports.put(keys[name], report, weight=REPORT_BYTES)
+            _reports.put(keys[name], report, weight=_weight(_reports, keys[name], report))
     return found
 
 
@@ -91,7 +102,7 @@ def on_node(config: MigPartedConfig, name: str, gpus: Sequence[GpuModel], strate
     found = _reports.get(key)
     if found is None:
         found = validate_on_node(config, name, gpus, strategy)
-        _reports.put(key, found, weight=REPORT_BYTES)
+        _reports.put(key, found, weight=_weight(_reports, key, found))
     return found
 
 
@@ -101,7 +112,7 @@ def on_model(config: MigPartedConfig, name: str, model: GpuModel, strategy: Stra
     found = _reports.get(key)
     if found is None:
         found = validate_on_model(config, name, model, strategy)
-        _reports.put(key, found, weight=REPORT_BYTES)
+        _reports.put(key, found, weight=_weight(_reports, key, found))
     return found
 
 

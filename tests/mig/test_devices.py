@@ -48,6 +48,9 @@ def test_parse_with_subsystem():
         "0x233010DE:0xZZ",
         "0x2330 10DE",
         "1__0",
+        "٣",  # int() reads any script's digits; Go's ParseUint only ASCII
+        "0٣",
+        "²",
     ],
 )
 def test_rejected(text):

@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+import pytest
+
 from migops.mig.catalogue import catalogue
 from migops.mig.fit import NodeGpus, fit, fit_all
 from migops.mig.gfd import read_gpus, single_product
@@ -174,6 +176,19 @@ def test_gfd_labels_are_read_where_they_are_written() -> None:
     assert product == "NVIDIA-A100-SXM4-40GB-MIG-1g.5gb"
     assert read_gpus({"nvidia.com/gpu.product": product, "nvidia.com/gpu.count": "7"}, {}) == NodeGpus((A100,), False)
     assert read_gpus({"nvidia.com/gpu.count": ["not", "a", "string"]}, {"migops.io/gpus": {"x": 1}}) is None
+
+
+@pytest.mark.parametrize("count", ["²", "٣", "８", "-1", " 8", ""])
+def test_gfd_counts_are_ascii_digits_or_unknown(count: str) -> None:
+    """Issue 31 item 5: "²".isdigit() is True and int("²") raises (a 500 in the webhook); "٣" would
+    be read as 3 where GFD and Go read no number. Either is a count nobody wrote: the model is known,
+    the count is not."""
+    from migops.mig.gfd import mig_offers
+
+    labels = {"migops.io/gpu.device-id": "0x233010DE", "nvidia.com/gpu.count": count}
+    assert read_gpus(labels, {}) == NodeGpus((H100,), False)
+    assert mig_offers({"nvidia.com/mig-1g.10gb.count": count}, {}) == frozenset()
+    assert mig_offers({"nvidia.com/mig-1g.10gb.count": "2"}, {}) == {"nvidia.com/mig-1g.10gb"}
 
 
 def test_listed() -> None:

@@ -99,3 +99,122 @@ def test_closing_connections_do_not_stall_the_others(server) -> None:
         finally:
             for tls in bad:
                 tls.close()
+
+
+def _answer(tls: ssl.SSLSocket) -> bytes:
+    """One whole response (headers and its Content-Length of body)."""
+    data = b""
+    while b"\r\n\r\n" not in data:
+        chunk = tls.recv(4096)
+        if not chunk:
+            return data
+        data += chunk
+    head, _, body = data.partition(b"\r\n\r\n")
+    length = int(
+        next(line.split(b":")[1] for line in head.split(b"\r\n") if line.lower().startswith(b"content-length"))
+    )
+    while len(body) < length:
+        body += tls.recv(4096)
+    return head + b"\r\n\r\n" + body
+
+
+def test_slow_bodies_hold_no_thread_and_are_cut_at_the_deadline(server) -> None:
+    """Issue 31 item 3: a POST header, then a byte now and then. Stock gthread gave each such connection
+    a thread until the body was complete, so with this one-thread worker the ping below waited behind
+    them; here the body is read in the poller, and the request is cut with a 408 after READ_TIMEOUT."""
+    from migops.webhook.worker import READ_TIMEOUT
+
+    port, ctx = server
+    slow = [_connect(port, ctx) for _ in range(4)]
+    try:
+        for tls in slow:
+            tls.sendall(b"POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\nx")
+        started = time.monotonic()
+        time.sleep(0.3)
+        with _connect(port, ctx) as fast:
+            fast.settimeout(3)
+            for _ in range(5):
+                assert _get(fast) == b"pong"
+        assert time.monotonic() - started < 2.0
+        for tls in slow:
+            tls.settimeout(READ_TIMEOUT + 5)
+            tls.sendall(b"y")  # a byte more: the deadline runs from the first byte, not the last
+        cut = [tls.recv(4096) for tls in slow]
+        elapsed = time.monotonic() - started
+        assert all(answer.startswith(b"HTTP/1.1 408") for answer in cut), cut
+        assert READ_TIMEOUT - 1 <= elapsed <= READ_TIMEOUT + 3, elapsed
+    finally:
+        for tls in slow:
+            tls.close()
+
+
+def test_bodies_in_pieces_chunked_pipelined_and_with_expect(server) -> None:
+    port, ctx = server
+    with _connect(port, ctx) as tls:
+        tls.settimeout(5)
+        tls.sendall(b"POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 10\r\n\r\n12345")
+        time.sleep(0.2)
+        tls.sendall(b"67890")
+        assert _answer(tls).endswith(b"10 bytes")
+        tls.sendall(b"POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n")
+        time.sleep(0.2)
+        tls.sendall(b"2;ext=1\r\nde\r\n0\r\n\r\n")
+        assert _answer(tls).endswith(b"5 bytes")
+        # Two requests in one write: the second is answered too, without another byte from the client.
+        tls.sendall(b"GET /ping HTTP/1.1\r\nHost: x\r\n\r\n" * 2)
+        assert _answer(tls).endswith(b"pong") and _answer(tls).endswith(b"pong")
+        tls.sendall(b"POST /echo HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\nContent-Length: 3\r\n\r\n")
+        assert tls.recv(4096).startswith(b"HTTP/1.1 100 Continue")
+        tls.sendall(b"abc")
+        assert _answer(tls).split(b"\r\n\r\n")[-1].endswith(b"3 bytes")
+
+
+def test_oversized_requests_are_refused_before_they_are_read(server) -> None:
+    from migops.webhook.worker import MAX_HEADER
+
+    port, ctx = server
+    with _connect(port, ctx) as tls:
+        tls.sendall(b"POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 99999999999\r\n\r\n")
+        assert tls.recv(4096).startswith(b"HTTP/1.1 413")
+    with _connect(port, ctx) as tls:
+        tls.sendall(b"GET /ping HTTP/1.1\r\nHost: x\r\nX: " + b"a" * (MAX_HEADER + 10))
+        assert tls.recv(4096).startswith(b"HTTP/1.1 431")
+    with _connect(port, ctx) as tls:  # gunicorn's own judgement of a bad length: 400 at once, no wait
+        tls.settimeout(3)
+        tls.sendall(b"POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\n")
+        assert tls.recv(4096).startswith(b"HTTP/1.1 400")
+
+
+def test_connections_per_peer_are_capped(server) -> None:
+    """A client that opens connections without end is refused past MAX_PER_PEER (closed at accept),
+    and the worker's other clients are served meanwhile; closing its connections frees the places."""
+    from migops.webhook.worker import MAX_PER_PEER
+
+    port, ctx = server
+    opened = []
+    try:
+        while len(opened) < MAX_PER_PEER:
+            opened.append(_connect(port, ctx))
+        with pytest.raises((OSError, ssl.SSLError)):
+            extra = _connect(port, ctx)
+            extra.settimeout(3)
+            _get(extra)  # refused: the handshake or the first read fails
+        assert _get(opened[-1]) == b"pong"  # those within the cap are served
+    finally:
+        for tls in opened:
+            tls.close()
+
+    def one() -> bytes:
+        with _connect(port, ctx) as tls:
+            tls.settimeout(3)
+            return _get(tls)
+
+    deadline = time.monotonic() + 10
+    while True:  # the worker notices the closes as it reads them
+        try:
+            assert one() == b"pong"
+            break
+        except (OSError, ssl.SSLError, AssertionError):
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)

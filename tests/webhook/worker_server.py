@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import sys
 
-from flask import Flask
+from flask import Flask, request
 
 from migops.webhook.server import gunicorn_options, serve
 
@@ -16,6 +16,10 @@ def load() -> Flask:
     @app.get("/ping")
     def ping() -> str:
         return "pong"
+
+    @app.post("/echo")
+    def echo() -> str:
+        return f"{len(request.get_data())} bytes"
 
     return app
 
