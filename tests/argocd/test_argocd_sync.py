@@ -26,6 +26,7 @@ from migops.kube.names import CONFIG_DIGEST_ANNOTATION, MANAGED_BY_ANNOTATION, M
 from migops.local import argocd
 from migops.local.agents import MIG_CONFIGMAP
 from migops.local.ports import free_ports
+from migops.webhook.state import DEFAULT_RECONCILER_USER
 
 NAMESPACE, NAME = MIG_CONFIGMAP
 APP = argocd.REPO
@@ -461,7 +462,7 @@ def reconciler_beside(argo_local, clone) -> Iterator[SideBySide]:
 
     # No reconciler yet: the MigSync has no status, the Lua check says Progressing.
     until(lambda: record() == "Progressing", timeout=90, what="the MigSync Application Progressing")
-    identity = argo_local.kubeconfig_for(RECONCILER_MANAGER, ("system:masters",))
+    identity = argo_local.kubeconfig_for(DEFAULT_RECONCILER_USER, ("system:masters",))
     from migops.local.reconciler import identifying_arguments
 
     (port,) = free_ports(1)

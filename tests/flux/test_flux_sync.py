@@ -22,6 +22,7 @@ from migops.kube.names import CONFIG_DIGEST_ANNOTATION, MANAGED_BY_ANNOTATION, M
 from migops.local import flux, reconciler
 from migops.local.agents import MIG_CONFIGMAP
 from migops.local.process import stop
+from migops.webhook.state import DEFAULT_RECONCILER_USER
 
 NAMESPACE, NAME = MIG_CONFIGMAP
 CONFIG_FILE = f"{flux.CONFIG_DIR}/config.yaml"
@@ -273,7 +274,7 @@ def test_flux_owns_the_configmap_and_the_reconciler_the_labels_side_by_side(
     )
     # The reconciler's own identity (as `migops local up --repo` gives it), which the webhook lets write
     # the labels of the nodes it manages.
-    identity = flux_local.kubeconfig_for(RECONCILER_MANAGER, ("system:masters",))
+    identity = flux_local.kubeconfig_for(DEFAULT_RECONCILER_USER, ("system:masters",))
     rec = reconciler.start(
         api,
         flux_local.workdir,
