@@ -52,6 +52,26 @@ def _pod(name: str, limits: dict[str, str], node: str | None = None) -> dict:
     return {"metadata": {"name": name}, "spec": spec}
 
 
+def _pending_mig_pods(core: k8s.CoreV1Api) -> list:
+    pending = core.list_pod_for_all_namespaces(field_selector="status.phase=Pending").items
+    return [
+        p
+        for p in pending
+        if any(
+            k.startswith("nvidia.com/mig-") for c in p.spec.containers if c.resources for k in c.resources.limits or {}
+        )
+    ]
+
+
+def _clear_pending_mig_pods(core: k8s.CoreV1Api) -> None:
+    """The story starts with no pending MIG demand but its own: earlier tests on the shared control plane
+    leave pods behind (it runs no namespace controller, so a deleted namespace keeps its pods), and
+    `migops suggest` rightly counts every pending MIG pod of the cluster."""
+    for p in _pending_mig_pods(core):
+        core.delete_namespaced_pod(p.metadata.name, p.metadata.namespace, grace_period_seconds=0)
+    until(lambda: not _pending_mig_pods(core), 30, "no pending MIG pod left by earlier tests")
+
+
 def _applied(api: ApiClient, node: str, config: str) -> None:
     until(
         lambda: state(api, node) == "success" and annotations(api, node).get("migops.io/mig.config.applied") == config,
@@ -65,6 +85,7 @@ def test_pending_pods_to_a_reviewed_commit_to_a_rollout_to_bound_pods(
 ) -> None:
     agent_plane.start_scheduler()
     core = k8s.CoreV1Api(agent_admin)
+    _clear_pending_mig_pods(core)
     tag = uuid.uuid4().hex[:6]
     busy_name, free_name = f"sg-busy-{tag}", f"sg-free-{tag}"
     policy = f"suggest:\n  maxNodes: 1\n  pools:\n    - nodes: [{busy_name}, {free_name}]\n      configs: [all-1g.10gb, all-3g.40gb]\n"
