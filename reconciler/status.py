@@ -10,7 +10,6 @@ and a lastTransitionTime that changes only when the status does.
 from __future__ import annotations
 
 import re
-import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -20,6 +19,7 @@ from typing import Any
 from kubernetes import client as k8s
 
 from migops.gitops.verify import TrustPolicy
+from migops.kube import crds
 from migops.mig.yamlsafe import load_yaml
 from migops.reconciler.plan import DRIFTED, FAILED, IN_SYNC, PROGRESSING, SKIPPED, WAITING, Plan
 
@@ -41,17 +41,7 @@ def crd() -> dict[str, Any]:
 
 def install_crd(api: k8s.ApiClient, *, field_manager: str, timeout: float = 30.0) -> None:
     """Apply the CRD and wait until it is Established."""
-    ext = k8s.ApiextensionsV1Api(api)
-    ext.patch_custom_resource_definition(
-        CRD_NAME, crd(), field_manager=field_manager, _content_type="application/apply-patch+yaml"
-    )
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        got = ext.read_custom_resource_definition(CRD_NAME)
-        if any(c.type == "Established" and c.status == "True" for c in (got.status.conditions or [])):
-            return
-        time.sleep(0.1)
-    raise TimeoutError(f"CRD {CRD_NAME} not Established after {timeout:.0f}s")
+    crds.install(api, [crd()], field_manager=field_manager, timeout=timeout)
 
 
 def parse_duration(text: str | float | int | None, default: float = DEFAULT_INTERVAL) -> float:

@@ -18,7 +18,6 @@ conflict it would meet on a real cluster.
 from __future__ import annotations
 
 import platform
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from importlib import resources
@@ -27,6 +26,7 @@ from typing import Any
 from kubernetes import client as k8s
 from kubernetes.client import ApiClient
 
+from migops.kube import crds
 from migops.kube.names import GPU_COUNT_LABEL, GPU_RESOURCE, LOCAL_MANAGER
 from migops.mig.catalogue import GpuModel
 from migops.mig.gfd import DEVICE_ID_LABEL, MIG_CONFIG_LABEL, node_labels_without_mig
@@ -207,18 +207,7 @@ def clusterpolicy_crd() -> dict[str, Any]:
 
 def install_clusterpolicy_crd(api: ApiClient, *, timeout: float = 30.0) -> None:
     """Apply the CRD and wait until it is Established (before that, CRs are rejected)."""
-    ext = k8s.ApiextensionsV1Api(api)
-    ext.patch_custom_resource_definition(
-        CRD_NAME, clusterpolicy_crd(), field_manager=OPERATOR_MANAGER, _content_type=APPLY
-    )
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        crd = ext.read_custom_resource_definition(CRD_NAME)
-        conditions = (crd.status.conditions or []) if crd.status else []
-        if any(c.type == "Established" and c.status == "True" for c in conditions):
-            return
-        time.sleep(0.1)
-    raise TimeoutError(f"CRD {CRD_NAME} not Established after {timeout:.0f}s")
+    crds.install(api, [clusterpolicy_crd()], field_manager=OPERATOR_MANAGER, timeout=timeout)
 
 
 def apply_cluster_policy(api: ApiClient, strategy: str) -> None:

@@ -27,7 +27,7 @@ import yaml
 from kubernetes import client as k8s
 from kubernetes.client import ApiClient
 
-from migops.kube import ssa
+from migops.kube import crds, ssa
 from migops.kube.names import LOCAL_MANAGER
 from migops.local import gitserver
 from migops.local.binaries import BinariesUnavailable, run_script
@@ -86,23 +86,9 @@ def install(api: ApiClient, binaries: FluxBinaries, *, timeout: float = 60.0) ->
     """The namespace, every CRD the controllers watch (Established before they start), the RBAC."""
     for ns in (NAMESPACE, "gpu-operator"):
         ssa.apply(api, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}}, field_manager=LOCAL_MANAGER)
-    names = []
-    for path in binaries.crds:
-        # Our own build's files (trusted, and far beyond the MIG reader's limits): plain PyYAML.
-        for crd in yaml.safe_load_all(path.read_text()):
-            if crd:
-                ssa.apply(api, crd, field_manager=LOCAL_MANAGER, force=True)
-                names.append(crd["metadata"]["name"])
-    ext = k8s.ApiextensionsV1Api(api)
-    deadline = time.monotonic() + timeout
-    for name in names:
-        while True:
-            conditions = ext.read_custom_resource_definition(name).status.conditions or []
-            if any(c.type == "Established" and c.status == "True" for c in conditions):
-                break
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"CRD {name} not Established after {timeout:.0f}s")
-            time.sleep(0.1)
+    # Our own build's files (trusted, and far beyond the MIG reader's limits): plain PyYAML.
+    found = [crd for path in binaries.crds for crd in yaml.safe_load_all(path.read_text()) if crd]
+    crds.install(api, found, field_manager=LOCAL_MANAGER, force=True, timeout=timeout)
     for body in rbac():
         ssa.apply(api, body, field_manager=LOCAL_MANAGER, force=True)
 

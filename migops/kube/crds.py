@@ -1,0 +1,37 @@
+"""Install CustomResourceDefinitions: apply them, then wait until each is Established (before that the API
+server rejects their objects). The one way migops, its local stack and the GitOps tools beside it do it."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable
+from typing import Any
+
+from kubernetes import client as k8s
+from kubernetes.client import ApiClient
+
+from migops.kube import ssa
+
+
+def established(ext: k8s.ApiextensionsV1Api, name: str) -> bool:
+    got = ext.read_custom_resource_definition(name)
+    conditions = (got.status.conditions or []) if got.status else []
+    return any(c.type == "Established" and c.status == "True" for c in conditions)
+
+
+def install(
+    api: ApiClient, crds: Iterable[dict[str, Any]], *, field_manager: str, force: bool = False, timeout: float = 30.0
+) -> None:
+    """Server-side apply every CRD (`force`: take fields another manager owns), then wait for all to be
+    Established; TimeoutError names the first that is not after `timeout` seconds."""
+    names = []
+    for crd in crds:
+        ssa.apply(api, crd, field_manager=field_manager, force=force)
+        names.append(crd["metadata"]["name"])
+    ext = k8s.ApiextensionsV1Api(api)
+    deadline = time.monotonic() + timeout
+    for name in names:
+        while not established(ext, name):
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"CRD {name} not Established after {timeout:.0f}s")
+            time.sleep(0.1)
