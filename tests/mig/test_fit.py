@@ -9,8 +9,6 @@ from pathlib import Path
 
 import pytest
 
-import pytest
-
 from migops.mig.catalogue import catalogue
 from migops.mig.fit import NodeGpus, fit, fit_all
 from migops.mig.gfd import read_gpus, single_product
