@@ -15,6 +15,8 @@ import pytest
 from deploy_helpers import Image, build_image, render
 
 
+# Slow once a session (about 70 s on 2 cores): the Dockerfile's build stage really runs, installing every
+# wheel of requirements.lock with its hash checked.
 @pytest.fixture(scope="session")
 def image(tmp_path_factory: pytest.TempPathFactory) -> Image:
     return build_image(tmp_path_factory.mktemp("image"))
