@@ -101,7 +101,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         "`migops local image` builds (built and loaded first when the node lacks it), and wait "
         "until every Deployment and DaemonSet is Available. The in-cluster webhook, reconciler "
         "and agent replace the host processes `local up` started for the real node. "
-        "`kubectl delete -k manifests/overlays/local` removes it all.",
+        "`kubectl delete migsync --all -A --wait`, then `kubectl delete -k manifests/overlays/local` removes "
+        "it all (MigSyncs first: the reconciler's finalizer releases their nodes).",
     )
     dep.add_argument(
         "--overlay",
@@ -348,7 +349,7 @@ def _deploy(args: argparse.Namespace) -> int:
         f"  reconciler: Deployment migops-reconciler (leader-elected){' following ' + current.repo if current.repo else ''}"
     )
     print(f"  agent:      DaemonSet migops-agent on {NODE_NAME} ({gpus or 'simulated'} GPUs)")
-    print(f"  remove:     kubectl delete -k {overlay}")
+    print(f"  remove:     kubectl delete migsync --all -A --wait && kubectl delete -k {overlay}")
     return EXIT_OK
 
 

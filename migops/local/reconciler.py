@@ -126,7 +126,8 @@ def start(
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if popen.poll() is not None:
-            raise RuntimeError(f"the reconciler exited ({popen.returncode}); see {log}")
+            tail = log.read_text(errors="replace")[-2000:] if log.exists() else ""
+            raise RuntimeError(f"the reconciler exited ({popen.returncode}); {log} ends:\n{tail}")
         try:
             with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=2) as resp:
                 if resp.status == 200:

@@ -51,7 +51,8 @@ class ArgoLocal:
         pki = self.workdir / "pki"
         ca = certs.KeyPair((pki / "client-ca.crt").read_bytes(), (pki / "client-ca.key").read_bytes())
         client = certs.issue_client(ca, user, groups)
-        path = self.workdir / "users" / f"test-{user}.kubeconfig"
+        # A ServiceAccount's name has colons: never in a path a kubeconfig list may split.
+        path = self.workdir / "users" / f"test-{user.replace(':', '_')}.kubeconfig"
         return kubeconfig.write(
             path, kubeconfig.build(self.state.api_url, (pki / "ca.crt").read_bytes(), user, client=client)
         )

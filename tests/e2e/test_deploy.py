@@ -93,6 +93,9 @@ def deployed(real_node, tmp_path_factory: pytest.TempPathFactory) -> Iterator[De
     print(f"overlay local Available after {seconds:.1f}s")
     result = Deployed(real_node, built, repo, seconds, time.monotonic())
     yield result
+    # As docs/deploy-gpu-operator.md says: the MigSyncs first, while the reconciler runs (its finalizer
+    # releases their nodes), then the overlay.
+    result.kubectl("delete", "migsync", "--all", "-A", "--wait", "--timeout=120s", timeout=180)
     result.kubectl("delete", "-k", str(OVERLAY), "--wait", "--timeout=180s", timeout=240)
     left = result.kubectl(
         "get",
