@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from gitops_commits import DENIED, MORE, UNKNOWN_PROFILE, UNPLACEABLE
 from gitrepo import CONFIG_YAML, nodes_yaml
 from kubernetes import client as k8s
 from kubernetes.client import ApiClient
@@ -32,38 +33,6 @@ NAMESPACE, NAME = MIG_CONFIGMAP
 APP = argocd.REPO
 CONFIG_FILE = argocd.CONFIG_FILE
 # Unplaceable on every GPU: 2 x 3g.40gb + 1 x 1g.10gb needs 9 memory slices of an H100's 8.
-UNPLACEABLE = (
-    CONFIG_YAML
-    + """\
-  unplaceable:
-    - devices: all
-      mig-enabled: true
-      mig-devices:
-        "3g.40gb": 2
-        "1g.10gb": 1
-"""
-)
-UNKNOWN_PROFILE = (
-    CONFIG_YAML
-    + """\
-  typo:
-    - devices: all
-      mig-enabled: true
-      mig-devices:
-        "1g.9gb": 7
-"""
-)
-MORE = (
-    CONFIG_YAML
-    + """\
-  all-2g.20gb:
-    - devices: all
-      mig-enabled: true
-      mig-devices:
-        "2g.20gb": 3
-"""
-)
-DENIED = 'admission webhook "configmaps.validate.migops.io" denied the request'
 
 
 def cm_file(text: str, wave: int | None = None) -> str:

@@ -13,6 +13,7 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 import pytest
+from gitops_commits import DENIED, MORE, UNKNOWN_PROFILE, UNPLACEABLE
 from gitrepo import CONFIG_YAML, nodes_yaml
 from kubernetes import client as k8s
 from kubernetes.client import ApiClient
@@ -27,38 +28,6 @@ from migops.webhook.state import DEFAULT_RECONCILER_USER
 NAMESPACE, NAME = MIG_CONFIGMAP
 CONFIG_FILE = f"{flux.CONFIG_DIR}/config.yaml"
 # Unplaceable on every GPU: 2 x 3g.40gb + 1 x 1g.10gb needs 9 memory slices of an H100's 8.
-UNPLACEABLE = (
-    CONFIG_YAML
-    + """\
-  unplaceable:
-    - devices: all
-      mig-enabled: true
-      mig-devices:
-        "3g.40gb": 2
-        "1g.10gb": 1
-"""
-)
-UNKNOWN_PROFILE = (
-    CONFIG_YAML
-    + """\
-  typo:
-    - devices: all
-      mig-enabled: true
-      mig-devices:
-        "1g.9gb": 7
-"""
-)
-MORE = (
-    CONFIG_YAML
-    + """\
-  all-2g.20gb:
-    - devices: all
-      mig-enabled: true
-      mig-devices:
-        "2g.20gb": 3
-"""
-)
-DENIED = 'admission webhook "configmaps.validate.migops.io" denied the request'
 
 
 def _obj(api: ApiClient, thing: Any) -> dict[str, Any]:
