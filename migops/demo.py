@@ -564,7 +564,9 @@ class Demo:
         )
 
         def bound() -> bool:
-            return all(self.core.read_namespaced_pod(n, WORKLOADS).spec.node_name for n in ("train-a", "train-b"))
+            # The rollout's end too, not the pods alone: KEEP=1's `migops status` then shows it finished.
+            placed = all(self.core.read_namespaced_pod(n, WORKLOADS).spec.node_name for n in ("train-a", "train-b"))
+            return placed and self.applied_revision(sha)
 
         self.c.wait("the reconciler's rollout and kube-scheduler to bind the waiting pods", bound, 180)
         self.run(
