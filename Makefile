@@ -69,12 +69,12 @@ test: venv
 	$(PY) hack/run_tests.py
 
 demo: venv k8s-control-plane
-	$(PY) -m migops.demo
+	$(PY) -m migops.local.demo
 
 # migops in pods on the real node (root): local up --real-node, local image, local deploy, a MIG pod
 # running for real. Separate from `demo`: the first image build alone takes ~4 min.
 demo-deploy: venv k8s-binaries host-packages
-	$(PY) -m migops.demo_deploy
+	$(PY) -m migops.local.demo_deploy
 
 # The load generator of bench/webhook_load.py (vegeta), built once into ~/.cache/migops/bench-bin.
 bench-tools:

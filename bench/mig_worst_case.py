@@ -53,7 +53,7 @@ def _best_both(fn) -> tuple[float, float]:
 
 def cli_check(text: str, node: list) -> object:
     """What `migops validate [--gpu ...]` does with the file, printing aside: read it, judge each source."""
-    from migops.commands_mig import check_source
+    from migops.cli.mig import check_source
     from migops.mig.sources import read_file
 
     contents = read_file(text.encode())

@@ -290,7 +290,7 @@ def real_node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RealNodeClus
     try:
         with plane.api_client() as api:
             from migops.local import cluster
-            from migops.local_cli import DEFAULT_GPU
+            from migops.local.cli import DEFAULT_GPU
             from migops.mig.catalogue import catalogue
 
             gpu = catalogue().resolve(DEFAULT_GPU)

@@ -151,7 +151,7 @@ OTHER_EVENT_NODE = "rbac-b"
 
 
 def _event(node: str = "rbac-a", **over: Any) -> dict:
-    """An Event as migops/kube/events.py records it, about `node`."""
+    """An Event as kube/events.py records it, about `node`."""
     body = {
         "metadata": {"generateName": f"{node}."},
         "involvedObject": {"apiVersion": "v1", "kind": "Node", "name": node},
@@ -448,7 +448,7 @@ def backend_state(path) -> list[dict]:
 
 
 def test_events_go_only_to_default(own_node) -> None:
-    """RBAC: a Role in `default`, where migops/kube/events.py records a Node's Events; nowhere else."""
+    """RBAC: a Role in `default`, where kube/events.py records a Node's Events; nowhere else."""
     for namespace in ("kube-system", "gpu-operator", "migops-system"):
         with pytest.raises(ApiException) as err:
             own_node.create_namespaced_event(namespace, _event())

@@ -10,7 +10,7 @@ import sys
 from agent_harness import ROOT
 from fake_pynvml import FakeNvml
 
-from migops.commands_agent import cmd_probe
+from migops.cli.agent import cmd_probe
 from migops.mig.catalogue import catalogue
 
 

@@ -147,8 +147,8 @@ def test_a_local_agent_is_the_agent_service_account_bound_to_its_node(local_stac
 
 @pytest.mark.parametrize("name", ["serviceaccount.yaml", "rbac.yaml", "own-node-policy.yaml"])
 def test_the_local_stack_installs_the_agent_manifests(name: str) -> None:
-    """migops.local.agent_identity applies packaged copies: they must be the manifests themselves
-    (copy manifests/base/agent/NAME to migops/local/data/agent-NAME after a change)."""
+    """migops.local.agent_identity applies the manifests themselves: its package data is a link into
+    manifests/base/agent (a wheel holds the file), never a copy that could drift."""
     root = Path(__file__).resolve().parents[2]
-    shipped = (root / "manifests" / "base" / "agent" / name).read_text()
-    assert (root / "migops" / "local" / "data" / f"agent-{name}").read_text() == shipped
+    packaged = root / "local" / "data" / f"agent-{name}"
+    assert packaged.is_symlink() and packaged.resolve() == (root / "manifests" / "base" / "agent" / name).resolve()

@@ -13,7 +13,7 @@ import jsonschema
 import pytest
 
 from migops.cli import build_parser, main
-from migops.outputs import VERSIONS, json_schema, schema_id
+from migops.cli.outputs import VERSIONS, json_schema, schema_id
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples"
@@ -106,7 +106,7 @@ def test_gpus(capsys: pytest.CaptureFixture[str]) -> None:
 def test_probe(capsys: pytest.CaptureFixture[str]) -> None:
     from fake_pynvml import FakeNvml
 
-    from migops.commands_agent import cmd_probe
+    from migops.cli.agent import cmd_probe
     from migops.mig.catalogue import catalogue
 
     cmd_probe(argparse.Namespace(output="json"), FakeNvml([catalogue().resolve("0x233010DE")] * 2))

@@ -150,9 +150,8 @@ def test_local_components_are_least_privileged_and_the_stack_works(stack: tuple[
     ],
 )
 def test_the_local_stack_installs_the_manifests_identities(shipped: str, packaged: str) -> None:
-    """migops.local.identity applies packaged copies: they must be the manifests themselves (copy
-    manifests/base/SHIPPED to migops/local/data/PACKAGED after a change)."""
-    assert (ROOT / "migops" / "local" / "data" / packaged).read_text() == (
-        ROOT / "manifests/base" / shipped
-    ).read_text()
+    """migops.local.identity applies the manifests themselves: its package data is a link into
+    manifests/base (a wheel holds the file), never a copy that could drift."""
+    link = ROOT / "local" / "data" / packaged
+    assert link.is_symlink() and link.resolve() == (ROOT / "manifests/base" / shipped).resolve()
     assert packaged in identity.RECONCILER.manifests + identity.WEBHOOK.manifests

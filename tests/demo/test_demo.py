@@ -31,7 +31,7 @@ def test_demo_runs_every_step_and_leaves_nothing_running(tmp_path: Path) -> None
     env = {k: v for k, v in os.environ.items() if k not in ("KEEP", "KUBECONFIG")}
     try:
         done = subprocess.run(
-            [sys.executable, "-m", "migops.demo"],
+            [sys.executable, "-m", "migops.local.demo"],
             cwd=ROOT,
             env={**env, "MIGOPS_HOME": str(home), "KEEP": "1"},
             capture_output=True,

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from migops.commands_agent import reset_commands
+from migops.agent.main import reset_commands
 
 
 def _fake_nvidia_smi(bindir: Path, record: Path) -> None:

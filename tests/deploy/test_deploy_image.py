@@ -49,7 +49,8 @@ def test_build_context_holds_the_package_and_nothing_else(image: Image) -> None:
     assert {"pyproject.toml", "README.md"} <= files
     folders = {f.split("/")[0] for f in files if "/" in f}
     linked = {p.name for p in (ROOT / "migops").iterdir() if p.is_symlink()}  # migops/mig -> ../mig, ...
-    assert folders == {"migops"} | linked
+    # Everything linked, except the local cluster harness (local/, migops.local): a developer's tool.
+    assert "local" in linked and folders == {"migops"} | (linked - {"local"})
     assert not any(re.search(r"(^|/)(__pycache__|\.git|\.venv|tests)(/|$)", f) for f in files)
 
 
@@ -83,6 +84,10 @@ def test_the_clean_install_is_the_wheel_alone(image: Image) -> None:
         p for p in (site / "migops").rglob("*.py") if not list(p.parent.joinpath("__pycache__").glob(f"{p.stem}.*.pyc"))
     ]
     assert missing == []
+    # The harness and the demo are not in the image; `migops local` says where to run it.
+    assert not (site / "migops" / "local").exists()
+    local = image.run(["migops", "local", "up"])
+    assert local.returncode == 2 and "not installed here" in local.stderr, local.stderr
 
 
 def _canonical(name: str) -> str:

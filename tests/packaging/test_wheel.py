@@ -95,6 +95,7 @@ def test_package_data_is_in_the_wheel(wheel: zipfile.ZipFile) -> None:
     assert "migops/mig/data/gpus.yaml" in names
     assert "migops/mig/data/gpus.schema.json" in names
     assert "migops/local/data/clusterpolicy-crd.yaml" in names
+    assert "migops/local/data/agent-rbac.yaml" in names  # a link in the checkout, the file itself in the wheel
     assert "migops/reconciler/data/argocd-migsync-health.lua" in names  # Argo CD health check of a MigSync
 
 

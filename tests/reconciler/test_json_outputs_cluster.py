@@ -10,7 +10,7 @@ from pathlib import Path
 import jsonschema
 from gitrepo import CONFIG_YAML, UNPLACEABLE, nodes_yaml
 
-from migops.outputs import json_schema, schema_id
+from migops.cli.outputs import json_schema, schema_id
 
 MIGOPS = Path(sys.executable).parent / "migops"
 

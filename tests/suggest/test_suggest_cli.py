@@ -14,7 +14,7 @@ from gitrepo import CONFIG_YAML, nodes_yaml, run
 from suggest_fixtures import ONE_G, node, pod
 
 from migops.cli import main
-from migops.outputs import json_schema
+from migops.cli.outputs import json_schema
 from migops.suggest.edit import edit_nodes
 
 NODES = "# our GPU nodes\n" + nodes_yaml(

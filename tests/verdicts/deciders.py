@@ -6,7 +6,7 @@ the comparison of their answers (tests/verdicts).
   on a `Snapshot` built as the informers build it;
 - gitops' desired state, which the reconciler applies: `gitops.desired.resolve` on a repository whose
   nodes.yaml assigns the config to the node;
-- `migops validate`: `migops.commands_mig.check` on the file, with `--gpu` for the node's GPUs.
+- `migops validate`: `migops.cli.mig.check` on the file, with `--gpu` for the node's GPUs.
 
 An answer is (accepted, the rules of its errors). Nothing here decides a rule.
 """
@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from migops.commands_mig import check
+from migops.cli.mig import check
 from migops.gitops.desired import UNASSIGNED, FitCache, resolve
 from migops.gitops.repo import RepoError, load_repo
 from migops.kube.clusterpolicy import MigSettings

@@ -1,0 +1,251 @@
+"""Make a bare API server look like a cluster running the NVIDIA GPU Operator.
+
+Seeds GPU Nodes labelled as GPU Feature Discovery would label them (the label values come
+from `migops.mig.gfd`, the only place that knows GPU and MIG rules), the labels the GPU Operator adds
+to MIG-capable nodes, the ClusterPolicy CRD and a `cluster-policy` object with the chosen
+MIG strategy, and the `gpu-operator` namespace.
+
+Simulated nodes also carry the labels every kubelet sets when it registers its Node
+(kubernetes.io/hostname, kubernetes.io/os, kubernetes.io/arch and their beta.* pair), so a nodes.yaml
+that pins one node by hostname selects it here as on a real cluster.
+
+Field managers mirror who owns what in a real cluster: the kubelet's labels belong to `kubelet`, GFD's
+to `gpu-feature-discovery`, `nvidia.com/mig.config` and the deploy label to `gpu-operator`. A
+migops reconciler that applies `nvidia.com/mig.config` therefore meets the same ownership
+conflict it would meet on a real cluster.
+"""
+
+from __future__ import annotations
+
+import platform
+from collections.abc import Sequence
+from dataclasses import dataclass
+from importlib import resources
+from typing import Any
+
+from kubernetes import client as k8s
+from kubernetes.client import ApiClient
+
+from migops.kube import crds
+from migops.kube.names import GPU_COUNT_LABEL, GPU_RESOURCE, LOCAL_MANAGER
+from migops.mig.catalogue import GpuModel
+from migops.mig.gfd import DEVICE_ID_LABEL, MIG_CONFIG_LABEL, node_labels_without_mig
+from migops.mig.validate import Strategy
+from migops.mig.yamlsafe import load_yaml
+
+APPLY = "application/apply-patch+yaml"
+GFD_MANAGER = "gpu-feature-discovery"
+KUBELET_MANAGER = "kubelet"
+# Go's GOARCH for the machine the simulated nodes run on (the kubelet labels its node with it).
+_GOARCH = {
+    "x86_64": "amd64",
+    "amd64": "amd64",
+    "aarch64": "arm64",
+    "arm64": "arm64",
+    "ppc64le": "ppc64le",
+    "s390x": "s390x",
+}
+OPERATOR_MANAGER = "gpu-operator"
+OPERATOR_NAMESPACE = "gpu-operator"
+CLUSTER_POLICY = "cluster-policy"
+CRD_NAME = "clusterpolicies.nvidia.com"
+STRATEGIES = ("none", "single", "mixed")
+MIG_CAPABLE_LABEL = "nvidia.com/mig.capable"
+DEPLOY_MIG_MANAGER_LABEL = "nvidia.com/gpu.deploy.mig-manager"
+NODE_PREFIX = "gpu-node-"
+NODE_RESOURCES = {"cpu": "128", "memory": "2Ti", "pods": "110", "ephemeral-storage": "1Ti"}
+NOT_READY_TAINT = "node.kubernetes.io/not-ready"
+
+
+@dataclass(frozen=True)
+class NodeSpec:
+    """A Node to seed: its name, GPU model and count, and the labels each owner applies."""
+
+    name: str
+    gpu: GpuModel  # a `migops.mig.catalogue` entry: migops.mig.gfd labels the node from all of it
+    gpus: int
+    gfd_labels: dict[str, str]
+    operator_labels: dict[str, str]
+
+
+def plan_nodes(count: int, gpus: Sequence[GpuModel], gpus_per_node: int, strategy: Strategy) -> list[NodeSpec]:
+    """Nodes `gpu-node-1..count`; node i carries `gpus_per_node` GPUs of model gpus[i % len]."""
+    if not gpus:
+        raise ValueError("at least one GPU model is needed")
+    return [plan_node(f"{NODE_PREFIX}{i + 1}", gpus[i % len(gpus)], gpus_per_node, strategy) for i in range(count)]
+
+
+def plan_node(name: str, gpu: GpuModel, gpus: int, strategy: Strategy) -> NodeSpec:
+    """One GPU node `name` with `gpus` GPUs of model `gpu`, labelled as GFD and the GPU Operator would."""
+    gfd = dict(node_labels_without_mig(gpu, count=gpus, strategy=strategy))
+    gfd[DEVICE_ID_LABEL] = gpu.device_id  # migops.mig.gfd sets it too; the issue requires it
+    # The GPU Operator's node-labelling controller: only MIG-capable nodes get these.
+    operator = (
+        {MIG_CONFIG_LABEL: "all-disabled", DEPLOY_MIG_MANAGER_LABEL: "true"}
+        if gfd.get(MIG_CAPABLE_LABEL) == "true"
+        else {}
+    )
+    return NodeSpec(name, gpu, gpus, gfd, operator)
+
+
+def seed(api: ApiClient, nodes: Sequence[NodeSpec], strategy: str) -> None:
+    """Install everything, idempotently (server-side apply throughout)."""
+    if strategy not in STRATEGIES:
+        raise ValueError(f"strategy must be one of {', '.join(STRATEGIES)}, not {strategy!r}")
+    core = k8s.CoreV1Api(api)
+    core.patch_namespace(
+        OPERATOR_NAMESPACE,
+        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": OPERATOR_NAMESPACE}},
+        field_manager=OPERATOR_MANAGER,
+        _content_type=APPLY,
+    )
+    install_clusterpolicy_crd(api)
+    apply_cluster_policy(api, strategy)
+    for node in nodes:
+        apply_node(api, node)
+
+
+def kubelet_labels(name: str) -> dict[str, str]:
+    """What a kubelet puts on the Node it registers (pkg/kubelet/kubelet_node_status.go, initialNode):
+    its hostname (the node name here), GOOS and GOARCH, stable and beta."""
+    arch = _GOARCH.get(platform.machine().lower(), platform.machine().lower())
+    return {
+        "kubernetes.io/hostname": name,
+        "kubernetes.io/os": "linux",
+        "kubernetes.io/arch": arch,
+        "beta.kubernetes.io/os": "linux",
+        "beta.kubernetes.io/arch": arch,
+    }
+
+
+def apply_node(api: ApiClient, node: NodeSpec) -> None:
+    """Create/update a simulated Node: the kubelet's labels, GFD labels, operator labels, and
+    `nvidia.com/gpu` capacity."""
+    body = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": node.name, "labels": kubelet_labels(node.name)}}
+    k8s.CoreV1Api(api).patch_node(node.name, body, field_manager=KUBELET_MANAGER, _content_type=APPLY)
+    apply_labels(api, node)
+    # What the device plugin would advertise for GPUs with MIG disabled: one per GPU.
+    mark_ready(api, node.name, {"nvidia.com/gpu": gpu_count(node)})
+
+
+def gpu_count(node: NodeSpec) -> str:
+    return node.gfd_labels.get(GPU_COUNT_LABEL, str(node.gpus))
+
+
+def apply_labels(api: ApiClient, node: NodeSpec) -> None:
+    """GFD's and the GPU Operator's labels, each under its own field manager (creates the Node if absent)."""
+    core = k8s.CoreV1Api(api)
+    for manager, labels in ((GFD_MANAGER, node.gfd_labels), (OPERATOR_MANAGER, node.operator_labels)):
+        body = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": node.name, "labels": labels}}
+        core.patch_node(node.name, body, field_manager=manager, _content_type=APPLY)
+
+
+def apply_real_node(api: ApiClient, node: NodeSpec) -> None:
+    """Label a Node its kubelet registered as a GPU node, and advertise `nvidia.com/gpu` in its capacity
+    (the kubelet keeps extended resources others put there and derives allocatable from them on its next
+    status update; allocatable is set too so the scheduler sees it at once). Its
+    conditions stay the kubelet's."""
+    apply_labels(api, node)
+    k8s.CoreV1Api(api).patch_node_status(
+        node.name,
+        {
+            "apiVersion": "v1",
+            "kind": "Node",
+            "metadata": {"name": node.name},
+            "status": {"capacity": {GPU_RESOURCE: gpu_count(node)}, "allocatable": {GPU_RESOURCE: gpu_count(node)}},
+        },
+        field_manager=LOCAL_MANAGER,
+        _content_type=APPLY,
+    )
+
+
+def mark_ready(api: ApiClient, name: str, extended: dict[str, str] | None = None) -> None:
+    """Do for a Node what its kubelet and the node-lifecycle controller would: report CPU, memory
+    and a pod budget (the scheduler places nothing on a node without `pods` allocatable), optional
+    extended resources, a Ready condition (no controller runs here to flip it to Unknown; the
+    message says the node is simulated), and lift the `not-ready` taint that the API server's
+    TaintNodesByCondition admission puts on every new Node."""
+    resources = {**NODE_RESOURCES, **(extended or {})}
+    core = k8s.CoreV1Api(api)
+    core.patch_node_status(
+        name,
+        {
+            "apiVersion": "v1",
+            "kind": "Node",
+            "metadata": {"name": name},
+            "status": {
+                "capacity": resources,
+                "allocatable": resources,
+                "conditions": [
+                    {
+                        "type": "Ready",
+                        "status": "True",
+                        "reason": "Simulated",
+                        "message": "migops local: no kubelet runs; this node is simulated",
+                    }
+                ],
+            },
+        },
+        field_manager=LOCAL_MANAGER,
+        _content_type=APPLY,
+    )
+    taints = core.read_node(name).spec.taints or []
+    kept = [t.to_dict() for t in taints if t.key != NOT_READY_TAINT]
+    if len(kept) != len(taints):
+        core.patch_node(
+            name,
+            [{"op": "replace", "path": "/spec/taints", "value": kept}],
+            _content_type="application/json-patch+json",
+        )
+
+
+def clusterpolicy_crd() -> dict[str, Any]:
+    """The ClusterPolicy CRD shipped in local/data/."""
+    text = resources.files("migops.local").joinpath("data/clusterpolicy-crd.yaml").read_text()
+    return load_yaml(text)  # type: ignore[return-value]
+
+
+def install_clusterpolicy_crd(api: ApiClient, *, timeout: float = 30.0) -> None:
+    """Apply the CRD and wait until it is Established (before that, CRs are rejected)."""
+    crds.install(api, [clusterpolicy_crd()], field_manager=OPERATOR_MANAGER, timeout=timeout)
+
+
+def apply_cluster_policy(api: ApiClient, strategy: str) -> None:
+    """The `cluster-policy` object with the MIG strategy and a default-enabled MIG manager."""
+    body = {
+        "apiVersion": "nvidia.com/v1",
+        "kind": "ClusterPolicy",
+        "metadata": {"name": CLUSTER_POLICY},
+        "spec": {
+            "mig": {"strategy": strategy},
+            "migManager": {
+                "enabled": True,
+                # The image a GPU Operator install names (values.yaml); nothing pulls it here.
+                "repository": "nvcr.io/nvidia/cloud-native",
+                "image": "k8s-mig-manager",
+                "version": "v0.15.0",
+                "config": {"name": "default-mig-parted-config", "default": "all-disabled"},
+                "gpuClientsConfig": {"name": ""},
+                "env": [{"name": "WITH_REBOOT", "value": "false"}],
+            },
+        },
+    }
+    objects = k8s.CustomObjectsApi(api)
+    objects.patch_cluster_custom_object(
+        "nvidia.com", "v1", "clusterpolicies", CLUSTER_POLICY, body, field_manager=OPERATOR_MANAGER, _content_type=APPLY
+    )
+    # What a healthy operator reports; tools that wait for the operator see it ready.
+    objects.patch_cluster_custom_object_status(
+        "nvidia.com",
+        "v1",
+        "clusterpolicies",
+        CLUSTER_POLICY,
+        {
+            "apiVersion": "nvidia.com/v1",
+            "kind": "ClusterPolicy",
+            "metadata": {"name": CLUSTER_POLICY},
+            "status": {"state": "ready", "namespace": OPERATOR_NAMESPACE},
+        },
+        field_manager=OPERATOR_MANAGER,
+        _content_type=APPLY,
+    )

@@ -1,0 +1,90 @@
+"""The `migops` command line: one argparse tree, each command group registered by its own module of this
+package (mig: validate/plan/gpus; reconcile: reconcile/diff/status; suggest; local; agent; sim; webhook)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+from migops.cli import agent, mig, reconcile, sim, suggest, webhook
+from migops.cli.usage import EXIT_OK, EXIT_USAGE, UsageError
+
+
+def package_version() -> str:
+    """The installed distribution's version (pyproject.toml's, the one place it is written)."""
+    from importlib.metadata import PackageNotFoundError, version  # ~20 ms: only when the version is shown
+
+    try:
+        return version("migops")
+    except PackageNotFoundError:  # a source tree on sys.path, never installed
+        return "0+unknown"
+
+
+class _Version(argparse.Action):
+    """`--version`, argparse's own action except that the version is read only when it is shown."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str = argparse.SUPPRESS, help: str | None = None) -> None:
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, help=help)
+
+    def __call__(
+        self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any, option: Any = None
+    ) -> None:
+        print(f"migops {package_version()}")
+        parser.exit()
+
+
+def _register_local(sub: argparse._SubParsersAction) -> None:
+    """`migops local`: the local cluster harness (local/, migops.local) ships in a checkout and the development
+    install, not in the runtime image, which holds only what runs in the cluster."""
+    try:
+        from migops.local import cli as local_cli
+    except ModuleNotFoundError as exc:
+        if exc.name is None or not exc.name.startswith("migops.local"):
+            raise
+
+        def missing(args: argparse.Namespace) -> int:
+            raise UsageError(
+                "the local cluster harness is not installed here (the runtime image holds only what runs in the "
+                "cluster): run it from a checkout, or install one for development (pip install -e .)"
+            )
+
+        local = sub.add_parser("local", help="run a local Kubernetes control plane with GPU nodes (from a checkout)")
+        local.add_argument("rest", nargs=argparse.REMAINDER)
+        local.set_defaults(func=missing)
+        return
+    local_cli.register(sub)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="migops",
+        description="Validate, plan and apply NVIDIA MIG geometries, the GitOps way.",
+    )
+    parser.add_argument("--version", action=_Version, help="show program's version number and exit")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    mig.register(sub)
+    reconcile.register(sub)
+    suggest.register(sub)
+    _register_local(sub)
+    agent.register(sub)
+    sim.register(sub)
+    webhook.register(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.func(args))
+    except UsageError as exc:
+        print(f"migops {args.command}: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except BrokenPipeError:
+        return EXIT_OK
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,455 @@
+"""`migops reconcile`, `migops diff`, `migops status`: the GitOps reconciler on the command line.
+
+Exit codes: reconcile --once: 0 applied, in sync or rolling out; 1 the commit is invalid or unverified
+(nothing applied); 3 the repo is unreachable, a write failed, the rollout is halted, or migops's
+webhook would refuse the identity it runs as (said before anything is written: reconciler/preflight.py). diff: 0 no
+changes, 1 changes (as `kubectl diff`), 3 the commit is invalid, unverified or unreachable.
+status: 0 every MigSync Ready, 1 otherwise. 2 is a usage error everywhere.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from pathlib import Path
+from typing import Any
+
+from migops import logs
+from migops.cli.outputs import document
+from migops.cli.usage import EXIT_INVALID, EXIT_OK, UsageError
+from migops.kube import client as kube_client
+
+EXIT_FAILED = 3
+CLI_MANAGER = "migops-cli"  # field manager of a MigSync spec written from the command line
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    r = sub.add_parser(
+        "reconcile",
+        help="sync a config repo into the cluster (MIG ConfigMap + node labels)",
+        description="Fetch the config repo (config.yaml + nodes.yaml), validate it through the MIG "
+        "core, and apply it: the MIG ConfigMap and nvidia.com/mig.config on each node, in waves. "
+        "Without --repo the spec comes from the MigSync object --name.",
+    )
+    _source_args(r)
+    r.add_argument(
+        "--once", action="store_true", help="one sync, then exit (0 applied/in sync, 1 invalid commit, 3 failed)"
+    )
+    r.add_argument("--dry-run", action="store_true", help="print the diff (ConfigMap and node labels); write nothing")
+    r.add_argument("--interval", default=None, metavar="DURATION", help="poll interval with --repo (default 60s)")
+    r.add_argument(
+        "--http-address",
+        default=":8080",
+        metavar="[HOST]:PORT",
+        help="/healthz, /readyz, /metrics and POST /hook (default :8080)",
+    )
+    r.add_argument(
+        "--hook-secret-file",
+        type=Path,
+        metavar="FILE",
+        help="shared secret for POST /hook (HMAC X-Hub-Signature-256 / X-Signature, or X-Gitlab-Token)",
+    )
+    r.add_argument(
+        "--no-leader-elect",
+        dest="leader_elect",
+        action="store_false",
+        help="run without the Lease (only safe with one replica)",
+    )
+    r.add_argument("--workers", type=int, default=8, help="parallel label writes (default 8)")
+    r.add_argument(
+        "--as",
+        dest="as_user",
+        metavar="USER",
+        help="impersonate USER, as kubectl --as (e.g. system:serviceaccount:migops-system:migops-reconciler, the "
+        "identity migops's webhook accepts for what git owns; needs the impersonate permission)",
+    )
+    logs.add_arguments(r)
+    r.set_defaults(func=cmd_reconcile)
+
+    d = sub.add_parser(
+        "diff",
+        help="what the config repo would change in the cluster (for pull-request checks)",
+        description="Fetch and validate like reconcile, then print the ConfigMap and node-label "
+        "changes, each also tried as a server-side dry run. Exit 0 no changes, 1 changes, "
+        "3 invalid/unverified/unreachable.",
+    )
+    _source_args(d)
+    d.add_argument("-o", "--output", choices=("text", "json"), default="text")
+    logs.add_arguments(d, default_level="warning")
+    d.add_argument(
+        "--no-server-dry-run",
+        dest="server_dry_run",
+        action="store_false",
+        help="do not send the changes as server-side dry runs (needs no write permission)",
+    )
+    d.set_defaults(func=cmd_diff)
+
+    s = sub.add_parser(
+        "status",
+        help="MigSync status: conditions, revisions, nodes",
+        description="Print MigSync objects as a table (-n NS, -A for all namespaces); --nodes adds "
+        "one row per node. Exit 0 when every one shown is Ready.",
+    )
+    s.add_argument("name", nargs="?", help="a MigSync (default: all in the namespace)")
+    s.add_argument("-n", "--namespace", default="migops-system")
+    s.add_argument("-A", "--all-namespaces", action="store_true")
+    s.add_argument("--nodes", action="store_true", help="per-node desired config, phase, state and revision")
+    kube_client.add_arguments(s)
+    s.add_argument("-o", "--output", choices=("text", "json"), default="text")
+    s.set_defaults(func=cmd_status)
+
+
+def _source_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--repo", metavar="URL", help="git URL: path, file://, https:// or ssh://")
+    p.add_argument("--ref", metavar="REF", help="branch, tag or commit (default: the remote's HEAD)")
+    p.add_argument("--path", default="", metavar="P", help="directory holding config.yaml and nodes.yaml")
+    kube_client.add_arguments(p)
+    p.add_argument("--name", default="migops", help="the MigSync that holds the spec/status (default migops)")
+    p.add_argument("-n", "--namespace", default="migops-system", help="its namespace (default migops-system)")
+    p.add_argument(
+        "--allowed-signers",
+        type=Path,
+        metavar="FILE",
+        help="require commits signed by an SSH key in this OpenSSH allowed_signers file",
+    )
+    p.add_argument(
+        "--trusted-key",
+        type=Path,
+        action="append",
+        default=[],
+        metavar="FILE",
+        help="require commits signed by this ASCII-armored OpenPGP public key (repeatable)",
+    )
+    p.add_argument("--ssh-key", type=Path, metavar="FILE", help="private key for ssh:// URLs")
+    p.add_argument("--known-hosts", type=Path, metavar="FILE", help="known_hosts for ssh:// URLs")
+    p.add_argument("--https-username", metavar="USER", help="with --https-password-file: basic auth")
+    p.add_argument("--https-password-file", type=Path, metavar="FILE", help="password or token (bearer without a user)")
+    p.add_argument("--ca-file", type=Path, metavar="FILE", help="CA bundle for https:// URLs")
+    p.add_argument("--cache-dir", type=Path, metavar="DIR", help="git mirrors (default ~/.cache/migops/git)")
+    # Before --log-level: -v info, -vv debug (kept so older command lines still work).
+    p.add_argument("-v", "--verbose", action="count", default=0, help=argparse.SUPPRESS)
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_text()
+    except OSError as exc:
+        raise UsageError(f"{path}: {exc.strerror}") from None
+
+
+def _spec(args: argparse.Namespace):  # noqa: ANN202
+    from migops.gitops.verify import TrustPolicy
+    from migops.reconciler.status import SyncSpec, parse_duration
+
+    if not args.repo:
+        return None  # the MigSync's spec; --allowed-signers/--trusted-key then add to its trust (_trust)
+    trust = _trust(args) or TrustPolicy()
+    try:
+        interval = parse_duration(getattr(args, "interval", None))
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    return SyncSpec(args.repo, args.ref, args.path, interval, False, trust)
+
+
+def _trust(args: argparse.Namespace):  # noqa: ANN202
+    """The keys the flags name (files: a mounted Secret or ConfigMap in a cluster), None without any.
+    With a MigSync they are a floor its spec cannot lower: commits must be signed (docs/reconciler.md)."""
+    from migops.gitops.verify import TrustPolicy
+
+    keys = tuple(_read(p) for p in args.trusted_key)
+    signers = _read(args.allowed_signers) if args.allowed_signers else ""
+    return TrustPolicy("head", signers, keys) if keys or signers else None
+
+
+def _auth(args: argparse.Namespace):  # noqa: ANN202
+    from migops.gitops.source import GitAuth
+
+    return GitAuth(args.ssh_key, args.known_hosts, args.https_username, args.https_password_file, args.ca_file)
+
+
+def _logging(args: argparse.Namespace) -> None:
+    level = args.log_level if not args.verbose else "info" if args.verbose == 1 else "debug"
+    logs.setup("reconciler", level, args.log_format, {"migsync": f"{args.namespace}/{args.name}"})
+
+
+def _api(args: argparse.Namespace):  # noqa: ANN202
+    from kubernetes.config.config_exception import ConfigException
+
+    try:
+        api = kube_client.api_client(args.kubeconfig, args.context)
+    except (ConfigException, OSError) as exc:
+        raise UsageError(f"no cluster to talk to: {exc}") from None
+    if getattr(args, "as_user", None):
+        api.set_default_header("Impersonate-User", args.as_user)
+    return api
+
+
+class Refused(Exception):
+    """`migops reconcile --once` would be refused by the webhook: said before anything is written."""
+
+
+def _reconciler(args: argparse.Namespace, *, dry_run: bool, once: bool):  # noqa: ANN202
+    from migops.reconciler.controller import Reconciler
+
+    spec = _spec(args)
+    api = _api(args)
+    rec = Reconciler(
+        api,
+        name=args.name,
+        namespace=args.namespace,
+        spec=spec,
+        cache_dir=args.cache_dir,
+        auth=_auth(args),
+        dry_run=dry_run,
+        workers=getattr(args, "workers", 8),
+        enforce_last_good=not once,
+        trust=None if spec is not None else _trust(args),
+        finalizer=not once,
+    )
+    if once and not dry_run:
+        from migops.reconciler.preflight import refusal
+
+        refused = refusal(api, rec.owner)
+        if refused is not None:
+            rec.writer.api.close()
+            api.close()
+            raise Refused(refused)
+    if spec is not None and not dry_run:
+        _apply_migsync(api, args.name, args.namespace, spec)
+    return rec
+
+
+def _apply_migsync(api: Any, name: str, namespace: str, spec: Any) -> None:
+    """With --repo, the flags are the spec: record them in the MigSync (when its CRD is installed), so
+    `migops status` and `kubectl get migsync` show what this reconciler does."""
+    from kubernetes.client.exceptions import ApiException
+
+    from migops.kube import ssa
+    from migops.reconciler.status import migsync_object
+
+    try:
+        ssa.apply(api, migsync_object(name, namespace, spec), field_manager=CLI_MANAGER, force=True)
+    except ApiException as exc:
+        if exc.status != 404:
+            raise
+        logging.getLogger(__name__).warning(
+            "MigSync %s/%s not recorded (%s): status goes to the log only", namespace, name, "no CRD or namespace"
+        )
+
+
+def _print_result(result: Any) -> None:
+    stream = sys.stdout if result.ok else sys.stderr
+    print(f"migops reconcile: {result.outcome}: {result.message}", file=stream)
+    for p in result.problems:
+        print(f"  {p}", file=stream)
+
+
+def cmd_reconcile(args: argparse.Namespace) -> int:
+    from migops.reconciler.reasons import Outcome
+
+    _logging(args)
+    if args.dry_run:
+        return _diff(args, output="text", server_dry_run=True, exit_on_change=False)
+    try:
+        rec = _reconciler(args, dry_run=False, once=args.once)
+    except Refused as exc:
+        print(f"migops reconcile: {exc}", file=sys.stderr)
+        return EXIT_FAILED
+    if args.once:
+        try:
+            rec.start()
+            result = rec.sync(fetch=True)
+            rec.flush_status()
+        finally:
+            rec.stop()
+        _print_result(result)
+        if result.ok:
+            return EXIT_OK
+        return EXIT_INVALID if result.outcome in (Outcome.INVALID, Outcome.UNVERIFIED) else EXIT_FAILED
+    from migops.reconciler.main import ServeOptions, serve
+
+    host, _, port = args.http_address.rpartition(":")
+    if not (port.isascii() and port.isdigit()):  # isdigit() alone passes "²", which int() refuses
+        raise UsageError(f"--http-address {args.http_address!r}: expected [HOST]:PORT")
+    secret = None
+    if args.hook_secret_file is not None:
+        if args.hook_secret_file.exists():
+            secret = _read(args.hook_secret_file).strip().encode()
+        else:  # the Deployment mounts an optional Secret: without one, there is no /hook
+            logging.getLogger(__name__).warning("%s does not exist: POST /hook is off", args.hook_secret_file)
+    if secret == b"":
+        raise UsageError(f"{args.hook_secret_file}: the hook secret is empty")
+    return serve(rec, ServeOptions(host or "0.0.0.0", int(port), secret, args.leader_elect))
+
+
+def cmd_diff(args: argparse.Namespace) -> int:
+    _logging(args)
+    return _diff(args, output=args.output, server_dry_run=args.server_dry_run, exit_on_change=True)
+
+
+def _diff(args: argparse.Namespace, *, output: str, server_dry_run: bool, exit_on_change: bool) -> int:
+    rec = _reconciler(args, dry_run=True, once=True)
+    try:
+        rec.start()
+        found, result = rec.diff(server_side=server_dry_run)
+    finally:
+        rec.stop()
+    if found is None:
+        if output == "json":
+            print(
+                json.dumps(
+                    document(
+                        "diff",
+                        {"outcome": result.outcome, "message": result.message, "problems": list(result.problems)},
+                    ),
+                    indent=2,
+                )
+            )
+        else:
+            _print_result(result)
+        return EXIT_FAILED
+    if output == "json":
+        print(json.dumps(document("diff", {**found.as_dict(), "warnings": list(result.problems)}), indent=2))
+    else:
+        for line in found.lines():
+            print(line)
+        for w in result.problems:
+            print(f"warning: {w}")
+    if found.denied:
+        return EXIT_FAILED
+    return EXIT_INVALID if (exit_on_change and found.changed) else EXIT_OK
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    from kubernetes import client as k8s
+    from kubernetes.client.exceptions import ApiException
+
+    from migops.cli.render import table
+    from migops.reconciler import status as st
+
+    api = _api(args)
+    objects = k8s.CustomObjectsApi(api)
+    drift: dict[str, str] = {}
+    try:
+        if args.nodes:
+            drift = _node_drift(api)
+        if args.all_namespaces:
+            items = objects.list_cluster_custom_object(st.GROUP, st.VERSION, st.PLURAL)["items"]
+        elif args.name:
+            items = [objects.get_namespaced_custom_object(st.GROUP, st.VERSION, args.namespace, st.PLURAL, args.name)]
+        else:
+            items = objects.list_namespaced_custom_object(st.GROUP, st.VERSION, args.namespace, st.PLURAL)["items"]
+    except ApiException as exc:
+        if exc.status == 404:
+            what = f"MigSync {args.namespace}/{args.name}" if args.name else "the MigSync CRD"
+            print(f"migops status: {what} not found", file=sys.stderr)
+            return EXIT_INVALID
+        raise UsageError(f"cannot read MigSyncs: HTTP {exc.status} {exc.reason}") from None
+    finally:
+        api.close()
+    if args.output == "json":
+        print(
+            json.dumps(
+                document(
+                    "status",
+                    {
+                        "items": [
+                            {
+                                "name": i["metadata"]["name"],
+                                "namespace": i["metadata"]["namespace"],
+                                "spec": i.get("spec"),
+                                "status": i.get("status"),
+                            }
+                            for i in items
+                        ]
+                    },
+                ),
+                indent=2,
+            )
+        )
+    else:
+        rows = []
+        for i in items:
+            s = i.get("status") or {}
+            ready = _condition(s, "Ready")
+            rows.append(
+                [
+                    i["metadata"]["namespace"],
+                    i["metadata"]["name"],
+                    ready.get("status", "Unknown"),
+                    ready.get("reason", "-"),
+                    (s.get("summary") or {}).get("inSync", "-"),
+                    (s.get("lastAppliedRevision") or "-")[:12],
+                    (s.get("lastAttemptedRevision") or "-")[:12],
+                    ready.get("message", ""),
+                ]
+            )
+        for line in table(rows, ["NAMESPACE", "NAME", "READY", "REASON", "NODES", "APPLIED", "ATTEMPTED", "MESSAGE"]):
+            print(line)
+        for i in items:
+            s = i.get("status") or {}
+            for warning in _warnings(s):  # Ready can be True while these say something is off
+                print(f"  {i['metadata']['name']}: warning: {warning}")
+            for problem in s.get("problems") or ():
+                print(f"  {i['metadata']['name']}: {problem}")
+            if args.nodes:
+                rows = [
+                    [
+                        n.get("name", ""),
+                        n.get("config", "-"),
+                        n.get("phase", "-"),
+                        n.get("state", "-"),
+                        (n.get("revision") or "-")[:12],
+                        _with_drift(n.get("message", ""), drift.get(n.get("name", ""))),
+                    ]
+                    for n in s.get("nodes") or ()
+                ]
+                print()
+                print(f"{i['metadata']['name']}: {(s.get('summary') or {}).get('inSync', '0/0')} nodes in sync")
+                for line in table(rows, ["NODE", "CONFIG", "PHASE", "STATE", "REVISION", "MESSAGE"]):
+                    print(line)
+    ok = all(_condition(i.get("status") or {}, "Ready").get("status") == "True" for i in items)
+    return EXIT_OK if ok and items else EXIT_INVALID
+
+
+def _node_drift(api: Any) -> dict[str, str]:
+    """Node name -> what its agent says differs between its GPUs and the applied config (DRIFT_ANNOTATION)."""
+    from kubernetes import client as k8s
+    from kubernetes.client.exceptions import ApiException
+
+    from migops.kube.names import DRIFT_ANNOTATION
+
+    try:
+        nodes = k8s.CoreV1Api(api).list_node().items
+    except ApiException:
+        return {}  # the MigSync table still prints; only the drift notes are missing
+    return {
+        n.metadata.name: (n.metadata.annotations or {})[DRIFT_ANNOTATION]
+        for n in nodes
+        if DRIFT_ANNOTATION in (n.metadata.annotations or {})
+    }
+
+
+def _with_drift(message: str, drift: str | None) -> str:
+    if not drift or drift in message:
+        return message
+    return f"GPUs drifted: {drift}" + (f"; {message}" if message else "")
+
+
+_KSTATUS = ("Ready", "Reconciling", "Stalled")  # the table's own columns say these
+
+
+def _warnings(status: dict) -> list[str]:
+    """The MigSync's other conditions that are False (AssignmentsMatched, AppliedRevisionAvailable):
+    `TYPE (REASON): MESSAGE`, one line each."""
+    return [
+        f"{c.get('type')} ({c.get('reason', '-')})" + (f": {c['message']}" if c.get("message") else "")
+        for c in status.get("conditions") or ()
+        if c.get("type") not in _KSTATUS and c.get("status") == "False"
+    ]
+
+
+def _condition(status: dict, kind: str) -> dict:
+    return next((c for c in status.get("conditions") or () if c.get("type") == kind), {})
