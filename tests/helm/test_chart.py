@@ -21,13 +21,22 @@ KINDS = ("ValidatingWebhookConfiguration", "MutatingWebhookConfiguration")
 
 
 # What each default render must equal: chart values -> the kustomize overlay and components.
-OVERLAY = {"agent": "gpu-operator", "mig-manager": "gpu-operator-mig-manager", "webhook-only": "gpu-operator-webhook-only"}
+OVERLAY = {
+    "agent": "gpu-operator",
+    "mig-manager": "gpu-operator-mig-manager",
+    "webhook-only": "gpu-operator-webhook-only",
+}
 CASES = [
     *[({"mode": mode}, OVERLAY[mode], ()) for mode in MODES],
     *[({"mode": mode, "certificates.mode": "cert-manager"}, OVERLAY[mode], ("cert-manager",)) for mode in MODES],
     ({"webhook.networkPolicy.enabled": True}, "gpu-operator", ("webhook-network-policy",)),
 ]
-HELM_LABELS = ("app.kubernetes.io/instance", "app.kubernetes.io/managed-by", "app.kubernetes.io/version", "helm.sh/chart")
+HELM_LABELS = (
+    "app.kubernetes.io/instance",
+    "app.kubernetes.io/managed-by",
+    "app.kubernetes.io/version",
+    "helm.sh/chart",
+)
 CLUSTER_SCOPED = ("ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding")
 
 
@@ -40,15 +49,26 @@ def test_default_render_is_the_overlay(
     differences allowed are Helm's own: its labels, its test hook, the CRD in crds/ (compared below), the
     release namespace in the webhooks' namespaceSelector (Helm's --create-namespace namespace carries no
     migops.io/webhook=skip label), and no namespace on cluster-scoped objects kustomize does not know."""
-    rendered = run_helm(helm, "template", "migops", str(CHART), "-n", "migops-system", *set_args(values), "--set",
-                        "namespace.create=true").stdout
+    rendered = run_helm(
+        helm,
+        "template",
+        "migops",
+        str(CHART),
+        "-n",
+        "migops-system",
+        *set_args(values),
+        "--set",
+        "namespace.create=true",
+    ).stdout
     # Through the same YAML reader as the overlay (kustomize's), not PyYAML's: the two read the folded
     # CEL blocks' more-indented lines differently, where Go's reader is the one the API server sees.
     (tmp_path / "chart").mkdir()
     (tmp_path / "chart" / "chart.yaml").write_text(rendered)
     (tmp_path / "chart" / "kustomization.yaml").write_text("resources: [chart.yaml]\n")
     chart = _comparable(_kustomize(tmp_path / "chart"))
-    expected = [d for d in _kustomize(_overlay(tmp_path, overlay, components)) if d["kind"] != "CustomResourceDefinition"]
+    expected = [
+        d for d in _kustomize(_overlay(tmp_path, overlay, components)) if d["kind"] != "CustomResourceDefinition"
+    ]
     for doc in expected:
         if doc["kind"] in CLUSTER_SCOPED:
             doc["metadata"].pop("namespace", None)
