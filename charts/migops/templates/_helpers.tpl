@@ -64,3 +64,34 @@ the GPUs), the other modes need nothing more than `restricted`. */}}
 {{- define "migops.reconciler" -}}
 {{- if ne .Values.mode "webhook-only" }}true{{ end -}}
 {{- end -}}
+
+{{/* What every admission webhook shares: (list $ "/validate"): the Service it calls and how. */}}
+{{- define "migops.webhook.common" -}}
+{{- $root := index . 0 -}}
+admissionReviewVersions: [v1]
+clientConfig:
+  service: {name: migops-webhook, namespace: {{ $root.Release.Namespace }}, port: 443, path: {{ index . 1 }}}
+matchPolicy: Equivalent
+sideEffects: None
+objectSelector: {}
+{{- end -}}
+
+{{/* Namespaces no webhook reviews: the control plane's, the release's own (Helm's --create-namespace
+namespace carries no migops.io/webhook=skip label), and any labelled skip. A broken webhook cannot lock
+migops out. */}}
+{{- define "migops.webhook.namespaces" -}}
+- key: kubernetes.io/metadata.name
+  operator: NotIn
+  values: [kube-system, kube-node-lease, {{ .Release.Namespace }}]
+- key: migops.io/webhook
+  operator: NotIn
+  values: [skip]
+{{- end -}}
+
+{{/* certificates.mode=cert-manager: cainjector writes the caBundle from the serving Certificate. */}}
+{{- define "migops.webhook.annotations" -}}
+{{- if eq .Values.certificates.mode "cert-manager" -}}
+annotations:
+  cert-manager.io/inject-ca-from: {{ .Release.Namespace }}/migops-webhook
+{{- end -}}
+{{- end -}}
