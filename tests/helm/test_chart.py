@@ -373,3 +373,30 @@ def test_trust_keys_by_reference_are_mounted_and_required(helm: Path) -> None:
     mounts = {m["mountPath"] for m in pod["containers"][0]["volumeMounts"]}
     assert {"/etc/migops/verify-allowed-signers", "/etc/migops/verify-trusted-key"} <= mounts
     assert "verify" not in find(docs, "MigSync", "migops")["spec"]  # the floor lives in the Deployment
+
+
+def test_placement_and_pull_secrets_reach_each_components_pods(helm: Path) -> None:
+    pin = {"kubernetes.io/hostname": "gpu-1"}
+    toleration = [{"key": "dedicated", "operator": "Exists", "effect": "NoSchedule"}]
+    values: dict[str, Any] = {"imagePullSecrets": [{"name": "registry"}], "image.tag": "1.2.3"}
+    for component in ("webhook", "reconciler", "agent"):
+        values |= {
+            f"{component}.nodeSelector": pin,
+            f"{component}.tolerations": toleration,
+            f"{component}.priorityClassName": f"{component}-priority",
+        }
+    docs = template(helm, values)
+    for kind, name in [
+        ("Deployment", "migops-webhook"),
+        ("Deployment", "migops-reconciler"),
+        ("DaemonSet", "migops-agent"),
+    ]:
+        pod = find(docs, kind, name)["spec"]["template"]["spec"]
+        component = name.removeprefix("migops-")
+        assert pod["priorityClassName"] == f"{component}-priority"
+        assert pod["tolerations"] == toleration and pod["imagePullSecrets"] == [{"name": "registry"}]
+        # Helm merges maps: the agent keeps its default nvidia.com/mig.capable selector beside the new key.
+        assert pod["nodeSelector"].items() >= pin.items()
+        assert pod["containers"][0]["image"] == "migops:1.2.3"
+    cron = find(docs, "CronJob", "migops-webhook-certs")["spec"]["jobTemplate"]["spec"]["template"]["spec"]
+    assert cron["imagePullSecrets"] == [{"name": "registry"}]
