@@ -657,3 +657,28 @@ def test_the_cert_manager_component_replaces_migops_own_certificates(rendered) -
     # Without the component: the pods issue their own (the volume is optional, the mode `self`).
     base = _container(rendered("gpu-operator"), "Deployment", "migops-webhook")
     assert _manifest_env(base)["MIGOPS_WEBHOOK_CERTS"] == "self"
+
+
+@pytest.mark.parametrize("name", [*DEPLOYABLE, "local", WITH_COMPONENTS])
+def test_every_component_logs_the_same_format(name: str, rendered) -> None:
+    """One log format per deployment: an overlay that replaces a component's command (local and kind
+    run the agent on simulated GPUs) keeps its --log-format json and --log-level, so a log pipeline
+    reads every migops pod the same way."""
+    settings: dict[str, tuple[str, str]] = {}
+    for doc in rendered(name):
+        template = pod_template(doc)
+        if not template or doc["kind"] == "CronJob":
+            continue
+        container = template["spec"]["containers"][0]
+        env = _manifest_env(container)
+        if "MIGOPS_WEBHOOK_LOG_FORMAT" in env:
+            settings[doc["metadata"]["name"]] = (env["MIGOPS_WEBHOOK_LOG_FORMAT"], env["MIGOPS_WEBHOOK_LOG_LEVEL"])
+            continue
+        argv = " ".join([*container.get("command", []), *container.get("args", [])]).replace("=", " ").split()
+        assert "--log-format" in argv and "--log-level" in argv, (doc["metadata"]["name"], argv)
+        settings[doc["metadata"]["name"]] = (
+            argv[argv.index("--log-format") + 1],
+            argv[argv.index("--log-level") + 1],
+        )
+    assert "migops-webhook" in settings
+    assert set(settings.values()) == {("json", "info")}, settings

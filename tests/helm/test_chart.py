@@ -1,8 +1,10 @@
-"""The Helm chart (charts/migops): one source with the kustomize overlays, values that reach the objects,
+"""The Helm chart (charts/migops): per-object templates proven equal to the kustomize overlays, values that reach the objects,
 a schema that refuses bad values by name, and renders the real API server accepts in every mode."""
 
 from __future__ import annotations
 
+import difflib
+import os
 import shutil
 import subprocess
 import uuid
@@ -11,26 +13,137 @@ from typing import Any
 
 import pytest
 import yaml
-from chart_helpers import CHART, MODES, ROOT, find, run_helm, template
+from chart_helpers import CHART, MODES, ROOT, find, run_helm, set_args, template
 
 from migops.local.binaries import locate
 
 KINDS = ("ValidatingWebhookConfiguration", "MutatingWebhookConfiguration")
 
 
-def test_chart_files_are_a_fresh_render_of_the_overlays(tmp_path: Path) -> None:
-    """files/ and crds/ are generated from manifests/overlays: a change there without a re-render fails."""
-    fresh = tmp_path / "chart"
+# What each default render must equal: chart values -> the kustomize overlay and components.
+OVERLAY = {
+    "agent": "gpu-operator",
+    "mig-manager": "gpu-operator-mig-manager",
+    "webhook-only": "gpu-operator-webhook-only",
+}
+CASES = [
+    *[({"mode": mode}, OVERLAY[mode], ()) for mode in MODES],
+    *[({"mode": mode, "certificates.mode": "cert-manager"}, OVERLAY[mode], ("cert-manager",)) for mode in MODES],
+    ({"webhook.networkPolicy.enabled": True}, "gpu-operator", ("webhook-network-policy",)),
+]
+HELM_LABELS = (
+    "app.kubernetes.io/instance",
+    "app.kubernetes.io/managed-by",
+    "app.kubernetes.io/version",
+    "helm.sh/chart",
+)
+CLUSTER_SCOPED = ("ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding")
+
+
+@pytest.mark.parametrize(("values", "overlay", "components"), CASES, ids=lambda v: str(v))
+def test_default_render_is_the_overlay(
+    helm: Path, tmp_path: Path, values: dict[str, Any], overlay: str, components: tuple[str, ...]
+) -> None:
+    """The chart's templates are written by hand beside manifests/: with its default values (and the chart
+    owning the namespace) each mode renders exactly the objects of its overlay, field for field. The only
+    differences allowed are Helm's own: its labels, its test hook, the CRD in crds/ (compared below), the
+    release namespace in the webhooks' namespaceSelector (Helm's --create-namespace namespace carries no
+    migops.io/webhook=skip label), and no namespace on cluster-scoped objects kustomize does not know."""
+    rendered = run_helm(
+        helm,
+        "template",
+        "migops",
+        str(CHART),
+        "-n",
+        "migops-system",
+        *set_args(values),
+        "--set",
+        "namespace.create=true",
+    ).stdout
+    # Through the same YAML reader as the overlay (kustomize's), not PyYAML's: the two read the folded
+    # CEL blocks' more-indented lines differently, where Go's reader is the one the API server sees.
+    (tmp_path / "chart").mkdir()
+    (tmp_path / "chart" / "chart.yaml").write_text(rendered)
+    (tmp_path / "chart" / "kustomization.yaml").write_text("resources: [chart.yaml]\n")
+    chart = _comparable(_kustomize(tmp_path / "chart"))
+    expected = [
+        d for d in _kustomize(_overlay(tmp_path, overlay, components)) if d["kind"] != "CustomResourceDefinition"
+    ]
+    for doc in expected:
+        if doc["kind"] in CLUSTER_SCOPED:
+            doc["metadata"].pop("namespace", None)
+        for hook in doc.get("webhooks") or []:
+            for expr in hook["namespaceSelector"]["matchExpressions"]:
+                if expr["key"] == "kubernetes.io/metadata.name" and expr["operator"] == "NotIn":
+                    expr["values"].append("migops-system")
+    kustomized = _comparable(expected)
+    assert sorted(chart) == sorted(kustomized)
+    differ = [key for key in kustomized if chart[key] != kustomized[key]]
+    assert not differ, "\n".join(_diff(chart[key], kustomized[key], key) for key in differ)
+
+
+def test_crd_is_the_manifests_crd() -> None:
+    """Helm installs crds/ before any template; the file is a copy of the kustomize base's CRD."""
+    shipped = (ROOT / "manifests" / "base" / "reconciler" / "migsync-crd.yaml").read_text()
+    assert [p.name for p in (CHART / "crds").iterdir()] == ["migsyncs.migops.io.yaml"]
+    assert (CHART / "crds" / "migsyncs.migops.io.yaml").read_text() == shipped, (
+        "cp manifests/base/reconciler/migsync-crd.yaml charts/migops/crds/migsyncs.migops.io.yaml"
+    )
+
+
+def test_no_template_parses_rendered_yaml() -> None:
+    """Templates write objects; none reads YAML back in to rewrite it (the chart carries no files/)."""
+    assert not (CHART / "files").exists()
+    for path in (CHART / "templates").rglob("*"):
+        if path.is_file():
+            text = path.read_text()
+            assert not any(f in text for f in ("fromYaml", ".Files.", "splitList")), path
+
+
+def _overlay(tmp_path: Path, overlay: str, components: tuple[str, ...]) -> Path:
+    work = tmp_path / "overlay"
+    work.mkdir()
+    overlays = ROOT / "manifests" / "overlays"
+    body = {
+        "resources": [os.path.relpath(overlays / overlay, work)],
+        "components": [os.path.relpath(overlays / "components" / c, work) for c in components],
+    }
+    (work / "kustomization.yaml").write_text(yaml.safe_dump(body))
+    return work
+
+
+def _kustomize(directory: Path) -> list[dict[str, Any]]:
     out = subprocess.run(
-        [str(ROOT / "hack" / "chart-files.sh"), str(fresh)], capture_output=True, text=True, timeout=300, check=False
+        [str(locate().kubectl), "kustomize", str(directory)], capture_output=True, text=True, timeout=120, check=False
     )
     assert out.returncode == 0, out.stderr
-    for sub in ("files", "crds"):
-        committed = {p.name: p.read_text() for p in (CHART / sub).glob("*.yaml")}
-        rendered = {p.name: p.read_text() for p in (fresh / sub).glob("*.yaml")}
-        assert committed.keys() == rendered.keys()
-        stale = [name for name in committed if committed[name] != rendered[name]]
-        assert not stale, f"charts/migops/{sub}/{stale}: run hack/chart-files.sh (manifests/ changed)"
+    return [d for d in yaml.safe_load_all(out.stdout) if d]
+
+
+def _comparable(docs: list[dict[str, Any]]) -> dict[tuple[str, str, str], dict[str, Any]]:
+    out = {}
+    for doc in docs:
+        meta = doc["metadata"]
+        if "helm.sh/hook" in (meta.get("annotations") or {}):
+            continue
+        spec = doc.get("spec") or {}
+        templates = [spec.get("template"), ((spec.get("jobTemplate") or {}).get("spec") or {}).get("template")]
+        for m in [meta, *[t["metadata"] for t in templates if t]]:
+            for label in HELM_LABELS:
+                (m.get("labels") or {}).pop(label, None)
+        out[(doc["kind"], meta.get("namespace", ""), meta["name"])] = doc
+    return out
+
+
+def _diff(chart: dict[str, Any], kustomized: dict[str, Any], key: tuple[str, str, str]) -> str:
+    lines = difflib.unified_diff(
+        yaml.safe_dump(kustomized, sort_keys=True).splitlines(),
+        yaml.safe_dump(chart, sort_keys=True).splitlines(),
+        "kustomize",
+        "helm template",
+        lineterm="",
+    )
+    return f"{key}:\n" + "\n".join(lines)
 
 
 def test_helm_lint_strict(helm: Path) -> None:
@@ -260,3 +373,30 @@ def test_trust_keys_by_reference_are_mounted_and_required(helm: Path) -> None:
     mounts = {m["mountPath"] for m in pod["containers"][0]["volumeMounts"]}
     assert {"/etc/migops/verify-allowed-signers", "/etc/migops/verify-trusted-key"} <= mounts
     assert "verify" not in find(docs, "MigSync", "migops")["spec"]  # the floor lives in the Deployment
+
+
+def test_placement_and_pull_secrets_reach_each_components_pods(helm: Path) -> None:
+    pin = {"kubernetes.io/hostname": "gpu-1"}
+    toleration = [{"key": "dedicated", "operator": "Exists", "effect": "NoSchedule"}]
+    values: dict[str, Any] = {"imagePullSecrets": [{"name": "registry"}], "image.tag": "1.2.3"}
+    for component in ("webhook", "reconciler", "agent"):
+        values |= {
+            f"{component}.nodeSelector": pin,
+            f"{component}.tolerations": toleration,
+            f"{component}.priorityClassName": f"{component}-priority",
+        }
+    docs = template(helm, values)
+    for kind, name in [
+        ("Deployment", "migops-webhook"),
+        ("Deployment", "migops-reconciler"),
+        ("DaemonSet", "migops-agent"),
+    ]:
+        pod = find(docs, kind, name)["spec"]["template"]["spec"]
+        component = name.removeprefix("migops-")
+        assert pod["priorityClassName"] == f"{component}-priority"
+        assert pod["tolerations"] == toleration and pod["imagePullSecrets"] == [{"name": "registry"}]
+        # Helm merges maps: the agent keeps its default nvidia.com/mig.capable selector beside the new key.
+        assert pod["nodeSelector"].items() >= pin.items()
+        assert pod["containers"][0]["image"] == "migops:1.2.3"
+    cron = find(docs, "CronJob", "migops-webhook-certs")["spec"]["jobTemplate"]["spec"]["template"]["spec"]
+    assert cron["imagePullSecrets"] == [{"name": "registry"}]

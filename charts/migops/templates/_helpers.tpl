@@ -1,91 +1,97 @@
 {{/*
-The chart's objects are the kustomize overlays of manifests/ (one per mode), rendered into files/ by
-hack/chart-files.sh: one source of truth, which tests/helm/test_chart.py keeps equal. The templates
-only set what values.yaml names, on the parsed objects.
+Each object of migops is a template of its own, under the folder of its component (webhook/,
+reconciler/, agent/), written as the kustomize base (manifests/base) and the mode's overlay write it:
+tests/helm/test_chart.py renders the chart with its default values and proves it equal to the
+overlays, so a change to one without the other fails.
 */}}
 
+{{/* The one image of every migops container: repository:tag, or repository@digest when pinned. */}}
 {{- define "migops.image" -}}
-{{- $tag := .Values.image.tag | default .Chart.AppVersion -}}
 {{- if .Values.image.digest -}}
 {{ .Values.image.repository }}@{{ .Values.image.digest }}
 {{- else -}}
-{{ .Values.image.repository }}:{{ $tag }}
+{{ .Values.image.repository }}:{{ .Values.image.tag | default .Chart.AppVersion }}
 {{- end -}}
 {{- end -}}
 
 {{/* The labels Helm users filter by, beside the manifests' own app.kubernetes.io/name and part-of. */}}
-{{- define "migops.labels" -}}
+{{- define "migops.helmLabels" -}}
 app.kubernetes.io/instance: {{ .Release.Name }}
 app.kubernetes.io/managed-by: {{ .Release.Service }}
 app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
 helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 {{- end -}}
 
-{{/* Which component (webhook, reconciler, agent) an object belongs to, from its name. */}}
-{{- define "migops.component" -}}
-{{- $name := .metadata.name | default "" -}}
-{{- if hasPrefix "migops-webhook" $name -}}webhook
-{{- else if hasPrefix "migops-reconciler" $name -}}reconciler
-{{- else if hasPrefix "migops-agent" $name -}}agent
-{{- else -}}other
-{{- end -}}
+{{/* An object's labels: (list $ "migops-webhook") -> the component's name, part-of and Helm's. */}}
+{{- define "migops.labels" -}}
+{{- $root := index . 0 -}}
+app.kubernetes.io/name: {{ index . 1 }}
+app.kubernetes.io/part-of: migops
+{{ include "migops.helmLabels" $root }}
 {{- end -}}
 
-{{/* The overlay's text (with the cert-manager component when certificates.mode says so) with this release's names: the release namespace for migops-system, the GPU
-Operator's namespace and the MIG ConfigMap's name. Each is a whole token in the rendered overlays
-(tests/helm checks that no other occurrence exists). */}}
-{{- define "migops.source" -}}
-{{- $suffix := ternary "+cert-manager" "" (eq .Values.certificates.mode "cert-manager") -}}
-{{- $text := .Files.Get (printf "files/%s%s.yaml" .Values.mode $suffix) -}}
-{{- $text = $text | replace "migops-mig-config" .Values.migConfigMap.name -}}
-{{- $text = $text | replace "namespace: gpu-operator" (printf "namespace: %s" .Values.gpuOperator.namespace) -}}
-{{- $text = $text | replace "request.namespace == ''gpu-operator''" (printf "request.namespace == ''%s''" .Values.gpuOperator.namespace) -}}
-{{- $text = $text | replace "request.namespace == 'gpu-operator'" (printf "request.namespace == '%s'" .Values.gpuOperator.namespace) -}}
-{{- $text = $text | replace "migops-system" .Release.Namespace -}}
-{{- $text -}}
+{{/* A migops container's image and pull policy. */}}
+{{- define "migops.containerImage" -}}
+image: {{ include "migops.image" . }}
+imagePullPolicy: {{ .Values.image.pullPolicy }}
 {{- end -}}
 
-{{/* The config repo's credentials, each from a Secret or ConfigMap the user names (never values). */}}
-{{- define "migops.reconcilerCredentials" -}}
-{{- $pod := .pod -}}
-{{- $repo := .repo -}}
-{{- $main := index $pod.containers 0 -}}
-{{- $args := default (list) $main.args -}}
-{{- $mounts := default (list) $main.volumeMounts -}}
-{{- $volumes := default (list) $pod.volumes -}}
-{{- if $repo.sshSecret -}}
-  {{- $args = concat $args (list "--ssh-key=/etc/migops/git/identity" "--known-hosts=/etc/migops/git/known_hosts") -}}
-  {{- $mounts = append $mounts (dict "name" "git-ssh" "mountPath" "/etc/migops/git" "readOnly" true) -}}
-  {{- $volumes = append $volumes (dict "name" "git-ssh" "secret" (dict "secretName" $repo.sshSecret "defaultMode" 288)) -}}
-  {{- $_ := set $pod.securityContext "fsGroup" 65532 -}}
+{{/* A pod's placement from the component's values: (list $ .Values.webhook). */}}
+{{- define "migops.placement" -}}
+{{- $root := index . 0 -}}
+{{- $c := index . 1 -}}
+{{- with $c.priorityClassName }}
+priorityClassName: {{ . }}
+{{- end }}
+{{- with $c.nodeSelector }}
+nodeSelector: {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with $c.tolerations }}
+tolerations: {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with $root.Values.imagePullSecrets }}
+imagePullSecrets: {{- toYaml . | nindent 2 }}
+{{- end }}
 {{- end -}}
-{{- if $repo.httpsSecret -}}
-  {{- $args = append $args "--https-password-file=/etc/migops/git-https/password" -}}
-  {{- if $repo.httpsUsername -}}{{- $args = append $args (printf "--https-username=%s" $repo.httpsUsername) -}}{{- end -}}
-  {{- $mounts = append $mounts (dict "name" "git-https" "mountPath" "/etc/migops/git-https" "readOnly" true) -}}
-  {{- $volumes = append $volumes (dict "name" "git-https" "secret" (dict "secretName" $repo.httpsSecret "defaultMode" 288)) -}}
-  {{- $_ := set $pod.securityContext "fsGroup" 65532 -}}
+
+{{/* The release namespace's Pod Security level: the agent is privileged (MIG changes need root on
+the GPUs), the other modes need nothing more than `restricted`. */}}
+{{- define "migops.podSecurity" -}}
+{{- ternary "privileged" "restricted" (eq .Values.mode "agent") -}}
 {{- end -}}
-{{- if $repo.caConfigMap -}}
-  {{- $args = append $args "--ca-file=/etc/migops/git-ca/ca.crt" -}}
-  {{- $mounts = append $mounts (dict "name" "git-ca" "mountPath" "/etc/migops/git-ca" "readOnly" true) -}}
-  {{- $volumes = append $volumes (dict "name" "git-ca" "configMap" (dict "name" $repo.caConfigMap)) -}}
+
+{{/* Where the reconciler runs: modes agent and mig-manager. */}}
+{{- define "migops.reconciler" -}}
+{{- if ne .Values.mode "webhook-only" }}true{{ end -}}
 {{- end -}}
-{{- range $flag, $ref := dict "--allowed-signers" $repo.verify.allowedSignersFrom "--trusted-key" $repo.verify.trustedKeysFrom -}}
-  {{- if and $ref $ref.kind $ref.name -}}
-    {{- $volume := printf "verify-%s" ($flag | trimPrefix "-" | trimPrefix "-") -}}
-    {{- $dir := printf "/etc/migops/%s" $volume -}}
-    {{- $args = append $args (printf "%s=%s/%s" $flag $dir $ref.key) -}}
-    {{- $mounts = append $mounts (dict "name" $volume "mountPath" $dir "readOnly" true) -}}
-    {{- $items := list (dict "key" $ref.key "path" $ref.key) -}}
-    {{- if eq $ref.kind "Secret" -}}
-      {{- $volumes = append $volumes (dict "name" $volume "secret" (dict "secretName" $ref.name "items" $items)) -}}
-    {{- else -}}
-      {{- $volumes = append $volumes (dict "name" $volume "configMap" (dict "name" $ref.name "items" $items)) -}}
-    {{- end -}}
-  {{- end -}}
+
+{{/* What every admission webhook shares: (list $ "/validate"): the Service it calls and how. */}}
+{{- define "migops.webhook.common" -}}
+{{- $root := index . 0 -}}
+admissionReviewVersions: [v1]
+clientConfig:
+  service: {name: migops-webhook, namespace: {{ $root.Release.Namespace }}, port: 443, path: {{ index . 1 }}}
+matchPolicy: Equivalent
+sideEffects: None
+objectSelector: {}
 {{- end -}}
-{{- $_ := set $main "args" $args -}}
-{{- $_ := set $main "volumeMounts" $mounts -}}
-{{- $_ := set $pod "volumes" $volumes -}}
+
+{{/* Namespaces no webhook reviews: the control plane's, the release's own (Helm's --create-namespace
+namespace carries no migops.io/webhook=skip label), and any labelled skip. A broken webhook cannot lock
+migops out. */}}
+{{- define "migops.webhook.namespaces" -}}
+- key: kubernetes.io/metadata.name
+  operator: NotIn
+  values: [kube-system, kube-node-lease, {{ .Release.Namespace }}]
+- key: migops.io/webhook
+  operator: NotIn
+  values: [skip]
+{{- end -}}
+
+{{/* certificates.mode=cert-manager: cainjector writes the caBundle from the serving Certificate. */}}
+{{- define "migops.webhook.annotations" -}}
+{{- if eq .Values.certificates.mode "cert-manager" -}}
+annotations:
+  cert-manager.io/inject-ca-from: {{ .Release.Namespace }}/migops-webhook
+{{- end -}}
 {{- end -}}
