@@ -39,10 +39,12 @@ class RecordState:
 
 @dataclass(frozen=True)
 class FetchVerdict:
-    """The newest fetch's verdict; both last until the next fetch (a sync without one reuses them)."""
+    """The newest fetch's verdict (`latest`, `failure`: they last until the next fetch, a sync without
+    one reuses them), and the revisions refused for good."""
 
     latest: RepoSpec | None = None  # the last fetched revision that parsed and verified
     failure: Failure | None = None  # why it (or the fetch) was refused
+    unverified: Mapping[str, Failure] = field(default_factory=dict)  # revision -> why its signature is refused
 
 
 @dataclass(frozen=True)

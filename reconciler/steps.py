@@ -38,7 +38,7 @@ from migops.reconciler.plan import plan as plan_wave
 from migops.reconciler.ports import Ports
 from migops.reconciler.reasons import AnyReason, Failure, Outcome, Reason
 from migops.reconciler.record import record_name
-from migops.reconciler.state import FetchVerdict, RecordState, Run, SyncState
+from migops.reconciler.state import RecordState, Run, SyncState
 
 log = logging.getLogger(__name__)
 
@@ -148,7 +148,7 @@ def fetch(state: SyncState, run: Run, ports: Ports) -> Done:
         fetched = run.got.fetched = run.source.fetch()
     except SourceError as exc:
         run.keep(Failure(exc.reason, str(exc), False, Outcome.UNREACHABLE, kept=True))
-        return replace(state, fetched=FetchVerdict(None, run.failure)), None
+        return replace(state, fetched=replace(state.fetched, latest=None, failure=run.failure)), None
     run.got.seconds = time.monotonic() - began
     return replace(state, last_attempted=fetched.revision), None
 
@@ -162,17 +162,18 @@ def verify(state: SyncState, run: Run, ports: Ports) -> Done:
     if run.got.fetched is None or run.spec is None or run.source is None:
         return state, None
     revision = run.got.fetched.revision
-    known = ports.revisions.refused.get(revision)
-    if known is not None and known.reason == SourceReason.VERIFICATION_FAILED:
+    known = state.fetched.unverified.get(revision)
+    if known is not None:  # a commit's signature does not change: not verified again
         run.keep(known)
         return state, None
     try:
         ports.revisions.verify(run.source, revision, run.path, run.spec.trust)
     except VerificationError as exc:
         bad = Failure(exc.reason, str(exc), True, Outcome.UNVERIFIED, revision, kept=True)
-        ports.revisions.refused[revision] = bad
         run.keep(bad)
         run.note_failure(bad, key=("unverified", revision))
+        unverified = {**state.fetched.unverified, revision: bad}
+        return replace(state, fetched=replace(state.fetched, unverified=unverified)), None
     except SourceError as exc:
         _source_failure(run, exc)
     else:
@@ -197,13 +198,12 @@ def load(state: SyncState, run: Run, ports: Ports) -> Done:
                 tuple(str(p) for p in exc.problems),
                 kept=True,
             )
-            ports.revisions.refused[fetched.revision] = bad
             run.keep(bad)
             run.note_failure(bad, key=("invalid", fetched.revision))
         except SourceError as exc:
             _source_failure(run, exc)
     # Both last until the next fetch (see `fetch`).
-    return replace(state, fetched=FetchVerdict(run.got.candidate, run.failure)), None
+    return replace(state, fetched=replace(state.fetched, latest=run.got.candidate, failure=run.failure)), None
 
 
 def fall_back(state: SyncState, run: Run, ports: Ports) -> Done:
@@ -253,7 +253,6 @@ def resolve(state: SyncState, run: Run, ports: Ports) -> Done:
             break
         found = _resolved(state, run, ports, attempt)
         if isinstance(found, Failure):
-            ports.revisions.refused[attempt.revision] = found
             run.keep(found)
             run.note_failure(found, key=("invalid", attempt.revision, found.message))
         else:
