@@ -43,7 +43,6 @@ from migops.reconciler.finalizer import finalize
 from migops.reconciler.memo import ResolveMemo
 from migops.reconciler.metrics import Metrics
 from migops.reconciler.overlay import WriteOverlay
-from migops.reconciler.plan import IN_SYNC
 from migops.reconciler.ports import ClusterView, Memory, Options, Ports, with_trust_floor
 from migops.reconciler.reasons import Failure, SyncResult
 from migops.reconciler.recorder import EventRecorder
@@ -157,7 +156,7 @@ class Reconciler:
     @property
     def failure(self) -> Failure | None:
         """What the last sync's summary reported."""
-        return self.state.failure
+        return self.state.reported.failure
 
     @property
     def synced(self) -> bool:
@@ -202,9 +201,6 @@ class Reconciler:
         except ValueError as exc:  # said in status and an Event by the first sync (steps.check_record)
             record, unreadable = None, str(exc)
         self.state = restore(status, record, unreadable)
-        for entry in status.get("nodes") or ():  # per-node revisions are on the nodes themselves
-            if entry.get("phase") == IN_SYNC and entry.get("config"):
-                self.ports.memory.reached[entry["name"]] = entry["config"]
 
     def _on_node(self, kind: str, obj: dict[str, Any]) -> None:
         meta = obj.get("metadata") or {}
@@ -256,7 +252,7 @@ class Reconciler:
     def flush_status(self) -> None:
         with self._lock:
             if self.ports.status.pending:
-                self.state = summary.publish(self.state, self.ports, self.state.plan, force=True)
+                self.state = summary.publish(self.state, self.ports, self.state.reported.plan, force=True)
 
     # ------------------------------------------------------------------------------ diff
     def diff(self, server_side: bool = True) -> tuple[Diff | None, SyncResult]:

@@ -5,7 +5,6 @@ write through these only; what lasts between syncs is `state.SyncState`, a value
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -51,21 +50,15 @@ class Options:
 
 @dataclass
 class Memory:
-    """What the reconciler remembers of nodes between syncs (rebuilt from the cluster after a restart).
-    Node watch events edit `awaiting` and `acknowledged` between syncs (`Reconciler._on_node`), so this
-    is kept beside the state, not in it."""
+    """The nodes a sync waits on that watch events update between syncs (`Reconciler._on_node`), so
+    shared with the informers' thread rather than part of the state value (`state.NodeMemory` is the
+    rest of what is remembered of nodes)."""
 
     awaiting: set[str] = field(default_factory=set)  # mig-manager nodes we relabelled; not yet left success
     acknowledged: set[str] = field(default_factory=set)  # failed nodes a resume/new commit acknowledged
-    reached: dict[str, str] = field(default_factory=dict)  # node -> config it was last seen in sync with
-    refused: dict[tuple[str, str | None], str] = field(
-        default_factory=dict
-    )  # (node, config) -> error, until next fetch
-    applied_cm_text: str | None = None  # what we last wrote or saw in sync: a different text later is drift
-    since: dict[str, float] = field(default_factory=dict)  # node -> when it began reconfiguring (unix seconds)
 
     def copy(self) -> Memory:
-        return copy.deepcopy(self)
+        return Memory(set(self.awaiting), set(self.acknowledged))
 
 
 class ClusterView:

@@ -20,7 +20,7 @@ from migops.gitops.verify import TrustPolicy
 from migops.kube.clusterpolicy import MigSettings
 from migops.reconciler import status as st
 from migops.reconciler.apply import WriteError
-from migops.reconciler.plan import Plan
+from migops.reconciler.plan import IN_SYNC, Plan
 from migops.reconciler.reasons import AnyReason, Failure, Note
 from migops.reconciler.record import AppliedRecord
 
@@ -48,6 +48,26 @@ class FetchVerdict:
 
 
 @dataclass(frozen=True)
+class NodeMemory:
+    """What the syncs remember of nodes (rebuilt from the cluster after a restart)."""
+
+    reached: Mapping[str, str] = field(default_factory=dict)  # node -> config it was last seen in sync with
+    refused: Mapping[tuple[str, str | None], str] = field(
+        default_factory=dict
+    )  # (node, config) -> error, until next fetch
+    configmap_text: str | None = None  # what we last wrote or saw in sync: a different text later is drift
+    since: Mapping[str, float] = field(default_factory=dict)  # node -> when it began reconfiguring (unix seconds)
+
+
+@dataclass(frozen=True)
+class Reported:
+    """What the last summary reported: the failure (as said) and the plan, which a later flush re-sends."""
+
+    failure: Failure | None = None
+    plan: Plan | None = None
+
+
+@dataclass(frozen=True)
 class SyncState:
     """What lasts between syncs."""
 
@@ -60,21 +80,25 @@ class SyncState:
     record: RecordState = RecordState()
     revision_condition: st.Condition | None = None  # AppliedRevisionAvailable
     started_at: Mapping[str, float] = field(default_factory=dict)  # revision -> when adopted (unix seconds)
-    failure: Failure | None = None  # what the last summary reported (as said)
-    plan: Plan | None = None  # the last plan published: what a later status flush sends again
+    nodes: NodeMemory = NodeMemory()
+    reported: Reported = Reported()
     released: str = ""  # set once our MigSync was deleted and its nodes released (finalizer)
 
 
 def restore(status: Mapping[str, Any], record: AppliedRecord | None, unreadable: str | None) -> SyncState:
-    """The state after a restart: revisions from the MigSync's status, the applied record as found
-    (verified by the first sync, `steps.check_record`)."""
+    """The state after a restart: revisions and the configs nodes reached from the MigSync's status, the
+    applied record as found (verified by the first sync, `steps.check_record`)."""
     started = {record.revision: record.adopted_at} if record is not None and record.adopted_at else {}
+    reached = {  # per-node revisions are on the nodes themselves
+        e["name"]: e["config"] for e in status.get("nodes") or () if e.get("phase") == IN_SYNC and e.get("config")
+    }
     return SyncState(
         last_applied=status.get("lastAppliedRevision") or None,
         last_attempted=status.get("lastAttemptedRevision") or None,
         handled_resume=status.get("lastHandledResume"),
         record=RecordState(record=record, unreadable=unreadable),
         started_at=started,
+        nodes=NodeMemory(reached=reached),
     )
 
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 from typing import Any
 
@@ -142,7 +142,8 @@ def fetch(state: SyncState, run: Run, ports: Ports) -> Done:
         run.got.candidate = state.fetched.latest or state.desired.spec
         return state, None
     assert run.source is not None
-    ports.memory.refused.clear()  # a refused write is tried again once per fetch, never in a hot loop
+    # A refused write is tried again once per fetch, never in a hot loop.
+    state = replace(state, nodes=replace(state.nodes, refused={}))
     began = time.monotonic()
     try:
         fetched = run.got.fetched = run.source.fetch()
@@ -420,20 +421,20 @@ def warn(state: SyncState, run: Run, ports: Ports) -> Done:
 
 
 def plan(state: SyncState, run: Run, ports: Ports) -> Done:
-    desired, wave, mem = state.desired, run.wave, ports.memory
+    desired, wave, mem, seen = state.desired, run.wave, ports.memory, state.nodes
     assert desired is not None
     wave.nodes = ports.overlay.nodes(ports.cluster.nodes.items())
     wave.configmap_text = ports.overlay.configmap_text(
         ports.cluster.configmap_seen(desired.namespace, desired.configmap)
     )
-    wave.skip = frozenset(n for (n, c) in mem.refused if desired.targets.get(n) and desired.targets[n].config == c)
+    wave.skip = frozenset(n for (n, c) in seen.refused if desired.targets.get(n) and desired.targets[n].config == c)
     wave.plan = plan_wave(
         desired,
         wave.nodes,
         wave.configmap_text,
         acknowledged=frozenset(mem.acknowledged),
         awaiting=frozenset(mem.awaiting),
-        reached=mem.reached,
+        reached=seen.reached,
         skip=wave.skip,
         owner=ports.options.owner,
     )
@@ -447,7 +448,7 @@ def deadline(state: SyncState, run: Run, ports: Ports) -> Done:
     p, desired, wave = run.wave.plan, state.desired, run.wave
     assert p is not None and desired is not None
     limit, now = desired.spec.nodes.progress_deadline, time.time()
-    since, seen, shown = ports.memory.since, set(), []
+    since, seen, shown = dict(state.nodes.since), set(), []
     for s in p.nodes:
         if s.phase not in (PROGRESSING, DRIFTED):
             shown.append(s)
@@ -467,20 +468,19 @@ def deadline(state: SyncState, run: Run, ports: Ports) -> Done:
             key=("deadline", s.name, began),
             involved={"apiVersion": "v1", "kind": "Node", "metadata": {"name": s.name}},
         )
-    for name in [n for n in since if n not in seen]:
-        del since[name]
     if wave.overdue:
         wave.plan = replace(p, nodes=tuple(shown))
-    return state, None
+    since = {n: t for n, t in since.items() if n in seen}
+    return replace(state, nodes=replace(state.nodes, since=since)), None
 
 
 def apply_configmap(state: SyncState, run: Run, ports: Ports) -> Done:
     """The MIG ConfigMap first: a label must never name a config the ConfigMap lacks."""
-    desired, p, seen, mem = state.desired, run.wave.plan, run.wave.configmap_text, ports.memory
+    desired, p, seen, last = state.desired, run.wave.plan, run.wave.configmap_text, state.nodes.configmap_text
     assert desired is not None and p is not None
     if not p.configmap_changed:
         if seen is not None:
-            mem.applied_cm_text = seen
+            state = replace(state, nodes=replace(state.nodes, configmap_text=seen))
         return state, None
     text = desired.spec.config_text
     try:
@@ -492,7 +492,7 @@ def apply_configmap(state: SyncState, run: Run, ports: Ports) -> Done:
     if not ports.options.dry_run:
         ports.overlay.wrote_configmap(text)
     where = f"ConfigMap {desired.namespace}/{desired.configmap}"
-    if seen is not None and mem.applied_cm_text == text:
+    if seen is not None and last == text:
         run.note(
             Reason.DRIFT_REVERTED,
             f"data.{CONFIGMAP_KEY} of {where} was changed by hand; put back to revision {desired.revision[:12]}",
@@ -507,23 +507,24 @@ def apply_configmap(state: SyncState, run: Run, ports: Ports) -> Done:
         run.note(
             Reason.CONFIGMAP_APPLIED, f"{where} data.{CONFIGMAP_KEY} applied from revision {desired.revision[:12]}"
         )
-    mem.applied_cm_text = text
-    return state, None
+    return replace(state, nodes=replace(state.nodes, configmap_text=text)), None
 
 
 def apply_wave(state: SyncState, run: Run, ports: Ports) -> Done:
     """This wave's labels (and prunes), in parallel; nothing while an earlier write failed."""
-    p, desired, mem = run.wave.plan, state.desired, ports.memory
+    p, desired = run.wave.plan, state.desired
     assert p is not None and desired is not None
+    refused = dict(state.nodes.refused)
     if not run.wave.errors:
-        _write_wave(run, ports, p, desired.revision)
-    for s in p.nodes:
-        if s.phase == IN_SYNC:
-            mem.reached[s.name] = s.config
-    return state, None
+        refused.update(_write_wave(run, ports, p, desired.revision, refused))
+    reached = {**state.nodes.reached, **{s.name: s.config for s in p.nodes if s.phase == IN_SYNC}}
+    return replace(state, nodes=replace(state.nodes, reached=reached, refused=refused)), None
 
 
-def _write_wave(run: Run, ports: Ports, p: Plan, revision: str) -> None:
+def _write_wave(
+    run: Run, ports: Ports, p: Plan, revision: str, refused: Mapping[tuple[str, str | None], str]
+) -> dict[tuple[str, str | None], str]:
+    """The wave's writes; returns the ones refused for good (terminal errors), by (node, config)."""
     mem, wave, writer, live = ports.memory, run.wave, ports.writer, not ports.options.dry_run
     items: list[tuple[str, str | None]] = [*p.writes, *((n, None) for n in p.prunes)]
     # Marked before the write: mig-manager may answer (pending) before the write call returns.
@@ -535,7 +536,7 @@ def _write_wave(run: Run, ports: Ports, p: Plan, revision: str) -> None:
     mem.awaiting |= fresh
     done, errors = writer.labels([*items, *p.annotate], revision)
     mem.awaiting -= fresh - set(done)
-    released, release_errors = writer.releases(n for n in p.releases if (n, None) not in mem.refused)
+    released, release_errors = writer.releases(n for n in p.releases if (n, None) not in refused)
     errors += release_errors
     wave.errors += errors
     wave.writes += len(done) + len(released)
@@ -550,12 +551,10 @@ def _write_wave(run: Run, ports: Ports, p: Plan, revision: str) -> None:
             f"{len(released)} node(s) left management (migops.io/unmanaged=true, or outside "
             f"every assignment): {listed(released, 10)}; their nvidia.com/mig.config is no longer enforced",
         )
-    for err in errors:
-        node = err.target.split("/", 1)[1]
-        if err.kind == "terminal":
-            mem.refused[(node, wrote.get(node))] = str(err)
     annotated = {n for n, _ in p.annotate}
     _notes_for_writes(run, p, [n for n in done if n not in annotated], wrote, revision)
+    terminal = ((err.target.split("/", 1)[1], err) for err in errors if err.kind == "terminal")
+    return {(node, wrote.get(node)): str(err) for node, err in terminal}
 
 
 def _notes_for_writes(run: Run, p: Plan, done: list[str], wrote: dict[str, str | None], revision: str) -> None:

@@ -132,7 +132,7 @@ def finish(
 ) -> tuple[SyncState, SyncResult]:
     """The one place that writes conditions, status, Events and metrics; the state the sync leaves."""
     p = None if stopped is not None else run.wave.plan
-    raw = stopped or _write_failure(run, ports)
+    raw = stopped or _write_failure(state, run)
     failure = said(raw, state, run) if raw is not None else None
     outcome = failure.outcome if failure is not None else _outcome(run)
     desired = state.desired
@@ -142,7 +142,7 @@ def finish(
         and (outcome == Outcome.IN_SYNC or (outcome == Outcome.APPLIED and p.converged))
     ):
         state = _converged(state, run, ports, desired.revision)
-    state = replace(state, failure=failure)
+    state = replace(state, reported=replace(state.reported, failure=failure))
     for note in run.notes:
         ports.events.record(_said_note(note, state, run))
     state = publish(state, ports, p)
@@ -165,7 +165,7 @@ def finish(
 def publish(state: SyncState, ports: Ports, p: Plan | None, force: bool = False) -> SyncState:
     """Status (when it differs) and the phase gauges; the plan becomes what a later flush re-sends."""
     if p is not None:
-        state = replace(state, plan=p)
+        state = replace(state, reported=replace(state.reported, plan=p))
     for phase, count in (p.counts if p else {}).items():
         ports.metrics.nodes.labels(phase).set(count)
     obj = ports.cluster.migsync_object()
@@ -187,14 +187,14 @@ def status_of(state: SyncState, obj: Mapping[str, Any], name: str, p: Plan | Non
     if state.revision_condition is not None:
         extra.append(state.revision_condition)
     revision = desired.revision if desired else None
-    new = conditions(state.failure, p, revision, name) + extra
-    body = status_body(obj, new, fields, p, state.failure)
+    failure = state.reported.failure
+    body = status_body(obj, conditions(failure, p, revision, name) + extra, fields, p, failure)
     if desired is not None and desired.warnings:
         body["warnings"] = [str(w) for w in desired.warnings][:50]
     return body
 
 
-def _write_failure(run: Run, ports: Ports) -> Failure | None:
+def _write_failure(state: SyncState, run: Run) -> Failure | None:
     """The kept failure, else one the writes make (refused or failed); its Event goes to run.notes."""
     wave = run.wave
     if wave.errors:
@@ -207,7 +207,7 @@ def _write_failure(run: Run, ports: Ports) -> Failure | None:
         )
     if wave.skip and run.failure is None:
         # Writes refused earlier and not retried until the next fetch: still the state of things.
-        refused = [msg for (n, c), msg in ports.memory.refused.items() if n in wave.skip]
+        refused = [msg for (n, c), msg in state.nodes.refused.items() if n in wave.skip]
         return Failure(
             Reason.APPLY_FAILED,
             f"{len(refused)} write{'s' if len(refused) > 1 else ''} refused "
