@@ -13,14 +13,13 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from migops.gitops.desired import DesiredState
-from migops.gitops.reasons import SourceReason
 from migops.kube.names import MIG_CONFIG_LABEL
 from migops.mig.text import listed
 from migops.reconciler import matching, steps
 from migops.reconciler.apply import NullWriter, WriteError, Writer
 from migops.reconciler.plan import owns_config_label
 from migops.reconciler.ports import Ports
-from migops.reconciler.reasons import Failure, Outcome, SyncResult
+from migops.reconciler.reasons import Outcome, SyncResult
 from migops.reconciler.state import Run, SyncState
 from migops.reconciler.summary import said
 
@@ -140,13 +139,12 @@ def preview(state: SyncState, ports: Ports, dry_writer: Callable[[], Writer] | N
     )
     run = Run(True)
     after, stopped = steps.run_steps(state, run, ports, steps.SYNC)
-    desired = after.desired
-    if stopped is not None or desired is None:
-        f = said(
-            stopped or Failure(SourceReason.VALIDATION_FAILED, "nothing to apply", True, Outcome.INVALID), after, run
-        )
+    if stopped is not None:
+        f = said(stopped, after, run)
         revision = after.last_attempted if run.got.fetched is not None else None
         return None, SyncResult(f.outcome, revision, message=f.message, problems=f.problems)
+    desired = after.desired
+    assert desired is not None  # (`resolve` stops the steps when nothing is in force)
     found = compute(desired, run.wave.nodes, run.wave.configmap_text)
     found.defaulted = matching.moved_to_default(desired, state.desired, after.record.record)
     if dry_writer is not None and found.changed:

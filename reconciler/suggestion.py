@@ -20,6 +20,7 @@ from typing import Any
 from kubernetes import client as k8s
 
 from migops.gitops.desired import DesiredState
+from migops.gitops.repo import RepoError
 from migops.kube import ssa
 from migops.reconciler import status as st
 from migops.reconciler.ports import Ports
@@ -33,7 +34,6 @@ _PATCH_LIMIT = 16 * 1024  # the status carries the patch up to this size (an obj
 def suggestion(api: k8s.ApiClient, ports: Ports, desired: DesiredState | None) -> dict[str, Any] | None:
     """The proposal for the revision in force, as status.suggestion; None when none is in force."""
     # The solver loads only once spec.suggest is on (a cost at start-up, not an import cycle).
-    from migops.gitops.repo import RepoError
     from migops.suggest import report
     from migops.suggest.live import read_cluster
     from migops.suggest.run import suggest
