@@ -8,7 +8,7 @@ import logging
 import time
 from collections.abc import Mapping
 from dataclasses import replace
-from typing import Any
+from typing import Any, TypeVar
 
 from migops.gitops.desired import DesiredState
 from migops.kube.names import RESUME_ANNOTATION
@@ -23,6 +23,7 @@ from migops.reconciler.state import Run, SyncState
 log = logging.getLogger(__name__)
 
 NOTHING_KEPT = "nothing has been applied"
+T = TypeVar("T", Failure, Note)
 
 
 def progress(p: Plan, revision: str, migsync: str) -> str:
@@ -114,17 +115,12 @@ def kept(desired: DesiredState | None, unkept_record: str | None = None) -> str:
     return f"{NOTHING_KEPT} ({unkept_record})" if unkept_record else NOTHING_KEPT
 
 
-def said(failure: Failure, state: SyncState, run: Run) -> Failure:
-    """`failure` as status, Events and the result say it: with what the cluster keeps, if it says so."""
-    if not failure.kept:
-        return failure
-    return replace(failure, message=f"{failure.message}; {kept(state.desired, run.unkept_record)}", kept=False)
-
-
-def _said_note(note: Note, state: SyncState, run: Run) -> Note:
-    if not note.kept:
-        return note
-    return replace(note, message=f"{note.message}; {kept(state.desired, run.unkept_record)}", kept=False)
+def said(what: T, state: SyncState, run: Run) -> T:
+    """A Failure (or its Event) as status, Events and the result say it: with what the cluster keeps
+    in the state the sync ends in, when it says so (`kept`)."""
+    if not what.kept:
+        return what
+    return replace(what, message=f"{what.message}; {kept(state.desired, run.unkept_record)}", kept=False)
 
 
 def finish(
@@ -144,7 +140,7 @@ def finish(
         state = _converged(state, run, ports, desired.revision)
     state = replace(state, reported=replace(state.reported, failure=failure))
     for note in run.notes:
-        ports.events.record(_said_note(note, state, run))
+        ports.events.record(said(note, state, run))
     state = publish(state, ports, p)
     metrics = ports.metrics
     if run.got.seconds is not None:
