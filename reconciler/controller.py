@@ -45,7 +45,7 @@ from migops.reconciler.metrics import Metrics
 from migops.reconciler.overlay import WriteOverlay
 from migops.reconciler.ports import ClusterView, Memory, Options, Ports, with_trust_floor
 from migops.reconciler.reasons import Failure, SyncResult
-from migops.reconciler.recorder import EventRecorder
+from migops.reconciler.recorder import EventRecorder, event_target
 from migops.reconciler.revisions import Revisions
 from migops.reconciler.state import Run, SyncState, restore
 from migops.reconciler.status_writer import StatusWriter
@@ -216,23 +216,7 @@ class Reconciler:
         self.wake.set()
 
     def _event_target(self) -> dict[str, Any] | None:
-        """Events go on the MigSync; without one (no CRD), on the MIG ConfigMap."""
-        ms = self.migsync_object()
-        if ms is not None:
-            meta = ms.get("metadata") or {}
-            return {
-                "apiVersion": st.API_VERSION,
-                "kind": st.KIND,
-                "metadata": {"name": meta.get("name"), "namespace": meta.get("namespace"), "uid": meta.get("uid")},
-            }
-        desired = self.state.desired
-        if desired is not None:
-            return {
-                "apiVersion": "v1",
-                "kind": "ConfigMap",
-                "metadata": {"name": desired.configmap, "namespace": desired.namespace},
-            }
-        return None
+        return event_target(self.migsync_object(), self.state.desired)
 
     # ------------------------------------------------------------------------------ one sync
     def sync(self, fetch: bool = True) -> SyncResult:

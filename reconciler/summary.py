@@ -18,6 +18,7 @@ from migops.reconciler import status as st
 from migops.reconciler.plan import DRIFTED, IN_SYNC, Plan
 from migops.reconciler.ports import Ports
 from migops.reconciler.reasons import Failure, Note, Outcome, Reason, SyncResult
+from migops.reconciler.recorder import event_target
 from migops.reconciler.state import Run, SyncState
 
 log = logging.getLogger(__name__)
@@ -139,8 +140,9 @@ def finish(
     ):
         state = _converged(state, run, ports, desired.revision)
     state = replace(state, reported=replace(state.reported, failure=failure))
+    target = event_target(ports.cluster.migsync_object(), state.desired)  # (the state this sync leaves)
     for note in run.notes:
-        ports.events.record(said(note, state, run))
+        ports.events.record(said(note, state, run), target)
     state = publish(state, ports, p)
     metrics = ports.metrics
     if run.got.seconds is not None:
