@@ -51,7 +51,7 @@ from migops.reconciler.state import Run, SyncState, restore
 from migops.reconciler.status_writer import StatusWriter
 from migops.reconciler.suggestion import Suggester
 
-__all__ = ["Memory", "Reconciler", "with_trust_floor"]
+__all__ = ["Reconciler", "with_trust_floor"]  # with_trust_floor: where it was before reconciler.ports
 
 log = logging.getLogger(__name__)
 

@@ -27,7 +27,7 @@ from migops.reconciler.record import AppliedRecord
 
 @dataclass(frozen=True)
 class RecordState:
-    """The cluster's applied record of the revision in force (ConfigMap <name>-applied), and what is
+    """The cluster's applied record of the revision in force (ConfigMap migops-applied-<migsync>), and what is
     known of it."""
 
     record: AppliedRecord | None = None
@@ -52,9 +52,8 @@ class NodeMemory:
     """What the syncs remember of nodes (rebuilt from the cluster after a restart)."""
 
     reached: Mapping[str, str] = field(default_factory=dict)  # node -> config it was last seen in sync with
-    refused: Mapping[tuple[str, str | None], str] = field(
-        default_factory=dict
-    )  # (node, config) -> error, until next fetch
+    # (node, config) -> why its write was refused (terminal): not tried again until the next fetch
+    refused: Mapping[tuple[str, str | None], str] = field(default_factory=dict)
     configmap_text: str | None = None  # what we last wrote or saw in sync: a different text later is drift
     since: Mapping[str, float] = field(default_factory=dict)  # node -> when it began reconfiguring (unix seconds)
 
