@@ -25,7 +25,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal, Protocol, TypeVar
 
 from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
@@ -272,3 +272,46 @@ class Writer:
         self._apply(
             body, "migsyncs/status", f"MigSync/{meta['namespace']}/{meta['name']}", force=True, subresource="status"
         )
+
+
+class WritePort(Protocol):
+    """The writes a sync makes (reconciler.apply.Writer, by server-side apply)."""
+
+    def configmap(self, namespace: str, name: str, text: str) -> None: ...
+    def labels(
+        self, items: Iterable[tuple[str, str | None]], revision: str = ""
+    ) -> tuple[list[str], list[WriteError]]: ...
+    def releases(self, nodes: Iterable[str]) -> tuple[list[str], list[WriteError]]: ...
+    def record(self, body: Mapping[str, Any]) -> None: ...
+    def finalizer(self, namespace: str, name: str, present: bool) -> None: ...
+    def status(self, body: Mapping[str, Any]) -> None: ...
+
+
+class NullWriter:
+    """A WritePort that sends nothing and keeps what it was asked to write (`migops diff` runs the
+    sync's own steps with it, so it cannot diverge from a sync and changes nothing)."""
+
+    def __init__(self) -> None:
+        self.asked: list[tuple[str, Any]] = []
+
+    def configmap(self, namespace: str, name: str, text: str) -> None:
+        self.asked.append(("configmap", (namespace, name)))
+
+    def labels(self, items: Iterable[tuple[str, str | None]], revision: str = "") -> tuple[list[str], list[WriteError]]:
+        done = [n for n, _ in items]
+        self.asked += [("label", n) for n in done]
+        return done, []
+
+    def releases(self, nodes: Iterable[str]) -> tuple[list[str], list[WriteError]]:
+        done = list(nodes)
+        self.asked += [("release", n) for n in done]
+        return done, []
+
+    def record(self, body: Mapping[str, Any]) -> None:
+        self.asked.append(("record", body))
+
+    def finalizer(self, namespace: str, name: str, present: bool) -> None:
+        self.asked.append(("finalizer", present))
+
+    def status(self, body: Mapping[str, Any]) -> None:
+        self.asked.append(("status", body))

@@ -8,22 +8,20 @@ shows up here, before anything is applied (as Flux and Argo CD's server-side dif
 from __future__ import annotations
 
 import difflib
-from collections.abc import Mapping
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any
 
-from migops.gitops.desired import DesiredState, resolve
-from migops.gitops.repo import RepoError
-from migops.gitops.source import SourceError, normalise_path
+from migops.gitops.desired import DesiredState
 from migops.kube.names import MIG_CONFIG_LABEL
 from migops.mig.text import listed
-from migops.reconciler import steps
-from migops.reconciler.apply import WriteError, Writer
+from migops.reconciler import matching, steps
+from migops.reconciler.apply import NullWriter, WriteError, Writer
 from migops.reconciler.plan import owns_config_label
+from migops.reconciler.ports import Ports
 from migops.reconciler.reasons import Outcome, SyncResult
-
-if TYPE_CHECKING:
-    from migops.reconciler.controller import Reconciler
+from migops.reconciler.state import Run, SyncState
+from migops.reconciler.summary import said
 
 
 @dataclass(frozen=True)
@@ -127,39 +125,32 @@ def server_dry_run(diff: Diff, desired: DesiredState, writer: Writer) -> None:
     diff.denied += [str(e) for e in errors]
 
 
-def preview(r: Reconciler, server_side: bool) -> tuple[Diff | None, SyncResult]:
-    """The diff of the repo's current revision on `r`'s cluster (fetch, verify, load, resolve: the
-    sync's own steps); None with a failed result when the revision is unreachable or invalid."""
-    spec = r.current_spec()
-    run = steps.Run(True, spec, normalise_path(spec.path), r.revisions.source(spec.url, spec.ref), r.settings())
-    assert run.source is not None and run.settings is not None
-    try:
-        run.fetched = fetched = run.source.fetch()
-    except SourceError as exc:
-        return None, SyncResult(Outcome.UNREACHABLE, message=str(exc))
-    r.last_attempted = fetched.revision
-    steps.verify(r, run)
-    steps.load(r, run)
-    if run.candidate is None:
-        f = run.failure
-        assert f is not None
-        return None, SyncResult(f.outcome, fetched.revision, message=f.message, problems=f.problems)
-    try:
-        desired = resolve(run.candidate, steps.managed_nodes(r.nodes.items()), run.settings, r.fit_cache)
-    except RepoError as exc:
-        return None, SyncResult(
-            Outcome.INVALID,
-            fetched.revision,
-            message=f"revision {fetched.short} cannot be applied: {exc}",
-            problems=tuple(str(p) for p in exc.problems),
-        )
-    seen = r.overlay.configmap_text(r.configmap_seen(desired.namespace, desired.configmap))
-    found = compute(desired, r.overlay.nodes(r.nodes.items()), seen)
-    found.defaulted = r.moved_to_default(desired)
-    if server_side and found.changed:
-        server_dry_run(found, desired, Writer(r.api, dry_run=True, stop=r.stop_event, owner=r.owner))
+def preview(state: SyncState, ports: Ports, dry_writer: Callable[[], Writer] | None) -> tuple[Diff | None, SyncResult]:
+    """The diff of the repo's current revision: the sync's own steps (`steps.SYNC`), run on a copy of
+    what the reconciler remembers, with a writer that writes nothing and no summary, so nothing is
+    changed -- and, as with `--once`, a refused newest revision is the answer, not the last good one.
+    With `dry_writer`, each change is then sent as a server-side dry run. None with a failed result
+    when the revision is unreachable or invalid."""
+    ports = replace(
+        ports,
+        options=replace(ports.options, dry_run=True, write_status=False, enforce_last_good=False),
+        writer=NullWriter(),
+        memory=ports.memory.copy(),
+    )
+    run = Run(True)
+    after, stopped = steps.run_steps(state, run, ports, steps.SYNC)
+    if stopped is not None:
+        f = said(stopped, after, run)
+        revision = after.last_attempted if run.got.fetched is not None else None
+        return None, SyncResult(f.outcome, revision, message=f.message, problems=f.problems)
+    desired = after.desired
+    assert desired is not None  # (`resolve` stops the steps when nothing is in force)
+    found = compute(desired, run.wave.nodes, run.wave.configmap_text)
+    found.defaulted = matching.moved_to_default(desired, state.desired, after.record.record)
+    if dry_writer is not None and found.changed:
+        server_dry_run(found, desired, dry_writer())
     return found, SyncResult(
         Outcome.IN_SYNC if not found.changed else Outcome.PROGRESSING,
-        fetched.revision,
+        desired.revision,
         problems=tuple(str(w) for w in desired.warnings),
     )

@@ -5,25 +5,35 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
 from migops.reconciler import status as st
-from migops.reconciler.reasons import Outcome, SyncResult
-from migops.reconciler.summary import STATUS_MIN_INTERVAL
-
-if TYPE_CHECKING:
-    from migops.reconciler.controller import Reconciler
+from migops.reconciler.reasons import Failure, Outcome, SyncResult
+from migops.reconciler.status_writer import STATUS_MIN_INTERVAL
 
 log = logging.getLogger(__name__)
 COALESCE = 0.05  # a wave lands as hundreds of watch events: one sync for a burst
 
 
-def run(r: Reconciler, stop: threading.Event, hook: threading.Event) -> None:
+class Syncs(Protocol):
+    """What the loop drives (reconciler.controller.Reconciler)."""
+
+    stop_event: threading.Event
+    wake: threading.Event
+
+    @property
+    def failure(self) -> Failure | None: ...
+    @property
+    def status_pending(self) -> bool: ...
+    def current_spec(self) -> st.SyncSpec: ...
+    def migsync_object(self) -> dict[str, Any] | None: ...
+    def sync(self, fetch: bool = True) -> SyncResult: ...
+    def flush_status(self) -> None: ...
+
+
+def run(r: Syncs, stop: threading.Event, hook: threading.Event) -> None:
     """Fetch every interval (or when `hook` is set), follow the cluster in between. Errors back off
     exponentially (1 s doubling to the interval); a refused commit waits for the next."""
-    from migops.reconciler.suggestion import Suggester
-
-    Suggester(r).start(stop)  # spec.suggest: idle until enabled
     next_fetch, backoff, generation = 0.0, 1.0, None
     while not stop.is_set() and not r.stop_event.is_set():
         try:
@@ -54,7 +64,7 @@ def run(r: Reconciler, stop: threading.Event, hook: threading.Event) -> None:
             r.flush_status()
 
 
-def _wait(r: Reconciler, stop: threading.Event, hook: threading.Event, timeout: float) -> None:
+def _wait(r: Syncs, stop: threading.Event, hook: threading.Event, timeout: float) -> None:
     deadline = time.monotonic() + timeout
     while not stop.is_set() and not hook.is_set():
         remaining = deadline - time.monotonic()

@@ -328,6 +328,26 @@ def plan(
             eligible.append((turn, name, s.config))
         counts[s.phase] += 1
         statuses.append(s)
+    return _wave(
+        desired, nodes, configmap_text, owner, reached, statuses, skipped, halted, eligible, annotate, counts, busy
+    )
+
+
+def _wave(
+    desired: DesiredState,
+    nodes: Mapping[str, Mapping[str, Any]],
+    configmap_text: str | None,
+    owner: str,
+    reached: Mapping[str, str],
+    statuses: list[NodeStatus],
+    skipped: list[NodeStatus],
+    halted: list[NodeStatus],
+    eligible: list[tuple[int, str, str]],
+    annotate: list[tuple[str, str]],
+    counts: dict[Phase, int],
+    busy: int,
+) -> Plan:
+    """The plan from what `plan` saw of each node: this wave's writes within maxUnavailable."""
     limit = max_unavailable(desired.spec.nodes.max_unavailable, len(statuses))
     unavailable = busy + len(halted)
     budget = 0 if halted else max(0, limit - unavailable)

@@ -75,6 +75,9 @@ class Failure:
     outcome: Outcome
     revision: str | None = None
     problems: tuple[str, ...] = ()
+    # The message goes on to say what the cluster keeps instead; the summary adds that, once the
+    # sync knows (a fallback later in the sync may find a revision to keep).
+    kept: bool = False
 
 
 @dataclass(frozen=True)
@@ -86,6 +89,7 @@ class Note:
     type: str = "Normal"
     key: tuple[Any, ...] | None = None
     involved: Mapping[str, Any] | None = None
+    kept: bool = False  # as Failure.kept: the summary adds what the cluster keeps
 
 
 @dataclass(frozen=True)

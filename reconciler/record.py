@@ -59,9 +59,9 @@ class AppliedRecord:
 
     def spec(self) -> RepoSpec:
         """The revision as parsed from the record (raises RepoError if it no longer parses)."""
-        where = lambda n: f"{self.path}/{n}" if self.path else n  # noqa: E731
+        prefix = f"{self.path}/" if self.path else ""
         return load_repo(
-            {where(CONFIG_FILE): self.config_text.encode(), where(NODES_FILE): self.nodes_text.encode()},
+            {f"{prefix}{CONFIG_FILE}": self.config_text.encode(), f"{prefix}{NODES_FILE}": self.nodes_text.encode()},
             self.path,
             self.revision,
         )

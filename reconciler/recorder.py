@@ -8,8 +8,10 @@ from typing import Any
 
 from kubernetes import client as k8s
 
+from migops.gitops.desired import DesiredState
 from migops.kube import events
 from migops.kube.names import RECONCILER_CONTROLLER
+from migops.reconciler import status as st
 from migops.reconciler.metrics import Metrics
 from migops.reconciler.reasons import Note
 
@@ -48,7 +50,8 @@ class EventRecorder:
         self._default_target = default_target
         self._dedup = Dedup()
 
-    def record(self, note: Note) -> None:
+    def record(self, note: Note, target: Mapping[str, Any] | None = None) -> None:
+        """Record `note` on its involved object, else on `target`, else on the default target."""
         if self._dry_run or (note.key is not None and not self._dedup.first(note.key)):
             return
         # Each Event is a log line too (as Flux's controllers log theirs): the revision is bound by the sync.
@@ -56,7 +59,7 @@ class EventRecorder:
         node = (involved.get("metadata") or {}).get("name") if involved.get("kind") == "Node" else None
         level = logging.WARNING if note.type == "Warning" else logging.INFO
         log.log(level, "%s: %s", note.reason, note.message, extra={"node": node} if node else None)
-        target = note.involved or self._default_target()
+        target = note.involved or target or self._default_target()
         if target is None:
             return
         self._metrics.events.labels(note.reason).inc()
@@ -68,3 +71,21 @@ class EventRecorder:
             type=note.type,  # type: ignore[arg-type]
             controller=RECONCILER_CONTROLLER,
         )
+
+
+def event_target(migsync: Mapping[str, Any] | None, desired: DesiredState | None) -> dict[str, Any] | None:
+    """Events go on the MigSync; without one (no CRD), on the MIG ConfigMap of the desired state in force."""
+    if migsync is not None:
+        meta = migsync.get("metadata") or {}
+        return {
+            "apiVersion": st.API_VERSION,
+            "kind": st.KIND,
+            "metadata": {"name": meta.get("name"), "namespace": meta.get("namespace"), "uid": meta.get("uid")},
+        }
+    if desired is not None:
+        return {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {"name": desired.configmap, "namespace": desired.namespace},
+        }
+    return None

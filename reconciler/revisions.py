@@ -1,5 +1,5 @@
-"""The repository being followed and what is known of its revisions: parsed ones (the last few), and
-those refused for good (a commit's signature does not change: it is not verified again)."""
+"""The repository being followed and the revisions parsed (the last few). Those refused for good (a
+commit's signature does not change) are kept in the sync's state (`state.FetchVerdict.unverified`)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,6 @@ from pathlib import Path
 from migops.gitops.repo import CONFIG_FILE, NODES_FILE, RepoSpec, load_repo
 from migops.gitops.source import GitAuth, GitSource
 from migops.gitops.verify import TrustPolicy, verify_commit
-from migops.reconciler.reasons import Failure
 
 _KEPT = 4  # parsed revisions kept (a rollback to one of them costs no git read)
 
@@ -21,7 +20,6 @@ class Revisions:
         self._source: GitSource | None = None
         self._source_key: tuple[str, str | None] | None = None
         self._parsed: dict[str, RepoSpec] = {}  # "revision:path" -> parsed
-        self.refused: dict[str, Failure] = {}  # revision -> why (verification failures are not retried)
 
     def source(self, url: str, ref: str | None) -> GitSource:
         """The source for (url, ref): the same one (and its mirror) while they stay the same."""

@@ -16,6 +16,7 @@ import logging
 import threading
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import cast
 
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
@@ -49,7 +50,7 @@ class _Handler(BaseHTTPRequestHandler):
 
     @property
     def owner(self) -> Server:
-        return self.server.owner  # type: ignore[attr-defined]
+        return cast(Server, self.server.owner)  # type: ignore[attr-defined]
 
     def log_message(self, fmt: str, *args: object) -> None:  # requests are logged at debug level only
         log.debug("%s " + fmt, self.address_string(), *args)

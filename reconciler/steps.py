@@ -2,29 +2,32 @@
 fetch → verify → load → fall back → resolve → history → record → warn → plan → deadline → apply the ConfigMap → apply
 a wave (`SYNC`, at the end).
 
-Every step has one signature, `step(reconciler, run) -> Failure | None`: it reads what earlier steps
-left in `run`, adds its own result there, and returns a Failure only when the sync must stop (nothing
-to apply). A failure that leaves the last good state in force (an unreachable remote, a refused
-commit) is kept in `run.failure` and the steps go on with the last good desired state. Events go to
-`run.notes`; only the summary (`summary.finish`) records them and writes status and metrics.
+Every step has one signature, `step(state, run, ports) -> (state, Failure | None)`: it reads the state
+in force (`state.SyncState`, a value) and what earlier steps left in `run`, adds its own result to
+`run`, reads and writes the cluster through `ports` only, and returns the state it leaves (a new value
+when it changes one) and a Failure only when the sync must stop (nothing to apply). A failure that
+leaves the last good state in force (an unreachable remote, a refused commit) is kept in
+`run.failure` and the steps go on with the last good desired state. Events go to `run.notes`; only
+the summary (`summary.finish`) records them, says the messages in full and writes status and metrics.
+`migops diff` runs the same list with a writer that writes nothing (`diff.preview`).
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
-from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Mapping
+from dataclasses import replace
+from typing import Any
 
+from migops import logs
 from migops.gitops.desired import DesiredState
 from migops.gitops.desired import resolve as resolve_desired
 from migops.gitops.reasons import UNREADABLE, SourceReason
 from migops.gitops.repo import RepoError, RepoSpec
-from migops.gitops.source import Fetched, GitSource, SourceError, normalise_path
+from migops.gitops.source import SourceError, normalise_path
 from migops.gitops.verify import CommitProof, VerificationError
-from migops.kube.clusterpolicy import MigSettings
-from migops.kube.names import CONFIGMAP_KEY, RESUME_ANNOTATION
+from migops.kube.names import CONFIGMAP_KEY, MIG_CONFIG_STATE_LABEL, RESUME_ANNOTATION, STATE_FAILED
 from migops.mig.text import listed
 from migops.reconciler import matching
 from migops.reconciler import record as applied_record
@@ -32,236 +35,209 @@ from migops.reconciler import status as st
 from migops.reconciler.apply import WriteError
 from migops.reconciler.plan import DRIFTED, IN_SYNC, PROGRESSING, Plan, config_state, label_written_at, unmanaged
 from migops.reconciler.plan import plan as plan_wave
-from migops.reconciler.reasons import Failure, Note, Outcome, Reason
+from migops.reconciler.ports import Ports
+from migops.reconciler.reasons import AnyReason, Failure, Outcome, Reason
 from migops.reconciler.record import record_name
-
-if TYPE_CHECKING:
-    from migops.reconciler.controller import Reconciler
+from migops.reconciler.state import RecordState, Run, SyncState
 
 log = logging.getLogger(__name__)
-NOTHING_KEPT = "nothing has been applied"
+
+Done = tuple[SyncState, Failure | None]
+Step = Callable[[SyncState, Run, Ports], Done]
+REVISION_CONDITION = "AppliedRevisionAvailable"
 
 
-@dataclass
-class Run:
-    """One sync's working state, filled in step by step."""
-
-    fetch: bool  # fetch the remote (else follow the cluster with what was fetched last)
-    spec: st.SyncSpec | None = None
-    path: str = ""
-    source: GitSource | None = None
-    settings: MigSettings | None = None
-    fetched: Fetched | None = None  # this sync's fetch, when it fetched and the fetch worked
-    fetch_seconds: float | None = None
-    verified: bool = False
-    candidate: RepoSpec | None = None  # the newest revision that verified and parsed
-    failure: Failure | None = None  # why the newest revision is not (all) in force; the steps go on
-    from_record: bool = False  # the candidate is the cluster's applied record (git no longer has it)
-    overdue: list[tuple[str, str]] = field(default_factory=list)  # (node, why): past its progress deadline
-    plan: Plan | None = None
-    nodes: dict[str, dict[str, Any]] = field(default_factory=dict)  # the nodes planned on (overlay applied)
-    configmap_text: str | None = None
-    skip: frozenset[str] = frozenset()
-    writes: int = 0
-    errors: list[WriteError] = field(default_factory=list)
-    notes: list[Note] = field(default_factory=list)
-    resolved: bool = False  # `resolve` has decided what is in force
-
-    def revision(self, r: Reconciler) -> str | None:
-        """The revision this sync is about now, which its log lines name: the newest one while it is
-        fetched, verified, loaded and resolved; once `resolve` has decided, the one in force."""
-        if self.resolved and r.desired is not None:
-            return r.desired.revision
-        if self.fetched is not None:
-            return self.fetched.revision
-        if self.candidate is not None:
-            return self.candidate.revision
-        return r.desired.revision if r.desired is not None else None
-
-    def keep(self, failure: Failure) -> None:
-        """The first failure is the one status shows."""
-        if self.failure is None:
-            self.failure = failure
-
-    def note(
-        self, reason: Any, message: str, type: str = "Normal", key: tuple[Any, ...] | None = None, involved: Any = None
-    ) -> None:
-        self.notes.append(Note(reason, message, type, key, involved))
+def run_steps(state: SyncState, run: Run, ports: Ports, steps: tuple[Step, ...]) -> Done:
+    """`steps` in order, each on the state the one before left; stops at the first Failure returned."""
+    for step in steps:
+        with logs.bound(**about(run, state)):
+            state, stopped = step(state, run, ports)
+        if stopped is not None:
+            return state, stopped
+    return state, None
 
 
-Step = Callable[["Reconciler", Run], Failure | None]
+def about(run: Run, state: SyncState) -> dict[str, str]:
+    """What a log line of this sync names: the revision it is about now."""
+    revision = run.revision(state)
+    return {"revision": revision} if revision else {}
 
 
-def load_spec(r: Reconciler, run: Run) -> Failure | None:
+def acknowledge(ports: Ports, why: str) -> None:
+    """The nodes failed now are acknowledged: a rollout halted on them goes on."""
+    failed = {
+        n
+        for n, obj in ports.cluster.nodes.items().items()
+        if ((obj.get("metadata") or {}).get("labels") or {}).get(MIG_CONFIG_STATE_LABEL) == STATE_FAILED
+    }
+    if failed:
+        log.info("%s acknowledges the failure of %s", why, ", ".join(sorted(failed)))
+    ports.memory.acknowledged |= failed
+
+
+def load_spec(state: SyncState, run: Run, ports: Ports) -> Done:
     try:
-        spec = r.current_spec()
+        spec = ports.cluster.current_spec()
         run.path = normalise_path(spec.path)
     except ValueError as exc:
-        return Failure(Reason.INVALID_SPEC, str(exc), True, Outcome.INVALID)
+        return state, Failure(Reason.INVALID_SPEC, str(exc), True, Outcome.INVALID)
     if spec.suspend:
-        return Failure(
+        return state, Failure(
             Reason.SUSPENDED, "spec.suspend is true: nothing is fetched or written", False, Outcome.SUSPENDED
         )
     run.spec = spec
-    run.source = r.revisions.source(spec.url, spec.ref)
-    run.settings = r.settings()
-    return None
+    run.source = ports.revisions.source(spec.url, spec.ref)
+    run.settings = ports.cluster.settings()
+    return state, None
 
 
-def check_record(r: Reconciler, run: Run) -> Failure | None:
+def check_record(state: SyncState, run: Run, ports: Ports) -> Done:
     """The cluster's applied record counts only if it verifies under the trust policy in force (checked
     once per record and policy, so at start): with signatures required, a record whose commit is not
     signed by a trusted key, or whose files are not that commit's, is refused -- the condition
     AppliedRevisionAvailable and an Event say why -- and nothing of it is enforced or compared with.
     So is a ConfigMap of that name that holds no record at all (whatever the policy)."""
-    kept = r.record
-    if kept is None and r.record_unreadable is not None:
-        _refuse_record(r, run, "", r.record_unreadable)
-        r.record_unreadable = None
-    if kept is None or run.spec is None or r.record_trust == run.spec.trust:
-        return None
+    kept, unreadable = state.record.record, state.record.unreadable
+    if kept is None and unreadable is not None:
+        state = _refuse_record(state, run, ports, "", unreadable)
+    if kept is None or run.spec is None or state.record.trust == run.spec.trust:
+        return state, None
     try:
         applied_record.verify(kept, run.spec.trust)
     except VerificationError as exc:
-        _refuse_record(r, run, kept.revision, str(exc))
-        return None
-    r.record_trust = run.spec.trust
-    return None
+        return _refuse_record(state, run, ports, kept.revision, str(exc)), None
+    return replace(state, record=replace(state.record, trust=run.spec.trust)), None
 
 
-def _refuse_record(r: Reconciler, run: Run, revision: str, why: str) -> None:
+def _refuse_record(state: SyncState, run: Run, ports: Ports, revision: str, why: str) -> SyncState:
     of = f" of revision {revision[:12]}" if revision else ""
-    message = (
-        f"the cluster's applied record (ConfigMap {r.namespace}/{record_name(r.name)}){of} is refused: {why}; "
-        "nothing of it is applied"
-    )
+    where = f"ConfigMap {ports.options.namespace}/{record_name(ports.options.name)}"
+    message = f"the cluster's applied record ({where}){of} is refused: {why}; nothing of it is applied"
     log.warning("%s", message, extra={"revision": revision} if revision else {})
-    r.record, r.recorded, r.record_refused = None, None, message
-    r.revision_condition = ("False", Reason.RECORD_REFUSED, message)
     run.note(Reason.RECORD_REFUSED, message, "Warning", key=("record-refused", revision, why))
+    return replace(
+        state,
+        record=replace(state.record, record=None, written=None, refused=message, unreadable=None),
+        revision_condition=st.Condition(REVISION_CONDITION, "False", Reason.RECORD_REFUSED, message),
+    )
 
 
-def resume(r: Reconciler, run: Run) -> Failure | None:
+def resume(state: SyncState, run: Run, ports: Ports) -> Done:
     """A new value of the resume annotation acknowledges the failures seen so far."""
-    obj = r.migsync_object()
+    obj = ports.cluster.migsync_object()
     token = ((obj or {}).get("metadata") or {}).get("annotations", {}).get(RESUME_ANNOTATION)
-    if token and token != r.handled_resume:
-        r.acknowledge(f"resume {token!r}")
-        r.handled_resume = token
-        run.note(Reason.RESUMED, f"resumed ({RESUME_ANNOTATION}={token})", key=("resume", token))
-    return None
+    if not token or token == state.handled_resume:
+        return state, None
+    acknowledge(ports, f"resume {token!r}")
+    run.note(Reason.RESUMED, f"resumed ({RESUME_ANNOTATION}={token})", key=("resume", token))
+    return replace(state, handled_resume=token), None
 
 
-def fetch(r: Reconciler, run: Run) -> Failure | None:
-    if not run.fetch and r.desired is not None:
+def fetch(state: SyncState, run: Run, ports: Ports) -> Done:
+    if not run.fetch and state.desired is not None:
         # Following the cluster: the last fetch's verdicts stand (a refused newest revision stays
         # refused) and the newest good revision is tried again (a node that did not fit may have gone).
-        if r.fetch_failure is not None:
-            run.keep(r.fetch_failure)
-        run.candidate = r.latest or r.desired.spec
-        return None
+        if state.fetched.failure is not None:
+            run.keep(state.fetched.failure)
+        run.got.candidate = state.fetched.latest or state.desired.spec
+        return state, None
     assert run.source is not None
-    r.memory.refused.clear()  # a refused write is tried again once per fetch, never in a hot loop
+    # A refused write is tried again once per fetch, never in a hot loop.
+    state = replace(state, nodes=replace(state.nodes, refused={}))
     began = time.monotonic()
     try:
-        run.fetched = run.source.fetch()
+        fetched = run.got.fetched = run.source.fetch()
     except SourceError as exc:
-        run.keep(Failure(exc.reason, f"{exc}; {r.kept()}", False, Outcome.UNREACHABLE))
-        r.fetch_failure, r.latest = run.failure, None
-        return None
-    run.fetch_seconds = time.monotonic() - began
-    r.last_attempted = run.fetched.revision
-    return None
+        run.keep(Failure(exc.reason, str(exc), False, Outcome.UNREACHABLE, kept=True))
+        return replace(state, fetched=replace(state.fetched, latest=None, failure=run.failure)), None
+    run.got.seconds = time.monotonic() - began
+    return replace(state, last_attempted=fetched.revision), None
 
 
-def _source_failure(r: Reconciler, run: Run, exc: SourceError) -> None:
-    assert run.fetched is not None
-    run.keep(Failure(exc.reason, f"{exc}; {r.kept()}", False, Outcome.UNREACHABLE, run.fetched.revision))
+def _source_failure(run: Run, exc: SourceError) -> None:
+    assert run.got.fetched is not None
+    run.keep(Failure(exc.reason, str(exc), False, Outcome.UNREACHABLE, run.got.fetched.revision, kept=True))
 
 
-def verify(r: Reconciler, run: Run) -> Failure | None:
-    if run.fetched is None or run.spec is None or run.source is None:
-        return None
-    revision = run.fetched.revision
-    known = r.revisions.refused.get(revision)
-    if known is not None and known.reason == SourceReason.VERIFICATION_FAILED:
+def verify(state: SyncState, run: Run, ports: Ports) -> Done:
+    if run.got.fetched is None or run.spec is None or run.source is None:
+        return state, None
+    revision = run.got.fetched.revision
+    known = state.fetched.unverified.get(revision)
+    if known is not None:  # a commit's signature does not change: not verified again
         run.keep(known)
-        return None
+        return state, None
     try:
-        r.revisions.verify(run.source, revision, run.path, run.spec.trust)
+        ports.revisions.verify(run.source, revision, run.path, run.spec.trust)
     except VerificationError as exc:
-        bad = Failure(exc.reason, f"{exc}; {r.kept()}", True, Outcome.UNVERIFIED, revision)
-        r.revisions.refused[revision] = bad
+        bad = Failure(exc.reason, str(exc), True, Outcome.UNVERIFIED, revision, kept=True)
         run.keep(bad)
-        run.note(exc.reason, bad.message, "Warning", key=("unverified", revision))
+        run.note_failure(bad, key=("unverified", revision))
+        unverified = {**state.fetched.unverified, revision: bad}
+        return replace(state, fetched=replace(state.fetched, unverified=unverified)), None
     except SourceError as exc:
-        _source_failure(r, run, exc)
+        _source_failure(run, exc)
     else:
-        run.verified = True
-    return None
+        run.got.verified = True
+    return state, None
 
 
-def load(r: Reconciler, run: Run) -> Failure | None:
-    if run.fetched is None or run.source is None:
-        return None
-    if run.verified:
+def load(state: SyncState, run: Run, ports: Ports) -> Done:
+    fetched = run.got.fetched
+    if fetched is None or run.source is None:
+        return state, None
+    if run.got.verified:
         try:
-            run.candidate = r.revisions.load(run.source, run.fetched.revision, run.path)
+            run.got.candidate = ports.revisions.load(run.source, fetched.revision, run.path)
         except RepoError as exc:
             bad = Failure(
                 exc.reason,
-                f"revision {run.fetched.short} is invalid: {exc}; {r.kept()}",
+                f"revision {fetched.short} is invalid: {exc}",
                 True,
                 Outcome.INVALID,
-                run.fetched.revision,
+                fetched.revision,
                 tuple(str(p) for p in exc.problems),
+                kept=True,
             )
-            r.revisions.refused[run.fetched.revision] = bad
             run.keep(bad)
-            run.note(exc.reason, bad.message, "Warning", key=("invalid", run.fetched.revision))
+            run.note_failure(bad, key=("invalid", fetched.revision))
         except SourceError as exc:
-            _source_failure(r, run, exc)
+            _source_failure(run, exc)
     # Both last until the next fetch (see `fetch`).
-    r.fetch_failure, r.latest = run.failure, run.candidate
-    return None
+    return replace(state, fetched=replace(state.fetched, latest=run.got.candidate, failure=run.failure)), None
 
 
-def fall_back(r: Reconciler, run: Run) -> Failure | None:
+def fall_back(state: SyncState, run: Run, ports: Ports) -> Done:
     """Restarted on a bad or unreachable HEAD: keep enforcing what was in force before, from git if
     the mirror still has it, else from the cluster's applied record (a fresh cache, a rewritten branch)."""
-    if r.desired is not None or run.candidate is not None or not r.enforce_last_good:
-        return None
-    _fall_back(r, run)
-    if run.candidate is None and r.record_refused and run.failure is not None:
-        # Nothing kept: say that the record was there, and why it was not enforced.
-        run.failure = replace(run.failure, message=f"{run.failure.message} ({r.record_refused})")
-    return None
+    if state.desired is not None or run.got.candidate is not None or not ports.options.enforce_last_good:
+        return state, None
+    _fall_back(state, run, ports)
+    if run.got.candidate is None and state.record.refused and run.failure is not None:
+        run.unkept_record = state.record.refused  # nothing kept: the summary says the record was there, and why not
+    return state, None
 
 
-def _fall_back(r: Reconciler, run: Run) -> None:
+def _fall_back(state: SyncState, run: Run, ports: Ports) -> None:
     assert run.source is not None and run.spec is not None
-    record = r.record if r.record is not None and r.record.path == run.path else None
-    revision = record.revision if record is not None else r.last_applied
+    kept = state.record.record
+    record = kept if kept is not None and kept.path == run.path else None
+    revision = record.revision if record is not None else state.last_applied
     if revision is None:
         return
     try:
-        run.candidate = r.revisions.verified_load(run.source, revision, run.path, run.spec.trust)
+        run.got.candidate = ports.revisions.verified_load(run.source, revision, run.path, run.spec.trust)
         return
     except (SourceError, VerificationError, RepoError) as exc:
         log.warning("cannot reload revision %s from git: %s", revision, exc, extra={"revision": revision})
     if record is not None:
+        extra = {"revision": record.revision}
         try:
-            run.candidate = record.spec()
-            run.from_record = True
-            log.warning(
-                "enforcing revision %s from the cluster's applied record",
-                record.revision,
-                extra={"revision": record.revision},
-            )
+            run.got.candidate = record.spec()
+            run.got.from_record = True
+            log.warning("enforcing revision %s from the cluster's applied record", record.revision, extra=extra)
         except RepoError as exc:
-            log.warning(
-                "the applied record of %s does not parse: %s", record.revision, exc, extra={"revision": record.revision}
-            )
+            log.warning("the applied record of %s does not parse: %s", record.revision, exc, extra=extra)
 
 
 def managed_nodes(nodes: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
@@ -269,67 +245,81 @@ def managed_nodes(nodes: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]
     return {name: obj for name, obj in nodes.items() if not unmanaged(obj)}
 
 
-def resolve(r: Reconciler, run: Run) -> Failure | None:
+def resolve(state: SyncState, run: Run, ports: Ports) -> Done:
     """The candidate on today's nodes; if it cannot be applied, the desired state in force stays."""
     assert run.settings is not None
-    tries = [c for c in (run.candidate, r.desired.spec if r.desired else None) if c is not None]
+    tries = [c for c in (run.got.candidate, state.desired.spec if state.desired else None) if c is not None]
     for i, attempt in enumerate(tries):
         if i and attempt.revision == tries[0].revision:
             break
-        found = _resolved(r, run, attempt)
+        found = _resolved(state, run, ports, attempt)
         if isinstance(found, Failure):
-            r.revisions.refused[attempt.revision] = found
             run.keep(found)
-            run.note(found.reason, found.message, "Warning", key=("invalid", attempt.revision, found.message))
+            run.note_failure(found, key=("invalid", attempt.revision, found.message))
         else:
-            r.adopt(found, run)
-            if run.failure is not None and run.failure.message.endswith(NOTHING_KEPT):
-                # Said before the fallback found what to keep: say what is kept.
-                run.failure = replace(run.failure, message=run.failure.message[: -len(NOTHING_KEPT)] + r.kept())
+            state = adopt(state, found, run, ports)
             break
     run.resolved = True
     if run.failure is not None and run.failure.reason in UNREADABLE:
-        run.note(run.failure.reason, run.failure.message, "Warning", key=("unreachable", run.failure.message))
-    if r.desired is None:
-        return run.failure or Failure(SourceReason.VALIDATION_FAILED, "nothing to apply", True, Outcome.INVALID)
-    if run.failure is not None and not r.enforce_last_good:
-        return run.failure  # --once: a refused commit means no writes at all
-    return None
+        in_force = state.desired.revision if state.desired else None
+        run.note_failure(run.failure, key=("unreachable", run.failure.message, in_force))
+    if state.desired is None:
+        return state, run.failure or Failure(SourceReason.VALIDATION_FAILED, "nothing to apply", True, Outcome.INVALID)
+    if run.failure is not None and not ports.options.enforce_last_good:
+        return state, run.failure  # --once: a refused commit means no writes at all
+    return state, None
 
 
-def _resolved(r: Reconciler, run: Run, attempt: RepoSpec) -> DesiredState | Failure:
+def adopt(state: SyncState, desired: DesiredState, run: Run, ports: Ports) -> SyncState:
+    """`desired` in force; a new revision says which nodes it moves to default, and acknowledges failures."""
+    if state.desired is not None and desired.revision == state.desired.revision:
+        return replace(state, desired=desired)
+    moved = matching.moved_to_default(desired, state.desired, state.record.record)
+    if moved:
+        text = matching.moved_text(desired, moved)
+        run.note(Reason.MOVED_TO_DEFAULT, text, "Warning", key=("defaulted", desired.revision))
+    if state.desired is not None:
+        acknowledge(ports, "a new revision")
+    started = dict(state.started_at)
+    started.setdefault(desired.revision, time.time())
+    return replace(state, desired=desired, moved=moved, started_at=started)
+
+
+def _resolved(state: SyncState, run: Run, ports: Ports, attempt: RepoSpec) -> DesiredState | Failure:
     """`attempt` on today's nodes (or why not), remembered until a node changes in a way resolving
     reads (labels other than the config and state, GPUs, a node added or gone) or the settings do:
     a watch event of a node's state costs no resolve of every node."""
     assert run.settings is not None
-    key = r.resolve_memo.key(attempt.revision, attempt.path, run.settings)
-    known = r.resolve_memo.get(key)
+    key = ports.memo.key(attempt.revision, attempt.path, run.settings)
+    known = ports.memo.get(key)
     if known is not None:
         return known
     found: DesiredState | Failure
     try:
-        desired = resolve_desired(attempt, managed_nodes(r.nodes.items()), run.settings, r.fit_cache)
+        nodes = managed_nodes(ports.cluster.nodes.items())
+        desired = resolve_desired(attempt, nodes, run.settings, ports.fit_cache)
     except RepoError as exc:
         found = Failure(
             exc.reason,
-            f"revision {attempt.revision[:12]} cannot be applied: {exc}; {r.kept()}",
+            f"revision {attempt.revision[:12]} cannot be applied: {exc}",
             True,
             Outcome.INVALID,
             attempt.revision,
             tuple(str(p) for p in exc.problems),
+            kept=True,
         )
     else:
-        found = _guard_defaulted(r, desired) or desired
-    r.resolve_memo.put(key, found)
+        found = _guard_defaulted(state, desired) or desired
+    ports.memo.put(key, found)
     return found
 
 
-def _guard_defaulted(r: Reconciler, desired: DesiredState) -> Failure | None:
+def _guard_defaulted(state: SyncState, desired: DesiredState) -> Failure | None:
     """rollout.maxDefaulted: refuse a new revision moving more nodes than that to `default` because
     their assignment stopped matching (a typo in a selector must not turn MIG off on a pool)."""
-    if r.desired is not None and r.desired.revision == desired.revision:
+    if state.desired is not None and state.desired.revision == desired.revision:
         return None
-    moved = r.moved_to_default(desired)
+    moved = matching.moved_to_default(desired, state.desired, state.record.record)
     limit = desired.spec.nodes.max_defaulted
     if limit is None or len(moved) <= limit:
         return None
@@ -338,72 +328,65 @@ def _guard_defaulted(r: Reconciler, desired: DesiredState) -> Failure | None:
         f"revision {desired.revision[:12]} would move {len(moved)} node(s) to default "
         f"{desired.spec.nodes.default!r} because no assignment matches them any more "
         f"{listed(moved, 5)}); rollout.maxDefaulted is {limit}: fix the selectors, list the nodes, or "
-        f"raise the limit; {r.kept()}",
+        f"raise the limit",
         True,
         Outcome.INVALID,
         desired.revision,
+        kept=True,
     )
 
 
-def history(r: Reconciler, run: Run) -> Failure | None:
+def history(state: SyncState, run: Run, ports: Ports) -> Done:
     """Is the revision in force still in the followed branch's history? (A force-push can take it
     out; it is enforced from the cluster's record then, and the condition says so.)"""
-    desired = r.desired
+    desired = state.desired
     assert desired is not None and run.spec is not None
     where = f"{run.spec.url} {run.spec.ref or 'HEAD'}"
-    record = f"ConfigMap {r.namespace}/{record_name(r.name)}"
-    if run.fetched is not None and run.source is not None:
-        if run.source.contains(run.fetched.revision, desired.revision):
-            r.revision_condition = (
-                "True",
-                Reason.REVISION_AVAILABLE,
-                f"revision {desired.revision[:12]} is in the history of {where}",
-            )
+    record = f"ConfigMap {ports.options.namespace}/{record_name(ports.options.name)}"
+    short = desired.revision[:12]
+    fetched = run.got.fetched
+    found: tuple[AnyReason, str, str]
+    if fetched is not None and run.source is not None:
+        if run.source.contains(fetched.revision, desired.revision):
+            found = (Reason.REVISION_AVAILABLE, "True", f"revision {short} is in the history of {where}")
         else:
-            r.revision_condition = (
+            found = (
+                Reason.REVISION_VANISHED,
                 "False",
-                Reason.REVISION_VANISHED,
-                f"revision {desired.revision[:12]}, in force, is "
-                f"no longer in the history of {where} (rewritten: a force-push?); it is enforced "
-                f"from the cluster's record ({record}) until a new revision can be applied",
+                f"revision {short}, in force, is no longer in the history of {where} (rewritten: a "
+                f"force-push?); it is enforced from the cluster's record ({record}) until a new revision can be applied",
             )
-            run.note(
-                Reason.REVISION_VANISHED,
-                r.revision_condition[2],
-                "Warning",
-                key=("vanished", desired.revision, run.fetched.revision),
-            )
-    elif run.from_record and run.failure is not None:
-        r.revision_condition = (
-            "Unknown",
-            run.failure.reason,
-            f"revision {desired.revision[:12]} is enforced from the "
-            f"cluster's record ({record}): the remote cannot be read",
-        )
-    return None
+            key = ("vanished", desired.revision, fetched.revision)
+            run.note(Reason.REVISION_VANISHED, found[2], "Warning", key=key)
+    elif run.got.from_record and run.failure is not None:
+        why = f"revision {short} is enforced from the cluster's record ({record}): the remote cannot be read"
+        found = (run.failure.reason, "Unknown", why)
+    else:
+        return state, None
+    reason, status, message = found
+    return replace(state, revision_condition=st.Condition(REVISION_CONDITION, status, reason, message)), None
 
 
-def record(r: Reconciler, run: Run) -> Failure | None:
+def record(state: SyncState, run: Run, ports: Ports) -> Done:
     """Keep the revision in force in the cluster, before any write of it."""
-    desired = r.desired
+    desired, kept = state.desired, state.record
     assert desired is not None
-    if r.dry_run or r.recorded == desired.revision:
-        return None
-    proof = None if run.from_record else _proof(run, desired)
-    kept = r.record
-    if kept is not None and _same(kept, desired) and (kept.proof is not None or proof is None):
-        r.recorded = desired.revision  # (a record without its proof gets one once git has the commit)
-        return None
-    uid = ((r.migsync_object() or {}).get("metadata") or {}).get("uid")
-    new = applied_record.of(desired, r.started_revision_at.get(desired.revision) or time.time(), proof)
+    if ports.options.dry_run or kept.written == desired.revision:
+        return state, None
+    proof = None if run.got.from_record else _proof(run, desired)
+    if kept.record is not None and _same(kept.record, desired) and (kept.record.proof is not None or proof is None):
+        # (a record without its proof gets one once git has the commit)
+        return replace(state, record=replace(kept, written=desired.revision)), None
+    options = ports.options
+    uid = ((ports.cluster.migsync_object() or {}).get("metadata") or {}).get("uid")
+    new = applied_record.of(desired, state.started_at.get(desired.revision) or time.time(), proof)
     try:
-        r.writer.record(applied_record.to_configmap(new, r.namespace, r.name, uid))
+        ports.writer.record(applied_record.to_configmap(new, options.namespace, options.name, uid))
     except WriteError as err:
         log.warning("the applied record was not written (tried again at the next sync): %s", err)
-        return None
-    r.record, r.recorded, r.record_refused = new, desired.revision, None
-    r.record_trust = run.spec.trust if run.spec is not None else None
-    return None
+        return state, None
+    trust = run.spec.trust if run.spec is not None else None
+    return replace(state, record=RecordState(new, desired.revision, trust, None, kept.unreadable)), None
 
 
 def _same(kept: applied_record.AppliedRecord, desired: DesiredState) -> bool:
@@ -428,54 +411,55 @@ def _proof(run: Run, desired: DesiredState) -> CommitProof | None:
         return None
 
 
-def warn(r: Reconciler, run: Run) -> Failure | None:
+def warn(state: SyncState, run: Run, ports: Ports) -> Done:
     """Assignments that match no node: an Event each (the summary shows them as a condition too)."""
-    desired = r.desired
+    desired = state.desired
     assert desired is not None
     for text in matching.warnings(desired, ()):  # (the move to default has its own Event, at adoption)
         run.note(Reason.MATCHES_NO_NODE, text, "Warning", key=("unmatched", desired.revision, text))
-    return None
+    return state, None
 
 
-def plan(r: Reconciler, run: Run) -> Failure | None:
-    desired = r.desired
+def plan(state: SyncState, run: Run, ports: Ports) -> Done:
+    desired, wave, mem, seen = state.desired, run.wave, ports.memory, state.nodes
     assert desired is not None
-    run.nodes = r.overlay.nodes(r.nodes.items())
-    run.configmap_text = r.overlay.configmap_text(r.configmap_seen(desired.namespace, desired.configmap))
-    mem = r.memory
-    run.skip = frozenset(n for (n, c) in mem.refused if desired.targets.get(n) and desired.targets[n].config == c)
-    run.plan = plan_wave(
+    wave.nodes = ports.overlay.nodes(ports.cluster.nodes.items())
+    wave.configmap_text = ports.overlay.configmap_text(
+        ports.cluster.configmap_seen(desired.namespace, desired.configmap)
+    )
+    wave.skip = frozenset(n for (n, c) in seen.refused if desired.targets.get(n) and desired.targets[n].config == c)
+    wave.plan = plan_wave(
         desired,
-        run.nodes,
-        run.configmap_text,
+        wave.nodes,
+        wave.configmap_text,
         acknowledged=frozenset(mem.acknowledged),
         awaiting=frozenset(mem.awaiting),
-        reached=mem.reached,
-        skip=run.skip,
-        owner=r.owner,
+        reached=seen.reached,
+        skip=wave.skip,
+        owner=ports.options.owner,
     )
-    return None
+    return state, None
 
 
-def deadline(r: Reconciler, run: Run) -> Failure | None:
+def deadline(state: SyncState, run: Run, ports: Ports) -> Done:
     """rollout.progressDeadlineSeconds per node: a node reconfiguring longer than that is overdue (a dead
     agent leaves it pending forever). Its start is when we wrote its label (our managedFields time: the
     cluster's, so a restart does not reset it), else when we first saw it reconfiguring."""
-    p, desired = run.plan, r.desired
+    p, desired, wave = run.wave.plan, state.desired, run.wave
     assert p is not None and desired is not None
     limit, now = desired.spec.nodes.progress_deadline, time.time()
-    since, seen, shown = r.memory.since, set(), []
+    since, seen, shown = dict(state.nodes.since), set(), []
     for s in p.nodes:
         if s.phase not in (PROGRESSING, DRIFTED):
             shown.append(s)
             continue
         seen.add(s.name)
-        began = since.setdefault(s.name, label_written_at(run.nodes.get(s.name) or {}) or now)
+        began = since.setdefault(s.name, label_written_at(wave.nodes.get(s.name) or {}) or now)
         if now - began <= limit:
             shown.append(s)
             continue
         why = f"no progress for {now - began:.0f}s (progressDeadlineSeconds {limit:g}): {s.message or s.state}"
-        run.overdue.append((s.name, why))
+        wave.overdue.append((s.name, why))
         shown.append(replace(s, message=why))
         run.note(
             Reason.PROGRESS_DEADLINE,
@@ -484,32 +468,31 @@ def deadline(r: Reconciler, run: Run) -> Failure | None:
             key=("deadline", s.name, began),
             involved={"apiVersion": "v1", "kind": "Node", "metadata": {"name": s.name}},
         )
-    for name in [n for n in since if n not in seen]:
-        del since[name]
-    if run.overdue:
-        run.plan = replace(p, nodes=tuple(shown))
-    return None
+    if wave.overdue:
+        wave.plan = replace(p, nodes=tuple(shown))
+    since = {n: t for n, t in since.items() if n in seen}
+    return replace(state, nodes=replace(state.nodes, since=since)), None
 
 
-def apply_configmap(r: Reconciler, run: Run) -> Failure | None:
+def apply_configmap(state: SyncState, run: Run, ports: Ports) -> Done:
     """The MIG ConfigMap first: a label must never name a config the ConfigMap lacks."""
-    desired, p, seen = r.desired, run.plan, run.configmap_text
+    desired, p, seen, last = state.desired, run.wave.plan, run.wave.configmap_text, state.nodes.configmap_text
     assert desired is not None and p is not None
     if not p.configmap_changed:
         if seen is not None:
-            r.memory.applied_cm_text = seen
-        return None
+            state = replace(state, nodes=replace(state.nodes, configmap_text=seen))
+        return state, None
     text = desired.spec.config_text
     try:
-        r.writer.configmap(desired.namespace, desired.configmap, text)
+        ports.writer.configmap(desired.namespace, desired.configmap, text)
     except WriteError as err:
-        run.errors.append(err)
-        return None
-    run.writes += 1
-    if not r.dry_run:
-        r.overlay.wrote_configmap(text)
+        run.wave.errors.append(err)
+        return state, None
+    run.wave.writes += 1
+    if not ports.options.dry_run:
+        ports.overlay.wrote_configmap(text)
     where = f"ConfigMap {desired.namespace}/{desired.configmap}"
-    if seen is not None and r.memory.applied_cm_text == text:
+    if seen is not None and last == text:
         run.note(
             Reason.DRIFT_REVERTED,
             f"data.{CONFIGMAP_KEY} of {where} was changed by hand; put back to revision {desired.revision[:12]}",
@@ -524,50 +507,54 @@ def apply_configmap(r: Reconciler, run: Run) -> Failure | None:
         run.note(
             Reason.CONFIGMAP_APPLIED, f"{where} data.{CONFIGMAP_KEY} applied from revision {desired.revision[:12]}"
         )
-    r.memory.applied_cm_text = text
-    return None
+    return replace(state, nodes=replace(state.nodes, configmap_text=text)), None
 
 
-def apply_wave(r: Reconciler, run: Run) -> Failure | None:
+def apply_wave(state: SyncState, run: Run, ports: Ports) -> Done:
     """This wave's labels (and prunes), in parallel; nothing while an earlier write failed."""
-    p, desired, mem = run.plan, r.desired, r.memory
+    p, desired = run.wave.plan, state.desired
     assert p is not None and desired is not None
-    if not run.errors:
-        items: list[tuple[str, str | None]] = [*p.writes, *((n, None) for n in p.prunes)]
-        # Marked before the write: mig-manager may answer (pending) before the write call returns.
-        fresh = {
-            n
-            for n, c in items
-            if c is not None and not r.dry_run and not config_state(run.nodes[n]).agent and n not in mem.awaiting
-        }
-        mem.awaiting |= fresh
-        done, errors = r.writer.labels([*items, *p.annotate], desired.revision)
-        mem.awaiting -= fresh - set(done)
-        released, release_errors = r.writer.releases(n for n in p.releases if (n, None) not in mem.refused)
-        errors += release_errors
-        run.errors += errors
-        run.writes += len(done) + len(released)
-        wrote = dict([*p.annotate, *items])
-        for name in done if not r.dry_run else ():
-            r.overlay.wrote_label(name, wrote[name], desired.revision)
-        for name in released if not r.dry_run else ():
-            r.overlay.released(name)
-        if released:
-            run.note(
-                Reason.RELEASED,
-                f"{len(released)} node(s) left management (migops.io/unmanaged=true, or outside "
-                f"every assignment): {listed(released, 10)}; their nvidia.com/mig.config is no longer enforced",
-            )
-        for err in errors:
-            node = err.target.split("/", 1)[1]
-            if err.kind == "terminal":
-                mem.refused[(node, wrote.get(node))] = str(err)
-        annotated = {n for n, _ in p.annotate}
-        _notes_for_writes(run, p, [n for n in done if n not in annotated], wrote, desired.revision)
-    for s in p.nodes:
-        if s.phase == IN_SYNC:
-            mem.reached[s.name] = s.config
-    return None
+    refused = dict(state.nodes.refused)
+    if not run.wave.errors:
+        refused.update(_write_wave(run, ports, p, desired.revision, refused))
+    reached = {**state.nodes.reached, **{s.name: s.config for s in p.nodes if s.phase == IN_SYNC}}
+    return replace(state, nodes=replace(state.nodes, reached=reached, refused=refused)), None
+
+
+def _write_wave(
+    run: Run, ports: Ports, p: Plan, revision: str, refused: Mapping[tuple[str, str | None], str]
+) -> dict[tuple[str, str | None], str]:
+    """The wave's writes; returns the ones refused for good (terminal errors), by (node, config)."""
+    mem, wave, writer, live = ports.memory, run.wave, ports.writer, not ports.options.dry_run
+    items: list[tuple[str, str | None]] = [*p.writes, *((n, None) for n in p.prunes)]
+    # Marked before the write: mig-manager may answer (pending) before the write call returns.
+    fresh = {
+        n
+        for n, c in items
+        if c is not None and live and not config_state(wave.nodes[n]).agent and n not in mem.awaiting
+    }
+    mem.awaiting |= fresh
+    done, errors = writer.labels([*items, *p.annotate], revision)
+    mem.awaiting -= fresh - set(done)
+    released, release_errors = writer.releases(n for n in p.releases if (n, None) not in refused)
+    errors += release_errors
+    wave.errors += errors
+    wave.writes += len(done) + len(released)
+    wrote = dict([*p.annotate, *items])
+    for name in done if live else ():
+        ports.overlay.wrote_label(name, wrote[name], revision)
+    for name in released if live else ():
+        ports.overlay.released(name)
+    if released:
+        run.note(
+            Reason.RELEASED,
+            f"{len(released)} node(s) left management (migops.io/unmanaged=true, or outside "
+            f"every assignment): {listed(released, 10)}; their nvidia.com/mig.config is no longer enforced",
+        )
+    annotated = {n for n, _ in p.annotate}
+    _notes_for_writes(run, p, [n for n in done if n not in annotated], wrote, revision)
+    terminal = ((err.target.split("/", 1)[1], err) for err in errors if err.kind == "terminal")
+    return {(node, wrote.get(node)): str(err) for node, err in terminal}
 
 
 def _notes_for_writes(run: Run, p: Plan, done: list[str], wrote: dict[str, str | None], revision: str) -> None:

@@ -14,42 +14,44 @@ import logging
 import threading
 import time
 from collections import Counter
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import Any
 
+from kubernetes import client as k8s
+
+from migops.gitops.desired import DesiredState
+from migops.gitops.repo import RepoError
 from migops.kube import ssa
 from migops.reconciler import status as st
+from migops.reconciler.ports import Ports
 from migops.reconciler.reasons import Note, Reason
-
-if TYPE_CHECKING:
-    from migops.reconciler.controller import Reconciler
 
 log = logging.getLogger(__name__)
 MANAGER = "migops-reconciler-suggest"  # owns status.suggestion only
 _PATCH_LIMIT = 16 * 1024  # the status carries the patch up to this size (an object holds at most ~1.5 MiB)
 
 
-def suggestion(r: Reconciler) -> dict[str, Any] | None:
+def suggestion(api: k8s.ApiClient, ports: Ports, desired: DesiredState | None) -> dict[str, Any] | None:
     """The proposal for the revision in force, as status.suggestion; None when none is in force."""
-    from migops.gitops.repo import RepoError
+    # The solver loads only once spec.suggest is on (a cost at start-up, not an import cycle).
     from migops.suggest import report
     from migops.suggest.live import read_cluster
     from migops.suggest.run import suggest
 
-    desired = r.desired
     if desired is None:
         return None
-    cluster = read_cluster(r.api, r.settings())
+    cluster = read_cluster(api, ports.cluster.settings())
     try:
-        out = suggest(desired.spec, cluster, cache=r.fit_cache)
+        out = suggest(desired.spec, cluster, cache=ports.fit_cache)
     except RepoError as exc:
         return {"revision": desired.revision, "outcome": "invalid", "summary": str(exc)}
     doc = report.as_dict(out)
     pending: Counter[str] = Counter()
     for d in out.demands:
         pending[",".join(sorted(d.profiles))] += d.count
-    r.metrics.pending_mig.clear()
+    ports.metrics.pending_mig.clear()
     for profile, n in sorted(pending.items()):
-        r.metrics.pending_mig.labels(profile).set(n)
+        ports.metrics.pending_mig.labels(profile).set(n)
     patch = doc["patch"]
     return {
         "revision": desired.revision,
@@ -67,8 +69,10 @@ def suggestion(r: Reconciler) -> dict[str, Any] | None:
 class Suggester:
     """The thread that publishes the suggestion while spec.suggest.enabled."""
 
-    def __init__(self, r: Reconciler) -> None:
-        self.r = r
+    def __init__(
+        self, api: k8s.ApiClient, ports: Ports, desired: Callable[[], DesiredState | None], stop: threading.Event
+    ) -> None:
+        self._api, self._ports, self._desired, self._stop = api, ports, desired, stop
         self._last: dict[str, Any] | None = None
         self._thread: threading.Thread | None = None
 
@@ -79,12 +83,12 @@ class Suggester:
 
     def _run(self, stop: threading.Event) -> None:
         due = 0.0
-        while not stop.is_set() and not self.r.stop_event.is_set():
+        while not stop.is_set() and not self._stop.is_set():
             try:
-                spec = self.r.current_spec()
+                spec = self._ports.cluster.current_spec()
             except ValueError:
                 spec = None
-            if spec is not None and spec.suggest and time.monotonic() >= due and self.r.desired is not None:
+            if spec is not None and spec.suggest and time.monotonic() >= due and self._desired() is not None:
                 due = time.monotonic() + spec.suggest_interval
                 try:
                     self.publish()
@@ -93,17 +97,18 @@ class Suggester:
             stop.wait(1.0)
 
     def publish(self) -> dict[str, Any] | None:
-        found = suggestion(self.r)
-        if found is None or self.r.dry_run:
+        options = self._ports.options
+        found = suggestion(self._api, self._ports, self._desired())
+        if found is None or options.dry_run:
             return found
         body = {
             "apiVersion": st.API_VERSION,
             "kind": st.KIND,
-            "metadata": {"name": self.r.name, "namespace": self.r.namespace},
+            "metadata": {"name": options.name, "namespace": options.namespace},
             "status": {"suggestion": {**found, "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}},
         }
-        ssa.apply(self.r.api, body, field_manager=MANAGER, force=True, subresource="status")
+        ssa.apply(self._api, body, field_manager=MANAGER, force=True, subresource="status")
         if found != self._last:
-            self.r.events.record(Note(Reason.SUGGESTION_CHANGED, f"migops suggest: {found['summary']}"))
+            self._ports.events.record(Note(Reason.SUGGESTION_CHANGED, f"migops suggest: {found['summary']}"))
         self._last = found
         return found

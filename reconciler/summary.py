@@ -1,27 +1,30 @@
 """The end of a sync: conditions, the MigSync's status, Events and metrics, all from what the steps
-returned. Nothing else in the reconciler writes any of them (as Flux's summarizeAndPatch)."""
+returned. Nothing else in the reconciler writes any of them (as Flux's summarizeAndPatch), and the
+messages are said in full here only: a failure's "what the cluster keeps" once the sync knows it."""
 
 from __future__ import annotations
 
 import logging
 import time
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from dataclasses import replace
+from typing import Any, TypeVar
 
+from migops.gitops.desired import DesiredState
 from migops.kube.names import RESUME_ANNOTATION
 from migops.mig.text import listed
+from migops.reconciler import matching
 from migops.reconciler import status as st
-from migops.reconciler.apply import WriteError, Writer
 from migops.reconciler.plan import DRIFTED, IN_SYNC, Plan
-from migops.reconciler.reasons import Failure, Outcome, Reason, SyncResult
-
-if TYPE_CHECKING:
-    from migops.reconciler.controller import Reconciler
-    from migops.reconciler.steps import Run
+from migops.reconciler.ports import Ports
+from migops.reconciler.reasons import Failure, Note, Outcome, Reason, SyncResult
+from migops.reconciler.recorder import event_target
+from migops.reconciler.state import Run, SyncState
 
 log = logging.getLogger(__name__)
 
-STATUS_MIN_INTERVAL = 1.0  # at most one status write per second while a rollout moves
+NOTHING_KEPT = "nothing has been applied"
+T = TypeVar("T", Failure, Note)
 
 
 def progress(p: Plan, revision: str, migsync: str) -> str:
@@ -106,88 +109,103 @@ def status_body(
     return body
 
 
-class StatusWriter:
-    """Sends the MigSync's status when it differs from what was last sent (transition times aside),
-    at most once per STATUS_MIN_INTERVAL unless forced; `pending` says one is owed."""
-
-    def __init__(self, writer: Writer, name: str, namespace: str) -> None:
-        self._writer = writer
-        self._name, self._namespace = name, namespace
-        self._sent: dict[str, Any] | None = None
-        self._at = 0.0
-        self.pending = False
-
-    def forget(self) -> None:
-        self._sent = None
-
-    def publish(self, body: dict[str, Any], force: bool = False) -> None:
-        comparable = {
-            **body,
-            "conditions": [{k: v for k, v in c.items() if k != "lastTransitionTime"} for c in body["conditions"]],
-        }
-        if comparable == self._sent:
-            self.pending = False
-            return
-        if not force and time.monotonic() - self._at < STATUS_MIN_INTERVAL:
-            self.pending = True  # the loop writes it once the interval has passed
-            return
-        try:
-            self._writer.status(
-                {
-                    "apiVersion": st.API_VERSION,
-                    "kind": st.KIND,
-                    "metadata": {"name": self._name, "namespace": self._namespace},
-                    "status": body,
-                }
-            )
-            self._sent = comparable
-            self._at = time.monotonic()
-            self.pending = False
-        except WriteError as err:
-            log.warning("status not written: %s", err)
+def kept(desired: DesiredState | None, unkept_record: str | None = None) -> str:
+    """What the cluster keeps while a newer revision is refused."""
+    if desired is not None:
+        return f"the cluster keeps revision {desired.revision[:12]}"
+    return f"{NOTHING_KEPT} ({unkept_record})" if unkept_record else NOTHING_KEPT
 
 
-def finish(r: Reconciler, run: Run, stopped: Failure | None, began: float) -> SyncResult:
-    """The one place that writes conditions, status, Events and metrics."""
-    p = None if stopped is not None else run.plan
-    failure = stopped or _write_failure(r, run)
+def said(what: T, state: SyncState, run: Run) -> T:
+    """A Failure (or its Event) as status, Events and the result say it: with what the cluster keeps
+    in the state the sync ends in, when it says so (`kept`)."""
+    if not what.kept:
+        return what
+    return replace(what, message=f"{what.message}; {kept(state.desired, run.unkept_record)}", kept=False)
+
+
+def finish(
+    state: SyncState, run: Run, stopped: Failure | None, ports: Ports, began: float
+) -> tuple[SyncState, SyncResult]:
+    """The one place that writes conditions, status, Events and metrics; the state the sync leaves."""
+    p = None if stopped is not None else run.wave.plan
+    raw = stopped or _write_failure(state, run)
+    failure = said(raw, state, run) if raw is not None else None
     outcome = failure.outcome if failure is not None else _outcome(run)
+    desired = state.desired
     if (
         p is not None
-        and r.desired is not None
+        and desired is not None
         and (outcome == Outcome.IN_SYNC or (outcome == Outcome.APPLIED and p.converged))
     ):
-        _converged(r, run, r.desired.revision)
-    r.failure = failure
+        state = _converged(state, run, ports, desired.revision)
+    state = replace(state, reported=replace(state.reported, failure=failure))
+    target = event_target(ports.cluster.migsync_object(), state.desired)  # (the state this sync leaves)
     for note in run.notes:
-        r.events.record(note)
-    r.publish(p)
-    if run.fetch_seconds is not None:
-        r.metrics.fetch_duration.observe(run.fetch_seconds)
+        ports.events.record(said(note, state, run), target)
+    state = publish(state, ports, p)
+    metrics = ports.metrics
+    if run.got.seconds is not None:
+        metrics.fetch_duration.observe(run.got.seconds)
     if p is not None:
-        r.metrics.past_deadline.set(len(run.overdue))
-    r.metrics.reconciles.labels(outcome).inc()
-    r.metrics.duration.observe(time.monotonic() - began)
-    if stopped is not None:
-        return SyncResult(stopped.outcome, r.last_attempted if run.spec else None, 0, stopped.message, stopped.problems)
-    assert p is not None and r.desired is not None
-    message = failure.message if failure else progress(p, r.desired.revision, r.name)
-    return SyncResult(outcome, r.desired.revision, run.writes, message, failure.problems if failure else (), p)
+        metrics.past_deadline.set(len(run.wave.overdue))
+    metrics.reconciles.labels(outcome).inc()
+    metrics.duration.observe(time.monotonic() - began)
+    if failure is not None and stopped is not None:
+        revision = state.last_attempted if run.spec else None
+        return state, SyncResult(failure.outcome, revision, 0, failure.message, failure.problems)
+    assert p is not None and desired is not None
+    message = failure.message if failure else progress(p, desired.revision, ports.options.name)
+    problems = failure.problems if failure else ()
+    return state, SyncResult(outcome, desired.revision, run.wave.writes, message, problems, p)
 
 
-def _write_failure(r: Reconciler, run: Run) -> Failure | None:
+def publish(state: SyncState, ports: Ports, p: Plan | None, force: bool = False) -> SyncState:
+    """Status (when it differs) and the phase gauges; the plan becomes what a later flush re-sends."""
+    if p is not None:
+        state = replace(state, reported=replace(state.reported, plan=p))
+    for phase, count in (p.counts if p else {}).items():
+        ports.metrics.nodes.labels(phase).set(count)
+    obj = ports.cluster.migsync_object()
+    if ports.options.write_status and obj is not None:
+        ports.status.publish(status_of(state, obj, ports.options.name, p), force)
+    return state
+
+
+def status_of(state: SyncState, obj: Mapping[str, Any], name: str, p: Plan | None) -> dict[str, Any]:
+    """The MigSync's status for `state` (and the plan synced to, when the sync got that far)."""
+    desired = state.desired
+    fields = {
+        "lastAppliedRevision": state.last_applied,
+        "lastAttemptedRevision": state.last_attempted,
+        "lastHandledResume": state.handled_resume,
+        "configMap": f"{desired.namespace}/{desired.configmap}" if desired else None,
+    }
+    extra = matching.condition(desired, state.moved)
+    if state.revision_condition is not None:
+        extra.append(state.revision_condition)
+    revision = desired.revision if desired else None
+    failure = state.reported.failure
+    body = status_body(obj, conditions(failure, p, revision, name) + extra, fields, p, failure)
+    if desired is not None and desired.warnings:
+        body["warnings"] = [str(w) for w in desired.warnings][:50]
+    return body
+
+
+def _write_failure(state: SyncState, run: Run) -> Failure | None:
     """The kept failure, else one the writes make (refused or failed); its Event goes to run.notes."""
-    if run.errors:
-        errors = run.errors
+    wave = run.wave
+    if wave.errors:
+        errors = wave.errors
         terminal = [e for e in errors if e.kind == "terminal"]
         msg = f"{len(errors)} write{'s' if len(errors) > 1 else ''} failed: " + listed(errors, 3, sep="; ")
         run.note(Reason.APPLY_FAILED, msg, "Warning", key=("apply-failed", msg))
         return run.failure or Failure(
             Reason.APPLY_FAILED, msg, bool(terminal) and len(terminal) == len(errors), Outcome.APPLY_FAILED
         )
-    if run.skip and run.failure is None:
+    if wave.skip and run.failure is None:
         # Writes refused earlier and not retried until the next fetch: still the state of things.
-        refused = [msg for (n, c), msg in r.memory.refused.items() if n in run.skip]
+        refused = [msg for (n, c), msg in state.nodes.refused.items() if n in wave.skip]
         return Failure(
             Reason.APPLY_FAILED,
             f"{len(refused)} write{'s' if len(refused) > 1 else ''} refused "
@@ -195,9 +213,9 @@ def _write_failure(r: Reconciler, run: Run) -> Failure | None:
             True,
             Outcome.APPLY_FAILED,
         )
-    if run.overdue and run.failure is None:
-        name, why = run.overdue[0]
-        more = f" (and {len(run.overdue) - 1} more node(s))" if len(run.overdue) > 1 else ""
+    if wave.overdue and run.failure is None:
+        name, why = wave.overdue[0]
+        more = f" (and {len(wave.overdue) - 1} more node(s))" if len(wave.overdue) > 1 else ""
         return Failure(
             Reason.PROGRESS_DEADLINE,
             f"node {name}: {why}{more}; is its agent (or mig-manager) running?",
@@ -208,21 +226,22 @@ def _write_failure(r: Reconciler, run: Run) -> Failure | None:
 
 
 def _outcome(run: Run) -> Outcome:
-    p = run.plan
+    p = run.wave.plan
     assert p is not None
     if p.halted:
         return Outcome.HALTED
-    if run.writes:
+    if run.wave.writes:
         return Outcome.APPLIED
     return Outcome.IN_SYNC if p.converged else Outcome.PROGRESSING
 
 
-def _converged(r: Reconciler, run: Run, revision: str) -> None:
-    if r.last_applied != revision:
-        began = r.started_revision_at.pop(revision, None)
+def _converged(state: SyncState, run: Run, ports: Ports, revision: str) -> SyncState:
+    started = dict(state.started_at)
+    if state.last_applied != revision:
+        began = started.pop(revision, None)
         took = f" in {time.time() - began:.1f}s" if began else ""
         run.note(
             Reason.SUCCEEDED, f"revision {revision[:12]} applied: every node in sync{took}", key=("converged", revision)
         )
-    r.last_applied = revision
-    r.metrics.set_revision(revision)
+    ports.metrics.set_revision(revision)
+    return replace(state, last_applied=revision, started_at=started)

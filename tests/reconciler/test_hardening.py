@@ -277,6 +277,9 @@ def test_the_migsync_crd_installed_after_start_is_picked_up(rapi, repo, gpu_node
         assert rec.migsync.missing
         assert rec.sync().outcome == "Applied"  # works without it; no status to write
         assert labels_of(rapi, names)[names[0]][MIG_CONFIG_LABEL] == "all-1g.10gb"
+        # Its Events go on the MIG ConfigMap of the revision this first sync adopted.
+        assigned = events_for(rapi, "default-mig-parted-config", "MigConfigAssigned", "gpu-operator")
+        assert any(names[0] in e.message for e in assigned), [e.message for e in assigned]
         install_crd(rapi, field_manager="migops-test")
         ssa.apply(rapi, migsync_object("late", NS, spec), field_manager="migops-test", force=True)
         eventually(lambda: rec.migsync_object() is not None, timeout=30)  # the same informer sees it

@@ -12,7 +12,6 @@ from kubernetes import client as k8s
 from reconciler_harness import events_for, labels_of, migsync
 
 from migops.reconciler.status import SyncSpec, spec_from_object
-from migops.reconciler.suggestion import Suggester
 
 
 def test_the_spec_opts_in_with_an_interval() -> None:
@@ -56,7 +55,7 @@ def test_the_proposal_is_published_not_applied(rapi, repo, gpu_nodes, make_recon
                 },
             )
         before = labels_of(rapi, names)
-        found = Suggester(rec).publish()
+        found = rec.suggester().publish()
         assert found is not None and found["outcome"] == "proposal" and found["servedPods"] == 3
         status = migsync(rapi, rec.name)["status"]
         assert status["suggestion"]["changes"] == found["changes"] and status["suggestion"]["patch"].startswith(
@@ -70,7 +69,7 @@ def test_the_proposal_is_published_not_applied(rapi, repo, gpu_nodes, make_recon
         )
         assert labels_of(rapi, names) == before  # nothing applied
         # The same proposal again: no second Event.
-        s = Suggester(rec)
+        s = rec.suggester()
         s.publish()
         s.publish()
         assert len(events_for(rapi, rec.name, "MigSuggestionChanged")) <= 2

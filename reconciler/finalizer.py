@@ -1,0 +1,62 @@
+"""The MigSync's finalizer (migops.io/release-nodes), checked before every sync (`finalize`)."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import replace
+
+from migops.kube.names import MANAGED_BY_ANNOTATION, MIGSYNC_FINALIZER
+from migops.mig.text import listed
+from migops.reconciler.apply import WriteError
+from migops.reconciler.ports import Ports
+from migops.reconciler.reasons import Outcome, SyncResult
+from migops.reconciler.state import SyncState
+
+log = logging.getLogger(__name__)
+
+
+def finalize(state: SyncState, ports: Ports) -> tuple[SyncState, SyncResult | None]:
+    """A MigSync not being deleted gets the finalizer (once, unless `finalizer` is off: --once); one
+    being deleted first releases every node it manages (managed-by and revision annotations removed;
+    the labels stay as they are, anyone's now), then drops the finalizer so the deletion completes.
+    Then, and while the MigSync stays gone, a sync writes nothing: the result says so. None: sync on.
+    A reconciler that writes no status (a dry run, a diff) does not own the object and leaves it."""
+    options, writer = ports.options, ports.writer
+    if not options.write_status:
+        return state, None
+    obj = ports.cluster.migsync_object()
+    if obj is None:
+        return state, SyncResult(Outcome.RELEASED, message=state.released) if state.released else None
+    state = replace(state, released="")
+    meta = obj.get("metadata") or {}
+    held = MIGSYNC_FINALIZER in (meta.get("finalizers") or ())
+    if not meta.get("deletionTimestamp"):
+        if not held and options.finalizer:
+            try:
+                writer.finalizer(options.namespace, options.name, True)
+            except WriteError as err:  # no permission yet: the nodes keep their annotations on deletion
+                log.warning("cannot add the finalizer %s: %s", MIGSYNC_FINALIZER, err)
+        return state, None
+    managed = sorted(
+        n
+        for n, o in ports.cluster.nodes.items().items()
+        if ((o.get("metadata") or {}).get("annotations") or {}).get(MANAGED_BY_ANNOTATION) == options.owner
+    )
+    done, errors = writer.releases(managed)
+    for name in done:
+        ports.overlay.released(name)
+    if errors:
+        message = f"MigSync {options.owner} is being deleted; releasing its nodes failed: {errors[0]}"
+        return state, SyncResult(Outcome.APPLY_FAILED, message=message, problems=tuple(str(e) for e in errors))
+    if held:
+        try:
+            writer.finalizer(options.namespace, options.name, False)
+        except WriteError as err:
+            return state, SyncResult(Outcome.APPLY_FAILED, message=f"cannot remove the finalizer: {err}")
+    released = (
+        f"MigSync {options.owner} deleted: {len(done)} node(s) released ({listed(done, 10) if done else 'none'}); "
+        "their nvidia.com/mig.config is no longer enforced"
+    )
+    log.info("%s", released)
+    result = SyncResult(Outcome.RELEASED, writes=len(done) + int(held), message=released)
+    return replace(state, desired=None, released=released), result

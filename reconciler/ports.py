@@ -1,0 +1,187 @@
+"""The reconciler's edges, handed to every step (`Ports`): what it reads of the cluster (informers),
+what it writes (an `apply.WritePort`: the API writer, or `apply.NullWriter` for `migops diff`), the repository,
+Events, metrics, and the caches the informers' events keep current between syncs. Steps read and
+write through these only; what lasts between syncs is `state.SyncState`, a value."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from kubernetes import client as k8s
+
+from migops.gitops.desired import FitCache
+from migops.gitops.verify import TrustPolicy
+from migops.kube import clusterpolicy
+from migops.kube.informer import Informer
+from migops.kube.names import CONFIGMAP_KEY
+from migops.reconciler import status as st
+from migops.reconciler.apply import WritePort
+from migops.reconciler.memo import ResolveMemo
+from migops.reconciler.metrics import Metrics
+from migops.reconciler.overlay import WriteOverlay
+from migops.reconciler.plan import trim_for_reconciler
+from migops.reconciler.recorder import EventRecorder
+from migops.reconciler.revisions import Revisions
+from migops.reconciler.status_writer import StatusWriter
+
+Handler = Callable[[str, dict[str, Any]], None]
+
+
+@dataclass(frozen=True)
+class Options:
+    """Who this reconciler is and how it may write (fixed for its life)."""
+
+    name: str
+    namespace: str
+    dry_run: bool = False
+    write_status: bool = True
+    enforce_last_good: bool = True  # False (--once): a bad commit means no writes at all
+    # Put the finalizer on the MigSync (a running reconciler honours it); --once only honours one
+    # already there, as nothing would be left running to release the nodes on a later deletion.
+    finalizer: bool = True
+
+    @property
+    def owner(self) -> str:
+        """The managed-by annotation on every node we give a config."""
+        return f"{self.namespace}/{self.name}"
+
+
+@dataclass
+class Memory:
+    """The nodes a sync waits on that watch events update between syncs (`Reconciler._on_node`), so
+    shared with the informers' thread rather than part of the state value (`state.NodeMemory` is the
+    rest of what is remembered of nodes)."""
+
+    awaiting: set[str] = field(default_factory=set)  # mig-manager nodes we relabelled; not yet left success
+    acknowledged: set[str] = field(default_factory=set)  # failed nodes a resume/new commit acknowledged
+
+    def copy(self) -> Memory:
+        return Memory(set(self.awaiting), set(self.acknowledged))
+
+
+class ClusterView:
+    """What the informers show: the Nodes, our MigSync, the ClusterPolicies, the MIG ConfigMap."""
+
+    def __init__(
+        self,
+        api: k8s.ApiClient,
+        options: Options,
+        *,
+        spec: st.SyncSpec | None,
+        trust: TrustPolicy | None,
+        on_node: Handler,
+        wake: Callable[[], None],
+    ) -> None:
+        self._api = api
+        self._key = f"{options.namespace}/{options.name}"
+        self._fixed_spec = spec  # None: read it from the MigSync object
+        # Keys the Deployment mounts (--allowed-signers/--trusted-key beside a MigSync): added to the
+        # MigSync's own, and verification on whatever its spec says -- who may edit the MigSync cannot
+        # turn off what whoever deploys the reconciler requires.
+        self._trust_floor = trust
+        self._wake = wake
+        self.nodes = Informer(
+            k8s.CoreV1Api(api).list_node, name="nodes", transform=trim_for_reconciler, handler=on_node
+        )
+        custom = k8s.CustomObjectsApi(api)
+        # Optional CRDs: watched even while not installed (an install later is seen within seconds).
+        self.migsync = Informer(
+            custom.list_namespaced_custom_object,
+            st.GROUP,
+            st.VERSION,
+            options.namespace,
+            st.PLURAL,
+            name="migsync",
+            field_selector=f"metadata.name={options.name}",
+            handler=self._woken,
+            missing_ok=True,
+            backoff=(0.2, 5.0),
+        )
+        self.policies = Informer(
+            custom.list_cluster_custom_object,
+            clusterpolicy.GROUP,
+            clusterpolicy.VERSION,
+            clusterpolicy.PLURAL,
+            name="clusterpolicies",
+            handler=self._woken,
+            missing_ok=True,
+            backoff=(0.2, 5.0),
+        )
+        self._configmaps: dict[tuple[str, str], Informer] = {}
+
+    def _woken(self, kind: str, obj: dict[str, Any]) -> None:
+        self._wake()
+
+    def start(self, timeout: float) -> None:
+        for inf in (self.nodes, self.migsync, self.policies):
+            inf.start()
+        for inf in (self.migsync, self.policies, self.nodes):
+            if not inf.wait_synced(timeout):
+                raise TimeoutError(f"could not list {inf.name}: {inf.last_error}")
+
+    def stop(self) -> None:
+        for inf in [self.nodes, self.migsync, self.policies, *self._configmaps.values()]:
+            inf.stop()
+
+    @property
+    def synced(self) -> bool:
+        return self.nodes.synced and all(i.synced for i in self._configmaps.values())
+
+    def migsync_object(self) -> dict[str, Any] | None:
+        return self.migsync.get(self._key)
+
+    def current_spec(self) -> st.SyncSpec:
+        if self._fixed_spec is not None:
+            return self._fixed_spec
+        obj = self.migsync_object()
+        if obj is None:
+            raise ValueError(f"MigSync {self._key} not found")
+        spec = st.spec_from_object(obj)
+        return spec if self._trust_floor is None else with_trust_floor(spec, self._trust_floor)
+
+    def settings(self) -> clusterpolicy.MigSettings:
+        return clusterpolicy.settings_from_policies(self.policies.items().values())
+
+    def configmap_seen(self, namespace: str, name: str) -> str | None:
+        """data["config.yaml"] of the MIG ConfigMap as the (lazily started) informer shows it."""
+        key = (namespace, name)
+        inf = self._configmaps.get(key)
+        if inf is None:
+            inf = Informer(
+                k8s.CoreV1Api(self._api).list_namespaced_config_map,
+                namespace,
+                name=f"configmap-{name}",
+                field_selector=f"metadata.name={name}",
+                handler=self._woken,
+            )
+            self._configmaps[key] = inf.start()
+            inf.wait_synced(30)
+        obj = inf.get(f"{namespace}/{name}")
+        return ((obj or {}).get("data") or {}).get(CONFIGMAP_KEY) if obj else None
+
+
+def with_trust_floor(spec: st.SyncSpec, floor: TrustPolicy) -> st.SyncSpec:
+    """The spec with the floor's keys added to its own and verification required (mode head)."""
+    own = spec.trust
+    signers = "\n".join(t for t in (own.allowed_signers.strip(), floor.allowed_signers.strip()) if t)
+    keys = tuple(dict.fromkeys((*own.openpgp_keys, *floor.openpgp_keys)))
+    return replace(spec, trust=TrustPolicy("head", signers, keys))
+
+
+@dataclass(frozen=True)
+class Ports:
+    """Everything a step may touch besides the state and its run."""
+
+    options: Options
+    cluster: ClusterView
+    writer: WritePort
+    revisions: Revisions
+    overlay: WriteOverlay
+    memory: Memory
+    memo: ResolveMemo
+    fit_cache: FitCache
+    events: EventRecorder
+    metrics: Metrics
+    status: StatusWriter

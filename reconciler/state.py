@@ -1,0 +1,172 @@
+"""The reconciler's state as values: `SyncState`, what lasts from one sync to the next (restored from
+the MigSync's status and the cluster's applied record after a restart), and `Run`, what one sync
+computes, filled in step by step and dropped at its end.
+
+A sync never edits a `SyncState`: each step returns a new one (`dataclasses.replace`), and the
+controller swaps it in once the summary has written status -- as Flux's controllers keep what lasts in
+the object's status and hand each step the object and a result, nothing else.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from migops.gitops.desired import DesiredState
+from migops.gitops.repo import RepoSpec
+from migops.gitops.source import Fetched, GitSource
+from migops.gitops.verify import TrustPolicy
+from migops.kube.clusterpolicy import MigSettings
+from migops.reconciler import status as st
+from migops.reconciler.apply import WriteError
+from migops.reconciler.plan import IN_SYNC, Plan
+from migops.reconciler.reasons import AnyReason, Failure, Note
+from migops.reconciler.record import AppliedRecord
+
+
+@dataclass(frozen=True)
+class RecordState:
+    """The cluster's applied record of the revision in force (ConfigMap migops-applied-<migsync>), and what is
+    known of it."""
+
+    record: AppliedRecord | None = None
+    written: str | None = None  # the revision whose record we wrote or found
+    trust: TrustPolicy | None = None  # the policy `record` was verified under (steps.check_record)
+    refused: str | None = None  # why the record found at start was refused
+    unreadable: str | None = None  # why the ConfigMap found at start holds no record
+
+
+@dataclass(frozen=True)
+class FetchVerdict:
+    """The newest fetch's verdict (`latest`, `failure`: they last until the next fetch, a sync without
+    one reuses them), and the revisions refused for good."""
+
+    latest: RepoSpec | None = None  # the last fetched revision that parsed and verified
+    failure: Failure | None = None  # why it (or the fetch) was refused
+    unverified: Mapping[str, Failure] = field(default_factory=dict)  # revision -> why its signature is refused
+
+
+@dataclass(frozen=True)
+class NodeMemory:
+    """What the syncs remember of nodes (rebuilt from the cluster after a restart)."""
+
+    reached: Mapping[str, str] = field(default_factory=dict)  # node -> config it was last seen in sync with
+    # (node, config) -> why its write was refused (terminal): not tried again until the next fetch
+    refused: Mapping[tuple[str, str | None], str] = field(default_factory=dict)
+    configmap_text: str | None = None  # what we last wrote or saw in sync: a different text later is drift
+    since: Mapping[str, float] = field(default_factory=dict)  # node -> when it began reconfiguring (unix seconds)
+
+
+@dataclass(frozen=True)
+class Reported:
+    """What the last summary reported: the failure (as said) and the plan, which a later flush re-sends."""
+
+    failure: Failure | None = None
+    plan: Plan | None = None
+
+
+@dataclass(frozen=True)
+class SyncState:
+    """What lasts between syncs."""
+
+    desired: DesiredState | None = None  # the desired state in force
+    moved: tuple[str, ...] = ()  # nodes the revision in force moved to `default`
+    last_applied: str | None = None  # the last revision every node reached
+    last_attempted: str | None = None  # the last revision fetched
+    handled_resume: str | None = None  # the last value of the resume annotation acted on
+    fetched: FetchVerdict = FetchVerdict()
+    record: RecordState = RecordState()
+    revision_condition: st.Condition | None = None  # AppliedRevisionAvailable
+    started_at: Mapping[str, float] = field(default_factory=dict)  # revision -> when adopted (unix seconds)
+    nodes: NodeMemory = NodeMemory()
+    reported: Reported = Reported()
+    released: str = ""  # set once our MigSync was deleted and its nodes released (finalizer)
+
+
+def restore(status: Mapping[str, Any], record: AppliedRecord | None, unreadable: str | None) -> SyncState:
+    """The state after a restart: revisions and the configs nodes reached from the MigSync's status, the
+    applied record as found (verified by the first sync, `steps.check_record`)."""
+    started = {record.revision: record.adopted_at} if record is not None and record.adopted_at else {}
+    reached = {  # per-node revisions are on the nodes themselves
+        e["name"]: e["config"] for e in status.get("nodes") or () if e.get("phase") == IN_SYNC and e.get("config")
+    }
+    return SyncState(
+        last_applied=status.get("lastAppliedRevision") or None,
+        last_attempted=status.get("lastAttemptedRevision") or None,
+        handled_resume=status.get("lastHandledResume"),
+        record=RecordState(record=record, unreadable=unreadable),
+        started_at=started,
+        nodes=NodeMemory(reached=reached),
+    )
+
+
+@dataclass
+class Got:
+    """What this sync read of the repository."""
+
+    fetched: Fetched | None = None  # this sync's fetch, when it fetched and the fetch worked
+    seconds: float | None = None  # how long the fetch took
+    verified: bool = False
+    candidate: RepoSpec | None = None  # the newest revision that verified and parsed
+    from_record: bool = False  # the candidate is the cluster's applied record (git no longer has it)
+
+
+@dataclass
+class Wave:
+    """What this sync planned and wrote."""
+
+    plan: Plan | None = None
+    nodes: dict[str, dict[str, Any]] = field(default_factory=dict)  # the nodes planned on (overlay applied)
+    configmap_text: str | None = None
+    skip: frozenset[str] = frozenset()  # nodes whose write was refused before (until the next fetch)
+    overdue: list[tuple[str, str]] = field(default_factory=list)  # (node, why): past its progress deadline
+    writes: int = 0
+    errors: list[WriteError] = field(default_factory=list)
+
+
+@dataclass
+class Run:
+    """One sync's working record, filled in step by step (steps add to it; the summary reads it)."""
+
+    fetch: bool  # fetch the remote (else follow the cluster with what was fetched last)
+    spec: st.SyncSpec | None = None
+    path: str = ""
+    source: GitSource | None = None
+    settings: MigSettings | None = None
+    got: Got = field(default_factory=Got)
+    wave: Wave = field(default_factory=Wave)
+    failure: Failure | None = None  # why the newest revision is not (all) in force; the steps go on
+    notes: list[Note] = field(default_factory=list)  # Events, recorded by the summary
+    resolved: bool = False  # `resolve` has decided what is in force
+    unkept_record: str | None = None  # nothing is in force, and this is why the applied record was refused
+
+    def revision(self, state: SyncState) -> str | None:
+        """The revision this sync is about now, which its log lines name: the newest one while it is
+        fetched, verified, loaded and resolved; once `resolve` has decided, the one in force."""
+        if self.resolved and state.desired is not None:
+            return state.desired.revision
+        if self.got.fetched is not None:
+            return self.got.fetched.revision
+        if self.got.candidate is not None:
+            return self.got.candidate.revision
+        return state.desired.revision if state.desired is not None else None
+
+    def keep(self, failure: Failure) -> None:
+        """The first failure is the one status shows."""
+        if self.failure is None:
+            self.failure = failure
+
+    def note(
+        self,
+        reason: AnyReason,
+        message: str,
+        type: str = "Normal",
+        key: tuple[Any, ...] | None = None,
+        involved: Mapping[str, Any] | None = None,
+    ) -> None:
+        self.notes.append(Note(reason, message, type, key, involved))
+
+    def note_failure(self, failure: Failure, key: tuple[Any, ...]) -> None:
+        """A Warning saying `failure` as status does (what the cluster keeps is added by the summary)."""
+        self.notes.append(Note(failure.reason, failure.message, "Warning", key, kept=failure.kept))

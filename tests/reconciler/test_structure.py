@@ -1,0 +1,204 @@
+"""The reconciler's shape, checked on its source (issue 32.1): the state is a value the steps return,
+never attributes they set on the controller; no class holds more than 12 attributes, no function runs
+over 60 lines; its modules import each other one way only (no cycle, nothing imported late or under
+TYPE_CHECKING to dodge one)."""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import inspect
+from pathlib import Path
+
+import pytest
+
+from migops.reconciler import state as sync_state
+from migops.reconciler import steps
+
+RECONCILER = Path(__file__).resolve().parents[2] / "reconciler"
+PACKAGE = "migops.reconciler"
+MAX_ATTRIBUTES = 12
+MAX_LINES = 60
+
+
+def _modules(root: Path = RECONCILER) -> dict[str, ast.Module]:
+    return {p.stem: ast.parse(p.read_text(), str(p)) for p in sorted(root.glob("*.py"))}
+
+
+def long_functions(root: Path = RECONCILER) -> list[str]:
+    return [
+        f"{name}.py:{n.name} ({n.end_lineno - n.lineno + 1} lines)"
+        for name, tree in _modules(root).items()
+        for n in ast.walk(tree)
+        if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)
+        and n.end_lineno is not None
+        and n.end_lineno - n.lineno + 1 > MAX_LINES
+    ]
+
+
+def attributes(cls: ast.ClassDef) -> set[str]:
+    """Fields declared in the class body, and every `self.<name> = ...` in its methods."""
+    found = {b.target.id for b in cls.body if isinstance(b, ast.AnnAssign) and isinstance(b.target, ast.Name)}
+    for node in ast.walk(cls):
+        targets = (
+            node.targets
+            if isinstance(node, ast.Assign)
+            else [node.target]
+            if isinstance(node, ast.AnnAssign | ast.AugAssign)
+            else []
+        )
+        for target in targets:
+            for e in ast.walk(target):
+                if isinstance(e, ast.Attribute) and isinstance(e.value, ast.Name) and e.value.id == "self":
+                    found.add(e.attr)
+    return found
+
+
+def big_classes(root: Path = RECONCILER) -> list[str]:
+    return [
+        f"{name}.py:{n.name} ({len(attributes(n))} attributes)"
+        for name, tree in _modules(root).items()
+        for n in ast.walk(tree)
+        if isinstance(n, ast.ClassDef) and len(attributes(n)) > MAX_ATTRIBUTES
+    ]
+
+
+def _imported(node: ast.Import | ast.ImportFrom) -> list[str]:
+    """The reconciler's modules an import statement names."""
+    if isinstance(node, ast.Import):
+        names = [a.name for a in node.names]
+    elif node.module == PACKAGE:
+        names = [f"{PACKAGE}.{a.name}" for a in node.names]
+    else:
+        names = [node.module or ""]
+    return [n.removeprefix(PACKAGE + ".").split(".")[0] for n in names if n.startswith(PACKAGE + ".")]
+
+
+def imports(root: Path = RECONCILER) -> dict[str, set[str]]:
+    """Module -> the reconciler's modules it imports at its top level."""
+    return {
+        name: {m for n in tree.body if isinstance(n, ast.Import | ast.ImportFrom) for m in _imported(n)}
+        for name, tree in _modules(root).items()
+    }
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    found: list[list[str]] = []
+    done: set[str] = set()
+
+    def visit(node: str, path: list[str]) -> None:
+        if node in path:
+            found.append([*path[path.index(node) :], node])
+            return
+        if node in done:
+            return
+        for nxt in sorted(graph.get(node, ())):
+            visit(nxt, [*path, node])
+        done.add(node)
+
+    for node in sorted(graph):
+        visit(node, [])
+    return found
+
+
+def late_imports(root: Path = RECONCILER) -> list[str]:
+    """Imports of the reconciler's own modules inside functions, and TYPE_CHECKING blocks."""
+    found = []
+    for name, tree in _modules(root).items():
+        for fn in ast.walk(tree):
+            if isinstance(fn, ast.FunctionDef | ast.AsyncFunctionDef):
+                found += [
+                    f"{name}.py:{fn.name} imports {m}"
+                    for n in ast.walk(fn)
+                    if isinstance(n, ast.Import | ast.ImportFrom)
+                    for m in _imported(n)
+                ]
+            if isinstance(fn, ast.If) and "TYPE_CHECKING" in ast.unparse(fn.test):
+                found.append(f"{name}.py:{fn.lineno} has a TYPE_CHECKING block")
+    return found
+
+
+def step_assignments(root: Path = RECONCILER) -> list[str]:
+    """Attributes the steps assign on their arguments other than the sync's `run`: `state.x = ...` or
+    `ports.x = ...` (the state is a value: a step returns a new one; the ports stay what they are)."""
+    tree = _modules(root)["steps"]
+    found = []
+    for fn in (n for n in tree.body if isinstance(n, ast.FunctionDef)):
+        params = {a.arg for a in fn.args.args} - {"run"}
+        for node in ast.walk(fn):
+            targets = (
+                node.targets
+                if isinstance(node, ast.Assign)
+                else [node.target]
+                if isinstance(node, ast.AnnAssign | ast.AugAssign)
+                else []
+            )
+            for e in (a for target in targets for a in _assigned(target)):
+                if isinstance(e.value, ast.Name) and e.value.id in params:
+                    found.append(f"steps.py:{fn.name}:{node.lineno} assigns {ast.unparse(e)}")
+    return found
+
+
+def _assigned(target: ast.expr) -> list[ast.Attribute]:
+    """The attributes an assignment target sets (`a.b = `, `a.b, c.d = `; not `a.b[k] =` nor `a.b.c =`'s `a.b`)."""
+    if isinstance(target, ast.Tuple | ast.List):
+        return [a for elt in target.elts for a in _assigned(elt)]
+    if isinstance(target, ast.Starred):
+        return _assigned(target.value)
+    return [target] if isinstance(target, ast.Attribute) else []
+
+
+def test_no_function_of_the_reconciler_runs_over_60_lines() -> None:
+    assert long_functions() == []
+
+
+def test_no_class_of_the_reconciler_holds_more_than_12_attributes() -> None:
+    assert big_classes() == []
+
+
+def test_the_reconcilers_modules_import_each_other_one_way() -> None:
+    graph = imports()
+    assert "controller" in graph and graph["controller"] >= {"steps", "summary", "diff", "loop"}
+    assert cycles(graph) == []
+    assert late_imports() == []
+    # Only the start-up knows the controller; the steps, summary, diff and loop get values and ports.
+    assert {m for m, deps in graph.items() if "controller" in deps} <= {"main"}
+
+
+def test_steps_take_state_run_ports_and_never_assign_to_the_controller() -> None:
+    for step in steps.SYNC:
+        assert list(inspect.signature(step).parameters) == ["state", "run", "ports"], step.__name__
+    assert step_assignments() == []
+    assert "Reconciler" not in (RECONCILER / "steps.py").read_text()
+
+
+def test_the_state_is_a_frozen_value() -> None:
+    for cls in (sync_state.SyncState, sync_state.RecordState, sync_state.FetchVerdict):
+        assert dataclasses.fields(cls) and cls.__dataclass_params__.frozen, cls  # type: ignore[attr-defined]
+    state = sync_state.SyncState()
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        state.last_applied = "x"  # type: ignore[misc]
+
+
+def test_the_checks_find_what_they_look_for(tmp_path: Path) -> None:
+    """Each check fails on code that breaks its rule (so an empty answer above means something)."""
+    (tmp_path / "steps.py").write_text(
+        "def apply(state, run, ports):\n    ports.memory = 1\n    state.x += 1\n    run.writes = 1\n"
+        + "def long():\n"
+        + "    x = 1\n" * MAX_LINES
+    )
+    (tmp_path / "controller.py").write_text(
+        "from migops.reconciler import steps\n"
+        "class Big:\n    def __init__(self):\n" + "".join(f"        self.a{i} = {i}\n" for i in range(13))
+    )
+    (tmp_path / "summary.py").write_text(
+        "from typing import TYPE_CHECKING\nfrom migops.reconciler.controller import Big\n"
+        "if TYPE_CHECKING:\n    pass\n"
+        "def f():\n    from migops.reconciler import steps\n"
+    )
+    assert long_functions(tmp_path) == [f"steps.py:long ({MAX_LINES + 1} lines)"]
+    assert big_classes(tmp_path) == ["controller.py:Big (13 attributes)"]
+    assert step_assignments(tmp_path) == ["steps.py:apply:2 assigns ports.memory", "steps.py:apply:3 assigns state.x"]
+    assert imports(tmp_path) == {"controller": {"steps"}, "steps": set(), "summary": {"controller"}}
+    assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == [["a", "b", "c", "a"]]
+    assert late_imports(tmp_path) == ["summary.py:3 has a TYPE_CHECKING block", "summary.py:f imports steps"]
