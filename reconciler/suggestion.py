@@ -34,10 +34,15 @@ def suggestion(r: Reconciler) -> dict[str, Any] | None:
     from migops.suggest import report
     from migops.suggest.live import read_cluster
     from migops.suggest.run import suggest
+    from migops.suggest.solve import SolverMissing, require_solver
 
     desired = r.desired
     if desired is None:
         return None
+    try:
+        require_solver()  # the optional extra migops[suggest]: said in the status, not only in a log
+    except SolverMissing as exc:
+        return {"revision": desired.revision, "outcome": "unavailable", "summary": str(exc)}
     cluster = read_cluster(r.api, r.settings())
     try:
         out = suggest(desired.spec, cluster, cache=r.fit_cache)

@@ -71,7 +71,9 @@ def test_the_clean_install_is_the_wheel_alone(image: Image) -> None:
             "python",
             "-c",
             "import migops.cli, migops.webhook.server, migops.agent.nvml, "
-            "migops.reconciler.main, pynvml, gunicorn, sys; print(migops.cli.__file__); print(sys.prefix)",
+            "migops.reconciler.main, pynvml, gunicorn, sys; print(migops.cli.__file__); print(sys.prefix)\n"
+            # the optional extra migops[suggest] (requirements.lock has it): spec.suggest works in the image
+            "from migops.suggest.solve import require_solver; require_solver()",
         ]
     )
     assert out.returncode == 0, out.stderr
