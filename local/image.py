@@ -241,11 +241,58 @@ def _locked(cache: Path) -> Iterator[None]:
 
 
 # --------------------------------------------------------------------------- build
+_SKIPPED = ("__pycache__", ".pyc", ".egg-info")  # .dockerignore's own exclusions (checked in context_key)
+
+
+def context_key(root: Path = ROOT) -> str:
+    """A hash of everything the image is built from: the Dockerfile, .dockerignore, every file (and link)
+    under the paths its allowlist lets through, the base image's key. Equal keys, equal images: a build
+    with the key of the saved archive is skipped (`make test` asks twice a session, e2e and helm).
+    Over-inclusive on purpose -- a file hashed that Docker would not send only costs a rebuild; a
+    .dockerignore of another shape than `*` plus `!path` lines plus the exclusions below is never cached."""
+    ignore = (root / ".dockerignore").read_text()
+    lines = [line.strip() for line in ignore.splitlines() if line.strip() and not line.startswith("#")]
+    allowed = [line[1:].strip("/") for line in lines if line.startswith("!")]
+    rest = [line for line in lines if not line.startswith("!")]
+    if rest != ["*", "**/__pycache__", "**/*.pyc", "**/*.egg-info"] or any("*" in a for a in allowed):
+        return ""  # not the allowlist this function reads: no cache
+    digest = hashlib.sha256(f"{base_key()}\n".encode())
+    for name in ("Dockerfile", ".dockerignore"):
+        digest.update(f"{name}\n".encode() + (root / name).read_bytes())
+    for top in sorted(allowed):
+        paths = [root / top]
+        while paths:
+            path = paths.pop()
+            relative = path.relative_to(root).as_posix()
+            if path.name.endswith(_SKIPPED):
+                continue
+            if path.is_symlink():
+                digest.update(f"link {relative} {os.readlink(path)}\n".encode())
+            elif path.is_dir():
+                paths.extend(sorted(path.iterdir(), reverse=True))
+            elif path.is_file():
+                digest.update(f"file {relative} {path.stat().st_mode & 0o111:o} {path.stat().st_size}\n".encode())
+                digest.update(path.read_bytes())
+    return digest.hexdigest()
+
+
 def build(root: Path = ROOT, *, cache: Path | None = None, log: Log = lambda _: None) -> Built:
-    """Build `migops:<version>` from root/Dockerfile on the local base; save it to a tar in the cache."""
+    """Build `migops:<version>` from root/Dockerfile on the local base; save it to a tar in the cache.
+    Nothing is built when the saved archive's context_key is this tree's (then both times are 0)."""
+    import json
+
     cache = cache or cache_dir()
     ref = reference(root)
+    archive = cache / f"{IMAGE_NAME}-{version(root)}.tar"
+    stamp = archive.with_suffix(".key")  # {"key": ..., "size": ...}: what the archive was built from
     with _locked(cache):
+        key = context_key(root)
+        with contextlib.suppress(OSError, ValueError):
+            saved = json.loads(stamp.read_text())
+            if key and saved["key"] == key and archive.is_file():
+                log(f"{ref}: the saved image's build context is this tree's ({key[:12]}): not rebuilt")
+                return Built(ref, archive, int(saved["size"]), 0.0, 0.0)
+        stamp.unlink(missing_ok=True)
         rootfs, base_seconds = ensure_base_rootfs(cache, log)
         base = f"{BASE_IMAGE}:{rootfs.stem.removeprefix('base-')}"
         began = time.monotonic()
@@ -263,10 +310,11 @@ def build(root: Path = ROOT, *, cache: Path | None = None, log: Log = lambda _: 
             docker(*common, "--target=build", f"--tag={stage}", str(root), what="docker build (build stage)", log=log)
             docker(*common, f"--tag={ref}", str(root), what="docker build", log=log)
             size = int(docker("image", "inspect", "--format={{.Size}}", ref, what="docker image inspect").strip())
-            archive = cache / f"{IMAGE_NAME}-{version(root)}.tar"
             partial = archive.with_suffix(".partial")
             docker("save", f"--output={partial}", ref, what="docker save")
             partial.replace(archive)
+            if key:
+                stamp.write_text(json.dumps({"key": key, "size": size}))
             # The images these tags named before, if a build replaced them: the cache stays the size of
             # one build. (Not `docker image prune`: dockerd 20.10 took minutes over it here.)
             old = [

@@ -236,8 +236,10 @@ def build_image(top: Path) -> Image:
     bindir.mkdir()
     (bindir / "python").symlink_to(sys.executable)
     build = dockerfile.stage("build")
-    assert build.all("WORKDIR") == ["/src"] and build.all("COPY") == [". ."], (
-        "the build stage copies the context to /src"
+    # The lock first (its own layer: a code change does not reinstall it), then the whole context; the RUN
+    # lines below all run in the whole context, which holds the lock too.
+    assert build.all("WORKDIR") == ["/src"] and build.all("COPY") == ["requirements.lock .", ". ."], (
+        "the build stage copies the lock, then the context, to /src"
     )
     for command in build.all("RUN"):
         for image_path, here in moved.items():

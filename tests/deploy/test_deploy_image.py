@@ -41,6 +41,9 @@ def test_dockerfile_is_multi_stage_small_and_non_root(image: Image) -> None:
     (run,) = df.final.all("RUN")
     assert "--no-install-recommends" in run and "rm -rf /var/lib/apt/lists/*" in run
     assert "pip uninstall --yes setuptools pip" in df.stage("build").all("RUN")[-1]
+    # The locked dependencies are installed before the context is copied: a code change reuses that layer.
+    locked, wheel = df.stage("build").all("RUN")
+    assert "-r requirements.lock" in locked and "/dist" not in locked and "/dist" in wheel
     assert df.final.env()["PYTHONDONTWRITEBYTECODE"] == "1" and df.final.env()["HOME"] == "/tmp"
 
 
