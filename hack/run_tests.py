@@ -18,7 +18,8 @@ temporary directories and MIGOPS_HOMEs; tests/conftest.py):
    build is instant and the four tiers start together.
 
 Each tier's output goes to .pytest_cache/tier-<name>.log and is printed whole when the tier ends (no
-interleaving). Each build's time and one line per tier (tests, seconds) close the output, so a regression
+interleaving). Each build's time and one line per tier (tests, seconds, CPU seconds: the tier's share
+of the 2 cores, so a slow run shows whether it waited or computed) close the output, so a regression
 in either shows in every CI log; the last line is the whole run's `tests: N passed, N failed`. Exit status
 0 only when every build succeeded and every tier ran at least one test and passed (pytest's exit 5, no
 tests, fails).
@@ -61,6 +62,7 @@ class Outcome:
     name: str
     seconds: float = 0.0
     returncode: int | None = None  # None: never ran
+    cpu: float = 0.0  # CPU seconds (user + system) of a tier's pytest and the processes it reaped
     counts: dict[str, int] = field(default_factory=dict)
     log: str = ""
 
@@ -128,11 +130,16 @@ def pytest(tier: Tier, args: list[str], log: Path) -> Outcome:
     out = Outcome(tier.name)
     start = time.monotonic()
     with log.open("w") as f:
-        code = subprocess.run(
-            argv_of(tier, args), cwd=ROOT, check=False, stdout=f, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
-        ).returncode
+        proc = subprocess.Popen(
+            argv_of(tier, args), cwd=ROOT, stdout=f, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
+        )
+        # wait4, not wait: the CPU time of pytest and of every process it reaped (the control planes,
+        # agents, controllers it started), so the summary shows whether the cores or the waits set the pace.
+        _, status, usage = os.wait4(proc.pid, 0)
+        proc.returncode = code = os.waitstatus_to_exitcode(status)
     text = log.read_text(errors="replace")
     out.seconds, out.returncode, out.log = time.monotonic() - start, code, text
+    out.cpu = usage.ru_utime + usage.ru_stime
     # pytest's last line, "== 3 passed, 1 failed in 9.81s ==" (without the rules under -q)
     closing = [line for line in text.splitlines() if FINAL.search(line) and RESULT.search(line)]
     for count, word in RESULT.findall(closing[-1] if closing else ""):
@@ -180,7 +187,8 @@ class Run:
         with self.lock:
             self.tiers[tier.name] = out
             print(
-                f"\n---- tier {tier.name}: {summary(out)} ({out.seconds:.0f} s; .pytest_cache/tier-{tier.name}.log) ----"
+                f"\n---- tier {tier.name}: {summary(out)} ({out.seconds:.0f} s, {out.cpu:.0f} cpu-s; "
+                f".pytest_cache/tier-{tier.name}.log) ----"
             )
             print(out.log, end="" if out.log.endswith("\n") else "\n", flush=True)
 
@@ -225,7 +233,7 @@ def report(builds: list[Outcome], tiers: list[Outcome]) -> int:
         failures = t.counts.get("failed", 0) + t.counts.get("errors", 0)
         passed, failed = passed + t.counts.get("passed", 0), failed + failures
         code = "a build it needs failed (above)" if t.returncode is None else f"pytest exit {t.returncode}"
-        print(f"  {t.name:<12} {summary(t):<48} {t.seconds:7.1f} s  ({code})")
+        print(f"  {t.name:<12} {summary(t):<48} {t.seconds:7.1f} s  {t.cpu:7.1f} cpu-s  ({code})")
         ok = ok and t.returncode == 0
     print(f"tests: {passed} passed, {failed} failed")
     return 0 if ok else 1
