@@ -276,23 +276,50 @@ def context_key(root: Path = ROOT) -> str:
     return digest.hexdigest()
 
 
+def _identity(path: Path) -> list[int]:
+    """Which file this is: inode, size, modification time (ns)."""
+    st = path.stat()
+    return [st.st_ino, st.st_size, st.st_mtime_ns]
+
+
+def _paths(root: Path, cache: Path) -> tuple[Path, Path]:
+    """The saved archive, and its stamp beside it ({"key", "size", "archive"}: what it was built from)."""
+    archive = cache / f"{IMAGE_NAME}-{version(root)}.tar"
+    return archive, archive.with_suffix(".key")
+
+
+def saved(root: Path = ROOT, cache: Path | None = None) -> Built | None:
+    """The saved archive when its stamp says it was built from this tree's context (context_key) and it
+    is still that very file (a build by older code, which keeps no stamp, may have replaced it); else
+    None. Call it under the cache's lock (build does)."""
+    import json
+
+    archive, stamp = _paths(root, cache or cache_dir())
+    key = context_key(root)
+    try:
+        found = json.loads(stamp.read_text())
+        if key and found["key"] == key and found["archive"] == _identity(archive):
+            return Built(reference(root), archive, int(found["size"]), 0.0, 0.0)
+    except (OSError, ValueError, KeyError, TypeError):
+        pass
+    return None
+
+
 def build(root: Path = ROOT, *, cache: Path | None = None, log: Log = lambda _: None) -> Built:
     """Build `migops:<version>` from root/Dockerfile on the local base; save it to a tar in the cache.
-    Nothing is built when the saved archive's context_key is this tree's (then both times are 0)."""
+    Nothing is built when the saved archive is this tree's (`saved`; then both times are 0)."""
     import json
 
     cache = cache or cache_dir()
     ref = reference(root)
-    archive = cache / f"{IMAGE_NAME}-{version(root)}.tar"
-    stamp = archive.with_suffix(".key")  # {"key": ..., "size": ...}: what the archive was built from
+    archive, stamp = _paths(root, cache)
     with _locked(cache):
-        key = context_key(root)
-        with contextlib.suppress(OSError, ValueError):
-            saved = json.loads(stamp.read_text())
-            if key and saved["key"] == key and archive.is_file():
-                log(f"{ref}: the saved image's build context is this tree's ({key[:12]}): not rebuilt")
-                return Built(ref, archive, int(saved["size"]), 0.0, 0.0)
+        found = saved(root, cache)
+        if found is not None:
+            log(f"{ref}: the saved image was built from this tree's context: not rebuilt")
+            return found
         stamp.unlink(missing_ok=True)
+        key = context_key(root)  # before the build reads the tree: an edit during it makes the next differ
         rootfs, base_seconds = ensure_base_rootfs(cache, log)
         base = f"{BASE_IMAGE}:{rootfs.stem.removeprefix('base-')}"
         began = time.monotonic()
@@ -314,7 +341,7 @@ def build(root: Path = ROOT, *, cache: Path | None = None, log: Log = lambda _: 
             docker("save", f"--output={partial}", ref, what="docker save")
             partial.replace(archive)
             if key:
-                stamp.write_text(json.dumps({"key": key, "size": size}))
+                stamp.write_text(json.dumps({"key": key, "size": size, "archive": _identity(archive)}))
             # The images these tags named before, if a build replaced them: the cache stays the size of
             # one build. (Not `docker image prune`: dockerd 20.10 took minutes over it here.)
             old = [

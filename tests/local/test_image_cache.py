@@ -54,10 +54,30 @@ def test_a_saved_archive_of_the_same_context_is_not_rebuilt(tmp_path: Path) -> N
     cache.mkdir()
     archive = cache / f"migops-{image.version(tree)}.tar"
     archive.write_bytes(b"saved before")
-    (cache / archive.with_suffix(".key").name).write_text(json.dumps({"key": image.context_key(tree), "size": 123}))
+    st = archive.stat()
+    stamp = {"key": image.context_key(tree), "size": 123, "archive": [st.st_ino, st.st_size, st.st_mtime_ns]}
+    (cache / archive.with_suffix(".key").name).write_text(json.dumps(stamp))
     lines: list[str] = []
     built = image.build(tree, cache=cache, log=lines.append)
     assert built == image.Built(image.reference(tree), archive, 123, 0.0, 0.0)
     assert archive.read_bytes() == b"saved before" and "not rebuilt" in lines[0]
     # Nothing was started or made: no base rootfs, no dockerd data.
     assert sorted(p.name for p in cache.iterdir()) == sorted([".lock", archive.name, archive.with_suffix(".key").name])
+
+
+def test_an_archive_replaced_since_its_stamp_is_not_trusted(tmp_path: Path) -> None:
+    """Another build (older code keeps no stamp) replaced the archive: the stamp no longer describes it,
+    so `build` would really build (`saved` is what it asks first)."""
+    tree = _tree(tmp_path / "repo")
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    archive = cache / f"migops-{image.version(tree)}.tar"
+    archive.write_bytes(b"saved before")
+    st = archive.stat()
+    stamp = {"key": image.context_key(tree), "size": 123, "archive": [st.st_ino, st.st_size, st.st_mtime_ns]}
+    (cache / archive.with_suffix(".key").name).write_text(json.dumps(stamp))
+    assert image.saved(tree, cache) == image.Built(image.reference(tree), archive, 123, 0.0, 0.0)
+    replaced = archive.with_suffix(".partial")
+    replaced.write_bytes(b"another tree's image")
+    replaced.replace(archive)
+    assert image.saved(tree, cache) is None
