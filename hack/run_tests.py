@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import os
 import re
+import signal
 import subprocess
 import sys
 import threading
@@ -97,6 +98,20 @@ FINAL = re.compile(r" in [0-9.]+s\b")
 RESULT = re.compile(r"(\d+) (passed|failed|skipped|errors?|xfailed|xpassed|deselected)")
 
 
+# The tiers' pytest processes now running. CI cancelling the job (SIGTERM, SIGHUP) reaches this process:
+# each tier gets SIGTERM (tests/conftest.py then stops its control plane and real node) and no tier or
+# build starts after it.
+RUNNING: dict[int, subprocess.Popen[bytes]] = {}
+_RUNNING_LOCK = threading.Lock()  # never taken by the main thread, where the signal handler runs
+STOPPING = threading.Event()
+
+
+def _stop(signum: int, frame: object) -> None:
+    STOPPING.set()
+    for proc in list(RUNNING.values()):
+        proc.send_signal(signal.SIGTERM)
+
+
 def present(paths: tuple[str, ...]) -> list[str]:
     return [p for p in paths if (ROOT / p).is_dir()]
 
@@ -135,13 +150,20 @@ def pytest(tier: Tier, args: list[str], log: Path) -> Outcome:
     out = Outcome(tier.name)
     start = time.monotonic()
     with log.open("w") as f:
-        proc = subprocess.Popen(
-            argv_of(tier, args), cwd=ROOT, stdout=f, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
-        )
+        with _RUNNING_LOCK:
+            if STOPPING.is_set():
+                out.log = "not run: make test was stopped"
+                return out
+            proc = subprocess.Popen(
+                argv_of(tier, args), cwd=ROOT, stdout=f, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
+            )
+            RUNNING[proc.pid] = proc
         # wait4, not wait: the CPU time of pytest and of every process it reaped (the control planes,
         # agents, controllers it started), so the summary shows whether the cores or the waits set the pace.
         _, status, usage = os.wait4(proc.pid, 0)
         proc.returncode = code = os.waitstatus_to_exitcode(status)
+        with _RUNNING_LOCK:
+            RUNNING.pop(proc.pid, None)
     text = log.read_text(errors="replace")
     out.seconds, out.returncode, out.log = time.monotonic() - start, code, text
     out.cpu = usage.ru_utime + usage.ru_stime
@@ -165,7 +187,7 @@ class Run:
 
     def background_builds(self) -> None:
         for step in BACKGROUND_BUILDS:
-            done = build(step, stream=False)
+            done = build(step, stream=False) if not STOPPING.is_set() else Outcome(step.name, log="stopped")
             with self.lock:
                 self.builds.append(done)
                 if done.returncode != 0:
@@ -215,6 +237,8 @@ def main(args: list[str]) -> int:
     print(
         f"make test: tiers {', '.join(t.name for t in TIERS)} in parallel; each prints its log when it ends", flush=True
     )
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, _stop)
     threads = [threading.Thread(target=run.background_builds, daemon=True)]
     threads += [threading.Thread(target=run.tier, args=(t,), daemon=True) for t in TIERS]
     for t in threads:

@@ -75,3 +75,13 @@ def test_every_test_directory_runs_in_exactly_one_tier(runner) -> None:
     assert runner.argv_of(rest, [])[-len(named) :] == [f"--ignore={p}" for p in named]
     for t in runner.TIERS:
         assert all(b in runner.BACKGROUND_BUILDS for b in t.needs), t
+
+
+def test_after_a_stop_signal_no_tier_starts(runner, tmp_path: Path) -> None:
+    """CI cancelling the job: the running tiers get SIGTERM (runner._stop) and none starts after it."""
+    runner.STOPPING.set()
+    try:
+        out = _tier(runner, tmp_path, "def test_a(): pass\n")
+        assert out.returncode is None and "stopped" in out.log
+    finally:
+        runner.STOPPING.clear()
