@@ -13,14 +13,17 @@ ARG PYTHON_IMAGE=python:3.11-slim-bookworm
 FROM ${PYTHON_IMAGE} AS build
 ENV PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_CACHE_DIR=1 PIP_ROOT_USER_ACTION=ignore
 WORKDIR /src
+# A virtualenv with the exact, hashed versions of requirements.lock (never a fresh resolve from
+# pyproject's ranges: the image is what CI tested), in a layer of its own before the rest of the context:
+# a change to migops' code rebuilds only the wheel below, not the hundred-odd MB of locked wheels.
+COPY requirements.lock .
+RUN python -m venv /opt/migops \
+ && /opt/migops/bin/python -m pip install --require-hashes --only-binary=:all: -r requirements.lock
 COPY . .
-# The wheel (migops.* only, tests/packaging checks it), then a virtualenv with the exact, hashed
-# versions of requirements.lock (never a fresh resolve from pyproject's ranges: the image is what CI
-# tested) and the wheel on top with --no-deps; pip compiles the bytecode now, so nothing needs a
-# writable site-packages later. tests/deploy/test_deploy_image.py checks the tree equals the lock.
+# The wheel (migops.* only, tests/packaging checks it) on top with --no-deps; pip compiles the bytecode
+# now, so nothing needs a writable site-packages later. tests/deploy/test_deploy_image.py checks the tree
+# equals the lock.
 RUN python -m pip wheel --no-deps --wheel-dir /dist . \
- && python -m venv /opt/migops \
- && /opt/migops/bin/python -m pip install --require-hashes --only-binary=:all: -r requirements.lock \
  && /opt/migops/bin/python -m pip install --no-deps /dist/migops-*.whl \
  && /opt/migops/bin/python -m pip uninstall --yes setuptools pip
 

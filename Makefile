@@ -27,13 +27,14 @@ lint: venv
 test-unit: venv
 	$(PY) -m pytest -m "not cluster"
 
-# After changing dependencies in pyproject.toml: re-resolve both locks, keeping every pin the ranges
+# After changing dependencies in pyproject.toml: re-resolve both locks (the image's runtime lock with the
+# `suggest` extra, OR-Tools: the image runs the reconciler's spec.suggest), keeping every pin the ranges
 # still allow (pip-compile --upgrade-package NAME moves one on purpose), with the hashes of each file.
 PIP_COMPILE = $(PY) -m piptools compile -q --generate-hashes --strip-extras --allow-unsafe --no-emit-index-url --no-emit-find-links
 lock: venv
 	$(PY) -m pip install -q pip-tools==7.6.2
-	$(PIP_COMPILE) -o requirements.lock pyproject.toml
-	$(PIP_COMPILE) --extra test --extra lint -o requirements-dev.lock pyproject.toml
+	$(PIP_COMPILE) --extra suggest -o requirements.lock pyproject.toml
+	$(PIP_COMPILE) --extra suggest --extra test --extra lint -o requirements-dev.lock pyproject.toml
 
 # etcd, kube-apiserver, kube-scheduler, kubectl, and the real node's kubelet, kube-controller-manager,
 # kube-proxy and containerd, built once from their Go modules into ~/.cache/migops/k8s/.

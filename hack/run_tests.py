@@ -1,15 +1,31 @@
 """`make test`: every build and every test, arranged so that the 2 cores are never idle waiting for either.
 
-1. The control plane's binaries (etcd, kube-apiserver, kube-scheduler, kubectl) are built first: every
-   cluster test needs them.
-2. In the background, in order: the host packages, the real node's binaries, helm, Flux (and Argo CD
-   where its script is in the tree), then the tiers that need them (`node`: the real node, the image,
-   the chart; `gitops`: Flux and Argo CD) in one pytest session of their own.
-3. Meanwhile, in the foreground, the `core` tier: every other test, which needs only the control plane.
+Most of the suite's time is waiting (API servers, watches, pods starting, controllers syncing), so it runs
+as four pytest processes side by side, each with its own control plane (free loopback ports, its own
+temporary directories and MIGOPS_HOMEs; tests/conftest.py):
 
-Each build's time and one line per tier (tests, seconds) close the output, so a regression in either
-shows in every CI log; the last line is the whole run's `N passed, N failed`. Exit status 0 only when
-every build succeeded and every tier ran at least one test and passed (pytest's exit 5, no tests, fails).
+  core-1          agent, reconciler, mig, packaging, certs, logs    needs the control plane only
+  core-2          every other directory (webhook, cluster, cli,     needs the control plane only
+                  verdicts, dra, demo, kube, gitops, ...)
+  node+flux       flux, then e2e and helm (the machine's one real   needs host packages, the real node,
+                  node, the image)                                   helm, Flux
+  argocd+deploy   argocd, deploy (the manifests, the image's tree)  needs host packages, Argo CD
+
+Only e2e and helm use the real node; Flux, Argo CD and deploy start control planes of their own, so they
+go where the wall times balance (CI's per-directory seconds: about 400 s a tier).
+
+1. The control plane's binaries (etcd, kube-apiserver, kube-scheduler, kubectl) are built first: every
+   tier needs them. The two core tiers then start.
+2. Meanwhile, in one background thread and in order: the host packages, the real node's binaries, helm,
+   Flux (then node+flux starts) and Argo CD (then argocd+deploy starts). On a warm machine every build
+   is instant and the four tiers start together.
+
+Each tier's output goes to .pytest_cache/tier-<name>.log and is printed whole when the tier ends (no
+interleaving). Each build's time and one line per tier (tests, seconds, CPU seconds: the tier's share
+of the 2 cores, so a slow run shows whether it waited or computed) close the output, so a regression
+in either shows in every CI log; the last line is the whole run's `tests: N passed, N failed`. Exit status
+0 only when every build succeeded and every tier ran at least one test and passed (pytest's exit 5, no
+tests, fails).
 
     python hack/run_tests.py [PYTEST ARGS...]     extra arguments go to every tier's pytest
 """
@@ -18,6 +34,7 @@ from __future__ import annotations
 
 import os
 import re
+import signal
 import subprocess
 import sys
 import threading
@@ -26,7 +43,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-HACK = ROOT / "hack"
+LOGS = ROOT / ".pytest_cache"
 
 
 @dataclass(frozen=True)
@@ -39,6 +56,7 @@ class Build:
 class Tier:
     name: str
     paths: tuple[str, ...]  # test directories, relative to the root; () = every test not in another tier
+    needs: tuple[Build, ...] = ()  # background builds that must succeed before it starts
 
 
 @dataclass
@@ -47,7 +65,8 @@ class Outcome:
 
     name: str
     seconds: float = 0.0
-    returncode: int | None = None
+    returncode: int | None = None  # None: never ran
+    cpu: float = 0.0  # CPU seconds (user + system) of a tier's pytest and the processes it reaped
     counts: dict[str, int] = field(default_factory=dict)
     log: str = ""
 
@@ -55,17 +74,42 @@ class Outcome:
 CONTROL_PLANE = Build(
     "control plane (etcd, kube-apiserver, kube-scheduler, kubectl)", ("hack/k8s-binaries.sh", "control-plane")
 )
-BACKGROUND_BUILDS = (
-    Build("host packages", ("hack/host-packages.sh",)),
-    Build("real node (kubelet, kube-controller-manager, kube-proxy, containerd)", ("hack/k8s-binaries.sh", "all")),
-    Build("helm", ("hack/helm-binary.sh",)),
-    Build("flux", ("hack/flux-binaries.sh",)),
-    Build("argo cd", ("hack/argocd-binaries.sh",)),
+HOST = Build("host packages", ("hack/host-packages.sh",))
+REAL_NODE = Build(
+    "real node (kubelet, kube-controller-manager, kube-proxy, containerd)", ("hack/k8s-binaries.sh", "all")
 )
-NODE = Tier("node", ("tests/e2e", "tests/deploy", "tests/helm"))
-GITOPS = Tier("gitops", ("tests/flux", "tests/argocd"))
-CORE = Tier("core", ())
+HELM = Build("helm", ("hack/helm-binary.sh",))
+FLUX = Build("flux", ("hack/flux-binaries.sh",))
+ARGOCD = Build("argo cd", ("hack/argocd-binaries.sh",))
+BACKGROUND_BUILDS = (HOST, REAL_NODE, HELM, FLUX, ARGOCD)  # in this order, one at a time (2 cores)
+
+# Balanced by the seconds each directory took in CI (the tier summary's per-directory lines): about the
+# same wall time each, the CPU-bound directories (mig, packaging) beside ones that mostly wait. e2e 279 s
+# + helm 74 + flux 91; argocd 211 + deploy 173; core-1 about 400, core-2 about 420.
+CORE_1 = Tier(
+    "core-1", ("tests/agent", "tests/reconciler", "tests/mig", "tests/packaging", "tests/certs", "tests/logs")
+)
+# flux first: the session's real node (and the machine's lock on it) is taken only when e2e starts.
+NODE = Tier("node+flux", ("tests/flux", "tests/e2e", "tests/helm"), (HOST, REAL_NODE, HELM, FLUX))
+GITOPS = Tier("argocd+deploy", ("tests/argocd", "tests/deploy"), (HOST, ARGOCD))
+CORE_2 = Tier("core-2", ())  # the rest: a new test directory lands here without editing this file
+TIERS = (CORE_1, CORE_2, NODE, GITOPS)
+FINAL = re.compile(r" in [0-9.]+s\b")
 RESULT = re.compile(r"(\d+) (passed|failed|skipped|errors?|xfailed|xpassed|deselected)")
+
+
+# The tiers' pytest processes now running. CI cancelling the job (SIGTERM, SIGHUP) reaches this process:
+# each tier gets SIGTERM (tests/conftest.py then stops its control plane and real node) and no tier or
+# build starts after it.
+RUNNING: dict[int, subprocess.Popen[bytes]] = {}
+_RUNNING_LOCK = threading.Lock()  # never taken by the main thread, where the signal handler runs
+STOPPING = threading.Event()
+
+
+def _stop(signum: int, frame: object) -> None:
+    STOPPING.set()
+    for proc in list(RUNNING.values()):
+        proc.send_signal(signal.SIGTERM)
 
 
 def present(paths: tuple[str, ...]) -> list[str]:
@@ -92,70 +136,116 @@ def build(step: Build, stream: bool) -> Outcome:
     return out
 
 
-def pytest(tier: Tier, args: list[str], ignore: list[str], log: Path | None) -> Outcome:
-    """One pytest session for a tier; its output streams to ours, or to `log` for a background tier."""
-    out = Outcome(tier.name)
-    argv = [
-        sys.executable,
-        "-m",
-        "pytest",
-        "--durations=15",
-        *present(tier.paths),
-        *(f"--ignore={p}" for p in ignore),
-        *args,
-    ]
-    start = time.monotonic()
-    if log is None:
-        lines = []
-        with subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.PIPE, text=True, errors="replace") as proc:
-            assert proc.stdout is not None
-            for line in proc.stdout:
-                sys.stdout.write(line)
-                sys.stdout.flush()
-                lines.append(line)
-        text, code = "".join(lines), proc.returncode
+def argv_of(tier: Tier, args: list[str]) -> list[str]:
+    """The tier's pytest command line: its directories, or (core-2) the testpaths minus every other tier's."""
+    if tier.paths:
+        selection = present(tier.paths)
     else:
-        with log.open("w") as f:
-            code = subprocess.run(argv, cwd=ROOT, check=False, stdout=f, stderr=subprocess.STDOUT).returncode
-        text = log.read_text(errors="replace")
+        selection = [f"--ignore={p}" for t in TIERS if t.paths for p in present(t.paths)]
+    return [sys.executable, "-m", "pytest", "--durations=15", *selection, *args]
+
+
+def pytest(tier: Tier, args: list[str], log: Path) -> Outcome:
+    """One pytest session for a tier, its output in `log`."""
+    out = Outcome(tier.name)
+    start = time.monotonic()
+    with log.open("w") as f:
+        with _RUNNING_LOCK:
+            if STOPPING.is_set():
+                out.log = "not run: make test was stopped"
+                return out
+            proc = subprocess.Popen(
+                argv_of(tier, args), cwd=ROOT, stdout=f, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
+            )
+            RUNNING[proc.pid] = proc
+        # wait4, not wait: the CPU time of pytest and of every process it reaped (the control planes,
+        # agents, controllers it started), so the summary shows whether the cores or the waits set the pace.
+        _, status, usage = os.wait4(proc.pid, 0)
+        proc.returncode = code = os.waitstatus_to_exitcode(status)
+        with _RUNNING_LOCK:
+            RUNNING.pop(proc.pid, None)
+    text = log.read_text(errors="replace")
     out.seconds, out.returncode, out.log = time.monotonic() - start, code, text
-    closing = [line for line in text.splitlines() if line.startswith("=") and " in " in line]
+    out.cpu = usage.ru_utime + usage.ru_stime
+    # pytest's last line, "== 3 passed, 1 failed in 9.81s ==" (without the rules under -q)
+    closing = [line for line in text.splitlines() if FINAL.search(line) and RESULT.search(line)]
     for count, word in RESULT.findall(closing[-1] if closing else ""):
         out.counts["errors" if word.startswith("error") else word] = int(count)
     return out
 
 
-def background(args: list[str], builds: list[Outcome], tiers: list[Outcome], log: Path) -> None:
-    for step in BACKGROUND_BUILDS:
-        builds.append(done := build(step, stream=False))
-        if done.returncode != 0:
-            return
-    paths = present(NODE.paths + GITOPS.paths)
-    if paths:
-        tiers.append(pytest(Tier("node+gitops", tuple(paths)), args, [], log))
+class Run:
+    """The background builds and the tiers' threads; each tier waits for the builds it needs."""
+
+    def __init__(self, args: list[str]) -> None:
+        self.args = args
+        self.lock = threading.Lock()
+        self.builds: list[Outcome] = []
+        self.tiers: dict[str, Outcome] = {}
+        self.built: dict[str, threading.Event] = {b.name: threading.Event() for b in BACKGROUND_BUILDS}
+        self.failed_builds: set[str] = set()
+
+    def background_builds(self) -> None:
+        for step in BACKGROUND_BUILDS:
+            done = build(step, stream=False) if not STOPPING.is_set() else Outcome(step.name, log="stopped")
+            with self.lock:
+                self.builds.append(done)
+                if done.returncode != 0:
+                    self.failed_builds.add(step.name)
+            self.built[step.name].set()
+            if done.returncode != 0:
+                # Later builds may need this one (Argo CD needs redis from the host packages): stop here;
+                # every tier that needs one of them is reported as not run.
+                for rest in BACKGROUND_BUILDS[BACKGROUND_BUILDS.index(step) + 1 :]:
+                    with self.lock:
+                        self.failed_builds.add(rest.name)
+                    self.built[rest.name].set()
+                return
+
+    def tier(self, tier: Tier) -> None:
+        for step in tier.needs:
+            self.built[step.name].wait()
+        with self.lock:
+            missing = [b.name for b in tier.needs if b.name in self.failed_builds]
+        if missing:
+            out = Outcome(tier.name, log=f"not run: the build of {', '.join(missing)} failed or did not run")
+        else:
+            out = pytest(tier, self.args, LOGS / f"tier-{tier.name}.log")
+        with self.lock:
+            self.tiers[tier.name] = out
+            print(
+                f"\n---- tier {tier.name}: {summary(out)} ({out.seconds:.0f} s, {out.cpu:.0f} cpu-s; "
+                f".pytest_cache/tier-{tier.name}.log) ----"
+            )
+            print(out.log, end="" if out.log.endswith("\n") else "\n", flush=True)
+
+
+def summary(t: Outcome) -> str:
+    if t.returncode is None:
+        return "not run"
+    return ", ".join(f"{n} {w}" for w, n in sorted(t.counts.items())) or "no tests"
 
 
 def main(args: list[str]) -> int:
     os.chdir(ROOT)
-    builds: list[Outcome] = []
-    tiers: list[Outcome] = []
     first = build(CONTROL_PLANE, stream=True)
-    builds.append(first)
     if first.returncode != 0:
         print(f"make test: the control plane's binaries did not build (exit {first.returncode})", file=sys.stderr)
         return 1
-    log = ROOT / ".pytest_cache" / "background-tiers.log"
-    log.parent.mkdir(exist_ok=True)
-    behind: list[Outcome] = []
-    worker = threading.Thread(target=background, args=(args, behind, tiers, log), daemon=True)
-    worker.start()
-    tiers.insert(0, pytest(CORE, args, present(NODE.paths + GITOPS.paths), None))
-    worker.join()
-    builds.extend(behind)
-    if log.exists() and tiers[-1].name != CORE.name:
-        print(f"\n---- the node and gitops tiers (run in the background, {log.relative_to(ROOT)}) ----")
-        print(tiers[-1].log, end="")
-    return report(builds, tiers)
+    LOGS.mkdir(exist_ok=True)
+    run = Run(args)
+    print(
+        f"make test: tiers {', '.join(t.name for t in TIERS)} in parallel; each prints its log when it ends", flush=True
+    )
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, _stop)
+    threads = [threading.Thread(target=run.background_builds, daemon=True)]
+    threads += [threading.Thread(target=run.tier, args=(t,), daemon=True) for t in TIERS]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return report([first, *run.builds], [run.tiers[t.name] for t in TIERS])
 
 
 def report(builds: list[Outcome], tiers: list[Outcome]) -> int:
@@ -166,17 +256,14 @@ def report(builds: list[Outcome], tiers: list[Outcome]) -> int:
         if b.returncode != 0 and b.log:
             print(b.log[-4000:])
     print("==== make test: tiers ====")
-    ok = all(b.returncode == 0 for b in builds)
+    ok = len(builds) == 1 + len(BACKGROUND_BUILDS) and all(b.returncode == 0 for b in builds)
     passed = failed = 0
     for t in tiers:
         failures = t.counts.get("failed", 0) + t.counts.get("errors", 0)
         passed, failed = passed + t.counts.get("passed", 0), failed + failures
-        words = ", ".join(f"{n} {w}" for w, n in sorted(t.counts.items())) or "no tests"
-        print(f"  {t.name:<12} {words:<48} {t.seconds:7.1f} s  (pytest exit {t.returncode})")
+        code = "a build it needs failed (above)" if t.returncode is None else f"pytest exit {t.returncode}"
+        print(f"  {t.name:<14} {summary(t):<46} {t.seconds:7.1f} s  {t.cpu:7.1f} cpu-s  ({code})")
         ok = ok and t.returncode == 0
-    if len(tiers) < 2:
-        ok = False
-        print("  the node and gitops tiers did not run: a background build failed (above)")
     print(f"tests: {passed} passed, {failed} failed")
     return 0 if ok else 1
 

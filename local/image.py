@@ -241,11 +241,85 @@ def _locked(cache: Path) -> Iterator[None]:
 
 
 # --------------------------------------------------------------------------- build
+_SKIPPED = ("__pycache__", ".pyc", ".egg-info")  # .dockerignore's own exclusions (checked in context_key)
+
+
+def context_key(root: Path = ROOT) -> str:
+    """A hash of everything the image is built from: the Dockerfile, .dockerignore, every file (and link)
+    under the paths its allowlist lets through, the base image's key. Equal keys, equal images: a build
+    with the key of the saved archive is skipped (`make test` asks twice a session, e2e and helm).
+    Over-inclusive on purpose -- a file hashed that Docker would not send only costs a rebuild; a
+    .dockerignore of another shape than `*` plus `!path` lines plus the exclusions below is never cached."""
+    ignore = (root / ".dockerignore").read_text()
+    lines = [line.strip() for line in ignore.splitlines() if line.strip() and not line.startswith("#")]
+    allowed = [line[1:].strip("/") for line in lines if line.startswith("!")]
+    rest = [line for line in lines if not line.startswith("!")]
+    if rest != ["*", "**/__pycache__", "**/*.pyc", "**/*.egg-info"] or any("*" in a for a in allowed):
+        return ""  # not the allowlist this function reads: no cache
+    digest = hashlib.sha256(f"{base_key()}\n".encode())
+    for name in ("Dockerfile", ".dockerignore"):
+        digest.update(f"{name}\n".encode() + (root / name).read_bytes())
+    for top in sorted(allowed):
+        paths = [root / top]
+        while paths:
+            path = paths.pop()
+            relative = path.relative_to(root).as_posix()
+            if path.name.endswith(_SKIPPED):
+                continue
+            if path.is_symlink():
+                digest.update(f"link {relative} {os.readlink(path)}\n".encode())
+            elif path.is_dir():
+                paths.extend(sorted(path.iterdir(), reverse=True))
+            elif path.is_file():
+                digest.update(f"file {relative} {path.stat().st_mode & 0o111:o} {path.stat().st_size}\n".encode())
+                digest.update(path.read_bytes())
+    return digest.hexdigest()
+
+
+def _identity(path: Path) -> list[int]:
+    """Which file this is: inode, size, modification time (ns)."""
+    st = path.stat()
+    return [st.st_ino, st.st_size, st.st_mtime_ns]
+
+
+def _paths(root: Path, cache: Path) -> tuple[Path, Path]:
+    """The saved archive, and its stamp beside it ({"key", "size", "archive"}: what it was built from)."""
+    archive = cache / f"{IMAGE_NAME}-{version(root)}.tar"
+    return archive, archive.with_suffix(".key")
+
+
+def saved(root: Path = ROOT, cache: Path | None = None) -> Built | None:
+    """The saved archive when its stamp says it was built from this tree's context (context_key) and it
+    is still that very file (a build by older code, which keeps no stamp, may have replaced it); else
+    None. Call it under the cache's lock (build does)."""
+    import json
+
+    archive, stamp = _paths(root, cache or cache_dir())
+    key = context_key(root)
+    try:
+        found = json.loads(stamp.read_text())
+        if key and found["key"] == key and found["archive"] == _identity(archive):
+            return Built(reference(root), archive, int(found["size"]), 0.0, 0.0)
+    except (OSError, ValueError, KeyError, TypeError):
+        pass
+    return None
+
+
 def build(root: Path = ROOT, *, cache: Path | None = None, log: Log = lambda _: None) -> Built:
-    """Build `migops:<version>` from root/Dockerfile on the local base; save it to a tar in the cache."""
+    """Build `migops:<version>` from root/Dockerfile on the local base; save it to a tar in the cache.
+    Nothing is built when the saved archive is this tree's (`saved`; then both times are 0)."""
+    import json
+
     cache = cache or cache_dir()
     ref = reference(root)
+    archive, stamp = _paths(root, cache)
     with _locked(cache):
+        found = saved(root, cache)
+        if found is not None:
+            log(f"{ref}: the saved image was built from this tree's context: not rebuilt")
+            return found
+        stamp.unlink(missing_ok=True)
+        key = context_key(root)  # before the build reads the tree: an edit during it makes the next differ
         rootfs, base_seconds = ensure_base_rootfs(cache, log)
         base = f"{BASE_IMAGE}:{rootfs.stem.removeprefix('base-')}"
         began = time.monotonic()
@@ -263,10 +337,11 @@ def build(root: Path = ROOT, *, cache: Path | None = None, log: Log = lambda _: 
             docker(*common, "--target=build", f"--tag={stage}", str(root), what="docker build (build stage)", log=log)
             docker(*common, f"--tag={ref}", str(root), what="docker build", log=log)
             size = int(docker("image", "inspect", "--format={{.Size}}", ref, what="docker image inspect").strip())
-            archive = cache / f"{IMAGE_NAME}-{version(root)}.tar"
             partial = archive.with_suffix(".partial")
             docker("save", f"--output={partial}", ref, what="docker save")
             partial.replace(archive)
+            if key:
+                stamp.write_text(json.dumps({"key": key, "size": size, "archive": _identity(archive)}))
             # The images these tags named before, if a build replaced them: the cache stays the size of
             # one build. (Not `docker image prune`: dockerd 20.10 took minutes over it here.)
             old = [

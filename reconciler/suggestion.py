@@ -37,9 +37,14 @@ def suggestion(api: k8s.ApiClient, ports: Ports, desired: DesiredState | None) -
     from migops.suggest import report
     from migops.suggest.live import read_cluster
     from migops.suggest.run import suggest
+    from migops.suggest.solve import SolverMissing, require_solver
 
     if desired is None:
         return None
+    try:
+        require_solver()  # the optional extra migops[suggest]: said in the status, not only in a log
+    except SolverMissing as exc:
+        return {"revision": desired.revision, "outcome": "unavailable", "summary": str(exc)}
     cluster = read_cluster(api, ports.cluster.settings())
     try:
         out = suggest(desired.spec, cluster, cache=ports.fit_cache)

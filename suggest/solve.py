@@ -30,6 +30,25 @@ _MAX_WEIGHT = 1 << 40
 _Key = Any  # a variable's key: (group, option) for y, (class, group, profile) for z  # above it, priorities are solved one stage each rather than as one weighted sum
 
 
+EXTRA = "migops[suggest]"  # pyproject's optional dependency group that brings OR-Tools
+
+
+class SolverMissing(RuntimeError):
+    """OR-Tools is not installed: `migops suggest` and spec.suggest need the extra `migops[suggest]`."""
+
+
+def require_solver() -> None:
+    """Import the solver, or raise SolverMissing naming the extra. OR-Tools is optional (numpy, pandas and
+    protobuf come with it; `migops validate` -- a pre-commit hook -- never needs them): the image has it."""
+    try:
+        from ortools.sat.python import cp_model  # noqa: F401
+    except ImportError as exc:
+        raise SolverMissing(
+            f"the solver OR-Tools is not installed ({exc}): `migops suggest` and MigSync spec.suggest need the "
+            f"optional extra: pip install '{EXTRA}' (the migops image has it)"
+        ) from None
+
+
 @dataclass(frozen=True)
 class Limits:
     time_limit: float = 10.0  # wall seconds for the whole solve (the safety net)
@@ -71,6 +90,7 @@ def solve(
 ) -> Proposal:
     """The proposal for these nodes (each with its options, the first being "as it is") and the
     pending demand. `unservable`: demand already known to have no option at all, with the reason."""
+    require_solver()
     from ortools.sat.python import cp_model
 
     started = time.monotonic()

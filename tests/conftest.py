@@ -14,6 +14,8 @@ Fixtures:
   node                                  function  name of a fresh, unlabelled Node (deleted after)
   real_node                             session  RealNodeCluster: a second control plane serving pods
                                                  and the real node migops-node running them (root)
+  without_or_tools                      function  OR-Tools (the extra migops[suggest]) unimportable,
+                                                 as in an install without the extra
 
 The session ends with one line per tier (top-level test directory: tests/mig, tests/webhook, ...): its
 tests by outcome and the seconds they took, then the total (TierSummary), so a regression in either
@@ -191,6 +193,16 @@ def client_for(control_plane: ControlPlane) -> Iterator[ClientFactory]:
     yield make
     for api in clients:
         api.close()
+
+
+@pytest.fixture
+def without_or_tools(monkeypatch: pytest.MonkeyPatch) -> None:
+    """This process as an install without the optional extra migops[suggest]: every `ortools` module
+    unimportable (a None in sys.modules makes `import` raise ModuleNotFoundError), restored afterwards."""
+    import sys
+
+    for name in [m for m in sys.modules if m == "ortools" or m.startswith("ortools.")] + ["ortools"]:
+        monkeypatch.setitem(sys.modules, name, None)
 
 
 def _unique(request: pytest.FixtureRequest, prefix: str) -> str:

@@ -4,7 +4,8 @@ It reads the cluster (or a saved `kubectl get nodes,pods -A -o json`), the confi
 or `--repo URL --ref REF`), and prints the proposal (`-o text|json|patch`); `--write` edits the working
 tree, `--commit --branch NAME [--push]` commits it to a new branch for a pull request. It never changes
 the cluster. Exit codes: 0 a proposal, no change or no demand; 1 the repo does not validate against the
-cluster (the problems are printed, nothing is proposed); 2 usage; 3 git or the cluster failed.
+cluster (the problems are printed, nothing is proposed); 2 usage; 3 git or the cluster failed, or the
+solver (OR-Tools, the optional extra `migops[suggest]`) is not installed.
 """
 
 from __future__ import annotations
@@ -121,7 +122,7 @@ def cmd_suggest(args: argparse.Namespace) -> int:
     from migops.gitops.repo import RepoError, load_repo
     from migops.suggest import report
     from migops.suggest.run import suggest
-    from migops.suggest.solve import Limits
+    from migops.suggest.solve import Limits, SolverMissing, require_solver
 
     if args.commit and not args.branch:
         raise UsageError("--commit needs --branch NAME")
@@ -132,6 +133,12 @@ def cmd_suggest(args: argparse.Namespace) -> int:
     if args.repo and args.commit and not args.push:
         raise UsageError("with --repo, --commit needs --push (the clone it commits in is thrown away)")
     args.path = args.path.strip("/")
+    try:
+        # Before reading anything: a missing solver is said at once, not after a clone and a cluster read.
+        require_solver()
+    except SolverMissing as exc:
+        print(f"migops suggest: {exc}", file=sys.stderr)
+        return EXIT_FAILED
     try:
         files, revision = _read_repo(args) if args.repo else _read_tree(args)
         try:

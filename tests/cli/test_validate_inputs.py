@@ -317,9 +317,10 @@ def test_pre_commit_hook_definition() -> None:
     assert not any(re.search(hook["files"], f) for f in ("a.yaml.bak", "README.md"))
 
 
-# Slow (about 80 s on 2 cores): pre-commit builds its own environment and installs this repository with
-# every runtime dependency from the package registry (since `migops suggest`, OR-Tools with numpy and
-# pandas), as a user's first hook run does; the second run reuses it.
+# Slow (about a minute on 2 cores, longer on a busy machine): pre-commit builds its own environment and
+# installs this repository with every runtime dependency from the package registry, as a user's first
+# hook run does; the second run reuses it. OR-Tools (with numpy and pandas) is the optional extra
+# migops[suggest], which the hook does not install: `migops validate` never needs it.
 def test_pre_commit_try_repo(tmp_path) -> None:
     """The hook as a user runs it: pre-commit installs this repository into its own environment (from
     the package registry) and runs the hook on the files given."""

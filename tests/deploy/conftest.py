@@ -1,4 +1,4 @@
-"""Fixtures of the deploy tests: the image's install tree built once per session, rendered overlays.
+"""Fixtures of the deploy tests: the image's install tree built once per build context, rendered overlays.
 
 `image` runs the Dockerfile's build stage here (deploy_helpers.build_image): the build context the .dockerignore leaves, and each
 of that stage's RUN lines with the image's paths (/dist, /opt/migops) moved under a temporary folder.
@@ -12,14 +12,16 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from deploy_helpers import Image, build_image, render
+from deploy_helpers import Image, cached_image, render
 
 
-# Slow once a session (about 70 s on 2 cores): the Dockerfile's build stage really runs, installing every
-# wheel of requirements.lock with its hash checked.
+# Slow once per build context (about 70 s on 2 cores): the Dockerfile's build stage really runs, installing
+# every wheel of requirements.lock with its hash checked. Kept in the image cache by the context's key
+# (deploy_helpers.cached_image), as Docker keeps the image's layers: a session whose context was already
+# built (a warm `make test`, a test rerun) reuses that tree with a fresh HOME and working directory.
 @pytest.fixture(scope="session")
 def image(tmp_path_factory: pytest.TempPathFactory) -> Image:
-    return build_image(tmp_path_factory.mktemp("image"))
+    return cached_image(tmp_path_factory.mktemp("image"))
 
 
 @pytest.fixture(scope="session")

@@ -224,8 +224,9 @@ class Image:
         )
 
 
-def build_image(top: Path) -> Image:
-    """Run the Dockerfile's build stage here (see conftest's `image`)."""
+def build_image(top: Path, scratch: Path | None = None) -> Image:
+    """Run the Dockerfile's build stage here (see conftest's `image`), under `top`; the final stage's
+    HOME and an empty working directory under `scratch` (default `top`)."""
     dockerfile = read_dockerfile()
     context = top / "context"
     files = build_context(context)
@@ -236,8 +237,10 @@ def build_image(top: Path) -> Image:
     bindir.mkdir()
     (bindir / "python").symlink_to(sys.executable)
     build = dockerfile.stage("build")
-    assert build.all("WORKDIR") == ["/src"] and build.all("COPY") == [". ."], (
-        "the build stage copies the context to /src"
+    # The lock first (its own layer: a code change does not reinstall it), then the whole context; the RUN
+    # lines below all run in the whole context, which holds the lock too.
+    assert build.all("WORKDIR") == ["/src"] and build.all("COPY") == ["requirements.lock .", ". ."], (
+        "the build stage copies the lock, then the context, to /src"
     )
     for command in build.all("RUN"):
         for image_path, here in moved.items():
@@ -254,15 +257,75 @@ def build_image(top: Path) -> Image:
         assert out.returncode == 0, f"RUN {command}\n{out.stdout[-3000:]}\n{out.stderr[-3000:]}"
     venv = Path(moved[INSTALL_DIR])
     assert dockerfile.final.all("COPY") == [f"--from=build {INSTALL_DIR} {INSTALL_DIR}"]
-    home = top / "home"
+    return _image(dockerfile, context, tuple(files), venv, scratch or top)
+
+
+def _image(dockerfile: Dockerfile, context: Path, files: tuple[str, ...], venv: Path, scratch: Path) -> Image:
+    home = scratch / "home"
     home.mkdir()
     env = {"PATH": IMAGE_PATH}
     for key, value in dockerfile.final.env().items():
         value = value.replace("$PATH", env["PATH"]).replace(INSTALL_DIR, str(venv))
         env[key] = str(home) if key == "HOME" else value
-    workdir = top / "work"
+    workdir = scratch / "work"
     workdir.mkdir()
-    return Image(dockerfile, context, tuple(files), venv, env, workdir)
+    return Image(dockerfile, context, files, venv, env, workdir)
+
+
+def cached_image(scratch: Path) -> Image:
+    """build_image's tree, built once per build context: under the image cache
+    (~/.cache/migops/image/build-stage/<key>), the key covering what `migops local image` keys the image
+    by (migops.local.image.context_key: the Dockerfile, .dockerignore, every file it lets through), this
+    interpreter and build_image's own code. HOME and the working directory are fresh in `scratch`.
+
+    Several sessions share a tree (a shared lock, held until the process exits); the first builds it
+    under an exclusive one. A virtualenv cannot move, so it is built in place and marked complete last;
+    an incomplete one is rebuilt. Trees of other keys that no session holds are removed, so the cache
+    keeps the trees in use and the newest."""
+    import fcntl
+    import hashlib
+    import inspect
+    import json
+
+    from migops.local import image as local_image
+
+    context_key = local_image.context_key(ROOT)
+    if not context_key:  # a .dockerignore context_key does not read: no cache
+        return build_image(scratch / "tree", scratch)
+    digest = hashlib.sha256(f"{context_key}\n{sys.version}\n{sys.base_prefix}\n".encode())
+    digest.update(inspect.getsource(build_image).encode() + inspect.getsource(build_context).encode())
+    key = digest.hexdigest()[:20]
+    store = local_image.cache_dir() / "build-stage"
+    store.mkdir(parents=True, exist_ok=True)
+    top, done = store / key, store / f"{key}.json"
+    lock = (store / f"{key}.lock").open("a")  # kept open (and locked) for the session: see _HELD
+    _HELD.append(lock)
+    fcntl.flock(lock, fcntl.LOCK_EX)
+    built: Image | None = None
+    try:
+        if not done.is_file():
+            shutil.rmtree(top, ignore_errors=True)
+            top.mkdir()
+            built = build_image(top, scratch)
+            done.write_text(json.dumps(list(built.context_files)))
+        files = tuple(json.loads(done.read_text()))
+    finally:
+        fcntl.flock(lock, fcntl.LOCK_SH)  # downgraded: others may use it, nobody may remove it
+    for other in store.glob("*.lock"):
+        if other.stem == key:
+            continue
+        with other.open("a") as f:
+            try:
+                fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                continue  # in use by another session
+            # The lock file stays (a session may have it open): only the tree and its mark go.
+            (store / f"{other.stem}.json").unlink(missing_ok=True)
+            shutil.rmtree(store / other.stem, ignore_errors=True)
+    return built or _image(read_dockerfile(), top / "context", files, top / "opt" / "migops", scratch)
+
+
+_HELD: list[Any] = []  # the cached trees' lock files this process holds (released when it exits)
 
 
 # ------------------------------------------------------------------------------------------ manifests

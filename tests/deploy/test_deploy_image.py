@@ -41,6 +41,9 @@ def test_dockerfile_is_multi_stage_small_and_non_root(image: Image) -> None:
     (run,) = df.final.all("RUN")
     assert "--no-install-recommends" in run and "rm -rf /var/lib/apt/lists/*" in run
     assert "pip uninstall --yes setuptools pip" in df.stage("build").all("RUN")[-1]
+    # The locked dependencies are installed before the context is copied: a code change reuses that layer.
+    locked, wheel = df.stage("build").all("RUN")
+    assert "-r requirements.lock" in locked and "/dist" not in locked and "/dist" in wheel
     assert df.final.env()["PYTHONDONTWRITEBYTECODE"] == "1" and df.final.env()["HOME"] == "/tmp"
 
 
@@ -71,7 +74,9 @@ def test_the_clean_install_is_the_wheel_alone(image: Image) -> None:
             "python",
             "-c",
             "import migops.cli, migops.webhook.server, migops.agent.nvml, "
-            "migops.reconciler.main, pynvml, gunicorn, sys; print(migops.cli.__file__); print(sys.prefix)",
+            "migops.reconciler.main, pynvml, gunicorn, sys; print(migops.cli.__file__); print(sys.prefix)\n"
+            # the optional extra migops[suggest] (requirements.lock has it): spec.suggest works in the image
+            "from migops.suggest.solve import require_solver; require_solver()",
         ]
     )
     assert out.returncode == 0, out.stderr

@@ -156,7 +156,9 @@ def test_every_pod_is_ready_non_root_read_only_and_stays_ready(deployed: Deploye
         )
         uid, _, outcome = probe.stdout.strip().partition(" ")
         assert uid == "65532" and outcome == "Read-only file system", (pod.metadata.name, probe.stdout)
-    # Ready with no restart, for a minute from the moment every workload was Available.
+    # Ready with no restart, for a minute from the moment every workload was Available. Slow on purpose
+    # (about 60 s, most of it this wait): a crash loop or a failing probe shows within a minute; less would
+    # pass a pod that dies on its first liveness period.
     first = {p.metadata.name for p in pods}
     while True:
         now = deployed.pods()

@@ -78,7 +78,9 @@ def _lock(name: str) -> dict[str, tuple[str, list[str]]]:
     return pins
 
 
-@pytest.mark.parametrize("lock, extras", [("requirements.lock", ()), ("requirements-dev.lock", ("test", "lint"))])
+@pytest.mark.parametrize(
+    "lock, extras", [("requirements.lock", ("suggest",)), ("requirements-dev.lock", ("suggest", "test", "lint"))]
+)
 def test_locks_pin_what_the_ranges_allow(lock: str, extras: tuple[str, ...]) -> None:
     pins = _lock(lock)
     wanted = [Requirement(r) for r in PYPROJECT["project"]["dependencies"]]

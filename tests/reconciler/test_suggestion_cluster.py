@@ -78,6 +78,27 @@ def test_the_proposal_is_published_not_applied(rapi, repo, gpu_nodes, make_recon
         core.delete_namespace(ns)
 
 
+def test_without_the_suggest_extra_the_status_names_it(
+    rapi, repo, gpu_nodes, make_reconciler, without_or_tools
+) -> None:
+    """A reconciler installed without migops[suggest] (the image has it): spec.suggest's status says the
+    extra is missing, in the status a person reads, not only in a log."""
+    pool = f"p{uuid.uuid4().hex[:6]}"
+    gpu_nodes(1, pool)
+    repo.commit(
+        {
+            "config.yaml": CONFIG_YAML,
+            "nodes.yaml": nodes_yaml(f"  - nodeSelector: {{matchLabels: {{pool: {pool}}}}}\n    config: all-1g.10gb"),
+        }
+    )
+    rec = make_reconciler(repo.url)
+    assert rec.sync().ok
+    found = Suggester(rec).publish()
+    assert found is not None and found["outcome"] == "unavailable" and found["revision"] == repo.head()
+    assert "pip install 'migops[suggest]'" in found["summary"]
+    assert migsync(rapi, rec.name)["status"]["suggestion"]["outcome"] == "unavailable"
+
+
 def test_the_loop_publishes_it_while_spec_suggest_is_enabled(rapi, repo, gpu_nodes, tmp_path) -> None:
     import threading
 

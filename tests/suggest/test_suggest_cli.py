@@ -172,6 +172,15 @@ def test_an_invalid_repo_is_refused_with_the_problems_validate_gives(capsys, tre
     assert ours == theirs == {("assignments[0].config", "config-not-found")}
 
 
+def test_without_the_suggest_extra_it_names_the_extra(capsys, tree: Path, tmp_path: Path, without_or_tools) -> None:
+    """OR-Tools is the optional extra migops[suggest] (a pre-commit hook's `migops validate` never needs
+    it): without it, suggest says so first, with the pip command, and exits 3."""
+    code, out, err = suggest(capsys, tree, cluster(tmp_path))
+    assert code == 3 and out == ""
+    assert "migops suggest: the solver OR-Tools is not installed" in err
+    assert "pip install 'migops[suggest]'" in err
+
+
 def test_usage_errors(capsys, tree: Path, tmp_path: Path) -> None:
     assert main(["suggest", str(tree), "--commit"]) == 2
     assert main(["suggest", "--repo", str(tree), "--write"]) == 2
