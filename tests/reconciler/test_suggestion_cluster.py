@@ -93,7 +93,7 @@ def test_without_the_suggest_extra_the_status_names_it(
     )
     rec = make_reconciler(repo.url)
     assert rec.sync().ok
-    found = Suggester(rec).publish()
+    found = rec.suggester().publish()
     assert found is not None and found["outcome"] == "unavailable" and found["revision"] == repo.head()
     assert "pip install 'migops[suggest]'" in found["summary"]
     assert migsync(rapi, rec.name)["status"]["suggestion"]["outcome"] == "unavailable"
