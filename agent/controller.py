@@ -26,10 +26,7 @@ from migops.agent.flow import Failure, Outcome, Reconfigure, Request, clip
 from migops.agent.kube import NodeIO, layout_json
 from migops.agent.metrics import AgentMetrics
 from migops.agent.plan import layout_annotation
-from migops.kube import clusterpolicy, owners
-from migops.kube.clusterpolicy import MigSettings, settings_from_policies
-from migops.kube.informer import Informer
-from migops.kube.names import (
+from migops.api.names import (
     APPLIED_ANNOTATION,
     CONFIGMAP_KEY,
     DIGEST_ANNOTATION,
@@ -42,8 +39,12 @@ from migops.kube.names import (
     STATE_REBOOTING,
     STATE_SUCCESS,
 )
+from migops.api.objects import DEFAULT_STRATEGY, MigSettings, settings_from_policies
+from migops.kube import clusterpolicy, owners
+from migops.kube.informer import Informer
 from migops.mig.problems import MigError
 from migops.mig.spec import MigPartedConfig, parse_config
+from migops.mig.strategy import Strategy
 
 log = logging.getLogger(__name__)
 NODE_NAME_EXTRA = "authentication.kubernetes.io/node-name"
@@ -54,7 +55,7 @@ class Overrides:
     """Settings given on the command line win over the ClusterPolicy's."""
 
     config_map: tuple[str, str] | None = None  # (namespace, name)
-    strategy: str | None = None
+    strategy: Strategy | None = None
     clients_namespace: str | None = None
 
 
@@ -231,7 +232,8 @@ class Agent:
             name,
             config,
             problem,
-            s.strategy,
+            # A value the ClusterPolicy CRD's enum forbids reads as the CRD's default.
+            s.strategy or DEFAULT_STRATEGY,
             clients_ns,
             prior_state if prior_state is not None else labels.get(MIG_CONFIG_STATE_LABEL),
         )

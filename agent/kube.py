@@ -21,9 +21,7 @@ from typing import Any
 from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 
-from migops.kube import events, ssa
-from migops.kube.informer import Informer
-from migops.kube.names import (
+from migops.api.names import (
     AGENT_CONTROLLER,
     AGENT_MANAGER,
     DEPLOY_LABEL_PREFIX,
@@ -31,6 +29,8 @@ from migops.kube.names import (
     MIG_CONFIG_STATE_LABEL,
     PAUSED_FOR_MIG_CHANGE,
 )
+from migops.kube import events, ssa
+from migops.kube.informer import Informer
 from migops.mig.gfd import is_gfd_label
 from migops.mig.text import listed
 

@@ -26,8 +26,8 @@ from typing import Any
 from kubernetes import client as k8s
 from kubernetes.client import ApiClient
 
+from migops.api.names import GPU_COUNT_LABEL, GPU_RESOURCE, LOCAL_MANAGER
 from migops.kube import crds
-from migops.kube.names import GPU_COUNT_LABEL, GPU_RESOURCE, LOCAL_MANAGER
 from migops.mig.catalogue import GpuModel
 from migops.mig.gfd import DEVICE_ID_LABEL, MIG_CONFIG_LABEL, node_labels_without_mig
 from migops.mig.validate import Strategy

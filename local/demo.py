@@ -35,9 +35,7 @@ from typing import Any, TypeVar
 
 from kubernetes import client as k8s
 
-from migops.cli.render import draw_layout, table
-from migops.kube.informer import Informer
-from migops.kube.names import (
+from migops.api.names import (
     APPLIED_ANNOTATION,
     DIGEST_ANNOTATION,
     DRIFT_ANNOTATION,
@@ -46,6 +44,8 @@ from migops.kube.names import (
     MIG_CONFIG_LABEL,
     MIG_CONFIG_STATE_LABEL,
 )
+from migops.cli.render import draw_layout, table
+from migops.kube.informer import Informer
 from migops.local import agents as local_agents
 from migops.local import reconciler as local_reconciler
 from migops.local import stack, state

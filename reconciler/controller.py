@@ -26,13 +26,7 @@ from typing import Any, cast
 from kubernetes import client as k8s
 
 from migops import logs
-from migops.gitops.desired import DesiredState, FitCache
-from migops.gitops.repo import RepoSpec
-from migops.gitops.source import GitAuth, default_cache_dir
-from migops.gitops.verify import TrustPolicy
-from migops.kube import clusterpolicy
-from migops.kube.informer import Informer
-from migops.kube.names import (
+from migops.api.names import (
     CONFIGMAP_KEY,
     MANAGED_BY_ANNOTATION,
     MIG_CONFIG_STATE_LABEL,
@@ -40,6 +34,12 @@ from migops.kube.names import (
     STATE_FAILED,
     STATE_SUCCESS,
 )
+from migops.gitops.desired import DesiredState, FitCache
+from migops.gitops.repo import RepoSpec
+from migops.gitops.source import GitAuth, default_cache_dir
+from migops.gitops.verify import TrustPolicy
+from migops.kube import clusterpolicy
+from migops.kube.informer import Informer
 from migops.mig.text import listed
 from migops.reconciler import matching, steps
 from migops.reconciler import record as applied_record

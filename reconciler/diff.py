@@ -12,10 +12,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from migops.api.names import MIG_CONFIG_LABEL
 from migops.gitops.desired import DesiredState, resolve
 from migops.gitops.repo import RepoError
 from migops.gitops.source import SourceError, normalise_path
-from migops.kube.names import MIG_CONFIG_LABEL
 from migops.mig.text import listed
 from migops.reconciler import steps
 from migops.reconciler.apply import WriteError, Writer

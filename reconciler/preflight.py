@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 
-from migops.kube.names import MANAGED_BY_ANNOTATION, RECONCILER_MANAGER, UNMANAGED_LABEL
+from migops.api.names import MANAGED_BY_ANNOTATION, RECONCILER_MANAGER, UNMANAGED_LABEL
 
 # The in-cluster reconciler's ServiceAccount (manifests/base/reconciler), the webhook's default.
 SERVICE_ACCOUNT = ("migops-system", "migops-reconciler")

@@ -29,8 +29,9 @@ from typing import Any
 from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 
+from migops.api.migsync import CONFIG_FILE, NODES_FILE
 from migops.gitops.desired import DesiredState
-from migops.gitops.repo import CONFIG_FILE, NODES_FILE, RepoSpec, load_repo
+from migops.gitops.repo import RepoSpec, load_repo
 from migops.gitops.verify import CommitProof, TrustPolicy, VerificationError, verify_files
 from migops.reconciler import status as st
 

@@ -8,8 +8,8 @@ from typing import Any
 
 from kubernetes import client as k8s
 
+from migops.api.names import RECONCILER_CONTROLLER
 from migops.kube import events
-from migops.kube.names import RECONCILER_CONTROLLER
 from migops.reconciler.metrics import Metrics
 from migops.reconciler.reasons import Note
 

@@ -17,6 +17,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
+from migops.api.names import CONFIGMAP_KEY, RESUME_ANNOTATION
+from migops.api.objects import is_unmanaged as unmanaged
 from migops.gitops.desired import DesiredState
 from migops.gitops.desired import resolve as resolve_desired
 from migops.gitops.reasons import UNREADABLE, SourceReason
@@ -24,13 +26,12 @@ from migops.gitops.repo import RepoError, RepoSpec
 from migops.gitops.source import Fetched, GitSource, SourceError, normalise_path
 from migops.gitops.verify import CommitProof, VerificationError
 from migops.kube.clusterpolicy import MigSettings
-from migops.kube.names import CONFIGMAP_KEY, RESUME_ANNOTATION
 from migops.mig.text import listed
 from migops.reconciler import matching
 from migops.reconciler import record as applied_record
 from migops.reconciler import status as st
 from migops.reconciler.apply import WriteError
-from migops.reconciler.plan import DRIFTED, IN_SYNC, PROGRESSING, Plan, config_state, label_written_at, unmanaged
+from migops.reconciler.plan import DRIFTED, IN_SYNC, PROGRESSING, Plan, config_state, label_written_at
 from migops.reconciler.plan import plan as plan_wave
 from migops.reconciler.reasons import Failure, Note, Outcome, Reason
 from migops.reconciler.record import record_name

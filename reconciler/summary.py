@@ -8,7 +8,7 @@ import time
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from migops.kube.names import RESUME_ANNOTATION
+from migops.api.names import RESUME_ANNOTATION
 from migops.mig.text import listed
 from migops.reconciler import status as st
 from migops.reconciler.apply import WriteError, Writer

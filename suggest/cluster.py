@@ -20,10 +20,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from migops.agent.backend import ComputeInstance, GpuInstance, GpuState
+from migops.api.names import LAYOUT_ANNOTATION
+from migops.api.objects import node_gpus
 from migops.gitops.repo import LabelSelector, Requirement
-from migops.kube.names import LAYOUT_ANNOTATION
-from migops.kube.nodes import UnknownGpuError, node_gpus
+from migops.mig.catalogue import UnknownGpuError
 from migops.mig.gfd import GPU_PRODUCT_LABEL, GPU_RESOURCE, MIG_RESOURCE_PREFIX
+from migops.mig.strategy import Strategy
 from migops.suggest.model import WHOLE_GPU, Demand, NodeFacts
 from migops.suggest.options import devices
 
@@ -122,7 +124,7 @@ def is_pending(pod: Mapping[str, Any]) -> bool:
     )
 
 
-def read_demand(pods: Iterable[Mapping[str, Any]], strategy: str) -> tuple[list[Demand], list[Skipped]]:
+def read_demand(pods: Iterable[Mapping[str, Any]], strategy: Strategy | None) -> tuple[list[Demand], list[Skipped]]:
     """Pending pods that ask for MIG devices, as Demand; those that ask but cannot be read, with why."""
     demands: list[Demand] = []
     skipped: list[Skipped] = []
@@ -231,7 +233,7 @@ def states_from_layout(value: str | None, count: int) -> tuple[GpuState, ...] | 
 
 
 def used_devices(
-    pods: Iterable[Mapping[str, Any]], nodes: Mapping[str, Mapping[str, Any]], strategy: str
+    pods: Iterable[Mapping[str, Any]], nodes: Mapping[str, Mapping[str, Any]], strategy: Strategy | None
 ) -> dict[str, Counter[str]]:
     """Node -> MIG devices (by profile key) that pods bound to it hold."""
     used: dict[str, Counter[str]] = defaultdict(Counter)
@@ -252,7 +254,7 @@ def read_nodes(
     nodes: Mapping[str, Mapping[str, Any]],
     assigned: Mapping[str, str],
     used: Mapping[str, Counter[str]],
-    strategy: str,
+    strategy: Strategy | None,
 ) -> tuple[list[NodeFacts], list[Skipped]]:
     """GPU nodes as facts; nodes whose GPUs the catalogue does not know, with why."""
     out: list[NodeFacts] = []

@@ -10,7 +10,7 @@ from __future__ import annotations
 import base64
 import json
 import textwrap
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
@@ -429,21 +429,6 @@ def shorten(text: str, width: int = MAX_WARNING) -> str:
     return textwrap.shorten(flat, width=width, placeholder=" ...") or flat[: width - 4] + " ..."
 
 
-def labels(obj: Mapping[str, Any] | None) -> dict[str, Any]:
-    """metadata.labels of an object from a review, {} when absent or malformed."""
-    meta = (obj or {}).get("metadata")
-    found = meta.get("labels") if isinstance(meta, dict) else None
-    return found if isinstance(found, dict) else {}
-
-
-def annotations_of(obj: Mapping[str, Any] | None) -> dict[str, Any]:
-    """metadata.annotations of an object from a review, {} when absent or malformed. Not named
-    `annotations`: `from __future__ import annotations` binds that name in every module here."""
-    meta = (obj or {}).get("metadata")
-    found = meta.get("annotations") if isinstance(meta, dict) else None
-    return found if isinstance(found, dict) else {}
-
-
 def escape_pointer(key: str) -> str:
     """A JSON Pointer segment (RFC 6901): annotation keys hold '/'."""
     return key.replace("~", "~0").replace("/", "~1")
@@ -455,13 +440,11 @@ __all__ = [
     "Request",
     "Verdict",
     "allow",
-    "annotations_of",
     "check_object",
     "check_shape",
     "decode",
     "deny",
     "escape_pointer",
-    "labels",
     "merge_warnings",
     "parse_review",
     "shorten",

@@ -18,9 +18,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from migops.kube.names import CONFIG_DIGEST_ANNOTATION, VALIDATED_GPUS_ANNOTATION, VALIDATED_STRATEGY_ANNOTATION
+from migops.api.names import CONFIG_DIGEST_ANNOTATION, VALIDATED_GPUS_ANNOTATION, VALIDATED_STRATEGY_ANNOTATION
+from migops.api.objects import annotations_of
 from migops.webhook import checks
-from migops.webhook.admission import ALLOW, Request, Verdict, allow, annotations_of, escape_pointer
+from migops.webhook.admission import ALLOW, Request, Verdict, allow, escape_pointer
 from migops.webhook.configmaps import in_scope, payload
 from migops.webhook.state import Snapshot
 
@@ -53,7 +54,7 @@ def wanted(req: Request, snap: Snapshot) -> dict[str, str]:
     models = snap.config_models if active else frozenset()
     return {
         CONFIG_DIGEST_ANNOTATION: "sha256:" + checks.digest(text),
-        VALIDATED_STRATEGY_ANNOTATION: snap.strategy,
+        VALIDATED_STRATEGY_ANNOTATION: snap.settings.strategy_text,
         VALIDATED_GPUS_ANNOTATION: ",".join(sorted(models)) or "catalogue",
     }
 

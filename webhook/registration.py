@@ -30,8 +30,7 @@ from typing import Any
 
 from kubernetes import client as k8s
 
-from migops.kube import ssa
-from migops.kube.names import (
+from migops.api.names import (
     CONFIG_DIGEST_ANNOTATION,
     MANAGED_BY_ANNOTATION,
     MIG_CONFIGMAP_LABEL,
@@ -39,6 +38,7 @@ from migops.kube.names import (
     TRANSLATE_LABEL,
     WEBHOOK_SKIP_LABEL,
 )
+from migops.kube import ssa
 
 NAME = "migops-webhook"
 SERVICE_NAMESPACE = "migops-system"
