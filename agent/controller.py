@@ -27,19 +27,15 @@ from migops.agent.kube import NodeIO, layout_json
 from migops.agent.metrics import AgentMetrics
 from migops.agent.plan import layout_annotation
 from migops.api.names import (
-    APPLIED_ANNOTATION,
     CONFIGMAP_KEY,
-    DIGEST_ANNOTATION,
     DRIFT_ANNOTATION,
     LAYOUT_ANNOTATION,
-    MIG_CONFIG_LABEL,
-    MIG_CONFIG_STATE_LABEL,
     REASON_ANNOTATION,
     STATE_FAILED,
     STATE_REBOOTING,
     STATE_SUCCESS,
 )
-from migops.api.objects import DEFAULT_STRATEGY, MigSettings, settings_from_policies
+from migops.api.objects import DEFAULT_STRATEGY, MigSettings, NodeFacts, settings_from_policies
 from migops.kube import clusterpolicy, owners
 from migops.kube.informer import Informer
 from migops.mig.problems import MigError
@@ -198,8 +194,8 @@ class Agent:
 
     # ------------------------------------------------------------------------------ what to do
     def request(self, node: dict[str, Any], prior_state: str | None = None) -> Request | None:
-        labels = (node.get("metadata") or {}).get("labels") or {}
-        name = labels.get(MIG_CONFIG_LABEL)
+        facts = NodeFacts.from_obj(node, offers=False)
+        name = facts.config
         if not name:
             return None
         if self.policies is not None:
@@ -235,7 +231,7 @@ class Agent:
             # A value the ClusterPolicy CRD's enum forbids reads as the CRD's default.
             s.strategy or DEFAULT_STRATEGY,
             clients_ns,
-            prior_state if prior_state is not None else labels.get(MIG_CONFIG_STATE_LABEL),
+            prior_state if prior_state is not None else facts.state,
         )
 
     def _parse(self, text: str, where: str) -> tuple[MigPartedConfig | None, str | None]:
@@ -266,12 +262,11 @@ class Agent:
             first = self.last is None
             self.failures = 0
             self.drift.reset()
-            labels = (node.get("metadata") or {}).get("labels") or {}
             if (
                 first
                 and self.drift.options.enabled
                 and prior_state != STATE_REBOOTING
-                and labels.get(MIG_CONFIG_STATE_LABEL) != STATE_REBOOTING
+                and NodeFacts.from_obj(node, offers=False).state != STATE_REBOOTING
                 and _applied_before(node, request)
             ):
                 # Agent start with this config applied before: what differs now changed out of band.
@@ -469,9 +464,5 @@ def _layout(check: Check) -> str:
 
 def _applied_before(node: dict[str, Any], request: Request) -> bool:
     """The Node says this very config (name and content) was applied: the GPUs should hold it."""
-    notes = (node.get("metadata") or {}).get("annotations") or {}
-    return (
-        request.digest is not None
-        and notes.get(APPLIED_ANNOTATION) == request.name
-        and notes.get(DIGEST_ANNOTATION) == request.digest
-    )
+    facts = NodeFacts.from_obj(node, offers=False)
+    return request.digest is not None and facts.applied == request.name and facts.digest == request.digest

@@ -42,6 +42,7 @@ from migops.agent.plan import (
     matches,
     plan_gpu,
 )
+from migops.api import objects
 from migops.api.names import (
     APPLIED_ANNOTATION,
     DEVICE_ID_LABEL,
@@ -231,7 +232,7 @@ class Reconfigure:
             "MigConfigPending",
             f"{doing} MIG config {request.name!r}: " + "; ".join(_summary(p) for p in plans if p.touches),
         )
-        labels = (run.node.get("metadata") or {}).get("labels") or {}
+        labels = objects.labels(run.node)
         run.paused = True
         self.kube.apply(deploy_values_paused({**labels, **self.kube.labels}))
         self.kube.wait_clients_gone(request.clients_namespace, self.options.pod_timeout, self.stop)
@@ -354,7 +355,7 @@ class Reconfigure:
                 self.systemd.start()
             except HostError as exc:
                 problems.append(f"restarting host services: {exc}")
-        labels = (run.node.get("metadata") or {}).get("labels") or {}
+        labels = objects.labels(run.node)
         restore = deploy_values_restored({**labels, **self.kube.labels})
         if restore:
             try:

@@ -109,7 +109,7 @@ class ManagedEntry:
         fields = self.fields
         for part in path:
             fields = _part(fields.get(f"f:{part}"))
-        return frozenset(k[2:] for k in fields if k.startswith("f:"))
+        return frozenset(k[2:] for k in fields if isinstance(k, str) and k.startswith("f:"))
 
     @property
     def timestamp(self) -> float | None:
@@ -122,28 +122,26 @@ class ManagedEntry:
             return None
 
 
-def managed_entries(
-    obj: object, manager: str | None = None, *, operation: str | None = "Apply", subresource: str | None = None
-) -> Iterator[ManagedEntry]:
-    """metadata.managedFields, the entries of `manager` (any manager when None) by `operation` (any
-    when None) on `subresource` (None: the object itself)."""
-    for raw in meta(obj).get("managedFields") or ():
-        if not isinstance(raw, Mapping):
-            continue
-        entry = ManagedEntry(
+def managed_entries(obj: object) -> tuple[ManagedEntry, ...]:
+    """metadata.managedFields, every entry (malformed ones left out)."""
+    found = meta(obj).get("managedFields")
+    return tuple(
+        ManagedEntry(
             str(raw.get("manager") or ""),
             str(raw.get("operation") or ""),
             _text(raw.get("subresource")) or None,
             None if raw.get("time") is None else str(raw.get("time")),
             _part(raw.get("fieldsV1")),
         )
-        if manager is not None and entry.manager != manager:
-            continue
-        if operation is not None and entry.operation != operation:
-            continue
-        if entry.subresource != subresource:
-            continue
-        yield entry
+        for raw in (found if isinstance(found, list) else ())
+        if isinstance(raw, Mapping)
+    )
+
+
+def _entries_of(obj: object, manager: str, operation: str, subresource: str | None) -> Iterator[ManagedEntry]:
+    for entry in managed_entries(obj):
+        if entry.manager == manager and entry.operation == operation and entry.subresource == subresource:
+            yield entry
 
 
 def owned_keys(
@@ -153,14 +151,14 @@ def owned_keys(
     must send every field it owns each time (a field left out is removed); a restarted process learns
     here what its predecessor owned, so its first apply does not drop them."""
     keys: set[str] = set()
-    for entry in managed_entries(obj, manager, operation=operation, subresource=subresource):
+    for entry in _entries_of(obj, manager, operation, subresource):
         keys.update(entry.keys(path))
     return keys
 
 
 def label_owner_entry(obj: object, manager: str, label: str) -> ManagedEntry | None:
     """`manager`'s Apply entry on the object itself that owns metadata.labels[`label`], if any."""
-    for entry in managed_entries(obj, manager):
+    for entry in _entries_of(obj, manager, "Apply", None):
         if label in entry.keys(("metadata", "labels")):
             return entry
     return None

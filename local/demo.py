@@ -35,6 +35,7 @@ from typing import Any, TypeVar
 
 from kubernetes import client as k8s
 
+from migops.api import objects
 from migops.api.names import (
     APPLIED_ANNOTATION,
     DIGEST_ANNOTATION,
@@ -124,7 +125,7 @@ class Rollout:
         self.lock = threading.Lock()
 
     def seen(self, kind: str, node: dict[str, Any]) -> None:
-        meta = node.get("metadata") or {}
+        meta = objects.meta(node)
         name, labels, notes = meta.get("name"), meta.get("labels") or {}, meta.get("annotations") or {}
         if name not in self.desired:
             return
@@ -423,7 +424,7 @@ class Demo:
         seen: list[tuple[str, dict[str, str]]] = []
 
         def watch(kind: str, obj: dict[str, Any]) -> None:
-            notes = (obj.get("metadata") or {}).get("annotations") or {}
+            notes = objects.annotations_of(obj)
             if obj["metadata"].get("name") == node and DRIFT_ANNOTATION in notes and not seen:
                 alloc = (obj.get("status") or {}).get("allocatable") or {}
                 seen.append((notes[DRIFT_ANNOTATION], {k: v for k, v in alloc.items() if k.startswith("nvidia.com/")}))

@@ -8,6 +8,7 @@ from typing import Any
 
 from kubernetes import client as k8s
 
+from migops.api import objects
 from migops.api.names import RECONCILER_CONTROLLER
 from migops.kube import events
 from migops.reconciler.metrics import Metrics
@@ -53,7 +54,7 @@ class EventRecorder:
             return
         # Each Event is a log line too (as Flux's controllers log theirs): the revision is bound by the sync.
         involved = note.involved or {}
-        node = (involved.get("metadata") or {}).get("name") if involved.get("kind") == "Node" else None
+        node = objects.meta(involved).get("name") if involved.get("kind") == "Node" else None
         level = logging.WARNING if note.type == "Warning" else logging.INFO
         log.log(level, "%s: %s", note.reason, note.message, extra={"node": node} if node else None)
         target = note.involved or self._default_target()

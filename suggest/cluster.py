@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from migops.agent.backend import ComputeInstance, GpuInstance, GpuState
+from migops.api import objects
 from migops.api.names import LAYOUT_ANNOTATION
 from migops.api.objects import node_gpus
 from migops.gitops.repo import LabelSelector, Requirement
@@ -42,12 +43,8 @@ class Skipped:
     reason: str
 
 
-def _meta(obj: Mapping[str, Any]) -> Mapping[str, Any]:
-    return obj.get("metadata") or {}
-
-
 def _ref(pod: Mapping[str, Any]) -> str:
-    return f"{_meta(pod).get('namespace', 'default')}/{_meta(pod).get('name', '')}"
+    return f"{objects.meta(pod).get('namespace', 'default')}/{objects.meta(pod).get('name', '')}"
 
 
 def _quantity(value: object) -> int:
@@ -117,7 +114,7 @@ def _single_profiles(selectors: Iterable[LabelSelector]) -> frozenset[str]:
 
 def is_pending(pod: Mapping[str, Any]) -> bool:
     """Waiting to be scheduled: not bound, not finished, not being deleted."""
-    if _meta(pod).get("deletionTimestamp"):
+    if objects.meta(pod).get("deletionTimestamp"):
         return False
     return (
         not (pod.get("spec") or {}).get("nodeName") and (pod.get("status") or {}).get("phase", "Pending") == "Pending"
@@ -160,7 +157,7 @@ def read_demand(pods: Iterable[Mapping[str, Any]], strategy: Strategy | None) ->
         if why:
             skipped.append(Skipped(_ref(pod), why))
             continue
-        meta = _meta(pod)
+        meta = objects.meta(pod)
         demands.append(
             Demand(
                 str(meta.get("namespace", "default")),
@@ -186,10 +183,10 @@ def read_claims(
     from migops.mig import dra
 
     def name(obj: Mapping[str, Any]) -> str:
-        return str((obj.get("metadata") or {}).get("name") or "")
+        return str(objects.meta(obj).get("name") or "")
 
     by_class = {name(c): c for c in classes}
-    by_template = {(str((t.get("metadata") or {}).get("namespace") or ""), name(t)): t for t in templates}
+    by_template = {(str(objects.meta(t).get("namespace") or ""), name(t)): t for t in templates}
     return [
         Demand(
             d.namespace,
@@ -242,7 +239,7 @@ def used_devices(
         if not node or node not in nodes or (pod.get("status") or {}).get("phase") in _DONE:
             continue
         wants = pod_resources(pod)
-        labels = _meta(nodes[node]).get("labels") or {}
+        labels = objects.meta(nodes[node]).get("labels") or {}
         mig = devices(dict(wants), labels, strategy)
         used[node].update(mig)
         if wants.get(GPU_RESOURCE) and not (strategy == "single" and mig):
@@ -267,7 +264,7 @@ def read_nodes(
             continue
         if gpus is None or not any(g.mig_capable for g in gpus.gpus):
             continue
-        meta = _meta(node)
+        meta = objects.meta(node)
         labels = {str(k): str(v) for k, v in (meta.get("labels") or {}).items()}
         notes = meta.get("annotations") or {}
         states = states_from_layout(notes.get(LAYOUT_ANNOTATION), len(gpus.gpus)) if gpus.exact else None

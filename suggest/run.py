@@ -10,10 +10,11 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from migops.api import objects
 from migops.api.migsync import CONFIG_FILE, NODES_FILE
+from migops.api.objects import MigSettings
 from migops.gitops.desired import FitCache, resolve
 from migops.gitops.repo import RepoError, RepoProblem, RepoSpec, load_repo
-from migops.api.objects import MigSettings
 from migops.mig.strategy import Strategy
 from migops.suggest.cluster import Skipped, read_claims, read_demand, read_nodes, used_devices
 from migops.suggest.edit import edit_nodes, rewrite
@@ -87,7 +88,7 @@ class Cluster:
         def kind(name: str) -> list[Mapping[str, Any]]:
             return [i for i in items if i.get("kind") == name]
 
-        nodes = {str((i.get("metadata") or {}).get("name")): i for i in kind("Node")}
+        nodes = {str(objects.meta(i).get("name")): i for i in kind("Node")}
         return cls(
             nodes,
             kind("Pod"),

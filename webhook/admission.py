@@ -17,6 +17,8 @@ from typing import Any
 
 import orjson
 
+from migops.api import objects
+
 MAX_BODY = 8 << 20  # an AdmissionReview holds object and oldObject, each up to etcd's 1.5 MiB (app.py, worker.py)
 API_VERSION = "admission.k8s.io/v1"
 KIND = "AdmissionReview"
@@ -165,7 +167,7 @@ def parse_review(doc: object) -> Request:
         raise BadReview("request.subResource: must be a string of at most 63 characters")
     username = _username(req.get("userInfo"))
     if not name:
-        meta = (obj or old or {}).get("metadata") or {}
+        meta = objects.meta(obj or old)
         name = meta.get("name") or ""  # a string of at most MAX_NAME: check_object saw it
     return Request(
         uid,
@@ -220,7 +222,7 @@ def check_object(obj: dict[str, Any], where: str) -> list[tuple[str, str]]:
     status = obj.get("status") or {}
     if status.get("capacity") is not None and not isinstance(status["capacity"], dict):
         raise BadReview(f"{where}.status.capacity: must be an object")
-    meta = obj.get("metadata") or {}
+    meta = objects.meta(obj)
     found: list[tuple[str, str]] = []
     for field_name in _META_STRINGS:
         value = meta.get(field_name)

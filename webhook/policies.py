@@ -28,6 +28,7 @@ import logging
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from migops.api import objects
 from migops.api.migsync import NODES_FILE
 from migops.api.names import MIG_CONFIG_LABEL
 from migops.api.objects import NodeFacts
@@ -94,7 +95,7 @@ def after(req: Request, snap: Snapshot) -> MigSettings:
     """The settings in force once this write lands: the oldest ClusterPolicy's, with this one written
     (CREATE, UPDATE of spec or status) or gone (DELETE). Without the other policies (a Snapshot built
     without them) the one written is taken to be the one in force."""
-    others = [_shape(p) for p in snap.policies if ((p.get("metadata") or {}).get("name")) != req.name]
+    others = [_shape(p) for p in snap.policies if (objects.meta(p).get("name")) != req.name]
     if req.operation == "DELETE":
         return settings_from_policies(others)
     return settings_from_policies([*others, _shape(req.object or {})])
