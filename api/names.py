@@ -2,7 +2,7 @@
 exists (GPU Operator, mig-manager, GFD), `migops.io/` otherwise (docs/interfaces.md). One definition of
 each: GFD's labels and the few names the MIG rules read live beside those rules in `migops.mig` (which
 imports nothing above it) and are re-exported here; everything else is defined here. Every other module
-imports the name from this module, never a string copy (tests/api/test_boundaries.py checks it).
+imports the name from this module, never a string copy (tests/packaging/test_boundaries.py checks it).
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from migops.mig.gfd import (
     MIG_RESOURCE_PREFIX,
     MIG_STRATEGY_LABEL,
 )
+from migops.mig.gfd import PREFIX as NVIDIA_PREFIX
 from migops.mig.sources import MIG_CONFIGMAP_LABEL
 from migops.mig.spec import CONFIGMAP_KEY
 
@@ -35,6 +36,7 @@ __all__ = [
     "MIG_CONFIG_STATE_LABEL",
     "MIG_RESOURCE_PREFIX",
     "MIG_STRATEGY_LABEL",
+    "NVIDIA_PREFIX",
 ]
 
 # nvidia.com/mig.config.state values: mig-manager's four, no others.
@@ -86,6 +88,10 @@ VALIDATED_GPUS_ANNOTATION = "migops.io/validated-gpus"
 # What the agent writes on a Node: a node carrying any of these is run by the migops agent (the reconciler
 # then waits for the digest), else by mig-manager or nothing.
 AGENT_ANNOTATIONS = (DIGEST_ANNOTATION, APPLIED_ANNOTATION, GPUS_ANNOTATION, LAYOUT_ANNOTATION)
+
+# On a Node, by `migops local`, in a dry run only: a label no agent owns, so its own-node policy must deny it
+# (local/agent_identity.py waits for that denial to know the policy is in force).
+POLICY_PROBE_LABEL = "migops.io/policy-probe"
 
 # Field managers (server-side apply) and event reporters.
 RECONCILER_MANAGER = "migops-reconciler"

@@ -23,7 +23,7 @@ from migops.mig.strategy import Strategy
 from migops.suggest.model import WHOLE_GPU, NodeFacts, Option, Refused
 
 _SINGLE_MIG = "-MIG-"
-_GFD_PREFIXES = ("nvidia.com/gpu.", "nvidia.com/mig-")  # the labels GFD rewrites with the geometry
+_GFD_PREFIXES = (f"{GPU_RESOURCE}.", MIG_RESOURCE_PREFIX)  # the labels GFD rewrites with the geometry
 
 
 def devices(resources: Mapping[str, int], labels: Mapping[str, str], strategy: Strategy | None) -> Counter[str]:
