@@ -93,6 +93,38 @@ def is_unmanaged(obj: object) -> bool:
     return labels(obj).get(UNMANAGED_LABEL) == "true"
 
 
+# ------------------------------------------------------------------------------------------ label selectors
+@dataclass(frozen=True)
+class Requirement:
+    """metav1.LabelSelectorRequirement: In, NotIn, Exists, DoesNotExist."""
+
+    key: str
+    operator: str
+    values: tuple[str, ...] = ()
+
+    def matches(self, labels: Mapping[str, str]) -> bool:
+        if self.operator == "In":
+            return labels.get(self.key) in self.values
+        if self.operator == "NotIn":
+            return self.key not in labels or labels[self.key] not in self.values
+        if self.operator == "Exists":
+            return self.key in labels
+        return self.key not in labels  # DoesNotExist
+
+
+@dataclass(frozen=True)
+class LabelSelector:
+    """metav1.LabelSelector: matchLabels and matchExpressions, ANDed. Empty matches every node."""
+
+    match_labels: tuple[tuple[str, str], ...] = ()
+    match_expressions: tuple[Requirement, ...] = ()
+
+    def matches(self, labels: Mapping[str, str]) -> bool:
+        return all(labels.get(k) == v for k, v in self.match_labels) and all(
+            r.matches(labels) for r in self.match_expressions
+        )
+
+
 # ------------------------------------------------------------------------------------------ managedFields
 @dataclass(frozen=True)
 class ManagedEntry:

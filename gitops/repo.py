@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from migops.api.migsync import CONFIG_FILE, NODES_FILE
+from migops.api.objects import LabelSelector, Requirement
 from migops.gitops.reasons import SourceReason
 from migops.gitops.schema import schema_problems
 from migops.mig.fit import fit
@@ -57,35 +58,6 @@ class RepoError(Exception):
         self.reason = reason
         errors = [p for p in self.problems if p.severity == "error"] or list(self.problems)
         super().__init__(listed(errors, 5, sep="; "))
-
-
-@dataclass(frozen=True)
-class Requirement:
-    key: str
-    operator: str
-    values: tuple[str, ...] = ()
-
-    def matches(self, labels: Mapping[str, str]) -> bool:
-        if self.operator == "In":
-            return labels.get(self.key) in self.values
-        if self.operator == "NotIn":
-            return self.key not in labels or labels[self.key] not in self.values
-        if self.operator == "Exists":
-            return self.key in labels
-        return self.key not in labels  # DoesNotExist
-
-
-@dataclass(frozen=True)
-class LabelSelector:
-    """metav1.LabelSelector: matchLabels and matchExpressions, ANDed. Empty matches every node."""
-
-    match_labels: tuple[tuple[str, str], ...] = ()
-    match_expressions: tuple[Requirement, ...] = ()
-
-    def matches(self, labels: Mapping[str, str]) -> bool:
-        return all(labels.get(k) == v for k, v in self.match_labels) and all(
-            r.matches(labels) for r in self.match_expressions
-        )
 
 
 @dataclass(frozen=True)

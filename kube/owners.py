@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from migops.api.names import OWNER_LABEL
-from migops.gitops.repo import LabelSelector, Requirement
+from migops.api.objects import LabelSelector, Requirement
 
 ENV = "MIGOPS_DYNAMIC_MIG_SELECTOR"
 DEFAULT_SELECTOR = OWNER_LABEL

@@ -22,8 +22,7 @@ from typing import Any
 from migops.agent.backend import ComputeInstance, GpuInstance, GpuState
 from migops.api import objects
 from migops.api.names import LAYOUT_ANNOTATION
-from migops.api.objects import node_gpus
-from migops.gitops.repo import LabelSelector, Requirement
+from migops.api.objects import LabelSelector, Requirement, node_gpus
 from migops.mig.catalogue import UnknownGpuError
 from migops.mig.gfd import GPU_PRODUCT_LABEL, GPU_RESOURCE, MIG_RESOURCE_PREFIX
 from migops.mig.strategy import Strategy
