@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from functools import cached_property
+from functools import cache, cached_property
 from typing import Any
 
 from migops.api.names import (
@@ -52,10 +52,17 @@ def as_mapping(obj: object) -> Mapping[str, Any]:
         return obj
     if obj is None or not hasattr(obj, "to_dict"):
         return _EMPTY
-    from kubernetes import client as k8s  # a generated model: its attribute map gives the JSON names
-
-    found = k8s.ApiClient().sanitize_for_serialization(obj)
+    found = _serializer().sanitize_for_serialization(obj)
     return found if isinstance(found, Mapping) else _EMPTY
+
+
+@cache
+def _serializer() -> Any:
+    """An ApiClient used only for its serializer (a generated model's attribute map gives the JSON
+    names); made once, it connects nowhere."""
+    from kubernetes import client as k8s
+
+    return k8s.ApiClient()
 
 
 def _part(value: object) -> Mapping[str, Any]:
