@@ -87,11 +87,6 @@ def annotations_of(obj: object) -> Mapping[str, Any]:
     return _part(meta(obj).get("annotations"))
 
 
-def name_of(obj: object) -> str | None:
-    found = meta(obj).get("name")
-    return found if isinstance(found, str) else None
-
-
 def _text(value: object) -> str | None:
     return value if isinstance(value, str) else None
 
@@ -208,32 +203,17 @@ def owned_keys(
 
 
 def label_owner_entry(obj: object, manager: str, label: str) -> ManagedEntry | None:
-    """`manager`'s Apply entry on the object itself that owns metadata.labels[`label`], if any."""
-    for entry in _entries_of(obj, manager, "Apply", None):
-        if label in entry.keys(("metadata", "labels")):
-            return entry
+    """`manager`'s Apply entry on the object itself that owns metadata.labels[`label`], if any. Looked
+    up in the raw entries (every Node read asks it, thousands per sync): only the hit becomes an entry."""
+    field = "f:" + label
+    for raw in _raw_entries(obj):
+        if raw.get("manager") == manager and raw.get("operation") == "Apply" and not raw.get("subresource"):
+            if field in _part(_part(_part(raw.get("fieldsV1")).get("f:metadata")).get("f:labels")):
+                return _entry(raw)
     return None
 
 
 # ------------------------------------------------------------------------------------------ nodes
-_CONFIG_LABEL_FIELD = "f:" + MIG_CONFIG_LABEL
-
-
-def _owns_config_label(managed: object) -> tuple[bool, str | None]:
-    """Whether the reconciler's Apply entry (on the Node itself) owns nvidia.com/mig.config, and its
-    time: `label_owner_entry` for the one label every Node read asks about, without building entries."""
-    for raw in managed if isinstance(managed, list) else ():
-        if (
-            isinstance(raw, dict)
-            and raw.get("manager") == RECONCILER_MANAGER
-            and raw.get("operation") == "Apply"
-            and not raw.get("subresource")
-        ):
-            labels = _part(_part(_part(raw.get("fieldsV1")).get("f:metadata")).get("f:labels"))
-            if _CONFIG_LABEL_FIELD in labels:
-                time = raw.get("time")
-                return True, None if time is None else str(time)
-    return False, None
 
 
 @dataclass(frozen=True)
@@ -302,7 +282,7 @@ class NodeFacts:
                 notes.get(GPUS_ANNOTATION),
             )
         )
-        owned, written = _owns_config_label(m.get("managedFields"))
+        entry = label_owner_entry(node, RECONCILER_MANAGER, MIG_CONFIG_LABEL)
         return cls(
             str(m.get("name")),
             config,
@@ -315,8 +295,8 @@ class NodeFacts:
             revision,
             any(k in notes for k in AGENT_ANNOTATIONS),
             unmanaged == "true",
-            owned,
-            written,
+            entry is not None,
+            entry.time if entry is not None else None,
             listed,
             device_id,
             product,
