@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, fields
 from datetime import datetime
-from functools import cache, cached_property
+from functools import cache
 from typing import Any
 
 from migops.api.names import (
@@ -251,6 +251,17 @@ class GpuReading:
     exact: bool
     problem: str | None  # why the GPUs are unknown (a device ID the catalogue lacks)
 
+    @classmethod
+    def of(cls, gpus: tuple[GpuModel, ...], exact: bool, problem: str | None) -> GpuReading:
+        return cls(gpus, exact, problem, tuple(dict.fromkeys(gpus)), tuple(g.device_id for g in gpus))
+
+    models: tuple[GpuModel, ...] = ()  # each model once, in order
+    device_ids: tuple[str, ...] = ()  # the GPUs' device IDs in order
+
+    @property
+    def model_ids(self) -> frozenset[str]:
+        return frozenset(self.device_ids)
+
 
 @dataclass(frozen=True)
 class NodeFacts:
@@ -336,17 +347,23 @@ class NodeFacts:
     def read_gpus(self, cat: Catalogue | None = None) -> NodeGpus | None:
         """Its GPUs (docs/interfaces.md); None when nothing names one. Raises UnknownGpuError for a
         device ID or product the catalogue cannot resolve."""
+        # read_gpus reads a value that is not a string (None here) as absent.
         found = {GPU_PRODUCT_LABEL: self.product, DEVICE_ID_LABEL: self.device_id, GPU_COUNT_LABEL: self.gpu_count}
-        notes = {GPUS_ANNOTATION: self.gpus_listed} if self.gpus_listed is not None else {}
-        return read_gpus({k: v for k, v in found.items() if v is not None}, notes, cat)
+        return read_gpus(found, {GPUS_ANNOTATION: self.gpus_listed}, cat)
 
-    @cached_property
+    @property
     def reading(self) -> GpuReading:
-        try:
-            found = self.read_gpus()
-        except UnknownGpuError as exc:
-            return GpuReading((), False, str(exc))
-        return GpuReading(found.gpus, found.exact, None) if found else GpuReading((), False, None)
+        """Read on first use and kept (in the instance's dict: a cached_property takes a lock per read
+        on Python 3.11, and the webhook's indexes read these per node event)."""
+        found: GpuReading | None = self.__dict__.get("_reading")
+        if found is None:
+            try:
+                gpus = self.read_gpus()
+                found = GpuReading.of(gpus.gpus, gpus.exact, None) if gpus else GpuReading.of((), False, None)
+            except UnknownGpuError as exc:
+                found = GpuReading.of((), False, str(exc))
+            self.__dict__["_reading"] = found
+        return found
 
     @property
     def gpus(self) -> tuple[GpuModel, ...]:
@@ -360,19 +377,22 @@ class NodeFacts:
     def gpu_problem(self) -> str | None:
         return self.reading.problem
 
-    @cached_property
+    @property
     def models(self) -> tuple[GpuModel, ...]:
-        return tuple(dict.fromkeys(self.gpus))
+        return self.reading.models
 
-    @cached_property
+    @property
     def model_ids(self) -> frozenset[str]:
         """The device IDs of its GPU models (the catalogue's key for a model)."""
-        return frozenset(g.device_id for g in self.gpus)
+        found: frozenset[str] | None = self.__dict__.get("_model_ids")
+        if found is None:
+            found = self.__dict__["_model_ids"] = self.reading.model_ids
+        return found
 
-    @cached_property
+    @property
     def device_ids(self) -> tuple[str, ...]:
         """Its GPUs' device IDs in order: with `exact`, what a config is judged on."""
-        return tuple(g.device_id for g in self.gpus)
+        return self.reading.device_ids
 
     def describe(self) -> str:
         if not self.gpus:
