@@ -26,24 +26,21 @@ from migops.agent.flow import Failure, Outcome, Reconfigure, Request, clip
 from migops.agent.kube import NodeIO, layout_json
 from migops.agent.metrics import AgentMetrics
 from migops.agent.plan import layout_annotation
-from migops.kube import clusterpolicy, owners
-from migops.kube.clusterpolicy import MigSettings, settings_from_policies
-from migops.kube.informer import Informer
-from migops.kube.names import (
-    APPLIED_ANNOTATION,
+from migops.api.names import (
     CONFIGMAP_KEY,
-    DIGEST_ANNOTATION,
     DRIFT_ANNOTATION,
     LAYOUT_ANNOTATION,
-    MIG_CONFIG_LABEL,
-    MIG_CONFIG_STATE_LABEL,
     REASON_ANNOTATION,
     STATE_FAILED,
     STATE_REBOOTING,
     STATE_SUCCESS,
 )
+from migops.api.objects import DEFAULT_STRATEGY, MigSettings, NodeFacts, settings_from_policies
+from migops.kube import clusterpolicy, owners
+from migops.kube.informer import Informer
 from migops.mig.problems import MigError
 from migops.mig.spec import MigPartedConfig, parse_config
+from migops.mig.strategy import Strategy
 
 log = logging.getLogger(__name__)
 NODE_NAME_EXTRA = "authentication.kubernetes.io/node-name"
@@ -54,7 +51,7 @@ class Overrides:
     """Settings given on the command line win over the ClusterPolicy's."""
 
     config_map: tuple[str, str] | None = None  # (namespace, name)
-    strategy: str | None = None
+    strategy: Strategy | None = None
     clients_namespace: str | None = None
 
 
@@ -197,8 +194,8 @@ class Agent:
 
     # ------------------------------------------------------------------------------ what to do
     def request(self, node: dict[str, Any], prior_state: str | None = None) -> Request | None:
-        labels = (node.get("metadata") or {}).get("labels") or {}
-        name = labels.get(MIG_CONFIG_LABEL)
+        facts = NodeFacts.from_obj(node, offers=False)
+        name = facts.config
         if not name:
             return None
         if self.policies is not None:
@@ -231,9 +228,10 @@ class Agent:
             name,
             config,
             problem,
-            s.strategy,
+            # A value the ClusterPolicy CRD's enum forbids reads as the CRD's default.
+            s.strategy or DEFAULT_STRATEGY,
             clients_ns,
-            prior_state if prior_state is not None else labels.get(MIG_CONFIG_STATE_LABEL),
+            prior_state if prior_state is not None else facts.state,
         )
 
     def _parse(self, text: str, where: str) -> tuple[MigPartedConfig | None, str | None]:
@@ -264,12 +262,11 @@ class Agent:
             first = self.last is None
             self.failures = 0
             self.drift.reset()
-            labels = (node.get("metadata") or {}).get("labels") or {}
             if (
                 first
                 and self.drift.options.enabled
                 and prior_state != STATE_REBOOTING
-                and labels.get(MIG_CONFIG_STATE_LABEL) != STATE_REBOOTING
+                and NodeFacts.from_obj(node, offers=False).state != STATE_REBOOTING
                 and _applied_before(node, request)
             ):
                 # Agent start with this config applied before: what differs now changed out of band.
@@ -467,9 +464,5 @@ def _layout(check: Check) -> str:
 
 def _applied_before(node: dict[str, Any], request: Request) -> bool:
     """The Node says this very config (name and content) was applied: the GPUs should hold it."""
-    notes = (node.get("metadata") or {}).get("annotations") or {}
-    return (
-        request.digest is not None
-        and notes.get(APPLIED_ANNOTATION) == request.name
-        and notes.get(DIGEST_ANNOTATION) == request.digest
-    )
+    facts = NodeFacts.from_obj(node, offers=False)
+    return request.digest is not None and facts.applied == request.name and facts.digest == request.digest

@@ -42,7 +42,8 @@ from migops.agent.plan import (
     matches,
     plan_gpu,
 )
-from migops.kube.names import (
+from migops.api import objects
+from migops.api.names import (
     APPLIED_ANNOTATION,
     DEVICE_ID_LABEL,
     DIGEST_ANNOTATION,
@@ -60,6 +61,7 @@ from migops.mig.devices import DeviceIdSyntaxError, parse_device_id
 from migops.mig.fit import NodeGpus, fit
 from migops.mig.problems import MigError
 from migops.mig.spec import MigPartedConfig
+from migops.mig.strategy import Strategy
 
 if TYPE_CHECKING:  # the DRA check (cel-python) is imported only by agents started with --dra
     from migops.agent.dra import DraSlices
@@ -87,7 +89,7 @@ class Request:
     name: str
     config: MigPartedConfig | None
     problem: str | None  # the ConfigMap is missing, unreadable, or does not parse
-    strategy: str
+    strategy: Strategy
     clients_namespace: str
     prior_state: str | None  # the state label before this run (the reboot-loop guard reads it)
     repair: bool = False  # a repair of drift (agent/drift.py): the same flow, told as a repair
@@ -230,7 +232,7 @@ class Reconfigure:
             "MigConfigPending",
             f"{doing} MIG config {request.name!r}: " + "; ".join(_summary(p) for p in plans if p.touches),
         )
-        labels = (run.node.get("metadata") or {}).get("labels") or {}
+        labels = objects.labels(run.node)
         run.paused = True
         self.kube.apply(deploy_values_paused({**labels, **self.kube.labels}))
         self.kube.wait_clients_gone(request.clients_namespace, self.options.pod_timeout, self.stop)
@@ -353,7 +355,7 @@ class Reconfigure:
                 self.systemd.start()
             except HostError as exc:
                 problems.append(f"restarting host services: {exc}")
-        labels = (run.node.get("metadata") or {}).get("labels") or {}
+        labels = objects.labels(run.node)
         restore = deploy_values_restored({**labels, **self.kube.labels})
         if restore:
             try:
@@ -366,7 +368,7 @@ class Reconfigure:
         return self.publish(run.node, run.request.strategy, models, states)
 
     def publish(
-        self, node: dict[str, Any], strategy: str, models: Sequence[GpuModel], states: Sequence[GpuState]
+        self, node: dict[str, Any], strategy: Strategy, models: Sequence[GpuModel], states: Sequence[GpuState]
     ) -> dict[str, str]:
         """GFD labels and resources (simulated GPUs) for the instances that exist now; returns the layout
         annotations for the caller's next state write."""
@@ -375,7 +377,7 @@ class Reconfigure:
             GPUS_ANNOTATION: ",".join(m.device_id for m in models),
         }
         if self.options.publish_gfd:
-            ad = gfd_advertisement(models, states, strategy)  # type: ignore[arg-type]
+            ad = gfd_advertisement(models, states, strategy)
             self.kube.publish_gfd(node, ad.labels, ad.resources)
         else:
             self.kube.apply({DEVICE_ID_LABEL: models[0].device_id} if models else {})

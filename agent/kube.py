@@ -21,16 +21,19 @@ from typing import Any
 from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 
-from migops.kube import events, ssa
-from migops.kube.informer import Informer
-from migops.kube.names import (
+from migops.api import objects
+from migops.api.names import (
     AGENT_CONTROLLER,
     AGENT_MANAGER,
     DEPLOY_LABEL_PREFIX,
-    MIG_CONFIG_LABEL,
+    GPU_RESOURCE,
     MIG_CONFIG_STATE_LABEL,
+    MIG_RESOURCE_PREFIX,
     PAUSED_FOR_MIG_CHANGE,
 )
+from migops.api.objects import NodeFacts, owned_keys
+from migops.kube import events, ssa
+from migops.kube.informer import Informer
 from migops.mig.gfd import is_gfd_label
 from migops.mig.text import listed
 
@@ -45,7 +48,7 @@ OPERATOR_VALIDATOR_APP = "nvidia-operator-validator"
 
 
 def is_gpu_resource(key: str) -> bool:
-    return key == "nvidia.com/gpu" or key.startswith("nvidia.com/mig-")
+    return key == GPU_RESOURCE or key.startswith(MIG_RESOURCE_PREFIX)
 
 
 def deploy_values_paused(labels: Mapping[str, str]) -> dict[str, str]:
@@ -79,7 +82,7 @@ class ClientPod:
 def is_client_pod(pod: Mapping[str, Any], clients_namespace: str) -> bool:
     """A GPU client pod as mig-manager selects them: the operator's four by `app` label in its
     namespace, and any DaemonSet pod whose nodeSelector names `nvidia.com/gpu.deploy.client`."""
-    meta = pod.get("metadata") or {}
+    meta = objects.meta(pod)
     labels = meta.get("labels") or {}
     if meta.get("namespace") == clients_namespace and labels.get("app") in CLIENT_POD_APPS:
         return True
@@ -106,18 +109,15 @@ class NodeIO:
     def load(self) -> dict[str, Any]:
         """Learn which fields a previous agent process owned (so this one keeps sending them)."""
         node = self.api.sanitize_for_serialization(self.core.read_node(self.node))
-        meta = node.get("metadata") or {}
-        labels, annotations = meta.get("labels") or {}, meta.get("annotations") or {}
-        self.labels = {k: labels[k] for k in ssa.owned_keys(node, self.manager, ("metadata", "labels")) if k in labels}
+        labels, annotations = objects.labels(node), objects.annotations_of(node)
+        self.labels = {k: labels[k] for k in owned_keys(node, self.manager, ("metadata", "labels")) if k in labels}
         self.annotations = {
-            k: annotations[k]
-            for k in ssa.owned_keys(node, self.manager, ("metadata", "annotations"))
-            if k in annotations
+            k: annotations[k] for k in owned_keys(node, self.manager, ("metadata", "annotations")) if k in annotations
         }
         capacity = (node.get("status") or {}).get("capacity") or {}
         self.resources = {
             k: capacity[k]
-            for k in ssa.owned_keys(node, self.manager, ("status", "capacity"), subresource="status")
+            for k in owned_keys(node, self.manager, ("status", "capacity"), subresource="status")
             if k in capacity
         }
         return node
@@ -137,7 +137,7 @@ class NodeIO:
 
     def config_label(self) -> str | None:
         """The node's nvidia.com/mig.config as the API server has it now (not as the watch saw it)."""
-        return (self.core.read_node(self.node).metadata.labels or {}).get(MIG_CONFIG_LABEL)
+        return NodeFacts.from_obj(self.core.read_node(self.node), offers=False).config
 
     def set_state(self, state: str, annotations: Mapping[str, str | None] = {}) -> None:
         self.apply({MIG_CONFIG_STATE_LABEL: state}, annotations)
@@ -145,7 +145,7 @@ class NodeIO:
     # ------------------------------------------------------------------ GFD labels and resources
     def publish_gfd(self, node: Mapping[str, Any], labels: Mapping[str, str], resources: Mapping[str, int]) -> None:
         """Make the Node's GFD labels and GPU resources exactly these (simulated GPUs)."""
-        current = (node.get("metadata") or {}).get("labels") or {}
+        current = objects.labels(node)
         stale = [k for k in current if is_gfd_label(k) and k not in labels]
         stale += [k for k in self.labels if is_gfd_label(k) and k not in labels and k not in stale]
         for key in stale:
@@ -176,7 +176,7 @@ class NodeIO:
 
     # ------------------------------------------------------------------ events
     def event(self, node: Mapping[str, Any], reason: str, message: str, *, warning: bool = False) -> None:
-        meta = node.get("metadata") or {}
+        meta = objects.meta(node)
         ref = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": self.node, "uid": meta.get("uid")}}
         events.record(
             self.api, ref, reason, message, type="Warning" if warning else "Normal", controller=AGENT_CONTROLLER

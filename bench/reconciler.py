@@ -36,7 +36,7 @@ sys.path.insert(0, str(ROOT / "tests"))
 from gitrepo import CONFIG_YAML, GitRepo, nodes_yaml  # noqa: E402
 from kubernetes import client as k8s  # noqa: E402
 
-from migops.kube.names import MANAGED_BY_ANNOTATION  # noqa: E402
+from migops.api.names import MANAGED_BY_ANNOTATION  # noqa: E402
 from migops.local import cluster  # noqa: E402
 from migops.local.binaries import locate  # noqa: E402
 from migops.local.cluster import plan_nodes  # noqa: E402

@@ -28,8 +28,9 @@ from collections import Counter
 from dataclasses import replace
 
 from migops.agent.backend import ComputeInstance, GpuInstance, GpuState
+from migops.api.objects import LabelSelector
 from migops.gitops.desired import FitCache
-from migops.gitops.repo import LabelSelector, load_repo
+from migops.gitops.repo import load_repo
 from migops.mig.catalogue import catalogue
 from migops.mig.fit import fit
 from migops.mig.gfd import NodeGpus

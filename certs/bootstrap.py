@@ -26,10 +26,10 @@ from pathlib import Path
 from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 
+from migops.api.names import CERTS_MANAGER
 from migops.certs.publish import KINDS, material_from_secret, publish_ca_bundle, secret_body
 from migops.certs.rotation import DirectoryStore, Material, rotate, service_dns_names
 from migops.kube import ssa
-from migops.kube.names import CERTS_MANAGER
 
 log = logging.getLogger("migops.certs.bootstrap")
 

@@ -11,10 +11,10 @@ from typing import Any
 from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 
+from migops.api.names import CERTS_MANAGER
 from migops.certs.pki import KeyPair
 from migops.certs.rotation import Material
 from migops.kube import ssa
-from migops.kube.names import CERTS_MANAGER
 
 KINDS = ("ValidatingWebhookConfiguration", "MutatingWebhookConfiguration")
 

@@ -15,11 +15,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from migops.gitops.repo import CONFIG_FILE, NODES_FILE, Assignment, RepoError, RepoSpec, load_repo
-from migops.kube.names import DEVICE_ID_LABEL, GPU_PRODUCT_LABEL
+from migops.api.migsync import CONFIG_FILE, NODES_FILE
+from migops.api.names import DEVICE_ID_LABEL, GPU_PRODUCT_LABEL
+from migops.gitops.repo import Assignment, RepoError, RepoSpec, load_repo
 from migops.mig.catalogue import GpuModel, UnknownGpuError, catalogue
 from migops.mig.fit import NodeGpus, fit
 from migops.mig.problems import MigError, Problem, key_path
+from migops.mig.strategy import Strategy
 from migops.mig.yamlsafe import Document, read_first
 
 NAMES = (NODES_FILE, "nodes.yml")
@@ -57,10 +59,10 @@ def _models(a: Assignment) -> list[str]:
     return names
 
 
-def _fit(spec: RepoSpec, config: str, gpus: NodeGpus, strategy: str | None) -> tuple[Problem, ...]:
+def _fit(spec: RepoSpec, config: str, gpus: NodeGpus, strategy: Strategy | None) -> tuple[Problem, ...]:
     """Does `config` fit these GPUs (a model whose count is unknown, or a node's GPUs: --gpu)? The one
     answer the reconciler, the webhook and `migops validate` share (migops.mig.fit)."""
-    return fit(spec.config, config, gpus, strategy).errors  # type: ignore[arg-type]
+    return fit(spec.config, config, gpus, strategy).errors
 
 
 def _located(doc: Document, problems: Sequence[Problem]) -> list[Problem]:
@@ -77,7 +79,7 @@ def check_nodes(
     config_text: bytes | None,
     config_file: str,
     gpus: Sequence[GpuModel] = (),
-    strategy: str | None = None,
+    strategy: Strategy | None = None,
 ) -> NodesCheck:
     """Check one nodes.yaml against its config.yaml (None: not there)."""
     try:

@@ -2,7 +2,7 @@
 
 Explicit `nodes:` lists win over selectors; a node two selectors match (or two lists name) is an error;
 `default` covers the GPU nodes nothing else matches. Every assigned config must fit the node's GPUs
-(from `migops.kube.nodes.node_gpus`) under the cluster's MIG strategy, as `migops.mig.fit` answers it
+(from `migops.api.objects.node_gpus`) under the cluster's MIG strategy, as `migops.mig.fit` answers it
 (the node's own report and the errors of the config's text, the same verdict as the webhook's and
 `migops validate`'s): one failing node makes the whole commit invalid, so nothing of it is applied. The verdicts are cached
 by (config entries, GPUs, strategy): 2,000 nodes of three models cost three validations.
@@ -15,12 +15,15 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from migops.api.migsync import NODES_FILE
+from migops.api.objects import MigSettings, labels, node_gpus
 from migops.gitops.reasons import SourceReason
-from migops.gitops.repo import NODES_FILE, RepoError, RepoProblem, RepoSpec, referenced_configs
-from migops.kube.clusterpolicy import MigSettings
-from migops.kube.nodes import NodeGpus, UnknownGpuError, node_gpus
+from migops.gitops.repo import RepoError, RepoProblem, RepoSpec, referenced_configs
+from migops.mig.catalogue import UnknownGpuError
 from migops.mig.fit import DIRECT, Fit, Reports, fit
+from migops.mig.gfd import NodeGpus
 from migops.mig.problems import Problem, key_path
+from migops.mig.strategy import Strategy
 from migops.mig.text import listed
 
 _SHOWN_NODES = 5  # a problem shared by many nodes names this many of them
@@ -38,7 +41,7 @@ class DesiredState:
     """Everything the reconciler applies for one revision, on the nodes as they are now."""
 
     spec: RepoSpec
-    strategy: str
+    strategy: Strategy | None  # None: the ClusterPolicy names none of the three (no strategy question)
     namespace: str  # the MIG ConfigMap's
     configmap: str
     targets: Mapping[str, NodeTarget]  # node name -> what it should get
@@ -57,7 +60,7 @@ class FitCache:
         self._size = size
         self._items: OrderedDict[tuple, Fit] = OrderedDict()
 
-    def fit(self, spec: RepoSpec, config: str, gpus: NodeGpus | None, strategy: str | None) -> Fit:
+    def fit(self, spec: RepoSpec, config: str, gpus: NodeGpus | None, strategy: Strategy | None) -> Fit:
         """The config on these GPUs (None: the catalogue) under the strategy."""
         # By the entries as parsed, not the digest: the digest is what the node sees, and two spellings
         # with one digest (`devices: [1, 1]` and `[1]`) get different verdicts.
@@ -73,27 +76,21 @@ class FitCache:
             reports = (
                 Reports(catalogue=lambda c, n, s: self.fit(spec, n, None, s).report) if gpus is not None else DIRECT
             )
-            # arg-type: MigSettings.strategy is the ClusterPolicy's spec.mig.strategy as read, a str not
-            # narrowed to Strategy (the webhook denies other values; without it, one can reach here).
-            found = self._items[key] = fit(spec.config, config, gpus, strategy, reports)  # type: ignore[arg-type]
+            found = self._items[key] = fit(spec.config, config, gpus, strategy, reports)
             if len(self._items) > self._size:
                 self._items.popitem(last=False)
         else:
             self._items.move_to_end(key)
         return found
 
-    def check(self, spec: RepoSpec, config: str, gpus: NodeGpus, strategy: str) -> tuple[Problem, ...]:
+    def check(self, spec: RepoSpec, config: str, gpus: NodeGpus, strategy: Strategy | None) -> tuple[Problem, ...]:
         """The errors of the config on these GPUs; empty when it fits."""
         return self.fit(spec, config, gpus, strategy).errors
 
-    def catalogue(self, spec: RepoSpec, config: str, strategy: str | None) -> tuple[Problem, ...]:
+    def catalogue(self, spec: RepoSpec, config: str, strategy: Strategy | None) -> tuple[Problem, ...]:
         """The errors of the config against the catalogue (a config no node has now; strategy None: no
         strategy question, as the webhook asks it of a ConfigMap's config no node takes)."""
         return self.fit(spec, config, None, strategy).errors
-
-
-def _labels(node: Mapping[str, Any]) -> Mapping[str, str]:
-    return (node.get("metadata") or {}).get("labels") or {}
 
 
 # How a problem of a config no assignment names says so (it is judged as the MIG ConfigMap's content).
@@ -109,14 +106,14 @@ def resolve(
     cfg = spec.nodes
     problems: list[RepoProblem] = []
     strategy = settings.strategy
-    if cfg.strategy is not None and cfg.strategy != settings.strategy:
+    if cfg.strategy is not None and cfg.strategy != settings.strategy_text:
         problems.append(
             RepoProblem(
                 nodes_file,
                 Problem(
                     "strategy",
                     "strategy-mismatch",
-                    f"strategy {cfg.strategy!r} does not match the cluster's MIG strategy {settings.strategy!r} "
+                    f"strategy {cfg.strategy!r} does not match the cluster's MIG strategy {settings.strategy_text!r} "
                     f"(ClusterPolicy {settings.policy or '(none: the default)'} spec.mig.strategy); nothing is applied",
                 ),
             )
@@ -177,8 +174,8 @@ def resolve(
     for name, node in nodes.items():
         if name in named:
             continue
-        labels = _labels(node)
-        hits = [a for a in selectors if a.selector.matches(labels)]  # type: ignore[union-attr]
+        found = labels(node)
+        hits = [a for a in selectors if a.selector.matches(found)]  # type: ignore[union-attr]
         matched.update(a.path for a in hits)
         if len(hits) > 1:
             clashes[(hits[0].path, hits[1].path)].append(name)

@@ -13,17 +13,17 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from migops.api.migsync import CONFIG_FILE, NODES_FILE
+from migops.api.objects import LabelSelector, Requirement
 from migops.gitops.reasons import SourceReason
 from migops.gitops.schema import schema_problems
 from migops.mig.fit import fit
 from migops.mig.problems import MigError, Problem, index_path, key_path
 from migops.mig.spec import MigPartedConfig, parse_config
+from migops.mig.strategy import STRATEGIES, Strategy, as_strategy
 from migops.mig.text import listed
-from migops.mig.validate import STRATEGIES
 from migops.mig.yamlsafe import load_yaml
 
-CONFIG_FILE = "config.yaml"
-NODES_FILE = "nodes.yaml"
 _TOP_FIELDS = ("version", "strategy", "configMap", "rollout", "default", "prune", "assignments", "suggest")
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 _DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
@@ -58,35 +58,6 @@ class RepoError(Exception):
         self.reason = reason
         errors = [p for p in self.problems if p.severity == "error"] or list(self.problems)
         super().__init__(listed(errors, 5, sep="; "))
-
-
-@dataclass(frozen=True)
-class Requirement:
-    key: str
-    operator: str
-    values: tuple[str, ...] = ()
-
-    def matches(self, labels: Mapping[str, str]) -> bool:
-        if self.operator == "In":
-            return labels.get(self.key) in self.values
-        if self.operator == "NotIn":
-            return self.key not in labels or labels[self.key] not in self.values
-        if self.operator == "Exists":
-            return self.key in labels
-        return self.key not in labels  # DoesNotExist
-
-
-@dataclass(frozen=True)
-class LabelSelector:
-    """metav1.LabelSelector: matchLabels and matchExpressions, ANDed. Empty matches every node."""
-
-    match_labels: tuple[tuple[str, str], ...] = ()
-    match_expressions: tuple[Requirement, ...] = ()
-
-    def matches(self, labels: Mapping[str, str]) -> bool:
-        return all(labels.get(k) == v for k, v in self.match_labels) and all(
-            r.matches(labels) for r in self.match_expressions
-        )
 
 
 @dataclass(frozen=True)
@@ -136,7 +107,7 @@ _ROLLOUT_FIELDS = ("maxUnavailable", "maxDefaulted", "progressDeadlineSeconds")
 
 @dataclass(frozen=True)
 class NodesFile:
-    strategy: str | None = None  # must equal the ClusterPolicy's when given
+    strategy: Strategy | None = None  # must equal the ClusterPolicy's when given
     configmap_name: str | None = None  # None: the ClusterPolicy's
     configmap_namespace: str | None = None
     max_unavailable: int | str = 1  # a count, or "25%"
@@ -251,7 +222,7 @@ def _check_references(config: MigPartedConfig, nodes: NodesFile, cfg_file: str, 
     for name in config.names():
         if name in referenced:
             continue
-        for p in fit(config, name, None, nodes.strategy).problems:  # type: ignore[arg-type]
+        for p in fit(config, name, None, nodes.strategy).problems:
             if p.severity == "error":
                 p = Problem(p.path, p.rule, p.message + " (no assignment names this config)", "warning")
             problems.append(RepoProblem(cfg_file, p))
@@ -294,12 +265,11 @@ def parse_nodes(doc: object, problems: list[Problem]) -> NodesFile | None:
                 else "missing 'version' (must be \"v1\")",
             )
         )
-    strategy = doc.get("strategy")
-    if strategy is not None and strategy not in STRATEGIES:
+    written = doc.get("strategy")
+    strategy = as_strategy(written)
+    if written is not None and strategy is None:
         problems.append(
-            Problem(
-                "strategy", "invalid-strategy", f"strategy must be one of {', '.join(STRATEGIES)}, not {strategy!r}"
-            )
+            Problem("strategy", "invalid-strategy", f"strategy must be one of {', '.join(STRATEGIES)}, not {written!r}")
         )
     cm_name = cm_ns = None
     cm = doc.get("configMap")

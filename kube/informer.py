@@ -26,6 +26,8 @@ from typing import Any
 from kubernetes.client.exceptions import ApiException
 from kubernetes.watch.watch import iter_resp_lines
 
+from migops.api import objects
+
 log = logging.getLogger(__name__)
 
 Obj = dict[str, Any]
@@ -34,14 +36,14 @@ Handler = Callable[[str, Obj], None]  # (ADDED | MODIFIED | DELETED, object)
 
 def object_key(obj: Mapping[str, Any]) -> str:
     """`namespace/name`, or `name` for cluster-scoped objects."""
-    meta = obj.get("metadata") or {}
+    meta = objects.meta(obj)
     ns = meta.get("namespace")
     return f"{ns}/{meta.get('name')}" if ns else str(meta.get("name"))
 
 
 def drop_managed_fields(obj: Obj) -> Obj:
     """The default transform: managedFields are large and no reader of the cache needs them."""
-    (obj.get("metadata") or {}).pop("managedFields", None)
+    (obj.get("metadata") or {}).pop("managedFields", None)  # in place: the object is the informer's own copy
     return obj
 
 
@@ -178,7 +180,7 @@ class Informer:
             obj = self._transform(obj)
             fresh[object_key(obj)] = obj
         self.missing = False
-        self._replace(fresh, (doc.get("metadata") or {}).get("resourceVersion"))
+        self._replace(fresh, objects.meta(doc).get("resourceVersion"))
 
     def _replace(self, fresh: dict[str, Obj], resource_version: str | None) -> None:
         """Make `fresh` the cache (a list's result) and report the differences as events."""
@@ -255,7 +257,7 @@ class Informer:
 
 
 def _rv(obj: Mapping[str, Any]) -> str | None:
-    return (obj.get("metadata") or {}).get("resourceVersion")
+    return objects.meta(obj).get("resourceVersion")
 
 
 def _describe(exc: BaseException) -> str:

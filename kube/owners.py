@@ -21,9 +21,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import lru_cache
 
-from migops.gitops.repo import LabelSelector, Requirement
+from migops.api.names import OWNER_LABEL
+from migops.api.objects import LabelSelector, Requirement
 
-OWNER_LABEL = "migops.io/mig-owner"
 ENV = "MIGOPS_DYNAMIC_MIG_SELECTOR"
 DEFAULT_SELECTOR = OWNER_LABEL
 

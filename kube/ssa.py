@@ -3,16 +3,18 @@
 The typed API needs one method per kind; an apply body already says its apiVersion and kind, so one
 function serves every kind migops writes. Bodies are plain dicts (the client's generated models changed
 in v37; dicts did not), sent as `application/apply-patch+yaml` with a named field manager, so a manager
-owns exactly the fields it sends: a label it stops sending is removed, fields owned by the GPU Operator,
+owns exactly the fields it sends (what it owns is read back by `migops.api.objects.owned_keys`): a label it stops sending is removed, fields owned by the GPU Operator,
 Argo CD or Flux are never touched.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
 from kubernetes import client as k8s
+
+from migops.api import objects
 
 APPLY_CONTENT_TYPE = "application/apply-patch+yaml"
 
@@ -86,7 +88,7 @@ def apply(
     `decode=False` skips parsing the returned object (a Node is kilobytes of JSON; a controller that
     writes thousands of labels has no use for it) and returns {}.
     """
-    meta = body.get("metadata") or {}
+    meta = objects.meta(body)
     path = object_path(body["apiVersion"], body["kind"], meta["name"], meta.get("namespace"))
     if subresource:
         path += f"/{subresource}"
@@ -113,30 +115,3 @@ def apply(
         return {}
     decoded: dict[str, Any] = result
     return decoded
-
-
-def owned_keys(
-    obj: Mapping[str, Any],
-    manager: str,
-    path: Sequence[str],
-    *,
-    subresource: str | None = None,
-    operation: str = "Apply",
-) -> set[str]:
-    """Keys of the map at `path` (e.g. ("metadata", "labels")) that `manager` owns in `obj`'s
-    managedFields. A manager that applies must send every field it owns each time (a field left out
-    is removed); a restarted process learns here what its predecessor owned, so its first apply does
-    not drop them."""
-    keys: set[str] = set()
-    for entry in (obj.get("metadata") or {}).get("managedFields") or ():
-        if (
-            entry.get("manager") != manager
-            or entry.get("operation") != operation
-            or (entry.get("subresource") or None) != subresource
-        ):
-            continue
-        fields = entry.get("fieldsV1") or {}
-        for part in path:
-            fields = fields.get(f"f:{part}") or {}
-        keys.update(k[2:] for k in fields if k.startswith("f:"))
-    return keys

@@ -20,6 +20,7 @@ from pathlib import Path
 from kubernetes import client as k8s
 from kubernetes.client import ApiClient
 
+from migops.api.names import POLICY_PROBE_LABEL
 from migops.local import identity
 from migops.local.identity import NAMESPACE
 
@@ -47,7 +48,7 @@ def wait_in_force(agent_kubeconfig: Path, node: str, timeout: float = 30.0) -> N
     does not run here, so its effect is the only sign."""
     from kubernetes import config
 
-    probe = {"metadata": {"labels": {"migops.io/policy-probe": "x"}}}
+    probe = {"metadata": {"labels": {POLICY_PROBE_LABEL: "x"}}}
     deadline = time.monotonic() + timeout
     with config.new_client_from_config(config_file=str(agent_kubeconfig)) as api:
         core = k8s.CoreV1Api(api)

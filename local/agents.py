@@ -29,6 +29,7 @@ from kubernetes import client as k8s
 from kubernetes.client import ApiClient
 from kubernetes.client.exceptions import ApiException
 
+from migops.api.objects import NodeFacts
 from migops.local.process import ProcessRef, spawn
 
 MIG_CONFIGMAP = ("gpu-operator", "default-mig-parted-config")
@@ -135,7 +136,7 @@ def wait_ready(api: ApiClient, names: Sequence[str], timeout: float = 90.0) -> l
     deadline = time.monotonic() + timeout
     waiting = list(names)
     while waiting and time.monotonic() < deadline:
-        waiting = [n for n in waiting if "nvidia.com/mig.config.state" not in (core.read_node(n).metadata.labels or {})]
+        waiting = [n for n in waiting if NodeFacts.from_obj(core.read_node(n), offers=False).state is None]
         if waiting:
             time.sleep(0.3)
     return waiting

@@ -36,8 +36,8 @@ import yaml
 from kubernetes import client as k8s
 from kubernetes.client import ApiClient
 
+from migops.api.names import LOCAL_MANAGER, MIG_CONFIG_LABEL
 from migops.kube import crds, ssa
-from migops.kube.names import LOCAL_MANAGER
 from migops.local import flux, gitserver
 from migops.local.binaries import BinariesUnavailable, run_script
 from migops.local.ports import LOOPBACK, free_ports
@@ -436,7 +436,7 @@ def node_manifest(node: str, config: str, *, wave: int | None = None) -> str:
     body = {
         "apiVersion": "v1",
         "kind": "Node",
-        "metadata": {"name": node, "labels": {"nvidia.com/mig.config": config}, "annotations": annotations},
+        "metadata": {"name": node, "labels": {MIG_CONFIG_LABEL: config}, "annotations": annotations},
     }
     return yaml.safe_dump(body, sort_keys=False, width=1000)
 

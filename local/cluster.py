@@ -26,11 +26,19 @@ from typing import Any
 from kubernetes import client as k8s
 from kubernetes.client import ApiClient
 
-from migops.kube import crds
-from migops.kube.names import GPU_COUNT_LABEL, GPU_RESOURCE, LOCAL_MANAGER
+from migops.api.names import (
+    DEPLOY_MIG_MANAGER_LABEL,
+    DEVICE_ID_LABEL,
+    GPU_COUNT_LABEL,
+    GPU_RESOURCE,
+    LOCAL_MANAGER,
+    MIG_CAPABLE_LABEL,
+    MIG_CONFIG_LABEL,
+)
+from migops.kube import clusterpolicy, crds
 from migops.mig.catalogue import GpuModel
-from migops.mig.gfd import DEVICE_ID_LABEL, MIG_CONFIG_LABEL, node_labels_without_mig
-from migops.mig.validate import Strategy
+from migops.mig.gfd import node_labels_without_mig
+from migops.mig.strategy import STRATEGIES, Strategy
 from migops.mig.yamlsafe import load_yaml
 
 APPLY = "application/apply-patch+yaml"
@@ -46,12 +54,10 @@ _GOARCH = {
     "s390x": "s390x",
 }
 OPERATOR_MANAGER = "gpu-operator"
-OPERATOR_NAMESPACE = "gpu-operator"
+OPERATOR_NAMESPACE = clusterpolicy.DEFAULT_NAMESPACE
+CLUSTERPOLICY_API_VERSION = f"{clusterpolicy.GROUP}/{clusterpolicy.VERSION}"
 CLUSTER_POLICY = "cluster-policy"
-CRD_NAME = "clusterpolicies.nvidia.com"
-STRATEGIES = ("none", "single", "mixed")
-MIG_CAPABLE_LABEL = "nvidia.com/mig.capable"
-DEPLOY_MIG_MANAGER_LABEL = "nvidia.com/gpu.deploy.mig-manager"
+CRD_NAME = f"{clusterpolicy.PLURAL}.{clusterpolicy.GROUP}"
 NODE_PREFIX = "gpu-node-"
 NODE_RESOURCES = {"cpu": "128", "memory": "2Ti", "pods": "110", "ephemeral-storage": "1Ti"}
 NOT_READY_TAINT = "node.kubernetes.io/not-ready"
@@ -125,7 +131,7 @@ def apply_node(api: ApiClient, node: NodeSpec) -> None:
     k8s.CoreV1Api(api).patch_node(node.name, body, field_manager=KUBELET_MANAGER, _content_type=APPLY)
     apply_labels(api, node)
     # What the device plugin would advertise for GPUs with MIG disabled: one per GPU.
-    mark_ready(api, node.name, {"nvidia.com/gpu": gpu_count(node)})
+    mark_ready(api, node.name, {GPU_RESOURCE: gpu_count(node)})
 
 
 def gpu_count(node: NodeSpec) -> str:
@@ -213,7 +219,7 @@ def install_clusterpolicy_crd(api: ApiClient, *, timeout: float = 30.0) -> None:
 def apply_cluster_policy(api: ApiClient, strategy: str) -> None:
     """The `cluster-policy` object with the MIG strategy and a default-enabled MIG manager."""
     body = {
-        "apiVersion": "nvidia.com/v1",
+        "apiVersion": CLUSTERPOLICY_API_VERSION,
         "kind": "ClusterPolicy",
         "metadata": {"name": CLUSTER_POLICY},
         "spec": {
@@ -224,7 +230,7 @@ def apply_cluster_policy(api: ApiClient, strategy: str) -> None:
                 "repository": "nvcr.io/nvidia/cloud-native",
                 "image": "k8s-mig-manager",
                 "version": "v0.15.0",
-                "config": {"name": "default-mig-parted-config", "default": "all-disabled"},
+                "config": {"name": clusterpolicy.DEFAULT_CONFIG_NAME, "default": clusterpolicy.DEFAULT_CONFIG},
                 "gpuClientsConfig": {"name": ""},
                 "env": [{"name": "WITH_REBOOT", "value": "false"}],
             },
@@ -232,16 +238,22 @@ def apply_cluster_policy(api: ApiClient, strategy: str) -> None:
     }
     objects = k8s.CustomObjectsApi(api)
     objects.patch_cluster_custom_object(
-        "nvidia.com", "v1", "clusterpolicies", CLUSTER_POLICY, body, field_manager=OPERATOR_MANAGER, _content_type=APPLY
+        clusterpolicy.GROUP,
+        clusterpolicy.VERSION,
+        clusterpolicy.PLURAL,
+        CLUSTER_POLICY,
+        body,
+        field_manager=OPERATOR_MANAGER,
+        _content_type=APPLY,
     )
     # What a healthy operator reports; tools that wait for the operator see it ready.
     objects.patch_cluster_custom_object_status(
-        "nvidia.com",
-        "v1",
-        "clusterpolicies",
+        clusterpolicy.GROUP,
+        clusterpolicy.VERSION,
+        clusterpolicy.PLURAL,
         CLUSTER_POLICY,
         {
-            "apiVersion": "nvidia.com/v1",
+            "apiVersion": CLUSTERPOLICY_API_VERSION,
             "kind": "ClusterPolicy",
             "metadata": {"name": CLUSTER_POLICY},
             "status": {"state": "ready", "namespace": OPERATOR_NAMESPACE},

@@ -35,9 +35,8 @@ from typing import Any, TypeVar
 
 from kubernetes import client as k8s
 
-from migops.cli.render import draw_layout, table
-from migops.kube.informer import Informer
-from migops.kube.names import (
+from migops.api import objects
+from migops.api.names import (
     APPLIED_ANNOTATION,
     DIGEST_ANNOTATION,
     DRIFT_ANNOTATION,
@@ -45,11 +44,16 @@ from migops.kube.names import (
     LAYOUT_ANNOTATION,
     MIG_CONFIG_LABEL,
     MIG_CONFIG_STATE_LABEL,
+    MIG_RESOURCE_PREFIX,
+    NVIDIA_PREFIX,
 )
+from migops.cli.render import draw_layout, table
+from migops.kube.informer import Informer
 from migops.local import agents as local_agents
 from migops.local import reconciler as local_reconciler
 from migops.local import stack, state
 from migops.mig.catalogue import catalogue
+from migops.mig.gfd import resource_name
 from migops.mig.placement import Placement
 from migops.mig.spec import parse_config
 
@@ -124,7 +128,7 @@ class Rollout:
         self.lock = threading.Lock()
 
     def seen(self, kind: str, node: dict[str, Any]) -> None:
-        meta = node.get("metadata") or {}
+        meta = objects.meta(node)
         name, labels, notes = meta.get("name"), meta.get("labels") or {}, meta.get("annotations") or {}
         if name not in self.desired:
             return
@@ -305,7 +309,7 @@ class Demo:
         self.c.wait(f"the MigSync to record revision {head[:12]} as applied", lambda: self.applied_revision(head), 60)
         self.run(["kubectl", "get", "nodes", "-L", f"{MIG_CONFIG_LABEL},{MIG_CONFIG_STATE_LABEL},{GPU_PRODUCT_LABEL}"])
         labels = self.core.read_node("gpu-node-1").metadata.labels
-        shown = {k: v for k, v in sorted(labels.items()) if k.startswith(("nvidia.com/mig-3g", "nvidia.com/mig."))}
+        shown = {k: v for k, v in sorted(labels.items()) if k.startswith((resource_name("3g"), f"{NVIDIA_PREFIX}mig."))}
         self.c.say("GFD's labels on gpu-node-1 (mixed strategy; nvidia.com/mig-3g.40gb.* and nvidia.com/mig.*):")
         for key, value in shown.items():
             self.c.say(f'  "{key}": "{value}"')
@@ -423,10 +427,10 @@ class Demo:
         seen: list[tuple[str, dict[str, str]]] = []
 
         def watch(kind: str, obj: dict[str, Any]) -> None:
-            notes = (obj.get("metadata") or {}).get("annotations") or {}
+            notes = objects.annotations_of(obj)
             if obj["metadata"].get("name") == node and DRIFT_ANNOTATION in notes and not seen:
                 alloc = (obj.get("status") or {}).get("allocatable") or {}
-                seen.append((notes[DRIFT_ANNOTATION], {k: v for k, v in alloc.items() if k.startswith("nvidia.com/")}))
+                seen.append((notes[DRIFT_ANNOTATION], {k: v for k, v in alloc.items() if k.startswith(NVIDIA_PREFIX)}))
 
         began = time.monotonic()
         with Informer(self.core.list_node, handler=watch, watch_timeout=60) as informer:
@@ -467,10 +471,10 @@ class Demo:
         offered: dict[str, int] = {}
         for node in self.nodes():
             for key, value in (node.status.allocatable or {}).items():
-                if key.startswith("nvidia.com/mig-"):
+                if key.startswith(MIG_RESOURCE_PREFIX):
                     offered[key] = offered.get(key, 0) + int(value)
         pods = {f"cuda-{r.split('mig-')[1].replace('.', '-')}": (r, 1) for r in sorted(offered)}
-        pods["cuda-too-big"] = ("nvidia.com/mig-3g.40gb", offered.get("nvidia.com/mig-3g.40gb", 0) + 1)
+        pods["cuda-too-big"] = (resource_name("3g.40gb"), offered.get(resource_name("3g.40gb"), 0) + 1)
         self.c.say("The verification workload of NVIDIA's documentation, one Pod per MIG resource the nodes offer")
         self.c.say("(`nvidia-smi -L` in a CUDA container), plus one asking for more 3g.40gb instances than exist:")
         for name, (resource, count) in pods.items():
@@ -528,8 +532,8 @@ class Demo:
         self.c.say("gpu-node-1 runs a pod on one 1g.10gb instance; two pods wait for 2g.20gb, which no node offers")
         self.c.say("(h100-inference and a100-training have none):")
         before = (self.core.read_node("gpu-node-1").metadata.annotations or {}).get(LAYOUT_ANNOTATION)
-        pods = {"inference": ("nvidia.com/mig-1g.10gb", "gpu-node-1"), "train-a": ("nvidia.com/mig-2g.20gb", None)}
-        pods["train-b"] = ("nvidia.com/mig-2g.20gb", None)
+        pods = {"inference": (resource_name("1g.10gb"), "gpu-node-1"), "train-a": (resource_name("2g.20gb"), None)}
+        pods["train-b"] = (resource_name("2g.20gb"), None)
         for name, (resource, node) in pods.items():
             spec: dict[str, Any] = {
                 "restartPolicy": "Never",
@@ -595,9 +599,9 @@ class Demo:
             models = {g.get("device_id") for g in layout}
             gpu = f"{len(layout)} x {', '.join(cat.resolve(d).name for d in sorted(models) if d)}"
             resources = ", ".join(
-                f"{k.removeprefix('nvidia.com/')}={v}"
+                f"{k.removeprefix(NVIDIA_PREFIX)}={v}"
                 for k, v in sorted((node.status.allocatable or {}).items())
-                if k.startswith("nvidia.com/")
+                if k.startswith(NVIDIA_PREFIX)
             )
             rows.append(
                 [

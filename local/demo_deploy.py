@@ -23,11 +23,13 @@ import tempfile
 import time
 from pathlib import Path
 
+from migops.api.names import MIG_CONFIG_LABEL, MIG_CONFIG_STATE_LABEL, MIG_RESOURCE_PREFIX, STATE_SUCCESS
 from migops.local.binaries import locate
 from migops.local.deploy import ROOT
+from migops.mig.gfd import resource_name
 
 NODE = "migops-node"
-RESOURCE = "nvidia.com/mig-1g.10gb"
+RESOURCE = resource_name("1g.10gb")
 
 
 def _say(text: str) -> None:
@@ -93,14 +95,14 @@ def main() -> int:
             node = json.loads(_run(*kubectl, "get", "node", NODE, "-o", "json", env=env, capture=True))
             labels = node["metadata"]["labels"]
             ok = (
-                labels.get("nvidia.com/mig.config.state") == "success"
+                labels.get(MIG_CONFIG_STATE_LABEL) == STATE_SUCCESS
                 and int(node["status"].get("allocatable", {}).get(RESOURCE, "0")) > 0
             )
             return node if ok else None
 
         node = _until(applied, 180, f"{NODE}: a MIG config applied with {RESOURCE} allocatable")
-        mig = {k: v for k, v in node["status"]["allocatable"].items() if k.startswith("nvidia.com/mig-")}
-        print(f"{NODE}: nvidia.com/mig.config={node['metadata']['labels']['nvidia.com/mig.config']}, allocatable {mig}")
+        mig = {k: v for k, v in node["status"]["allocatable"].items() if k.startswith(MIG_RESOURCE_PREFIX)}
+        print(f"{NODE}: {MIG_CONFIG_LABEL}={node['metadata']['labels'][MIG_CONFIG_LABEL]}, allocatable {mig}")
 
         _say(f"a verification Pod asking for one {RESOURCE}, running for real on {NODE}")
         pod = {

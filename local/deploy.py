@@ -23,6 +23,8 @@ from kubernetes import client as k8s
 from kubernetes.client import ApiClient
 from kubernetes.client.exceptions import ApiException
 
+from migops.api.migsync import API_VERSION as MIGSYNC_API_VERSION
+from migops.api.migsync import KIND as MIGSYNC_KIND
 from migops.kube import ssa
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -121,8 +123,8 @@ def migsync(repo: str, ref: str | None, path: str, interval: str = "10s") -> dic
     if path:
         spec["path"] = path
     return {
-        "apiVersion": "migops.io/v1alpha1",
-        "kind": "MigSync",
+        "apiVersion": MIGSYNC_API_VERSION,
+        "kind": MIGSYNC_KIND,
         "metadata": {"name": MIGSYNC, "namespace": NAMESPACE},
         "spec": spec,
     }

@@ -27,8 +27,8 @@ import yaml
 from kubernetes import client as k8s
 from kubernetes.client import ApiClient
 
+from migops.api.names import LOCAL_MANAGER
 from migops.kube import crds, ssa
-from migops.kube.names import LOCAL_MANAGER
 from migops.local import gitserver
 from migops.local.binaries import BinariesUnavailable, run_script
 from migops.local.ports import LOOPBACK, free_ports

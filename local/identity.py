@@ -22,8 +22,8 @@ import yaml
 from kubernetes import client as k8s
 from kubernetes.client import ApiClient
 
+from migops.api.names import LOCAL_MANAGER
 from migops.kube import ssa
-from migops.kube.names import LOCAL_MANAGER
 from migops.local import kubeconfig
 
 NAMESPACE = "migops-system"  # the manifests' namespace (manifests/base/kustomization.yaml)

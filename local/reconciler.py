@@ -82,9 +82,9 @@ def start(
     on a signed POST /hook, as a git host's push webhook would send it."""
     from kubernetes import client as k8s
 
+    from migops.api.names import LOCAL_MANAGER
     from migops.gitops.verify import TrustPolicy
     from migops.kube import ssa
-    from migops.kube.names import LOCAL_MANAGER
     from migops.reconciler.status import SyncSpec, install_crd, migsync_object, parse_duration
 
     k8s.CoreV1Api(api).patch_namespace(

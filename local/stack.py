@@ -23,8 +23,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from migops.api.names import LOCAL_MANAGER
 from migops.kube import ssa
-from migops.kube.names import LOCAL_MANAGER
 from migops.local import (
     agent_identity,
     agents,

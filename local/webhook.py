@@ -20,8 +20,8 @@ from pathlib import Path
 
 from kubernetes.client import ApiClient
 
+from migops.api.names import LOCAL_MANAGER
 from migops.certs.rotation import DirectoryStore, rotate
-from migops.kube.names import LOCAL_MANAGER
 from migops.local.ports import LOOPBACK, free_ports
 from migops.local.process import ProcessRef, is_alive, spawn, stop
 from migops.webhook.registration import register

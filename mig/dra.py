@@ -683,7 +683,7 @@ class ClaimDemand:
     """MIG demand from one pending claim request: `count` devices of any of `profiles`, on one node.
 
     The fields are those of migops.suggest's Demand (on the suggest branch, not merged when this was
-    written; the MIG core cannot import gitops' LabelSelector): it is built as
+    written; the MIG core cannot import migops.api's LabelSelector): it is built as
     Demand(namespace, name, profiles, count, priority,
            (LabelSelector(match_labels=node_selector),) if node_selector else (), kind)."""
 

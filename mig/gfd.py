@@ -4,7 +4,7 @@
 The contract is GFD's (NVIDIA/k8s-device-plugin internal/lm; mig-hardware.md section 6), so users can
 predict the labels and resources a config produces, the local stack can label simulated nodes the
 way a GPU Operator cluster does, and the webhook and gitops read a node's GPUs from the same labels.
-Pure functions over label dicts; the names are re-exported by `migops.kube.names`.
+Pure functions over label dicts; the names are re-exported by `migops.api.names`.
 """
 
 from __future__ import annotations
@@ -24,6 +24,8 @@ PREFIX = "nvidia.com/"
 DEVICE_ID_LABEL = "migops.io/gpu.device-id"  # ours: the PCI device ID, which GFD does not publish
 MIG_CONFIG_LABEL = "nvidia.com/mig.config"
 MIG_CONFIG_STATE_LABEL = "nvidia.com/mig.config.state"
+MIG_CAPABLE_LABEL = f"{PREFIX}mig.capable"
+MIG_STRATEGY_LABEL = f"{PREFIX}mig.strategy"
 GPU_PRODUCT_LABEL = f"{PREFIX}gpu.product"
 GPU_COUNT_LABEL = f"{PREFIX}gpu.count"
 GPUS_ANNOTATION = "migops.io/gpus"  # the agent's: the node's GPUs in index order, "0x233010DE,0x233010DE"
@@ -62,7 +64,7 @@ def is_gfd_label(key: str) -> bool:
     return (
         key in GPU_ATTRIBUTE_LABELS
         or MIG_DEVICE_LABEL.match(key) is not None
-        or key in (f"{PREFIX}mig.capable", f"{PREFIX}mig.strategy", DEVICE_ID_LABEL)
+        or key in (MIG_CAPABLE_LABEL, MIG_STRATEGY_LABEL, DEVICE_ID_LABEL)
     )
 
 
@@ -95,12 +97,12 @@ def node_labels_without_mig(
         {
             f"{PREFIX}gpu.replicas": "1",
             f"{PREFIX}gpu.sharing-strategy": "none",
-            f"{PREFIX}mig.capable": "true" if (gpu.mig_capable if mig_capable is None else mig_capable) else "false",
+            MIG_CAPABLE_LABEL: "true" if (gpu.mig_capable if mig_capable is None else mig_capable) else "false",
             DEVICE_ID_LABEL: gpu.device_id,
         }
     )
     if strategy in ("single", "mixed"):
-        labels[f"{PREFIX}mig.strategy"] = strategy
+        labels[MIG_STRATEGY_LABEL] = strategy
     return labels
 
 

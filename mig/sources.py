@@ -25,7 +25,7 @@ from migops.mig.spec import CONFIGMAP_KEY, MigPartedConfig, decode_document, is_
 from migops.mig.yamlsafe import DEFAULT_LIMITS, Document, Limits, read_first, read_stream
 
 DEFAULT_CONFIGMAP = "default-mig-parted-config"
-MIG_CONFIG_LABEL = "migops.io/mig-config"
+MIG_CONFIGMAP_LABEL = "migops.io/mig-config"  # "true" on any other ConfigMap holding a MIG config
 
 
 @dataclass(frozen=True)
@@ -73,7 +73,7 @@ def _is_mig_configmap(obj: Mapping[str, object]) -> tuple[bool, bool]:
     meta = _mapping(obj.get("metadata"))
     labels = meta.get("labels")
     declared = meta.get("name") == DEFAULT_CONFIGMAP or (
-        isinstance(labels, Mapping) and labels.get(MIG_CONFIG_LABEL) == "true"
+        isinstance(labels, Mapping) and labels.get(MIG_CONFIGMAP_LABEL) == "true"
     )
     data = obj.get("data")
     payload = data.get(CONFIGMAP_KEY) if isinstance(data, Mapping) else None

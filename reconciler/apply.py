@@ -32,8 +32,9 @@ from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import HTTPError as Urllib3Error
 
 from migops import logs
-from migops.kube import ssa
-from migops.kube.names import (
+from migops.api.migsync import API_VERSION as MIGSYNC_API_VERSION
+from migops.api.migsync import KIND as MIGSYNC_KIND
+from migops.api.names import (
     CONFIGMAP_KEY,
     MANAGED_BY_ANNOTATION,
     MIG_CONFIG_LABEL,
@@ -41,8 +42,7 @@ from migops.kube.names import (
     RECONCILER_MANAGER,
     REVISION_ANNOTATION,
 )
-from migops.reconciler.status import API_VERSION as MIGSYNC_API_VERSION
-from migops.reconciler.status import KIND as MIGSYNC_KIND
+from migops.kube import ssa
 
 log = logging.getLogger(__name__)
 

@@ -28,12 +28,16 @@ from typing import Any, cast
 from kubernetes import client as k8s
 
 from migops import logs
+from migops.api.names import (
+    MIG_CONFIG_STATE_LABEL,
+    STATE_FAILED,
+    STATE_SUCCESS,
+)
 from migops.gitops.desired import DesiredState, FitCache
 from migops.gitops.source import GitAuth, default_cache_dir
 from migops.gitops.verify import TrustPolicy
 from migops.kube import clusterpolicy
 from migops.kube.informer import Informer
-from migops.kube.names import MIG_CONFIG_STATE_LABEL, STATE_FAILED, STATE_SUCCESS
 from migops.reconciler import loop, steps, summary
 from migops.reconciler import record as applied_record
 from migops.reconciler import status as st

@@ -12,8 +12,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from migops.api.names import MIG_CONFIG_LABEL
 from migops.gitops.desired import DesiredState
-from migops.kube.names import MIG_CONFIG_LABEL
 from migops.mig.text import listed
 from migops.reconciler import matching, steps
 from migops.reconciler.apply import NullWriter, WriteError, Writer

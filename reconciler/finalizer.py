@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 from dataclasses import replace
 
-from migops.kube.names import MANAGED_BY_ANNOTATION, MIGSYNC_FINALIZER
+from migops.api.names import MANAGED_BY_ANNOTATION, MIGSYNC_FINALIZER
 from migops.mig.text import listed
 from migops.reconciler.apply import WriteError
 from migops.reconciler.ports import Ports

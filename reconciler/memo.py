@@ -9,8 +9,8 @@ from __future__ import annotations
 from collections.abc import Hashable, Mapping
 from typing import Any
 
+from migops.api.names import GPUS_ANNOTATION, MIG_CONFIG_LABEL, MIG_CONFIG_STATE_LABEL
 from migops.gitops.desired import DesiredState
-from migops.kube.names import GPUS_ANNOTATION, MIG_CONFIG_LABEL, MIG_CONFIG_STATE_LABEL
 from migops.reconciler.reasons import Failure
 
 _NOT_READ = (MIG_CONFIG_LABEL, MIG_CONFIG_STATE_LABEL)  # labels resolving never reads (they change in a rollout)

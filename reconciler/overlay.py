@@ -11,7 +11,7 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from migops.kube.names import MANAGED_BY_ANNOTATION, MIG_CONFIG_LABEL
+from migops.api.names import MANAGED_BY_ANNOTATION, MIG_CONFIG_LABEL
 from migops.reconciler.plan import with_config_label, without_annotations
 
 _RELEASED = object()  # a release (annotations removed, label left as it is)

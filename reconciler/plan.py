@@ -17,20 +17,15 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from datetime import datetime
 from enum import StrEnum
-from typing import Any, cast
+from typing import Any
 
-from migops.gitops.desired import DesiredState, NodeTarget
-from migops.kube.names import (
-    APPLIED_ANNOTATION,
-    DIGEST_ANNOTATION,
+from migops.api import objects
+from migops.api.names import (
+    AGENT_ANNOTATIONS,
     DRIFT_ANNOTATION,
-    GPUS_ANNOTATION,
-    LAYOUT_ANNOTATION,
     MANAGED_BY_ANNOTATION,
     MIG_CONFIG_LABEL,
-    MIG_CONFIG_STATE_LABEL,
     REASON_ANNOTATION,
     RECONCILER_MANAGER,
     REVISION_ANNOTATION,
@@ -38,13 +33,13 @@ from migops.kube.names import (
     STATE_PENDING,
     STATE_REBOOTING,
     STATE_SUCCESS,
-    UNMANAGED_LABEL,
 )
+from migops.api.objects import NodeFacts, is_unmanaged, label_owner_entry
+from migops.gitops.desired import DesiredState, NodeTarget
 from migops.kube.owners import node_owner
 
-_AGENT_ANNOTATIONS = (DIGEST_ANNOTATION, APPLIED_ANNOTATION, GPUS_ANNOTATION, LAYOUT_ANNOTATION)
 _KEPT_ANNOTATIONS = (
-    *_AGENT_ANNOTATIONS,
+    *AGENT_ANNOTATIONS,
     REASON_ANNOTATION,
     DRIFT_ANNOTATION,
     MANAGED_BY_ANNOTATION,
@@ -78,8 +73,8 @@ def trim_for_reconciler(obj: dict[str, Any]) -> dict[str, Any]:
     """Informer transform: a Node as the reconciler reads it (name, labels, the agent's annotations, and
     our own managedFields entry for the config label when we own it); the rest is status nobody here
     needs. The result is still a Node's shape: resolve() and node_gpus() read it like any Node."""
-    meta = obj.get("metadata") or {}
-    annotations = meta.get("annotations") or {}
+    meta = objects.meta(obj)
+    annotations = objects.annotations_of(obj)
     return {
         "metadata": {
             "name": meta.get("name"),
@@ -87,47 +82,40 @@ def trim_for_reconciler(obj: dict[str, Any]) -> dict[str, Any]:
             "resourceVersion": meta.get("resourceVersion"),
             "labels": meta.get("labels") or {},
             "annotations": {k: annotations[k] for k in _KEPT_ANNOTATIONS if k in annotations},
-            "managedFields": _our_label_entry(meta.get("managedFields")),
+            "managedFields": _our_label_entry(obj),
         }
     }
 
 
-def _our_label_entry(managed: Any) -> list[dict[str, Any]]:
+def _our_label_entry(obj: Mapping[str, Any]) -> list[dict[str, Any]]:
     """Our Apply entry, cut down to the config label, when our field manager owns that label."""
-    for entry in managed or ():
-        if entry.get("manager") == RECONCILER_MANAGER and entry.get("operation") == "Apply":
-            labels = ((entry.get("fieldsV1") or {}).get("f:metadata") or {}).get("f:labels") or {}
-            if _LABEL_FIELD in labels:
-                return [
-                    {
-                        "manager": RECONCILER_MANAGER,
-                        "operation": "Apply",
-                        "time": entry.get("time"),
-                        "fieldsV1": {"f:metadata": {"f:labels": {_LABEL_FIELD: {}}}},
-                    }
-                ]
-    return []
+    entry = label_owner_entry(obj, RECONCILER_MANAGER, MIG_CONFIG_LABEL)
+    return [] if entry is None else [_owned_entry(entry.time)]
+
+
+def _owned_entry(time: str | None) -> dict[str, Any]:
+    """A managedFields entry of ours that owns the config label (what our apply leaves)."""
+    return {
+        "manager": RECONCILER_MANAGER,
+        "operation": "Apply",
+        "time": time,
+        "fieldsV1": {"f:metadata": {"f:labels": {_LABEL_FIELD: {}}}},
+    }
 
 
 def owns_config_label(obj: Mapping[str, Any]) -> bool:
     """Whether our field manager owns the node's nvidia.com/mig.config (from its managedFields)."""
-    return bool(_our_label_entry((obj.get("metadata") or {}).get("managedFields")))
+    return label_owner_entry(obj, RECONCILER_MANAGER, MIG_CONFIG_LABEL) is not None
 
 
-def unmanaged(obj: Mapping[str, Any]) -> bool:
-    """A person took the node out of management (migops.io/unmanaged=true): the reconciler leaves it."""
-    return ((obj.get("metadata") or {}).get("labels") or {}).get(UNMANAGED_LABEL) == "true"
+def config_state(obj: Mapping[str, Any]) -> NodeFacts:
+    """What a node shows of its MIG config, as the reconciler reads it (the offers left unread)."""
+    return NodeFacts.from_obj(obj, offers=False)
 
 
 def label_written_at(obj: Mapping[str, Any]) -> float | None:
     """When our field manager last wrote the config label (its managedFields time), unix seconds."""
-    for entry in _our_label_entry((obj.get("metadata") or {}).get("managedFields")):
-        if entry.get("time"):
-            try:
-                return datetime.fromisoformat(str(entry["time"]).replace("Z", "+00:00")).timestamp()
-            except ValueError:
-                return None
-    return None
+    return config_state(obj).label_written_at
 
 
 def defaulted(new: DesiredState, before: Mapping[str, str] | None) -> tuple[str, ...]:
@@ -147,12 +135,10 @@ def defaulted(new: DesiredState, before: Mapping[str, str] | None) -> tuple[str,
 def with_config_label(obj: Mapping[str, Any], label: str | None, owner: str = "", revision: str = "") -> dict[str, Any]:
     """The node as it is once our write of `label` (with the managed-by `owner` and `revision`
     annotations) lands; None: our label and annotations released and removed."""
-    meta = obj.get("metadata") or {}
-    labels = dict(meta.get("labels") or {})
+    meta = objects.meta(obj)
+    labels = dict(objects.labels(obj))
     annotations = {
-        k: v
-        for k, v in (meta.get("annotations") or {}).items()
-        if k not in (MANAGED_BY_ANNOTATION, REVISION_ANNOTATION)
+        k: v for k, v in objects.annotations_of(obj).items() if k not in (MANAGED_BY_ANNOTATION, REVISION_ANNOTATION)
     }
     if label is None:
         labels.pop(MIG_CONFIG_LABEL, None)
@@ -161,65 +147,17 @@ def with_config_label(obj: Mapping[str, Any], label: str | None, owner: str = ""
         annotations[MANAGED_BY_ANNOTATION] = owner
         if revision:
             annotations[REVISION_ANNOTATION] = revision
-    owned = (
-        _our_label_entry(
-            [
-                {
-                    "manager": RECONCILER_MANAGER,
-                    "operation": "Apply",
-                    "fieldsV1": {"f:metadata": {"f:labels": {_LABEL_FIELD: {}}}},
-                }
-            ]
-        )
-        if label is not None
-        else []
-    )
+    owned = [_owned_entry(None)] if label is not None else []
     return {**obj, "metadata": {**meta, "labels": labels, "annotations": annotations, "managedFields": owned}}
 
 
 def without_annotations(obj: Mapping[str, Any]) -> dict[str, Any]:
     """The node once our release (managed-by and revision annotations removed) lands."""
-    meta = obj.get("metadata") or {}
+    meta = objects.meta(obj)
     annotations = {
-        k: v
-        for k, v in (meta.get("annotations") or {}).items()
-        if k not in (MANAGED_BY_ANNOTATION, REVISION_ANNOTATION)
+        k: v for k, v in objects.annotations_of(obj).items() if k not in (MANAGED_BY_ANNOTATION, REVISION_ANNOTATION)
     }
     return {**obj, "metadata": {**meta, "annotations": annotations}}
-
-
-@dataclass(frozen=True)
-class NodeConfigState:
-    """What a node shows of its MIG config: the reconciler's reading (webhook/state.py has its own)."""
-
-    name: str
-    label: str | None  # nvidia.com/mig.config
-    state: str | None  # nvidia.com/mig.config.state
-    digest: str | None  # migops.io/mig.config.digest
-    reason: str | None  # migops.io/mig.config.reason
-    agent: bool  # run by the migops agent (it annotates), else by mig-manager or nothing
-    owned: bool  # our field manager owns the label
-    drift: str | None = None  # migops.io/mig.drift: what differs between the GPUs and the applied config
-    managed_by: str | None = None  # migops.io/managed-by
-    revision: str | None = None  # migops.io/mig.config.revision: the revision that gave it its label
-
-
-def config_state(obj: Mapping[str, Any]) -> NodeConfigState:
-    meta = obj.get("metadata") or {}
-    labels = meta.get("labels") or {}
-    annotations = meta.get("annotations") or {}
-    return NodeConfigState(
-        cast(str, meta.get("name")),  # a Node the informer lists always has its name
-        labels.get(MIG_CONFIG_LABEL),
-        labels.get(MIG_CONFIG_STATE_LABEL),
-        annotations.get(DIGEST_ANNOTATION),
-        annotations.get(REASON_ANNOTATION),
-        any(k in annotations for k in _AGENT_ANNOTATIONS),
-        owns_config_label(obj),
-        annotations.get(DRIFT_ANNOTATION),
-        annotations.get(MANAGED_BY_ANNOTATION),
-        annotations.get(REVISION_ANNOTATION),
-    )
 
 
 @dataclass(frozen=True)
@@ -260,8 +198,8 @@ def max_unavailable(value: int | str, total: int) -> int:
     return max(1, value)
 
 
-def is_done(view: NodeConfigState, target: NodeTarget, awaiting: bool) -> bool:
-    if view.label != target.config:
+def is_done(view: NodeFacts, target: NodeTarget, awaiting: bool) -> bool:
+    if view.config != target.config:
         return False
     awaiting = awaiting and not view.agent  # the digest tells an agent's node; only mig-manager needs the transition
     if view.state is None:
@@ -302,7 +240,7 @@ def plan(
     skipped: list[NodeStatus] = []
     for name in sorted(desired.targets):
         obj = nodes.get(name)
-        if obj is None or unmanaged(obj):
+        if obj is None or is_unmanaged(obj):
             continue
         dynamic = node_owner(obj)
         if dynamic is not None:  # neither written nor counted against the rollout's budget
@@ -319,7 +257,7 @@ def plan(
             continue
         view = config_state(obj)
         s, turn = _classify(view, desired.targets[name], name in awaiting)
-        if owner and view.label == s.config and view.managed_by != owner and name not in skip:
+        if owner and view.config == s.config and view.managed_by != owner and name not in skip:
             annotate.append((name, s.config))
         if s.phase == FAILED and name not in acknowledged:
             halted.append(s)
@@ -370,7 +308,7 @@ def _wave(
     )
 
 
-def _classify(view: NodeConfigState, target: NodeTarget, awaiting: bool) -> tuple[NodeStatus, int | None]:
+def _classify(view: NodeFacts, target: NodeTarget, awaiting: bool) -> tuple[NodeStatus, int | None]:
     """The node's status, and its priority for a new label (None: it needs none now)."""
 
     def status(phase: Phase, message: str = "") -> NodeStatus:
@@ -380,15 +318,15 @@ def _classify(view: NodeConfigState, target: NodeTarget, awaiting: bool) -> tupl
             phase,
             view.state or "-",
             message,
-            view.revision if view.label == target.config else None,
+            view.revision if view.config == target.config else None,
         )
 
-    at_desired = view.label == target.config
+    at_desired = view.config == target.config
     if view.state == STATE_FAILED:
         why = view.reason or "the node reports nvidia.com/mig.config.state=failed"
         if at_desired:
             return status(FAILED, why), None
-        return status(WAITING, f"failed on {view.label!r}: {why}"), 0
+        return status(WAITING, f"failed on {view.config!r}: {why}"), 0
     if at_desired:
         if not is_done(view, target, awaiting):
             return status(PROGRESSING, _progress_message(view, target, awaiting)), None
@@ -396,8 +334,8 @@ def _classify(view: NodeConfigState, target: NodeTarget, awaiting: bool) -> tupl
             return status(DRIFTED, f"the GPUs differ from {target.config!r}: {view.drift}"), None
         return status(IN_SYNC), None
     if view.state in (STATE_PENDING, STATE_REBOOTING):
-        return status(PROGRESSING, f"still changing to {view.label!r}; waits its turn"), None
-    return status(WAITING, f"has {view.label!r}" if view.label else "has no config label"), 1
+        return status(PROGRESSING, f"still changing to {view.config!r}; waits its turn"), None
+    return status(WAITING, f"has {view.config!r}" if view.config else "has no config label"), 1
 
 
 def _prunes(desired: DesiredState, nodes: Mapping[str, Mapping[str, Any]]) -> tuple[str, ...]:
@@ -410,9 +348,9 @@ def _prunes(desired: DesiredState, nodes: Mapping[str, Mapping[str, Any]]) -> tu
             for name, obj in nodes.items()
             if name not in desired.targets
             and owns_config_label(obj)
-            and not unmanaged(obj)
+            and not is_unmanaged(obj)
             and node_owner(obj) is None
-            and ((obj.get("metadata") or {}).get("labels") or {}).get(MIG_CONFIG_LABEL) is not None
+            and objects.labels(obj).get(MIG_CONFIG_LABEL) is not None
         )
     )
 
@@ -428,14 +366,14 @@ def _releases(
         sorted(
             name
             for name, obj in nodes.items()
-            if ((obj.get("metadata") or {}).get("annotations") or {}).get(MANAGED_BY_ANNOTATION) == owner
-            and (name not in desired.targets or unmanaged(obj))
+            if objects.annotations_of(obj).get(MANAGED_BY_ANNOTATION) == owner
+            and (name not in desired.targets or is_unmanaged(obj))
             and name not in prunes
         )
     )
 
 
-def _progress_message(view: NodeConfigState, target: NodeTarget, awaiting: bool) -> str:
+def _progress_message(view: NodeFacts, target: NodeTarget, awaiting: bool) -> str:
     if view.state is None:
         return "waiting for the node's MIG manager to report nvidia.com/mig.config.state"
     if view.state == STATE_SUCCESS and view.agent and view.digest != target.digest:

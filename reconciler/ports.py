@@ -11,11 +11,11 @@ from typing import Any
 
 from kubernetes import client as k8s
 
+from migops.api.names import CONFIGMAP_KEY
 from migops.gitops.desired import FitCache
 from migops.gitops.verify import TrustPolicy
 from migops.kube import clusterpolicy
 from migops.kube.informer import Informer
-from migops.kube.names import CONFIGMAP_KEY
 from migops.reconciler import status as st
 from migops.reconciler.apply import WritePort
 from migops.reconciler.memo import ResolveMemo

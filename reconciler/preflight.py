@@ -18,7 +18,8 @@ from dataclasses import dataclass
 from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 
-from migops.kube.names import MANAGED_BY_ANNOTATION, RECONCILER_MANAGER, UNMANAGED_LABEL
+from migops.api.names import MANAGED_BY_ANNOTATION, RECONCILER_MANAGER
+from migops.api.objects import NodeFacts
 
 # The in-cluster reconciler's ServiceAccount (manifests/base/reconciler), the webhook's default.
 SERVICE_ACCOUNT = ("migops-system", "migops-reconciler")
@@ -57,13 +58,12 @@ def refusal(api: k8s.ApiClient, owner: str, command: str = "migops reconcile --o
         nodes = core.list_node(limit=50).items
     except ApiException:
         return None  # the reconciler's start lists Nodes too, and stops saying why, before any write
-    node = next((n for n in nodes if (n.metadata.labels or {}).get(UNMANAGED_LABEL) != "true"), None)
+    node = next((f for f in (NodeFacts.from_obj(n, offers=False) for n in nodes) if not f.unmanaged), None)
     if node is None:
         return None
-    current = (node.metadata.annotations or {}).get(MANAGED_BY_ANNOTATION)
-    probe = {"metadata": {"annotations": {MANAGED_BY_ANNOTATION: None if current == owner else owner}}}
+    probe = {"metadata": {"annotations": {MANAGED_BY_ANNOTATION: None if node.managed_by == owner else owner}}}
     try:
-        core.patch_node(node.metadata.name, probe, dry_run="All", field_manager=RECONCILER_MANAGER)
+        core.patch_node(node.name, probe, dry_run="All", field_manager=RECONCILER_MANAGER)
     except ApiException as exc:
         if exc.status not in (401, 403):
             return None  # not a question of identity: the sync reports it as it would
@@ -71,7 +71,7 @@ def refusal(api: k8s.ApiClient, owner: str, command: str = "migops reconcile --o
             message = str(json.loads(exc.body or "{}").get("message") or exc.reason)
         except ValueError:
             message = str(exc.reason)
-        return _text(whoami(api), message, f"Node {node.metadata.name}", command)
+        return _text(whoami(api), message, f"Node {node.name}", command)
     return None
 
 

@@ -29,10 +29,10 @@ from typing import Any
 from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 
+from migops.api.migsync import API_VERSION, CONFIG_FILE, KIND, NODES_FILE
 from migops.gitops.desired import DesiredState
-from migops.gitops.repo import CONFIG_FILE, NODES_FILE, RepoSpec, load_repo
+from migops.gitops.repo import RepoSpec, load_repo
 from migops.gitops.verify import CommitProof, TrustPolicy, VerificationError, verify_files
-from migops.reconciler import status as st
 
 log = logging.getLogger(__name__)
 
@@ -114,7 +114,7 @@ def to_configmap(record: AppliedRecord, namespace: str, migsync: str, owner_uid:
         "labels": {"app.kubernetes.io/managed-by": "migops-reconciler"},
     }
     if owner_uid:
-        meta["ownerReferences"] = [{"apiVersion": st.API_VERSION, "kind": st.KIND, "name": migsync, "uid": owner_uid}]
+        meta["ownerReferences"] = [{"apiVersion": API_VERSION, "kind": KIND, "name": migsync, "uid": owner_uid}]
     return {
         "apiVersion": "v1",
         "kind": "ConfigMap",

@@ -8,10 +8,11 @@ from typing import Any
 
 from kubernetes import client as k8s
 
+from migops.api import objects
+from migops.api.migsync import API_VERSION, KIND
+from migops.api.names import RECONCILER_CONTROLLER
 from migops.gitops.desired import DesiredState
 from migops.kube import events
-from migops.kube.names import RECONCILER_CONTROLLER
-from migops.reconciler import status as st
 from migops.reconciler.metrics import Metrics
 from migops.reconciler.reasons import Note
 
@@ -56,7 +57,7 @@ class EventRecorder:
             return
         # Each Event is a log line too (as Flux's controllers log theirs): the revision is bound by the sync.
         involved = note.involved or {}
-        node = (involved.get("metadata") or {}).get("name") if involved.get("kind") == "Node" else None
+        node = objects.meta(involved).get("name") if involved.get("kind") == "Node" else None
         level = logging.WARNING if note.type == "Warning" else logging.INFO
         log.log(level, "%s: %s", note.reason, note.message, extra={"node": node} if node else None)
         target = note.involved or target or self._default_target()
@@ -78,8 +79,8 @@ def event_target(migsync: Mapping[str, Any] | None, desired: DesiredState | None
     if migsync is not None:
         meta = migsync.get("metadata") or {}
         return {
-            "apiVersion": st.API_VERSION,
-            "kind": st.KIND,
+            "apiVersion": API_VERSION,
+            "kind": KIND,
             "metadata": {"name": meta.get("name"), "namespace": meta.get("namespace"), "uid": meta.get("uid")},
         }
     if desired is not None:

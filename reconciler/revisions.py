@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from migops.gitops.repo import CONFIG_FILE, NODES_FILE, RepoSpec, load_repo
+from migops.api.migsync import CONFIG_FILE, NODES_FILE
+from migops.gitops.repo import RepoSpec, load_repo
 from migops.gitops.source import GitAuth, GitSource
 from migops.gitops.verify import TrustPolicy, verify_commit
 

@@ -18,14 +18,17 @@ from typing import Any
 
 from kubernetes import client as k8s
 
+# The API names, defined in migops.api.migsync (the webhook reads them there); re-exported for the reconciler.
+from migops.api.migsync import API_VERSION, KIND
+from migops.api.migsync import CRD_NAME as CRD_NAME
+from migops.api.migsync import GROUP as GROUP
+from migops.api.migsync import PLURAL as PLURAL
+from migops.api.migsync import VERSION as VERSION
 from migops.gitops.verify import TrustPolicy
 from migops.kube import crds
 from migops.mig.yamlsafe import load_yaml
 from migops.reconciler.plan import DRIFTED, FAILED, IN_SYNC, PROGRESSING, SKIPPED, WAITING, Plan
 
-GROUP, VERSION, PLURAL, KIND = "migops.io", "v1alpha1", "migsyncs", "MigSync"
-API_VERSION = f"{GROUP}/{VERSION}"
-CRD_NAME = f"{PLURAL}.{GROUP}"
 DEFAULT_NAME, DEFAULT_NAMESPACE = "migops", "migops-system"
 MAX_STATUS_NODES = 1000  # keeps the object far below etcd's request limit at 10,000 nodes
 DEFAULT_INTERVAL = 60.0

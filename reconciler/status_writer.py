@@ -7,7 +7,7 @@ import logging
 import time
 from typing import Any
 
-from migops.reconciler import status as st
+from migops.api.migsync import API_VERSION, KIND
 from migops.reconciler.apply import WriteError, WritePort
 
 log = logging.getLogger(__name__)
@@ -43,8 +43,8 @@ class StatusWriter:
         try:
             self._writer.status(
                 {
-                    "apiVersion": st.API_VERSION,
-                    "kind": st.KIND,
+                    "apiVersion": API_VERSION,
+                    "kind": KIND,
                     "metadata": {"name": self._name, "namespace": self._namespace},
                     "status": body,
                 }

@@ -21,19 +21,20 @@ from dataclasses import replace
 from typing import Any
 
 from migops import logs
+from migops.api.names import CONFIGMAP_KEY, MIG_CONFIG_STATE_LABEL, RESUME_ANNOTATION, STATE_FAILED
+from migops.api.objects import is_unmanaged as unmanaged
 from migops.gitops.desired import DesiredState
 from migops.gitops.desired import resolve as resolve_desired
 from migops.gitops.reasons import UNREADABLE, SourceReason
 from migops.gitops.repo import RepoError, RepoSpec
 from migops.gitops.source import SourceError, normalise_path
 from migops.gitops.verify import CommitProof, VerificationError
-from migops.kube.names import CONFIGMAP_KEY, MIG_CONFIG_STATE_LABEL, RESUME_ANNOTATION, STATE_FAILED
 from migops.mig.text import listed
 from migops.reconciler import matching
 from migops.reconciler import record as applied_record
 from migops.reconciler import status as st
 from migops.reconciler.apply import WriteError
-from migops.reconciler.plan import DRIFTED, IN_SYNC, PROGRESSING, Plan, config_state, label_written_at, unmanaged
+from migops.reconciler.plan import DRIFTED, IN_SYNC, PROGRESSING, Plan, config_state, label_written_at
 from migops.reconciler.plan import plan as plan_wave
 from migops.reconciler.ports import Ports
 from migops.reconciler.reasons import AnyReason, Failure, Outcome, Reason

@@ -19,10 +19,10 @@ from typing import Any
 
 from kubernetes import client as k8s
 
+from migops.api.migsync import API_VERSION, KIND
 from migops.gitops.desired import DesiredState
 from migops.gitops.repo import RepoError
 from migops.kube import ssa
-from migops.reconciler import status as st
 from migops.reconciler.ports import Ports
 from migops.reconciler.reasons import Note, Reason
 
@@ -107,8 +107,8 @@ class Suggester:
         if found is None or options.dry_run:
             return found
         body = {
-            "apiVersion": st.API_VERSION,
-            "kind": st.KIND,
+            "apiVersion": API_VERSION,
+            "kind": KIND,
             "metadata": {"name": options.name, "namespace": options.namespace},
             "status": {"suggestion": {**found, "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}},
         }

@@ -10,8 +10,8 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any, TypeVar
 
+from migops.api.names import RESUME_ANNOTATION
 from migops.gitops.desired import DesiredState
-from migops.kube.names import RESUME_ANNOTATION
 from migops.mig.text import listed
 from migops.reconciler import matching
 from migops.reconciler import status as st

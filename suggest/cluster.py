@@ -20,10 +20,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from migops.agent.backend import ComputeInstance, GpuInstance, GpuState
-from migops.gitops.repo import LabelSelector, Requirement
-from migops.kube.names import LAYOUT_ANNOTATION
-from migops.kube.nodes import UnknownGpuError, node_gpus
+from migops.api import objects
+from migops.api.names import LAYOUT_ANNOTATION
+from migops.api.objects import LabelSelector, Requirement, node_gpus
+from migops.mig.catalogue import UnknownGpuError
 from migops.mig.gfd import GPU_PRODUCT_LABEL, GPU_RESOURCE, MIG_RESOURCE_PREFIX
+from migops.mig.strategy import Strategy
 from migops.suggest.model import WHOLE_GPU, Demand, NodeFacts
 from migops.suggest.options import devices
 
@@ -40,12 +42,8 @@ class Skipped:
     reason: str
 
 
-def _meta(obj: Mapping[str, Any]) -> Mapping[str, Any]:
-    return obj.get("metadata") or {}
-
-
 def _ref(pod: Mapping[str, Any]) -> str:
-    return f"{_meta(pod).get('namespace', 'default')}/{_meta(pod).get('name', '')}"
+    return f"{objects.meta(pod).get('namespace', 'default')}/{objects.meta(pod).get('name', '')}"
 
 
 def _quantity(value: object) -> int:
@@ -115,14 +113,14 @@ def _single_profiles(selectors: Iterable[LabelSelector]) -> frozenset[str]:
 
 def is_pending(pod: Mapping[str, Any]) -> bool:
     """Waiting to be scheduled: not bound, not finished, not being deleted."""
-    if _meta(pod).get("deletionTimestamp"):
+    if objects.meta(pod).get("deletionTimestamp"):
         return False
     return (
         not (pod.get("spec") or {}).get("nodeName") and (pod.get("status") or {}).get("phase", "Pending") == "Pending"
     )
 
 
-def read_demand(pods: Iterable[Mapping[str, Any]], strategy: str) -> tuple[list[Demand], list[Skipped]]:
+def read_demand(pods: Iterable[Mapping[str, Any]], strategy: Strategy | None) -> tuple[list[Demand], list[Skipped]]:
     """Pending pods that ask for MIG devices, as Demand; those that ask but cannot be read, with why."""
     demands: list[Demand] = []
     skipped: list[Skipped] = []
@@ -158,7 +156,7 @@ def read_demand(pods: Iterable[Mapping[str, Any]], strategy: str) -> tuple[list[
         if why:
             skipped.append(Skipped(_ref(pod), why))
             continue
-        meta = _meta(pod)
+        meta = objects.meta(pod)
         demands.append(
             Demand(
                 str(meta.get("namespace", "default")),
@@ -184,10 +182,10 @@ def read_claims(
     from migops.mig import dra
 
     def name(obj: Mapping[str, Any]) -> str:
-        return str((obj.get("metadata") or {}).get("name") or "")
+        return str(objects.meta(obj).get("name") or "")
 
     by_class = {name(c): c for c in classes}
-    by_template = {(str((t.get("metadata") or {}).get("namespace") or ""), name(t)): t for t in templates}
+    by_template = {(str(objects.meta(t).get("namespace") or ""), name(t)): t for t in templates}
     return [
         Demand(
             d.namespace,
@@ -231,7 +229,7 @@ def states_from_layout(value: str | None, count: int) -> tuple[GpuState, ...] | 
 
 
 def used_devices(
-    pods: Iterable[Mapping[str, Any]], nodes: Mapping[str, Mapping[str, Any]], strategy: str
+    pods: Iterable[Mapping[str, Any]], nodes: Mapping[str, Mapping[str, Any]], strategy: Strategy | None
 ) -> dict[str, Counter[str]]:
     """Node -> MIG devices (by profile key) that pods bound to it hold."""
     used: dict[str, Counter[str]] = defaultdict(Counter)
@@ -240,7 +238,7 @@ def used_devices(
         if not node or node not in nodes or (pod.get("status") or {}).get("phase") in _DONE:
             continue
         wants = pod_resources(pod)
-        labels = _meta(nodes[node]).get("labels") or {}
+        labels = objects.meta(nodes[node]).get("labels") or {}
         mig = devices(dict(wants), labels, strategy)
         used[node].update(mig)
         if wants.get(GPU_RESOURCE) and not (strategy == "single" and mig):
@@ -252,7 +250,7 @@ def read_nodes(
     nodes: Mapping[str, Mapping[str, Any]],
     assigned: Mapping[str, str],
     used: Mapping[str, Counter[str]],
-    strategy: str,
+    strategy: Strategy | None,
 ) -> tuple[list[NodeFacts], list[Skipped]]:
     """GPU nodes as facts; nodes whose GPUs the catalogue does not know, with why."""
     out: list[NodeFacts] = []
@@ -265,7 +263,7 @@ def read_nodes(
             continue
         if gpus is None or not any(g.mig_capable for g in gpus.gpus):
             continue
-        meta = _meta(node)
+        meta = objects.meta(node)
         labels = {str(k): str(v) for k, v in (meta.get("labels") or {}).items()}
         notes = meta.get("annotations") or {}
         states = states_from_layout(notes.get(LAYOUT_ANNOTATION), len(gpus.gpus)) if gpus.exact else None

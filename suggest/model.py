@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from migops.agent.backend import GpuState
-from migops.gitops.repo import LabelSelector
+from migops.api.objects import LabelSelector
 from migops.mig.gfd import NodeGpus
 
 WHOLE_GPU = "(whole GPU)"  # NodeFacts.used key: whole GPUs (nvidia.com/gpu, not MIG devices) pods hold

@@ -19,13 +19,14 @@ from migops.agent.plan import Desired, GpuPlan, desired_from_result, mig_device_
 from migops.gitops.desired import FitCache
 from migops.gitops.repo import RepoSpec
 from migops.mig.gfd import GPU_PRODUCT_LABEL, GPU_RESOURCE, MIG_RESOURCE_PREFIX, Advertisement
+from migops.mig.strategy import Strategy
 from migops.suggest.model import WHOLE_GPU, NodeFacts, Option, Refused
 
 _SINGLE_MIG = "-MIG-"
-_GFD_PREFIXES = ("nvidia.com/gpu.", "nvidia.com/mig-")  # the labels GFD rewrites with the geometry
+_GFD_PREFIXES = (f"{GPU_RESOURCE}.", MIG_RESOURCE_PREFIX)  # the labels GFD rewrites with the geometry
 
 
-def devices(resources: Mapping[str, int], labels: Mapping[str, str], strategy: str) -> Counter[str]:
+def devices(resources: Mapping[str, int], labels: Mapping[str, str], strategy: Strategy | None) -> Counter[str]:
     """MIG devices by profile key from what a node advertises: `nvidia.com/mig-<profile>` under mixed;
     under single, `nvidia.com/gpu` of the profile in `gpu.product` (`<model>-MIG-<profile>`)."""
     out: Counter[str] = Counter()
@@ -46,7 +47,7 @@ def labels_after(labels: Mapping[str, str], advertisement: Advertisement) -> dic
     return {**kept, **advertisement.labels}
 
 
-def protect(node: NodeFacts, strategy: str) -> tuple[GpuState, ...] | None:
+def protect(node: NodeFacts, strategy: Strategy | None) -> tuple[GpuState, ...] | None:
     """The node's GPU states with every instance a running pod may use marked busy (a pid), so the agent's
     planner names it in `GpuPlan.busy` when a plan would destroy it. Which instance a pod holds is the
     device plugin's secret: every instance of a profile in use counts as used (under single, every
@@ -80,7 +81,7 @@ def _free(offered: Counter[str], node: NodeFacts) -> dict[str, int]:
 def node_options(
     node: NodeFacts,
     spec: RepoSpec,
-    strategy: str,
+    strategy: Strategy | None,
     configs: Sequence[str],
     cache: FitCache,
 ) -> tuple[tuple[Option, ...], tuple[Refused, ...]]:

@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from migops.gitops.desired import FitCache
 from migops.gitops.repo import RepoSpec
 from migops.mig.gfd import mig_resources, resource_name
+from migops.mig.strategy import Strategy
 from migops.mig.text import listed
 from migops.suggest.model import Demand, NodeFacts, Option, Proposal, Refused
 from migops.suggest.options import node_options
@@ -22,7 +23,7 @@ def propose(
     spec: RepoSpec,
     nodes: Sequence[NodeFacts],
     demands: Sequence[Demand],
-    strategy: str,
+    strategy: Strategy | None,
     limits: Limits | None = None,
     cache: FitCache | None = None,
 ) -> Proposal:
@@ -56,14 +57,15 @@ def _new_options(
     spec: RepoSpec,
     nodes: Sequence[NodeFacts],
     demands: Sequence[Demand],
-    strategy: str,
+    strategy: Strategy | None,
     cache: FitCache,
     allowed: dict[str, list[Option]],
     refused: list[Refused],
 ) -> dict[str, str]:
     """`suggest.newConfigs`: a `suggest-<profile>` config for each pending profile no allowed option
     offers, added to the nodes' options (marked new) where the policy lets the node change at all."""
-    from migops.gitops.repo import CONFIG_FILE, NODES_FILE, RepoError, load_repo
+    from migops.api.migsync import CONFIG_FILE, NODES_FILE
+    from migops.gitops.repo import RepoError, load_repo
     from migops.suggest.newconfigs import add_configs, candidates
 
     offered = {p for opts in allowed.values() for o in opts for p, n in o.free.items() if n > 0}

@@ -10,9 +10,12 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from migops.api import objects
+from migops.api.migsync import CONFIG_FILE, NODES_FILE
+from migops.api.objects import MigSettings
 from migops.gitops.desired import FitCache, resolve
-from migops.gitops.repo import CONFIG_FILE, NODES_FILE, RepoError, RepoProblem, RepoSpec, load_repo
-from migops.kube.clusterpolicy import MigSettings
+from migops.gitops.repo import RepoError, RepoProblem, RepoSpec, load_repo
+from migops.mig.strategy import Strategy
 from migops.suggest.cluster import Skipped, read_claims, read_demand, read_nodes, used_devices
 from migops.suggest.edit import edit_nodes, rewrite
 from migops.suggest.model import Demand, NodeFacts, Proposal
@@ -26,7 +29,7 @@ class Outcome:
     """What `migops suggest` found: the demand, the proposal and nodes.yaml as it would become."""
 
     spec: RepoSpec
-    strategy: str
+    strategy: Strategy | None
     demands: tuple[Demand, ...]
     skipped: tuple[Skipped, ...]  # pods (or nodes) that could not be read, with why
     nodes: tuple[NodeFacts, ...]
@@ -85,7 +88,7 @@ class Cluster:
         def kind(name: str) -> list[Mapping[str, Any]]:
             return [i for i in items if i.get("kind") == name]
 
-        nodes = {str((i.get("metadata") or {}).get("name")): i for i in kind("Node")}
+        nodes = {str(objects.meta(i).get("name")): i for i in kind("Node")}
         return cls(
             nodes,
             kind("Pod"),

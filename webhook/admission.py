@@ -10,12 +10,14 @@ from __future__ import annotations
 import base64
 import json
 import textwrap
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
 
 import orjson
+
+from migops.api import objects
 
 MAX_BODY = 8 << 20  # an AdmissionReview holds object and oldObject, each up to etcd's 1.5 MiB (app.py, worker.py)
 API_VERSION = "admission.k8s.io/v1"
@@ -165,7 +167,7 @@ def parse_review(doc: object) -> Request:
         raise BadReview("request.subResource: must be a string of at most 63 characters")
     username = _username(req.get("userInfo"))
     if not name:
-        meta = (obj or old or {}).get("metadata") or {}
+        meta = objects.meta(obj or old)
         name = meta.get("name") or ""  # a string of at most MAX_NAME: check_object saw it
     return Request(
         uid,
@@ -220,7 +222,7 @@ def check_object(obj: dict[str, Any], where: str) -> list[tuple[str, str]]:
     status = obj.get("status") or {}
     if status.get("capacity") is not None and not isinstance(status["capacity"], dict):
         raise BadReview(f"{where}.status.capacity: must be an object")
-    meta = obj.get("metadata") or {}
+    meta = objects.meta(obj)
     found: list[tuple[str, str]] = []
     for field_name in _META_STRINGS:
         value = meta.get(field_name)
@@ -429,21 +431,6 @@ def shorten(text: str, width: int = MAX_WARNING) -> str:
     return textwrap.shorten(flat, width=width, placeholder=" ...") or flat[: width - 4] + " ..."
 
 
-def labels(obj: Mapping[str, Any] | None) -> dict[str, Any]:
-    """metadata.labels of an object from a review, {} when absent or malformed."""
-    meta = (obj or {}).get("metadata")
-    found = meta.get("labels") if isinstance(meta, dict) else None
-    return found if isinstance(found, dict) else {}
-
-
-def annotations_of(obj: Mapping[str, Any] | None) -> dict[str, Any]:
-    """metadata.annotations of an object from a review, {} when absent or malformed. Not named
-    `annotations`: `from __future__ import annotations` binds that name in every module here."""
-    meta = (obj or {}).get("metadata")
-    found = meta.get("annotations") if isinstance(meta, dict) else None
-    return found if isinstance(found, dict) else {}
-
-
 def escape_pointer(key: str) -> str:
     """A JSON Pointer segment (RFC 6901): annotation keys hold '/'."""
     return key.replace("~", "~0").replace("/", "~1")
@@ -455,13 +442,11 @@ __all__ = [
     "Request",
     "Verdict",
     "allow",
-    "annotations_of",
     "check_object",
     "check_shape",
     "decode",
     "deny",
     "escape_pointer",
-    "labels",
     "merge_warnings",
     "parse_review",
     "shorten",

@@ -18,9 +18,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from migops.kube.names import CONFIG_DIGEST_ANNOTATION, VALIDATED_GPUS_ANNOTATION, VALIDATED_STRATEGY_ANNOTATION
+from migops.api.names import CONFIG_DIGEST_ANNOTATION, VALIDATED_GPUS_ANNOTATION, VALIDATED_STRATEGY_ANNOTATION
+from migops.api.objects import annotations_of, managed_entries
 from migops.webhook import checks
-from migops.webhook.admission import ALLOW, Request, Verdict, allow, annotations_of, escape_pointer
+from migops.webhook.admission import ALLOW, Request, Verdict, allow, escape_pointer
 from migops.webhook.configmaps import in_scope, payload
 from migops.webhook.state import Snapshot
 
@@ -29,15 +30,7 @@ OURS = (CONFIG_DIGEST_ANNOTATION, VALIDATED_STRATEGY_ANNOTATION, VALIDATED_GPUS_
 
 def owned(obj: Mapping[str, Any] | None) -> frozenset[str]:
     """Annotation keys some field manager owns (fieldsV1: f:metadata -> f:annotations -> f:<key>)."""
-    meta = (obj or {}).get("metadata")
-    entries = meta.get("managedFields") if isinstance(meta, dict) else None
-    keys: set[str] = set()
-    for entry in entries if isinstance(entries, list) else ():
-        fields = entry.get("fieldsV1") if isinstance(entry, dict) else None
-        found = ((fields or {}).get("f:metadata") or {}).get("f:annotations") if isinstance(fields, dict) else None
-        if isinstance(found, dict):
-            keys.update(k[2:] for k in found if isinstance(k, str) and k.startswith("f:"))
-    return frozenset(keys)
+    return frozenset(k for e in managed_entries(obj) for k in e.keys(("metadata", "annotations")))
 
 
 def cache_key(req: Request) -> tuple:
@@ -53,7 +46,7 @@ def wanted(req: Request, snap: Snapshot) -> dict[str, str]:
     models = snap.config_models if active else frozenset()
     return {
         CONFIG_DIGEST_ANNOTATION: "sha256:" + checks.digest(text),
-        VALIDATED_STRATEGY_ANNOTATION: snap.strategy,
+        VALIDATED_STRATEGY_ANNOTATION: snap.settings.strategy_text,
         VALIDATED_GPUS_ANNOTATION: ",".join(sorted(models)) or "catalogue",
     }
 

@@ -16,16 +16,17 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from migops.kube.names import CONFIGMAP_KEY, MIG_CONFIG_LABEL, MIG_CONFIGMAP_LABEL
+from migops.api.names import CONFIGMAP_KEY, MIG_CONFIG_LABEL, MIG_CONFIGMAP_LABEL
+from migops.api.objects import NodeFacts, labels
 from migops.mig.gfd import NodeGpus
 from migops.mig.problems import MigError, key_path
 from migops.mig.spec import MigPartedConfig
+from migops.mig.strategy import Strategy
 from migops.mig.text import listed
-from migops.mig.validate import STRATEGIES
 from migops.webhook import checks
-from migops.webhook.admission import ALLOW, Request, Verdict, allow, deny, labels, merge_warnings
+from migops.webhook.admission import ALLOW, Request, Verdict, allow, deny, merge_warnings
 from migops.webhook.findings import Finding, Warning_, node_names, split
-from migops.webhook.state import NodeView, Snapshot
+from migops.webhook.state import Snapshot
 
 
 def in_scope(req: Request, snap: Snapshot) -> tuple[bool, bool]:
@@ -156,7 +157,7 @@ def validate(req: Request, snap: Snapshot) -> Verdict:
 
 
 def judge(
-    config: MigPartedConfig, users: Mapping[str, Sequence[NodeView]], snap: Snapshot, strategy: str
+    config: MigPartedConfig, users: Mapping[str, Sequence[NodeFacts]], snap: Snapshot, strategy: Strategy | None
 ) -> tuple[list[Finding], list[Warning_]]:
     """Every config of a MIG ConfigMap's content: one that nodes select on each distinct set of their
     GPUs under `strategy` (`migops.mig.fit`, node or model question), one no node selects against the
@@ -166,11 +167,10 @@ def judge(
     warnings: list[Warning_] = []
     names = config.names()
     catalogue = checks.on_catalogue(config, names)
-    known = strategy if strategy in STRATEGIES else None
     for name in names:
         used_by = users.get(name, ())
         if used_by:
-            _on_nodes(config, name, snap.groups(name), known, findings, warnings)
+            _on_nodes(config, name, snap.groups(name), strategy, findings, warnings)
         else:
             errors, warns = split(checks.fit(config, name, None, None).problems)
             findings += errors
@@ -194,8 +194,8 @@ def judge(
 def _on_nodes(
     config: MigPartedConfig,
     name: str,
-    groups: Sequence[tuple[tuple[str, ...], bool, Sequence[NodeView]]],
-    strategy: str | None,
+    groups: Sequence[tuple[tuple[str, ...], bool, Sequence[NodeFacts]]],
+    strategy: Strategy | None,
     findings: list[Finding],
     warnings: list[Warning_],
 ) -> None:
@@ -208,10 +208,10 @@ def _on_nodes(
         if not ids:
             why = first.gpu_problem or "no GPU labels"
             warnings.append(("gpus-unknown", node_names(members), f"config {name} not checked on them: {why}"))
-            verdict = checks.fit(config, name, None, strategy)  # type: ignore[arg-type]
+            verdict = checks.fit(config, name, None, strategy)
             context = ""
         else:
-            verdict = checks.fit(config, name, NodeGpus(first.gpus, exact), strategy)  # type: ignore[arg-type]
+            verdict = checks.fit(config, name, NodeGpus(first.gpus, exact), strategy)
         errors, warns = split(verdict.problems, context)
         findings.extend(errors)
         warnings.extend(warns)

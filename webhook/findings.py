@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
+from migops.api.objects import NodeFacts
 from migops.mig.problems import Problem
 from migops.mig.text import listed
-from migops.webhook.state import NodeView
 
 Finding = tuple[str, str]  # (rule, text): one line of a denial
 Warning_ = tuple[str, str, str]  # (rule, where, text): merged into short warnings
@@ -28,7 +28,7 @@ def split(problems: Iterable[Problem], context: str = "") -> tuple[list[Finding]
     return errors, warnings
 
 
-def node_names(nodes: Sequence[NodeView], limit: int = 5) -> str:
+def node_names(nodes: Sequence[NodeFacts], limit: int = 5) -> str:
     """The first `limit` names and how many there are: reads only those of a lazy state.NodeSample."""
     count = len(nodes)
     return f"node{'s' if count != 1 else ''} {listed((n.name for n in nodes), limit, total=count)}"

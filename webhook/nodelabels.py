@@ -22,9 +22,8 @@ from __future__ import annotations
 import difflib
 from typing import Final, Literal
 
-from migops.gitops.repo import NODES_FILE
-from migops.kube import owners
-from migops.kube.names import (
+from migops.api.migsync import NODES_FILE
+from migops.api.names import (
     DEVICE_ID_LABEL,
     GPU_COUNT_LABEL,
     GPU_PRODUCT_LABEL,
@@ -34,14 +33,15 @@ from migops.kube.names import (
     REVISION_ANNOTATION,
     UNMANAGED_LABEL,
 )
+from migops.api.objects import NodeFacts, annotations_of, is_unmanaged, labels
+from migops.kube import owners
 from migops.mig.gfd import NodeGpus
 from migops.mig.problems import MigError
 from migops.mig.text import listed
-from migops.mig.validate import STRATEGIES
 from migops.webhook import checks
-from migops.webhook.admission import ALLOW, Request, Verdict, allow, annotations_of, deny, labels, merge_warnings
+from migops.webhook.admission import ALLOW, Request, Verdict, allow, deny, merge_warnings
 from migops.webhook.findings import Finding, Warning_, split
-from migops.webhook.state import MigSyncRef, Snapshot, node_view
+from migops.webhook.state import MigSyncRef, Snapshot
 
 _GPU_KEYS = (GPU_PRODUCT_LABEL, GPU_COUNT_LABEL, DEVICE_ID_LABEL)
 
@@ -105,7 +105,7 @@ def uncached_owner(req: Request, snap: Snapshot) -> str | None:
     owner = _owner(req)
     if owner is None or snap.migsync(owner) is not None or req.username in snap.reconciler_users:
         return None
-    if labels(req.object).get(UNMANAGED_LABEL) == "true":
+    if is_unmanaged(req.object):
         return None
     if labels(req.object).get(MIG_CONFIG_LABEL) == labels(req.old_object).get(MIG_CONFIG_LABEL):
         return None
@@ -131,7 +131,7 @@ def ownership(req: Request, snap: Snapshot, live: Live | None = None) -> tuple[l
                 f"not by {who}",
             )
         )
-    if labels(req.object).get(UNMANAGED_LABEL) == "true":
+    if is_unmanaged(req.object):
         return findings, warnings
     new_value, old_value = labels(req.object).get(MIG_CONFIG_LABEL), labels(req.old_object).get(MIG_CONFIG_LABEL)
     new_owner = annotations_of(req.object).get(MANAGED_BY_ANNOTATION)
@@ -244,16 +244,16 @@ def _config(req: Request, snap: Snapshot, value: object) -> tuple[list[Finding],
         hint = f"; did you mean {near[0]!r}?" if near else ""
         shown = listed(names, 8)
         return [("config-not-found", f"{where}: no config {value!r} in {snap.configmap_name} (has: {shown}){hint}")], []
-    node = node_view(req.object or {})
+    node = NodeFacts.from_obj(req.object or {})
     warnings: list[Warning_] = []
-    strategy = snap.strategy if snap.strategy in STRATEGIES else None
+    strategy = snap.strategy
     if node.gpus:
-        verdict = checks.fit(config, value, NodeGpus(node.gpus, node.exact), strategy)  # type: ignore[arg-type]
+        verdict = checks.fit(config, value, NodeGpus(node.gpus, node.exact), strategy)
         context = f"on this node: {node.describe()}"
     else:  # the text's own errors still hold; the geometry on this node cannot be checked
         why = node.gpu_problem or "the node has no GPU labels"
         warnings.append(("gpus-unknown", req.name, f"geometry not checked: {why}"))
-        verdict = checks.fit(config, value, None, strategy)  # type: ignore[arg-type]
+        verdict = checks.fit(config, value, None, strategy)
         context = ""
     findings, warns = split(verdict.problems, context)
     return findings, warnings + warns

@@ -18,8 +18,8 @@ import difflib
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from migops.kube.names import GPU_PRODUCT_LABEL as PRODUCT_LABEL
-from migops.kube.names import GPU_RESOURCE, MIG_RESOURCE_PREFIX, TRANSLATE_LABEL, TRANSLATED_ANNOTATION
+from migops.api.names import GPU_PRODUCT_LABEL as PRODUCT_LABEL
+from migops.api.names import GPU_RESOURCE, MIG_RESOURCE_PREFIX, TRANSLATE_LABEL, TRANSLATED_ANNOTATION
 from migops.mig.gfd import mig_resources, single_product
 from migops.webhook.admission import ALLOW, Request, Verdict, allow, deny, escape_pointer, merge_warnings
 from migops.webhook.checks import digest

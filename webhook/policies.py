@@ -28,16 +28,18 @@ import logging
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from migops.gitops.repo import NODES_FILE
+from migops.api import objects
+from migops.api.migsync import NODES_FILE
+from migops.api.names import MIG_CONFIG_LABEL
+from migops.api.objects import NodeFacts
 from migops.kube.clusterpolicy import DEFAULT_STRATEGY, MigSettings, settings_from_policies
-from migops.kube.names import MIG_CONFIG_LABEL
 from migops.mig.gfd import NodeGpus
 from migops.mig.problems import MigError
-from migops.mig.validate import STRATEGIES
+from migops.mig.strategy import STRATEGIES, Strategy
 from migops.webhook import checks, configmaps
 from migops.webhook.admission import ALLOW, Request, Verdict, allow, deny, merge_warnings
 from migops.webhook.findings import Finding, Warning_, node_names, split
-from migops.webhook.state import NodeSample, NodeView, Snapshot
+from migops.webhook.state import NodeSample, Snapshot
 
 log = logging.getLogger(__name__)
 
@@ -93,7 +95,7 @@ def after(req: Request, snap: Snapshot) -> MigSettings:
     """The settings in force once this write lands: the oldest ClusterPolicy's, with this one written
     (CREATE, UPDATE of spec or status) or gone (DELETE). Without the other policies (a Snapshot built
     without them) the one written is taken to be the one in force."""
-    others = [_shape(p) for p in snap.policies if ((p.get("metadata") or {}).get("name")) != req.name]
+    others = [_shape(p) for p in snap.policies if (objects.meta(p).get("name")) != req.name]
     if req.operation == "DELETE":
         return settings_from_policies(others)
     return settings_from_policies([*others, _shape(req.object or {})])
@@ -156,11 +158,11 @@ def validate(req: Request, snap: Snapshot, read: ReadConfigMap | None = None) ->
     new = after(req, snap)
     configmap_field, strategy_field = _fields(req)
     if new.configmap != snap.settings.configmap:
-        errors, warnings, text = _switch_configmap(new.configmap, str(new.strategy), snap, read, configmap_field)
+        errors, warnings, text = _switch_configmap(new.configmap, new.strategy, snap, read, configmap_field)
         findings += errors
         owned = _git_owned(req, snap, new.configmap, text, configmap_field)
-    elif new.strategy in STRATEGIES and new.strategy != snap.strategy:
-        findings += _switch(str(new.strategy), snap, strategy_field)
+    elif new.strategy is not None and new.strategy != snap.strategy:
+        findings += _switch(new.strategy, snap, strategy_field)
     if owned:  # with what else is wrong, so one answer says everything
         return deny(subject, owned + findings, code=403, reason="Forbidden", warnings=merge_warnings(warnings))
     if findings:
@@ -193,7 +195,7 @@ def _git_owned(req: Request, snap: Snapshot, target: tuple[str, str], text: str 
 
 
 def _switch_configmap(
-    target: tuple[str, str], strategy: str, snap: Snapshot, read: ReadConfigMap | None, field: str
+    target: tuple[str, str], strategy: Strategy | None, snap: Snapshot, read: ReadConfigMap | None, field: str
 ) -> tuple[list[Finding], list[Warning_], str | None]:
     """The ConfigMap the policy switches to, judged as the ConfigMap in force would be; and its
     config.yaml (None when it has none)."""
@@ -248,12 +250,12 @@ def _switch_configmap(
     return findings + [(rule, f"{where}: {line}") for rule, line in errors], warnings, text
 
 
-def _switch(strategy: str, snap: Snapshot, field: str = "spec.mig.strategy") -> list[Finding]:
+def _switch(strategy: Strategy, snap: Snapshot, field: str = "spec.mig.strategy") -> list[Finding]:
     """Nodes whose current config becomes invalid under `strategy` (strategy-mismatch findings)."""
     config = snap.active_config
     if config is None or isinstance(config, MigError):
         return []
-    broken: dict[str, list[tuple[NodeView, ...]]] = {}
+    broken: dict[str, list[tuple[NodeFacts, ...]]] = {}
     reasons: dict[str, tuple[str, str]] = {}  # config -> (first broken node's name, its reason)
     names = set(config.names())
     for name in snap.users:
@@ -262,7 +264,7 @@ def _switch(strategy: str, snap: Snapshot, field: str = "spec.mig.strategy") -> 
         for ids, exact, members in snap.groups(name):  # the nodes judged alike, checked once
             if not exact or not ids:
                 continue
-            verdict = checks.fit(config, name, NodeGpus(members[0].gpus, True), strategy)  # type: ignore[arg-type]
+            verdict = checks.fit(config, name, NodeGpus(members[0].gpus, True), strategy)
             mismatch = [p for p in verdict.errors if p.rule == "strategy-mismatch"]
             if mismatch:
                 broken.setdefault(name, []).append(members)

@@ -30,15 +30,18 @@ from typing import Any
 
 from kubernetes import client as k8s
 
-from migops.kube import ssa
-from migops.kube.names import (
+from migops.api.names import (
     CONFIG_DIGEST_ANNOTATION,
+    CONFIGMAP_KEY,
     MANAGED_BY_ANNOTATION,
+    MIG_CONFIG_LABEL,
     MIG_CONFIGMAP_LABEL,
+    MIG_RESOURCE_PREFIX,
     REVISION_ANNOTATION,
     TRANSLATE_LABEL,
     WEBHOOK_SKIP_LABEL,
 )
+from migops.kube import ssa
 
 NAME = "migops-webhook"
 SERVICE_NAMESPACE = "migops-system"
@@ -59,16 +62,16 @@ def _has_key(var: str, field: str, key: str) -> str:
 
 def _label(var: str) -> str:
     return (
-        f"(has({var}.metadata.labels) && 'nvidia.com/mig.config' in {var}.metadata.labels ? "
-        f"{var}.metadata.labels['nvidia.com/mig.config'] : '')"
+        f"(has({var}.metadata.labels) && '{MIG_CONFIG_LABEL}' in {var}.metadata.labels ? "
+        f"{var}.metadata.labels['{MIG_CONFIG_LABEL}'] : '')"
     )
 
 
 _MIG_CONFIGMAP = " || ".join(
     [
-        _has_key("object", "data", "config.yaml"),
-        _has_key("oldObject", "data", "config.yaml"),
-        _has_key("object", "binaryData", "config.yaml"),
+        _has_key("object", "data", CONFIGMAP_KEY),
+        _has_key("oldObject", "data", CONFIGMAP_KEY),
+        _has_key("object", "binaryData", CONFIGMAP_KEY),
         _has_key("object", "metadata.labels", MIG_CONFIGMAP_LABEL),
         _has_key("oldObject", "metadata.labels", MIG_CONFIGMAP_LABEL),
         f"request.namespace == '{OPERATOR_NAMESPACE}'",
@@ -141,8 +144,8 @@ _STATUS_NAMESPACE_CHANGED = f"{_status_namespace('object')} != {_status_namespac
 def _wants_mig(containers: str) -> str:
     return (
         f"(has(object.spec.{containers}) && object.spec.{containers}.exists(c, has(c.resources) && "
-        "((has(c.resources.limits) && c.resources.limits.exists(k, k.startsWith('nvidia.com/mig-'))) || "
-        "(has(c.resources.requests) && c.resources.requests.exists(k, k.startsWith('nvidia.com/mig-'))))))"
+        f"((has(c.resources.limits) && c.resources.limits.exists(k, k.startsWith('{MIG_RESOURCE_PREFIX}'))) || "
+        f"(has(c.resources.requests) && c.resources.requests.exists(k, k.startsWith('{MIG_RESOURCE_PREFIX}'))))))"
     )
 
 

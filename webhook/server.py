@@ -167,7 +167,7 @@ def migsync_reader(api: Any, per_second: int = LIVE_READS_PER_SECOND) -> Callabl
     (over the limit the read fails, and the review is denied: never admitted)."""
     from kubernetes import client as k8s
 
-    from migops.reconciler.status import GROUP, PLURAL, VERSION
+    from migops.api.migsync import GROUP, PLURAL, VERSION
     from migops.webhook.ratelog import Window
     from migops.webhook.state import migsync_ref
 

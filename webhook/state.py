@@ -5,7 +5,7 @@ and MIG resources), ClusterPolicies (the MIG strategy and where the MIG ConfigMa
 absent), that one ConfigMap (re-targeted when the ClusterPolicy moves it) and MigSyncs (which repo
 owns a managed node's labels; the CRD may be absent).
 
-Everything is maintained per event, never rebuilt: a Node event replaces that node's NodeView in the
+Everything is maintained per event, never rebuilt: a Node event replaces that node's NodeFacts in the
 `Placement` indexes (nodes per config name, per GPU set, per (config, GPUs) group, the GPU models and
 MIG resources present), in O(1) plus the node's own labels; a ClusterPolicy or ConfigMap event
 replaces the small immutable `MigView` (settings, the config in force, parsed once). A review reads
@@ -28,9 +28,8 @@ from typing import Any
 
 from kubernetes import client as k8s
 
-from migops.kube import clusterpolicy
-from migops.kube.informer import Informer, Obj, object_key
-from migops.kube.names import (
+from migops.api import migsync, objects
+from migops.api.names import (
     CONFIGMAP_KEY,
     DEVICE_ID_LABEL,
     GPU_COUNT_LABEL,
@@ -38,14 +37,14 @@ from migops.kube.names import (
     GPUS_ANNOTATION,
     MIG_CONFIG_LABEL,
 )
-from migops.kube.nodes import UnknownGpuError, node_gpus
+from migops.api.objects import NodeFacts
+from migops.kube import clusterpolicy
+from migops.kube.informer import Informer, Obj, object_key
 from migops.mig import gfd
 from migops.mig.catalogue import GpuModel
 from migops.mig.problems import MigError
 from migops.mig.spec import MigPartedConfig
-from migops.reconciler.status import GROUP as MIGSYNC_GROUP
-from migops.reconciler.status import PLURAL as MIGSYNC_PLURAL
-from migops.reconciler.status import VERSION as MIGSYNC_VERSION
+from migops.mig.strategy import Strategy
 from migops.webhook import checks
 
 log = logging.getLogger(__name__)
@@ -62,7 +61,7 @@ DEFAULT_RECONCILER_USER = "system:serviceaccount:migops-system:migops-reconciler
 def trim_node(obj: Obj) -> Obj:
     """What the rules read of a Node; everything else (status, images, conditions) is dropped, so the
     cache is small and a heartbeat changes nothing in it."""
-    meta = obj.get("metadata") or {}
+    meta = objects.meta(obj)
     labels = {k: v for k, v in (meta.get("labels") or {}).items() if k in _NODE_LABELS or _MIG_COUNT_LABEL.match(k)}
     gpus = (meta.get("annotations") or {}).get(GPUS_ANNOTATION)
     capacity = {
@@ -81,7 +80,7 @@ def trim_node(obj: Obj) -> Obj:
 
 def trim_policy(obj: Obj) -> Obj:
     """What settings_from_policies reads."""
-    meta = obj.get("metadata") or {}
+    meta = objects.meta(obj)
     spec = obj.get("spec") or {}
     return {
         "metadata": {k: meta.get(k) for k in ("name", "creationTimestamp", "resourceVersion")},
@@ -94,7 +93,7 @@ def trim_policy(obj: Obj) -> Obj:
 
 
 def trim_configmap(obj: Obj) -> Obj:
-    meta = obj.get("metadata") or {}
+    meta = objects.meta(obj)
     data = obj.get("data") or {}
     return {
         "metadata": {k: meta.get(k) for k in ("name", "namespace", "resourceVersion")},
@@ -104,7 +103,7 @@ def trim_configmap(obj: Obj) -> Obj:
 
 def trim_migsync(obj: Obj) -> Obj:
     """Where a MigSync's desired labels come from (its status, written constantly, is dropped)."""
-    meta = obj.get("metadata") or {}
+    meta = objects.meta(obj)
     spec = obj.get("spec") or {}
     return {
         "metadata": {k: meta.get(k) for k in ("name", "namespace", "resourceVersion")},
@@ -113,81 +112,35 @@ def trim_migsync(obj: Obj) -> Obj:
 
 
 # ------------------------------------------------------------------------------------------ node views
-@dataclass(frozen=True)
-class NodeView:
-    """One Node as the rules see it."""
-
-    name: str
-    config: str | None  # nvidia.com/mig.config
-    gpus: tuple[GpuModel, ...]  # index order when `exact`; one per model otherwise; () when unknown
-    exact: bool
-    gpu_problem: str | None  # why the GPUs are unknown (a device ID the catalogue lacks)
-    offers: frozenset[str]  # MIG resources (nvidia.com/mig-<profile>) it advertises now
-
-    @cached_property
-    def models(self) -> tuple[GpuModel, ...]:
-        return tuple(dict.fromkeys(self.gpus))
-
-    @cached_property
-    def model_ids(self) -> frozenset[str]:
-        """The device IDs of its GPU models (the catalogue's key for a model)."""
-        return frozenset(g.device_id for g in self.gpus)
-
-    @cached_property
-    def device_ids(self) -> tuple[str, ...]:
-        """Its GPUs' device IDs in order: with `exact`, what a config is judged on."""
-        return tuple(g.device_id for g in self.gpus)
-
-    def describe(self) -> str:
-        if not self.gpus:
-            return "GPUs unknown"
-        counts: dict[str, int] = {}
-        for g in self.gpus:
-            counts[g.name] = counts.get(g.name, 0) + 1
-        return ", ".join(f"{c} x {n}" if self.exact else n for n, c in counts.items())
-
-
-def node_view(obj: Mapping[str, Any]) -> NodeView:
-    """A NodeView of a Node object (from the cache or from a review)."""
-    meta = obj.get("metadata") or {}
-    labels = meta.get("labels") or {}
-    try:
-        found = node_gpus(obj)
-        gpus, exact, problem = (found.gpus, found.exact, None) if found else ((), False, None)
-    except UnknownGpuError as exc:
-        gpus, exact, problem = (), False, str(exc)
-    offers = gfd.mig_offers(labels, (obj.get("status") or {}).get("capacity") or {})
-    config = labels.get(MIG_CONFIG_LABEL)
-    return NodeView(str(meta.get("name")), config if isinstance(config, str) else None, gpus, exact, problem, offers)
-
-
+# One Node as the rules see it: migops.api.objects.NodeFacts (the one Node reader), from the trimmed
+# cache object or a review's object alike.
 GroupKey = tuple[str, tuple[str, ...], bool]  # (config, device IDs in order, exact)
 
 
-class NodeSample(Sequence[NodeView]):
+class NodeSample(Sequence[NodeFacts]):
     """Nodes in name order, drawn lazily from sorted groups: `len` is known at once, and naming the
     first few (findings.node_names) reads only those, however many nodes there are."""
 
     def __init__(
         self,
-        parts: Iterable[Sequence[NodeView]],
+        parts: Iterable[Sequence[NodeFacts]],
         count: int | None = None,
-        keep: Callable[[NodeView], bool] | None = None,
+        keep: Callable[[NodeFacts], bool] | None = None,
     ) -> None:
         self._parts = [p for p in parts if p]
         self._keep = keep
         self._count = count if count is not None else sum(len(p) for p in self._parts)
-        self._seen: list[NodeView] = []
-        self._iter: Iterator[NodeView] | None = None
+        self._seen: list[NodeFacts] = []
+        self._iter: Iterator[NodeFacts] | None = None
 
     def __len__(self) -> int:
         return self._count
 
-    def _more(self) -> Iterator[NodeView]:
+    def _more(self) -> Iterator[NodeFacts]:
         merged = heapq.merge(*self._parts, key=lambda n: n.name)
         return filter(self._keep, merged) if self._keep else merged
 
-    def __iter__(self) -> Iterator[NodeView]:
+    def __iter__(self) -> Iterator[NodeFacts]:
         yield from self._seen
         if self._iter is None:
             self._iter = self._more()
@@ -215,10 +168,10 @@ class _Bucket:
     __slots__ = ("nodes", "_sorted")
 
     def __init__(self) -> None:
-        self.nodes: dict[str, NodeView] = {}
-        self._sorted: tuple[NodeView, ...] | None = None
+        self.nodes: dict[str, NodeFacts] = {}
+        self._sorted: tuple[NodeFacts, ...] | None = None
 
-    def put(self, node: NodeView) -> None:
+    def put(self, node: NodeFacts) -> None:
         self.nodes[node.name] = node
         self._sorted = None
 
@@ -228,7 +181,7 @@ class _Bucket:
         self._sorted = None
         return not self.nodes
 
-    def sorted(self) -> tuple[NodeView, ...]:
+    def sorted(self) -> tuple[NodeFacts, ...]:
         found = self._sorted
         if found is None:
             found = self._sorted = tuple(sorted(self.nodes.values(), key=lambda n: n.name))
@@ -248,8 +201,8 @@ class Placement:
     offers nothing new changes none of them.
     """
 
-    def __init__(self, nodes: Iterable[NodeView] = ()) -> None:
-        self.nodes: dict[str, NodeView] = {}
+    def __init__(self, nodes: Iterable[NodeFacts] = ()) -> None:
+        self.nodes: dict[str, NodeFacts] = {}
         self.version = 0
         self.offers_version = 0
         self.models_version = 0
@@ -264,7 +217,7 @@ class Placement:
             self.put(node)
 
     # ------------------------------------------------------------------ updates
-    def put(self, node: NodeView) -> None:
+    def put(self, node: NodeFacts) -> None:
         old = self.nodes.get(node.name)
         if old == node:
             return
@@ -281,7 +234,7 @@ class Placement:
             self._unindex(old)
             self.version += 1
 
-    def _index(self, node: NodeView) -> None:
+    def _index(self, node: NodeFacts) -> None:
         if node.config:
             self._by_config.setdefault(node.config, _Bucket()).put(node)
             key = (node.config, node.device_ids, node.exact)
@@ -300,7 +253,7 @@ class Placement:
             if self._offers[res] == 1:
                 self.offers_version += 1
 
-    def _unindex(self, node: NodeView) -> None:
+    def _unindex(self, node: NodeFacts) -> None:
         if node.config:
             if self._by_config[node.config].drop(node.name):
                 del self._by_config[node.config]
@@ -324,17 +277,17 @@ class Placement:
                 self.offers_version += 1
 
     # ------------------------------------------------------------------ reading
-    def users(self) -> dict[str, tuple[NodeView, ...]]:
+    def users(self) -> dict[str, tuple[NodeFacts, ...]]:
         """Config name -> the nodes whose nvidia.com/mig.config names it (name order), the configs in
         the order of their first node's name (as a scan of the nodes in name order finds them)."""
         buckets = sorted(self._by_config.items(), key=lambda item: item[1].first())
         return {name: bucket.sorted() for name, bucket in buckets}
 
-    def users_of(self, config: str) -> tuple[NodeView, ...]:
+    def users_of(self, config: str) -> tuple[NodeFacts, ...]:
         bucket = self._by_config.get(config)
         return bucket.sorted() if bucket is not None else ()
 
-    def groups(self, config: str) -> list[tuple[tuple[str, ...], bool, tuple[NodeView, ...]]]:
+    def groups(self, config: str) -> list[tuple[tuple[str, ...], bool, tuple[NodeFacts, ...]]]:
         """The nodes selecting `config`, by the GPUs they are judged on: (device IDs, exact, nodes),
         groups in the order of their first node's name."""
         found = [(key[1], key[2], self._groups[key].sorted()) for key in self._groups_of.get(config, ())]
@@ -384,7 +337,7 @@ class Placement:
         }
 
 
-def _placed(node: NodeView) -> tuple:
+def _placed(node: NodeFacts) -> tuple:
     """What ConfigMap and ClusterPolicy rules read of a node (not what it offers)."""
     return node.config, node.gpus, node.exact, node.gpu_problem
 
@@ -479,13 +432,13 @@ class Snapshot:
         settings = clusterpolicy.settings_from_policies(policies)
         active = None
         for cm in configmaps:
-            meta = cm.get("metadata") or {}
+            meta = objects.meta(cm)
             if (meta.get("namespace"), meta.get("name")) == settings.configmap:
                 active = cm
         refs = {object_key(m): ref for m in migsyncs if (ref := migsync_ref(m)) is not None}
         return cls(
             MigView(settings, active),
-            Placement(node_view(n) for n in nodes),
+            Placement(NodeFacts.from_obj(n) for n in nodes),
             refs,
             frozenset(reconciler_users),
             tuple(trim_policy(dict(p)) for p in policies),
@@ -497,7 +450,8 @@ class Snapshot:
         return self.mig.settings
 
     @property
-    def strategy(self) -> str:
+    def strategy(self) -> Strategy | None:
+        """The cluster's MIG strategy; None when the ClusterPolicy names none of the three."""
         return self.mig.settings.strategy
 
     @property
@@ -523,11 +477,11 @@ class Snapshot:
 
     # the nodes, through the indexes
     @property
-    def users(self) -> dict[str, tuple[NodeView, ...]]:
+    def users(self) -> dict[str, tuple[NodeFacts, ...]]:
         """Config name -> the nodes whose nvidia.com/mig.config names it."""
         return self.placement.users()
 
-    def groups(self, config: str) -> list[tuple[tuple[str, ...], bool, tuple[NodeView, ...]]]:
+    def groups(self, config: str) -> list[tuple[tuple[str, ...], bool, tuple[NodeFacts, ...]]]:
         return self.placement.groups(config)
 
     def configured(self) -> NodeSample:
@@ -554,7 +508,7 @@ class Snapshot:
 
 
 def migsync_ref(obj: Mapping[str, Any]) -> MigSyncRef | None:
-    meta = obj.get("metadata") or {}
+    meta = objects.meta(obj)
     spec = obj.get("spec") or {}
     if not isinstance(meta.get("name"), str):
         return None
@@ -608,9 +562,9 @@ class ClusterState:
         )
         self.migsyncs = Informer(
             custom.list_cluster_custom_object,
-            MIGSYNC_GROUP,
-            MIGSYNC_VERSION,
-            MIGSYNC_PLURAL,
+            migsync.GROUP,
+            migsync.VERSION,
+            migsync.PLURAL,
             name="migsyncs",
             transform=trim_migsync,
             handler=self._migsync_event,
@@ -683,7 +637,7 @@ class ClusterState:
 
     # --------------------------------------------------------------------------- events
     def _node_event(self, kind: str, obj: Obj) -> None:
-        view = node_view(obj)
+        view = NodeFacts.from_obj(obj)
         with self.lock:
             if kind == "DELETED":
                 self._placement.remove(view.name)
@@ -707,7 +661,7 @@ class ClusterState:
 
     def _configmap_event(self, target: tuple[str, str]) -> Callable[[str, Obj], None]:
         def handle(kind: str, obj: Obj) -> None:
-            meta = obj.get("metadata") or {}
+            meta = objects.meta(obj)
             with self.lock:
                 if target != self._configmap_target or (meta.get("namespace"), meta.get("name")) != target:
                     return  # an informer being replaced, or not the ConfigMap in force
@@ -764,5 +718,5 @@ def _content(cm: Mapping[str, Any] | None) -> object:
     """A ConfigMap as the rules read it (its resourceVersion aside)."""
     if cm is None:
         return None
-    meta = cm.get("metadata") or {}
+    meta = objects.meta(cm)
     return (meta.get("namespace"), meta.get("name"), cm.get("data"))

@@ -17,6 +17,7 @@ from typing import Any
 from migops import logs
 from migops.cli.usage import EXIT_INVALID, EXIT_OK, UsageError
 from migops.kube import client as kube_client
+from migops.mig.strategy import STRATEGIES
 
 DEFAULT_WORK_DIR = "/var/lib/migops-agent"
 
@@ -51,7 +52,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         help=f"where the agent keeps its journal (default {DEFAULT_WORK_DIR})",
     )
     a.add_argument("--config-map", metavar="NS/NAME", help="MIG ConfigMap (default: the ClusterPolicy's)")
-    a.add_argument("--strategy", choices=("none", "single", "mixed"), help="default: the ClusterPolicy's")
+    a.add_argument("--strategy", choices=STRATEGIES, help="default: the ClusterPolicy's")
     a.add_argument(
         "--clients-namespace",
         default=os.environ.get("DEFAULT_GPU_CLIENTS_NAMESPACE"),

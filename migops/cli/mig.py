@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from migops.cli.usage import EXIT_INVALID, EXIT_OK, UsageError
-from migops.mig.strategy import STRATEGIES
+from migops.mig.strategy import STRATEGIES, Strategy
 
 if TYPE_CHECKING:
     from migops.cli.report import Checked, Run
@@ -187,7 +187,7 @@ def _question(node: Sequence[GpuModel]) -> NodeGpus | None:
 
 
 def check_source(
-    file: str, source: ConfigSource, node: Sequence[GpuModel], strategy: str | None, selected: str | None
+    file: str, source: ConfigSource, node: Sequence[GpuModel], strategy: Strategy | None, selected: str | None
 ) -> Checked:
     """Validate one config source; every problem located in the file."""
     from migops.cli.report import Checked
@@ -207,7 +207,7 @@ def check_source(
         except MigError as exc:
             return Checked(file, source.object, source.line, True, tuple(problems) + exc.problems)
     whole, per = _split_notes(config, names)
-    reports = [f.report for f in fit_all(config, names, _question(node), strategy)]  # type: ignore[arg-type]
+    reports = [f.report for f in fit_all(config, names, _question(node), strategy)]
     placed = tuple(replace(r, problems=config.place(tuple(per.get(r.name, ())) + r.problems)) for r in reports)
     return Checked(file, source.object, source.line, True, tuple(problems + whole), placed)
 
@@ -215,7 +215,7 @@ def check_source(
 def check(
     inputs: Sequence[str],
     node: Sequence[GpuModel],
-    strategy: str | None,
+    strategy: Strategy | None,
     selected: str | None,
     skip_unrelated: bool = False,
 ) -> Run:
@@ -266,11 +266,11 @@ def _nodes_file(name: str, data: bytes) -> bool | None:
     return True if is_nodes_file(name, doc) else None
 
 
-def check_nodes_file(file: str, name: str, data: bytes, node: Sequence[GpuModel], strategy: str | None) -> Checked:
+def check_nodes_file(file: str, name: str, data: bytes, node: Sequence[GpuModel], strategy: Strategy | None) -> Checked:
     """A nodes.yaml, checked with the config.yaml beside it (gitops.check)."""
+    from migops.api.migsync import CONFIG_FILE
     from migops.cli.report import Checked
     from migops.gitops.check import check_nodes
-    from migops.gitops.repo import CONFIG_FILE
 
     beside = Path(name).parent / CONFIG_FILE if name != "-" else Path(CONFIG_FILE)
     config_text = beside.read_bytes() if beside.is_file() else None

@@ -419,7 +419,7 @@ def _node_drift(api: Any) -> dict[str, str]:
     from kubernetes import client as k8s
     from kubernetes.client.exceptions import ApiException
 
-    from migops.kube.names import DRIFT_ANNOTATION
+    from migops.api.names import DRIFT_ANNOTATION
 
     try:
         nodes = k8s.CoreV1Api(api).list_node().items

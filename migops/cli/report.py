@@ -65,7 +65,7 @@ class Run:
     skipped: tuple[tuple[str, Skipped], ...]  # (file, object)
     files: int
     node: tuple[GpuModel, ...] = ()
-    strategy: str | None = None
+    strategy: Strategy | None = None
     ignored_files: tuple[str, ...] = field(default=())  # found in a directory, holding no MIG config
 
     @property
@@ -209,7 +209,7 @@ def text(run: Run, out=None) -> None:  # noqa: ANN001
             for p in r.problems if node else merge_across_families(r.problems):
                 say(f"      {problem_line(c.file, p)}")
             if node and r.valid and run.strategy:
-                ad = advertise(r.gpus, run.strategy)  # type: ignore[arg-type]
+                ad = advertise(r.gpus, run.strategy)
                 shown = ", ".join(f"{k}={v}" for k, v in ad.resources.items()) or "nothing"
                 say(f"      advertises ({run.strategy}): {shown}")
         bad = sum(not r.valid for r in c.reports)
@@ -236,16 +236,16 @@ def text(run: Run, out=None) -> None:  # noqa: ANN001
 # ---------------------------------------------------------------------------------------------- json
 
 
-def _advertises(report: ConfigReport, strategies: Sequence[str]) -> dict[str, object]:
+def _advertises(report: ConfigReport, strategies: Sequence[Strategy]) -> dict[str, object]:
     out: dict[str, object] = {}
     for s in strategies:
-        ad = advertise(report.gpus, s)  # type: ignore[arg-type]
+        ad = advertise(report.gpus, s)
         out[s] = {"resources": ad.resources, "labels": ad.labels, "invalid_reason": ad.invalid_reason}
     return out
 
 
 def as_json(run: Run) -> dict[str, object]:
-    strategies: tuple[Strategy, ...] = (run.strategy,) if run.strategy else STRATEGIES  # type: ignore[assignment]
+    strategies: tuple[Strategy, ...] = (run.strategy,) if run.strategy else STRATEGIES
     node = run.node
     return document(
         "validate",

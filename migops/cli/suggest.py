@@ -56,7 +56,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _read_tree(args: argparse.Namespace) -> tuple[dict[str, bytes | None], str]:
-    from migops.gitops.repo import CONFIG_FILE, NODES_FILE
+    from migops.api.migsync import CONFIG_FILE, NODES_FILE
 
     root = Path(args.tree)
     if not root.is_dir():
@@ -70,7 +70,7 @@ def _read_tree(args: argparse.Namespace) -> tuple[dict[str, bytes | None], str]:
 
 
 def _read_repo(args: argparse.Namespace) -> tuple[dict[str, bytes | None], str]:
-    from migops.gitops.repo import CONFIG_FILE, NODES_FILE
+    from migops.api.migsync import CONFIG_FILE, NODES_FILE
     from migops.gitops.source import GitSource, SourceError
 
     with tempfile.TemporaryDirectory(prefix="migops-suggest-") as cache:

@@ -15,8 +15,8 @@ import pytest
 from agent_harness import allocatable, annotations, labels, node_events, set_config, state, until
 from kubernetes import client as k8s
 
+from migops.api.names import DRIFT_ANNOTATION, REASON_ANNOTATION
 from migops.cli import main
-from migops.kube.names import DRIFT_ANNOTATION, REASON_ANNOTATION
 from migops.local.cluster import CRD_NAME, apply_cluster_policy, install_clusterpolicy_crd, seed
 from migops.local.ports import free_ports
 

@@ -18,7 +18,7 @@ from kubernetes.client.exceptions import ApiException
 from migops.agent.flow import Options, Reconfigure, Request
 from migops.agent.kube import NodeIO
 from migops.agent.simulated import SimulatedBackend, parse_gpus
-from migops.kube.names import (
+from migops.api.names import (
     AGENT_CONTROLLER,
     APPLIED_ANNOTATION,
     DEVICE_ID_LABEL,

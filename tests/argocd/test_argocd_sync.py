@@ -23,7 +23,7 @@ from kubernetes import client as k8s
 from kubernetes.client import ApiClient
 from polling import until
 
-from migops.kube.names import CONFIG_DIGEST_ANNOTATION, MANAGED_BY_ANNOTATION, MIG_CONFIG_LABEL, RECONCILER_MANAGER
+from migops.api.names import CONFIG_DIGEST_ANNOTATION, MANAGED_BY_ANNOTATION, MIG_CONFIG_LABEL, RECONCILER_MANAGER
 from migops.local import argocd
 from migops.local.agents import MIG_CONFIGMAP
 from migops.local.ports import free_ports

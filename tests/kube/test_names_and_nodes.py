@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from migops.api.names import GPUS_ANNOTATION
+from migops.api.objects import node_gpus
 from migops.kube.clusterpolicy import MigSettings, settings_from_policies
-from migops.kube.names import GPUS_ANNOTATION
-from migops.kube.nodes import node_gpus
 from migops.kube.ssa import object_path
 from migops.mig.catalogue import UnknownGpuError
 

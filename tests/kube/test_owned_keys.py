@@ -1,10 +1,11 @@
-"""migops.kube.ssa.owned_keys: what a field manager owns, read back from a real object's managedFields."""
+"""migops.api.objects.owned_keys: what a field manager owns, read back from a real object's managedFields."""
 
 from __future__ import annotations
 
 from kubernetes import client as k8s
 from kubernetes.client import ApiClient
 
+from migops.api.objects import owned_keys
 from migops.kube import ssa
 
 
@@ -36,9 +37,9 @@ def test_owned_keys_per_manager_and_subresource(admin: ApiClient, node: str) -> 
     )
     k8s.CoreV1Api(admin).patch_node(node, {"metadata": {"labels": {"c/w": "4"}}})  # an Update, not an Apply
     obj = admin.sanitize_for_serialization(k8s.CoreV1Api(admin).read_node(node))
-    assert ssa.owned_keys(obj, "mgr-a", ("metadata", "labels")) == {"a/x", "a/y"}
-    assert ssa.owned_keys(obj, "mgr-a", ("metadata", "annotations")) == {"a/n"}
-    assert ssa.owned_keys(obj, "mgr-b", ("metadata", "labels")) == {"b/z"}
-    assert ssa.owned_keys(obj, "mgr-a", ("status", "capacity"), subresource="status") == {"example.com/dev"}
-    assert ssa.owned_keys(obj, "mgr-a", ("status", "capacity")) == set()  # the main resource owns none
-    assert ssa.owned_keys(obj, "nobody", ("metadata", "labels")) == set()
+    assert owned_keys(obj, "mgr-a", ("metadata", "labels")) == {"a/x", "a/y"}
+    assert owned_keys(obj, "mgr-a", ("metadata", "annotations")) == {"a/n"}
+    assert owned_keys(obj, "mgr-b", ("metadata", "labels")) == {"b/z"}
+    assert owned_keys(obj, "mgr-a", ("status", "capacity"), subresource="status") == {"example.com/dev"}
+    assert owned_keys(obj, "mgr-a", ("status", "capacity")) == set()  # the main resource owns none
+    assert owned_keys(obj, "nobody", ("metadata", "labels")) == set()

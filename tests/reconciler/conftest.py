@@ -20,8 +20,8 @@ from gitrepo import GitRepo
 from kubernetes import client as k8s
 from kubernetes.client import ApiClient
 
+from migops.api.names import MIGSYNC_FINALIZER
 from migops.kube import ssa
-from migops.kube.names import MIGSYNC_FINALIZER
 from migops.local.binaries import locate
 from migops.local.cluster import apply_node, plan_nodes, seed
 from migops.local.controlplane import ControlPlane

@@ -13,14 +13,14 @@ from kubernetes import client as k8s
 from kubernetes.client import ApiClient
 from polling import until
 
-from migops.kube import ssa
-from migops.kube.names import (
+from migops.api.names import (
     AGENT_MANAGER,
     DIGEST_ANNOTATION,
     MIG_CONFIG_LABEL,
     MIG_CONFIG_STATE_LABEL,
     REASON_ANNOTATION,
 )
+from migops.kube import ssa
 from migops.mig.spec import parse_config
 
 

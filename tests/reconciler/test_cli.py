@@ -10,7 +10,7 @@ from pathlib import Path
 from gitrepo import CONFIG_YAML, UNPLACEABLE, nodes_yaml
 from reconciler_harness import agent_reports, labels_of
 
-from migops.kube.names import MIG_CONFIG_LABEL
+from migops.api.names import MIG_CONFIG_LABEL
 
 MIGOPS = Path(sys.executable).parent / "migops"
 

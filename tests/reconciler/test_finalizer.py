@@ -7,7 +7,7 @@ from gitrepo import CONFIG_YAML, nodes_yaml
 from kubernetes import client as k8s
 from reconciler_harness import eventually, labels_of, migsync
 
-from migops.kube.names import MANAGED_BY_ANNOTATION, MIG_CONFIG_LABEL, MIGSYNC_FINALIZER, REVISION_ANNOTATION
+from migops.api.names import MANAGED_BY_ANNOTATION, MIG_CONFIG_LABEL, MIGSYNC_FINALIZER, REVISION_ANNOTATION
 from migops.reconciler import status as st
 
 

@@ -9,9 +9,7 @@ from gitrepo import CONFIG_YAML, nodes_yaml
 from kubernetes import client as k8s
 from reconciler_harness import agent_reports, condition, events_for, eventually, labels_of, migsync
 
-from migops.cli import main as cli
-from migops.kube import ssa
-from migops.kube.names import (
+from migops.api.names import (
     AGENT_MANAGER,
     DRIFT_ANNOTATION,
     MANAGED_BY_ANNOTATION,
@@ -19,6 +17,8 @@ from migops.kube.names import (
     REVISION_ANNOTATION,
     UNMANAGED_LABEL,
 )
+from migops.cli import main as cli
+from migops.kube import ssa
 from migops.reconciler.record import read as read_record
 from migops.reconciler.status import CRD_NAME, SyncSpec, install_crd, migsync_object
 

@@ -12,9 +12,9 @@ from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 from reconciler_harness import agent_reports, condition, events_for, eventually, labels_of, migsync
 
+from migops.api.names import MIG_CONFIG_LABEL
 from migops.gitops.verify import TrustPolicy
 from migops.kube import ssa
-from migops.kube.names import MIG_CONFIG_LABEL
 from migops.local.binaries import locate
 from migops.mig.yamlsafe import load_yaml
 from migops.reconciler.controller import Reconciler

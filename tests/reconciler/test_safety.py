@@ -8,8 +8,8 @@ from gitrepo import CONFIG_YAML, UNPLACEABLE, SshKey, nodes_yaml
 from kubernetes import client as k8s
 from reconciler_harness import agent_reports, condition, events_for, eventually, labels_of, migsync
 
+from migops.api.names import MIG_CONFIG_LABEL, RESUME_ANNOTATION
 from migops.gitops.verify import TrustPolicy
-from migops.kube.names import MIG_CONFIG_LABEL, RESUME_ANNOTATION
 from migops.reconciler.apply import WriteError, Writer
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from gitrepo import CONFIG_YAML
 from reconciler_harness import agent_reports, eventually, labels_of
 
-from migops.kube.names import MIG_CONFIG_LABEL
+from migops.api.names import MIG_CONFIG_LABEL
 
 
 def _nodes(pool: str, config: str, rollout: str = "{maxUnavailable: '100%'}") -> str:

@@ -6,7 +6,7 @@ from gitrepo import CONFIG_YAML, nodes_yaml
 from kubernetes import client as k8s
 from reconciler_harness import agent_reports, condition, eventually, labels_of, migsync
 
-from migops.kube.names import MIG_CONFIG_LABEL
+from migops.api.names import MIG_CONFIG_LABEL
 
 
 def _pools(a: str, b: str, config_a: str = "all-1g.10gb", config_b: str = "all-3g.40gb") -> str:

@@ -21,11 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from migops.cli.mig import check
-from migops.gitops.desired import UNASSIGNED, FitCache, resolve
-from migops.gitops.repo import RepoError, load_repo
-from migops.kube.clusterpolicy import MigSettings
-from migops.kube.names import (
+from migops.api.names import (
     CONFIGMAP_KEY,
     DEVICE_ID_LABEL,
     GPU_COUNT_LABEL,
@@ -33,13 +29,17 @@ from migops.kube.names import (
     GPUS_ANNOTATION,
     MIG_CONFIG_LABEL,
 )
-from migops.kube.nodes import node_gpus
+from migops.api.objects import NodeFacts, node_gpus
+from migops.cli.mig import check
+from migops.gitops.desired import UNASSIGNED, FitCache, resolve
+from migops.gitops.repo import RepoError, load_repo
+from migops.kube.clusterpolicy import MigSettings
 from migops.mig.catalogue import catalogue
 from migops.mig.gfd import single_product
 from migops.mig.sources import read_file
 from migops.webhook import configmaps, nodelabels
 from migops.webhook.admission import Request
-from migops.webhook.state import MigView, Placement, Snapshot, node_view
+from migops.webhook.state import MigView, Placement, Snapshot
 
 HERE = Path(__file__).resolve().parent
 CONFORMANCE = HERE.parent / "mig" / "conformance"
@@ -108,7 +108,8 @@ def _denial(verdict: Any) -> Answer:
 def webhook_node(case: Case) -> Answer:
     """A Node's nvidia.com/mig.config set to the config, the ConfigMap in force holding the text."""
     snap = Snapshot(
-        MigView(MigSettings(strategy=case.strategy), _configmap(case.text)), Placement([node_view(case.node(False))])
+        MigView(MigSettings(strategy=case.strategy), _configmap(case.text)),
+        Placement([NodeFacts.from_obj(case.node(False))]),
     )
     return _denial(nodelabels.validate(_request("Node", case.node(True), case.node(False)), snap))
 
@@ -116,7 +117,8 @@ def webhook_node(case: Case) -> Answer:
 def webhook_configmap(case: Case) -> Answer:
     """The ConfigMap in force written with the text while the node selects the config."""
     snap = Snapshot(
-        MigView(MigSettings(strategy=case.strategy), _configmap(case.text)), Placement([node_view(case.node(True))])
+        MigView(MigSettings(strategy=case.strategy), _configmap(case.text)),
+        Placement([NodeFacts.from_obj(case.node(True))]),
     )
     cm = _configmap(case.text)
     return _denial(configmaps.validate(_request("ConfigMap", cm, _configmap(case.text), CM_NS), snap))

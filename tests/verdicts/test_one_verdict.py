@@ -118,7 +118,7 @@ def test_the_configmap_rule_is_the_node_rule_and_the_catalogue_rule(cases: list[
 
 def _private_copy(case: Case) -> Answer:
     """The webhook's Node rule as it was before migops.mig.fit: node mode only, no error of the text."""
-    from migops.kube.nodes import node_gpus
+    from migops.api.objects import node_gpus
     from migops.mig.spec import parse_config
 
     gpus = node_gpus(case.node(False))

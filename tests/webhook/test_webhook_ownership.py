@@ -17,8 +17,8 @@ from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 from webhook_helpers import MANAGER, eventually
 
+from migops.api.names import MANAGED_BY_ANNOTATION, MIG_CONFIG_LABEL, UNMANAGED_LABEL
 from migops.kube import ssa
-from migops.kube.names import MANAGED_BY_ANNOTATION, MIG_CONFIG_LABEL, UNMANAGED_LABEL
 from migops.reconciler.status import install_crd
 
 pytestmark = pytest.mark.usefixtures("cluster_state")

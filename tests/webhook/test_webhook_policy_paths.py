@@ -15,8 +15,8 @@ from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 from webhook_helpers import DEFAULT_CONFIG, MANAGER, configmap, eventually
 
+from migops.api.names import MANAGED_BY_ANNOTATION, MIG_CONFIG_LABEL, REVISION_ANNOTATION, UNMANAGED_LABEL
 from migops.kube import ssa
-from migops.kube.names import MANAGED_BY_ANNOTATION, MIG_CONFIG_LABEL, REVISION_ANNOTATION, UNMANAGED_LABEL
 from migops.reconciler.status import install_crd
 from migops.webhook.app import create_app
 from migops.webhook.server import migsync_reader

@@ -15,8 +15,8 @@ from gitrepo import GitRepo, nodes_yaml
 from kubernetes import client as k8s
 from webhook_helpers import DEFAULT_CONFIG, MANAGER
 
+from migops.api.names import MANAGED_BY_ANNOTATION, REVISION_ANNOTATION
 from migops.kube import ssa
-from migops.kube.names import MANAGED_BY_ANNOTATION, REVISION_ANNOTATION
 from migops.reconciler import status as st
 from migops.reconciler.preflight import DEFAULT_USER
 

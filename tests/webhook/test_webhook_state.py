@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 from kubernetes import client as k8s
 from webhook_helpers import A100, DEFAULT_CONFIG, H100, configmap, review
 
+from migops.api.objects import NodeFacts
 from migops.kube.informer import Informer, object_key
 from migops.webhook import annotate, configmaps, policies
 from migops.webhook.admission import parse_review
@@ -22,10 +23,8 @@ from migops.webhook.app import create_app
 from migops.webhook.state import (
     ClusterState,
     MigView,
-    NodeView,
     Placement,
     Snapshot,
-    node_view,
     trim_configmap,
     trim_migsync,
     trim_node,
@@ -204,7 +203,7 @@ class World:
         )
 
 
-def scanned(views: list[NodeView]) -> dict[str, Any]:
+def scanned(views: list[NodeFacts]) -> dict[str, Any]:
     """What the indexes must answer, computed the way the webhook did before issue 19: one scan of
     every node in name order."""
     nodes = sorted(views, key=lambda n: n.name)
@@ -288,7 +287,7 @@ def test_incremental_state_equals_a_full_rebuild(events: list) -> None:
         assert live.settings == rebuilt.settings
         assert live.active_text == rebuilt.active_text and live.active_digest == rebuilt.active_digest
         assert dict(live.migsyncs) == dict(rebuilt.migsyncs)
-        expected = scanned([node_view(trim_node(n)) for n in world.nodes.values()])
+        expected = scanned([NodeFacts.from_obj(trim_node(n)) for n in world.nodes.values()])
         for got in (live.placement.view(), rebuilt.placement.view()):
             assert got["nodes"] == expected["nodes"]
             assert got["users"] == expected["users"] and got["users order"] == expected["users order"]
@@ -363,7 +362,7 @@ def test_a_node_verdict_survives_other_nodes_changes() -> None:
     )
     assert client.post("/validate", json=body).json["response"]["allowed"] is True
     for name in NAMES[2:]:  # the rest of the rollout lands in the state
-        snap.placement.put(node_view(trim_node(_node(name, "all-balanced"))))
+        snap.placement.put(NodeFacts.from_obj(trim_node(_node(name, "all-balanced"))))
         before = hits._value.get()
         assert client.post("/validate", json=body).json["response"]["allowed"] is True
         assert hits._value.get() == before + 1, "answered from the cache"

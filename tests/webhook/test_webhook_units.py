@@ -289,7 +289,7 @@ def test_bad_request_lines_are_rate_limited(caplog) -> None:
 
 
 def test_gpu_counts_and_lists_beyond_any_node_are_a_problem_not_a_billion_gpus() -> None:
-    from migops.webhook.state import node_view
+    from migops.api.objects import NodeFacts
 
     huge = {
         "metadata": {
@@ -297,10 +297,10 @@ def test_gpu_counts_and_lists_beyond_any_node_are_a_problem_not_a_billion_gpus()
             "labels": {"migops.io/gpu.device-id": "0x233010DE", "nvidia.com/gpu.count": "999999999"},
         }
     }
-    view = node_view(huge)
+    view = NodeFacts.from_obj(huge)
     assert view.gpus == () and "more than the 16 GPUs" in (view.gpu_problem or "")
     listed = {"metadata": {"name": "n", "annotations": {"migops.io/gpus": ",".join(["0x233010DE"] * 5000)}}}
-    assert "more than the 16 GPUs" in (node_view(listed).gpu_problem or "")
+    assert "more than the 16 GPUs" in (NodeFacts.from_obj(listed).gpu_problem or "")
     labelled = {
         **huge,
         "metadata": {

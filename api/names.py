@@ -1,4 +1,9 @@
-"""The names components meet by (docs/interfaces.md): NVIDIA's where one exists, `migops.io/` otherwise."""
+"""Every label and annotation name migops reads or writes, and its field managers: NVIDIA's where one
+exists (GPU Operator, mig-manager, GFD), `migops.io/` otherwise (docs/interfaces.md). One definition of
+each: GFD's labels and the few names the MIG rules read live beside those rules in `migops.mig` (which
+imports nothing above it) and are re-exported here; everything else is defined here. Every other module
+imports the name from this module, never a string copy (tests/packaging/test_boundaries.py checks it).
+"""
 
 from __future__ import annotations
 
@@ -8,10 +13,14 @@ from migops.mig.gfd import (
     GPU_PRODUCT_LABEL,
     GPU_RESOURCE,
     GPUS_ANNOTATION,
+    MIG_CAPABLE_LABEL,
     MIG_CONFIG_LABEL,
     MIG_CONFIG_STATE_LABEL,
     MIG_RESOURCE_PREFIX,
+    MIG_STRATEGY_LABEL,
 )
+from migops.mig.gfd import PREFIX as NVIDIA_PREFIX
+from migops.mig.sources import MIG_CONFIGMAP_LABEL
 from migops.mig.spec import CONFIGMAP_KEY
 
 __all__ = [
@@ -21,9 +30,13 @@ __all__ = [
     "GPU_PRODUCT_LABEL",
     "GPU_RESOURCE",
     "GPUS_ANNOTATION",
+    "MIG_CAPABLE_LABEL",
+    "MIG_CONFIGMAP_LABEL",
     "MIG_CONFIG_LABEL",
     "MIG_CONFIG_STATE_LABEL",
     "MIG_RESOURCE_PREFIX",
+    "MIG_STRATEGY_LABEL",
+    "NVIDIA_PREFIX",
 ]
 
 # nvidia.com/mig.config.state values: mig-manager's four, no others.
@@ -36,11 +49,12 @@ STATES = (STATE_PENDING, STATE_REBOOTING, STATE_SUCCESS, STATE_FAILED)
 # GPU clients the GPU Operator deploys by node label; paused while the geometry changes.
 DEPLOY_LABEL_PREFIX = "nvidia.com/gpu.deploy."
 PAUSED_FOR_MIG_CHANGE = "paused-for-mig-change"
-MIG_CAPABLE_LABEL = "nvidia.com/mig.capable"
-MIG_STRATEGY_LABEL = "nvidia.com/mig.strategy"
+DEPLOY_MIG_MANAGER_LABEL = DEPLOY_LABEL_PREFIX + "mig-manager"  # the GPU Operator's: mig-manager runs where "true"
 
-# Ours.
-MIG_CONFIGMAP_LABEL = "migops.io/mig-config"  # "true" on any other ConfigMap holding a MIG config
+# Ours. (migops.io/gpu.device-id, migops.io/gpus and migops.io/mig-config are defined beside the MIG rules
+# that read them, in migops.mig, and re-exported above.)
+# On a Node, by a person: names the dynamic MIG manager that owns its geometry (migops.kube.owners).
+OWNER_LABEL = "migops.io/mig-owner"
 APPLIED_ANNOTATION = "migops.io/mig.config.applied"
 DIGEST_ANNOTATION = "migops.io/mig.config.digest"
 REASON_ANNOTATION = "migops.io/mig.config.reason"
@@ -70,6 +84,14 @@ TRANSLATED_ANNOTATION = "migops.io/mig-translated-from"
 CONFIG_DIGEST_ANNOTATION = "migops.io/config-digest"
 VALIDATED_STRATEGY_ANNOTATION = "migops.io/validated-strategy"
 VALIDATED_GPUS_ANNOTATION = "migops.io/validated-gpus"
+
+# What the agent writes on a Node: a node carrying any of these is run by the migops agent (the reconciler
+# then waits for the digest), else by mig-manager or nothing.
+AGENT_ANNOTATIONS = (DIGEST_ANNOTATION, APPLIED_ANNOTATION, GPUS_ANNOTATION, LAYOUT_ANNOTATION)
+
+# On a Node, by `migops local`, in a dry run only: a label no agent owns, so its own-node policy must deny it
+# (local/agent_identity.py waits for that denial to know the policy is in force).
+POLICY_PROBE_LABEL = "migops.io/policy-probe"
 
 # Field managers (server-side apply) and event reporters.
 RECONCILER_MANAGER = "migops-reconciler"
