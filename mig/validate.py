@@ -755,9 +755,13 @@ def _evaluate_node(
                             "warning",
                         )
                     )
+        labels: dict[int, str] = {}  # id(model) -> its label: a node repeats one model
         for index, gpu in enumerate(node):
             if not selection.chosen[index]:
-                uncovered.setdefault(gpu.label(), []).append(index)
+                label = labels.get(id(gpu))
+                if label is None:
+                    label = labels[id(gpu)] = gpu.label()
+                uncovered.setdefault(label, []).append(index)
         first_uncovered = min((i for indices in uncovered.values() for i in indices), default=-1)
     errors = 0
     results: list[_GpuOutcome] = []
@@ -766,6 +770,8 @@ def _evaluate_node(
     # (entry, model) whose geometry's findings are listed already: on the next GPU of that model the
     # entry selects they are the same findings, which merging would drop (8 x H100: one listing, not 8).
     listed_geometries: set[tuple[int, str]] = set()
+    # (entry, GPU model object) -> its geometry: a node repeats one model, looked up once.
+    geometries: dict[tuple[int, int], _Geometry] = {}
     for index, gpu in enumerate(node):
         chosen = selection.chosen[index]
         if not chosen:
@@ -809,7 +815,10 @@ def _evaluate_node(
                 entry_paths[index] = last.path
                 results.append(_GpuOutcome(index, gpu, last.path, True))
             continue
-        geometry = ctx.geometry(last, gpu)
+        pair = (id(last), id(gpu))
+        geometry = geometries.get(pair)
+        if geometry is None:
+            geometry = geometries[pair] = ctx.geometry(last, gpu)
         if geometry.findings and (id(last), gpu.name) not in listed_geometries:
             listed_geometries.add((id(last), gpu.name))
             # Catalogue mode credits every finding to each model of the group when merging.
