@@ -15,6 +15,7 @@ import re
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import NamedTuple
 
 from migops.mig.catalogue import ENGINE_NAMES, Catalogue, GiProfile, GpuModel, ProfileTable, catalogue, gi_key
@@ -75,11 +76,13 @@ class ConfigReport:
     # among those past MAX_PROBLEMS (migops.mig.fit.text_errors needs to know either way).
     fits_no_gpu: bool = False
 
-    @property
+    # Computed once (the report is frozen): fit_all, combine and every output format ask each report's
+    # validity several times, and a large file has thousands of reports.
+    @cached_property
     def valid(self) -> bool:
         return not any(p.severity == "error" for p in self.problems)
 
-    @property
+    @cached_property
     def errors(self) -> tuple[Problem, ...]:
         return tuple(p for p in self.problems if p.severity == "error")
 
