@@ -393,7 +393,7 @@ def test_every_entry_is_located_on_its_first_key(doc):
     # named as mig-parted reads it ('true'), so the written entries are found by position, not by name.
     written = list(doc["mig-configs"].values())
     assert len(cfg.configs) == len(written)
-    for (name, entries), raw in zip(cfg.configs, written):
+    for (_name, entries), raw in zip(cfg.configs, written):
         for entry in entries:
             loc = cfg.locate(entry.path)
             assert loc is not None
