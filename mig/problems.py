@@ -10,7 +10,7 @@ by looking the path up in the reader's location index (`MigPartedConfig.locate`)
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from functools import lru_cache
 from typing import Literal
 
@@ -79,7 +79,9 @@ class Problem:
         """The same problem with a location (kept if it already has one)."""
         if self.line is not None or line is None:
             return self
-        return replace(self, line=line, column=column)
+        # Not dataclasses.replace, which looks the fields up on every call: a large file's verdict
+        # places thousands of problems.
+        return Problem(self.path, self.rule, self.message, self.severity, line, column)
 
     def as_dict(self) -> dict[str, object]:
         out: dict[str, object] = {

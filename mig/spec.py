@@ -31,6 +31,7 @@ from migops.mig.yamlsafe import (
     LocationIndex,
     Scalar,
     json_int,
+    locate,
     read_first,
     to_json_value,
 )
@@ -139,21 +140,18 @@ class MigPartedConfig:
 
     def locate(self, path: str) -> Location | None:
         """Where `path`, or its nearest ancestor that is written in the file, is."""
-        return _locate(self.locations, path)
+        return locate(self.locations, path)
 
     def place(self, problems: list[Problem] | tuple[Problem, ...]) -> tuple[Problem, ...]:
         """The problems with line and column from this file (problems from the validator carry none)."""
         if not self.locations:
             return tuple(problems)
+        locations = self.locations
         out = []
         for p in problems:
-            loc = self.locate(p.path)
+            loc = locate(locations, p.path)
             out.append(p.at(loc.line, loc.column) if loc else p)
         return tuple(out)
-
-
-def _locate(locations: Mapping[str, Location], path: str) -> Location | None:
-    return Document(None, locations, {}, Location(1, 1)).locate(path)
 
 
 def no_config_problems(config: MigPartedConfig) -> tuple[Problem, ...]:

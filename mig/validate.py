@@ -15,6 +15,7 @@ import re
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import NamedTuple
 
 from migops.mig.catalogue import ENGINE_NAMES, Catalogue, GiProfile, GpuModel, ProfileTable, catalogue, gi_key
@@ -75,11 +76,13 @@ class ConfigReport:
     # among those past MAX_PROBLEMS (migops.mig.fit.text_errors needs to know either way).
     fits_no_gpu: bool = False
 
-    @property
+    # Computed once (the report is frozen): fit_all, combine and every output format ask each report's
+    # validity several times, and a large file has thousands of reports.
+    @cached_property
     def valid(self) -> bool:
         return not any(p.severity == "error" for p in self.problems)
 
-    @property
+    @cached_property
     def errors(self) -> tuple[Problem, ...]:
         return tuple(p for p in self.problems if p.severity == "error")
 
@@ -755,9 +758,13 @@ def _evaluate_node(
                             "warning",
                         )
                     )
+        labels: dict[int, str] = {}  # id(model) -> its label: a node repeats one model
         for index, gpu in enumerate(node):
             if not selection.chosen[index]:
-                uncovered.setdefault(gpu.label(), []).append(index)
+                label = labels.get(id(gpu))
+                if label is None:
+                    label = labels[id(gpu)] = gpu.label()
+                uncovered.setdefault(label, []).append(index)
         first_uncovered = min((i for indices in uncovered.values() for i in indices), default=-1)
     errors = 0
     results: list[_GpuOutcome] = []
@@ -766,6 +773,8 @@ def _evaluate_node(
     # (entry, model) whose geometry's findings are listed already: on the next GPU of that model the
     # entry selects they are the same findings, which merging would drop (8 x H100: one listing, not 8).
     listed_geometries: set[tuple[int, str]] = set()
+    # (entry, GPU model object) -> its geometry: a node repeats one model, looked up once.
+    geometries: dict[tuple[int, int], _Geometry] = {}
     for index, gpu in enumerate(node):
         chosen = selection.chosen[index]
         if not chosen:
@@ -809,7 +818,10 @@ def _evaluate_node(
                 entry_paths[index] = last.path
                 results.append(_GpuOutcome(index, gpu, last.path, True))
             continue
-        geometry = ctx.geometry(last, gpu)
+        pair = (id(last), id(gpu))
+        geometry = geometries.get(pair)
+        if geometry is None:
+            geometry = geometries[pair] = ctx.geometry(last, gpu)
         if geometry.findings and (id(last), gpu.name) not in listed_geometries:
             listed_geometries.add((id(last), gpu.name))
             # Catalogue mode credits every finding to each model of the group when merging.

@@ -86,13 +86,20 @@ class Document:
 
     def locate(self, path: str) -> Location | None:
         """Where the path (or its nearest ancestor present in the index) is written."""
-        p: str | None = path
-        while p is not None:
-            loc = self.locations.get(p)
-            if loc is not None:
-                return loc
-            p = parent_path(p)
-        return None
+        return locate(self.locations, path)
+
+
+def locate(locations: Mapping[str, Location], path: str) -> Location | None:
+    """Where the path (or its nearest ancestor present in `locations`) is written: the one lookup every
+    caller placing problems uses (a large file's verdict places thousands of them)."""
+    p: str | None = path
+    get = locations.get
+    while p is not None:
+        loc = get(p)
+        if loc is not None:
+            return loc
+        p = parent_path(p)
+    return None
 
 
 class _Pos(NamedTuple):

@@ -4,12 +4,31 @@ package (mig: validate/plan/gpus; reconcile: reconcile/diff/status; suggest; loc
 from __future__ import annotations
 
 import argparse
+import importlib
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
-from migops.cli import agent, mig, reconcile, sim, suggest, webhook
 from migops.cli.usage import EXIT_OK, EXIT_USAGE, UsageError
+
+# Each command's group module, in the order `migops --help` lists them. A command line registers only
+# its own group: importing every group costs what `migops validate` in a pre-commit hook must not pay
+# (the logging setup, the cluster client's arguments, subprocess, datetime: issue 30). tests/cli/test_startup.py
+# checks that this table names exactly the commands the groups register, with the same arguments.
+COMMANDS: dict[str, str] = {
+    "validate": "mig",
+    "plan": "mig",
+    "gpus": "mig",
+    "reconcile": "reconcile",
+    "diff": "reconcile",
+    "status": "reconcile",
+    "suggest": "suggest",
+    "local": "local",
+    "agent": "agent",
+    "sim": "sim",
+    "webhook": "webhook",
+    "certs": "webhook",
+}
 
 
 def package_version() -> str:
@@ -57,25 +76,40 @@ def _register_local(sub: argparse._SubParsersAction) -> None:
     local_cli.register(sub)
 
 
-def build_parser() -> argparse.ArgumentParser:
+def _registrar(group: str) -> Callable[[argparse._SubParsersAction], None]:
+    if group == "local":
+        return _register_local
+    register: Callable[[argparse._SubParsersAction], None] = importlib.import_module(f"migops.cli.{group}").register
+    return register
+
+
+def build_parser(groups: Sequence[str] | None = None) -> argparse.ArgumentParser:
+    """The command tree; with `groups`, only those groups' commands (what one command line needs)."""
     parser = argparse.ArgumentParser(
         prog="migops",
         description="Validate, plan and apply NVIDIA MIG geometries, the GitOps way.",
     )
     parser.add_argument("--version", action=_Version, help="show program's version number and exit")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    mig.register(sub)
-    reconcile.register(sub)
-    suggest.register(sub)
-    _register_local(sub)
-    agent.register(sub)
-    sim.register(sub)
-    webhook.register(sub)
+    for group in dict.fromkeys(COMMANDS.values()) if groups is None else groups:
+        _registrar(group)(sub)
     return parser
 
 
+def groups_needed(argv: Sequence[str]) -> list[str] | None:
+    """The groups a command line needs: its command's (the first argument, as the parser reads it: the top
+    level has only options without values), none for a bare `--version`, else every one (help, a usage
+    error listing the commands)."""
+    if argv and argv[0] in COMMANDS:
+        return [COMMANDS[argv[0]]]
+    if list(argv) == ["--version"]:
+        return []
+    return None
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
+    argv = sys.argv[1:] if argv is None else list(argv)
+    parser = build_parser(groups_needed(argv))
     args = parser.parse_args(argv)
     try:
         return int(args.func(args))

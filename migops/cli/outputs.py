@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from importlib.resources import files
 from typing import Any
 
 VERSIONS = {"validate": 1, "plan": 1, "gpus": 1, "probe": 1, "diff": 1, "status": 1, "suggest": 1}
@@ -27,4 +26,6 @@ def document(command: str, body: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def json_schema(command: str) -> dict[str, Any]:
+    from importlib.resources import files  # ~30 ms of imports (zipfile, tempfile): only where a schema is read
+
     return json.loads(files("migops").joinpath("schemas", schema_file(command)).read_text())

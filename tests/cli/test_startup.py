@@ -4,12 +4,15 @@ a fresh interpreter, which reports the modules it loaded; the times are bench/cl
 
 from __future__ import annotations
 
+import argparse
 import json
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+from migops import cli
 
 ROOT = Path(__file__).resolve().parents[2]
 DEFAULT = str(ROOT / "examples" / "nvidia-default-config.yaml")
@@ -18,7 +21,13 @@ H100 = "0x233010DE"
 # What the cluster-facing commands need and the MIG commands never do (top-level package names).
 SERVER_SIDE = ("kubernetes", "urllib3", "requests", "websocket", "flask", "werkzeug", "gunicorn", "prometheus_client")
 SERVER_SIDE += ("cryptography", "jsonschema", "pynvml", "migops.webhook", "migops.reconciler", "migops.agent")
+# What only the other command groups use: a MIG command line registers its own group alone (migops.cli.COMMANDS).
+OTHER_GROUPS = ("migops.kube", "migops.logs", "migops.local", "logging", "subprocess")
+OTHER_GROUPS += tuple(f"migops.cli.{g}" for g in ("agent", "reconcile", "suggest", "sim", "webhook"))
 MIG_CORE = ("migops.mig.validate", "migops.mig.catalogue", "yaml")
+# Standard-library modules a MIG command does without: the catalogue's data is read by path, the output
+# schemas and the distribution's version only where shown (SARIF, --version), ~30 ms each.
+PACKAGE_DATA = ("importlib.resources", "importlib.metadata", "zipfile", "tempfile", "email")
 
 # Run `migops ARGS` as the console script does, then write the loaded modules' names to a file.
 PROBE = """
@@ -62,6 +71,9 @@ def test_mig_commands_load_no_cluster_client(tmp_path: Path, args: tuple[str, ..
     code, modules = loaded(tmp_path, *args)
     assert code in (0, 1)  # ran (valid or not), no usage error
     assert _present(modules, SERVER_SIDE) == []
+    assert _present(modules, OTHER_GROUPS) == []
+    if args[0] != "--version":
+        assert _present(modules, PACKAGE_DATA) == []
 
 
 def test_version_loads_no_mig_core(tmp_path: Path) -> None:
@@ -70,5 +82,41 @@ def test_version_loads_no_mig_core(tmp_path: Path) -> None:
     code, modules = loaded(tmp_path, "--version")
     assert code == 0
     assert _present(modules, MIG_CORE) == []
+    assert _present(modules, ("migops.cli.mig", "migops.mig", *OTHER_GROUPS)) == []
     _, validating = loaded(tmp_path, "validate", DEFAULT)
     assert _present(validating, MIG_CORE) == list(MIG_CORE)  # the probe sees what a command loads
+
+
+def _commands(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
+    (sub,) = (a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    return dict(sub.choices)
+
+
+def test_command_table_matches_the_groups() -> None:
+    """migops.cli.COMMANDS names every command the groups register, in --help's order, and a command line
+    that registers one group gets the same command, arguments and help as the whole tree."""
+    full = _commands(cli.build_parser())
+    assert list(full) == list(cli.COMMANDS)
+    for name, group in cli.COMMANDS.items():
+        alone = _commands(cli.build_parser(cli.groups_needed([name, "--help"])))
+        assert cli.groups_needed([name]) == [group]
+        assert name in alone and set(alone) <= {n for n, g in cli.COMMANDS.items() if g == group}
+        assert alone[name].format_help() == full[name].format_help()
+
+
+@pytest.mark.parametrize(
+    ("argv", "groups"),
+    [
+        (["--version"], []),
+        ([], None),
+        (["--help"], None),
+        (["-h", "validate"], None),
+        (["--version", "validate"], None),
+        (["nonsense"], None),
+        (["plan", "x"], ["mig"]),
+        (["certs", "--help"], ["webhook"]),
+    ],
+)
+def test_groups_needed(argv: list[str], groups: list[str] | None) -> None:
+    """Only a leading command narrows the tree; help, errors and anything else see every command."""
+    assert cli.groups_needed(argv) == groups
