@@ -86,6 +86,8 @@ def cluster_state(api: k8s.ApiClient, hook: local_webhook.LocalWebhook) -> Itera
     reset()
 
 
-@pytest.fixture(scope="package")
+@pytest.fixture
 def direct(hook: local_webhook.LocalWebhook) -> Direct:
+    # Per test, the bundle as it is now: test_webhook_lifecycle rotates the CA, and a client built before
+    # that would fail the TLS handshake with the new serving certificate.
     return Direct(hook.url, (hook.certs / "ca-bundle.crt").read_bytes())
