@@ -28,6 +28,7 @@ from typing import Any, cast
 from kubernetes import client as k8s
 
 from migops import logs
+from migops.api import objects
 from migops.api.names import (
     MIG_CONFIG_STATE_LABEL,
     STATE_FAILED,
@@ -207,7 +208,7 @@ class Reconciler:
         self.state = restore(status, record, unreadable)
 
     def _on_node(self, kind: str, obj: dict[str, Any]) -> None:
-        meta = obj.get("metadata") or {}
+        meta = objects.meta(obj)
         # A Node the informer reports always has its name.
         name, labels = cast(str, meta.get("name")), meta.get("labels") or {}
         state, memory = labels.get(MIG_CONFIG_STATE_LABEL), self.ports.memory

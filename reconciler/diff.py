@@ -12,6 +12,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from migops.api import objects
 from migops.api.names import MIG_CONFIG_LABEL
 from migops.gitops.desired import DesiredState
 from migops.mig.text import listed
@@ -99,7 +100,7 @@ def compute(desired: DesiredState, nodes: Mapping[str, Mapping[str, Any]], confi
         obj = nodes.get(name)
         if obj is None:
             continue
-        current = ((obj.get("metadata") or {}).get("labels") or {}).get(MIG_CONFIG_LABEL)
+        current = objects.labels(obj).get(MIG_CONFIG_LABEL)
         if current == desired.targets[name].config:
             unchanged += 1
         else:
@@ -107,7 +108,7 @@ def compute(desired: DesiredState, nodes: Mapping[str, Mapping[str, Any]], confi
     if desired.spec.nodes.prune:
         for name in sorted(nodes):
             obj = nodes[name]
-            current = ((obj.get("metadata") or {}).get("labels") or {}).get(MIG_CONFIG_LABEL)
+            current = objects.labels(obj).get(MIG_CONFIG_LABEL)
             if name not in desired.targets and owns_config_label(obj) and current is not None:
                 changes.append(LabelChange(name, current, None))
     return Diff(desired.revision, f"{desired.namespace}/{desired.configmap}", cm_diff, changes, unchanged)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 from dataclasses import replace
 
+from migops.api import objects
 from migops.api.names import MANAGED_BY_ANNOTATION, MIGSYNC_FINALIZER
 from migops.mig.text import listed
 from migops.reconciler.apply import WriteError
@@ -28,7 +29,7 @@ def finalize(state: SyncState, ports: Ports) -> tuple[SyncState, SyncResult | No
     if obj is None:
         return state, SyncResult(Outcome.RELEASED, message=state.released) if state.released else None
     state = replace(state, released="")
-    meta = obj.get("metadata") or {}
+    meta = objects.meta(obj)
     held = MIGSYNC_FINALIZER in (meta.get("finalizers") or ())
     if not meta.get("deletionTimestamp"):
         if not held and options.finalizer:
@@ -40,7 +41,7 @@ def finalize(state: SyncState, ports: Ports) -> tuple[SyncState, SyncResult | No
     managed = sorted(
         n
         for n, o in ports.cluster.nodes.items().items()
-        if ((o.get("metadata") or {}).get("annotations") or {}).get(MANAGED_BY_ANNOTATION) == options.owner
+        if objects.annotations_of(o).get(MANAGED_BY_ANNOTATION) == options.owner
     )
     done, errors = writer.releases(managed)
     for name in done:

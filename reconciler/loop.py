@@ -7,6 +7,7 @@ import threading
 import time
 from typing import Any, Protocol
 
+from migops.api import objects
 from migops.reconciler import status as st
 from migops.reconciler.reasons import Failure, Outcome, SyncResult
 from migops.reconciler.status_writer import STATUS_MIN_INTERVAL
@@ -40,7 +41,7 @@ def run(r: Syncs, stop: threading.Event, hook: threading.Event) -> None:
             interval = r.current_spec().interval
         except ValueError:
             interval = st.DEFAULT_INTERVAL
-        seen = ((r.migsync_object() or {}).get("metadata") or {}).get("generation")
+        seen = objects.meta(r.migsync_object()).get("generation")
         fetch = time.monotonic() >= next_fetch or hook.is_set() or seen != generation  # a new spec: fetch at once
         generation = seen
         hook.clear()

@@ -77,7 +77,7 @@ class EventRecorder:
 def event_target(migsync: Mapping[str, Any] | None, desired: DesiredState | None) -> dict[str, Any] | None:
     """Events go on the MigSync; without one (no CRD), on the MIG ConfigMap of the desired state in force."""
     if migsync is not None:
-        meta = migsync.get("metadata") or {}
+        meta = objects.meta(migsync)
         return {
             "apiVersion": API_VERSION,
             "kind": KIND,

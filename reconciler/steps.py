@@ -21,6 +21,7 @@ from dataclasses import replace
 from typing import Any
 
 from migops import logs
+from migops.api import objects
 from migops.api.names import CONFIGMAP_KEY, MIG_CONFIG_STATE_LABEL, RESUME_ANNOTATION, STATE_FAILED
 from migops.api.objects import is_unmanaged as unmanaged
 from migops.gitops.desired import DesiredState
@@ -69,7 +70,7 @@ def acknowledge(ports: Ports, why: str) -> None:
     failed = {
         n
         for n, obj in ports.cluster.nodes.items().items()
-        if ((obj.get("metadata") or {}).get("labels") or {}).get(MIG_CONFIG_STATE_LABEL) == STATE_FAILED
+        if objects.labels(obj).get(MIG_CONFIG_STATE_LABEL) == STATE_FAILED
     }
     if failed:
         log.info("%s acknowledges the failure of %s", why, ", ".join(sorted(failed)))
@@ -126,7 +127,7 @@ def _refuse_record(state: SyncState, run: Run, ports: Ports, revision: str, why:
 def resume(state: SyncState, run: Run, ports: Ports) -> Done:
     """A new value of the resume annotation acknowledges the failures seen so far."""
     obj = ports.cluster.migsync_object()
-    token = ((obj or {}).get("metadata") or {}).get("annotations", {}).get(RESUME_ANNOTATION)
+    token = objects.annotations_of(obj).get(RESUME_ANNOTATION)
     if not token or token == state.handled_resume:
         return state, None
     acknowledge(ports, f"resume {token!r}")
@@ -379,7 +380,7 @@ def record(state: SyncState, run: Run, ports: Ports) -> Done:
         # (a record without its proof gets one once git has the commit)
         return replace(state, record=replace(kept, written=desired.revision)), None
     options = ports.options
-    uid = ((ports.cluster.migsync_object() or {}).get("metadata") or {}).get("uid")
+    uid = objects.meta(ports.cluster.migsync_object()).get("uid")
     new = applied_record.of(desired, state.started_at.get(desired.revision) or time.time(), proof)
     try:
         ports.writer.record(applied_record.to_configmap(new, options.namespace, options.name, uid))

@@ -10,6 +10,7 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any, TypeVar
 
+from migops.api import objects
 from migops.api.names import RESUME_ANNOTATION
 from migops.gitops.desired import DesiredState
 from migops.mig.text import listed
@@ -95,7 +96,7 @@ def status_body(
     """The MigSync's status: conditions merged with the object's (transition times kept), `fields`
     (revisions, configMap) where set, the plan's summary and nodes, the failure's problems."""
     obj = obj or {}
-    generation = (obj.get("metadata") or {}).get("generation")
+    generation = objects.meta(obj).get("generation")
     old = (obj.get("status") or {}).get("conditions") or []
     body: dict[str, Any] = {"conditions": st.merge_conditions(old, new, generation)}
     if generation is not None:
