@@ -145,17 +145,7 @@ class Agent:
         ).start()
         # Optional CRD: absent (no GPU Operator yet) counts as no ClusterPolicy, the GPU Operator's defaults
         # apply, and the informer looks again every `crd_recheck` s, so one installed later is picked up.
-        objects = k8s.CustomObjectsApi(self.api)
-        self.policies = Informer(
-            objects.list_cluster_custom_object,
-            clusterpolicy.GROUP,
-            clusterpolicy.VERSION,
-            clusterpolicy.PLURAL,
-            name="clusterpolicies",
-            handler=self._wakeup,
-            missing_ok=True,
-            backoff=(0.2, self.crd_recheck),
-        ).start()
+        self.policies = clusterpolicy.informer(self.api, handler=self._wakeup, backoff=(0.2, self.crd_recheck)).start()
         self.kube.start_pod_watch()
 
     def shutdown(self) -> None:

@@ -8,6 +8,8 @@ ignored, and so do we.
 
 from __future__ import annotations
 
+from typing import Any
+
 from kubernetes import client as k8s
 
 from migops.api.objects import (
@@ -18,6 +20,7 @@ from migops.api.objects import (
     MigSettings,
     settings_from_policies,
 )
+from migops.kube.informer import Informer
 
 __all__ = [
     "DEFAULT_CONFIG",
@@ -33,6 +36,21 @@ __all__ = [
 ]
 
 GROUP, VERSION, PLURAL = "nvidia.com", "v1", "clusterpolicies"
+
+
+def informer(api: k8s.ApiClient, **options: Any) -> Informer:
+    """The ClusterPolicies' informer every part runs (webhook, reconciler, agent): the CRD is optional
+    (no GPU Operator yet counts as none: the GPU Operator's defaults apply), so a 404 is waited out;
+    `options` (handler, transform, backoff, watch_timeout) are Informer's."""
+    return Informer(
+        k8s.CustomObjectsApi(api).list_cluster_custom_object,
+        GROUP,
+        VERSION,
+        PLURAL,
+        name="clusterpolicies",
+        missing_ok=True,
+        **options,
+    )
 
 
 def read_settings(api: k8s.ApiClient) -> MigSettings:

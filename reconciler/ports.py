@@ -99,16 +99,7 @@ class ClusterView:
             missing_ok=True,
             backoff=(0.2, 5.0),
         )
-        self.policies = Informer(
-            custom.list_cluster_custom_object,
-            clusterpolicy.GROUP,
-            clusterpolicy.VERSION,
-            clusterpolicy.PLURAL,
-            name="clusterpolicies",
-            handler=self._woken,
-            missing_ok=True,
-            backoff=(0.2, 5.0),
-        )
+        self.policies = clusterpolicy.informer(api, handler=self._woken, backoff=(0.2, 5.0))
         self._configmaps: dict[tuple[str, str], Informer] = {}
 
     def _woken(self, kind: str, obj: dict[str, Any]) -> None:

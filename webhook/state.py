@@ -549,16 +549,8 @@ class ClusterState:
         self.nodes = Informer(
             core.list_node, name="nodes", transform=trim_node, handler=self._node_event, watch_timeout=watch_timeout
         )
-        self.policies = Informer(
-            custom.list_cluster_custom_object,
-            clusterpolicy.GROUP,
-            clusterpolicy.VERSION,
-            clusterpolicy.PLURAL,
-            name="clusterpolicies",
-            transform=trim_policy,
-            handler=self._policy_event,
-            missing_ok=True,
-            watch_timeout=watch_timeout,
+        self.policies = clusterpolicy.informer(
+            api, transform=trim_policy, handler=self._policy_event, watch_timeout=watch_timeout
         )
         self.migsyncs = Informer(
             custom.list_cluster_custom_object,
