@@ -269,6 +269,7 @@ def memory_phase(
             pool.request("POST", "/validate", body=warm(i), headers={"Content-Type": JSON})
         time.sleep(1.0)
         start = status_kib(worker, "VmRSS")
+        print(f"  start: RSS {start / 1024:.1f} MiB (after the warm-up)", flush=True)  # a cut-short run still says it
         began = time.monotonic()
         statuses = two_clients(port, bundle, count, body, worker)
         took = time.monotonic() - began
