@@ -219,4 +219,7 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
+    from _signals import exit_on_signals  # bench/ is the script's own directory
+
+    exit_on_signals()
     sys.exit(main(sys.argv[1:]))

@@ -32,4 +32,7 @@ def main(runs: int = 3) -> None:
 
 
 if __name__ == "__main__":
+    from _signals import exit_on_signals  # bench/ is the script's own directory
+
+    exit_on_signals()
     main(int(sys.argv[1]) if len(sys.argv) > 1 else 3)

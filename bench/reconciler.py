@@ -323,4 +323,7 @@ def main(counts: list[int]) -> None:
 
 
 if __name__ == "__main__":
+    from _signals import exit_on_signals  # bench/ is the script's own directory
+
+    exit_on_signals()
     main([int(a) for a in sys.argv[1:]] or [2000, 10000])

@@ -416,4 +416,7 @@ def main() -> int:
 
 
 if __name__ == "__main__":
+    from _signals import exit_on_signals  # bench/ is the script's own directory
+
+    exit_on_signals()
     sys.exit(main())
