@@ -138,6 +138,15 @@ class RepoSpec:
         return self.config.digest(config)
 
 
+def _unexpected_fields(obj: Mapping[str, Any], path: str, allowed: Sequence[str]) -> list[Problem]:
+    """One problem per key of `obj` outside `allowed`, each naming the fields that are."""
+    return [
+        Problem(key_path(path, k), "unexpected-field", f"unexpected field {k!r} (allowed: {', '.join(allowed)})")
+        for k in obj
+        if k not in allowed
+    ]
+
+
 def load_repo(files: Mapping[str, bytes | None], path: str, revision: str = "") -> RepoSpec:
     """Parse and check both files (found in `files` under `<path>/<name>`). Raises RepoError."""
 
@@ -248,13 +257,7 @@ def parse_nodes(doc: object, problems: list[Problem]) -> NodesFile | None:
         problems.append(Problem("", "not-a-mapping", "nodes.yaml must be a mapping with version and assignments"))
         return None
     start = len(problems)
-    for k in doc:
-        if k not in _TOP_FIELDS:
-            problems.append(
-                Problem(
-                    key_path("", k), "unexpected-field", f"unexpected field {k!r} (allowed: {', '.join(_TOP_FIELDS)})"
-                )
-            )
+    problems.extend(_unexpected_fields(doc, "", _TOP_FIELDS))
     if doc.get("version") != "v1":
         problems.append(
             Problem(
@@ -279,15 +282,7 @@ def parse_nodes(doc: object, problems: list[Problem]) -> NodesFile | None:
                 Problem("configMap", "invalid-configmap", "configMap must be a mapping with name and namespace")
             )
         else:
-            for k in cm:
-                if k not in ("name", "namespace"):
-                    problems.append(
-                        Problem(
-                            key_path("configMap", k),
-                            "unexpected-field",
-                            f"unexpected field {k!r} (allowed: name, namespace)",
-                        )
-                    )
+            problems.extend(_unexpected_fields(cm, "configMap", ("name", "namespace")))
             cm_name, cm_ns = cm.get("name"), cm.get("namespace")
             if cm_name is not None and not (
                 isinstance(cm_name, str) and _DNS_SUBDOMAIN.match(cm_name) and len(cm_name) <= 253
@@ -325,15 +320,7 @@ def _parse_suggest(raw: object, problems: list[Problem]) -> SuggestPolicy:
     if not isinstance(raw, Mapping):
         problems.append(Problem("suggest", "invalid-suggest", "suggest must be a mapping such as {maxNodes: 4}"))
         return SuggestPolicy()
-    for k in raw:
-        if k not in _SUGGEST_FIELDS:
-            problems.append(
-                Problem(
-                    key_path("suggest", k),
-                    "unexpected-field",
-                    f"unexpected field {k!r} (allowed: {', '.join(_SUGGEST_FIELDS)})",
-                )
-            )
+    problems.extend(_unexpected_fields(raw, "suggest", _SUGGEST_FIELDS))
     max_nodes = raw.get("maxNodes")
     if max_nodes is not None and not (
         isinstance(max_nodes, int) and not isinstance(max_nodes, bool) and max_nodes >= 1
@@ -364,15 +351,7 @@ def _parse_suggest(raw: object, problems: list[Problem]) -> SuggestPolicy:
                     Problem(path, "invalid-pool", "each pool is a mapping with configs and nodes or nodeSelector")
                 )
                 continue
-            for k in item:
-                if k not in ("configs", "nodes", "nodeSelector"):
-                    problems.append(
-                        Problem(
-                            key_path(path, k),
-                            "unexpected-field",
-                            f"unexpected field {k!r} (allowed: configs, nodes, nodeSelector)",
-                        )
-                    )
+            problems.extend(_unexpected_fields(item, path, ("configs", "nodes", "nodeSelector")))
             configs = item.get("configs")
             if not isinstance(configs, list) or not configs or not all(isinstance(c, str) and c for c in configs):
                 problems.append(
@@ -412,15 +391,7 @@ def _parse_rollout(raw: object, problems: list[Problem]) -> tuple[int | str, int
     if not isinstance(raw, Mapping):
         problems.append(Problem("rollout", "invalid-rollout", "rollout must be a mapping such as {maxUnavailable: 1}"))
         return 1, None, DEFAULT_PROGRESS_DEADLINE
-    for k in raw:
-        if k not in _ROLLOUT_FIELDS:
-            problems.append(
-                Problem(
-                    key_path("rollout", k),
-                    "unexpected-field",
-                    f"unexpected field {k!r} (allowed: {', '.join(_ROLLOUT_FIELDS)})",
-                )
-            )
+    problems.extend(_unexpected_fields(raw, "rollout", _ROLLOUT_FIELDS))
     return (
         _max_unavailable(raw.get("maxUnavailable", 1), problems),
         _whole(raw, "maxDefaulted", 0, None, problems),
@@ -477,15 +448,7 @@ def _parse_assignments(raw: object, problems: list[Problem]) -> tuple[Assignment
                 )
             )
             continue
-        for k in item:
-            if k not in ("config", "nodes", "nodeSelector"):
-                problems.append(
-                    Problem(
-                        key_path(path, k),
-                        "unexpected-field",
-                        f"unexpected field {k!r} (allowed: config, nodes, nodeSelector)",
-                    )
-                )
+        problems.extend(_unexpected_fields(item, path, ("config", "nodes", "nodeSelector")))
         config = item.get("config")
         if not isinstance(config, str) or not config:
             problems.append(
@@ -523,15 +486,7 @@ def parse_selector(raw: object, path: str, problems: list[Problem]) -> LabelSele
         )
         return None
     start = len(problems)
-    for k in raw:
-        if k not in ("matchLabels", "matchExpressions"):
-            problems.append(
-                Problem(
-                    key_path(path, k),
-                    "unexpected-field",
-                    f"unexpected field {k!r} (allowed: matchLabels, matchExpressions)",
-                )
-            )
+    problems.extend(_unexpected_fields(raw, path, ("matchLabels", "matchExpressions")))
     labels = raw.get("matchLabels") or {}
     if not isinstance(labels, Mapping) or not all(isinstance(k, str) and isinstance(v, str) for k, v in labels.items()):
         problems.append(
