@@ -15,6 +15,7 @@ from agent_harness import until
 from kubernetes import client as k8s
 from kubernetes import config
 from kubernetes.client.exceptions import ApiException
+from local_cli import migops_local
 
 from migops.local.process import find_by_argument
 
@@ -23,14 +24,7 @@ MIGOPS = Path(sys.executable).parent / "migops"
 
 
 def _run(home: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [str(MIGOPS), "local", *args],
-        env={**os.environ, "MIGOPS_HOME": str(home)},
-        capture_output=True,
-        text=True,
-        timeout=240,
-        check=False,
-    )
+    return migops_local(home, *args, timeout=240)
 
 
 @pytest.fixture(scope="module")

@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 
 import pytest
+from local_cli import migops_local
 
 from migops.local.controlplane import identifying_arguments
 from migops.local.process import find_by_argument
@@ -18,10 +19,7 @@ MIGOPS = Path(sys.executable).parent / "migops"
 
 
 def _run(home: Path, *args: str, timeout: float = 180) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "MIGOPS_HOME": str(home)}
-    return subprocess.run(
-        [str(MIGOPS), "local", *args], env=env, capture_output=True, text=True, timeout=timeout, check=False
-    )
+    return migops_local(home, *args, timeout=timeout)
 
 
 def _processes_mentioning(fragment: str) -> list[str]:

@@ -5,7 +5,6 @@ webhook and the agent."""
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -15,6 +14,7 @@ import pytest
 from kubernetes import client as k8s
 from kubernetes import config
 from kubernetes.client.exceptions import ApiException
+from local_cli import migops_local
 from polling import until
 
 from migops.agent.dra import listed, slice_name
@@ -29,14 +29,7 @@ RG = ("resource.k8s.io", "v1")
 
 
 def _run(home: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [str(MIGOPS), "local", *args],
-        env={**os.environ, "MIGOPS_HOME": str(home)},
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
+    return migops_local(home, *args)
 
 
 @pytest.fixture(scope="module")

@@ -5,7 +5,6 @@ dynamic MIG manager owns is shown Skipped, and never relabelled."""
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -14,6 +13,7 @@ import pytest
 from gitrepo import CONFIG_YAML, GitRepo, nodes_yaml
 from kubernetes import client as k8s
 from kubernetes import config
+from local_cli import migops_local
 from polling import until
 
 from migops.kube.owners import OWNER_LABEL
@@ -29,12 +29,9 @@ def test_a_commit_serves_the_pending_claim(control_plane, tmp_path: Path) -> Non
     repo = GitRepo(tmp_path / "config-repo")
     repo.commit({"config.yaml": CONFIG_YAML, "nodes.yaml": nodes_yaml(default="all-1g.10gb")})
     home = tmp_path / "home"
-    env = {**os.environ, "MIGOPS_HOME": str(home)}
 
     def local(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [str(MIGOPS), "local", *args], env=env, capture_output=True, text=True, timeout=300, check=False
-        )
+        return migops_local(home, *args)
 
     try:
         up = local(
