@@ -1,24 +1,29 @@
 """`make test`: every build and every test, arranged so that the 2 cores are never idle waiting for either.
 
 Most of the suite's time is waiting (API servers, watches, pods starting, controllers syncing), so it runs
-as four pytest processes side by side, each with its own control plane (free loopback ports, its own
-temporary directories and MIGOPS_HOMEs; tests/conftest.py):
+as seven pytest processes side by side, each with its own control plane (free loopback ports, its own
+temporary directories and MIGOPS_HOMEs; tests/conftest.py). Four tiers kept the 2 cores about two thirds
+busy and the longest tier set the pace; seven keep them busy to the end:
 
-  core-1          agent, reconciler, mig, packaging, certs, logs    needs the control plane only
-  core-2          every other directory (webhook, cluster, cli,     needs the control plane only
-                  verdicts, dra, demo, kube, gitops, ...)
-  node+flux       flux, then e2e and helm (the machine's one real   needs host packages, the real node,
-                  node, the image)                                   helm, Flux
-  argocd+deploy   argocd, deploy (the manifests, the image's tree)  needs host packages, Argo CD
+  agent            agent, packaging, certs, logs                  needs the control plane only
+  reconciler+mig   reconciler, mig                                needs the control plane only
+  cluster+webhook  cluster, webhook, kube                         needs the control plane only
+  rest             every other directory (cli, verdicts, dra,     needs the control plane only
+                   demo, suggest, gitops, local, ...)
+  real-node        e2e, helm (the machine's one real node)        host packages, the real node, helm
+  deploy+flux      deploy (the manifests, the image), flux        host packages, Flux
+  argocd           argocd                                         host packages, Argo CD
 
-Only e2e and helm use the real node; Flux, Argo CD and deploy start control planes of their own, so they
-go where the wall times balance (CI's per-directory seconds: about 400 s a tier).
+Only e2e and helm use the real node; Flux, Argo CD and deploy start control planes of their own. The
+tiers are balanced by the seconds each directory took (the per-directory lines each tier's pytest prints
+at its end), about 350 s a tier with seven side by side; Argo CD's build comes last, so its tier holds
+only tests/argocd (on a cold machine the run ends with it).
 
 1. The control plane's binaries (etcd, kube-apiserver, kube-scheduler, kubectl) are built first: every
-   tier needs them. The two core tiers then start.
+   tier needs them. The four tiers that need nothing else then start.
 2. Meanwhile, in one background thread and in order: the host packages, the real node's binaries, helm,
-   Flux (then node+flux starts) and Argo CD (then argocd+deploy starts). On a warm machine every build
-   is instant and the four tiers start together.
+   Flux (then real-node and deploy+flux start) and Argo CD (then argocd starts). On a warm machine every build
+   is instant and every tier starts at once.
 
 Each tier's output goes to .pytest_cache/tier-<name>.log and is printed whole when the tier ends (no
 interleaving). Each build's time and one line per tier (tests, seconds, CPU seconds: the tier's share
@@ -83,17 +88,17 @@ FLUX = Build("flux", ("hack/flux-binaries.sh",))
 ARGOCD = Build("argo cd", ("hack/argocd-binaries.sh",))
 BACKGROUND_BUILDS = (HOST, REAL_NODE, HELM, FLUX, ARGOCD)  # in this order, one at a time (2 cores)
 
-# Balanced by the seconds each directory took in CI (the tier summary's per-directory lines): about the
-# same wall time each, the CPU-bound directories (mig, packaging) beside ones that mostly wait. e2e 279 s
-# + helm 74 + flux 91; argocd 211 + deploy 173; core-1 about 400, core-2 about 420.
-CORE_1 = Tier(
-    "core-1", ("tests/agent", "tests/reconciler", "tests/mig", "tests/packaging", "tests/certs", "tests/logs")
-)
-# flux first: the session's real node (and the machine's lock on it) is taken only when e2e starts.
-NODE = Tier("node+flux", ("tests/flux", "tests/e2e", "tests/helm"), (HOST, REAL_NODE, HELM, FLUX))
-GITOPS = Tier("argocd+deploy", ("tests/argocd", "tests/deploy"), (HOST, ARGOCD))
-CORE_2 = Tier("core-2", ())  # the rest: a new test directory lands here without editing this file
-TIERS = (CORE_1, CORE_2, NODE, GITOPS)
+# Balanced by the seconds each directory took (clean clone, four tiers at once): e2e 271 + helm 134;
+# deploy 321 + flux 100; argocd 199; agent 226 + packaging 30 + certs 8 + logs 6; reconciler 181 + mig 175;
+# cluster 172 + webhook 102 + kube 33; the rest (cli 95, verdicts 98, dra 74, demo 50, suggest 13, ...).
+AGENT = Tier("agent", ("tests/agent", "tests/packaging", "tests/certs", "tests/logs"))
+RECONCILER = Tier("reconciler+mig", ("tests/reconciler", "tests/mig"))
+CLUSTER = Tier("cluster+webhook", ("tests/cluster", "tests/webhook", "tests/kube"))
+NODE = Tier("real-node", ("tests/e2e", "tests/helm"), (HOST, REAL_NODE, HELM))
+DEPLOY = Tier("deploy+flux", ("tests/deploy", "tests/flux"), (HOST, FLUX))
+ARGO = Tier("argocd", ("tests/argocd",), (HOST, ARGOCD))
+REST = Tier("rest", ())  # every other directory: a new test directory lands here without editing this file
+TIERS = (AGENT, RECONCILER, CLUSTER, REST, NODE, DEPLOY, ARGO)
 FINAL = re.compile(r" in [0-9.]+s\b")
 RESULT = re.compile(r"(\d+) (passed|failed|skipped|errors?|xfailed|xpassed|deselected)")
 
@@ -137,7 +142,7 @@ def build(step: Build, stream: bool) -> Outcome:
 
 
 def argv_of(tier: Tier, args: list[str]) -> list[str]:
-    """The tier's pytest command line: its directories, or (core-2) the testpaths minus every other tier's."""
+    """The tier's pytest command line: its directories, or (rest) the testpaths minus every other tier's."""
     if tier.paths:
         selection = present(tier.paths)
     else:

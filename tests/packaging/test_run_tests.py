@@ -52,7 +52,7 @@ def test_the_report_fails_on_a_failed_build_a_failed_tier_or_a_tier_that_ran_not
     assert runner.report(built, [good, empty]) == 1
     assert runner.report([runner.Outcome("b", returncode=2, log="boom"), *built[1:]], [good, good]) == 1
     assert runner.report(built[:1], [good, good]) == 1  # the background builds stopped early
-    assert runner.report(built, [good, runner.Outcome("node+flux", log="not run")]) == 1  # a tier never ran
+    assert runner.report(built, [good, runner.Outcome("real-node", log="not run")]) == 1  # a tier never ran
 
 
 def test_a_tier_whose_build_failed_is_reported_not_run(runner) -> None:
@@ -61,14 +61,14 @@ def test_a_tier_whose_build_failed_is_reported_not_run(runner) -> None:
     for step in runner.BACKGROUND_BUILDS:
         run.built[step.name].set()
     run.failed_builds.add(runner.ARGOCD.name)
-    run.tier(runner.GITOPS)
-    assert run.tiers[runner.GITOPS.name].returncode is None
-    assert runner.ARGOCD.name in run.tiers[runner.GITOPS.name].log
+    run.tier(runner.ARGO)
+    assert run.tiers[runner.ARGO.name].returncode is None
+    assert runner.ARGOCD.name in run.tiers[runner.ARGO.name].log
 
 
 def test_every_test_directory_runs_in_exactly_one_tier(runner) -> None:
     """The tiers split tests/ by directory: each one named exists, none is in two, and the tier without
-    paths (core-2) leaves out every other tier's, so a new directory runs there."""
+    paths (rest) leaves out every other tier's, so a new directory runs there."""
     named = [p for t in runner.TIERS for p in t.paths]
     assert len(named) == len(set(named)) and all((ROOT / p).is_dir() for p in named), named
     (rest,) = [t for t in runner.TIERS if not t.paths]
