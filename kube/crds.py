@@ -1,5 +1,10 @@
 """Install CustomResourceDefinitions: apply them, then wait until each is Established (before that the API
-server rejects their objects). The one way migops, its local stack and the GitOps tools beside it do it."""
+server rejects their objects). The one way migops, its local stack and the GitOps tools beside it do it.
+
+A CRD being deleted (an uninstall, a test's cleanup) is waited out first: applied while it terminates,
+the apply would only patch the doomed object, which stays Established until the API server removes it
+and its objects, and the CRD would then be gone.
+"""
 
 from __future__ import annotations
 
@@ -9,14 +14,26 @@ from typing import Any
 
 from kubernetes import client as k8s
 from kubernetes.client import ApiClient
+from kubernetes.client.exceptions import ApiException
 
 from migops.kube import ssa
 
 
 def established(ext: k8s.ApiextensionsV1Api, name: str) -> bool:
     got = ext.read_custom_resource_definition(name)
+    if got.metadata.deletion_timestamp is not None:
+        return False
     conditions = (got.status.conditions or []) if got.status else []
     return any(c.type == "Established" and c.status == "True" for c in conditions)
+
+
+def _terminating(ext: k8s.ApiextensionsV1Api, name: str) -> bool:
+    try:
+        return ext.read_custom_resource_definition(name).metadata.deletion_timestamp is not None
+    except ApiException as exc:
+        if exc.status == 404:
+            return False
+        raise
 
 
 def install(
@@ -24,12 +41,17 @@ def install(
 ) -> None:
     """Server-side apply every CRD (`force`: take fields another manager owns), then wait for all to be
     Established; TimeoutError names the first that is not after `timeout` seconds."""
-    names = []
-    for crd in crds:
-        ssa.apply(api, crd, field_manager=field_manager, force=force)
-        names.append(crd["metadata"]["name"])
     ext = k8s.ApiextensionsV1Api(api)
     deadline = time.monotonic() + timeout
+    names = []
+    for crd in crds:
+        name = crd["metadata"]["name"]
+        while _terminating(ext, name):
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"CRD {name} still being deleted after {timeout:.0f}s")
+            time.sleep(0.1)
+        ssa.apply(api, crd, field_manager=field_manager, force=force)
+        names.append(name)
     for name in names:
         while not established(ext, name):
             if time.monotonic() > deadline:

@@ -12,7 +12,7 @@ from kubernetes.client import ApiClient
 from kubernetes.client.exceptions import ApiException
 from polling import until
 
-from migops.kube import events, ssa
+from migops.kube import crds, events, ssa
 from migops.kube.clusterpolicy import read_settings
 from migops.kube.informer import Informer
 from migops.local.binaries import locate
@@ -202,3 +202,59 @@ def test_informer_missing_ok_counts_an_absent_kind_as_empty_until_it_appears(adm
             until(lambda: "w1" in inf.items() and not inf.missing)
         finally:
             k8s.ApiextensionsV1Api(admin).delete_custom_resource_definition(f"{plural}.{group}")
+
+
+def test_installing_a_crd_being_deleted_waits_for_the_deletion_then_creates_it(admin: ApiClient) -> None:
+    """A CRD applied while it terminates would only patch the doomed object (still Established), which
+    then disappears: install waits the deletion out and creates it anew (a test's cleanup, an uninstall)."""
+    group, plural = "crdinstall.migops.io", "holds"
+    name = f"{plural}.{group}"
+    crd = {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": name},
+        "spec": {
+            "group": group,
+            "scope": "Cluster",
+            "names": {"plural": plural, "singular": "hold", "kind": "Hold"},
+            "versions": [
+                {
+                    "name": "v1",
+                    "served": True,
+                    "storage": True,
+                    "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}},
+                }
+            ],
+        },
+    }
+    ext, objects = k8s.ApiextensionsV1Api(admin), k8s.CustomObjectsApi(admin)
+    crds.install(admin, [crd], field_manager="t")
+    held = {
+        "apiVersion": f"{group}/v1",
+        "kind": "Hold",
+        "metadata": {"name": "h", "finalizers": ["migops.io/test-hold"]},
+    }
+    objects.create_cluster_custom_object(group, "v1", plural, held)
+    try:
+        ext.delete_custom_resource_definition(name)  # terminates until "h" is gone: its finalizer holds it
+        until(lambda: ext.read_custom_resource_definition(name).metadata.deletion_timestamp is not None)
+        installing = threading.Thread(target=crds.install, args=(admin, [crd]), kwargs={"field_manager": "t"})
+        installing.start()
+        time.sleep(1.0)
+        assert installing.is_alive(), "install returned while the CRD was still being deleted"
+        objects.patch_cluster_custom_object(group, "v1", plural, "h", {"metadata": {"finalizers": None}})
+        installing.join(30)
+        assert not installing.is_alive()
+        got = ext.read_custom_resource_definition(name)
+        assert got.metadata.deletion_timestamp is None
+        objects.create_cluster_custom_object(group, "v1", plural, {**held, "metadata": {"name": "h2"}})
+    finally:
+        for obj in ("h", "h2"):
+            try:
+                objects.patch_cluster_custom_object(group, "v1", plural, obj, {"metadata": {"finalizers": None}})
+            except ApiException:
+                pass
+        try:
+            ext.delete_custom_resource_definition(name)
+        except ApiException:
+            pass
