@@ -223,17 +223,18 @@ def test_strategy_from_the_cluster_policy_decides_labels_and_resources(agent_adm
             got["nvidia.com/gpu.count"] == "56" and got["nvidia.com/gpu.product"] == "NVIDIA-H100-80GB-HBM3-MIG-1g.10gb"
         )
         assert got["nvidia.com/gpu.slices.gi"] == "1" and got["nvidia.com/gpu.slices.ci"] == "1"
-        assert allocatable(agent_admin, agent.node) == {"nvidia.com/gpu": "56"}
+        # Allocatable is the node's status, written after its labels (a separate write): waited for.
+        until(lambda: allocatable(agent_admin, agent.node) == {"nvidia.com/gpu": "56"}, 60, "56 x nvidia.com/gpu")
         set_config(agent_admin, agent.node, "all-balanced")  # several profiles under single: MIG-INVALID
         _applied(agent_admin, agent.node, "all-balanced")
         got = labels(agent_admin, agent.node)
         assert (
             got["nvidia.com/gpu.product"] == "NVIDIA-H100-80GB-HBM3-MIG-INVALID" and got["nvidia.com/gpu.count"] == "0"
         )
-        assert allocatable(agent_admin, agent.node) == {"nvidia.com/gpu": "0"}
+        until(lambda: allocatable(agent_admin, agent.node) == {"nvidia.com/gpu": "0"}, 60, "0 x nvidia.com/gpu")
         strategy("mixed")  # no reconfiguration: the labels follow the strategy
         until(lambda: labels(agent_admin, agent.node).get("nvidia.com/mig-3g.40gb.count") == "8", 60, "mixed labels")
-        assert "nvidia.com/gpu" not in allocatable(agent_admin, agent.node)
+        until(lambda: "nvidia.com/gpu" not in allocatable(agent_admin, agent.node), 60, "no nvidia.com/gpu")
     finally:
         strategy("mixed")
 

@@ -136,8 +136,13 @@ def test_a_bad_commit_is_denied_at_flux_dry_run_reported_and_the_next_good_one_r
     time.sleep(5)
     cm = configmap(api)
     assert cm["data"]["config.yaml"] == CONFIG_YAML and cm["metadata"]["resourceVersion"] == before
-    table = get_kustomizations(flux_local)
-    assert "False" in table and "denied the request" in table
+    # The table as a person sees it between retries: Ready False with the denial (each retry passes
+    # through Unknown, "Reconciliation in progress", which a loaded machine can show for seconds).
+    until(
+        lambda: "False" in (table := get_kustomizations(flux_local)) and "denied the request" in table,
+        timeout=60,
+        what="kubectl get kustomizations showing the denial",
+    )
 
     fixed = push_and_wait(flux_local, clone, {CONFIG_FILE: MORE}, "fixed")
     assert configmap(api)["data"]["config.yaml"] == MORE
@@ -190,9 +195,21 @@ def labels_kustomization(flux_local) -> Iterator[str]:
         flux.kustomization(name, flux.REPO, f"./{NODES_DIR}", interval="2s", retry="2s", depends_on=(flux.REPO,)),
     )
     yield name
-    k8s.CustomObjectsApi(flux_local.api).delete_namespaced_custom_object(
-        "kustomize.toolkit.fluxcd.io", "v1", flux.NAMESPACE, "kustomizations", name
-    )
+    objects = k8s.CustomObjectsApi(flux_local.api)
+    objects.delete_namespaced_custom_object("kustomize.toolkit.fluxcd.io", "v1", flux.NAMESPACE, "kustomizations", name)
+
+    def gone() -> bool:
+        try:
+            objects.get_namespaced_custom_object(
+                "kustomize.toolkit.fluxcd.io", "v1", flux.NAMESPACE, "kustomizations", name
+            )
+        except k8s.exceptions.ApiException as exc:
+            return exc.status == 404
+        return False
+
+    # Flux's finalizer holds it a moment: the next test's apply of the same name must not land on the
+    # terminating object (which then vanishes, and the test waits on a 404).
+    until(gone, timeout=60, what=f"Kustomization {name} deleted")
 
 
 def test_node_labels_from_git_and_a_label_naming_no_config_is_denied(flux_local, clone, labels_kustomization) -> None:
