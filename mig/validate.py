@@ -250,33 +250,40 @@ class _Entry:
         return found
 
 
-def _prepare_entry(entry: MigConfigEntry, path: str, cat: Catalogue, out: list[_Finding]) -> _Entry:
+# What one device-filter string is: its DeviceId (None when it does not parse) and the problem with it,
+# as (rule, message, severity), or None. A function of the string alone (and the catalogue).
+_FilterItem = tuple[DeviceId | None, tuple[str, str, Severity] | None]
+
+
+def _filter_item(text: str, cat: Catalogue) -> _FilterItem:
+    try:
+        device = parse_device_id(text)
+    except DeviceIdSyntaxError as exc:
+        return None, (
+            "device-filter-syntax",
+            f"{exc}; mig-parted ignores the parse error and the entry silently matches no GPU",
+            "error",
+        )
+    if cat.by_device_id(device) is None and cat.known_non_mig(device) is None:
+        return device, (
+            "device-filter-unknown",
+            f"{text} is no GPU migops knows (see `migops gpus`): it is taken as a GPU that "
+            "cannot do MIG; if it is a typo, the entry selects nothing",
+            "warning",
+        )
+    return device, None
+
+
+def _prepare_entry(entry: MigConfigEntry, path: str, ctx: _Context, out: list[_Finding]) -> _Entry:
     filters: list[DeviceId] = []
     filter_path = key_path(path, "device-filter")
+    several = len(entry.device_filter) > 1
     for i, text in enumerate(entry.device_filter):
-        item_path = index_path(filter_path, i) if len(entry.device_filter) > 1 else filter_path
-        try:
-            device = parse_device_id(text)
-        except DeviceIdSyntaxError as exc:
-            out.append(
-                _Finding(
-                    item_path,
-                    "device-filter-syntax",
-                    f"{exc}; mig-parted ignores the parse error and the entry silently matches no GPU",
-                )
-            )
-            continue
-        if cat.by_device_id(device) is None and cat.known_non_mig(device) is None:
-            out.append(
-                _Finding(
-                    item_path,
-                    "device-filter-unknown",
-                    f"{text} is no GPU migops knows (see `migops gpus`): it is taken as a GPU that "
-                    "cannot do MIG; if it is a typo, the entry selects nothing",
-                    "warning",
-                )
-            )
-        filters.append(device)
+        device, problem = ctx.filter_item(text)
+        if problem is not None:
+            out.append(_Finding(index_path(filter_path, i) if several else filter_path, *problem))
+        if device is not None:
+            filters.append(device)
     indices = None
     if not isinstance(entry.devices, str):  # a str is "all" (the parser makes nothing else)
         devices_path = key_path(path, "devices")
@@ -945,14 +952,25 @@ def _against_catalogue(
     # A group where only unfiltered entries apply and one of them names a profile the GPU lacks cannot
     # fit, and its findings only matter if no model fits: evaluate it only then.
     deferred: list[tuple[tuple[int, ...], list[GpuModel]]] = []
+    deferred_groups: list[int] = []  # their positions in `groups`
     reaching = [e.raw.mig_enabled and (e.indices is None or any(i < size for i in e.indices)) for e in entries]
-    for (_, selecting), members in groups:
-        if (
-            not filtered
-            and (not filtered_paths or all(entries[i].primaries is None for i in selecting))
+    # Unfiltered: the groups are the context's table groups, and a bit per group says whether a profile
+    # key that reaches the node is missing from its table (one OR per key instead of a look-up per table).
+    unresolved = 0
+    if not filtered_paths:
+        for e, reaches in zip(entries, reaching):
+            if reaches:
+                for key in e.gi_keys:
+                    unresolved |= ctx.missing(key)
+    for position, ((_, selecting), members) in enumerate(groups):
+        if not filtered and (
+            unresolved >> position & 1
+            if not filtered_paths
+            else all(entries[i].primaries is None for i in selecting)
             and any(reaching[i] and not entries[i].resolves_on(members[0]) for i in selecting)
         ):
             deferred.append((selecting, members))
+            deferred_groups.append(position)
         else:
             found = evaluate(selecting, members)
             if found:
@@ -971,7 +989,17 @@ def _against_catalogue(
                         total += chosen[-1].unresolved_on(table)
             return total
 
-        bounds = [bound(selecting, members) for selecting, members in deferred]
+        if filtered_paths:
+            bounds = [bound(selecting, members) for selecting, members in deferred]
+        else:  # one selection for every group; a key's bit per group counts it (`missing`)
+            selection, base, deciding = select(*deferred[0]), 0, []
+            for index in range(size):
+                chosen = selection.chosen[index]
+                if chosen:
+                    base += selection.overlap_errors[index]
+                    if chosen[-1].raw.mig_enabled:
+                        deciding += [ctx.missing(key) for key in chosen[-1].gi_keys]
+            bounds = [base + sum(bits >> group & 1 for bits in deciding) for group in deferred_groups]
         fewest = min((errors for _, _, errors in loose), default=None)
         judged: dict[int, _Loose | None] = {}
         for position in sorted(range(len(deferred)), key=bounds.__getitem__):
@@ -1093,11 +1121,46 @@ class _Context:
         self.hints: dict[tuple[str, tuple[str, ...]], _Lazy] = {} if share is None else share.hints
         # (mig-devices path, table id) -> key -> item
         self.items: dict[tuple[str, str], dict[str, _Item]] = {} if share is None else share.items
+        # device-filter string -> what it is (`_filter_item`)
+        self.filters: dict[str, _FilterItem] = {} if share is None else share.filters
+        # (entry path, id of the entry) -> (the entry, it prepared, its entry-level findings): both
+        # questions of a Validation prepare each entry once (the entry is kept to tell a reused id)
+        self.prepared: dict[tuple[str, int], tuple[MigConfigEntry, _Entry, tuple[_Finding, ...]]] = (
+            {} if share is None else share.prepared
+        )
         # Catalogue models grouped by profile table, in catalogue order (what an unfiltered config sees).
         tables: dict[str, list[GpuModel]] = {}
         for gpu in cat.gpus:
             tables.setdefault(_table(gpu).id, []).append(gpu)
         self.table_groups = list(tables.items()) if only is None else [(_table(only).id, [only])]
+        self._missing: dict[_GiKey, int] = {}  # profile key -> `missing`: bits of this context's groups
+
+    def missing(self, key: _GiKey) -> int:
+        """A bit per table group (`table_groups`, in order) whose table lacks the profile key."""
+        found = self._missing.get(key)
+        if found is None:
+            found = self._missing[key] = sum(
+                1 << position
+                for position, (_, members) in enumerate(self.table_groups)
+                if key not in _table(members[0]).index
+            )
+        return found
+
+    def filter_item(self, text: str) -> _FilterItem:
+        found = self.filters.get(text)
+        if found is None:
+            found = self.filters[text] = _filter_item(text, self.cat)
+        return found
+
+    def prepare(self, entry: MigConfigEntry, path: str, out: list[_Finding]) -> _Entry:
+        """The entry prepared (`_prepare_entry`), once per Validation; its findings go to `out`."""
+        key = (path, id(entry))
+        found = self.prepared.get(key)
+        if found is None or found[0] is not entry:
+            mine: list[_Finding] = []
+            found = self.prepared[key] = (entry, _prepare_entry(entry, path, self, mine), tuple(mine))
+        out.extend(found[2])
+        return found[1]
 
     def geometry(self, entry: _Entry, gpu: GpuModel) -> _Geometry:
         table_id = _table(gpu).id
@@ -1166,7 +1229,7 @@ class _Context:
 
     def _evaluate(self, root: str, raw: Sequence[MigConfigEntry], paths: Sequence[str]) -> _Verdict:
         findings: list[_Finding] = []
-        entries = [_prepare_entry(e, p, self.cat, findings) for e, p in zip(raw, paths)]
+        entries = [self.prepare(e, p, findings) for e, p in zip(raw, paths)]
         if self.node is not None:
             selection = _select(entries, self.node)
             node_findings, results, _ = _evaluate_node(root, entries, selection, self.node, self.strategy, True, self)
