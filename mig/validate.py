@@ -15,7 +15,7 @@ import re
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from functools import cached_property
+from functools import cached_property, lru_cache
 from typing import NamedTuple
 
 from migops.mig.catalogue import ENGINE_NAMES, Catalogue, GiProfile, GpuModel, ProfileTable, catalogue, gi_key
@@ -152,18 +152,24 @@ def _merge(batches: Sequence[_Batch]) -> list[_Merged]:
     and on the names of the model's profiles), so identity and text agree, and a hint that is never
     shown is never built."""
     gpus: dict[tuple[str, str, object, Severity], tuple[Message, list[str]]] = {}
+    get = gpus.get
     for found, members in batches:
         credit = None if members is None else [m.name for m in members]
         for f in found:
             message = f.message
             key = (f.path, f.rule, message.render("") if type(message) is _PathMessage else message, f.severity)
-            slot = gpus.get(key)
+            slot = get(key)
             if slot is None:
                 slot = gpus[key] = (message, [])
-            if not f.gpu:
+            gpu = f.gpu
+            if not gpu:
                 continue
             names = slot[1]
-            for name in [f.gpu] if credit is None else credit:
+            if credit is None:
+                if gpu not in names:
+                    names.append(gpu)
+                continue
+            for name in credit:
                 if name not in names:
                     names.append(name)
     return [
@@ -171,13 +177,18 @@ def _merge(batches: Sequence[_Batch]) -> list[_Merged]:
     ]
 
 
+@lru_cache(maxsize=1024)  # a file's problems name a few combinations of a node's models, over and over
+def _seen_on(names: tuple[str, ...]) -> str:
+    """The head of a problem seen on these GPU models."""
+    return f"on {listed(names, 6)}: " if names else ""
+
+
 def _render(merged: Sequence[_Merged], prefix: str) -> list[Problem]:
     return [
         Problem(
             prefix + path,
             rule,
-            (f"on {listed(names, 6)}: " if names else "")
-            + (message.render(prefix) if isinstance(message, _PathMessage) else str(message)),
+            _seen_on(names) + (message.render(prefix) if type(message) is _PathMessage else str(message)),
             severity,
         )
         for path, rule, names, message, severity in merged
@@ -225,12 +236,16 @@ class _Entry:
     # filter with a subsystem part is taken to match its device (see docs/config-rules.md).
     primaries: frozenset[str] | None = None
     items: tuple[tuple[str, int], ...] = ()  # the mig-devices as (key, count) pairs: what the geometry depends on
-    counts: dict[MigProfile, int] = field(default_factory=dict)  # raw.profile_counts(), for comparing entries
     gi_keys: tuple[_GiKey, ...] = ()  # what each profile name is looked up by in a profile table
     # table id -> unresolved_on(): computed once
     resolved: dict[str, int] = field(default_factory=dict, compare=False)
     # table id -> _Geometry (from the context)
     geometries: dict[str, _Geometry] = field(default_factory=dict, compare=False)
+
+    @cached_property
+    def counts(self) -> dict[MigProfile, int]:
+        """raw.profile_counts(), for comparing overlapping entries (only they need it)."""
+        return self.raw.profile_counts()
 
     def selects(self, index: int, gpu: GpuModel) -> bool:
         if self.indices is not None and index not in self.indices:
@@ -344,7 +359,6 @@ def _prepare_entry(entry: MigConfigEntry, path: str, ctx: _Context, out: list[_F
         indices,
         primaries,
         tuple((item.key, item.count) for item in entry.mig_devices),
-        entry.profile_counts(),
         tuple(gi_key(item.profile) for item in entry.mig_devices),
     )
 
@@ -356,14 +370,14 @@ _Item = tuple[tuple["_Finding", ...], GiProfile | None]
 
 
 # The GPU of a finding that holds on every model of a profile table: replaced by the model's name
-# where it is reported (`_Geometry.credited`, or `_merge` for a catalogue-mode group).
+# where it is reported (`_merge`, which credits a batch of them to the GPU model or the group's models).
 _MODEL = "<model>"
 
 
 class _Geometry:
     """One entry's geometry on one profile table: findings (about `_MODEL`), layout, MIG devices."""
 
-    __slots__ = ("findings", "errors", "layout", "mig_devices", "instances", "_credited")
+    __slots__ = ("findings", "errors", "layout", "mig_devices", "instances")
 
     def __init__(
         self,
@@ -377,14 +391,6 @@ class _Geometry:
         self.layout = layout
         self.mig_devices = mig_devices
         self.instances = instances
-        self._credited: dict[str, list[_Finding]] = {}
-
-    def credited(self, gpu: str) -> list[_Finding]:
-        """The findings as seen on one GPU model (made once per model)."""
-        found = self._credited.get(gpu)
-        if found is None:
-            found = self._credited[gpu] = [_Finding(f.path, f.rule, f.message, f.severity, gpu) for f in self.findings]
-        return found
 
 
 def _did_you_mean(profile: MigProfile, gpu: GpuModel, cat: Catalogue) -> str:
@@ -482,24 +488,28 @@ def _geometry(entry: _Entry, gpu: GpuModel, ctx: _Context) -> _Geometry:
     """Resolve the entry's profiles on this GPU, check counts, the media engine, and placement."""
     findings: list[_Finding] = []
     devices_path = key_path(entry.path, "mig-devices")
-    # GI profile -> {CI size: count} requested in it; the first key that named it (for paths).
-    wanted: dict[GiProfile, dict[int, int]] = {}
-    first_key: dict[GiProfile, str] = {}
-    devices: list[tuple[str, int]] = []
+    resolved: list[tuple[ProfileCount, GiProfile]] = []
     errors = False
     resolve = ctx.resolver(devices_path, gpu)
     for item in entry.raw.mig_devices:
         found, gi = resolve(item)
-        findings.extend(found)
+        if found:
+            findings += found
         if gi is None:
             errors = True
-            continue
+        else:
+            resolved.append((item, gi))
+    if errors:  # most entries of a large file that fail on a model fail here: the rest is not needed
+        return _Geometry(tuple(findings), None, ())
+    # GI profile -> {CI size: count} requested in it; the first key that named it (for paths).
+    wanted: dict[GiProfile, dict[int, int]] = {}
+    first_key: dict[GiProfile, str] = {}
+    devices: list[tuple[str, int]] = []
+    for item, gi in resolved:
         first_key.setdefault(gi, item.key)
         sizes = wanted.setdefault(gi, {})
         sizes[item.profile.compute] = sizes.get(item.profile.compute, 0) + item.count
         devices.append((str(item.profile), item.count))
-    if errors:
-        return _Geometry(tuple(findings), None, ())
     request: dict[GiProfile, int] = {gi: _pack(gi, sizes) for gi, sizes in wanted.items()}
     for gi, count in request.items():
         if count > gi.max_count:
@@ -738,11 +748,13 @@ def _evaluate_node(
     strategy: Strategy | None,
     explicit: bool,
     ctx: _Context,
-) -> tuple[list[_Finding], tuple[_GpuOutcome, ...], int]:
+) -> tuple[list[_Batch], tuple[_GpuOutcome, ...], int]:
     """Findings, per-GPU results and the number of errors of one config on one node (entry-level
-    findings not included). `explicit`: the node is given (--gpu, the webhook); otherwise it is a
-    catalogue-mode node of one model, whose findings are credited to the group's models later."""
+    findings not included). `explicit`: the node is given (--gpu, the webhook), and a geometry's
+    findings are one batch credited to its GPU's model; otherwise it is a catalogue-mode node of one
+    model, whose findings (one batch) are credited to the group's models later."""
     findings: list[_Finding] = []
+    batches: list[_Batch] = [(findings, None)]
     uncovered: dict[str, list[int]] = {}  # GPUs no entry selects: one finding for all of them
     first_uncovered = -1
     if explicit:
@@ -786,15 +798,7 @@ def _evaluate_node(
         chosen = selection.chosen[index]
         if not chosen:
             if index == first_uncovered:
-                which = " or ".join(f"{_gpus(indices)} ({label})" for label, indices in uncovered.items())
-                findings.append(
-                    _Finding(
-                        config_path,
-                        "gpu-not-covered",
-                        f"no entry selects {which}; mig-parted's assert requires every GPU to "
-                        "match, so this config never reports as applied",
-                    )
-                )
+                findings.append(_Finding(config_path, "gpu-not-covered", ctx.not_covered(uncovered)))
                 errors += 1
             if outcomes:
                 results.append(_GpuOutcome(index, gpu, None, None))
@@ -832,7 +836,11 @@ def _evaluate_node(
         if geometry.findings and (id(last), gpu.name) not in listed_geometries:
             listed_geometries.add((id(last), gpu.name))
             # Catalogue mode credits every finding to each model of the group when merging.
-            findings.extend(geometry.credited(gpu.name) if explicit else geometry.findings)
+            if explicit:
+                findings = []
+                batches += [(geometry.findings, (gpu,)), (findings, None)]
+            else:
+                findings.extend(geometry.findings)
         errors += geometry.errors
         if outcomes:
             entry_paths[index] = last.path
@@ -843,7 +851,7 @@ def _evaluate_node(
         found = _strategy_findings(config_path, results, strategy, entry_paths)
         findings.extend(found)
         errors += sum(f.severity == "error" for f in found)
-    return findings, tuple(results), errors
+    return batches, tuple(results), errors
 
 
 def _config_findings(name: str) -> list[Problem]:
@@ -865,7 +873,7 @@ def _config_findings(name: str) -> list[Problem]:
 
 
 # A group of models in catalogue mode, judged: (members, findings, errors).
-_Loose = tuple[list[GpuModel], list[_Finding], int]
+_Loose = tuple[list[GpuModel], Sequence[_Finding], int]
 
 
 def _against_catalogue(
@@ -937,7 +945,7 @@ def _against_catalogue(
 
     def evaluate(selecting: tuple[int, ...], members: list[GpuModel]) -> _Loose | None:
         """Judge the group; record fits and pinned findings; return its (members, findings, errors)."""
-        node_findings, _, errors = _evaluate_node(
+        ((node_findings, _),), _, errors = _evaluate_node(
             config_path, entries, select(selecting, members), [members[0]] * size, strategy, False, ctx
         )
         if not errors:
@@ -1134,6 +1142,7 @@ class _Context:
             tables.setdefault(_table(gpu).id, []).append(gpu)
         self.table_groups = list(tables.items()) if only is None else [(_table(only).id, [only])]
         self._missing: dict[_GiKey, int] = {}  # profile key -> `missing`: bits of this context's groups
+        self._not_covered: dict[tuple[tuple[str, tuple[int, ...]], ...], str] = {}
 
     def missing(self, key: _GiKey) -> int:
         """A bit per table group (`table_groups`, in order) whose table lacks the profile key."""
@@ -1143,6 +1152,18 @@ class _Context:
                 1 << position
                 for position, (_, members) in enumerate(self.table_groups)
                 if key not in _table(members[0]).index
+            )
+        return found
+
+    def not_covered(self, uncovered: dict[str, list[int]]) -> str:
+        """The message of `gpu-not-covered` for these GPUs (label -> indices), made once per call."""
+        key = tuple((label, tuple(indices)) for label, indices in uncovered.items())
+        found = self._not_covered.get(key)
+        if found is None:
+            which = " or ".join(f"{_gpus(indices)} ({label})" for label, indices in uncovered.items())
+            found = self._not_covered[key] = (
+                f"no entry selects {which}; mig-parted's assert requires every GPU to "
+                "match, so this config never reports as applied"
             )
         return found
 
@@ -1179,9 +1200,10 @@ class _Context:
         cache = self.items.get((devices_path, table_id))
         if cache is None:
             cache = self.items[(devices_path, table_id)] = {}
+        get = cache.get
 
         def resolve(item: ProfileCount) -> _Item:
-            found = cache.get(item.key)
+            found = get(item.key)
             if found is None:
                 found = cache[item.key] = _resolve_item(key_path(devices_path, item.key), item, gpu, self)
             return found
@@ -1232,8 +1254,8 @@ class _Context:
         entries = [self.prepare(e, p, findings) for e, p in zip(raw, paths)]
         if self.node is not None:
             selection = _select(entries, self.node)
-            node_findings, results, _ = _evaluate_node(root, entries, selection, self.node, self.strategy, True, self)
-            return _Verdict(tuple(_merge([(findings, None), (node_findings, None)])), results, ())
+            node_batches, results, _ = _evaluate_node(root, entries, selection, self.node, self.strategy, True, self)
+            return _Verdict(tuple(_merge([(findings, None), *node_batches])), results, ())
         batches, fits = _against_catalogue(root, entries, findings, self)
         return _Verdict(tuple(_merge(batches)), (), fits)
 
