@@ -157,7 +157,8 @@ def _merge(batches: Sequence[_Batch]) -> list[_Merged]:
         credit = None if members is None else [m.name for m in members]
         for f in found:
             message = f.message
-            key = (f.path, f.rule, message.render("") if type(message) is _PathMessage else message, f.severity)
+            # (path, rule, message, severity): the finding's head, with a path message's text
+            key = f[:4] if type(message) is not _PathMessage else (f.path, f.rule, message.render(""), f.severity)
             slot = get(key)
             if slot is None:
                 slot = gpus[key] = (message, [])
@@ -188,7 +189,14 @@ def _render(merged: Sequence[_Merged], prefix: str) -> list[Problem]:
         Problem(
             prefix + path,
             rule,
-            _seen_on(names) + (message.render(prefix) if type(message) is _PathMessage else str(message)),
+            _seen_on(names)
+            + (
+                message
+                if type(message) is str
+                else message.render(prefix)
+                if type(message) is _PathMessage
+                else str(message)
+            ),
             severity,
         )
         for path, rule, names, message, severity in merged
@@ -605,11 +613,10 @@ def _why_infeasible(gpu: GpuModel, request: dict[GiProfile, int]) -> str:
 # A whole node.
 
 
-@dataclass(frozen=True, slots=True)
-class _GpuOutcome:  # not a NamedTuple: its field `index` would shadow tuple.index
+class _GpuOutcome(NamedTuple):  # a tuple: one is made per GPU of every config (`gpu_index`: not to shadow tuple.index)
     """A GpuResult before its entry path is made absolute."""
 
-    index: int
+    gpu_index: int
     gpu: GpuModel
     entry: str | None
     mig_enabled: bool | None
@@ -689,7 +696,7 @@ def _strategy_findings(
             if r.mig_devices:
                 findings.append(
                     _Finding(
-                        key_path(entry_paths[r.index], "mig-devices"),
+                        key_path(entry_paths[r.gpu_index], "mig-devices"),
                         "strategy-mismatch",
                         "MIG strategy 'none' advertises whole GPUs only (nvidia.com/gpu): the MIG devices this "
                         "config creates cannot be scheduled; set the ClusterPolicy's mig.strategy to single or mixed",
@@ -703,7 +710,7 @@ def _strategy_findings(
         why = []
         if empty:
             why.append(
-                f"{_gpus([r.index for r in empty])} {'has' if len(empty) == 1 else 'have'} MIG enabled but "
+                f"{_gpus([r.gpu_index for r in empty])} {'has' if len(empty) == 1 else 'have'} MIG enabled but "
                 "no MIG devices"
             )
         if enabled and len(enabled) != len(covered):
@@ -725,7 +732,7 @@ def _strategy_findings(
     idle: dict[tuple[str, str], list[int]] = {}  # (entry path, model) -> GPU indices without MIG devices
     for r in enabled:
         if not r.mig_devices:
-            idle.setdefault((entry_paths[r.index], r.gpu.name), []).append(r.index)
+            idle.setdefault((entry_paths[r.gpu_index], r.gpu.name), []).append(r.gpu_index)
     for (path, gpu), indices in idle.items():
         findings.append(
             _Finding(
@@ -1231,16 +1238,8 @@ class _Context:
         if verdict is None:
             verdict = self._verdicts[key] = self._evaluate(root, entries, paths)
         gpus = tuple(
-            GpuResult(
-                r.index,
-                r.gpu,
-                None if r.entry is None else prefix + r.entry,
-                r.mig_enabled,
-                r.layout,
-                r.mig_devices,
-                r.instances,
-            )
-            for r in verdict.gpus
+            GpuResult(index, gpu, None if entry is None else prefix + entry, enabled, layout, devices, instances)
+            for index, gpu, entry, enabled, layout, devices, instances in verdict.gpus
         )
         merged = verdict.problems
         problems = _config_findings(name) + _render(merged[:MAX_PROBLEMS], prefix)
