@@ -1308,9 +1308,7 @@ class Validation:
         cat: Catalogue | None = None,
     ) -> None:
         cat = cat or catalogue()
-        self._by_name: dict[str, tuple[MigConfigEntry, ...]] = {}
-        for config_name, entries in config.configs:
-            self._by_name.setdefault(config_name, entries)  # the first of a name, as MigPartedConfig.entries() finds
+        self._by_name = config.by_name
         self._catalogue = _Context(cat, None, strategy)
         self._node = _Context(cat, node, strategy, share=self._catalogue) if node else None
 
