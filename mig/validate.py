@@ -625,6 +625,10 @@ class _GpuOutcome(NamedTuple):  # a tuple: one is made per GPU of every config (
     instances: Packing = ()
 
 
+# A _GpuOutcome past its index: (gpu, entry, mig_enabled, layout, mig_devices, instances).
+_OutcomeTail = tuple[GpuModel, str, bool, tuple[Placement, ...] | None, tuple[str, ...], Packing]
+
+
 class _Selection(NamedTuple):
     """Which entries select each GPU index of a node (in entry order), and the overlaps that follow."""
 
@@ -636,10 +640,14 @@ class _Selection(NamedTuple):
 def _select(entries: Sequence[_Entry], node: Sequence[GpuModel]) -> _Selection:
     chosen: list[list[_Entry]] = [[] for _ in node]
     for entry in entries:
+        if entry.indices is None and entry.primaries is None:  # devices: all, no filter (most entries)
+            for selected in chosen:
+                selected.append(entry)
+            continue
         for index, gpu in enumerate(node):
             if entry.selects(index, gpu):
                 chosen[index].append(entry)
-    if all(len(c) < 2 for c in chosen):  # no GPU selected twice: no overlaps (most configs, one entry each)
+    if max(map(len, chosen), default=0) < 2:  # no GPU selected twice: no overlaps (most configs, one entry each)
         none = ((),) * len(node)
         return _Selection(tuple(map(tuple, chosen)), none, (0,) * len(node))
     # One finding per (entry, earlier entry, model), naming every GPU index the two both select; it is
@@ -799,8 +807,9 @@ def _evaluate_node(
     # (entry, model) whose geometry's findings are listed already: on the next GPU of that model the
     # entry selects they are the same findings, which merging would drop (8 x H100: one listing, not 8).
     listed_geometries: set[tuple[int, str]] = set()
-    # (entry, GPU model object) -> its geometry: a node repeats one model, looked up once.
-    geometries: dict[tuple[int, int], _Geometry] = {}
+    # (entry, GPU model object) -> (errors, the outcome past its index) where a GPU before was decided
+    # by the same entry on the same model: a node repeats one model (8 x H100), judged once.
+    repeats: dict[tuple[int, int], tuple[int, _OutcomeTail]] = {}
     for index, gpu in enumerate(node):
         chosen = selection.chosen[index]
         if not chosen:
@@ -815,7 +824,16 @@ def _evaluate_node(
         if overlaps:
             findings.extend(overlaps)
             errors += selection.overlap_errors[index]
+        pair = (id(last), id(gpu))
+        repeat = repeats.get(pair)
+        if repeat is not None:
+            errors += repeat[0]
+            if outcomes:
+                entry_paths[index] = last.path
+                results.append(_GpuOutcome(index, *repeat[1]))
+            continue
         if not last.raw.mig_enabled:
+            repeats[pair] = (0, (gpu, last.path, False, None, (), ()))
             if outcomes:
                 entry_paths[index] = last.path
                 results.append(_GpuOutcome(index, gpu, last.path, False))
@@ -836,10 +854,11 @@ def _evaluate_node(
                 entry_paths[index] = last.path
                 results.append(_GpuOutcome(index, gpu, last.path, True))
             continue
-        pair = (id(last), id(gpu))
-        geometry = geometries.get(pair)
-        if geometry is None:
-            geometry = geometries[pair] = ctx.geometry(last, gpu)
+        geometry = ctx.geometry(last, gpu)
+        repeats[pair] = (
+            geometry.errors,
+            (gpu, last.path, True, geometry.layout, geometry.mig_devices, geometry.instances),
+        )
         if geometry.findings and (id(last), gpu.name) not in listed_geometries:
             listed_geometries.add((id(last), gpu.name))
             # Catalogue mode credits every finding to each model of the group when merging.
@@ -899,7 +918,7 @@ def _against_catalogue(
         models = [g for g in cat.gpus if g.device_id in named]
         models += [cat.model(f) for primary, f in named.items() if cat.by_device_id(primary) is None]
     else:
-        models = list(cat.gpus)
+        models = list(cat.gpus) if ctx.only is not None else ctx.everything
     if ctx.only is not None:  # the question is one model (validate_on_model)
         models = [g for g in models if g.device_id == ctx.only.device_id]
     # A node of each model, as large as the highest index asks for (no node has more than 16 GPUs).
@@ -1007,14 +1026,15 @@ def _against_catalogue(
         if filtered_paths:
             bounds = [bound(selecting, members) for selecting, members in deferred]
         else:  # one selection for every group; a key's bit per group counts it (`missing`)
-            selection, base, deciding = select(*deferred[0]), 0, []
+            selection, base, lanes = select(*deferred[0]), 0, 0
             for index in range(size):
                 chosen = selection.chosen[index]
                 if chosen:
                     base += selection.overlap_errors[index]
                     if chosen[-1].raw.mig_enabled:
-                        deciding += [ctx.missing(key) for key in chosen[-1].gi_keys]
-            bounds = [base + sum(bits >> group & 1 for bits in deciding) for group in deferred_groups]
+                        for key in chosen[-1].gi_keys:
+                            lanes += ctx.missing_lanes(key)
+            bounds = [base + (lanes >> (_LANE * group) & _LANE_MASK) for group in deferred_groups]
         fewest = min((errors for _, _, errors in loose), default=None)
         judged: dict[int, _Loose | None] = {}
         for position in sorted(range(len(deferred)), key=bounds.__getitem__):
@@ -1057,7 +1077,7 @@ def _against_catalogue(
     if entry_errors:
         fits.clear()
     if len(fits) > 1:
-        order = {id(gpu): i for i, gpu in enumerate(models)}
+        order = ctx.order if models is ctx.everything else {id(gpu): i for i, gpu in enumerate(models)}
         fits.sort(key=lambda gpu: order[id(gpu)])
     return batches, tuple(fits)
 
@@ -1108,6 +1128,12 @@ def _entry_key(entry: MigConfigEntry) -> _EntryKey:
     )
 
 
+# Lanes of `_Context.missing_lanes`: a count per lane up to 2^32-1 (a file has at most 100,000 nodes,
+# so no count of keys comes near it).
+_LANE = 32
+_LANE_MASK = (1 << _LANE) - 1
+
+
 class _Context:
     """The question (node or catalogue, strategy) and the work shared by every config of one call:
     verdicts per distinct list of entries, geometries per (entry, profile table), did-you-mean hints."""
@@ -1149,7 +1175,21 @@ class _Context:
             tables.setdefault(_table(gpu).id, []).append(gpu)
         self.table_groups = list(tables.items()) if only is None else [(_table(only).id, [only])]
         self._missing: dict[_GiKey, int] = {}  # profile key -> `missing`: bits of this context's groups
+        self._missing_lanes: dict[_GiKey, int] = {}
+        self.everything = list(cat.gpus)  # what an unfiltered config is judged on, in catalogue order
+        self.order = {id(gpu): i for i, gpu in enumerate(self.everything)}
         self._not_covered: dict[tuple[tuple[str, tuple[int, ...]], ...], str] = {}
+
+    def missing_lanes(self, key: _GiKey) -> int:
+        """`missing` with a _LANE-bit lane per group instead of a bit: summed over keys, each lane
+        counts the keys its group's table lacks."""
+        found = self._missing_lanes.get(key)
+        if found is None:
+            bits = self.missing(key)
+            found = self._missing_lanes[key] = sum(
+                1 << (_LANE * group) for group in range(len(self.table_groups)) if bits >> group & 1
+            )
+        return found
 
     def missing(self, key: _GiKey) -> int:
         """A bit per table group (`table_groups`, in order) whose table lacks the profile key."""
