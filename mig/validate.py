@@ -951,8 +951,7 @@ def _against_catalogue(
     # ((table id, or device ID without a table; indices of the entries selecting), members)
     groups: list[tuple[tuple[str, tuple[int, ...]], list[GpuModel]]]
     if not filtered_paths:
-        everything = tuple(range(len(entries)))
-        groups = [((table_id, everything), members) for table_id, members in ctx.table_groups]
+        groups = ctx.unfiltered_groups(len(entries))
     else:
         by_selection: dict[tuple[str, tuple[int, ...]], list[GpuModel]] = {}
         for gpu in models:
@@ -1176,9 +1175,21 @@ class _Context:
         self.table_groups = list(tables.items()) if only is None else [(_table(only).id, [only])]
         self._missing: dict[_GiKey, int] = {}  # profile key -> `missing`: bits of this context's groups
         self._missing_lanes: dict[_GiKey, int] = {}
+        self._unfiltered: dict[int, list[tuple[tuple[str, tuple[int, ...]], list[GpuModel]]]] = {}
         self.everything = list(cat.gpus)  # what an unfiltered config is judged on, in catalogue order
         self.order = {id(gpu): i for i, gpu in enumerate(self.everything)}
         self._not_covered: dict[tuple[tuple[str, tuple[int, ...]], ...], str] = {}
+
+    def unfiltered_groups(self, entries: int) -> list[tuple[tuple[str, tuple[int, ...]], list[GpuModel]]]:
+        """The groups of `_against_catalogue` for a config of that many entries, none filtered: every
+        table group, each selected by every entry."""
+        found = self._unfiltered.get(entries)
+        if found is None:
+            everything = tuple(range(entries))
+            found = self._unfiltered[entries] = [
+                ((table_id, everything), members) for table_id, members in self.table_groups
+            ]
+        return found
 
     def missing_lanes(self, key: _GiKey) -> int:
         """`missing` with a _LANE-bit lane per group instead of a bit: summed over keys, each lane
