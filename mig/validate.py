@@ -154,25 +154,24 @@ def _merge(batches: Sequence[_Batch]) -> list[_Merged]:
     gpus: dict[tuple[str, str, object, Severity], tuple[Message, list[str]]] = {}
     get = gpus.get
     for found, members in batches:
-        credit = None if members is None else [m.name for m in members]
+        credit = None if members is None else list(dict.fromkeys(m.name for m in members))
         for f in found:
             message = f.message
             # (path, rule, message, severity): the finding's head, with a path message's text
             key = f[:4] if type(message) is not _PathMessage else (f.path, f.rule, message.render(""), f.severity)
             slot = get(key)
-            if slot is None:
-                slot = gpus[key] = (message, [])
             gpu = f.gpu
-            if not gpu:
-                continue
-            names = slot[1]
-            if credit is None:
-                if gpu not in names:
-                    names.append(gpu)
-                continue
-            for name in credit:
-                if name not in names:
-                    names.append(name)
+            if slot is None:  # the first of its kind: seen on its GPU, or on the batch's models
+                gpus[key] = (message, ([gpu] if credit is None else credit.copy()) if gpu else [])
+            elif gpu:
+                names = slot[1]
+                if credit is None:
+                    if gpu not in names:
+                        names.append(gpu)
+                    continue
+                for name in credit:
+                    if name not in names:
+                        names.append(name)
     return [
         (path, rule, tuple(names), message, severity) for (path, rule, _, severity), (message, names) in gpus.items()
     ]
@@ -498,9 +497,12 @@ def _geometry(entry: _Entry, gpu: GpuModel, ctx: _Context) -> _Geometry:
     devices_path = key_path(entry.path, "mig-devices")
     resolved: list[tuple[ProfileCount, GiProfile]] = []
     errors = False
-    resolve = ctx.resolver(devices_path, gpu)
+    items = ctx.resolved_items(devices_path, gpu)
     for item in entry.raw.mig_devices:
-        found, gi = resolve(item)
+        known = items.get(item.key)
+        if known is None:
+            known = items[item.key] = _resolve_item(key_path(devices_path, item.key), item, gpu, ctx)
+        found, gi = known
         if found:
             findings += found
         if gi is None:
@@ -1175,6 +1177,7 @@ class _Context:
         self.table_groups = list(tables.items()) if only is None else [(_table(only).id, [only])]
         self._missing: dict[_GiKey, int] = {}  # profile key -> `missing`: bits of this context's groups
         self._missing_lanes: dict[_GiKey, int] = {}
+        self._group_of = {table_id: position for position, (table_id, _) in enumerate(self.table_groups)}
         self._unfiltered: dict[int, list[tuple[tuple[str, tuple[int, ...]], list[GpuModel]]]] = {}
         self.everything = list(cat.gpus)  # what an unfiltered config is judged on, in catalogue order
         self.order = {id(gpu): i for i, gpu in enumerate(self.everything)}
@@ -1206,11 +1209,13 @@ class _Context:
         """A bit per table group (`table_groups`, in order) whose table lacks the profile key."""
         found = self._missing.get(key)
         if found is None:
-            found = self._missing[key] = sum(
-                1 << position
-                for position, (_, members) in enumerate(self.table_groups)
-                if key not in _table(members[0]).index
-            )
+            if self.only is None:  # the catalogue's groups: the tables of the models that have the key are known
+                present = 0
+                for gpu in self.cat.gpus_with_key(key):
+                    present |= 1 << self._group_of[_table(gpu).id]
+                found = self._missing[key] = ((1 << len(self.table_groups)) - 1) & ~present
+            else:
+                found = self._missing[key] = 0 if key in _table(self.only).index else 1
         return found
 
     def not_covered(self, uncovered: dict[str, list[int]]) -> str:
@@ -1252,21 +1257,14 @@ class _Context:
             entry.geometries[table_id] = found
         return found
 
-    def resolver(self, devices_path: str, gpu: GpuModel) -> Callable[[ProfileCount], _Item]:
-        """Resolve the keys of one mig-devices map on one GPU model, each key once per call."""
-        table_id = _table(gpu).id
-        cache = self.items.get((devices_path, table_id))
-        if cache is None:
-            cache = self.items[(devices_path, table_id)] = {}
-        get = cache.get
-
-        def resolve(item: ProfileCount) -> _Item:
-            found = get(item.key)
-            if found is None:
-                found = cache[item.key] = _resolve_item(key_path(devices_path, item.key), item, gpu, self)
-            return found
-
-        return resolve
+    def resolved_items(self, devices_path: str, gpu: GpuModel) -> dict[str, _Item]:
+        """The keys of one mig-devices map resolved on one GPU model's table so far (key -> item): the
+        caller adds what it resolves (`_resolve_item`), so each key is resolved once per call."""
+        key = (devices_path, _table(gpu).id)
+        found = self.items.get(key)
+        if found is None:
+            found = self.items[key] = {}
+        return found
 
     def did_you_mean(self, item: ProfileCount, gpu: GpuModel) -> _Lazy:
         # Keyed by what the text depends on, so equal hints are one object (see `_merge`).
