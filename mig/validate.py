@@ -403,23 +403,38 @@ class _Geometry:
 def _did_you_mean(profile: MigProfile, gpu: GpuModel, cat: Catalogue) -> str:
     """Name the nearest profile of this GPU: same G and attributes first (driver name drift such as
     7g.79gb vs 7g.80gb), then the same G, then the nearest in G and memory."""
-    names = [p.name for p in gpu.profiles]
+    key = gi_key(profile)
+    names, best = _nearest(_table(gpu), key)
+    hint = f"; did you mean {best!r}?"
+    elsewhere = _owners(cat, key)
+    if elsewhere:
+        hint += f" ({profile.gi_name} exists on {elsewhere})"
+    return f"profile {str(profile)!r} does not exist on this GPU (it has: {names}){hint}"
+
+
+# Both depend on the profile only through its key (G, GB, attributes), and a large file's unknown
+# profiles are hinted on each table: one answer per (table, key). Bounded: keys come from the input.
+@lru_cache(maxsize=4096)
+def _nearest(table: ProfileTable, key: _GiKey) -> tuple[str, str]:
+    """(the table's profile names, the profile of the table nearest to the key)."""
+    gpu, memory, attributes, negative = key
 
     def distance(gi: GiProfile) -> tuple[bool, int, int, int]:
         p = gi.profile
         return (
-            p.attributes != profile.attributes or p.negative != profile.negative,
-            abs(p.gpu - profile.gpu),
-            abs(p.memory_gb - profile.memory_gb),
+            p.attributes != attributes or p.negative != negative,
+            abs(p.gpu - gpu),
+            abs(p.memory_gb - memory),
             gi.memory_slices,
         )
 
-    best = min(gpu.profiles, key=distance)
-    hint = f"; did you mean {best.name!r}?"
-    elsewhere = list(dict.fromkeys(g.name for g in cat.gpus_with_profile(profile)))
-    if elsewhere:
-        hint += f" ({profile.gi_name} exists on {listed(elsewhere, 4)})"
-    return f"profile {str(profile)!r} does not exist on this GPU (it has: {', '.join(names)}){hint}"
+    return ", ".join(table.names), min(table.profiles, key=distance).name
+
+
+@lru_cache(maxsize=4096)
+def _owners(cat: Catalogue, key: _GiKey) -> str:
+    """The models that have the key, for a hint ("" when none has it)."""
+    return listed(dict.fromkeys(g.name for g in cat.gpus_with_key(key)), 4)
 
 
 def _pack(gi: GiProfile, sizes: dict[int, int]) -> int:
