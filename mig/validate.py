@@ -1128,6 +1128,7 @@ class _Verdict:
     problems: tuple[_Merged, ...]
     gpus: tuple[_GpuOutcome, ...]
     fits: tuple[GpuModel, ...]
+    fits_no_gpu: bool = False  # catalogue mode: among the problems is `fits-no-gpu` (ConfigReport's)
 
 
 # (devices, device-filter, mig-enabled, mig-devices as (key, count) pairs)
@@ -1309,8 +1310,7 @@ class _Context:
         problems = _config_findings(name) + _render(merged[:MAX_PROBLEMS], prefix)
         if len(merged) > MAX_PROBLEMS:
             problems.append(_truncated(config_path, merged[MAX_PROBLEMS:]))
-        fits_no_gpu = self.node is None and any(rule == "fits-no-gpu" for _, rule, *_ in merged)
-        return ConfigReport(name, tuple(problems), gpus=gpus, fits=verdict.fits, fits_no_gpu=fits_no_gpu)
+        return ConfigReport(name, tuple(problems), gpus=gpus, fits=verdict.fits, fits_no_gpu=verdict.fits_no_gpu)
 
     def _evaluate(self, root: str, raw: Sequence[MigConfigEntry], paths: Sequence[str]) -> _Verdict:
         findings: list[_Finding] = []
@@ -1320,7 +1320,8 @@ class _Context:
             node_batches, results, _ = _evaluate_node(root, entries, selection, self.node, self.strategy, True, self)
             return _Verdict(tuple(_merge([(findings, None), *node_batches])), results, ())
         batches, fits = _against_catalogue(root, entries, findings, self)
-        return _Verdict(tuple(_merge(batches)), (), fits)
+        merged = tuple(_merge(batches))
+        return _Verdict(merged, (), fits, any(m[1] == "fits-no-gpu" for m in merged))
 
 
 def validate_on_node(
