@@ -15,7 +15,7 @@ import re
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from functools import cached_property, lru_cache
+from functools import cached_property, lru_cache, partial
 from typing import NamedTuple
 
 from migops.mig.catalogue import ENGINE_NAMES, Catalogue, GiProfile, GpuModel, ProfileTable, catalogue, gi_key
@@ -644,6 +644,8 @@ class _GpuOutcome(NamedTuple):  # a tuple: one is made per GPU of every config (
 
 # A _GpuOutcome past its index: (gpu, entry, mig_enabled, layout, mig_devices, instances).
 _OutcomeTail = tuple[GpuModel, str, bool, tuple[Placement, ...] | None, tuple[str, ...], Packing]
+# A _GpuOutcome from a tuple of all its fields, without the Python-level __new__ (a node repeats one).
+_outcome: Callable[[tuple[object, ...]], _GpuOutcome] = partial(tuple.__new__, _GpuOutcome)
 
 
 class _Selection(NamedTuple):
@@ -827,8 +829,9 @@ def _evaluate_node(
     # (entry, GPU model object) -> (errors, the outcome past its index) where a GPU before was decided
     # by the same entry on the same model: a node repeats one model (8 x H100), judged once.
     repeats: dict[tuple[int, int], tuple[int, _OutcomeTail]] = {}
+    all_chosen, all_overlaps = selection.chosen, selection.overlaps
     for index, gpu in enumerate(node):
-        chosen = selection.chosen[index]
+        chosen = all_chosen[index]
         if not chosen:
             if index == first_uncovered:
                 findings.append(_Finding(config_path, "gpu-not-covered", ctx.not_covered(uncovered)))
@@ -837,7 +840,7 @@ def _evaluate_node(
                 results.append(_GpuOutcome(index, gpu, None, None))
             continue
         last = chosen[-1]
-        overlaps = selection.overlaps[index]
+        overlaps = all_overlaps[index]
         if overlaps:
             findings.extend(overlaps)
             errors += selection.overlap_errors[index]
@@ -847,7 +850,7 @@ def _evaluate_node(
             errors += repeat[0]
             if outcomes:
                 entry_paths[index] = last.path
-                results.append(_GpuOutcome(index, *repeat[1]))
+                results.append(_outcome((index, *repeat[1])))
             continue
         if not last.raw.mig_enabled:
             repeats[pair] = (0, (gpu, last.path, False, None, (), ()))
