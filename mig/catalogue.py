@@ -205,7 +205,11 @@ class Catalogue:
 
     def gpus_with_profile(self, profile: MigProfile) -> tuple[GpuModel, ...]:
         """Every GPU on which a profile string resolves (used for "exists on ..." hints)."""
-        return _profile_owners(self).get(gi_key(profile), ())
+        return self.gpus_with_key(gi_key(profile))
+
+    def gpus_with_key(self, key: GiKey) -> tuple[GpuModel, ...]:
+        """Every GPU whose profile table has this key (`gi_key`), in catalogue order."""
+        return _profile_owners(self).get(key, ())
 
     def by_device_id(self, device: DeviceId | str) -> GpuModel | None:
         """The MIG-capable model with this PCI device ID, or None."""

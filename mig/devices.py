@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 NVIDIA_VENDOR = 0x10DE
 
@@ -20,7 +21,7 @@ class DeviceId:
     subsystem_device: int | None = None
     subsystem_vendor: int | None = None
 
-    @property
+    @cached_property  # the catalogue's key: looked up for every device-filter item of a large file
     def primary(self) -> str:
         """mig-parted's printed form, `0x%04X%04X`: the key of the GPU catalogue."""
         return f"0x{self.device:04X}{self.vendor:04X}"

@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from fractions import Fraction
-from functools import lru_cache
+from functools import cached_property, lru_cache
 
 from migops.mig.problems import MigError, Problem
 
@@ -48,6 +48,10 @@ class MigProfile:
         return ("-" if self.negative else "+") + ",".join(self.attributes)
 
     def __str__(self) -> str:
+        return self._text
+
+    @cached_property  # written into messages and MIG device lists for every geometry of a large file
+    def _text(self) -> str:
         base = f"{self.gpu}g.{self.memory_gb}gb"
         if self.is_compute_subprofile:
             base = f"{self.compute}c.{base}"

@@ -18,6 +18,7 @@ import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Literal, TypeGuard
 
 from migops.mig.gcpause import paused_gc
@@ -83,11 +84,20 @@ class MigPartedConfig:
     def names(self) -> tuple[str, ...]:
         return tuple(name for name, _ in self.configs)
 
-    def entries(self, name: str) -> tuple[MigConfigEntry, ...]:
+    @cached_property  # asked per config of a file: a search of the list each time made 1,666 configs cost 1.4M steps
+    def by_name(self) -> Mapping[str, tuple[MigConfigEntry, ...]]:
+        """Config name -> its entries; the first config of a name where the file repeats one (as mig-parted's
+        map keeps one of them, and `entries` finds the first)."""
+        out: dict[str, tuple[MigConfigEntry, ...]] = {}
         for config_name, entries in self.configs:
-            if config_name == name:
-                return entries
-        raise KeyError(name)
+            out.setdefault(config_name, entries)
+        return out
+
+    def entries(self, name: str) -> tuple[MigConfigEntry, ...]:
+        found = self.by_name.get(name)
+        if found is None:
+            raise KeyError(name)
+        return found
 
     def digest(self, name: str) -> str:
         """A content hash of one named config, as the node sees it: the same for any spelling of the

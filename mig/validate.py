@@ -15,7 +15,7 @@ import re
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from functools import cached_property
+from functools import cached_property, lru_cache, partial
 from typing import NamedTuple
 
 from migops.mig.catalogue import ENGINE_NAMES, Catalogue, GiProfile, GpuModel, ProfileTable, catalogue, gi_key
@@ -152,23 +152,35 @@ def _merge(batches: Sequence[_Batch]) -> list[_Merged]:
     and on the names of the model's profiles), so identity and text agree, and a hint that is never
     shown is never built."""
     gpus: dict[tuple[str, str, object, Severity], tuple[Message, list[str]]] = {}
+    get = gpus.get
     for found, members in batches:
-        credit = None if members is None else [m.name for m in members]
+        credit = None if members is None else list(dict.fromkeys(m.name for m in members))
         for f in found:
             message = f.message
-            key = (f.path, f.rule, message.render("") if type(message) is _PathMessage else message, f.severity)
-            slot = gpus.get(key)
-            if slot is None:
-                slot = gpus[key] = (message, [])
-            if not f.gpu:
-                continue
-            names = slot[1]
-            for name in [f.gpu] if credit is None else credit:
-                if name not in names:
-                    names.append(name)
+            # (path, rule, message, severity): the finding's head, with a path message's text
+            key = f[:4] if type(message) is not _PathMessage else (f.path, f.rule, message.render(""), f.severity)
+            slot = get(key)
+            gpu = f.gpu
+            if slot is None:  # the first of its kind: seen on its GPU, or on the batch's models
+                gpus[key] = (message, ([gpu] if credit is None else credit.copy()) if gpu else [])
+            elif gpu:
+                names = slot[1]
+                if credit is None:
+                    if gpu not in names:
+                        names.append(gpu)
+                    continue
+                for name in credit:
+                    if name not in names:
+                        names.append(name)
     return [
         (path, rule, tuple(names), message, severity) for (path, rule, _, severity), (message, names) in gpus.items()
     ]
+
+
+@lru_cache(maxsize=1024)  # a file's problems name a few combinations of a node's models, over and over
+def _seen_on(names: tuple[str, ...]) -> str:
+    """The head of a problem seen on these GPU models."""
+    return f"on {listed(names, 6)}: " if names else ""
 
 
 def _render(merged: Sequence[_Merged], prefix: str) -> list[Problem]:
@@ -176,8 +188,14 @@ def _render(merged: Sequence[_Merged], prefix: str) -> list[Problem]:
         Problem(
             prefix + path,
             rule,
-            (f"on {listed(names, 6)}: " if names else "")
-            + (message.render(prefix) if isinstance(message, _PathMessage) else str(message)),
+            _seen_on(names)
+            + (
+                message
+                if type(message) is str
+                else message.render(prefix)
+                if type(message) is _PathMessage
+                else str(message)
+            ),
             severity,
         )
         for path, rule, names, message, severity in merged
@@ -225,12 +243,16 @@ class _Entry:
     # filter with a subsystem part is taken to match its device (see docs/config-rules.md).
     primaries: frozenset[str] | None = None
     items: tuple[tuple[str, int], ...] = ()  # the mig-devices as (key, count) pairs: what the geometry depends on
-    counts: dict[MigProfile, int] = field(default_factory=dict)  # raw.profile_counts(), for comparing entries
     gi_keys: tuple[_GiKey, ...] = ()  # what each profile name is looked up by in a profile table
     # table id -> unresolved_on(): computed once
     resolved: dict[str, int] = field(default_factory=dict, compare=False)
     # table id -> _Geometry (from the context)
     geometries: dict[str, _Geometry] = field(default_factory=dict, compare=False)
+
+    @cached_property
+    def counts(self) -> dict[MigProfile, int]:
+        """raw.profile_counts(), for comparing overlapping entries (only they need it)."""
+        return self.raw.profile_counts()
 
     def selects(self, index: int, gpu: GpuModel) -> bool:
         if self.indices is not None and index not in self.indices:
@@ -250,33 +272,40 @@ class _Entry:
         return found
 
 
-def _prepare_entry(entry: MigConfigEntry, path: str, cat: Catalogue, out: list[_Finding]) -> _Entry:
+# What one device-filter string is: its DeviceId (None when it does not parse) and the problem with it,
+# as (rule, message, severity), or None. A function of the string alone (and the catalogue).
+_FilterItem = tuple[DeviceId | None, tuple[str, str, Severity] | None]
+
+
+def _filter_item(text: str, cat: Catalogue) -> _FilterItem:
+    try:
+        device = parse_device_id(text)
+    except DeviceIdSyntaxError as exc:
+        return None, (
+            "device-filter-syntax",
+            f"{exc}; mig-parted ignores the parse error and the entry silently matches no GPU",
+            "error",
+        )
+    if cat.by_device_id(device) is None and cat.known_non_mig(device) is None:
+        return device, (
+            "device-filter-unknown",
+            f"{text} is no GPU migops knows (see `migops gpus`): it is taken as a GPU that "
+            "cannot do MIG; if it is a typo, the entry selects nothing",
+            "warning",
+        )
+    return device, None
+
+
+def _prepare_entry(entry: MigConfigEntry, path: str, ctx: _Context, out: list[_Finding]) -> _Entry:
     filters: list[DeviceId] = []
     filter_path = key_path(path, "device-filter")
+    several = len(entry.device_filter) > 1
     for i, text in enumerate(entry.device_filter):
-        item_path = index_path(filter_path, i) if len(entry.device_filter) > 1 else filter_path
-        try:
-            device = parse_device_id(text)
-        except DeviceIdSyntaxError as exc:
-            out.append(
-                _Finding(
-                    item_path,
-                    "device-filter-syntax",
-                    f"{exc}; mig-parted ignores the parse error and the entry silently matches no GPU",
-                )
-            )
-            continue
-        if cat.by_device_id(device) is None and cat.known_non_mig(device) is None:
-            out.append(
-                _Finding(
-                    item_path,
-                    "device-filter-unknown",
-                    f"{text} is no GPU migops knows (see `migops gpus`): it is taken as a GPU that "
-                    "cannot do MIG; if it is a typo, the entry selects nothing",
-                    "warning",
-                )
-            )
-        filters.append(device)
+        device, problem = ctx.filter_item(text)
+        if problem is not None:
+            out.append(_Finding(index_path(filter_path, i) if several else filter_path, *problem))
+        if device is not None:
+            filters.append(device)
     indices = None
     if not isinstance(entry.devices, str):  # a str is "all" (the parser makes nothing else)
         devices_path = key_path(path, "devices")
@@ -337,7 +366,6 @@ def _prepare_entry(entry: MigConfigEntry, path: str, cat: Catalogue, out: list[_
         indices,
         primaries,
         tuple((item.key, item.count) for item in entry.mig_devices),
-        entry.profile_counts(),
         tuple(gi_key(item.profile) for item in entry.mig_devices),
     )
 
@@ -349,14 +377,14 @@ _Item = tuple[tuple["_Finding", ...], GiProfile | None]
 
 
 # The GPU of a finding that holds on every model of a profile table: replaced by the model's name
-# where it is reported (`_Geometry.credited`, or `_merge` for a catalogue-mode group).
+# where it is reported (`_merge`, which credits a batch of them to the GPU model or the group's models).
 _MODEL = "<model>"
 
 
 class _Geometry:
     """One entry's geometry on one profile table: findings (about `_MODEL`), layout, MIG devices."""
 
-    __slots__ = ("findings", "errors", "layout", "mig_devices", "instances", "_credited")
+    __slots__ = ("findings", "errors", "layout", "mig_devices", "instances")
 
     def __init__(
         self,
@@ -370,36 +398,43 @@ class _Geometry:
         self.layout = layout
         self.mig_devices = mig_devices
         self.instances = instances
-        self._credited: dict[str, list[_Finding]] = {}
-
-    def credited(self, gpu: str) -> list[_Finding]:
-        """The findings as seen on one GPU model (made once per model)."""
-        found = self._credited.get(gpu)
-        if found is None:
-            found = self._credited[gpu] = [_Finding(f.path, f.rule, f.message, f.severity, gpu) for f in self.findings]
-        return found
 
 
 def _did_you_mean(profile: MigProfile, gpu: GpuModel, cat: Catalogue) -> str:
     """Name the nearest profile of this GPU: same G and attributes first (driver name drift such as
     7g.79gb vs 7g.80gb), then the same G, then the nearest in G and memory."""
-    names = [p.name for p in gpu.profiles]
+    key = gi_key(profile)
+    names, best = _nearest(_table(gpu), key)
+    hint = f"; did you mean {best!r}?"
+    elsewhere = _owners(cat, key)
+    if elsewhere:
+        hint += f" ({profile.gi_name} exists on {elsewhere})"
+    return f"profile {str(profile)!r} does not exist on this GPU (it has: {names}){hint}"
+
+
+# Both depend on the profile only through its key (G, GB, attributes), and a large file's unknown
+# profiles are hinted on each table: one answer per (table, key). Bounded: keys come from the input.
+@lru_cache(maxsize=4096)
+def _nearest(table: ProfileTable, key: _GiKey) -> tuple[str, str]:
+    """(the table's profile names, the profile of the table nearest to the key)."""
+    gpu, memory, attributes, negative = key
 
     def distance(gi: GiProfile) -> tuple[bool, int, int, int]:
         p = gi.profile
         return (
-            p.attributes != profile.attributes or p.negative != profile.negative,
-            abs(p.gpu - profile.gpu),
-            abs(p.memory_gb - profile.memory_gb),
+            p.attributes != attributes or p.negative != negative,
+            abs(p.gpu - gpu),
+            abs(p.memory_gb - memory),
             gi.memory_slices,
         )
 
-    best = min(gpu.profiles, key=distance)
-    hint = f"; did you mean {best.name!r}?"
-    elsewhere = list(dict.fromkeys(g.name for g in cat.gpus_with_profile(profile)))
-    if elsewhere:
-        hint += f" ({profile.gi_name} exists on {listed(elsewhere, 4)})"
-    return f"profile {str(profile)!r} does not exist on this GPU (it has: {', '.join(names)}){hint}"
+    return ", ".join(table.names), min(table.profiles, key=distance).name
+
+
+@lru_cache(maxsize=4096)
+def _owners(cat: Catalogue, key: _GiKey) -> str:
+    """The models that have the key, for a hint ("" when none has it)."""
+    return listed(dict.fromkeys(g.name for g in cat.gpus_with_key(key)), 4)
 
 
 def _pack(gi: GiProfile, sizes: dict[int, int]) -> int:
@@ -475,24 +510,31 @@ def _geometry(entry: _Entry, gpu: GpuModel, ctx: _Context) -> _Geometry:
     """Resolve the entry's profiles on this GPU, check counts, the media engine, and placement."""
     findings: list[_Finding] = []
     devices_path = key_path(entry.path, "mig-devices")
+    resolved: list[tuple[ProfileCount, GiProfile]] = []
+    errors = False
+    items = ctx.resolved_items(devices_path, gpu)
+    for item in entry.raw.mig_devices:
+        known = items.get(item.key)
+        if known is None:
+            known = items[item.key] = _resolve_item(key_path(devices_path, item.key), item, gpu, ctx)
+        found, gi = known
+        if found:
+            findings += found
+        if gi is None:
+            errors = True
+        else:
+            resolved.append((item, gi))
+    if errors:  # most entries of a large file that fail on a model fail here: the rest is not needed
+        return _Geometry(tuple(findings), None, ())
     # GI profile -> {CI size: count} requested in it; the first key that named it (for paths).
     wanted: dict[GiProfile, dict[int, int]] = {}
     first_key: dict[GiProfile, str] = {}
     devices: list[tuple[str, int]] = []
-    errors = False
-    resolve = ctx.resolver(devices_path, gpu)
-    for item in entry.raw.mig_devices:
-        found, gi = resolve(item)
-        findings.extend(found)
-        if gi is None:
-            errors = True
-            continue
+    for item, gi in resolved:
         first_key.setdefault(gi, item.key)
         sizes = wanted.setdefault(gi, {})
         sizes[item.profile.compute] = sizes.get(item.profile.compute, 0) + item.count
         devices.append((str(item.profile), item.count))
-    if errors:
-        return _Geometry(tuple(findings), None, ())
     request: dict[GiProfile, int] = {gi: _pack(gi, sizes) for gi, sizes in wanted.items()}
     for gi, count in request.items():
         if count > gi.max_count:
@@ -588,17 +630,22 @@ def _why_infeasible(gpu: GpuModel, request: dict[GiProfile, int]) -> str:
 # A whole node.
 
 
-@dataclass(frozen=True, slots=True)
-class _GpuOutcome:  # not a NamedTuple: its field `index` would shadow tuple.index
+class _GpuOutcome(NamedTuple):  # a tuple: one is made per GPU of every config (`gpu_index`: not to shadow tuple.index)
     """A GpuResult before its entry path is made absolute."""
 
-    index: int
+    gpu_index: int
     gpu: GpuModel
     entry: str | None
     mig_enabled: bool | None
     layout: tuple[Placement, ...] | None = None
     mig_devices: tuple[str, ...] = ()
     instances: Packing = ()
+
+
+# A _GpuOutcome past its index: (gpu, entry, mig_enabled, layout, mig_devices, instances).
+_OutcomeTail = tuple[GpuModel, str, bool, tuple[Placement, ...] | None, tuple[str, ...], Packing]
+# A _GpuOutcome from a tuple of all its fields, without the Python-level __new__ (a node repeats one).
+_outcome: Callable[[tuple[object, ...]], _GpuOutcome] = partial(tuple.__new__, _GpuOutcome)
 
 
 class _Selection(NamedTuple):
@@ -612,10 +659,14 @@ class _Selection(NamedTuple):
 def _select(entries: Sequence[_Entry], node: Sequence[GpuModel]) -> _Selection:
     chosen: list[list[_Entry]] = [[] for _ in node]
     for entry in entries:
+        if entry.indices is None and entry.primaries is None:  # devices: all, no filter (most entries)
+            for selected in chosen:
+                selected.append(entry)
+            continue
         for index, gpu in enumerate(node):
             if entry.selects(index, gpu):
                 chosen[index].append(entry)
-    if all(len(c) < 2 for c in chosen):  # no GPU selected twice: no overlaps (most configs, one entry each)
+    if max(map(len, chosen), default=0) < 2:  # no GPU selected twice: no overlaps (most configs, one entry each)
         none = ((),) * len(node)
         return _Selection(tuple(map(tuple, chosen)), none, (0,) * len(node))
     # One finding per (entry, earlier entry, model), naming every GPU index the two both select; it is
@@ -672,7 +723,7 @@ def _strategy_findings(
             if r.mig_devices:
                 findings.append(
                     _Finding(
-                        key_path(entry_paths[r.index], "mig-devices"),
+                        key_path(entry_paths[r.gpu_index], "mig-devices"),
                         "strategy-mismatch",
                         "MIG strategy 'none' advertises whole GPUs only (nvidia.com/gpu): the MIG devices this "
                         "config creates cannot be scheduled; set the ClusterPolicy's mig.strategy to single or mixed",
@@ -686,7 +737,7 @@ def _strategy_findings(
         why = []
         if empty:
             why.append(
-                f"{_gpus([r.index for r in empty])} {'has' if len(empty) == 1 else 'have'} MIG enabled but "
+                f"{_gpus([r.gpu_index for r in empty])} {'has' if len(empty) == 1 else 'have'} MIG enabled but "
                 "no MIG devices"
             )
         if enabled and len(enabled) != len(covered):
@@ -708,7 +759,7 @@ def _strategy_findings(
     idle: dict[tuple[str, str], list[int]] = {}  # (entry path, model) -> GPU indices without MIG devices
     for r in enabled:
         if not r.mig_devices:
-            idle.setdefault((entry_paths[r.index], r.gpu.name), []).append(r.index)
+            idle.setdefault((entry_paths[r.gpu_index], r.gpu.name), []).append(r.gpu_index)
     for (path, gpu), indices in idle.items():
         findings.append(
             _Finding(
@@ -731,11 +782,13 @@ def _evaluate_node(
     strategy: Strategy | None,
     explicit: bool,
     ctx: _Context,
-) -> tuple[list[_Finding], tuple[_GpuOutcome, ...], int]:
+) -> tuple[list[_Batch], tuple[_GpuOutcome, ...], int]:
     """Findings, per-GPU results and the number of errors of one config on one node (entry-level
-    findings not included). `explicit`: the node is given (--gpu, the webhook); otherwise it is a
-    catalogue-mode node of one model, whose findings are credited to the group's models later."""
+    findings not included). `explicit`: the node is given (--gpu, the webhook), and a geometry's
+    findings are one batch credited to its GPU's model; otherwise it is a catalogue-mode node of one
+    model, whose findings (one batch) are credited to the group's models later."""
     findings: list[_Finding] = []
+    batches: list[_Batch] = [(findings, None)]
     uncovered: dict[str, list[int]] = {}  # GPUs no entry selects: one finding for all of them
     first_uncovered = -1
     if explicit:
@@ -773,31 +826,34 @@ def _evaluate_node(
     # (entry, model) whose geometry's findings are listed already: on the next GPU of that model the
     # entry selects they are the same findings, which merging would drop (8 x H100: one listing, not 8).
     listed_geometries: set[tuple[int, str]] = set()
-    # (entry, GPU model object) -> its geometry: a node repeats one model, looked up once.
-    geometries: dict[tuple[int, int], _Geometry] = {}
+    # (entry, GPU model object) -> (errors, the outcome past its index) where a GPU before was decided
+    # by the same entry on the same model: a node repeats one model (8 x H100), judged once.
+    repeats: dict[tuple[int, int], tuple[int, _OutcomeTail]] = {}
+    all_chosen, all_overlaps = selection.chosen, selection.overlaps
     for index, gpu in enumerate(node):
-        chosen = selection.chosen[index]
+        chosen = all_chosen[index]
         if not chosen:
             if index == first_uncovered:
-                which = " or ".join(f"{_gpus(indices)} ({label})" for label, indices in uncovered.items())
-                findings.append(
-                    _Finding(
-                        config_path,
-                        "gpu-not-covered",
-                        f"no entry selects {which}; mig-parted's assert requires every GPU to "
-                        "match, so this config never reports as applied",
-                    )
-                )
+                findings.append(_Finding(config_path, "gpu-not-covered", ctx.not_covered(uncovered)))
                 errors += 1
             if outcomes:
                 results.append(_GpuOutcome(index, gpu, None, None))
             continue
         last = chosen[-1]
-        overlaps = selection.overlaps[index]
+        overlaps = all_overlaps[index]
         if overlaps:
             findings.extend(overlaps)
             errors += selection.overlap_errors[index]
+        pair = (id(last), id(gpu))
+        repeat = repeats.get(pair)
+        if repeat is not None:
+            errors += repeat[0]
+            if outcomes:
+                entry_paths[index] = last.path
+                results.append(_outcome((index, *repeat[1])))
+            continue
         if not last.raw.mig_enabled:
+            repeats[pair] = (0, (gpu, last.path, False, None, (), ()))
             if outcomes:
                 entry_paths[index] = last.path
                 results.append(_GpuOutcome(index, gpu, last.path, False))
@@ -818,14 +874,19 @@ def _evaluate_node(
                 entry_paths[index] = last.path
                 results.append(_GpuOutcome(index, gpu, last.path, True))
             continue
-        pair = (id(last), id(gpu))
-        geometry = geometries.get(pair)
-        if geometry is None:
-            geometry = geometries[pair] = ctx.geometry(last, gpu)
+        geometry = ctx.geometry(last, gpu)
+        repeats[pair] = (
+            geometry.errors,
+            (gpu, last.path, True, geometry.layout, geometry.mig_devices, geometry.instances),
+        )
         if geometry.findings and (id(last), gpu.name) not in listed_geometries:
             listed_geometries.add((id(last), gpu.name))
             # Catalogue mode credits every finding to each model of the group when merging.
-            findings.extend(geometry.credited(gpu.name) if explicit else geometry.findings)
+            if explicit:
+                findings = []
+                batches += [(geometry.findings, (gpu,)), (findings, None)]
+            else:
+                findings.extend(geometry.findings)
         errors += geometry.errors
         if outcomes:
             entry_paths[index] = last.path
@@ -836,7 +897,7 @@ def _evaluate_node(
         found = _strategy_findings(config_path, results, strategy, entry_paths)
         findings.extend(found)
         errors += sum(f.severity == "error" for f in found)
-    return findings, tuple(results), errors
+    return batches, tuple(results), errors
 
 
 def _config_findings(name: str) -> list[Problem]:
@@ -858,7 +919,7 @@ def _config_findings(name: str) -> list[Problem]:
 
 
 # A group of models in catalogue mode, judged: (members, findings, errors).
-_Loose = tuple[list[GpuModel], list[_Finding], int]
+_Loose = tuple[list[GpuModel], Sequence[_Finding], int]
 
 
 def _against_catalogue(
@@ -877,7 +938,7 @@ def _against_catalogue(
         models = [g for g in cat.gpus if g.device_id in named]
         models += [cat.model(f) for primary, f in named.items() if cat.by_device_id(primary) is None]
     else:
-        models = list(cat.gpus)
+        models = list(cat.gpus) if ctx.only is not None else ctx.everything
     if ctx.only is not None:  # the question is one model (validate_on_model)
         models = [g for g in models if g.device_id == ctx.only.device_id]
     # A node of each model, as large as the highest index asks for (no node has more than 16 GPUs).
@@ -910,8 +971,7 @@ def _against_catalogue(
     # ((table id, or device ID without a table; indices of the entries selecting), members)
     groups: list[tuple[tuple[str, tuple[int, ...]], list[GpuModel]]]
     if not filtered_paths:
-        everything = tuple(range(len(entries)))
-        groups = [((table_id, everything), members) for table_id, members in ctx.table_groups]
+        groups = ctx.unfiltered_groups(len(entries))
     else:
         by_selection: dict[tuple[str, tuple[int, ...]], list[GpuModel]] = {}
         for gpu in models:
@@ -930,7 +990,7 @@ def _against_catalogue(
 
     def evaluate(selecting: tuple[int, ...], members: list[GpuModel]) -> _Loose | None:
         """Judge the group; record fits and pinned findings; return its (members, findings, errors)."""
-        node_findings, _, errors = _evaluate_node(
+        ((node_findings, _),), _, errors = _evaluate_node(
             config_path, entries, select(selecting, members), [members[0]] * size, strategy, False, ctx
         )
         if not errors:
@@ -945,14 +1005,25 @@ def _against_catalogue(
     # A group where only unfiltered entries apply and one of them names a profile the GPU lacks cannot
     # fit, and its findings only matter if no model fits: evaluate it only then.
     deferred: list[tuple[tuple[int, ...], list[GpuModel]]] = []
+    deferred_groups: list[int] = []  # their positions in `groups`
     reaching = [e.raw.mig_enabled and (e.indices is None or any(i < size for i in e.indices)) for e in entries]
-    for (_, selecting), members in groups:
-        if (
-            not filtered
-            and (not filtered_paths or all(entries[i].primaries is None for i in selecting))
+    # Unfiltered: the groups are the context's table groups, and a bit per group says whether a profile
+    # key that reaches the node is missing from its table (one OR per key instead of a look-up per table).
+    unresolved = 0
+    if not filtered_paths:
+        for e, reaches in zip(entries, reaching):
+            if reaches:
+                for key in e.gi_keys:
+                    unresolved |= ctx.missing(key)
+    for position, ((_, selecting), members) in enumerate(groups):
+        if not filtered and (
+            unresolved >> position & 1
+            if not filtered_paths
+            else all(entries[i].primaries is None for i in selecting)
             and any(reaching[i] and not entries[i].resolves_on(members[0]) for i in selecting)
         ):
             deferred.append((selecting, members))
+            deferred_groups.append(position)
         else:
             found = evaluate(selecting, members)
             if found:
@@ -971,7 +1042,18 @@ def _against_catalogue(
                         total += chosen[-1].unresolved_on(table)
             return total
 
-        bounds = [bound(selecting, members) for selecting, members in deferred]
+        if filtered_paths:
+            bounds = [bound(selecting, members) for selecting, members in deferred]
+        else:  # one selection for every group; a key's bit per group counts it (`missing`)
+            selection, base, lanes = select(*deferred[0]), 0, 0
+            for index in range(size):
+                chosen = selection.chosen[index]
+                if chosen:
+                    base += selection.overlap_errors[index]
+                    if chosen[-1].raw.mig_enabled:
+                        for key in chosen[-1].gi_keys:
+                            lanes += ctx.missing_lanes(key)
+            bounds = [base + (lanes >> (_LANE * group) & _LANE_MASK) for group in deferred_groups]
         fewest = min((errors for _, _, errors in loose), default=None)
         judged: dict[int, _Loose | None] = {}
         for position in sorted(range(len(deferred)), key=bounds.__getitem__):
@@ -1014,7 +1096,7 @@ def _against_catalogue(
     if entry_errors:
         fits.clear()
     if len(fits) > 1:
-        order = {id(gpu): i for i, gpu in enumerate(models)}
+        order = ctx.order if models is ctx.everything else {id(gpu): i for i, gpu in enumerate(models)}
         fits.sort(key=lambda gpu: order[id(gpu)])
     return batches, tuple(fits)
 
@@ -1049,6 +1131,7 @@ class _Verdict:
     problems: tuple[_Merged, ...]
     gpus: tuple[_GpuOutcome, ...]
     fits: tuple[GpuModel, ...]
+    fits_no_gpu: bool = False  # catalogue mode: among the problems is `fits-no-gpu` (ConfigReport's)
 
 
 # (devices, device-filter, mig-enabled, mig-devices as (key, count) pairs)
@@ -1063,6 +1146,12 @@ def _entry_key(entry: MigConfigEntry) -> _EntryKey:
         entry.mig_enabled,
         tuple((item.key, item.count) for item in entry.mig_devices),
     )
+
+
+# Lanes of `_Context.missing_lanes`: a count per lane up to 2^32-1 (a file has at most 100,000 nodes,
+# so no count of keys comes near it).
+_LANE = 32
+_LANE_MASK = (1 << _LANE) - 1
 
 
 class _Context:
@@ -1093,11 +1182,88 @@ class _Context:
         self.hints: dict[tuple[str, tuple[str, ...]], _Lazy] = {} if share is None else share.hints
         # (mig-devices path, table id) -> key -> item
         self.items: dict[tuple[str, str], dict[str, _Item]] = {} if share is None else share.items
+        # device-filter string -> what it is (`_filter_item`)
+        self.filters: dict[str, _FilterItem] = {} if share is None else share.filters
+        # (entry path, id of the entry) -> (the entry, it prepared, its entry-level findings): both
+        # questions of a Validation prepare each entry once (the entry is kept to tell a reused id)
+        self.prepared: dict[tuple[str, int], tuple[MigConfigEntry, _Entry, tuple[_Finding, ...]]] = (
+            {} if share is None else share.prepared
+        )
         # Catalogue models grouped by profile table, in catalogue order (what an unfiltered config sees).
         tables: dict[str, list[GpuModel]] = {}
         for gpu in cat.gpus:
             tables.setdefault(_table(gpu).id, []).append(gpu)
         self.table_groups = list(tables.items()) if only is None else [(_table(only).id, [only])]
+        self._missing: dict[_GiKey, int] = {}  # profile key -> `missing`: bits of this context's groups
+        self._missing_lanes: dict[_GiKey, int] = {}
+        self._group_of = {table_id: position for position, (table_id, _) in enumerate(self.table_groups)}
+        self._unfiltered: dict[int, list[tuple[tuple[str, tuple[int, ...]], list[GpuModel]]]] = {}
+        self.everything = list(cat.gpus)  # what an unfiltered config is judged on, in catalogue order
+        self.order = {id(gpu): i for i, gpu in enumerate(self.everything)}
+        self._not_covered: dict[tuple[tuple[str, tuple[int, ...]], ...], str] = {}
+
+    def unfiltered_groups(self, entries: int) -> list[tuple[tuple[str, tuple[int, ...]], list[GpuModel]]]:
+        """The groups of `_against_catalogue` for a config of that many entries, none filtered: every
+        table group, each selected by every entry."""
+        found = self._unfiltered.get(entries)
+        if found is None:
+            everything = tuple(range(entries))
+            found = self._unfiltered[entries] = [
+                ((table_id, everything), members) for table_id, members in self.table_groups
+            ]
+        return found
+
+    def missing_lanes(self, key: _GiKey) -> int:
+        """`missing` with a _LANE-bit lane per group instead of a bit: summed over keys, each lane
+        counts the keys its group's table lacks."""
+        found = self._missing_lanes.get(key)
+        if found is None:
+            bits = self.missing(key)
+            found = self._missing_lanes[key] = sum(
+                1 << (_LANE * group) for group in range(len(self.table_groups)) if bits >> group & 1
+            )
+        return found
+
+    def missing(self, key: _GiKey) -> int:
+        """A bit per table group (`table_groups`, in order) whose table lacks the profile key."""
+        found = self._missing.get(key)
+        if found is None:
+            if self.only is None:  # the catalogue's groups: the tables of the models that have the key are known
+                present = 0
+                for gpu in self.cat.gpus_with_key(key):
+                    present |= 1 << self._group_of[_table(gpu).id]
+                found = self._missing[key] = ((1 << len(self.table_groups)) - 1) & ~present
+            else:
+                found = self._missing[key] = 0 if key in _table(self.only).index else 1
+        return found
+
+    def not_covered(self, uncovered: dict[str, list[int]]) -> str:
+        """The message of `gpu-not-covered` for these GPUs (label -> indices), made once per call."""
+        key = tuple((label, tuple(indices)) for label, indices in uncovered.items())
+        found = self._not_covered.get(key)
+        if found is None:
+            which = " or ".join(f"{_gpus(indices)} ({label})" for label, indices in uncovered.items())
+            found = self._not_covered[key] = (
+                f"no entry selects {which}; mig-parted's assert requires every GPU to "
+                "match, so this config never reports as applied"
+            )
+        return found
+
+    def filter_item(self, text: str) -> _FilterItem:
+        found = self.filters.get(text)
+        if found is None:
+            found = self.filters[text] = _filter_item(text, self.cat)
+        return found
+
+    def prepare(self, entry: MigConfigEntry, path: str, out: list[_Finding]) -> _Entry:
+        """The entry prepared (`_prepare_entry`), once per Validation; its findings go to `out`."""
+        key = (path, id(entry))
+        found = self.prepared.get(key)
+        if found is None or found[0] is not entry:
+            mine: list[_Finding] = []
+            found = self.prepared[key] = (entry, _prepare_entry(entry, path, self, mine), tuple(mine))
+        out.extend(found[2])
+        return found[1]
 
     def geometry(self, entry: _Entry, gpu: GpuModel) -> _Geometry:
         table_id = _table(gpu).id
@@ -1110,20 +1276,14 @@ class _Context:
             entry.geometries[table_id] = found
         return found
 
-    def resolver(self, devices_path: str, gpu: GpuModel) -> Callable[[ProfileCount], _Item]:
-        """Resolve the keys of one mig-devices map on one GPU model, each key once per call."""
-        table_id = _table(gpu).id
-        cache = self.items.get((devices_path, table_id))
-        if cache is None:
-            cache = self.items[(devices_path, table_id)] = {}
-
-        def resolve(item: ProfileCount) -> _Item:
-            found = cache.get(item.key)
-            if found is None:
-                found = cache[item.key] = _resolve_item(key_path(devices_path, item.key), item, gpu, self)
-            return found
-
-        return resolve
+    def resolved_items(self, devices_path: str, gpu: GpuModel) -> dict[str, _Item]:
+        """The keys of one mig-devices map resolved on one GPU model's table so far (key -> item): the
+        caller adds what it resolves (`_resolve_item`), so each key is resolved once per call."""
+        key = (devices_path, _table(gpu).id)
+        found = self.items.get(key)
+        if found is None:
+            found = self.items[key] = {}
+        return found
 
     def did_you_mean(self, item: ProfileCount, gpu: GpuModel) -> _Lazy:
         # Keyed by what the text depends on, so equal hints are one object (see `_merge`).
@@ -1146,33 +1306,25 @@ class _Context:
         if verdict is None:
             verdict = self._verdicts[key] = self._evaluate(root, entries, paths)
         gpus = tuple(
-            GpuResult(
-                r.index,
-                r.gpu,
-                None if r.entry is None else prefix + r.entry,
-                r.mig_enabled,
-                r.layout,
-                r.mig_devices,
-                r.instances,
-            )
-            for r in verdict.gpus
+            GpuResult(index, gpu, None if entry is None else prefix + entry, enabled, layout, devices, instances)
+            for index, gpu, entry, enabled, layout, devices, instances in verdict.gpus
         )
         merged = verdict.problems
         problems = _config_findings(name) + _render(merged[:MAX_PROBLEMS], prefix)
         if len(merged) > MAX_PROBLEMS:
             problems.append(_truncated(config_path, merged[MAX_PROBLEMS:]))
-        fits_no_gpu = self.node is None and any(rule == "fits-no-gpu" for _, rule, *_ in merged)
-        return ConfigReport(name, tuple(problems), gpus=gpus, fits=verdict.fits, fits_no_gpu=fits_no_gpu)
+        return ConfigReport(name, tuple(problems), gpus=gpus, fits=verdict.fits, fits_no_gpu=verdict.fits_no_gpu)
 
     def _evaluate(self, root: str, raw: Sequence[MigConfigEntry], paths: Sequence[str]) -> _Verdict:
         findings: list[_Finding] = []
-        entries = [_prepare_entry(e, p, self.cat, findings) for e, p in zip(raw, paths)]
+        entries = [self.prepare(e, p, findings) for e, p in zip(raw, paths)]
         if self.node is not None:
             selection = _select(entries, self.node)
-            node_findings, results, _ = _evaluate_node(root, entries, selection, self.node, self.strategy, True, self)
-            return _Verdict(tuple(_merge([(findings, None), (node_findings, None)])), results, ())
+            node_batches, results, _ = _evaluate_node(root, entries, selection, self.node, self.strategy, True, self)
+            return _Verdict(tuple(_merge([(findings, None), *node_batches])), results, ())
         batches, fits = _against_catalogue(root, entries, findings, self)
-        return _Verdict(tuple(_merge(batches)), (), fits)
+        merged = tuple(_merge(batches))
+        return _Verdict(merged, (), fits, any(m[1] == "fits-no-gpu" for m in merged))
 
 
 def validate_on_node(
@@ -1224,9 +1376,7 @@ class Validation:
         cat: Catalogue | None = None,
     ) -> None:
         cat = cat or catalogue()
-        self._by_name: dict[str, tuple[MigConfigEntry, ...]] = {}
-        for config_name, entries in config.configs:
-            self._by_name.setdefault(config_name, entries)  # the first of a name, as MigPartedConfig.entries() finds
+        self._by_name = config.by_name
         self._catalogue = _Context(cat, None, strategy)
         self._node = _Context(cat, node, strategy, share=self._catalogue) if node else None
 

@@ -22,7 +22,7 @@ from migops.mig import fit as _fit
 from migops.mig.catalogue import GpuModel
 from migops.mig.gfd import NodeGpus
 from migops.mig.problems import MigError, Problem
-from migops.mig.spec import MigConfigEntry, MigPartedConfig, parse_config
+from migops.mig.spec import MigPartedConfig, parse_config
 from migops.mig.validate import ConfigReport, Strategy, validate, validate_on_model, validate_on_node
 from migops.webhook.cache import LRU
 from migops.webhook.memory import retained
@@ -57,6 +57,7 @@ def parse(text: str, text_digest: str | None = None) -> MigPartedConfig:
     if found is None:
         try:
             found = parse_config(text)
+            found.by_name  # noqa: B018 - made now, so that the weight below counts it (every review asks it)
         except MigError as exc:
             # Its problems, not the exception: a kept exception holds the frames it was raised
             # through (the parser's, then each review's that raised it again), and with them the text
@@ -68,18 +69,11 @@ def parse(text: str, text_digest: str | None = None) -> MigPartedConfig:
     return found
 
 
-def _entries(config: MigPartedConfig) -> dict[str, tuple[MigConfigEntry, ...]]:
-    out: dict[str, tuple[MigConfigEntry, ...]] = {}
-    for name, entries in config.configs:
-        out.setdefault(name, entries)  # the first of a name, as MigPartedConfig.entries() finds
-    return out
-
-
 def on_catalogue(
     config: MigPartedConfig, names: Iterable[str], strategy: Strategy | None = None
 ) -> dict[str, ConfigReport]:
     """validate_against_catalogue for each name; those not remembered are judged in one call."""
-    entries = _entries(config)
+    entries = config.by_name
     keys = {name: ("catalogue", name, entries[name], strategy) for name in names}
     found: dict[str, ConfigReport] = {}
     missing = []
