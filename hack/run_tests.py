@@ -267,7 +267,7 @@ def report(builds: list[Outcome], tiers: list[Outcome]) -> int:
         failures = t.counts.get("failed", 0) + t.counts.get("errors", 0)
         passed, failed = passed + t.counts.get("passed", 0), failed + failures
         code = "a build it needs failed (above)" if t.returncode is None else f"pytest exit {t.returncode}"
-        print(f"  {t.name:<14} {summary(t):<46} {t.seconds:7.1f} s  {t.cpu:7.1f} cpu-s  ({code})")
+        print(f"  {t.name:<16} {summary(t):<46} {t.seconds:7.1f} s  {t.cpu:7.1f} cpu-s  ({code})")
         ok = ok and t.returncode == 0
     print(f"tests: {passed} passed, {failed} failed")
     return 0 if ok else 1
