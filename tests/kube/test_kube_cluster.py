@@ -24,6 +24,28 @@ def _cm(name: str, ns: str, data: dict) -> dict:
     return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name, "namespace": ns}, "data": data}
 
 
+def _cluster_crd(group: str, plural: str, singular: str, kind: str) -> dict:
+    """A cluster-scoped CRD of one served version that keeps every field (the tests' own kinds)."""
+    return {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": f"{plural}.{group}"},
+        "spec": {
+            "group": group,
+            "scope": "Cluster",
+            "names": {"plural": plural, "singular": singular, "kind": kind},
+            "versions": [
+                {
+                    "name": "v1",
+                    "served": True,
+                    "storage": True,
+                    "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}},
+                }
+            ],
+        },
+    }
+
+
 def test_apply_owns_only_what_it_sends_and_conflicts_without_force(admin: ApiClient, node: str) -> None:
     label = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": node, "labels": {"a": "1"}}}
     ssa.apply(admin, label, field_manager="one")
@@ -168,24 +190,7 @@ def test_informer_missing_ok_counts_an_absent_kind_as_empty_until_it_appears(adm
     ) as inf:
         assert inf.wait_synced(20)
         assert len(inf) == 0 and inf.missing
-        crd = {
-            "apiVersion": "apiextensions.k8s.io/v1",
-            "kind": "CustomResourceDefinition",
-            "metadata": {"name": f"{plural}.{group}"},
-            "spec": {
-                "group": group,
-                "scope": "Cluster",
-                "names": {"plural": plural, "singular": "widget", "kind": "Widget"},
-                "versions": [
-                    {
-                        "name": "v1",
-                        "served": True,
-                        "storage": True,
-                        "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}},
-                    }
-                ],
-            },
-        }
+        crd = _cluster_crd(group, plural, "widget", "Widget")
         ssa.apply(admin, crd, field_manager="t")
         try:
 
@@ -209,24 +214,7 @@ def test_installing_a_crd_being_deleted_waits_for_the_deletion_then_creates_it(a
     then disappears: install waits the deletion out and creates it anew (a test's cleanup, an uninstall)."""
     group, plural = "crdinstall.migops.io", "holds"
     name = f"{plural}.{group}"
-    crd = {
-        "apiVersion": "apiextensions.k8s.io/v1",
-        "kind": "CustomResourceDefinition",
-        "metadata": {"name": name},
-        "spec": {
-            "group": group,
-            "scope": "Cluster",
-            "names": {"plural": plural, "singular": "hold", "kind": "Hold"},
-            "versions": [
-                {
-                    "name": "v1",
-                    "served": True,
-                    "storage": True,
-                    "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}},
-                }
-            ],
-        },
-    }
+    crd = _cluster_crd(group, plural, "hold", "Hold")
     ext, objects = k8s.ApiextensionsV1Api(admin), k8s.CustomObjectsApi(admin)
     crds.install(admin, [crd], field_manager="t")
     held = {
