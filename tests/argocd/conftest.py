@@ -69,6 +69,8 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.cluster)
 
 
+# Slow once per package (25-85 s in make test, most of it under the seven tiers' load): a whole `migops
+# local up --argocd`, Argo CD's repo-server, application-controller and redis started and synced for real.
 @pytest.fixture(scope="package")
 def argo_local(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ArgoLocal]:
     import time

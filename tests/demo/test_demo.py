@@ -24,6 +24,8 @@ def _printed(out: str, heading: str, end: str | None) -> list[str]:
     return [line.strip() for line in block if line.startswith("  ")]
 
 
+# Slow on purpose (30-90 s in make test): the README's `make demo` as a user runs it, every step, then
+# the printed explore commands; a shorter demo would not be the one the README promises.
 def test_demo_runs_every_step_and_leaves_nothing_running(tmp_path: Path) -> None:
     """Run as `KEEP=1 make demo`: then every command it prints is run as printed, in a new shell that has
     nothing of this one (no virtualenv on PATH, no KUBECONFIG), the last one (`migops local down`) too."""
