@@ -61,14 +61,17 @@ start=$(date +%s)
 if [ ! -x "$out/etcd" ]; then
   log "building etcd $E"
   mkdir -p "$work/etcd"
-  (cd "$work/etcd" && go mod init tmp/etcd >/dev/null 2>&1 \
-    && go get "go.etcd.io/etcd/server/v3@$E" >&2 \
-    && go build -trimpath -ldflags='-s -w' -o "$out/etcd.tmp" go.etcd.io/etcd/server/v3 >&2)
+  t0=$(date +%s)
+  (cd "$work/etcd" && go mod init tmp/etcd >/dev/null 2>&1 && go get "go.etcd.io/etcd/server/v3@$E" >&2)
+  t1=$(date +%s)
+  (cd "$work/etcd" && go build -trimpath -ldflags='-s -w' -o "$out/etcd.tmp" go.etcd.io/etcd/server/v3 >&2)
   mv "$out/etcd.tmp" "$out/etcd"
+  log "etcd: modules $(( t1 - t0 ))s, compile $(( $(date +%s) - t1 ))s"
 fi
 
 if ! have_k8s; then
   log "building the missing ones of $K8S_CMDS ($K)"
+  t0=$(date +%s)
   S=v0.${K#v1.}; MINOR=$(echo "$K" | cut -d. -f2)
   mkdir -p "$work/kas"; cd "$work/kas"
   go mod init tmp/kas >/dev/null 2>&1
@@ -82,6 +85,7 @@ if ! have_k8s; then
   pkgs=""; for cmd in $K8S_CMDS; do pkgs="$pkgs k8s.io/kubernetes/cmd/$cmd@$K"; done
   # shellcheck disable=SC2086
   go get $pkgs >&2
+  log "Kubernetes modules downloaded in $(( $(date +%s) - t0 ))s"
   LD='-s -w'
   for p in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
     LD="$LD -X $p.gitVersion=$K -X $p.gitMajor=1 -X $p.gitMinor=$MINOR -X $p.gitTreeState=clean"
@@ -92,13 +96,13 @@ if ! have_k8s; then
   # in parallel. The scheduler binds Pods to Nodes by their allocatable resources (where MIG workloads
   # land); kubelet, kube-controller-manager and kube-proxy run the real node.
   missing=""; for cmd in $K8S_CMDS; do [ -x "$out/$cmd" ] || missing="$missing k8s.io/kubernetes/cmd/$cmd"; done
-  t0=$(date +%s)
+  t1=$(date +%s)
   rm -rf "$out/.tmp"; mkdir -p "$out/.tmp"
   # shellcheck disable=SC2086
   go build -trimpath -tags=selinux,notest -ldflags="$LD" -o "$out/.tmp/" $missing >&2
   for f in "$out/.tmp"/*; do mv "$f" "$out/"; done
   rmdir "$out/.tmp"
-  log "built$missing in $(( $(date +%s) - t0 ))s"
+  log "compiled$missing in $(( $(date +%s) - t1 ))s"
 fi
 
 if [ "$SET" = all ] && ! have_containerd; then
