@@ -69,7 +69,10 @@ host-packages:
 test: venv
 	$(PY) hack/run_tests.py
 
-demo: venv k8s-control-plane
+# The venv's install (mostly downloads) and the control plane's first build (minutes of compiling) run
+# side by side.
+demo:
+	@$(MAKE) --no-print-directory -j2 venv k8s-control-plane
 	$(PY) -m migops.local.demo
 
 # migops in pods on the real node (root): local up --real-node, local image, local deploy, a MIG pod

@@ -54,9 +54,32 @@ if command -v flock >/dev/null; then
   if have_all; then echo "$out"; exit 0; fi
 fi
 log "cold build ($SET): downloads modules and compiles for ~10 min on 2 cores (once per cache)"
-work=$(mktemp -d); trap 'rm -rf "$work"' EXIT
+work=$(mktemp -d); kas=""
+trap '[ -z "$kas" ] || kill "$kas" 2>/dev/null; rm -rf "$work"' EXIT
 export GOFLAGS=-mod=mod CGO_ENABLED=0
 start=$(date +%s)
+
+# Kubernetes' modules download (network) while etcd compiles (CPU): the two overlap.
+S=v0.${K#v1.}; MINOR=$(echo "$K" | cut -d. -f2)
+kas_modules() {
+  local t0; t0=$(date +%s)
+  mkdir -p "$work/kas"; cd "$work/kas"
+  go mod init tmp/kas >/dev/null 2>&1
+  KMOD=$(go mod download -json "k8s.io/kubernetes@$K" | python3 -c 'import json,sys;print(json.load(sys.stdin)["GoMod"])')
+  # k/k requires its staging modules at v0.0.0 with local replaces; point each at its published tag.
+  for m in $(sed -n 's#^[[:space:]]*\(k8s.io/[^ ]*\) => \./staging/.*#\1#p' "$KMOD"); do
+    go mod edit -replace="$m=$m@$S"
+  done
+  go mod edit -go="$(sed -n 's/^go //p' "$KMOD")"
+  grep '^godebug' "$KMOD" >> go.mod || true
+  local pkgs=""; for cmd in $K8S_CMDS; do pkgs="$pkgs k8s.io/kubernetes/cmd/$cmd@$K"; done
+  # shellcheck disable=SC2086
+  go get $pkgs >&2
+  log "Kubernetes modules downloaded in $(( $(date +%s) - t0 ))s"
+}
+if ! have_k8s; then
+  kas_modules & kas=$!
+fi
 
 if [ ! -x "$out/etcd" ]; then
   log "building etcd $E"
@@ -69,23 +92,10 @@ if [ ! -x "$out/etcd" ]; then
   log "etcd: modules $(( t1 - t0 ))s, compile $(( $(date +%s) - t1 ))s"
 fi
 
-if ! have_k8s; then
+if [ -n "$kas" ]; then
   log "building the missing ones of $K8S_CMDS ($K)"
-  t0=$(date +%s)
-  S=v0.${K#v1.}; MINOR=$(echo "$K" | cut -d. -f2)
-  mkdir -p "$work/kas"; cd "$work/kas"
-  go mod init tmp/kas >/dev/null 2>&1
-  KMOD=$(go mod download -json "k8s.io/kubernetes@$K" | python3 -c 'import json,sys;print(json.load(sys.stdin)["GoMod"])')
-  # k/k requires its staging modules at v0.0.0 with local replaces; point each at its published tag.
-  for m in $(sed -n 's#^[[:space:]]*\(k8s.io/[^ ]*\) => \./staging/.*#\1#p' "$KMOD"); do
-    go mod edit -replace="$m=$m@$S"
-  done
-  go mod edit -go="$(sed -n 's/^go //p' "$KMOD")"
-  grep '^godebug' "$KMOD" >> go.mod || true
-  pkgs=""; for cmd in $K8S_CMDS; do pkgs="$pkgs k8s.io/kubernetes/cmd/$cmd@$K"; done
-  # shellcheck disable=SC2086
-  go get $pkgs >&2
-  log "Kubernetes modules downloaded in $(( $(date +%s) - t0 ))s"
+  wait "$kas"; kas=""
+  cd "$work/kas"
   LD='-s -w'
   for p in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
     LD="$LD -X $p.gitVersion=$K -X $p.gitMajor=1 -X $p.gitMinor=$MINOR -X $p.gitTreeState=clean"
