@@ -69,8 +69,11 @@ class Deployed:
         return proc
 
     def pods(self, name: str | None = None) -> list[k8s.V1Pod]:
+        """The pods of the workloads (all, or one by name). Not a Job's: the certificate CronJob starts
+        one at minute 17 of every sixth hour, whichever test is running then."""
         selector = f"app.kubernetes.io/name={name}" if name else "app.kubernetes.io/part-of=migops"
-        return k8s.CoreV1Api(self.api).list_namespaced_pod(NS, label_selector=selector).items
+        pods = k8s.CoreV1Api(self.api).list_namespaced_pod(NS, label_selector=selector).items
+        return [p for p in pods if not any(o.kind == "Job" for o in p.metadata.owner_references or ())]
 
 
 def _node(deployed: Deployed) -> k8s.V1Node:
