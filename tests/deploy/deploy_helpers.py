@@ -231,11 +231,13 @@ def build_image(top: Path, scratch: Path | None = None) -> Image:
     context = top / "context"
     files = build_context(context)
     moved = {BUILD_DIST: str(top / "dist"), INSTALL_DIR: str(top / "opt" / "migops")}
-    # `python` in the RUN lines: the interpreter running the tests (its venv module builds the clean
-    # virtualenv from the base interpreter, not from this one's site-packages).
+    # `python` in the RUN lines: the base interpreter of the one running the tests (a clean virtualenv
+    # from it, none of this one's site-packages). Not this checkout's virtualenv: the virtualenv built
+    # here links to the `python` it was made with, and the cached tree outlives the checkout that built
+    # it (another clone's session reuses it).
     bindir = top / "bin"
     bindir.mkdir()
-    (bindir / "python").symlink_to(sys.executable)
+    (bindir / "python").symlink_to(os.path.realpath(sys._base_executable))
     build = dockerfile.stage("build")
     # The lock first (its own layer: a code change does not reinstall it), then the whole context; the RUN
     # lines below all run in the whole context, which holds the lock too.

@@ -10,7 +10,9 @@ for real, with the deployed RBAC, is in test_deploy_overlays.py.
 
 from __future__ import annotations
 
+import os
 import re
+import sys
 import tomllib
 from pathlib import Path
 
@@ -93,6 +95,27 @@ def test_the_clean_install_is_the_wheel_alone(image: Image) -> None:
     assert not (site / "migops" / "local").exists()
     local = image.run(["migops", "local", "up"])
     assert local.returncode == 2 and "not installed here" in local.stderr, local.stderr
+
+
+def _hops(link: Path) -> list[Path]:
+    """Every path on the way from a symbolic link to what it ends at (not only the end: a virtualenv's
+    python ends at the base interpreter whichever python it was made with)."""
+    hops = [link]
+    while hops[-1].is_symlink() and len(hops) < 40:
+        hops.append(Path(os.path.abspath(os.path.join(hops[-1].parent, os.readlink(hops[-1])))))
+    return hops
+
+
+def test_the_cached_tree_does_not_depend_on_this_checkout(image: Image) -> None:
+    """The built tree is cached per build context and shared by every checkout's sessions (conftest's
+    `image`): nothing in it may lead back into the checkout that built it, or removing that clone breaks
+    the next one's image tests ('python' not found)."""
+    links = [p for p in image.venv.rglob("*") if p.is_symlink()]
+    for link in links:
+        assert not [h for h in _hops(link) if h.is_relative_to(ROOT)], _hops(link)
+    python = _hops(image.venv / "bin" / "python")
+    assert python[-1].is_file() and Path(os.path.realpath(python[-1])).is_relative_to(os.path.realpath(sys.base_prefix))
+    assert str(ROOT) not in (image.venv / "pyvenv.cfg").read_text()
 
 
 def _canonical(name: str) -> str:
