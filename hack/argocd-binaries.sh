@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Build Argo CD's one binary (github.com/argoproj/argo-cd/v3/cmd) from its Go module into
-# ~/.cache/migops/argocd/<version>/, with the role names it is run under (argocd-application-controller,
+# ~/.cache/migops/argocd/<version>-<flavour>/, with the role names it is run under (argocd-application-controller,
 # argocd-repo-server: symlinks, the component is chosen by argv[0]) and, from the same module zip, the CRDs
 # (crds/), the install manifest whose RBAC the local stack gives each component (manifests/) and the
 # helper scripts the image puts on the repo-server's PATH (git-verify-wrapper.sh, gpg-wrapper.sh).
@@ -10,11 +10,13 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 # shellcheck source=argocd-versions.env
 . "$here/argocd-versions.env"
+# shellcheck source=go-build.env
+. "$here/go-build.env"
 V=$ARGOCD_VERSION
 MOD=github.com/argoproj/argo-cd/v3
 export GOTOOLCHAIN=$ARGOCD_GOTOOLCHAIN
 cache=${MIGOPS_ARGOCD_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/migops/argocd}
-out="$cache/$V"
+out="$cache/$V-$GO_BUILD_FLAVOUR"
 ROLES="argocd-application-controller argocd-repo-server"
 log() { echo "argocd-binaries: $*" >&2; }
 t0=$(date +%s)
@@ -79,7 +81,7 @@ pkg=$MOD/common
 kubectl=$(go mod edit -json "$gomod" | python3 -c 'import json,sys; print(next(r["Version"] for r in json.load(sys.stdin)["Require"] if r["Path"] == "k8s.io/kubectl"))')
 ldflags="-s -w -X $pkg.version=$(cat "$dir/VERSION") -X $pkg.buildDate=$released -X $pkg.gitTreeState=clean"
 ldflags="$ldflags -X $pkg.kubectlVersion=$kubectl -X $pkg.extraBuildInfo=migops-hack/argocd-binaries.sh"
-go build -trimpath -ldflags="$ldflags" -o "$out.tmp/argocd" "$MOD/cmd" >&2
+go build -trimpath $GO_GCFLAGS -ldflags="$ldflags" -o "$out.tmp/argocd" "$MOD/cmd" >&2
 t_build=$(date +%s)
 for r in $ROLES; do ln -sf argocd "$out.tmp/$r"; done
 # The helper scripts Argo CD's image puts on the repo-server's PATH (it runs git-verify-wrapper.sh for

@@ -7,13 +7,15 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 # shellcheck source=flux-versions.env
 . "$here/flux-versions.env"
+# shellcheck source=go-build.env
+. "$here/go-build.env"
 S=$SOURCE_CONTROLLER_VERSION
 K=$KUSTOMIZE_CONTROLLER_VERSION
 # Always the approved toolchain (the go command fetches it once from the module proxy): the same compiler
 # on every machine, whatever Go is installed, and ready for v1.10.x's `go 1.27.0`.
 export GOTOOLCHAIN=$FLUX_GOTOOLCHAIN
 cache=${MIGOPS_FLUX_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/migops/flux}
-out="$cache/source-$S-kustomize-$K"
+out="$cache/source-$S-kustomize-$K-$GO_BUILD_FLAVOUR"
 log() { echo "flux-binaries: $*" >&2; }
 
 have_all() {
@@ -57,7 +59,7 @@ build() {
   # drop that replace so the published api module of the version it requires is used.
   (cd "$work/$name" && go mod edit -dropreplace="$mod/api" \
     && for r in $replaces; do go mod edit -replace="$r"; done \
-    && go build -trimpath -ldflags='-s -w' -o "$out/$name.tmp" . >&2)
+    && go build -trimpath $GO_GCFLAGS -ldflags='-s -w' -o "$out/$name.tmp" . >&2)
   mv "$out/$name.tmp" "$out/$name"
 }
 build source-controller "$S" "$SOURCE_CONTROLLER_REPLACES"

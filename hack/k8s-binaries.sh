@@ -14,11 +14,13 @@ case $SET in all|control-plane) ;; *) echo "usage: $0 [all|control-plane]" >&2; 
 here=$(cd "$(dirname "$0")" && pwd)
 # shellcheck source=k8s-versions.env
 . "$here/k8s-versions.env"
+# shellcheck source=go-build.env
+. "$here/go-build.env"
 K=$KUBERNETES_VERSION
 E=$ETCD_VERSION
 C=$CONTAINERD_VERSION
 cache=${MIGOPS_K8S_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/migops/k8s}
-out="$cache/$K-etcd$E"
+out="$cache/$K-etcd$E-$GO_BUILD_FLAVOUR"
 log() { echo "k8s-binaries: $*" >&2; }
 
 K8S_CMDS="kube-apiserver kube-scheduler kubectl"
@@ -96,7 +98,7 @@ if [ ! -x "$out/etcd" ]; then
   (cd "$work/etcd" && go mod init tmp/etcd >/dev/null 2>&1 && go get "go.etcd.io/etcd/server/v3@$E" >&2)
   [ -z "$std" ] || { wait "$std"; std=""; }
   t1=$(date +%s)
-  (cd "$work/etcd" && go build -trimpath -ldflags='-s -w' -o "$out/etcd.tmp" go.etcd.io/etcd/server/v3 >&2)
+  (cd "$work/etcd" && go build -trimpath $GO_GCFLAGS -ldflags='-s -w' -o "$out/etcd.tmp" go.etcd.io/etcd/server/v3 >&2)
   mv "$out/etcd.tmp" "$out/etcd"
   log "etcd: modules $(( t1 - t0 ))s, compile $(( $(date +%s) - t1 ))s"
 fi
@@ -119,7 +121,7 @@ if [ -n "$kas" ]; then
   t1=$(date +%s)
   rm -rf "$out/.tmp"; mkdir -p "$out/.tmp"
   # shellcheck disable=SC2086
-  go build -trimpath -tags=selinux,notest -ldflags="$LD" -o "$out/.tmp/" $missing >&2
+  go build -trimpath -tags=selinux,notest $GO_GCFLAGS -ldflags="$LD" -o "$out/.tmp/" $missing >&2
   for f in "$out/.tmp"/*; do mv "$f" "$out/"; done
   rmdir "$out/.tmp"
   log "compiled$missing in $(( $(date +%s) - t1 ))s"
@@ -133,7 +135,7 @@ if [ "$SET" = all ] && ! have_containerd; then
   # No cgo: the btrfs snapshotter and seccomp-by-libseccomp go (overlayfs is what the node uses).
   t0=$(date +%s)
   for cmd in $CONTAINERD_CMDS; do
-    go build -trimpath -tags=no_btrfs -ldflags="-s -w -X github.com/containerd/containerd/v2/version.Version=$C" \
+    go build -trimpath -tags=no_btrfs $GO_GCFLAGS -ldflags="-s -w -X github.com/containerd/containerd/v2/version.Version=$C" \
       -o "$out/$cmd.tmp" "github.com/containerd/containerd/v2/cmd/$cmd" >&2
   done
   for cmd in $CONTAINERD_CMDS; do mv "$out/$cmd.tmp" "$out/$cmd"; done
