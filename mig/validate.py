@@ -38,7 +38,10 @@ _LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
 Packing = tuple[tuple[Placement, tuple[int, ...]], ...]
 
 
-@dataclass(frozen=True)
+_set = object.__setattr__
+
+
+@dataclass(frozen=True, slots=True, init=False)
 class GpuResult:
     """What one GPU of the node becomes under the config."""
 
@@ -51,6 +54,26 @@ class GpuResult:
     # The layout's GPU instances (placement order) with the compute instances mig-parted creates in
     # each (their compute slices, largest first): what the agent executes, packed as `_pack` counted.
     instances: Packing = ()
+
+    # One per GPU of every config judged on a node (48,000 for 6,000 configs on 8 GPUs): made as Problem
+    # is (migops.mig.problems), without the generated __init__'s look-up of object.__setattr__ per field.
+    def __init__(
+        self,
+        index: int,
+        gpu: GpuModel,
+        entry: str | None,
+        mig_enabled: bool | None,
+        layout: tuple[Placement, ...] | None = None,
+        mig_devices: tuple[str, ...] = (),
+        instances: Packing = (),
+    ) -> None:
+        _set(self, "index", index)
+        _set(self, "gpu", gpu)
+        _set(self, "entry", entry)
+        _set(self, "mig_enabled", mig_enabled)
+        _set(self, "layout", layout)
+        _set(self, "mig_devices", mig_devices)
+        _set(self, "instances", instances)
 
     def as_dict(self) -> dict[str, object]:
         return {
@@ -154,7 +177,13 @@ def _merge(batches: Sequence[_Batch]) -> list[_Merged]:
     gpus: dict[tuple[str, str, object, Severity], tuple[Message, list[str]]] = {}
     get = gpus.get
     for found, members in batches:
-        credit = None if members is None else list(dict.fromkeys(m.name for m in members))
+        credit = (
+            None
+            if members is None
+            else [members[0].name]  # a node's GPU (most batches)
+            if len(members) == 1
+            else list(dict.fromkeys(m.name for m in members))
+        )
         for f in found:
             message = f.message
             # (path, rule, message, severity): the finding's head, with a path message's text
@@ -183,23 +212,24 @@ def _seen_on(names: tuple[str, ...]) -> str:
     return f"on {listed(names, 6)}: " if names else ""
 
 
-def _render(merged: Sequence[_Merged], prefix: str) -> list[Problem]:
-    return [
-        Problem(
-            prefix + path,
-            rule,
-            _seen_on(names)
-            + (
-                message
-                if type(message) is str
-                else message.render(prefix)
-                if type(message) is _PathMessage
-                else str(message)
-            ),
-            severity,
-        )
-        for path, rule, names, message, severity in merged
-    ]
+# What a shown problem says, by (models, message): a large file's configs repeat the same problem on the
+# same models (a profile a model lacks, its hint), so each text is made, and held, once per call.
+_Texts = dict[tuple[tuple[str, ...], str | _Lazy], str]
+
+
+def _render(merged: Sequence[_Merged], prefix: str, texts: _Texts) -> list[Problem]:
+    out = []
+    for path, rule, names, message, severity in merged:
+        if type(message) is _PathMessage:  # names a path of this config: its own text
+            text = _seen_on(names) + message.render(prefix)
+        else:
+            key = (names, message)
+            found = texts.get(key)
+            if found is None:
+                found = texts[key] = _seen_on(names) + str(message)
+            text = found
+        out.append(Problem(prefix + path, rule, text, severity))
+    return out
 
 
 def _ranges(values: Iterable[int], most: int = 12) -> str:
@@ -644,7 +674,7 @@ class _GpuOutcome(NamedTuple):  # a tuple: one is made per GPU of every config (
 
 # A _GpuOutcome past its index: (gpu, entry, mig_enabled, layout, mig_devices, instances).
 _OutcomeTail = tuple[GpuModel, str, bool, tuple[Placement, ...] | None, tuple[str, ...], Packing]
-# A _GpuOutcome from a tuple of all its fields, without the Python-level __new__ (a node repeats one).
+# A _GpuOutcome from a tuple of all its fields, without the Python-level __new__ (one per GPU of every config).
 _outcome: Callable[[tuple[object, ...]], _GpuOutcome] = partial(tuple.__new__, _GpuOutcome)
 
 
@@ -837,7 +867,7 @@ def _evaluate_node(
                 findings.append(_Finding(config_path, "gpu-not-covered", ctx.not_covered(uncovered)))
                 errors += 1
             if outcomes:
-                results.append(_GpuOutcome(index, gpu, None, None))
+                results.append(_outcome((index, gpu, None, None, None, (), ())))
             continue
         last = chosen[-1]
         overlaps = all_overlaps[index]
@@ -856,7 +886,7 @@ def _evaluate_node(
             repeats[pair] = (0, (gpu, last.path, False, None, (), ()))
             if outcomes:
                 entry_paths[index] = last.path
-                results.append(_GpuOutcome(index, gpu, last.path, False))
+                results.append(_outcome((index, gpu, last.path, False, None, (), ())))
             continue
         if not gpu.mig_capable:
             findings.append(
@@ -872,7 +902,7 @@ def _evaluate_node(
             errors += 1
             if outcomes:
                 entry_paths[index] = last.path
-                results.append(_GpuOutcome(index, gpu, last.path, True))
+                results.append(_outcome((index, gpu, last.path, True, None, (), ())))
             continue
         geometry = ctx.geometry(last, gpu)
         repeats[pair] = (
@@ -891,7 +921,7 @@ def _evaluate_node(
         if outcomes:
             entry_paths[index] = last.path
             results.append(
-                _GpuOutcome(index, gpu, last.path, True, geometry.layout, geometry.mig_devices, geometry.instances)
+                _outcome((index, gpu, last.path, True, geometry.layout, geometry.mig_devices, geometry.instances))
             )
     if strategy is not None:
         found = _strategy_findings(config_path, results, strategy, entry_paths)
@@ -1201,6 +1231,7 @@ class _Context:
         self.everything = list(cat.gpus)  # what an unfiltered config is judged on, in catalogue order
         self.order = {id(gpu): i for i, gpu in enumerate(self.everything)}
         self._not_covered: dict[tuple[tuple[str, tuple[int, ...]], ...], str] = {}
+        self._texts: _Texts = {}  # see `_render`
 
     def unfiltered_groups(self, entries: int) -> list[tuple[tuple[str, tuple[int, ...]], list[GpuModel]]]:
         """The groups of `_against_catalogue` for a config of that many entries, none filtered: every
@@ -1310,7 +1341,7 @@ class _Context:
             for index, gpu, entry, enabled, layout, devices, instances in verdict.gpus
         )
         merged = verdict.problems
-        problems = _config_findings(name) + _render(merged[:MAX_PROBLEMS], prefix)
+        problems = _config_findings(name) + _render(merged[:MAX_PROBLEMS], prefix, self._texts)
         if len(merged) > MAX_PROBLEMS:
             problems.append(_truncated(config_path, merged[MAX_PROBLEMS:]))
         return ConfigReport(name, tuple(problems), gpus=gpus, fits=verdict.fits, fits_no_gpu=verdict.fits_no_gpu)
