@@ -220,7 +220,7 @@ _Texts = dict[tuple[tuple[str, ...], str | _Lazy], str]
 def _render(merged: Sequence[_Merged], prefix: str, texts: _Texts) -> list[Problem]:
     out = []
     for path, rule, names, message, severity in merged:
-        if type(message) is _PathMessage:  # names a path of this config: its own text
+        if isinstance(message, _PathMessage):  # names a path of this config: its own text
             text = _seen_on(names) + message.render(prefix)
         else:
             key = (names, message)
