@@ -16,7 +16,9 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property, lru_cache, partial
-from typing import NamedTuple
+from itertools import islice
+from operator import itemgetter
+from typing import NamedTuple, cast
 
 from migops.mig.catalogue import ENGINE_NAMES, Catalogue, GiProfile, GpuModel, ProfileTable, catalogue, gi_key
 from migops.mig.devices import DeviceId, DeviceIdSyntaxError, parse_device_id
@@ -167,22 +169,30 @@ _Merged = tuple[str, str, tuple[str, ...], Message, Severity]
 _Batch = tuple[Sequence[_Finding], Sequence[GpuModel] | None]
 
 
-def _merge(batches: Sequence[_Batch]) -> list[_Merged]:
-    """One problem per (path, rule, message); the GPUs it was seen on are named once, in order.
+# What merging leaves past MAX_PROBLEMS, only counted: ((rule, severity), how many), in order first seen.
+_Hidden = tuple[tuple[tuple[str, Severity], int], ...]
+
+
+def _merge(batches: Sequence[_Batch]) -> tuple[tuple[_Merged, ...], _Hidden]:
+    """One problem per (path, rule, message); the GPUs it was seen on are named once, in order. The
+    first MAX_PROBLEMS are returned whole, the rest only counted by rule: a large config has hundreds of
+    thousands (a key no model has, on each of eight models), and a problem not shown needs no models.
 
     A message is told apart from another by its text, except a lazy one, which stands for its text
     without building it: the context makes one per distinct text (a hint depends only on the profile
     and on the names of the model's profiles), so identity and text agree, and a hint that is never
     shown is never built."""
-    gpus: dict[tuple[str, str, object, Severity], tuple[Message, list[str]]] = {}
+    # Models as tuples: most problems are seen on one model, whose name tuple is then the batch's own;
+    # a merge (rare) makes a longer one.
+    gpus: dict[tuple[str, str, object, Severity], tuple[Message, tuple[str, ...]]] = {}
     get = gpus.get
     for found, members in batches:
         credit = (
             None
             if members is None
-            else [members[0].name]  # a node's GPU (most batches)
+            else (members[0].name,)  # a node's GPU (most batches)
             if len(members) == 1
-            else list(dict.fromkeys(m.name for m in members))
+            else tuple(dict.fromkeys(m.name for m in members))
         )
         for f in found:
             message = f.message
@@ -191,19 +201,27 @@ def _merge(batches: Sequence[_Batch]) -> list[_Merged]:
             slot = get(key)
             gpu = f.gpu
             if slot is None:  # the first of its kind: seen on its GPU, or on the batch's models
-                gpus[key] = (message, ([gpu] if credit is None else credit.copy()) if gpu else [])
+                gpus[key] = (message, ((gpu,) if credit is None else credit) if gpu else ())
             elif gpu:
                 names = slot[1]
-                if credit is None:
-                    if gpu not in names:
-                        names.append(gpu)
-                    continue
-                for name in credit:
-                    if name not in names:
-                        names.append(name)
-    return [
-        (path, rule, tuple(names), message, severity) for (path, rule, _, severity), (message, names) in gpus.items()
-    ]
+                new = (
+                    ((gpu,) if gpu not in names else ())
+                    if credit is None
+                    else tuple(n for n in credit if n not in names)
+                )
+                if new:
+                    gpus[key] = (slot[0], names + new)
+    shown = tuple(
+        (path, rule, names, message, severity)
+        for (path, rule, _, severity), (message, names) in islice(gpus.items(), MAX_PROBLEMS)
+    )
+    if len(gpus) <= MAX_PROBLEMS:
+        return shown, ()
+    hidden = Counter(map(_rule_severity, islice(gpus, MAX_PROBLEMS, None)))
+    return shown, tuple(hidden.items())
+
+
+_rule_severity = itemgetter(1, 3)  # of a merge key (path, rule, message, severity)
 
 
 @lru_cache(maxsize=1024)  # a file's problems name a few combinations of a node's models, over and over
@@ -273,6 +291,7 @@ class _Entry:
     # filter with a subsystem part is taken to match its device (see docs/config-rules.md).
     primaries: frozenset[str] | None = None
     items: tuple[tuple[str, int], ...] = ()  # the mig-devices as (key, count) pairs: what the geometry depends on
+    keys: tuple[str, ...] = ()  # the mig-devices' keys, in order
     gi_keys: tuple[_GiKey, ...] = ()  # what each profile name is looked up by in a profile table
     # table id -> unresolved_on(): computed once
     resolved: dict[str, int] = field(default_factory=dict, compare=False)
@@ -396,6 +415,7 @@ def _prepare_entry(entry: MigConfigEntry, path: str, ctx: _Context, out: list[_F
         indices,
         primaries,
         tuple((item.key, item.count) for item in entry.mig_devices),
+        tuple(item.key for item in entry.mig_devices),
         tuple(gi_key(item.profile) for item in entry.mig_devices),
     )
 
@@ -540,22 +560,24 @@ def _geometry(entry: _Entry, gpu: GpuModel, ctx: _Context) -> _Geometry:
     """Resolve the entry's profiles on this GPU, check counts, the media engine, and placement."""
     findings: list[_Finding] = []
     devices_path = key_path(entry.path, "mig-devices")
-    resolved: list[tuple[ProfileCount, GiProfile]] = []
-    errors = False
+    mig_devices = entry.raw.mig_devices
     items = ctx.resolved_items(devices_path, gpu)
-    for item in entry.raw.mig_devices:
-        known = items.get(item.key)
-        if known is None:
-            known = items[item.key] = _resolve_item(key_path(devices_path, item.key), item, gpu, ctx)
-        found, gi = known
+    looked_up = list(map(items.get, entry.keys))  # what this table has resolved of them (most, in a large file)
+    if None in looked_up:
+        for i, k in enumerate(looked_up):
+            if k is None:
+                item = mig_devices[i]
+                looked_up[i] = items[item.key] = _resolve_item(key_path(devices_path, item.key), item, gpu, ctx)
+    known = cast("list[_Item]", looked_up)  # none is missing now
+    errors = False
+    for found, gi in known:
         if found:
             findings += found
         if gi is None:
             errors = True
-        else:
-            resolved.append((item, gi))
     if errors:  # most entries of a large file that fail on a model fail here: the rest is not needed
         return _Geometry(tuple(findings), None, ())
+    resolved = cast("list[tuple[ProfileCount, GiProfile]]", [(item, k[1]) for item, k in zip(mig_devices, known)])
     # GI profile -> {CI size: count} requested in it; the first key that named it (for paths).
     wanted: dict[GiProfile, dict[int, int]] = {}
     first_key: dict[GiProfile, str] = {}
@@ -1141,15 +1163,18 @@ def _against_catalogue(
 MAX_PROBLEMS = 100
 
 
-def _truncated(config_path: str, hidden: Sequence[_Merged]) -> Problem:
-    rules = Counter(rule for _, rule, _, _, _ in hidden)
-    errors = sum(severity == "error" for *_, severity in hidden)
+def _truncated(config_path: str, hidden: _Hidden) -> Problem:
+    rules: Counter[str] = Counter()
+    for (rule, _), n in hidden:
+        rules[rule] += n
+    errors = sum(n for (_, severity), n in hidden if severity == "error")
+    total = sum(rules.values())
     shown = listed((f"{rule} x {n}" for rule, n in rules.most_common()), 5, more="more rules")
     return Problem(
         config_path,
         "problems-truncated",
-        f"{len(hidden)} more problems of this config are not listed ({errors} errors, "
-        f"{len(hidden) - errors} warnings: {shown}); migops lists at most {MAX_PROBLEMS} per config",
+        f"{total} more problems of this config are not listed ({errors} errors, "
+        f"{total - errors} warnings: {shown}); migops lists at most {MAX_PROBLEMS} per config",
         "error" if errors else "warning",
     )
 
@@ -1158,7 +1183,8 @@ def _truncated(config_path: str, hidden: Sequence[_Merged]) -> Problem:
 class _Verdict:
     """A config's verdict with paths relative to the config (shared by configs with equal entries)."""
 
-    problems: tuple[_Merged, ...]
+    problems: tuple[_Merged, ...]  # the first MAX_PROBLEMS
+    hidden: _Hidden  # the rest, counted
     gpus: tuple[_GpuOutcome, ...]
     fits: tuple[GpuModel, ...]
     fits_no_gpu: bool = False  # catalogue mode: among the problems is `fits-no-gpu` (ConfigReport's)
@@ -1340,10 +1366,9 @@ class _Context:
             GpuResult(index, gpu, None if entry is None else prefix + entry, enabled, layout, devices, instances)
             for index, gpu, entry, enabled, layout, devices, instances in verdict.gpus
         )
-        merged = verdict.problems
-        problems = _config_findings(name) + _render(merged[:MAX_PROBLEMS], prefix, self._texts)
-        if len(merged) > MAX_PROBLEMS:
-            problems.append(_truncated(config_path, merged[MAX_PROBLEMS:]))
+        problems = _config_findings(name) + _render(verdict.problems, prefix, self._texts)
+        if verdict.hidden:
+            problems.append(_truncated(config_path, verdict.hidden))
         return ConfigReport(name, tuple(problems), gpus=gpus, fits=verdict.fits, fits_no_gpu=verdict.fits_no_gpu)
 
     def _evaluate(self, root: str, raw: Sequence[MigConfigEntry], paths: Sequence[str]) -> _Verdict:
@@ -1352,10 +1377,11 @@ class _Context:
         if self.node is not None:
             selection = _select(entries, self.node)
             node_batches, results, _ = _evaluate_node(root, entries, selection, self.node, self.strategy, True, self)
-            return _Verdict(tuple(_merge([(findings, None), *node_batches])), results, ())
+            return _Verdict(*_merge([(findings, None), *node_batches]), results, ())
         batches, fits = _against_catalogue(root, entries, findings, self)
-        merged = tuple(_merge(batches))
-        return _Verdict(merged, (), fits, any(m[1] == "fits-no-gpu" for m in merged))
+        shown, hidden = _merge(batches)
+        no_gpu = any(m[1] == "fits-no-gpu" for m in shown) or any(rule == "fits-no-gpu" for (rule, _), _ in hidden)
+        return _Verdict(shown, hidden, (), fits, no_gpu)
 
 
 def validate_on_node(
