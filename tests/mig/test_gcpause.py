@@ -6,7 +6,7 @@ from __future__ import annotations
 import gc
 import weakref
 
-from migops.mig.gcpause import paused_gc
+from migops.mig.gcpause import HAND_OVER, paused_gc
 
 
 class _Node:
@@ -47,7 +47,7 @@ def test_what_the_call_kept_is_not_walked_when_it_ends() -> None:
     gc.callbacks.append(seen)
     try:
         with paused_gc():
-            kept = [[i] for i in range(50_000)]
+            kept = [[i] for i in range(HAND_OVER + 10_000)]
         more = [[i] for i in range(100)]  # allocations after the pause
     finally:
         gc.callbacks.remove(seen)
@@ -55,6 +55,13 @@ def test_what_the_call_kept_is_not_walked_when_it_ends() -> None:
     assert gc.is_tracked(kept[0]) and gc.is_tracked(more[0])
     assert gc.get_freeze_count() == 0  # nothing is left frozen
     assert any(o is kept for o in gc.get_objects(generation=2))  # old, where full collections look
+
+
+def test_a_small_call_leaves_the_collector_as_it_was() -> None:
+    gc.collect()
+    with paused_gc():
+        kept = [[i] for i in range(1_000)]
+    assert not any(o is kept for o in gc.get_objects(generation=2))  # young: walked as usual, not old yet
 
 
 def test_a_cycle_made_during_a_pause_is_still_collected() -> None:
