@@ -55,7 +55,7 @@ if command -v flock >/dev/null; then
   if ! flock -n 9; then log "another build is running; waiting for it"; flock 9; fi
   if have_all; then echo "$out"; exit 0; fi
 fi
-log "cold build ($SET): downloads modules and compiles for ~10 min on 2 cores (once per cache)"
+log "cold build ($SET): downloads modules and compiles for ~$([ "$SET" = all ] && echo 15 || echo 6) min on 2 cores (once per cache)"
 work=$(mktemp -d); kas=""
 std=""
 # A failure stops the background jobs (and the go commands they run) before the work directory goes.
