@@ -144,10 +144,14 @@ def test_informer_relists_after_the_connection_breaks(admin: ApiClient, namespac
     with Informer(core.list_namespaced_config_map, namespace, watch_timeout=60, backoff=(0.05, 0.2)) as inf:
         assert inf.wait_synced(20)
         until(lambda: inf._response is not None)
-        inf._response.shutdown()
+        broken = inf._response
+        broken.shutdown()
         ssa.apply(admin, _cm("later", namespace, {}), field_manager="t")
         until(lambda: f"{namespace}/later" in inf.items())
-        assert inf.lists >= 2
+        # The object came by a new request: a read that fails lists again, one that ends cleanly (the
+        # shut socket read as the end of the stream, seen on a busy machine) watches again from the
+        # last resourceVersion, as client-go's reflector does. Either way nothing was missed.
+        assert inf.lists >= 2 or inf._response is not broken
 
 
 def test_informer_stop_is_prompt_during_a_long_watch(admin: ApiClient, namespace: str) -> None:
