@@ -24,7 +24,7 @@ from migops.mig.catalogue import ENGINE_NAMES, Catalogue, GiProfile, GpuModel, P
 from migops.mig.devices import DeviceId, DeviceIdSyntaxError, parse_device_id
 from migops.mig.gcpause import paused_gc
 from migops.mig.placement import Placement, place
-from migops.mig.problems import Problem, Severity, index_path, key_path
+from migops.mig.problems import Problem, Severity, index_path, key_path, slot_setters
 from migops.mig.profile import MigProfile, compute_subprofile_allowed
 from migops.mig.spec import MigConfigEntry, MigPartedConfig, ProfileCount
 from migops.mig.strategy import STRATEGIES as STRATEGIES  # re-exported: the validator's callers import them here
@@ -38,9 +38,6 @@ _LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
 
 
 Packing = tuple[tuple[Placement, tuple[int, ...]], ...]
-
-
-_set = object.__setattr__
 
 
 @dataclass(frozen=True, slots=True, init=False)
@@ -58,7 +55,7 @@ class GpuResult:
     instances: Packing = ()
 
     # One per GPU of every config judged on a node (48,000 for 6,000 configs on 8 GPUs): made as Problem
-    # is (migops.mig.problems), without the generated __init__'s look-up of object.__setattr__ per field.
+    # is (`slot_setters`), not by the generated __init__.
     def __init__(
         self,
         index: int,
@@ -69,13 +66,13 @@ class GpuResult:
         mig_devices: tuple[str, ...] = (),
         instances: Packing = (),
     ) -> None:
-        _set(self, "index", index)
-        _set(self, "gpu", gpu)
-        _set(self, "entry", entry)
-        _set(self, "mig_enabled", mig_enabled)
-        _set(self, "layout", layout)
-        _set(self, "mig_devices", mig_devices)
-        _set(self, "instances", instances)
+        _set_index(self, index)
+        _set_gpu(self, gpu)
+        _set_entry(self, entry)
+        _set_mig_enabled(self, mig_enabled)
+        _set_layout(self, layout)
+        _set_mig_devices(self, mig_devices)
+        _set_instances(self, instances)
 
     def as_dict(self) -> dict[str, object]:
         return {
@@ -87,6 +84,11 @@ class GpuResult:
             "instances": [p.as_dict() for p in self.layout or ()],
             "mig_devices": list(self.mig_devices),
         }
+
+
+_set_index, _set_gpu, _set_entry, _set_mig_enabled, _set_layout, _set_mig_devices, _set_instances = slot_setters(
+    GpuResult, "index gpu entry mig_enabled layout mig_devices instances"
+)
 
 
 @dataclass(frozen=True)
@@ -222,6 +224,7 @@ def _merge(batches: Sequence[_Batch]) -> tuple[tuple[_Merged, ...], _Hidden]:
 
 
 _rule_severity = itemgetter(1, 3)  # of a merge key (path, rule, message, severity)
+_severity = itemgetter(3)  # of a _Finding
 
 
 @lru_cache(maxsize=1024)  # a file's problems name a few combinations of a node's models, over and over
@@ -279,7 +282,9 @@ def _table(gpu: GpuModel) -> ProfileTable:
 _GiKey = tuple[int, int, tuple[str, ...], bool]  # what `gi_key` makes of a profile
 
 
-@dataclass(frozen=True)
+# Not frozen and compared by identity: one is made per entry of every config, and a frozen dataclass's
+# __init__ sets each field through object.__setattr__; nothing compares or hashes entries by value.
+@dataclass(eq=False)
 class _Entry:
     """A config entry with its device-filter parsed once."""
 
@@ -295,7 +300,7 @@ class _Entry:
     gi_keys: tuple[_GiKey, ...] = ()  # what each profile name is looked up by in a profile table
     # table id -> unresolved_on(): computed once
     resolved: dict[str, int] = field(default_factory=dict, compare=False)
-    # table id -> _Geometry (from the context)
+    # table id -> _Geometry: one dict for the entries of equal path and items (`_Context.geometry_table`)
     geometries: dict[str, _Geometry] = field(default_factory=dict, compare=False)
 
     @cached_property
@@ -345,7 +350,11 @@ def _filter_item(text: str, cat: Catalogue) -> _FilterItem:
     return device, None
 
 
-def _prepare_entry(entry: MigConfigEntry, path: str, ctx: _Context, out: list[_Finding]) -> _Entry:
+def _prepare_entry(
+    entry: MigConfigEntry, path: str, items: tuple[tuple[str, int], ...], ctx: _Context, out: list[_Finding]
+) -> _Entry:
+    """The entry with its filters parsed and its entry-level checks done; `items` are its mig-devices as
+    (key, count) pairs (its `_entry_key`'s, made once)."""
     filters: list[DeviceId] = []
     filter_path = key_path(path, "device-filter")
     several = len(entry.device_filter) > 1
@@ -414,9 +423,10 @@ def _prepare_entry(entry: MigConfigEntry, path: str, ctx: _Context, out: list[_F
         tuple(filters),
         indices,
         primaries,
-        tuple((item.key, item.count) for item in entry.mig_devices),
+        items,
         tuple(item.key for item in entry.mig_devices),
         tuple(gi_key(item.profile) for item in entry.mig_devices),
+        geometries=ctx.geometry_table(path, items),
     )
 
 
@@ -444,7 +454,7 @@ class _Geometry:
         instances: Packing = (),
     ) -> None:
         self.findings = findings
-        self.errors = sum(f.severity == "error" for f in findings)
+        self.errors = list(map(_severity, findings)).count("error") if findings else 0
         self.layout = layout
         self.mig_devices = mig_devices
         self.instances = instances
@@ -863,7 +873,7 @@ def _evaluate_node(
                             "warning",
                         )
                     )
-        labels: dict[int, str] = {}  # id(model) -> its label: a node repeats one model
+        labels = ctx.labels
         for index, gpu in enumerate(node):
             if not selection.chosen[index]:
                 label = labels.get(id(gpu))
@@ -1194,6 +1204,16 @@ class _Verdict:
 _EntryKey = tuple[str | tuple[int, ...], tuple[str, ...], bool, tuple[tuple[str, int], ...]]
 
 
+def _relative_paths(entries: int) -> tuple[str, ...]:
+    """The paths of a config's entries relative to the config's own: "[0]", "[1]", ..."""
+    return _FEW_PATHS[entries] if entries < len(_FEW_PATHS) else tuple(index_path("", i) for i in range(entries))
+
+
+_FEW_PATHS = tuple(
+    tuple(index_path("", i) for i in range(n)) for n in range(17)
+)  # most configs: one entry per GPU at most
+
+
 def _entry_key(entry: MigConfigEntry) -> _EntryKey:
     """What an entry's verdict depends on (a profile is a function of its key)."""
     return (
@@ -1230,8 +1250,9 @@ class _Context:
         self._verdicts: dict[tuple[str, tuple[str, ...] | int, tuple[_EntryKey, ...]], _Verdict] = {}
         # What does not depend on the question (an entry's geometry on a profile table, a key resolved on
         # a table, a hint) is shared with `share`, another question on the same file (`Validation`).
-        # (entry path, entry items, table id) -> geometry
-        self.geometries: dict[tuple[str, tuple[tuple[str, int], ...], str], _Geometry] = (
+        # (entry path, entry items) -> table id -> geometry: the entries of equal path and items share one
+        # table (an entry's geometry depends on nothing else), so it is looked up by their key once per entry
+        self.geometries: dict[tuple[str, tuple[tuple[str, int], ...]], dict[str, _Geometry]] = (
             {} if share is None else share.geometries
         )
         # (key, the table's profile names)
@@ -1258,6 +1279,10 @@ class _Context:
         self.order = {id(gpu): i for i, gpu in enumerate(self.everything)}
         self._not_covered: dict[tuple[tuple[str, tuple[int, ...]], ...], str] = {}
         self._texts: _Texts = {}  # see `_render`
+        self.labels: dict[int, str] = {}  # id(model) -> label, for `gpu-not-covered`: models of self.node only
+        # Per index of the node, what a GPU no entry selects becomes: it names no path, so every report
+        # shares it (a third of the GPUs of a large file's configs on a node of eight models).
+        self._uncovered = tuple(GpuResult(i, gpu, None, None) for i, gpu in enumerate(self.node or ()))
 
     def unfiltered_groups(self, entries: int) -> list[tuple[tuple[str, tuple[int, ...]], list[GpuModel]]]:
         """The groups of `_against_catalogue` for a config of that many entries, none filtered: every
@@ -1312,25 +1337,30 @@ class _Context:
             found = self.filters[text] = _filter_item(text, self.cat)
         return found
 
-    def prepare(self, entry: MigConfigEntry, path: str, out: list[_Finding]) -> _Entry:
-        """The entry prepared (`_prepare_entry`), once per Validation; its findings go to `out`."""
-        key = (path, id(entry))
-        found = self.prepared.get(key)
+    def prepare(self, entry: MigConfigEntry, path: str, key: _EntryKey, out: list[_Finding]) -> _Entry:
+        """The entry prepared (`_prepare_entry`), once per Validation; its findings go to `out`. `key`
+        is its `_entry_key`."""
+        at = (path, id(entry))
+        found = self.prepared.get(at)
         if found is None or found[0] is not entry:
             mine: list[_Finding] = []
-            found = self.prepared[key] = (entry, _prepare_entry(entry, path, self, mine), tuple(mine))
+            found = self.prepared[at] = (entry, _prepare_entry(entry, path, key[3], self, mine), tuple(mine))
         out.extend(found[2])
         return found[1]
+
+    def geometry_table(self, path: str, items: tuple[tuple[str, int], ...]) -> dict[str, _Geometry]:
+        """The geometries (table id -> geometry) of every entry with this path and these items."""
+        key = (path, items)
+        found = self.geometries.get(key)
+        if found is None:
+            found = self.geometries[key] = {}
+        return found
 
     def geometry(self, entry: _Entry, gpu: GpuModel) -> _Geometry:
         table_id = _table(gpu).id
         found = entry.geometries.get(table_id)
         if found is None:
-            key = (entry.path, entry.items, table_id)
-            found = self.geometries.get(key)
-            if found is None:
-                found = self.geometries[key] = _geometry(entry, gpu, self)
-            entry.geometries[table_id] = found
+            found = entry.geometries[table_id] = _geometry(entry, gpu, self)
         return found
 
     def resolved_items(self, devices_path: str, gpu: GpuModel) -> dict[str, _Item]:
@@ -1354,16 +1384,21 @@ class _Context:
 
     def report(self, name: str, entries: Sequence[MigConfigEntry]) -> ConfigReport:
         config_path = key_path("mig-configs", name)
-        if all(e.path == index_path(config_path, i) for i, e in enumerate(entries)):
-            prefix, root, paths = config_path, "", [index_path("", i) for i in range(len(entries))]
+        relative = _relative_paths(len(entries))
+        if all(e.path == config_path + p for e, p in zip(entries, relative)):
+            prefix, root, paths = config_path, "", relative
         else:  # entry paths of another form: evaluate with absolute paths (nothing shared)
-            prefix, root, paths = "", config_path, [e.path for e in entries]
-        key = (root, tuple(paths) if root else len(paths), tuple(_entry_key(e) for e in entries))
+            prefix, root, paths = "", config_path, tuple(e.path for e in entries)
+        keys = tuple(map(_entry_key, entries))
+        key = (root, paths if root else len(paths), keys)
         verdict = self._verdicts.get(key)
         if verdict is None:
-            verdict = self._verdicts[key] = self._evaluate(root, entries, paths)
+            verdict = self._verdicts[key] = self._evaluate(root, entries, paths, keys)
+        uncovered = self._uncovered
         gpus = tuple(
-            GpuResult(index, gpu, None if entry is None else prefix + entry, enabled, layout, devices, instances)
+            uncovered[index]
+            if entry is None
+            else GpuResult(index, gpu, prefix + entry, enabled, layout, devices, instances)
             for index, gpu, entry, enabled, layout, devices, instances in verdict.gpus
         )
         problems = _config_findings(name) + _render(verdict.problems, prefix, self._texts)
@@ -1371,9 +1406,11 @@ class _Context:
             problems.append(_truncated(config_path, verdict.hidden))
         return ConfigReport(name, tuple(problems), gpus=gpus, fits=verdict.fits, fits_no_gpu=verdict.fits_no_gpu)
 
-    def _evaluate(self, root: str, raw: Sequence[MigConfigEntry], paths: Sequence[str]) -> _Verdict:
+    def _evaluate(
+        self, root: str, raw: Sequence[MigConfigEntry], paths: Sequence[str], keys: Sequence[_EntryKey]
+    ) -> _Verdict:
         findings: list[_Finding] = []
-        entries = [self.prepare(e, p, findings) for e, p in zip(raw, paths)]
+        entries = [self.prepare(e, p, k, findings) for e, p, k in zip(raw, paths, keys)]
         if self.node is not None:
             selection = _select(entries, self.node)
             node_batches, results, _ = _evaluate_node(root, entries, selection, self.node, self.strategy, True, self)
