@@ -8,10 +8,11 @@ busy and the longest tier set the pace; seven keep them busy to the end:
   agent            agent, packaging, certs, logs                  needs the control plane only
   reconciler+mig   reconciler, mig                                needs the control plane only
   cluster+webhook  cluster, webhook, kube                         needs the control plane only
-  rest             every other directory (cli, verdicts, dra,     needs the control plane only
-                   demo, suggest, gitops, local, ...)
+  rest             every other directory (cli, dra, demo,         needs the control plane only
+                   suggest, gitops, local, ...)
   real-node        e2e, helm (the machine's one real node)        host packages, the real node, helm
-  deploy+flux      deploy (the manifests, the image), flux        host packages, Flux
+  deploy+flux      deploy (the manifests, the image), flux,       host packages, Flux
+                   verdicts
   argocd           argocd                                         host packages, Argo CD
 
 Only e2e and helm use the real node; Flux, Argo CD and deploy start control planes of their own. The
@@ -88,14 +89,15 @@ FLUX = Build("flux", ("hack/flux-binaries.sh",))
 ARGOCD = Build("argo cd", ("hack/argocd-binaries.sh",))
 BACKGROUND_BUILDS = (HOST, REAL_NODE, HELM, FLUX, ARGOCD)  # in this order, one at a time (2 cores)
 
-# Balanced by the seconds each directory took (clean clone, four tiers at once): e2e 271 + helm 134;
-# deploy 321 + flux 100; argocd 199; agent 226 + packaging 30 + certs 8 + logs 6; reconciler 181 + mig 175;
-# cluster 172 + webhook 102 + kube 33; the rest (cli 95, verdicts 98, dra 74, demo 50, suggest 13, ...).
+# Balanced by the seconds each directory took (warm clean clone, seven tiers at once, 2026-12-02): e2e 330
+# + helm 122; deploy 456 (232 of them building the image's install tree, now ~20 with the lock's layer
+# cached) + flux 100 + verdicts 94; argocd 254; agent 347 + packaging 112 + certs 9 + logs 8; reconciler
+# 252 + mig 238; cluster 220 + webhook 224 + kube 45; the rest (cli 224, demo 84, dra 73, gitops 12, ...).
 AGENT = Tier("agent", ("tests/agent", "tests/packaging", "tests/certs", "tests/logs"))
 RECONCILER = Tier("reconciler+mig", ("tests/reconciler", "tests/mig"))
 CLUSTER = Tier("cluster+webhook", ("tests/cluster", "tests/webhook", "tests/kube"))
 NODE = Tier("real-node", ("tests/e2e", "tests/helm"), (HOST, REAL_NODE, HELM))
-DEPLOY = Tier("deploy+flux", ("tests/deploy", "tests/flux"), (HOST, FLUX))
+DEPLOY = Tier("deploy+flux", ("tests/deploy", "tests/flux", "tests/verdicts"), (HOST, FLUX))
 ARGO = Tier("argocd", ("tests/argocd",), (HOST, ARGOCD))
 REST = Tier("rest", ())  # every other directory: a new test directory lands here without editing this file
 TIERS = (AGENT, RECONCILER, CLUSTER, REST, NODE, DEPLOY, ARGO)
