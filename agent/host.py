@@ -33,7 +33,7 @@ class HostError(RuntimeError):
 
 
 class HostCommands:
-    """Runs a command in the host's root: `chroot <root> argv...`; with `root=None` on this machine."""
+    """Runs a command in the host's root: `chroot <root> argv...`; with `root=None` in the agent's own root."""
 
     def __init__(
         self, root: str | None = DEFAULT_ROOT, *, timeout: float = 120.0, env: Mapping[str, str] | None = None

@@ -1,4 +1,4 @@
-"""Mutated AdmissionReviews of every kind the webhook serves, for the 5xx hunt of issue 31 item 5.
+"""Mutated AdmissionReviews of every kind the webhook serves: the webhook must answer none of them with a 5xx.
 
 Used by bench/webhook_fuzz.py (100,000 reviews, prints the count of 5xx: must be 0) and
 tests/webhook/test_webhook_direct.py (a few thousand). Each review starts from a realistic one (a MIG

@@ -1,4 +1,4 @@
-"""Large but admissible mig-parted config files: the worst-case shapes of issue 11 and worse ones.
+"""Large but admissible mig-parted config files: the worst cases the input bounds admit.
 
 Used by bench/mig_worst_case.py (timings, memory) and tests/mig/test_golden_verdicts.py (the verdicts
 must not change when the validator gets faster). The text is a pure function of the arguments: no
@@ -123,7 +123,7 @@ _HANDFUL: tuple[str, ...] = (
 
 
 def repeated(configs: int = 8900) -> str:
-    """Many configs repeating a handful of geometries (issue 11: ~9,000 configs, 680 KB)."""
+    """Many configs repeating a handful of geometries (~9,000 configs, 680 KB)."""
     parts = [HEADER]
     for i in range(configs):
         parts.append(f"  cfg-{i:05d}:\n{_HANDFUL[i % len(_HANDFUL)]}")
@@ -140,7 +140,7 @@ def _geometry(rng: Iterator[int]) -> tuple[str, dict[str, int]]:
 
 
 def distinct(configs: int = 6000, seed: int = 11) -> str:
-    """Many configs, each a different multi-profile geometry (issue 11: ~6,000 configs, 590 KB)."""
+    """Many configs, each a different multi-profile geometry (~6,000 configs, 590 KB)."""
     rng = _lcg(seed)
     seen: set[tuple] = set()
     parts = [HEADER]
@@ -196,7 +196,7 @@ def indices(configs: int = 4, per_config: int = 21000) -> str:
 
 
 def counts(configs: int = 6000, count: int = INT64_MAX) -> str:
-    """Huge counts in every config (issue 10: a count of 2^63-1 must be judged by arithmetic), on GPU
+    """Huge counts in every config (a count of 2^63-1 must be judged by arithmetic), on GPU
     instances and on compute instances packed into them."""
     parts = [HEADER]
     for i in range(configs):
@@ -245,8 +245,8 @@ def filters(configs: int = 400, per_entry: int = 60) -> str:
 
 # name -> (generator, one-line description). The bench runs every one at full size.
 SHAPES: dict[str, tuple[Callable[[], str], str]] = {
-    "repeated": (repeated, "8,900 configs repeating a handful of geometries (issue 11)"),
-    "distinct": (distinct, "~6,000 configs, each a different multi-profile geometry (issue 11)"),
+    "repeated": (repeated, "8,900 configs repeating a handful of geometries"),
+    "distinct": (distinct, "~6,000 configs, each a different multi-profile geometry"),
     "aliases": (aliases, "6,000 configs, each a YAML alias of one of 4 anchored entries"),
     "entries": (entries, "4 configs x 1,200 entries (overlapping selections, filters)"),
     "indices": (indices, "4 configs, each devices: [21,000 indices] (out of range, repeated)"),

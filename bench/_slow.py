@@ -1,5 +1,5 @@
-"""Slow-body clients (issue 31 item 3): TLS connections that send a POST header and then one byte of
-the body every `interval` seconds, as the adversarial trial did. Used by tests/webhook/
+"""Slow-body clients: TLS connections that send a POST header and then one byte of
+the body every `interval` seconds, as a client holding a worker's thread would. Used by tests/webhook/
 test_webhook_slow_clients.py and bench/webhook_adversarial.py."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Start-up of the command line (issue 30): `migops --version` and `migops validate` of NVIDIA's default
+"""Start-up of the command line: `migops --version` and `migops validate` of NVIDIA's default
 config (examples/nvidia-default-config.yaml, 81 configs, against the catalogue), each as a whole process,
 as a pre-commit hook or a PR check runs it. Targets: validate < 0.25 s, --version < 0.15 s.
 
@@ -8,8 +8,8 @@ also counts waiting for a core. The bare interpreter (`python -c pass`) is the f
 running:
 - bytecode cached: what an installed migops does (pip compiles every module when it installs);
   PYTHONPYCACHEPREFIX points at a fresh directory, filled by one run before the timed ones;
-- as this shell runs it: the environment as it is. With PYTHONDONTWRITEBYTECODE=1 (this machine's
-  default, and the image's) a source checkout without __pycache__ compiles every migops module it
+- as this shell runs it: the environment as it is. With PYTHONDONTWRITEBYTECODE=1 (the image's
+  default) a source checkout without __pycache__ compiles every migops module it
   imports on every run, which is why a command should import only what it uses.
 Prints figures, never a verdict.
 """
@@ -69,7 +69,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=11, help="runs of each command (default 11)")
     args = parser.parse_args()
-    print("migops start-up (issue 30): whole processes, wall clock, median of", args.runs, "runs")
+    print("migops start-up: whole processes, wall clock, median of", args.runs, "runs")
     print(f"(load average {os.getloadavg()[0]:.2f} at the start: figures from a busy machine are larger)")
     with tempfile.TemporaryDirectory(prefix="migops-pycache-") as prefix:
         cached = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}

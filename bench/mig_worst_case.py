@@ -1,11 +1,11 @@
-"""Worst-case benchmark of the MIG core (issue 11): large files that the input bounds admit.
+"""Worst-case benchmark of the MIG core: large files that the input bounds admit.
 
-For each shape of bench/_shapes.py (the files of issue 11 and worse ones) it prints the file's size,
+For each shape of bench/_shapes.py (the largest admissible shapes) it prints the file's size,
 the time to parse it, to validate every config against the catalogue and on an 8-GPU node (8 x H100,
 and 8 different models), and the verdict's total: parse + validate, timed as one call from the text
-(the figure issue 11 judges: what the webhook spends on one write). Then the peak memory: the process's
+(what the webhook spends on one write). Then the peak memory: the process's
 peak RSS (interpreter, file text, parsed config, verdicts: everything) and the peak of Python
-allocations while parsing and validating. Then what `migops validate` spends on each shape (issue 30):
+allocations while parsing and validating. Then what `migops validate` spends on each shape:
 reading the file and `fit_all` on each source, against the catalogue and on 8 x H100, in process, with
 the number of validations per source and of reports per question (fit_all validates each source once
 and asks the catalogue only where it can change a node's verdict); and the whole process of
@@ -163,7 +163,7 @@ def main() -> int:
     if sys.argv[1:2] == ["--shape"]:
         print(json.dumps(measure(sys.argv[2])))
         return 0
-    print("MIG core worst cases (issue 11): every shape is within the input bounds (1 MiB, 100,000 YAML nodes,")
+    print("MIG core worst cases: every shape is within the input bounds (1 MiB, 100,000 YAML nodes,")
     print("depth 32). Best of 3, wall clock; validate = every config of the file; total = parse + validate,")
     print("from the text, in one call. Targets: total < 1 s, peak < 200 MiB.")
     print(f"(load average {os.getloadavg()[0]:.2f} at the start: figures from a busy machine are larger)\n")
@@ -219,7 +219,7 @@ def main() -> int:
             for how, (fastest, median, load) in r["process_node"].items():
                 print(f"    {how + ':':<23} fastest {fastest:.3f}s, median {median:.3f}s (load average {load:.2f})")
     print(f"\n(load average {os.getloadavg()[0]:.2f} at the end)")
-    print("  total: parse + validate from the text in one call (what issue 11 judges); (cpu): that call's CPU time.")
+    print("  total: parse + validate from the text in one call (one write's cost); (cpu): that call's CPU time.")
     print("  catalogue: against every model; 8 x H100: on a node of 8 x H100-SXM5-80GB; 8 models: on a node of")
     print("  8 different models under strategy mixed. problems: in catalogue mode. peak RSS: the whole process")
     print("  (interpreter, catalogue, file text, parsed config, the largest verdict). traced peak: Python")

@@ -1,8 +1,6 @@
-"""The webhook under adversarial clients: memory (issue 21 item 2, issue 31 item 4) and slow clients
-(issue 31 item 3); prints figures.
+"""The webhook under adversarial clients: memory and slow clients; prints figures.
 
-Once, 80 direct Node reviews with 4 MB nvidia.com/mig.config values grew a worker from 181 to 516 MiB,
-never released: the verdict cache's keys held the raw values. Here one `migops webhook` worker (on a
+A cache keyed by raw values would grow with every large distinct review and never shrink. Here one `migops webhook` worker (on a
 control plane with 3 GPU nodes, the ClusterPolicy and NVIDIA's default MIG ConfigMap) is warmed with
 ordinary reviews, its RSS read, and then sent BENCH_REVIEWS (10,000) distinct reviews directly over TLS,
 as a client inside the cluster could without the NetworkPolicy, cycling through:
@@ -14,15 +12,15 @@ as a client inside the cluster could without the NetworkPolicy, cycling through:
   - Pods requesting 20 distinct 1 KB MIG resource names,
   - ClusterPolicies with a distinct 100 KB migManager section,
   - badly typed reviews (lists where label values belong, a string for metadata: 400).
-They are sent by two clients at once (as the trial of issue 31 did). The worker's RSS after the flood
+They are sent by two clients at once. The worker's RSS after the flood
 and its peak (VmHWM) are printed beside the start. Target: within 50 MB of the start.
 
-The ConfigMap-heavy set (issue 31 item 4: +58.5 MiB after 1,500 of them): BENCH_CM_REVIEWS distinct
+The ConfigMap-heavy set: BENCH_CM_REVIEWS distinct
 labelled MIG ConfigMaps of 60 to 200 KB, every tenth of about 1 MiB, from two clients, on a fresh
 worker. Each is parsed and judged in full (most of a second here), so the default is 1,500; the
 target is the same +50 MB.
 
-Slow clients (issue 31 item 3): the webhook registered with the API server, 40 slow-body connections
+Slow clients: the webhook registered with the API server, 40 slow-body connections
 kept open (each sends a POST header and then a byte every 5 s; when the worker cuts one after its read
 deadline, it reconnects at once), and meanwhile, for BENCH_SLOW_SECONDS (30), fast reviews: direct
 reviews of the MIG ConfigMap from two clients, and dry-run applies of it through the API server (refused
@@ -185,7 +183,7 @@ def adversarial(i: int) -> bytes:
 
 
 def heavy_configmap(i: int) -> bytes:
-    """A distinct labelled MIG ConfigMap of 60 to 200 KB (every tenth about 1 MiB): the set of issue 31 item 4."""
+    """A distinct labelled MIG ConfigMap of 60 to 200 KB (every tenth about 1 MiB): the ConfigMap-heavy set."""
     size = 1_000_000 if i % 10 == 9 else (60_000, 100_000, 140_000, 200_000)[i % 4]
     text = _shapes.distinct(configs=max(4, size // 120), seed=i + 1)
     if len(text) > size:

@@ -1,4 +1,4 @@
-"""0 × 5xx over 100,000 fuzzed reviews posted straight to the webhook (issue 31 item 5; prints figures).
+"""0 × 5xx over 100,000 fuzzed reviews posted straight to the webhook (prints figures).
 
 The reviews (bench/_fuzz.py) are mutated AdmissionReviews of every kind the webhook serves: MIG
 ConfigMaps (validate and mutate, in force and labelled, UPDATE and DELETE), Nodes (label edits,

@@ -1,4 +1,4 @@
-"""Benchmark of the admission webhook (figures for issue 6; prints figures, no verdicts).
+"""Benchmark of the admission webhook (prints figures, no verdicts).
 
 1. Direct load on POST /validate over TLS with keep-alive (vegeta, from hack/bench-tools.sh): an
    AdmissionReview of NVIDIA's default MIG ConfigMap (an UPDATE with object and oldObject, dryRun: the
@@ -15,7 +15,7 @@
    For (a), where the time goes (the webhook's own time per call, from its metrics) and the same with
    the mutating webhook not registered (what the annotations cost), and with a do-nothing validating
    webhook registered instead (bench/_trivial_server.py: the least one webhook call costs here).
-Everything runs on this machine: control plane, webhook, load generator (so they share its cores);
+Everything runs on one host: control plane, webhook, load generator (so they share its cores);
 the load average is printed with each figure. Environment: BENCH_WORKERS (2), BENCH_THREADS (16),
 BENCH_DURATION (5s), BENCH_PAIRS (6), BENCH_UPDATES (60 per phase).
 """

@@ -1,4 +1,4 @@
-"""Admission cost against the cluster's size (issue 19; prints figures, no verdicts).
+"""Admission cost against the cluster's size (prints figures, no verdicts).
 
 For each node count (default 100, 1,000 and 10,000) a fresh kube-apiserver + etcd is seeded with that
 many GPU Nodes labelled as GPU Feature Discovery labels them (migops.local.cluster.plan_nodes: H100 and

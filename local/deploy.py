@@ -1,7 +1,7 @@
 """`migops local deploy`: the product's own manifests, applied to the local cluster, in pods.
 
 The overlay (default manifests/overlays/local) is rendered with kubectl kustomize, adjusted to this
-cluster (the agent simulates the real node's GPUs; a config repo on this machine is mounted read-only
+cluster (the agent simulates the real node's GPUs; a config repo on this host is mounted read-only
 into the reconciler pods at its own path, so the MigSync's url stays the same), applied server-side,
 and waited on until every Deployment and DaemonSet is Available. The webhook, reconciler and agent that
 `migops local up` runs as host processes for the real node are stopped first: the pods replace them
@@ -109,7 +109,7 @@ def adjust(docs: Sequence[dict[str, Any]], *, gpus: str | None, repo: str | None
 
 
 def repo_path(repo: str | None) -> str | None:
-    """The directory of a config repo on this machine (a path or file:// URL); None for a remote one."""
+    """The directory of a config repo on this host (a path or file:// URL); None for a remote one."""
     if not repo:
         return None
     path = repo.removeprefix("file://")

@@ -343,7 +343,7 @@ def build(root: Path = ROOT, *, cache: Path | None = None, log: Log = lambda _: 
             if key:
                 stamp.write_text(json.dumps({"key": key, "size": size, "archive": _identity(archive)}))
             # The images these tags named before, if a build replaced them: the cache stays the size of
-            # one build. (Not `docker image prune`: dockerd 20.10 took minutes over it here.)
+            # one build. (Not `docker image prune`: on a large image store it can take minutes.)
             old = [
                 i for t, i in before.items() if i and i != docker("images", "--quiet", t, what="docker images").strip()
             ]

@@ -1,6 +1,6 @@
 """The local images the real node runs: the pause (sandbox) image, and tiny busybox images for tests.
 
-No registry is reachable, so every image is made here from files on this machine and written as an
+No registry is reachable, so every image is made here from files on this host and written as an
 OCI archive (migops.local.ociimage) that `RealNode.load_image` imports into the node's containerd.
 """
 

@@ -158,7 +158,7 @@ def another_owner_holds_the_machine(owner: Path) -> str | None:
             return None  # nobody holds it
         except BlockingIOError:
             holder = os.pread(fd, 4096, 0).decode(errors="replace").strip()
-        return None if holder.startswith(f"owner {owner},") else f"another real node runs on this machine ({holder})"
+        return None if holder.startswith(f"owner {owner},") else f"another real node runs on this host ({holder})"
     finally:
         os.close(fd)
 

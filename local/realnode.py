@@ -53,7 +53,7 @@ class RealNodeError(RuntimeError):
 
 
 class RealNodeBusy(RealNodeError):
-    """Another real node runs on this machine."""
+    """Another real node runs on this host."""
 
 
 @dataclass(frozen=True)
@@ -114,7 +114,7 @@ def host_lock(owner: Path) -> int:
         holder = os.pread(fd, 4096, 0).decode(errors="replace").strip() or "unknown"
         os.close(fd)
         raise RealNodeBusy(
-            f"another real node runs on this machine ({holder}); only one at a time, because kube-proxy's "
+            f"another real node runs on this host ({holder}); only one at a time, because kube-proxy's "
             f"KUBE-* iptables chains are global. Stop it first (`migops local down` with its MIGOPS_HOME, "
             f"or end the test session holding it); the lock is {LOCK_PATH}"
         ) from None
@@ -429,7 +429,7 @@ disabled_plugins = ['io.containerd.nri.v1.nri', 'io.containerd.snapshotter.v1.bt
       sandbox = '{images.PAUSE_IMAGE}'
 
   [{cri_runtime}]
-    # runc cannot write oom_score_adj without CAP_SYS_RESOURCE (not in this machine's bounding set).
+    # runc cannot write oom_score_adj without CAP_SYS_RESOURCE (a host's bounding set may lack it).
     restrict_oom_score_adj = true
     # Pod network namespaces under the state directory, not /run/netns.
     netns_mounts_under_state_dir = true

@@ -299,8 +299,8 @@ def _product_index(cat: Catalogue) -> dict[str, GpuModel]:
 
 
 # The packaged data beside this module (installed with it: pyproject.toml's package data). Read by path, not
-# through importlib.resources, whose imports (zipfile, tempfile) cost `migops validate` about 30 ms of its
-# 0.25 s start-up budget (issue 30); migops is never run from a zip archive.
+# through importlib.resources, whose imports (zipfile, tempfile) weigh on `migops validate`'s start-up
+# (bench/cli_startup.py); migops is never run from a zip archive.
 _DATA = Path(__file__).resolve().parent / "data"
 
 

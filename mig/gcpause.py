@@ -2,8 +2,8 @@
 
 Reading a 1 MiB config makes a few hundred thousand small objects (nodes, values, paths, locations), and
 judging it as many again; every 700 container allocations the collector walks the young ones, and the
-older generations are walked again as they grow: on the largest admissible files the collector took
-about half of the time. The reader and the validator make no reference cycles (tests check), so
+older generations are walked again as they grow: on the largest admissible files the collector would
+take a large share of the time (bench/mig_worst_case.py). The reader and the validator make no reference cycles (tests check), so
 reference counting frees everything as before; a pause only defers the collection of cycles made
 elsewhere in the meantime.
 
@@ -18,10 +18,9 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 # Young objects left at the end of a pause above which they are handed to the oldest generation rather
-# than walked (~15 ms of walking). Only large inputs get there (6,000 configs keep about 250,000; a
-# 200 KB ConfigMap about 46,000), so a server's ordinary calls leave its collector's schedule as it was:
-# handing over every review's objects kept the webhook's cyclic garbage until full collections, +7 MiB
-# after 10,000 reviews (bench/webhook_adversarial.py).
+# than walked. Only large inputs get there, so a server's ordinary calls leave its collector's schedule
+# as it was: handing over every review's objects would keep the webhook's cyclic garbage until full
+# collections, and a worker's memory would creep (bench/webhook_adversarial.py).
 HAND_OVER = 50_000
 
 
@@ -41,7 +40,7 @@ def paused_gc() -> Iterator[None]:
                 # What the call made and kept joins the oldest generation unexamined (freeze, then
                 # unfreeze: two list splices, and the young generation's count reset). Resumed as it is,
                 # the collector would walk it all at the next allocation, since everything made during
-                # the pause counts as young: a tenth of judging the largest files. Cycles among those
+                # the pause counts as young, a cost that grows with the input. Cycles among those
                 # objects are still found, by the next full collection.
                 gc.freeze()
                 gc.unfreeze()

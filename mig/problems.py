@@ -26,7 +26,7 @@ def key_part(key: object) -> str:
     return text if _PLAIN_KEY.match(text) else '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
-@lru_cache(maxsize=4096)  # untrusted keys: 65,536 distinct config names held ~15 MB in a webhook worker
+@lru_cache(maxsize=4096)  # bounded: the keys are untrusted, and an unbounded cache grows with every new name
 def key_path(parent: str, key: object) -> str:
     """Append a mapping key to a path, quoting keys that are not plain words (dots, spaces, ...)."""
     part = key_part(key)

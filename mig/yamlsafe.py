@@ -412,8 +412,8 @@ def to_json_value(value: object) -> object:
 # document into interface{}, and converted as sigs.k8s.io/yaml converts that value to JSON.
 #
 # go-yaml composes a whole document into nodes, then decodes the nodes. Here each event is decoded as it
-# comes, without a node tree (a 1 MiB file is some 100,000 events, and building the tree cost as much as
-# decoding it); only what an alias can refer to is kept: the events of anchored nodes, on a tape. Errors
+# comes, without a node tree (a 1 MiB file is some 100,000 events, and a tree would cost about as much
+# again as decoding them); only what an alias can refer to is kept: the events of anchored nodes, on a tape. Errors
 # come in go-yaml's order: an error of composing (a syntax error, nesting deeper than the bound, an
 # unknown anchor) anywhere in the document wins over an error of decoding, so after a decoding error the
 # rest of the document is still read through before the decoding error is raised.

@@ -26,8 +26,8 @@ from typing import Any
 
 from migops.suggest.model import Demand, NodeChange, NodeFacts, Option, Placed, Proposal, Stage, Unserved
 
-_MAX_WEIGHT = 1 << 40
-_Key = Any  # a variable's key: (group, option) for y, (class, group, profile) for z  # above it, priorities are solved one stage each rather than as one weighted sum
+_MAX_WEIGHT = 1 << 40  # above it, priorities are solved one stage each rather than as one weighted sum
+_Key = Any  # a variable's key: (group, option) for y, (class, group, profile) for z
 
 
 EXTRA = "migops[suggest]"  # pyproject's optional dependency group that brings OR-Tools

@@ -278,7 +278,7 @@ def create_app(
 
 def _read_body() -> bytes:
     """The request body, straight from the server's input stream. werkzeug's get_data() wraps the
-    stream and copies a 26 KB review chunk by chunk (a third of our cost per cached review); the
+    stream and copies a review chunk by chunk (a large share of a cached review's cost); the
     server's stream already ends at Content-Length (or at the last chunk), so only the limit is ours."""
     length = request.content_length
     if length is not None and length > MAX_BODY:

@@ -29,9 +29,9 @@ from migops.webhook.memory import retained
 
 # Both memos are bounded by the bytes their entries really hold (memory.retained: everything a parsed
 # file or a report reaches, the catalogue's shared models left out), so a flood of distinct configs
-# (bench/webhook_adversarial.py) cannot grow a worker by more than PARSED_BYTES + REPORT_BYTES. Weighed
-# by guesses (24 bytes per character of text, 4 KB per report) they held far more than their bounds
-# when reports' keys kept evicted files' entries alive (issue 31 item 4). A parsed file heavier than
+# (bench/webhook_adversarial.py) cannot grow a worker by more than PARSED_BYTES + REPORT_BYTES. A weight
+# guessed per kind would miss what a report's key keeps alive (an evicted file's parsed entries), and the
+# memos would then hold far more than their bounds. A parsed file heavier than
 # PARSED_BYTES (a text of ~1 MB) is parsed per review instead of kept; the config in force is kept by
 # the webhook's state in any case.
 PARSED_BYTES = 8 << 20

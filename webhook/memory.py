@@ -66,10 +66,10 @@ def retained(*objs: object, shared: tuple[type, ...] = (), limit: int | None = N
     containers, dataclass fields, __dict__ and __slots__), each object once, leaving out classes,
     modules, functions, the singletons and instances of `shared` (with what they reach).
 
-    The MIG memos (webhook/checks.py) weigh their entries with this, not with a guess per kind: a guess of 24 bytes per
-    character of config text kept a parsed 1 MB file as 24 MB when it held 40, and a report guessed
-    at 4 KB pinned its config's whole parsed entries through its key (issue 31 item 4:
-    +58.5 MiB of RSS after 1,500 MIG ConfigMap reviews). tests/webhook/test_webhook_memory.py checks
+    The MIG memos (webhook/checks.py) weigh their entries with this, not with a guess per kind: a guess
+    per character of config text misjudges a parsed file by a large factor either way, and a report's
+    key can pin its config's whole parsed entries, which no guess of a report's size counts.
+    tests/webhook/test_webhook_memory.py checks
     it against tracemalloc's count of what building the objects allocated. The walk stops once the
     count passes `limit` (a cache does not keep what weighs more than all of it), so it costs at most
     that many bytes' worth of objects."""

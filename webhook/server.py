@@ -124,8 +124,8 @@ def app_from_kubeconfig(
         state = ClusterState(api, reconciler_users=reconciler_users or (DEFAULT_RECONCILER_USER,)).start()
         mig_resources()  # build the catalogue's tables now, not in the first review
         app = create_app(state, read_configmap=configmap_reader(api), read_migsync=migsync_reader(api))
-        # Everything loaded so far (the Kubernetes client's models, Flask, the catalogue: ~75,000
-        # objects) lives as long as the worker; a full collection walking it took ~36 ms, a pause
+        # Everything loaded so far (the Kubernetes client's models, Flask, the catalogue: tens of
+        # thousands of objects) lives as long as the worker; a full collection walking it is a pause
         # any review could hit. Frozen, collections walk only what reviews allocate.
         gc.collect()
         gc.freeze()

@@ -8,9 +8,9 @@
 non-blocking, in the poller: the TLS handshake, and reading each request's headers and body into a
 buffer. Only once the whole request is there does a thread get it, and gunicorn's parser then reads it
 from that buffer, not from the socket. Stock gthread hands a connection to a thread as soon as it is
-readable, and the thread reads the request with blocking reads: sixteen TLS connections that sent a POST
-header and then one byte every 5 s held all sixteen threads, and every review from the API server timed
-out behind them (issue 31). Here such a client costs a file descriptor and the bytes it sent. Bounds:
+readable, and the thread reads the request with blocking reads: as many TLS connections as there are
+threads, each sending a POST header and then one byte every few seconds, hold every thread, and every
+review from the API server times out behind them. Here such a client costs a file descriptor and the bytes it sent. Bounds:
 - a request must arrive whole (headers and body) within READ_TIMEOUT of its first byte, else it is
   answered 408 and closed: the API server stops waiting for a review after the registration's
   timeoutSeconds (5 s), so a slower request has no one left to answer;

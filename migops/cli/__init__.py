@@ -13,7 +13,7 @@ from migops.cli.usage import EXIT_OK, EXIT_USAGE, UsageError
 
 # Each command's group module, in the order `migops --help` lists them. A command line registers only
 # its own group: importing every group costs what `migops validate` in a pre-commit hook must not pay
-# (the logging setup, the cluster client's arguments, subprocess, datetime: issue 30). tests/cli/test_startup.py
+# (the logging setup, the cluster client's arguments, subprocess, datetime). tests/cli/test_startup.py
 # checks that this table names exactly the commands the groups register, with the same arguments.
 COMMANDS: dict[str, str] = {
     "validate": "mig",

@@ -174,7 +174,7 @@ def cmd_agent(args: argparse.Namespace) -> int:
 
 
 def cmd_probe(args: argparse.Namespace, nvml: Any = None) -> int:
-    """`migops gpus --probe`: NVML's view of this machine's GPUs next to the catalogue. Read-only.
+    """`migops gpus --probe`: NVML's view of this host's GPUs next to the catalogue. Read-only.
     Exit 0 when every GPU matches its catalogue entry, 1 on differences or without an NVIDIA driver."""
     import json
 

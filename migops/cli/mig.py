@@ -107,7 +107,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     g.add_argument(
         "--probe",
         action="store_true",
-        help="read this machine's GPUs through NVML (read-only) and compare them with the catalogue",
+        help="read this host's GPUs through NVML (read-only) and compare them with the catalogue",
     )
     g.set_defaults(func=cmd_gpus)
 

@@ -26,6 +26,6 @@ def document(command: str, body: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def json_schema(command: str) -> dict[str, Any]:
-    from importlib.resources import files  # ~30 ms of imports (zipfile, tempfile): only where a schema is read
+    from importlib.resources import files  # imports zipfile and tempfile: only where a schema is read
 
     return json.loads(files("migops").joinpath("schemas", schema_file(command)).read_text())

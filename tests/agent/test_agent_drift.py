@@ -251,7 +251,7 @@ def test_drift_while_the_agent_was_down_is_seen_at_start(agent_admin, agents) ->
 
 
 def test_a_clusterpolicy_crd_installed_after_the_agent_started_is_picked_up(agent_admin, agents) -> None:
-    """Optional CRDs through one informer with missing_ok (issue 24): no ClusterPolicy CRD at start means
+    """Optional CRDs through one informer with missing_ok: no ClusterPolicy CRD at start means
     the GPU Operator's defaults (strategy single); once the CRD and a policy appear, the agent follows."""
     ext = k8s.ApiextensionsV1Api(agent_admin)
     ext.delete_custom_resource_definition(CRD_NAME)

@@ -187,7 +187,7 @@ DENIED = [
         {"metadata": {"labels": {"nvidia.com/cuda.driver.major": "999"}}},
         "not metadata.labels nvidia.com/cuda.driver.major",
     ),
-    (  # issue 31 item 8: a GPU Operator control label under nvidia.com/gpu.*, not GFD's
+    (  # a GPU Operator control label under nvidia.com/gpu.*, not GFD's
         "label-gpu-workload-config",
         "node",
         {"metadata": {"labels": {"nvidia.com/gpu.workload.config": "vm-passthrough"}}},

@@ -1,6 +1,6 @@
 """The NVML backend's translation, and the read-only probe, against a fake of the pynvml calls.
 
-No GPU and no NVIDIA driver are on this machine: these tests check what the backend asks NVML for
+No GPU and no NVIDIA driver are needed: these tests check what the backend asks NVML for
 (profile IDs, explicit placements, compute-instance profiles, error codes), not NVML itself.
 """
 

@@ -1,4 +1,4 @@
-"""`migops suggest` end to end (issue 28): pods wait for 3g.40gb on nodes configured all-1g.10gb, one
+"""`migops suggest` end to end: pods wait for 3g.40gb on nodes configured all-1g.10gb, one
 1g.10gb instance in use; the proposal goes through git (a branch pushed, then merged), the reconciler
 rolls it out, the simulated agents reconfigure, and the real kube-scheduler binds the waiting pods. The
 node whose instance is in use is never touched (the agents' own operation counters say so).

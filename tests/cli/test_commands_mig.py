@@ -54,7 +54,7 @@ def test_usage_errors_exit_2(capsys, tmp_path) -> None:
     assert (code, "no such file") == (2, err.split(": ")[-1].strip())
     code, _, err = run(capsys, "validate", "--gpu", "H100", DEFAULT)
     assert code == 2 and "unknown GPU 'H100'" in err and "NVIDIA-H100-80GB-HBM3 (0x233010DE)" in err
-    # a well-formed ID the catalogue does not list is a GPU that cannot do MIG (issue 10); a malformed one
+    # a well-formed ID the catalogue does not list is a GPU that cannot do MIG; a malformed one
     # is a usage error
     code, _, err = run(capsys, "plan", "--gpu", "0xZZZZ10DE", "-c", "all-balanced", DEFAULT)
     assert code == 2 and "unknown GPU" in err

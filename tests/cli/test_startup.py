@@ -1,5 +1,5 @@
 """Start-up: the MIG commands import only what they use. `migops validate` runs in pre-commit hooks and PR
-checks on every call; the Kubernetes client alone took ~0.3 s to import (issue 30). Each command runs in
+checks on every call; importing the Kubernetes client alone would cost more than the start-up budget. Each command runs in
 a fresh interpreter, which reports the modules it loaded; the times are bench/cli_startup.py's."""
 
 from __future__ import annotations

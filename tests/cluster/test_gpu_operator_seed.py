@@ -28,7 +28,7 @@ def test_plan_cycles_gpu_models_over_nodes() -> None:
 
 def test_seeded_cluster_has_policy_crd_and_labelled_nodes(admin) -> None:
     gpus = [catalogue().resolve(H100)]
-    # Names outside gpu-node-N so other tests' nodes and this session's seed cannot collide.
+    # Names outside gpu-node-N so other tests' nodes and this test's seed cannot collide.
     nodes = [dataclasses.replace(n, name=f"seed-{n.name}") for n in cluster.plan_nodes(2, gpus, 8, "single")]
     cluster.seed(admin, nodes, "single")
     cluster.seed(admin, nodes, "single")  # idempotent

@@ -1,4 +1,4 @@
-"""`migops local up --repo` as a new user runs it (issue 31, items 9, 10 and 2's admission policy): the
+"""`migops local up --repo` as a new user runs it: the
 webhook and the reconciler run as the manifests' ServiceAccounts, not system:masters, and the stack still
 works; a nodes.yaml pinning a node by `kubernetes.io/hostname` selects it (simulated nodes carry the
 kubelet's labels); an assignment that matches no node shows as a warning in `migops status`; only the

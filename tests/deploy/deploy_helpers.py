@@ -195,7 +195,7 @@ def build_context(dest: Path, root: Path = ROOT) -> list[str]:
 
 # ------------------------------------------------------------------------------- the image's build
 BUILD_DIST, INSTALL_DIR = "/dist", "/opt/migops"
-# PATH in the python base images before the Dockerfile's ENV prepends to it: nothing of this machine's
+# PATH in the python base images before the Dockerfile's ENV prepends to it: nothing of the host's
 # virtualenvs, so an entrypoint found at all is the clean install's.
 IMAGE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 

@@ -145,7 +145,7 @@ def test_up_real_node_then_down_leaves_nothing(home: Path, tmp_path: Path) -> No
         assert node.status.capacity.get("nvidia.com/gpu") == "8"
         assert (node_dir / "gpus" / "gpus.json").is_file()
         # One real node per machine: a second is refused, saying why.
-        with pytest.raises(RealNodeBusy, match="another real node runs on this machine"):
+        with pytest.raises(RealNodeBusy, match="another real node runs on this host"):
             host_lock(tmp_path / "second")
         # The check sees what a running node has (so an empty result below means something).
         running = nodeclean.leftovers(node_dir, NODE_NAME)

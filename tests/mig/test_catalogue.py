@@ -1,7 +1,8 @@
 """The GPU catalogue: schema, invariants that catch a class of data error (not one instance), coverage of
 the models in the issues, lookups, GPUs that cannot do MIG.
 
-Facts are from /work/shared/reference/mig-hardware.md sections 4.2-4.9 and the sources in docs/catalogue.md.
+Facts are from the sources in docs/catalogue.md (the MIG User Guide's tables, nvidia-smi outputs quoted in
+NVIDIA's pull requests and issues, mig-parted's default config).
 """
 
 from __future__ import annotations
@@ -265,7 +266,7 @@ def test_slice_counts_per_family():
             assert (table.compute_slices, table.memory_slices) == (7, 8)
 
 
-COMMON_8_SLICE = {  # reference 4.2: (compute, memory, max, starts) by kind
+COMMON_8_SLICE = {  # the MIG User Guide's 8-memory-slice table: (compute, memory, max, starts) by kind
     "1g": (1, 1, 7, (0, 1, 2, 3, 4, 5, 6)),
     "1g+me": (1, 1, 1, (0, 1, 2, 3, 4, 5, 6)),
     "1g-rev2": (1, 2, 4, (0, 2, 4, 6)),
@@ -369,7 +370,7 @@ def test_only_the_catalogue_lists_mig_capable_ids():
     assert all(g.mig_capable for g in CAT.gpus)
 
 
-# --- corrected values (issue 10), each also caught by an invariant above ------------------------------
+# --- values once wrong, each also caught by an invariant above ------------------------------
 
 
 def test_corrected_values():
@@ -395,7 +396,7 @@ def test_by_device_id_matches_primary_ids_only():
     assert CAT.by_device_id("0x123410DE") is None
 
 
-# --- name collisions (reference 4.9) -----------------------------------------------------------------
+# --- name collisions --------------------------------------------------------------------------------
 
 
 def _gi(device_id: str, name: str):

@@ -178,7 +178,7 @@ def test_gfd_labels_are_read_where_they_are_written() -> None:
 
 @pytest.mark.parametrize("count", ["²", "٣", "８", "-1", " 8", ""])
 def test_gfd_counts_are_ascii_digits_or_unknown(count: str) -> None:
-    """Issue 31 item 5: "²".isdigit() is True and int("²") raises (a 500 in the webhook); "٣" would
+    """`"²".isdigit()` is True and `int("²")` raises (a 500 in the webhook); "٣" would
     be read as 3 where GFD and Go read no number. Either is a count nobody wrote: the model is known,
     the count is not."""
     from migops.mig.gfd import mig_offers

@@ -23,7 +23,7 @@ def predict(name: str, node, strategy):
     return advertise(report.gpus, strategy)
 
 
-SEED_MIXED = {  # reference 6, GPU Operator MIG documentation, H100-80GB-HBM3, mixed, all-balanced
+SEED_MIXED = {  # GPU Operator MIG documentation, H100-80GB-HBM3, mixed, all-balanced
     "1g.10gb": {
         "count": "2",
         "memory": "9984",

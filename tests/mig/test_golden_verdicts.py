@@ -1,7 +1,7 @@
 """Speed-ups must be invisible except in time: the verdicts on large generated files match golden data.
 
-tests/mig/data/golden-verdicts.json holds, for each file shape of bench/_shapes.py (the worst cases of
-issue 11 and worse ones) and each way of asking (catalogue mode with and without a strategy, an 8-GPU
+tests/mig/data/golden-verdicts.json holds, for each file shape of bench/_shapes.py (the worst cases the
+input bounds admit) and each way of asking (catalogue mode with and without a strategy, an 8-GPU
 H100 node, a node of 8 different models under `mixed`), a digest of every verdict: the problems
 (path, rule, message, severity, in order), the per-GPU results (entry, MIG mode, layout, MIG devices)
 and the fits, as canonical JSON. Digests cover chunks of 100 configs, so a failure names the configs

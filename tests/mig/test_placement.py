@@ -1,7 +1,7 @@
 """Placement search and change planner, checked against an independent brute-force oracle.
 
 The oracle below shares nothing with mig/placement.py: it tries every valid start for every
-instance (memoised on the set of slices taken), with the rules of reference 4.1 written out again.
+instance (memoised on the set of slices taken), with the MIG User Guide's placement rules written out again.
 """
 
 from __future__ import annotations
@@ -82,7 +82,7 @@ def requests(table, max_kinds: int = 4):
     )
 
 
-# --- MIG User Guide examples (reference 4.2) ---------------------------------------------------------
+# --- MIG User Guide examples -----------------------------------------------------------------------
 
 
 def layout_pairs(layout):

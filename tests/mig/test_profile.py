@@ -1,4 +1,4 @@
-"""Profile grammar (reference 2.1), naming formula (2.2) and the compute sub-profile filter (2.3)."""
+"""Profile grammar (go-nvlib's), its naming formula and the compute sub-profile filter."""
 
 from __future__ import annotations
 
@@ -127,7 +127,7 @@ def test_non_string_rejected(value):
     assert profile_problem("p", value).rule == "profile-syntax"
 
 
-# --- naming formula (reference 2.2) ------------------------------------------------------------------
+# --- naming formula --------------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize(
@@ -172,7 +172,7 @@ def test_naming_formula_rounds_half_away_from_zero():
     assert round(70.5) == 70  # the trap the formula avoids
 
 
-# --- compute sub-profiles (reference 2.3) ------------------------------------------------------------
+# --- compute sub-profiles --------------------------------------------------------------------------
 
 ALLOWED = {7: {1, 2, 3, 4, 7}, 4: {1, 2, 4}, 3: {1, 2, 3}, 2: {1, 2}, 1: {1}}
 

@@ -1,4 +1,4 @@
-"""mig-parted v1 parser: the 13 parse rules of reference 1.3, input forms, selection and bounded input."""
+"""mig-parted v1 parser: mig-parted's 13 parse rules (docs/config-rules.md), input forms, selection and bounded input."""
 
 from __future__ import annotations
 
@@ -57,7 +57,7 @@ def config(entry_yaml: str, name: str = "custom") -> str:
     )
 
 
-# --- the valid example (reference 1.1) ---------------------------------------------------------------
+# --- the valid example -----------------------------------------------------------------------------
 
 
 def test_valid_example():
@@ -418,7 +418,7 @@ def test_only_the_first_document_is_read():
     assert parse_config("version: v1\nmig-configs: {a: [{devices: all, mig-enabled: false}]}\n---\n").notes == ()
 
 
-# --- select() (reference 1.2) ------------------------------------------------------------------------
+# --- select() --------------------------------------------------------------------------------------
 
 
 def test_select_requires_a_name_with_several_configs():

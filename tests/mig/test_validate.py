@@ -33,7 +33,7 @@ A30 = gpu("0x20B710DE")
 GB200 = gpu("0x294110DE")
 RTX = gpu("0x2BB510DE")
 
-# --- reference 4.7: device-ID groups of the default config -------------------------------------------
+# --- device-ID groups of the default config --------------------------------------------------------
 
 IDS_A100_40 = {"0x20B010DE", "0x20B110DE", "0x20F110DE", "0x20F610DE"}
 IDS_80 = {
@@ -71,7 +71,7 @@ ALL_DEFAULT_IDS = (
     | IDS_RTX
 )
 
-# --- reference 4.8: named configs per model row, and which profile table each row is -----------------
+# --- named configs per model row, and which profile table each row is ------------------------------
 
 ROWS = {
     # row: (profile table id, single-profile configs without a filter)
@@ -152,7 +152,7 @@ ROWS = {
     ),
 }
 
-# Filtered configs: valid exactly on the device IDs their filters name (reference 4.7/4.8).
+# Filtered configs: valid exactly on the device IDs their filters name.
 FILTERED = {
     "all-1g.10gb": IDS_80 | IDS_A100_40,
     "all-1g.35gb": {"0x233510DE", "0x31C210DE"},  # H200 SXM only (not H200 NVL 0x233B), and GB300
@@ -173,7 +173,7 @@ def expected_ids(name: str) -> set[str]:
     if name in FILTERED:
         return FILTERED[name]
     tables = {t for table_ids, names in ROWS.values() if name in names for t in table_ids.split()}
-    assert tables, f"{name} is in no row of reference 4.8"
+    assert tables, f"{name} is in no row of ROWS"
     return {g.device_id for g in CAT.gpus if g.table.id in tables}
 
 
@@ -688,7 +688,7 @@ def test_report_as_dict():
     assert sorted(d["mig_devices"]) == ["1g.10gb", "1g.10gb", "2g.20gb", "3g.40gb"]
 
 
-# --- GPUs that cannot do MIG (issue 10 item 5) --------------------------------------------------------
+# --- GPUs that cannot do MIG -----------------------------------------------------------------------
 
 # A DGX Station A100 (80 GB): four A100-SXM4-80GB and a display GPU (0x1FB010DE) that cannot do MIG. Written
 # here after the station's public description and mig-parted's rule that its assert wants every GPU of the
@@ -787,7 +787,7 @@ def test_cli_accepts_the_dgx_station_config_with_all_five_gpus(tmp_path, capsys)
     assert main(["validate", str(path)]) == 0
 
 
-# --- repeated findings merge into one line (issue 10, UX) ---------------------------------------------
+# --- repeated findings merge into one line ---------------------------------------------------------
 
 
 def test_missing_indices_are_one_warning():

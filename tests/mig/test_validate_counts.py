@@ -1,4 +1,4 @@
-"""Counts never cost more than their meaning (issue 10): any count is judged by arithmetic, and no input
+"""Counts never cost more than their meaning: any count is judged by arithmetic, and no input
 to the validator raises anything but MigError.
 
 The configs here are built directly (not parsed), so the validator is tested on integers the parser

@@ -1,4 +1,4 @@
-"""The cluster's applied record is only as trusted as the revision it records (issue 31, item 2): with
+"""The cluster's applied record is only as trusted as the revision it records: with
 signatures required, a restarted reconciler whose HEAD is refused enforces a record only if its commit is
 signed by an allowed signer and its files are that commit's; on a real API server, real git, real SSH
 signatures. (That only the reconciler's ServiceAccount may write a record at all, the admission policy,
@@ -80,7 +80,7 @@ def test_with_signatures_required_only_a_verified_record_is_enforced(
     forger = GitSource(repo.url, "main", cache_dir=tmp_path / "forger")
     forger.fetch()
     forgeries = {
-        # Another revision and files, no commit object (as issue 31 reproduced it).
+        # Another revision and files, no commit object.
         "no commit": (
             replace(genuine, revision="2" * 40, nodes_text=forged_nodes, proof=None),
             "holds no signed commit object for revision 222222222222",

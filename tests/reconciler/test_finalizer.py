@@ -1,4 +1,4 @@
-"""Issue 31 item 6: deleting a MigSync releases its nodes (the reconciler's finalizer), through the
+"""Deleting a MigSync releases its nodes (the reconciler's finalizer), through the
 real API server: the annotations that made them git-owned go, their labels stay, the object goes."""
 
 from __future__ import annotations

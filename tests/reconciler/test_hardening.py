@@ -1,4 +1,4 @@
-"""What an unlucky operator met (issues 20, 21, 24): each test names what it proves, on a real API server."""
+"""What an unlucky operator could meet: each test names what it proves, on a real API server."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The reconciler's shape, checked on its source (issue 32.1): the state is a value the steps return,
+"""The reconciler's shape, checked on its source: the state is a value the steps return,
 never attributes they set on the controller; no class holds more than 12 attributes, no function runs
 over 60 lines; its modules import each other one way only (no cycle, nothing imported late or under
 TYPE_CHECKING to dodge one)."""

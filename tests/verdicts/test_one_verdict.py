@@ -1,4 +1,4 @@
-"""One text, one verdict (issue 21 item 5): the webhook, gitops' desired state (what the reconciler
+"""One text, one verdict: the webhook, gitops' desired state (what the reconciler
 applies) and `migops validate` say the same about the same config on the same node.
 
 The corpus: every input of the conformance corpus (tests/mig/conformance) that migops reads as a bare

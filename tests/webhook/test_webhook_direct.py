@@ -1,5 +1,5 @@
-"""Reviews posted straight to the webhook's app (no API server in front to refuse them first), issue 31
-item 5: what once answered 500 now answers 400 naming the field, or a verdict; and a few thousand
+"""Reviews posted straight to the webhook's app (no API server in front to refuse them first): malformed
+reviews answer 400 naming the field, or a verdict; and a few thousand
 mutated reviews of every kind the webhook serves (bench/_fuzz.py; bench/webhook_fuzz.py posts 100,000)
 get no 5xx."""
 

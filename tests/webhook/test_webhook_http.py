@@ -217,9 +217,9 @@ def test_fuzz_arbitrary_reviews(direct, request: dict, kind: str, operation: str
 
 
 # ------------------------------------------------------------------------------------------ shapes and sizes
-# Issue 21 items 6 and 2: a list or dict where a label or annotation value belongs, a string where
-# metadata belongs (both once 500s, `unhashable type`), values beyond Kubernetes' limits (once kept in the
-# verdict cache's keys: 80 reviews of 4 MB labels grew a worker by 335 MiB).
+# A list or dict where a label or annotation value belongs, a string where
+# metadata belongs (each an `unhashable type` 500 if not caught), values beyond Kubernetes' limits (which the
+# verdict cache's keys must not keep).
 _value = st.one_of(
     st.text(max_size=10),
     st.integers(),

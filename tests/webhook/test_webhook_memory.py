@@ -1,4 +1,4 @@
-"""The webhook's caches hold what their bounds say (issue 31 item 4): entries are weighed by the bytes
+"""The webhook's caches hold what their bounds say: entries are weighed by the bytes
 they really hold (memory.retained), checked here against tracemalloc's count of what building them
 allocated, and a remembered parse failure holds no frames (of the parser, or of the reviews that
 were answered with it)."""

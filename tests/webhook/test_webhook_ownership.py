@@ -1,5 +1,5 @@
-"""Through the real API server: git owns a managed node's nvidia.com/mig.config (issue 21 item 1, the
-webhook's side), and the status subresource is reviewed like the Node (item 3).
+"""Through the real API server: git owns a managed node's nvidia.com/mig.config (the
+webhook's side), and the status subresource is reviewed like the Node.
 
 The reconciler writes migops.io/managed-by itself (another branch); here the test sets it, with a
 MigSync naming the repo, and writes as three identities: the admin (a person's kubectl), the
@@ -128,7 +128,7 @@ def _config(api: k8s.ApiClient, node: str = NODE) -> str | None:
     return (k8s.CoreV1Api(api).read_node(node).metadata.labels or {}).get(MIG_CONFIG_LABEL)
 
 
-# ------------------------------------------------------------------------------------------ item 1
+# --------------------------------------------------------------------------------------- hand edits
 def test_a_hand_edit_of_a_managed_node_is_denied_naming_the_migsync_repo_and_file(api, kubectl, managed) -> None:
     for dry_run in ((), ("--dry-run=server",)):
         out = kubectl("label", "node", NODE, f"{MIG_CONFIG_LABEL}=all-balanced", "--overwrite", *dry_run)
@@ -152,7 +152,7 @@ def test_the_reconcilers_identity_may_change_it_and_is_still_checked(api, reconc
 
 
 def test_a_certificate_user_named_like_the_reconciler_is_not_the_reconciler(plane, api, managed) -> None:
-    """The local stack's reconciler runs as the ServiceAccount (issue 31, item 9): the client-certificate
+    """The local stack's reconciler runs as the ServiceAccount: the client-certificate
     user `migops-reconciler` it used to be is no reconciler identity any more, even in system:masters."""
     kubeconfig = plane.kubeconfig_for("migops-reconciler", ("system:masters",))
     with plane.api_client(Path(kubeconfig)) as client, pytest.raises(ApiException) as exc:
@@ -203,7 +203,7 @@ def test_a_managed_by_naming_no_migsync_warns_and_allows(api, reconciler_api, mi
         core.patch_node(NODE, {"metadata": {"annotations": {MANAGED_BY_ANNOTATION: None}}})
 
 
-# ------------------------------------------------------------------------------------------ item 3
+# --------------------------------------------------------------------------- the status subresource
 def test_the_status_subresource_is_reviewed_like_the_node(api, kubectl) -> None:
     bad = json.dumps({"metadata": {"labels": {MIG_CONFIG_LABEL: "no-such-config"}}})
     for dry_run in ((), ("--dry-run=server",)):

@@ -1,7 +1,6 @@
-"""Issue 31, through the real API server: every way the config in force or the strategy can change is
-reviewed (item 1: `clusterpolicies/status` and DELETE), a MigSync the webhook's cache lacks is read
-live, never taken for "unmanaged" (item 6), and migops.io/mig.config.revision is the reconciler's
-alone (item 8)."""
+"""Through the real API server: every way the config in force or the strategy can change is
+reviewed (`clusterpolicies/status` and DELETE), a MigSync the webhook's cache lacks is read live,
+never taken for "unmanaged", and migops.io/mig.config.revision is the reconciler's alone."""
 
 from __future__ import annotations
 
@@ -81,7 +80,7 @@ def _relabel(api: k8s.ApiClient, node: str, config: str) -> None:
     k8s.CoreV1Api(api).patch_node(node, {"metadata": {"labels": {MIG_CONFIG_LABEL: config}}})
 
 
-# ------------------------------------------------------------------------------------------ item 1
+# ------------------------------------------------------------------------------ the config in force
 def test_a_status_namespace_switch_to_a_config_not_in_git_is_denied(api, kubectl, team_configmap, migsync) -> None:
     """The trial's command: with a MigSync, the ConfigMap in force holds git's config; status.namespace
     pointing at another one with other content is refused, as the spec switch would be."""
@@ -150,7 +149,7 @@ def test_deleting_the_cluster_policy_is_reviewed(api, kubectl) -> None:
     eventually(admitted, timeout=30)
 
 
-# ------------------------------------------------------------------------------------------ item 6
+# ------------------------------------------------------------------------ a MigSync the cache lacks
 def _node_review(node: str, owner: str, user: str = "admin") -> bytes:
     old = {
         "apiVersion": "v1",
@@ -234,7 +233,7 @@ def test_a_cache_miss_that_cannot_be_read_is_denied(api) -> None:
         assert "Service Unavailable" in response["status"]["message"] or "cannot read" in response["status"]["message"]
 
 
-# ------------------------------------------------------------------------------------------ item 8
+# -------------------------------------------------------------------------- the revision annotation
 def test_only_the_reconciler_writes_the_revision_annotation(plane, api, kubectl) -> None:
     node = "gpu-node-2"
     forged = "f" * 40

@@ -1,4 +1,4 @@
-"""Issue 21 item 4: a ClusterPolicy switching to another MIG ConfigMap (spec.migManager.config.name) is
+"""A ClusterPolicy switching to another MIG ConfigMap (spec.migManager.config.name) is
 judged like a change of the ConfigMap in force, through the real API server: the target must exist,
 parse and serve every node's nvidia.com/mig.config under the strategy; denied with the reason by
 `kubectl patch` (also --dry-run=server) and the Python client; a good switch is admitted and the

@@ -1,4 +1,4 @@
-"""Issue 31 item 7, through the real API server and migops's own webhook: `migops reconcile --once`
+"""Through the real API server and migops's own webhook: `migops reconcile --once`
 run by a cluster admin is refused before it writes anything, naming the identity it ran as, the ones
 the webhook accepts and how to run as one; run with `--as` the reconciler's ServiceAccount, it works."""
 

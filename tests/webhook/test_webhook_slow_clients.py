@@ -1,6 +1,6 @@
-"""Slow clients against `migops webhook` itself (gunicorn, the API server in front), issue 31 item 3:
-sixteen TLS connections sending a POST header and then a byte every 5 s once made every review time
-out. With forty open, reviews posted directly and writes through the API server (failurePolicy Fail:
+"""Slow clients against `migops webhook` itself (gunicorn, the API server in front):
+TLS connections sending a POST header and then a byte every few seconds must not hold the threads
+reviews need. With forty open, reviews posted directly and writes through the API server (failurePolicy Fail:
 refused if the webhook does not answer) are answered at once, and the slow ones are cut with a 408
 after the read deadline."""
 

@@ -1,4 +1,4 @@
-"""The webhook's cluster state is maintained per event (issue 19): after any sequence of watch events
+"""The webhook's cluster state is maintained per event: after any sequence of watch events
 (nodes added, relabelled, their GPUs or products changed, deleted; ClusterPolicies moving the MIG
 ConfigMap or changing the strategy; ConfigMap edits; MigSyncs; re-lists after a 410, which the informer
 reports as the differences), what the incremental state answers equals what a scan of the final
@@ -204,7 +204,7 @@ class World:
 
 
 def scanned(views: list[NodeFacts]) -> dict[str, Any]:
-    """What the indexes must answer, computed the way the webhook did before issue 19: one scan of
+    """What the indexes must answer, computed the plain way: one scan of
     every node in name order."""
     nodes = sorted(views, key=lambda n: n.name)
     users: dict[str, list[str]] = {}

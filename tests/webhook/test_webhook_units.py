@@ -152,7 +152,7 @@ def test_policy_rules() -> None:
 
 
 def test_deleting_a_cluster_policy_is_judged_as_what_takes_over() -> None:
-    """Issue 31 item 1: a DELETE of the ClusterPolicy in force puts the next oldest (or the operator's
+    """A DELETE of the ClusterPolicy in force puts the next oldest (or the operator's
     defaults) in force, judged as that switch; deleting one that is not in force changes nothing."""
     newer = {
         "metadata": {"name": "newer", "creationTimestamp": "2026-06-01T00:00:00Z"},

@@ -119,9 +119,8 @@ def _answer(tls: ssl.SSLSocket) -> bytes:
 
 
 def test_slow_bodies_hold_no_thread_and_are_cut_at_the_deadline(server) -> None:
-    """Issue 31 item 3: a POST header, then a byte now and then. Stock gthread gave each such connection
-    a thread until the body was complete, so with this one-thread worker the ping below waited behind
-    them; here the body is read in the poller, and the request is cut with a 408 after READ_TIMEOUT."""
+    """A POST header, then a byte now and then. Stock gthread gives each such connection a thread
+    until the body is complete, so with this one-thread worker the ping below would wait behind them; here the body is read in the poller, and the request is cut with a 408 after READ_TIMEOUT."""
     from migops.webhook.worker import READ_TIMEOUT
 
     port, ctx = server
