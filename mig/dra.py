@@ -9,9 +9,8 @@ instance, named gpu-<minor>-mig-<profile without dots>-<GI profile ID>-<placemen
 attributes of CommonAttributesMig (mig.go) plus `uuid`, and the capacities of CommonCapacitiesMig plus
 one `memorySlice<i>` per memory slice it covers (deviceinfo.go, MigDeviceInfo.GetDevice).
 
-Selectors are CEL, evaluated with cel-python and the parts of Kubernetes' CEL library DRA selectors
-use (quantity(), semver(), their comparison methods, the strings extension): the verdict is the
-kube-scheduler's, not a hand-written guess at it. A selector that reads an attribute the catalogue
+Selectors are CEL, evaluated by a compiled CEL runtime with the parts of Kubernetes' CEL library DRA
+selectors use (migops.mig.selectors): the verdict is the kube-scheduler's, not a hand-written guess at it. A selector that reads an attribute the catalogue
 cannot know (a UUID, a driver version, a PCI address) is *undetermined* for catalogue models: it is
 reported as such, never taken as "selects nothing".
 """
@@ -22,19 +21,15 @@ import difflib
 import json
 import re
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from decimal import Decimal
 from functools import lru_cache
 from typing import Any, Literal
-
-import celpy
-from celpy import celtypes
-from kubernetes.utils.quantity import parse_quantity
 
 from migops.mig.catalogue import GiProfile, GpuModel, catalogue
 from migops.mig.devices import parse_device_id
 from migops.mig.profile import ProfileSyntaxError, parse_profile
+from migops.mig.selectors import CelError, cel_device, compile_selector, missing_key, selects
 from migops.mig.spec import MigPartedConfig
 
 DRIVER = "gpu.nvidia.com"  # cmd/gpu-kubelet-plugin/main.go:45 DriverName
@@ -46,11 +41,11 @@ MIG_CLASS_EXPRESSION = "device.driver == 'gpu.nvidia.com' && device.attributes['
 # kubelet-plugin in templates/kubeletplugin.yaml).
 KUBELET_PLUGIN_SELECTOR = "dra-driver-nvidia-gpu-component=kubelet-plugin"
 STANDARD_DOMAIN = "resource.kubernetes.io"
-MAX_EXPRESSION = 10 * 1024  # resource.k8s.io's CELSelectorExpressionMaxLength: the API refuses longer ones
 MIG_TYPE = "mig"  # the `type` attribute of a MIG device (mig.go:141)
-# Wall time one request's selectors may take over all catalogue devices (the webhook answers within its
-# 5 s timeout; the API server has already bounded each expression's CEL cost when it calls us).
-BUDGET_SECONDS = 1.5
+# Wall time all of one claim's selectors may take over the catalogue's devices: a claim of many requests
+# and alternatives is judged within it, or its verdict names the bound (a selection is never taken as
+# "selects nothing" for want of time). Checked between devices: one evaluation is not interrupted.
+BUDGET_SECONDS = 1.0
 
 # The capacities of a MIG device (mig.go:120-133); the catalogue may lack some for a model.
 CAPACITIES = ("multiprocessors", "copyEngines", "decoders", "encoders", "jpegEngines", "ofaEngines", "memory")
@@ -189,229 +184,6 @@ def profile_device_classes(models: Iterable[GpuModel]) -> list[dict[str, Any]]:
     ]
 
 
-# --- CEL with Kubernetes' library ----------------------------------------------------------------------
-
-
-class CelError(ValueError):
-    """A selector that does not compile, or that fails on a device (the scheduler fails it too)."""
-
-
-@dataclass(frozen=True, order=True)
-class Quantity:
-    """k8s.io/apimachinery resource.Quantity in CEL (quantity('10Gi'))."""
-
-    value: Decimal
-
-
-@dataclass(frozen=True)
-class Semver:
-    """blang/semver in CEL (semver('1.2.3')), as Kubernetes' semver library parses it."""
-
-    major: int
-    minor: int
-    patch: int
-    pre: tuple[str, ...] = ()
-
-    def key(self) -> tuple[Any, ...]:
-        # A pre-release sorts before its release; identifiers compare numerically when numeric.
-        pre = tuple((0, int(p), "") if p.isdigit() else (1, 0, p) for p in self.pre)
-        return (self.major, self.minor, self.patch, 0 if self.pre else 1, pre)
-
-
-_SEMVER = re.compile(r"^(0|[1-9]\d*)\.(0|[1-9]\d*)\.(0|[1-9]\d*)(?:-([0-9A-Za-z.-]+))?(?:\+[0-9A-Za-z.-]+)?$")
-
-
-def _semver(text: object, normalize: object = False) -> Semver:
-    raw = str(text)
-    if normalize:  # semver(s, true): a leading v, missing minor/patch and leading zeros are accepted
-        m = re.match(r"^v?(\d+)(?:\.(\d+))?(?:\.(\d+))?(.*)$", raw)
-        if m:
-            raw = ".".join(str(int(p or 0)) for p in m.groups()[:3]) + m[4]
-    m = _SEMVER.match(raw)
-    if not m:
-        raise CelError(f"could not parse {str(text)!r} as semver")
-    return Semver(int(m[1]), int(m[2]), int(m[3]), tuple(m[4].split(".")) if m[4] else ())
-
-
-def _quantity(text: object) -> Quantity:
-    try:
-        return Quantity(Decimal(parse_quantity(str(text))))
-    except ValueError as exc:
-        raise CelError(f"invalid quantity {str(text)!r}: {exc}") from None
-
-
-def _is(parse: Callable[..., object]) -> Callable[..., celtypes.BoolType]:
-    def check(*args: object) -> celtypes.BoolType:
-        try:
-            parse(*args)
-        except CelError:
-            return celtypes.BoolType(False)
-        return celtypes.BoolType(True)
-
-    return check
-
-
-def _cmp(a: object, b: object) -> int:
-    if isinstance(a, Quantity):
-        other = b.value if isinstance(b, Quantity) else Decimal(int(b)) if isinstance(b, int) else None
-        if other is None:
-            raise CelError(f"cannot compare a quantity with {type(b).__name__}")
-        return (a.value > other) - (a.value < other)
-    if isinstance(a, Semver) and isinstance(b, Semver):
-        return (a.key() > b.key()) - (a.key() < b.key())
-    raise CelError(f"no such overload: {type(a).__name__}.compareTo({type(b).__name__})")
-
-
-def _arith(sign: int) -> Callable[[object, object], Quantity]:
-    def op(a: object, b: object) -> Quantity:
-        if not isinstance(a, Quantity):
-            raise CelError("add/sub: expected a quantity")
-        other = b.value if isinstance(b, Quantity) else Decimal(int(b)) if isinstance(b, int) else None
-        if other is None:
-            raise CelError("add/sub: expected a quantity or an int")
-        return Quantity(a.value + sign * other)
-
-    return op
-
-
-def _index_of(a: object, b: object, *start: object) -> celtypes.IntType:
-    if isinstance(a, str):
-        return celtypes.IntType(a.find(str(b), int(start[0]) if start else 0))  # type: ignore[call-overload]
-    if isinstance(a, list):
-        return celtypes.IntType(a.index(b) if b in a else -1)
-    raise CelError("indexOf: expected a string or a list")
-
-
-def _int_of(a: object) -> celtypes.IntType:
-    if not isinstance(a, Quantity) or a.value != a.value.to_integral_value():
-        raise CelError("asInteger: not an integer quantity")
-    return celtypes.IntType(int(a.value))
-
-
-_FUNCTIONS: dict[str, Callable[..., Any]] = {
-    "quantity": _quantity,
-    "isQuantity": _is(_quantity),
-    "semver": _semver,
-    "isSemver": _is(_semver),
-    "compareTo": lambda a, b: celtypes.IntType(_cmp(a, b)),
-    "isGreaterThan": lambda a, b: celtypes.BoolType(_cmp(a, b) > 0),
-    "isLessThan": lambda a, b: celtypes.BoolType(_cmp(a, b) < 0),
-    "add": _arith(1),
-    "sub": _arith(-1),
-    "asInteger": _int_of,
-    "isInteger": lambda a: celtypes.BoolType(isinstance(a, Quantity) and a.value == a.value.to_integral_value()),
-    "asApproximateFloat": lambda a: celtypes.DoubleType(float(a.value)),
-    "sign": lambda a: celtypes.IntType((a.value > 0) - (a.value < 0)),
-    "major": lambda a: celtypes.IntType(a.major),
-    "minor": lambda a: celtypes.IntType(a.minor),
-    "patch": lambda a: celtypes.IntType(a.patch),
-    # cel-go's strings extension, which Kubernetes enables.
-    "lowerAscii": lambda s: celtypes.StringType(str(s).lower()),
-    "upperAscii": lambda s: celtypes.StringType(str(s).upper()),
-    "trim": lambda s: celtypes.StringType(str(s).strip()),
-    "replace": lambda s, a, b, *n: celtypes.StringType(str(s).replace(str(a), str(b), *(int(x) for x in n))),
-    "split": lambda s, sep, *n: celtypes.ListType(
-        [celtypes.StringType(p) for p in str(s).split(str(sep), *(int(x) - 1 for x in n if int(x) > 0))]
-    ),
-    "join": lambda items, *sep: celtypes.StringType((str(sep[0]) if sep else "").join(str(i) for i in items)),
-    "substring": lambda s, a, *b: celtypes.StringType(str(s)[int(a) : int(b[0]) if b else None]),
-    "charAt": lambda s, i: celtypes.StringType(str(s)[int(i) : int(i) + 1]),
-    "indexOf": _index_of,
-    "lastIndexOf": lambda s, b: celtypes.IntType(str(s).rfind(str(b))),
-}
-
-_ENV = celpy.Environment()
-
-
-@lru_cache(maxsize=512)  # bounded: expressions come from untrusted objects
-def compile_selector(expression: str) -> celpy.Runner:
-    """A compiled selector, or CelError naming the problem (cached: claims repeat their classes')."""
-    if len(expression) > MAX_EXPRESSION:
-        raise CelError(f"longer than {MAX_EXPRESSION} characters")
-    try:
-        return _ENV.program(_ENV.compile(expression), functions=_FUNCTIONS)
-    except celpy.CELParseError as exc:
-        raise CelError(f"does not compile: {str(exc).splitlines()[0]}") from None
-    except (RecursionError, Exception) as exc:  # noqa: BLE001 -- untrusted text: nesting too deep, ...
-        raise CelError(f"does not compile: {type(exc).__name__}") from None
-
-
-def _cel_value(value: Any) -> Any:
-    if isinstance(value, Quantity | Semver):
-        return value
-    if isinstance(value, bool):
-        return celtypes.BoolType(value)
-    if isinstance(value, int):
-        return celtypes.IntType(value)
-    if isinstance(value, str):
-        return celtypes.StringType(value)
-    if isinstance(value, list):
-        return celtypes.ListType([_cel_value(v) for v in value])
-    if isinstance(value, Mapping):
-        return celtypes.MapType({celtypes.StringType(k): _cel_value(v) for k, v in value.items()})
-    raise CelError(f"unsupported value {value!r}")
-
-
-def _attribute(value: Obj) -> Any:
-    """A v1 DeviceAttribute (exactly one of int, bool, string, version, and the list forms) in CEL."""
-    for kind, convert in (("string", str), ("int", int), ("bool", bool), ("version", _semver)):
-        if kind in value:
-            return convert(value[kind])
-    for kind in ("strings", "ints", "bools", "versions"):
-        if isinstance(value.get(kind), list):
-            return [_semver(v) if kind == "versions" else v for v in value[kind]]
-    raise CelError(f"attribute without a value: {dict(value)!r}")
-
-
-def _qualified(name: str, driver: str) -> tuple[str, str]:
-    """A v1 QualifiedName: `domain/id`, or `id` in the driver's own domain."""
-    domain, sep, ident = name.rpartition("/")
-    return (domain, ident) if sep else (driver, name)
-
-
-def cel_device(device: Obj, driver: str = DRIVER) -> Any:
-    """The `device` variable of a selector for a v1 Device entry (attributes and capacity by domain)."""
-    attributes: dict[str, dict[str, Any]] = {driver: {}}
-    capacity: dict[str, dict[str, Any]] = {driver: {}}
-    for name, value in (device.get("attributes") or {}).items():
-        domain, ident = _qualified(name, driver)
-        attributes.setdefault(domain, {})[ident] = _attribute(value)
-    for name, value in (device.get("capacity") or {}).items():
-        domain, ident = _qualified(name, driver)
-        capacity.setdefault(domain, {})[ident] = _quantity(value.get("value", "0"))
-    return _cel_value(
-        {
-            "driver": driver,
-            "attributes": attributes,
-            "capacity": capacity,
-            "allowMultipleAllocations": bool(device.get("allowMultipleAllocations", False)),
-        }
-    )
-
-
-def selects(expression: str, device: Any) -> bool:
-    """Whether a selector accepts a device (cel_device's value); CelError when it fails on it, which
-    the scheduler treats as an allocation failure, not as a non-match."""
-    program = compile_selector(expression)
-    try:
-        result = program.evaluate({"device": device})
-    except Exception as exc:  # noqa: BLE001 -- untrusted selectors: any failure is the selector's
-        raise CelError(_eval_message(exc)) from None
-    if isinstance(result, celpy.CELEvalError):
-        raise CelError(_eval_message(result))
-    if not isinstance(result, celtypes.BoolType | bool):
-        raise CelError(f"evaluates to {type(result).__name__}, not bool")
-    return bool(result)
-
-
-def _eval_message(exc: BaseException) -> str:
-    args: tuple[Any, ...] = tuple(getattr(exc, "args", ()))
-    # CELEvalError(message, exception class, exception args): our library's own message when it raised.
-    if len(args) >= 3 and isinstance(args[1], type) and issubclass(args[1], CelError) and args[2]:
-        return str(args[2][0])
-    return str(args[0]) if args else type(exc).__name__
-
-
 # --- which profiles a request selects ------------------------------------------------------------------
 
 
@@ -450,7 +222,7 @@ def model_devices(gpu: GpuModel) -> ModelDevices:
             entry = mig_device(gpu, gi, facts=GpuFacts(product_name=p))
             key = _key(entry)
             if key not in _DEVICES:
-                _DEVICES[key] = cel_device(entry)
+                _DEVICES[key] = cel_device(entry, DRIVER)
             keys.append(key)
         out.append((gi.name, tuple(keys[:-1])))
         generic.append((gi.name, (keys[-1],)))
@@ -468,7 +240,7 @@ def _selects_key(expression: str, key: str) -> bool | str:
 def warm() -> None:
     """Build every catalogue model's devices and judge the driver's class selector on them now (a
     server's start), not in the first review: ~0.7 s, after which a claim costs ~0.2 s."""
-    evaluate([MIG_CLASS_EXPRESSION], catalogue().gpus, budget=60.0)
+    evaluate([MIG_CLASS_EXPRESSION], catalogue().gpus, deadline=time.monotonic() + 60.0)
 
 
 Mode = Literal["ExactCount", "All"]
@@ -488,6 +260,7 @@ class Selection:
     errors: tuple[str, ...] = ()  # selectors that fail on some device, or do not compile
     class_missing: bool = False
     gaps: bool = False  # some device undetermined: it reads what the catalogue does not know
+    over_budget: bool = False  # not judged: the claim's selectors took longer than BUDGET_SECONDS
 
     @property
     def profiles(self) -> frozenset[str]:
@@ -529,11 +302,20 @@ def _request_expressions(req: Obj) -> tuple[str, ...]:
     )
 
 
+class OverBudget(CelError):
+    """The claim's selectors were not judged within its budget (BUDGET_SECONDS)."""
+
+
+def over_budget_message(seconds: float) -> str:
+    return f"not judged within {seconds:g} s, the bound on one claim's selectors"
+
+
 def evaluate(
-    expressions: Sequence[str], models: Iterable[GpuModel], budget: float = BUDGET_SECONDS
+    expressions: Sequence[str], models: Iterable[GpuModel], deadline: float | None = None
 ) -> tuple[tuple[tuple[str, frozenset[str]], ...], tuple[str, ...], bool]:
     """Profiles per model that every expression accepts, the selectors' failures (deduplicated), and
-    whether some device was undetermined (a catalogue gap, or the time `budget` spent).
+    whether some device was undetermined (a catalogue gap). OverBudget once time.monotonic() passes
+    `deadline` (default: BUDGET_SECONDS from now).
 
     A failure is kept only when it is about the selector, not about what the catalogue lacks: a missing
     per-GPU attribute, or a capacity the catalogue leaves unknown, makes that device undetermined."""
@@ -543,50 +325,47 @@ def evaluate(
     gaps = False
     by_model: list[tuple[str, frozenset[str]]] = []
     reads_product = any("productName" in e for e in expressions)
-    deadline = time.monotonic() + budget
+    deadline = time.monotonic() + BUDGET_SECONDS if deadline is None else deadline
     for gpu in models:
         chosen = set()
         devices = model_devices(gpu)
         for profile, keys in devices.devices if reads_product else devices.generic:
-            if time.monotonic() > deadline:
-                gaps = True  # costly selectors: the rest undetermined, never a wrong "selects nothing"
-                break
             for key in keys:
                 if time.monotonic() > deadline:
-                    gaps = True
-                    break
-                failed: str | None = None
-                verdict = True
-                for e in expressions:
-                    result = _selects_key(e, key)
-                    if isinstance(result, str):
-                        failed = result
-                        break
-                    if not result:
-                        verdict = False
-                        break
-                if failed is not None:
-                    if "recursion" in failed:  # nesting too deep: fails the same way on every device
-                        return tuple(by_model), (f"too deeply nested: {failed}",), gaps
-                    if _catalogue_gap(failed, gpu):
-                        gaps = True
-                    else:
-                        errors.setdefault(failed)
-                    continue
-                if verdict:
+                    raise OverBudget(over_budget_message(BUDGET_SECONDS))
+                failed = _first_failure(expressions, key)
+                if failed is None:
                     chosen.add(profile)
                     break
+                if failed is False:
+                    continue
+                if "recursion" in failed:  # nesting too deep: fails the same way on every device
+                    return tuple(by_model), (f"too deeply nested: {failed}",), gaps
+                if _catalogue_gap(failed, gpu):
+                    gaps = True
+                else:
+                    errors.setdefault(failed)
         if chosen:
             by_model.append((gpu.device_id, frozenset(chosen)))
     return tuple(by_model), tuple(errors), gaps
 
 
+def _first_failure(expressions: Sequence[str], key: str) -> str | Literal[False] | None:
+    """None when every expression accepts the device, False when one rejects it, else the failure."""
+    for e in expressions:
+        result = _selects_key(e, key)
+        if isinstance(result, str):
+            return result
+        if not result:
+            return False
+    return None
+
+
 def _catalogue_gap(message: str, gpu: GpuModel) -> bool:
     """Whether a failure comes from a value the catalogue does not have for this model."""
-    m = re.search(r"no such member in mapping: '([^']+)'", message)
-    if not m:
+    name = missing_key(message)
+    if name is None:
         return False
-    name = m[1]
     if name in PER_GPU_ATTRIBUTES:
         return True
     unknown = {
@@ -627,6 +406,7 @@ def claim_requests(
     devices = _obj(spec.get("devices"))
     requests = _list(devices.get("requests"))
     pool = tuple(models) if models is not None else catalogue().gpus
+    deadline = time.monotonic() + BUDGET_SECONDS  # one budget for the whole claim
     problems: list[str] = []
     selections = []
     for i, req in enumerate(requests):
@@ -636,14 +416,15 @@ def claim_requests(
             continue
         name = str(req.get("name", ""))
         if isinstance(req.get("exactly"), Mapping):
-            selections.append(_selection(req["exactly"], f"{path}.exactly", name, classes, pool, problems))
+            selections.append(_selection(req["exactly"], f"{path}.exactly", name, classes, (pool, deadline), problems))
         elif isinstance(req.get("firstAvailable"), list):
             for j, sub in enumerate(req["firstAvailable"]):
                 sub_path = f"{path}.firstAvailable[{j}]"
                 if not isinstance(sub, Mapping):
                     problems.append(f"{sub_path}: must be an object")
                     continue
-                selections.append(_selection(sub, sub_path, f"{name}/{sub.get('name', '')}", classes, pool, problems))
+                sub_name = f"{name}/{sub.get('name', '')}"
+                selections.append(_selection(sub, sub_path, sub_name, classes, (pool, deadline), problems))
         else:
             problems.append(f"{path}: needs exactly or firstAvailable")
     return ClaimRequests(
@@ -652,8 +433,14 @@ def claim_requests(
 
 
 def _selection(
-    req: Obj, path: str, name: str, classes: Mapping[str, Obj] | None, pool: Sequence[GpuModel], problems: list[str]
+    req: Obj,
+    path: str,
+    name: str,
+    classes: Mapping[str, Obj] | None,
+    within: tuple[Sequence[GpuModel], float],
+    problems: list[str],
 ) -> Selection:
+    """One request (or alternative) judged on the models of `within` before its deadline."""
     class_name = req.get("deviceClassName")
     if not isinstance(class_name, str) or not class_name:
         problems.append(f"{path}.deviceClassName: required")
@@ -668,11 +455,12 @@ def _selection(
         base, missing = (), True
     expressions = base + _request_expressions(req)
     mode, count = _count(req, path, problems)
+    over = False
     try:
-        by_model, errors, gaps = evaluate(expressions, pool)
+        by_model, errors, gaps = evaluate(expressions, *within)
     except CelError as exc:
-        by_model, errors, gaps = (), (str(exc),), False
-    return Selection(path, name, class_name, expressions, mode, count, by_model, errors, missing, gaps)
+        by_model, errors, gaps, over = (), (str(exc),), False, isinstance(exc, OverBudget)
+    return Selection(path, name, class_name, expressions, mode, count, by_model, errors, missing, gaps, over)
 
 
 # --- demand --------------------------------------------------------------------------------------------
@@ -856,7 +644,7 @@ def findings(
         where = f"request {sel.request}" if sel.request else sel.path
         literals = _profile_literals(sel.expressions)
         about_mig = bool(sel.by_model) or bool(literals) or any("'mig'" in e or '"mig"' in e for e in sel.expressions)
-        if mig_only and not about_mig:
+        if mig_only and not about_mig and not sel.over_budget:
             continue
         if sel.errors:
             out.append(Finding("dra-selector-error", where, f"selector fails: {sel.errors[0]}"))
@@ -911,12 +699,12 @@ __all__ = [
     "MIG_CLASS_EXPRESSION",
     "MIG_DEVICE_CLASS",
     "CelError",
+    "OverBudget",
     "ClaimDemand",
     "ClaimRequests",
     "Finding",
     "GpuFacts",
     "Selection",
-    "cel_device",
     "claim_requests",
     "class_expressions",
     "demand",
@@ -925,5 +713,4 @@ __all__ = [
     "mig_device",
     "pending_demand",
     "provided_profiles",
-    "selects",
 ]

@@ -20,7 +20,7 @@ from typing import Any
 
 from migops.api.names import CONFIG_DIGEST_ANNOTATION, VALIDATED_GPUS_ANNOTATION, VALIDATED_STRATEGY_ANNOTATION
 from migops.api.objects import annotations_of, managed_entries
-from migops.webhook import checks
+from migops.webhook import checks, configmaps
 from migops.webhook.admission import ALLOW, Request, Verdict, allow, escape_pointer
 from migops.webhook.configmaps import in_scope, payload
 from migops.webhook.state import Snapshot
@@ -36,6 +36,12 @@ def owned(obj: Mapping[str, Any] | None) -> frozenset[str]:
 def cache_key(req: Request) -> tuple:
     have = annotations_of(req.object)
     return tuple(have.get(k) for k in OURS), owned(req.object) & frozenset(OURS)
+
+
+def mutation_key(req: Request) -> tuple:
+    """What the mutation depends on in the request: the content the ConfigMap rule judges, and the
+    annotations it may set."""
+    return configmaps.cache_key(req), cache_key(req)
 
 
 def wanted(req: Request, snap: Snapshot) -> dict[str, str]:

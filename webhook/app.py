@@ -11,15 +11,16 @@ is never read, so a server-side dry-run gets exactly the answer the real request
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass, replace
+from functools import partial
 from typing import Any, Protocol
 
 from flask import Flask, Response, request
 from werkzeug.exceptions import HTTPException, RequestEntityTooLarge
 
-from migops.webhook import annotate, configmaps, dra, metrics, nodelabels, pods, policies
+from migops.webhook import annotate, configmaps, dra, draeval, metrics, nodelabels, pods, policies
 from migops.webhook.admission import (
     ALLOW,
     MAX_BODY,
@@ -33,7 +34,7 @@ from migops.webhook.admission import (
 )
 from migops.webhook.cache import LRU
 from migops.webhook.ratelog import RateLimitedLog
-from migops.webhook.state import MigSyncRef, Snapshot
+from migops.webhook.state import Snapshot
 
 log = logging.getLogger(__name__)
 bad_requests = RateLimitedLog(log, per_interval=10, interval=10.0)  # one line per bad request, at most 10 per 10 s
@@ -48,19 +49,42 @@ _KEY_WEIGHT = 1024
 SYNC_WAIT = 2.0  # a review that arrives before the caches are synced waits at most this long
 JSON = "application/json"
 
-# (what the verdict depends on in the request, the rule, what it reads of the cluster state). The
-# verdict is cached under the first and the last: the versions of exactly the indexes the rule reads,
-# so a change elsewhere (another node's label, an agent's capacity) keeps it.
-Rule = tuple[Callable[[Request], tuple], Callable[[Request, Snapshot], Verdict], Callable[[Request, Snapshot], tuple]]
+
+@dataclass(frozen=True)
+class Rule:
+    """One rule: what its verdict depends on in the request (`key`), the rule itself (`validate`), what
+    it reads of the cluster state (`reads`: the versions of exactly the indexes it reads, so a change
+    elsewhere, another node's label or an agent's capacity, keeps its verdicts), and what it reads
+    through a port before the verdict (`prefetch`, given the port named `port`), outside the state's
+    lock: a slow API server or a costly selector holds up no other review. The verdict is cached under
+    (key, reads); a rule with a prefetch gets what it fetched as the third argument of both."""
+
+    key: Callable[[Request], tuple]
+    validate: Callable[..., Verdict]
+    reads: Callable[..., tuple]
+    prefetch: Callable[[Request, Snapshot, Any], Any] | None = None
+    port: str = ""  # the Ports field prefetch is given
 
 
-def _both(*keys: Callable[[Request], tuple]) -> Callable[[Request], tuple]:
-    return lambda req: tuple(k(req) for k in keys)
+@dataclass(frozen=True)
+class Ports:
+    """What rules read outside the informers' state. Without `read_configmap`, a ClusterPolicy switching
+    to another MIG ConfigMap is denied as uncheckable; without `read_migsync`, a Node naming a MigSync
+    the informer does not hold (yet) is denied (never admitted on a cache miss); `judge_claims` judges
+    DRA objects' selectors (webhook/draeval.py: a bounded child process by default)."""
+
+    read_configmap: policies.ReadConfigMap | None = None
+    read_migsync: nodelabels.ReadMigSync | None = None
+    judge_claims: dra.Judge | None = None
 
 
 def _placement(req: Request, snap: Snapshot) -> tuple:
     """ConfigMap and ClusterPolicy rules: the settings, the config in force, the nodes' configs and GPUs."""
     return snap.mig.key, snap.placement.version
+
+
+def _policy_reads(req: Request, snap: Snapshot, fetched: object) -> tuple:
+    return _placement(req, snap)
 
 
 def _pods(req: Request, snap: Snapshot) -> tuple:
@@ -70,15 +94,22 @@ def _pods(req: Request, snap: Snapshot) -> tuple:
 
 RULES: dict[str, dict[tuple[str, str], Rule]] = {
     "validate": {
-        ("", "ConfigMap"): (configmaps.cache_key, configmaps.validate, _placement),
-        ("", "Node"): (nodelabels.cache_key, nodelabels.validate, nodelabels.reads),
-        ("nvidia.com", "ClusterPolicy"): (policies.cache_key, policies.validate, _placement),
-        ("", "Pod"): (pods.cache_key, pods.validate, _pods),
-        **{(dra.GROUP, kind): (dra.cache_key, dra.validate, dra.reads) for kind in dra.KINDS},
+        ("", "ConfigMap"): Rule(configmaps.cache_key, configmaps.validate, _placement),
+        ("", "Node"): Rule(
+            nodelabels.cache_key, nodelabels.validate, nodelabels.reads, nodelabels.prefetch, "read_migsync"
+        ),
+        ("nvidia.com", "ClusterPolicy"): Rule(
+            policies.cache_key, policies.validate, _policy_reads, policies.prefetch, "read_configmap"
+        ),
+        ("", "Pod"): Rule(pods.cache_key, pods.validate, _pods),
+        **{
+            (dra.GROUP, kind): Rule(dra.cache_key, dra.validate, dra.reads, dra.prefetch, "judge_claims")
+            for kind in dra.KINDS
+        },
     },
     "mutate": {
-        ("", "ConfigMap"): (_both(configmaps.cache_key, annotate.cache_key), annotate.mutate, _placement),
-        ("", "Pod"): (pods.cache_key, pods.mutate, _pods),
+        ("", "ConfigMap"): Rule(annotate.mutation_key, annotate.mutate, _placement),
+        ("", "Pod"): Rule(pods.cache_key, pods.mutate, _pods),
     },
 }
 
@@ -98,182 +129,114 @@ class State(Protocol):
     def errors(self) -> dict[str, str]: ...
 
 
-# (namespace, name) -> the MigSync, None when it does not exist; raises when it cannot tell.
-ReadMigSync = Callable[[str, str], MigSyncRef | None]
-
-
-def create_app(
-    state: State,
-    *,
-    cache_bytes: int = CACHE_BYTES,
-    read_configmap: policies.ReadConfigMap | None = None,
-    read_migsync: ReadMigSync | None = None,
-) -> Flask:
-    """The app over `state`; `read_configmap` is how a ClusterPolicy switching to another MIG ConfigMap
-    gets that ConfigMap (webhook/policies.py; without it such a switch is denied as uncheckable);
-    `read_migsync` how a Node naming a MigSync the informer does not hold (yet) learns whether it
-    exists (without it, such an edit is denied: never admitted on a cache miss). Both are read before
-    the state's lock is taken, so a slow API server holds up no other review."""
+def create_app(state: State, ports: Ports | None = None, *, cache_bytes: int = CACHE_BYTES) -> Flask:
+    """The app over `state`, reading through `ports` what the informers do not hold (default: no
+    ConfigMap or MigSync reads, DRA selectors judged by a bounded child process)."""
     app = Flask("migops.webhook")
     app.config["MAX_CONTENT_LENGTH"] = MAX_BODY
     verdicts: LRU[tuple, Verdict] = LRU(cache_bytes)
-    policy_key, _, policy_reads = RULES["validate"][("nvidia.com", "ClusterPolicy")]
-    prefetched = threading.local()
-
-    def read_prefetched(namespace: str, name: str) -> Any:
-        found = getattr(prefetched, "value", None)
-        if found is None or found[0] != (namespace, name):
-            raise RuntimeError("the switch target was not read before the review")  # denied as unreadable
-        if isinstance(found[1], Exception):
-            raise found[1]
-        return found[1]
-
-    def live_migsync() -> nodelabels.Live | None:
-        found = getattr(prefetched, "migsync", None)
-        return found[1] if found is not None else None
-
-    def node_reads(req: Request, snap: Snapshot) -> tuple:
-        """nodelabels.reads, and what a live read of a MigSync found (a failed read's verdict is never cached)."""
-        found = getattr(prefetched, "migsync", None)
-        if found is None:
-            return nodelabels.reads(req, snap)
-        return (*nodelabels.reads(req, snap), req.uid if isinstance(found[1], Exception) else found)
-
-    node_key = RULES["validate"][("", "Node")][0]
-    # RULES' ClusterPolicy rule is policies.validate with no way to read a ConfigMap, and its Node rule
-    # nodelabels.validate with no live read of a MigSync; here they get them.
-    bound: dict[str, dict[tuple[str, str], Rule]] = {
-        **RULES,
-        "validate": {
-            **RULES["validate"],
-            ("nvidia.com", "ClusterPolicy"): (
-                policy_key,
-                lambda req, snap: policies.validate(req, snap, read_prefetched if read_configmap else None),
-                policy_reads,
-            ),
-            ("", "Node"): (
-                node_key,
-                lambda req, snap: nodelabels.validate(req, snap, live_migsync()),
-                node_reads,
-            ),
-        },
-    }
-
-    def prefetch(req: Request) -> None:
-        """A ClusterPolicy naming another MIG ConfigMap than the one in force, or a Node naming a
-        MigSync the informer does not hold: read it now, unlocked."""
-        prefetched.value = None
-        prefetched.migsync = None
-        if (req.group, req.kind) == ("", "Node"):
-            owner = nodelabels.uncached_owner(req, state.snapshot())
-            if owner is None:
-                return
-            if read_migsync is None:
-                prefetched.migsync = (owner, LookupError("this webhook cannot read MigSyncs"))
-                return
-            namespace, _, name = owner.partition("/")
-            try:
-                found = read_migsync(namespace, name) if namespace and name else None
-                prefetched.migsync = (owner, nodelabels.ABSENT if found is None else found)
-            except Exception as exc:  # noqa: BLE001 - the rule turns it into a denial that says why
-                prefetched.migsync = (owner, exc)
-            return
-        if read_configmap is None or (req.group, req.kind) != ("nvidia.com", "ClusterPolicy"):
-            return
-        snap = state.snapshot()
-        target = policies.after(req, snap).configmap
-        if req.operation not in ("CREATE", "UPDATE", "DELETE") or target == snap.settings.configmap:
-            return
-        try:
-            prefetched.value = (target, read_configmap(*target))
-        except Exception as exc:  # noqa: BLE001 - the rule turns it into a denial that says why
-            prefetched.value = (target, exc)
-
+    ports = ports or Ports()
+    if ports.judge_claims is None:
+        evaluator = draeval.Evaluator()
+        ports = replace(ports, judge_claims=evaluator.judge)
+        app.extensions["migops.draeval"] = evaluator
     app.extensions["migops.verdicts"] = verdicts
+    reviewer = Reviewer(state, ports, verdicts)
+    for endpoint in RULES:
+        app.add_url_rule(f"/{endpoint}", endpoint, partial(reviewer.review, endpoint), methods=["POST"])
+    app.add_url_rule("/healthz", "healthz", partial(_plain, 200, "ok"))
+    app.add_url_rule("/readyz", "readyz", partial(_readyz, state))
+    app.add_url_rule("/metrics", "metrics", _metrics_page)
+    app.register_error_handler(HTTPException, _http_error)
+    app.register_error_handler(Exception, _internal_error)
+    return app
 
-    def review(endpoint: str) -> Response:
+
+class Reviewer:
+    """Answers AdmissionReviews: parse, look the verdict up, run the rule on a miss."""
+
+    def __init__(self, state: State, ports: Ports, verdicts: LRU[tuple, Verdict]) -> None:
+        self.state, self.ports, self.verdicts = state, ports, verdicts
+
+    def review(self, endpoint: str) -> Response:
         started = time.perf_counter()
         kind, result = "-", "error"
-        rules = bound[endpoint]
         try:
-            try:
-                req = parse_review(decode(_read_body()))
-            except HTTPException:  # 413: over MAX_BODY
+            req = self._parse()
+            if isinstance(req, Response):
                 result = "bad_request"
-                raise
-            except (ValueError, RecursionError) as exc:  # JSONDecodeError, UnicodeDecodeError, BadReview
-                result = "bad_request"
-                reason = str(exc) if isinstance(exc, BadReview) else f"body is not JSON: {exc}"
-                reason = shorten(reason, 300)
-                bad_requests.warning("bad AdmissionReview on %s: %s", request.path, reason)
-                return _plain(400, f"bad AdmissionReview: {reason}")
-            rule = rules.get((req.group, req.kind))
+                return req
+            rule = RULES[endpoint].get((req.group, req.kind))
             kind = req.kind if rule is not None else "other"
-            if not state.synced and not state.wait_synced(SYNC_WAIT):
+            if not self.state.synced and not self.state.wait_synced(SYNC_WAIT):
                 result = "not_ready"
                 return _plain(503, "cluster state not synced yet; the API server applies the failurePolicy")
-            if rule is None:
-                verdict = ALLOW
-            elif req.refusal:  # beyond Kubernetes' limits: no rule runs, nothing is cached
-                bad_requests.warning(
-                    "refused %s %s on %s: %s", req.kind, shorten(req.name, 60), request.path, req.refusal[0][1]
-                )
-                verdict = deny(f"{req.kind} {req.name or '(no name)'}", list(req.refusal))
-            else:
-                prefetch(req)
-                with state.lock:
-                    snap = state.snapshot()
-                    key = (endpoint, req.kind, rule[0](req), rule[2](req, snap))
-                    cached = verdicts.get(key)
-                    if cached is None:
-                        metrics.child(metrics.CACHE, "miss").inc()
-                        verdict = rule[1](req, snap)
-                        verdicts.put(key, verdict, weight=verdict.weight + _KEY_WEIGHT)
-                    else:
-                        metrics.child(metrics.CACHE, "hit").inc()
-                        verdict = cached
+            verdict = self._verdict(endpoint, req, rule)
             result = "allowed" if verdict.allowed else "denied"
             for rule_name in verdict.rules:
                 metrics.child(metrics.DENIALS, rule_name).inc()
             return Response(verdict.body(req.uid), 200, mimetype=JSON)
+        except HTTPException:  # 413: over MAX_BODY
+            if kind == "-":
+                result = "bad_request"
+            raise
         finally:
             metrics.child(metrics.REQUESTS, endpoint, kind, result).inc()
             metrics.child(metrics.LATENCY, endpoint, kind).observe(time.perf_counter() - started)
 
-    @app.post("/validate")
-    def validate() -> Response:
-        return review("validate")
+    def _parse(self) -> Request | Response:
+        """The review, or the 400 that says why it is not one."""
+        try:
+            return parse_review(decode(_read_body()))
+        except (ValueError, RecursionError) as exc:  # JSONDecodeError, UnicodeDecodeError, BadReview
+            reason = str(exc) if isinstance(exc, BadReview) else f"body is not JSON: {exc}"
+            reason = shorten(reason, 300)
+            bad_requests.warning("bad AdmissionReview on %s: %s", request.path, reason)
+            return _plain(400, f"bad AdmissionReview: {reason}")
 
-    @app.post("/mutate")
-    def mutate() -> Response:
-        return review("mutate")
+    def _verdict(self, endpoint: str, req: Request, rule: Rule | None) -> Verdict:
+        if rule is None:
+            return ALLOW
+        if req.refusal:  # beyond Kubernetes' limits: no rule runs, nothing is cached
+            bad_requests.warning(
+                "refused %s %s on %s: %s", req.kind, shorten(req.name, 60), request.path, req.refusal[0][1]
+            )
+            return deny(f"{req.kind} {req.name or '(no name)'}", list(req.refusal))
+        fetched: tuple = ()
+        if rule.prefetch is not None:  # unlocked: the port may be slow
+            fetched = (rule.prefetch(req, self.state.snapshot(), getattr(self.ports, rule.port)),)
+        with self.state.lock:
+            snap = self.state.snapshot()
+            key = (endpoint, req.kind, rule.key(req), rule.reads(req, snap, *fetched))
+            cached = self.verdicts.get(key)
+            if cached is not None:
+                metrics.child(metrics.CACHE, "hit").inc()
+                return cached
+            metrics.child(metrics.CACHE, "miss").inc()
+            verdict = rule.validate(req, snap, *fetched)
+            self.verdicts.put(key, verdict, weight=verdict.weight + _KEY_WEIGHT)
+        return verdict
 
-    @app.get("/healthz")
-    def healthz() -> Response:
+
+def _readyz(state: State) -> Response:
+    if state.synced:
         return _plain(200, "ok")
+    errors = "; ".join(f"{k}: {v}" for k, v in state.errors().items())
+    return _plain(503, "cluster state not synced" + (f" ({errors})" if errors else ""))
 
-    @app.get("/readyz")
-    def readyz() -> Response:
-        if state.synced:
-            return _plain(200, "ok")
-        errors = "; ".join(f"{k}: {v}" for k, v in state.errors().items())
-        return _plain(503, "cluster state not synced" + (f" ({errors})" if errors else ""))
 
-    @app.get("/metrics")
-    def metrics_page() -> Response:
-        body, content_type = metrics.exposition()
-        return Response(body, 200, content_type=content_type)
+def _metrics_page() -> Response:
+    body, content_type = metrics.exposition()
+    return Response(body, 200, content_type=content_type)
 
-    @app.errorhandler(HTTPException)
-    def http_error(exc: HTTPException) -> Response:
-        return _plain(exc.code or 400, f"{exc.name}: {exc.description}")
 
-    @app.errorhandler(Exception)
-    def internal_error(exc: Exception) -> Response:
-        errors.error("internal error answering %s", request.path, exc_info=exc)
-        return _plain(500, "internal error; the API server applies the failurePolicy")
+def _http_error(exc: HTTPException) -> Response:
+    return _plain(exc.code or 400, f"{exc.name}: {exc.description}")
 
-    return app
+
+def _internal_error(exc: Exception) -> Response:
+    errors.error("internal error answering %s", request.path, exc_info=exc)
+    return _plain(500, "internal error; the API server applies the failurePolicy")
 
 
 def _read_body() -> bytes:

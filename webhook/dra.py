@@ -7,23 +7,32 @@ of the MIG config in force creates, is admitted with a warning naming the profil
 Which profiles a selector picks is migops.mig.dra's verdict (the selectors evaluated with a CEL library
 against the devices the driver publishes), the same one `migops suggest` reads demand from.
 
-The DeviceClass a claim names is not watched by the webhook: the driver's own `mig.nvidia.com` is
-known; a claim naming another class is judged by its own selectors only when they name a profile.
+The selectors are evaluated before the rule, outside the state's lock, by the worker's bounded
+evaluator process (webhook/draeval.py): the rule only reads its answer, or the bound it hit.
+
+The DeviceClass a claim names is not watched by the webhook: the driver's own `mig.nvidia.com` and
+migops's per-profile classes are known; a claim naming another class is judged by its own selectors only
+when they name a profile.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from migops.mig import dra
-from migops.mig.catalogue import catalogue
 from migops.mig.spec import MigPartedConfig
 from migops.webhook.admission import ALLOW, Request, Verdict, allow, merge_warnings
 from migops.webhook.checks import digest
+from migops.webhook.draeval import Bound
 from migops.webhook.state import Snapshot
 
 GROUP = "resource.k8s.io"
 KINDS = ("ResourceClaim", "ResourceClaimTemplate", "DeviceClass")
+
+# What the evaluator answers for a DRA object: what its selectors select, or the bound it hit.
+Judged = tuple[dra.Selection, ...] | Bound
+Judge = Callable[[str, str, Any], Judged]
 
 
 def cache_key(req: Request) -> tuple[Any, ...]:
@@ -32,9 +41,18 @@ def cache_key(req: Request) -> tuple[Any, ...]:
     return (req.operation, req.kind, digest(repr(obj.get("spec"))))
 
 
-def reads(req: Request, snap: Snapshot) -> tuple[Any, ...]:
-    """The GPU models present and the config in force."""
-    return snap.mig.key, snap.placement.models_version
+def prefetch(req: Request, snap: Snapshot, judge: Judge) -> Judged | None:
+    """The selectors' verdict, from the evaluator (outside the lock); None when the rule needs none."""
+    if req.operation not in ("CREATE", "UPDATE") or req.kind not in KINDS:
+        return None
+    return judge(req.kind, req.name, req.object or {})
+
+
+def reads(req: Request, snap: Snapshot, judged: Judged | None = None) -> tuple[Any, ...]:
+    """The GPU models present and the config in force; a busy evaluator's answer is never cached (the
+    review's uid), one past the time or memory bound is (the same object would pass it again)."""
+    busy = req.uid if isinstance(judged, Bound) and judged.which == "busy" else ""
+    return snap.mig.key, snap.placement.models_version, busy
 
 
 def _config(snap: Snapshot) -> MigPartedConfig | None:
@@ -42,27 +60,13 @@ def _config(snap: Snapshot) -> MigPartedConfig | None:
     return config if isinstance(config, MigPartedConfig) else None
 
 
-def selections(req: Request) -> tuple[dra.Selection, ...]:
-    obj = req.object or {}
-    if req.kind == "DeviceClass":
-        expressions = dra.class_expressions(obj)
-        if not expressions:
-            return ()
-        try:
-            by_model, errors, gaps = dra.evaluate(expressions, catalogue().gpus)
-        except dra.CelError as exc:
-            by_model, errors, gaps = (), (str(exc),), False
-        return (dra.Selection("spec.selectors", "", req.name, expressions, "All", 1, by_model, errors, False, gaps),)
-    claim = {**obj, "kind": req.kind}
-    return dra.claim_requests(claim).selections
-
-
-def validate(req: Request, snap: Snapshot) -> Verdict:
-    if req.operation not in ("CREATE", "UPDATE") or req.kind not in KINDS:
+def validate(req: Request, snap: Snapshot, judged: Judged | None = None) -> Verdict:
+    if judged is None:
         return ALLOW
-    found = dra.findings(
-        selections(req), sorted(snap.placement.models_present, key=lambda m: m.device_id), _config(snap)
-    )
+    if isinstance(judged, Bound):
+        where = "spec.selectors" if req.kind == "DeviceClass" else "spec"
+        return allow(merge_warnings([("dra-selector-error", where, judged.text)]))
+    found = dra.findings(judged, sorted(snap.placement.models_present, key=lambda m: m.device_id), _config(snap))
     if not found:
         return ALLOW
     return allow(merge_warnings((f.rule, f.where, f.text) for f in found))

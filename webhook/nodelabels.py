@@ -20,6 +20,7 @@ named, so a rollout across thousands of nodes never invalidates it.
 from __future__ import annotations
 
 import difflib
+from collections.abc import Callable
 from typing import Final, Literal
 
 from migops.api.migsync import NODES_FILE
@@ -78,11 +79,15 @@ def _ownership_key(req: Request) -> tuple:
     )
 
 
-def reads(req: Request, snap: Snapshot) -> tuple:
+def reads(req: Request, snap: Snapshot, fetched: Fetched | None = None) -> tuple:
     """What the verdict reads of the cluster state: the settings and the config in force, the MigSync
-    the node names and who the reconciler is. No other node."""
+    the node names and who the reconciler is (no other node); and what a live read of a MigSync found
+    (a failed read's verdict is never cached: the review's uid)."""
     owner = _owner(req)
-    return snap.mig.key, snap.migsync(owner) if owner else None, snap.reconciler_users
+    base = (snap.mig.key, snap.migsync(owner) if owner else None, snap.reconciler_users)
+    if fetched is None:
+        return base
+    return (*base, req.uid if isinstance(fetched[1], Exception) else fetched)
 
 
 def _owner(req: Request) -> str | None:
@@ -96,6 +101,24 @@ def _owner(req: Request) -> str | None:
 # the failure (the rule then denies: it never decides "unmanaged" on a cache miss, nor unread).
 ABSENT: Final = "absent"
 Live = MigSyncRef | Literal["absent"] | Exception
+Fetched = tuple[str, Live]  # (the MigSync named, what its live read found)
+# (namespace, name) -> the MigSync, None when it does not exist; raises when it cannot tell.
+ReadMigSync = Callable[[str, str], MigSyncRef | None]
+
+
+def prefetch(req: Request, snap: Snapshot, read: ReadMigSync | None) -> Fetched | None:
+    """The MigSync uncached_owner names, read from the API server (before the rule, unlocked)."""
+    owner = uncached_owner(req, snap)
+    if owner is None:
+        return None
+    if read is None:
+        return owner, LookupError("this webhook cannot read MigSyncs")
+    namespace, _, name = owner.partition("/")
+    try:
+        found = read(namespace, name) if namespace and name else None
+    except Exception as exc:  # noqa: BLE001 - the rule turns it into a denial that says why
+        return owner, exc
+    return owner, ABSENT if found is None else found
 
 
 def uncached_owner(req: Request, snap: Snapshot) -> str | None:
@@ -196,11 +219,12 @@ def owners_findings(req: Request, value: object) -> list[Finding]:
     ]
 
 
-def validate(req: Request, snap: Snapshot, live: Live | None = None) -> Verdict:
-    """`live`: the MigSync uncached_owner names, as read from the API server (None: not read, so a
-    cache miss is denied as unverified)."""
+def validate(req: Request, snap: Snapshot, fetched: Fetched | None = None) -> Verdict:
+    """`fetched`: the MigSync uncached_owner names, as prefetch read it from the API server (None: not
+    read, so a cache miss is denied as unverified)."""
     if req.operation not in ("CREATE", "UPDATE"):
         return ALLOW
+    live = fetched[1] if fetched is not None else None
     value = labels(req.object).get(MIG_CONFIG_LABEL)
     subject = f"Node {req.name}: {MIG_CONFIG_LABEL}={value}" if value is not None else f"Node {req.name}"
     owned, warnings = ownership(req, snap, live)

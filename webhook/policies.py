@@ -45,6 +45,8 @@ log = logging.getLogger(__name__)
 
 # (namespace, name) -> the ConfigMap object, None when it does not exist; raises when it cannot tell.
 ReadConfigMap = Callable[[str, str], Mapping[str, Any] | None]
+# What prefetch read: (the switch target, the ConfigMap, None when absent, or why it could not be read).
+Fetched = tuple[tuple[str, str], Mapping[str, Any] | None | Exception]
 
 _IMAGE_FIELDS = ("repository", "image", "version")
 
@@ -130,7 +132,22 @@ def _fields(req: Request) -> tuple[str, str]:
     return "spec.migManager.config.name", "spec.mig.strategy"
 
 
-def validate(req: Request, snap: Snapshot, read: ReadConfigMap | None = None) -> Verdict:
+def prefetch(req: Request, snap: Snapshot, read: ReadConfigMap | None) -> Fetched | None:
+    """A switch to another MIG ConfigMap than the one in force: read it now (before the rule, unlocked).
+    None when there is no switch, or no way to read ConfigMaps (the rule then denies the switch)."""
+    if read is None or req.operation not in ("CREATE", "UPDATE", "DELETE"):
+        return None
+    target = after(req, snap).configmap
+    if target == snap.settings.configmap:
+        return None
+    try:
+        return target, read(*target)
+    except Exception as exc:  # noqa: BLE001 - the rule turns it into a denial that says why
+        return target, exc
+
+
+def validate(req: Request, snap: Snapshot, fetched: Fetched | None = None) -> Verdict:
+    """`fetched`: the switch target as prefetch read it (None: this webhook cannot read ConfigMaps)."""
     if req.operation not in ("CREATE", "UPDATE", "DELETE"):
         return ALLOW
     if req.operation == "DELETE" and snap.settings.policy not in (None, req.name):
@@ -158,7 +175,7 @@ def validate(req: Request, snap: Snapshot, read: ReadConfigMap | None = None) ->
     new = after(req, snap)
     configmap_field, strategy_field = _fields(req)
     if new.configmap != snap.settings.configmap:
-        errors, warnings, text = _switch_configmap(new.configmap, new.strategy, snap, read, configmap_field)
+        errors, warnings, text = _switch_configmap(new.configmap, new.strategy, snap, fetched, configmap_field)
         findings += errors
         owned = _git_owned(req, snap, new.configmap, text, configmap_field)
     elif new.strategy is not None and new.strategy != snap.strategy:
@@ -195,13 +212,13 @@ def _git_owned(req: Request, snap: Snapshot, target: tuple[str, str], text: str 
 
 
 def _switch_configmap(
-    target: tuple[str, str], strategy: Strategy | None, snap: Snapshot, read: ReadConfigMap | None, field: str
+    target: tuple[str, str], strategy: Strategy | None, snap: Snapshot, fetched: Fetched | None, field: str
 ) -> tuple[list[Finding], list[Warning_], str | None]:
     """The ConfigMap the policy switches to, judged as the ConfigMap in force would be; and its
     config.yaml (None when it has none)."""
     namespace, name = target
     where = f"{field}: ConfigMap {namespace}/{name}"
-    if read is None:
+    if fetched is None:
         return (
             [
                 (
@@ -212,11 +229,10 @@ def _switch_configmap(
             [],
             None,
         )
-    try:
-        obj = read(namespace, name)
-    except Exception as exc:  # noqa: BLE001 - any failure to read is a denial that says why, not a 500
-        log.warning("reading ConfigMap %s/%s for a ClusterPolicy switch: %s", namespace, name, exc)
-        reason = getattr(exc, "reason", None) or type(exc).__name__
+    obj = fetched[1] if fetched[0] == target else RuntimeError("the switch target was not read before the review")
+    if isinstance(obj, Exception):  # any failure to read is a denial that says why, not a 500
+        log.warning("reading ConfigMap %s/%s for a ClusterPolicy switch: %s", namespace, name, obj)
+        reason = getattr(obj, "reason", None) or type(obj).__name__
         return [("configmap-unreadable", f"{where}: cannot be read to check the switch ({reason})")], [], None
     if obj is None:
         return (

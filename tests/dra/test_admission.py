@@ -14,6 +14,7 @@ from webhook_helpers import CM_NS, configmap, review
 
 from migops.webhook.admission import parse_review
 from migops.webhook.app import RULES
+from migops.webhook.draeval import judge_in_process
 from migops.webhook.registration import in_cluster
 from migops.webhook.state import Snapshot, trim_node
 
@@ -66,7 +67,7 @@ def claim(profile: str, kind: str = "ResourceClaim") -> dict[str, Any]:
 def verdict(obj: dict[str, Any], s: Snapshot) -> Any:
     req = parse_review(json.loads(json.dumps(review(obj, group="resource.k8s.io"))))
     rule = RULES["validate"][("resource.k8s.io", req.kind)]
-    return rule[1](req, s)
+    return rule.validate(req, s, rule.prefetch(req, s, judge_in_process))
 
 
 def test_claim_for_an_unconfigured_profile_is_warned_not_denied() -> None:

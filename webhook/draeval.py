@@ -1,0 +1,189 @@
+"""DRA objects' selectors, judged in a child process of their own under hard bounds.
+
+A ResourceClaim's selectors are code from whoever may create claims: one may run for seconds (nested
+comprehensions) or build a gigabyte string (chained replace), within the API server's own CEL cost
+limit or posted to the webhook directly. So they never run in a webhook worker, where Node, ConfigMap
+and ClusterPolicy reviews are answered: each worker has one evaluator process (started on the first
+DRA review, and again after it is stopped), which judges one object at a time, at a lower CPU priority,
+with an address-space limit. The worker waits for its answer at most WALL_SECONDS; past that, or when
+the child runs out of memory, the child is killed and the review is answered with `dra-selector-error`
+naming the bound. At most QUEUE DRA reviews wait for it at once; more are answered at once, so DRA
+reviews never hold more than QUEUE of the worker's threads.
+
+The child is `python -m migops.webhook.draeval`: it reads pickled requests from its stdin and writes
+pickled answers to its stdout (it is the worker's own child: nothing else writes to those pipes), and
+ends when its stdin closes (the worker is gone).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import pickle
+import resource
+import signal
+import subprocess
+import sys
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass
+from multiprocessing.connection import Connection
+from typing import Any
+
+from migops.mig import dra
+from migops.mig.catalogue import catalogue
+
+log = logging.getLogger(__name__)
+
+WALL_SECONDS = 2.0  # one object's judgement, from the request to the answer
+MEMORY_BYTES = 192 << 20  # address space the child may add once ready (its own is ~50 MiB)
+QUEUE = 2  # DRA reviews waiting on the child at once, the one judged included
+START_SECONDS = 10.0  # the child's start (an interpreter, the CEL runtime, the catalogue's devices)
+NICE = 10
+
+
+@dataclass(frozen=True)
+class Bound:
+    """A judgement that hit a bound, named for the warning: `which` is time, memory or busy."""
+
+    which: str
+    text: str
+
+
+def judge_in_process(kind: str, name: str, obj: Mapping[str, Any]) -> tuple[dra.Selection, ...]:
+    """What a DRA object's selectors select (the child's work; tests call it directly)."""
+    if kind == "DeviceClass":
+        expressions = dra.class_expressions(obj)
+        if not expressions:
+            return ()
+        over = False
+        try:
+            by_model, errors, gaps = dra.evaluate(expressions, catalogue().gpus)
+        except dra.CelError as exc:
+            by_model, errors, gaps, over = (), (str(exc),), False, isinstance(exc, dra.OverBudget)
+        return (dra.Selection("spec.selectors", "", name, expressions, "All", 1, by_model, errors, False, gaps, over),)
+    return dra.claim_requests({**obj, "kind": kind}).selections
+
+
+class Evaluator:
+    """The worker's side: one child, started when first needed, killed when it passes a bound."""
+
+    def __init__(
+        self, wall: float = WALL_SECONDS, memory: int = MEMORY_BYTES, queue: int = QUEUE, nice: int = NICE
+    ) -> None:
+        self.wall, self.memory, self.nice, self.queue = wall, memory, nice, queue
+        self._slots = threading.BoundedSemaphore(queue)
+        self._lock = threading.Lock()  # one judgement at a time
+        self._child: subprocess.Popen[bytes] | None = None
+        self._send: Connection | None = None
+        self._recv: Connection | None = None
+        self.started = 0  # children started (tests: a bound hit restarts it)
+
+    @property
+    def pid(self) -> int | None:
+        return self._child.pid if self._child is not None else None
+
+    def judge(self, kind: str, name: str, obj: Mapping[str, Any]) -> tuple[dra.Selection, ...] | Bound:
+        if not self._slots.acquire(blocking=False):
+            return Bound("busy", f"not judged: {self._busy()}")
+        try:
+            if not self._lock.acquire(timeout=self.wall):
+                return Bound("busy", f"not judged: {self._busy()}")
+            try:
+                return self._judge(kind, name, obj)
+            finally:
+                self._lock.release()
+        finally:
+            self._slots.release()
+
+    def _busy(self) -> str:
+        return f"the webhook's selector evaluator is busy with other DRA objects (at most {self.queue} wait for it)"
+
+    def _judge(self, kind: str, name: str, obj: Mapping[str, Any]) -> tuple[dra.Selection, ...] | Bound:
+        try:
+            send, recv = self._ready()
+            send.send_bytes(pickle.dumps((kind, name, dict(obj)), protocol=pickle.HIGHEST_PROTOCOL))
+            if not recv.poll(self.wall):
+                self.stop()
+                return Bound("time", f"selectors not judged within {self.wall:g} s, the webhook's bound per object")
+            answer = pickle.loads(recv.recv_bytes())  # from our own child
+        except (OSError, EOFError, pickle.PickleError) as exc:
+            log.warning("the DRA selector evaluator ended: %s", exc)
+            self.stop()
+            return Bound("memory", self._memory_text())
+        if answer == "memory":
+            self.stop()
+            return Bound("memory", self._memory_text())
+        return tuple(answer)
+
+    def _memory_text(self) -> str:
+        return f"selectors not judged within {self.memory >> 20} MiB, the webhook's memory bound per object"
+
+    def _ready(self) -> tuple[Connection, Connection]:
+        if self._child is not None and self._child.poll() is None and self._send and self._recv:
+            return self._send, self._recv
+        self.stop()
+        child = subprocess.Popen(
+            [sys.executable, "-m", "migops.webhook.draeval", str(self.memory), str(self.nice)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            close_fds=True,
+        )
+        assert child.stdin is not None and child.stdout is not None
+        self._child = child
+        self._send = Connection(os.dup(child.stdin.fileno()), readable=False)
+        self._recv = Connection(os.dup(child.stdout.fileno()), writable=False)
+        child.stdin.close()
+        child.stdout.close()
+        self.started += 1
+        if not self._recv.poll(START_SECONDS) or self._recv.recv_bytes() != b"ready":
+            self.stop()
+            raise OSError("the DRA selector evaluator did not start")
+        return self._send, self._recv
+
+    def stop(self) -> None:
+        """Kill the child (a later judgement starts another)."""
+        child, self._child = self._child, None
+        for conn in (self._send, self._recv):
+            if conn is not None:
+                conn.close()
+        self._send = self._recv = None
+        if child is not None:
+            if child.poll() is None:
+                child.send_signal(signal.SIGKILL)
+            child.wait()
+
+
+# ------------------------------------------------------------------------------------------ the child
+def serve(memory: int, nice: int) -> None:
+    """The child's loop: warm the catalogue's devices, bound itself, then judge until stdin closes."""
+    send = Connection(os.dup(sys.stdout.fileno()), readable=False)
+    recv = Connection(os.dup(sys.stdin.fileno()), writable=False)
+    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # stray prints never reach the pipe
+    os.nice(nice)
+    dra.warm()
+    size = _address_space()
+    resource.setrlimit(resource.RLIMIT_AS, (size + memory, size + memory))
+    send.send_bytes(b"ready")
+    while True:
+        try:
+            kind, name, obj = pickle.loads(recv.recv_bytes())  # from our own worker
+        except EOFError:
+            return
+        try:
+            answer: Any = judge_in_process(kind, name, obj)
+        except MemoryError:
+            answer = "memory"
+        send.send_bytes(pickle.dumps(answer, protocol=pickle.HIGHEST_PROTOCOL))
+
+
+def _address_space() -> int:
+    with open("/proc/self/status") as status:
+        for line in status:
+            if line.startswith("VmSize:"):
+                return int(line.split()[1]) * 1024
+    return 0
+
+
+if __name__ == "__main__":
+    serve(int(sys.argv[1]), int(sys.argv[2]))
