@@ -63,7 +63,7 @@ from migops.mig.problems import MigError
 from migops.mig.spec import MigPartedConfig
 from migops.mig.strategy import Strategy
 
-if TYPE_CHECKING:  # the DRA check (cel-python) is imported only by agents started with --dra
+if TYPE_CHECKING:  # the DRA check (the CEL runtime) is imported only by agents started with --dra
     from migops.agent.dra import DraSlices
 
 log = logging.getLogger(__name__)
