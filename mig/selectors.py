@@ -44,7 +44,7 @@ _QUANTITY_TEXT = re.compile(r"^([+-]?(?:\d+\.?\d*|\.\d+))((?:[eE][+-]?\d+)|Ki|Mi
 
 def parse_quantity(text: str) -> Decimal:
     """resource.ParseQuantity's value: a number with a binary-SI, decimal-SI or exponent suffix. (The
-    Kubernetes client's parse_quantity does the same, but importing its package costs most of a second.)"""
+    Kubernetes client's parse_quantity does the same, but importing it loads the whole client.)"""
     m = _QUANTITY_TEXT.match(text)
     if not m:
         raise CelError(f"invalid quantity {text!r}")

@@ -36,7 +36,7 @@ from migops.mig.catalogue import catalogue
 log = logging.getLogger(__name__)
 
 WALL_SECONDS = 2.0  # one object's judgement, from the request to the answer
-MEMORY_BYTES = 192 << 20  # address space the child may add once ready (its own is ~50 MiB)
+MEMORY_BYTES = 192 << 20  # address space the child may add to its own once ready
 QUEUE = 2  # DRA reviews waiting on the child at once, the one judged included
 START_SECONDS = 10.0  # the child's start (an interpreter, the CEL runtime, the catalogue's devices)
 NICE = 10
