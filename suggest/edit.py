@@ -9,6 +9,7 @@ resolver before it is shown; `rewrite` is the fallback that keeps no comments.
 
 from __future__ import annotations
 
+import json
 import re
 from collections import defaultdict
 from collections.abc import Mapping
@@ -16,13 +17,33 @@ from typing import Any
 
 import yaml
 
+from migops.mig.yamlsafe import STR, load_yaml, resolve
+
 _PLAIN = re.compile(r"^[A-Za-z0-9][-A-Za-z0-9_.]*$")
+_PY_STR = "tag:yaml.org,2002:str"
+
+
+def reads_as_text(name: str) -> bool:
+    """Written plain, `name` reads back as the same string: by the node's reader (go-yaml v2's YAML 1.1
+    rules: `y`, `on`, `1e3`, `0x10`, `123`, `1.50`, `.inf` are not strings) and by PyYAML, which edits
+    the text."""
+    pyyaml = yaml.SafeLoader.resolve(yaml.SafeLoader, yaml.ScalarNode, name, (True, False))  # type: ignore[arg-type]
+    return bool(_PLAIN.match(name)) and resolve("", name)[0] == STR and pyyaml == _PY_STR
 
 
 def _scalar(name: str) -> str:
-    return (
-        name if _PLAIN.match(name) and name not in ("true", "false", "null", "yes", "no", "on", "off") else repr(name)
-    )
+    """A name as nodes.yaml spells it: plain when it reads as itself, else double-quoted."""
+    return name if reads_as_text(name) else json.dumps(name)
+
+
+def _text(node: yaml.Node) -> str | None:
+    """A scalar's value when the node's reader reads it as a string (quoted, or plain and reading as
+    text); None for anything else (`config: y` is a boolean to go-yaml, whatever PyYAML says)."""
+    if not isinstance(node, yaml.ScalarNode):
+        return None
+    if node.style in ("'", '"') or resolve("", node.value)[0] == STR:
+        return str(node.value)
+    return None
 
 
 def _flow(names: list[str]) -> str:
@@ -89,9 +110,11 @@ def edit_nodes(text: str, changes: Mapping[str, str]) -> str:
         named, chosen = _key(item, "nodes"), _key(item, "config")
         if named is None or not isinstance(named[1], yaml.SequenceNode):
             continue
-        names = [n.value for n in named[1].value if isinstance(n, yaml.ScalarNode)]
-        cfg = chosen[1].value if chosen and isinstance(chosen[1], yaml.ScalarNode) else None
-        keep = [n for n in names if n not in changes or changes[n] == cfg]
+        names = [_text(n) for n in named[1].value]
+        if None in names:
+            continue  # not a list of names (the loader refuses it); left as it is
+        cfg = _text(chosen[1]) if chosen else None
+        keep = [n for n in names if n is not None and (n not in changes or changes[n] == cfg)]
         if cfg in wanted:
             keep += [n for n in wanted.pop(cfg) if n not in keep]
         if keep == names:
@@ -124,9 +147,9 @@ def _rewrite_assignments(
     t: TextEdits, root: yaml.MappingNode, found: tuple[yaml.Node, yaml.Node] | None, changes: Mapping[str, str]
 ) -> str:
     """`assignments` absent, empty or in flow style: its value written anew as a block list."""
-    doc = yaml.safe_load(t.text) or {}
-    items = _moved(list(doc.get("assignments") or []), changes)
-    block = yaml.safe_dump(items, default_flow_style=None, sort_keys=False, width=120)
+    doc = load_yaml(t.text) or {}
+    items = _moved(list(doc.get("assignments") or []) if isinstance(doc, dict) else [], changes)
+    block = _dump(items)
     block = "".join(f"  {line}\n" for line in block.splitlines())
     if found is None:
         t.edits.append((len(t.text), len(t.text), f"assignments:\n{block}"))
@@ -154,8 +177,26 @@ def _moved(items: list[Any], changes: Mapping[str, str]) -> list[Any]:
     return out
 
 
+class _QuotingDumper(yaml.SafeDumper):
+    """PyYAML's dumper, quoting every string that would not read back as itself under YAML 1.1."""
+
+
+def _represent_str(dumper: yaml.SafeDumper, value: str) -> yaml.ScalarNode:
+    return dumper.represent_scalar(_PY_STR, value, style=None if reads_as_text(value) else '"')
+
+
+_QuotingDumper.add_representer(str, _represent_str)
+
+
+def _dump(value: object) -> str:
+    return yaml.dump(value, Dumper=_QuotingDumper, default_flow_style=None, sort_keys=False, width=120)
+
+
 def rewrite(text: str, changes: Mapping[str, str]) -> str:
-    """The fallback: nodes.yaml loaded, changed and dumped whole (its comments are lost)."""
-    doc = yaml.safe_load(text) or {}
+    """The fallback: nodes.yaml loaded (as the node's reader reads it), changed and dumped whole (its
+    comments are lost)."""
+    doc = load_yaml(text) or {}
+    if not isinstance(doc, dict):
+        raise ValueError("nodes.yaml is not a mapping")
     doc["assignments"] = _moved(list(doc.get("assignments") or []), changes)
-    return yaml.safe_dump(doc, default_flow_style=None, sort_keys=False, width=120)
+    return _dump(doc)

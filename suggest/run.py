@@ -24,6 +24,11 @@ from migops.suggest.propose import propose
 from migops.suggest.solve import Limits
 
 
+class NotWritable(Exception):
+    """The proposal could not be written into nodes.yaml so that the loader and the resolver read it as
+    proposed: nothing is shown as a proposal."""
+
+
 @dataclass(frozen=True)
 class Outcome:
     """What `migops suggest` found: the demand, the proposal and nodes.yaml as it would become."""
@@ -130,7 +135,10 @@ def suggest(
         if not _holds(spec, config, text, cluster, changes, cache):
             text, lost = rewrite(spec.nodes_text, changes), True
             if not _holds(spec, config, text, cluster, changes, cache):
-                raise RuntimeError("the proposal could not be written into nodes.yaml so that it resolves as proposed")
+                moved = ", ".join(f"{n} -> {c}" for n, c in sorted(changes.items()))
+                raise NotWritable(
+                    f"the proposal ({moved}) could not be written into nodes.yaml so that it resolves as proposed"
+                )
     return Outcome(
         spec, strategy, tuple(demands), tuple(skipped), tuple(facts), proposal, text, desired.warnings, lost, config
     )

@@ -4,14 +4,16 @@ It reads the cluster (or a saved `kubectl get nodes,pods -A -o json`), the confi
 or `--repo URL --ref REF`), and prints the proposal (`-o text|json|patch`); `--write` edits the working
 tree, `--commit --branch NAME [--push]` commits it to a new branch for a pull request. It never changes
 the cluster. Exit codes: 0 a proposal, no change or no demand; 1 the repo does not validate against the
-cluster (the problems are printed, nothing is proposed); 2 usage; 3 git or the cluster failed, or the
-solver (OR-Tools, the optional extra `migops[suggest]`) is not installed.
+cluster (the problems are printed, nothing is proposed); 2 usage; 3 git or the cluster failed, the solver
+(OR-Tools, the optional extra `migops[suggest]`) is not installed, or the proposal could not be completed
+(the message says why; nothing is written).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import subprocess
 import sys
 import tempfile
@@ -51,8 +53,25 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--commit", action="store_true", help="commit the proposal to a new branch (--branch)")
     p.add_argument("--branch", metavar="NAME", help="with --commit: the branch to create")
     p.add_argument("--push", action="store_true", help="with --commit: push the branch to the remote (origin)")
-    p.add_argument("--time-limit", type=float, default=10.0, metavar="S", help="solver wall-clock limit (default 10)")
+    p.add_argument(
+        "--time-limit",
+        type=_seconds,
+        default=10.0,
+        metavar="S",
+        help="wall-clock safety net of the solver, seconds > 0 (default 10)",
+    )
     p.set_defaults(func=cmd_suggest)
+
+
+def _seconds(text: str) -> float:
+    """--time-limit: a finite number of seconds above 0 (argparse names the option when this refuses)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError(f"{text!r}: seconds must be a finite number above 0")
+    return value
 
 
 def _read_tree(args: argparse.Namespace) -> tuple[dict[str, bytes | None], str]:
@@ -118,12 +137,7 @@ def _cluster(args: argparse.Namespace) -> Any:
         api.close()
 
 
-def cmd_suggest(args: argparse.Namespace) -> int:
-    from migops.gitops.repo import RepoError, load_repo
-    from migops.suggest import report
-    from migops.suggest.run import suggest
-    from migops.suggest.solve import Limits, SolverMissing, require_solver
-
+def _check_args(args: argparse.Namespace) -> None:
     if args.commit and not args.branch:
         raise UsageError("--commit needs --branch NAME")
     if (args.branch or args.push) and not args.commit:
@@ -133,40 +147,62 @@ def cmd_suggest(args: argparse.Namespace) -> int:
     if args.repo and args.commit and not args.push:
         raise UsageError("with --repo, --commit needs --push (the clone it commits in is thrown away)")
     args.path = args.path.strip("/")
+
+
+def cmd_suggest(args: argparse.Namespace) -> int:
+    from migops.suggest.solve import SolverMissing, require_solver
+
+    _check_args(args)
     try:
         # Before reading anything: a missing solver is said at once, not after a clone and a cluster read.
         require_solver()
-    except SolverMissing as exc:
+        return _suggest(args)
+    except (SolverMissing, _Failed) as exc:
         print(f"migops suggest: {exc}", file=sys.stderr)
         return EXIT_FAILED
+    except UsageError:
+        raise
+    except Exception as exc:  # noqa: BLE001 -- a user gets a message and the exit code, never a traceback
+        print(f"migops suggest: internal error, nothing was written (please report it): {exc!r}", file=sys.stderr)
+        return EXIT_FAILED
+
+
+def _suggest(args: argparse.Namespace) -> int:
+    from migops.gitops.repo import RepoError, load_repo
+    from migops.suggest.run import NotWritable, suggest
+    from migops.suggest.solve import Limits
+
+    files, revision = _read_repo(args) if args.repo else _read_tree(args)
     try:
-        files, revision = _read_repo(args) if args.repo else _read_tree(args)
-        try:
-            spec = load_repo(files, args.path, revision)
-            cluster = _cluster(args)
-            limits = Limits(time_limit=args.time_limit, max_nodes=spec.nodes.suggest.max_nodes)
-            out = suggest(spec, cluster, limits)
-        except RepoError as exc:
-            return _refused(args, exc)
-        if args.output == "json":
-            print(json.dumps(document("suggest", report.as_dict(out)), indent=2))
-        elif args.output == "patch":
-            sys.stdout.write(out.patch())
-        else:
-            print("\n".join(report.text(out)))
-        if out.changed and args.write:
-            for name, text in out.files().items():
-                target = Path(args.tree) / name
-                target.write_text(text)
-                print(f"wrote {target}", file=sys.stderr)
-        if out.changed and args.commit:
-            _commit(args, out, report.summary(out), "\n".join(report.text(out)))
-        elif args.commit:
-            print("nothing to commit: no change proposed", file=sys.stderr)
-    except _Failed as exc:
-        print(f"migops suggest: {exc}", file=sys.stderr)
-        return EXIT_FAILED
+        spec = load_repo(files, args.path, revision)
+        cluster = _cluster(args)
+        out = suggest(spec, cluster, Limits(time_limit=args.time_limit, max_nodes=spec.nodes.suggest.max_nodes))
+    except RepoError as exc:
+        return _refused(args, exc)
+    except NotWritable as exc:
+        raise _Failed(str(exc)) from None
+    _show(args, out)
     return EXIT_OK
+
+
+def _show(args: argparse.Namespace, out: Any) -> None:
+    from migops.suggest import report
+
+    if args.output == "json":
+        print(json.dumps(document("suggest", report.as_dict(out)), indent=2))
+    elif args.output == "patch":
+        sys.stdout.write(out.patch())
+    else:
+        print("\n".join(report.text(out)))
+    if out.changed and args.write:
+        for name, text in out.files().items():
+            target = Path(args.tree) / name
+            target.write_text(text)
+            print(f"wrote {target}", file=sys.stderr)
+    if out.changed and args.commit:
+        _commit(args, out, report.summary(out), "\n".join(report.text(out)))
+    elif args.commit:
+        print("nothing to commit: no change proposed", file=sys.stderr)
 
 
 def _refused(args: argparse.Namespace, exc: Any) -> int:

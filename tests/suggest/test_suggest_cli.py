@@ -246,3 +246,43 @@ def test_pending_resource_claims_are_demand_beside_pods(capsys, tree: Path, tmp_
     assert [c["to"] for c in result["changes"]] == ["all-3g.40gb"]
     served = json.dumps(result["served"])
     assert "wants-3g" in served and "has-3g" not in served
+
+
+@pytest.mark.parametrize("name", ["y", "N", "on", "1e3", "1e10", "0x10", "123", "1.50"])
+def test_node_names_yaml_would_misread_are_written_quoted_with_comments_kept(
+    capsys, tree: Path, tmp_path: Path, name: str
+) -> None:
+    objs = objects(tmp_path, [node(name, [ONE_G], pool="ml")], [pod("a")])
+    code, out, err = suggest(capsys, tree, objs, "-o", "json")
+    doc = json.loads(out)
+    assert code == 0 and err == "" and doc["changes"][0]["node"] == name, err
+    assert f'+  - nodes: ["{name}"]\n+    config: all-3g.40gb\n' in doc["patch"]
+    subprocess.run(["git", "apply"], cwd=tree, input=doc["patch"], text=True, check=True)
+    assert "# the ML pool" in (tree / "clusters/prod/nodes.yaml").read_text()
+    assert main(["validate", str(tree / "clusters/prod")]) == 0
+
+
+@pytest.mark.parametrize("value", ["-1", "0", "nan", "inf", "-inf", "soon"])
+def test_the_time_limit_must_be_a_finite_number_of_seconds(capsys, tree: Path, tmp_path: Path, value: str) -> None:
+    with pytest.raises(SystemExit) as exc:
+        suggest(capsys, tree, cluster(tmp_path), "--time-limit", value)
+    assert exc.value.code == 2
+    assert "--time-limit" in capsys.readouterr().err
+
+
+def test_a_failure_is_a_message_and_exit_3_never_a_traceback(capsys, tree: Path, tmp_path: Path, monkeypatch) -> None:
+    """Whatever goes wrong inside (here: the edited file does not resolve as proposed), the user reads
+    what failed and gets the documented exit code; nothing is written."""
+    import migops.suggest.run as run_module
+
+    monkeypatch.setattr(run_module, "_holds", lambda *args: False)
+    code, out, err = suggest(capsys, tree, cluster(tmp_path), "--write")
+    assert code == 3 and out == ""
+    assert (
+        err.startswith("migops suggest: the proposal (n2 -> all-3g.40gb) could not be written")
+        and "Traceback" not in err
+    )
+    assert (tree / "clusters/prod/nodes.yaml").read_text() == NODES
+    monkeypatch.setattr(run_module, "_holds", lambda *args: 1 / 0)
+    code, out, err = suggest(capsys, tree, cluster(tmp_path))
+    assert code == 3 and "internal error" in err and "ZeroDivisionError" in err and "Traceback" not in err
