@@ -80,6 +80,16 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="also run Argo CD's repo-server and application-controller (built once from its Go module, "
         "hack/argocd-binaries.sh) and redis, syncing the MIG ConfigMap from a loopback git server",
     )
+    up.add_argument(
+        "--clusters",
+        type=int,
+        default=0,
+        metavar="N",
+        help="N clusters side by side, each with its own control plane, GPU nodes (models cycling through "
+        "H100, A100 80GB, A30), webhook, agents and, with --repo, a reconciler following clusters/<name> of "
+        "it; --flux/--argocd run on the first, the canary, and reach the others by their API servers "
+        "(docs/fleet.md)",
+    )
     reconciler.add_arguments(up)
     up.set_defaults(func=_up)
 
@@ -146,6 +156,8 @@ def _up(args: argparse.Namespace) -> int:
         raise UsageError("--nodes must be at least 1")
     if args.gpus_per_node < 1:
         raise UsageError("--gpus-per-node must be at least 1")
+    if args.clusters:
+        return _up_fleet(args)
     gpus = _resolve_gpus(args.gpu or [DEFAULT_GPU])
 
     from kubernetes.client.exceptions import ApiException
@@ -238,6 +250,47 @@ def _up(args: argparse.Namespace) -> int:
         )
     print(f"  kubeconfig: {plane.kubeconfig}")
     print(f'  next:       eval "$({_self()} local env)"; kubectl get nodes --show-labels')
+    return EXIT_OK
+
+
+def _up_fleet(args: argparse.Namespace) -> int:
+    """`up --clusters N` (migops.local.fleet)."""
+    from migops.local import fleet, stack
+
+    if args.clusters < 1 or args.real_node:
+        raise UsageError("--clusters must be at least 1, and a fleet has no real node")
+    home = _home()
+    if fleet.running(home):
+        _say(f"a fleet is already up under {fleet.fleet_dir(home)}; `migops local down` first")
+        return EXIT_OK
+    models = _resolve_gpus(args.gpu) if args.gpu else ()
+    base = stack.Options(
+        args.nodes,
+        [],
+        args.gpus_per_node,
+        args.strategy,
+        args.repo,
+        args.ref,
+        "",
+        flux=args.flux,
+        dra=args.dra,
+        argocd=args.argocd,
+    )
+    try:
+        started = fleet.up(home, args.clusters, base, progress=_say, models=models)
+    except Exception as exc:  # noqa: BLE001 - every cluster was stopped; say why
+        _say(f"the fleet did not start: {exc}")
+        return EXIT_INVALID
+    for c in started:
+        node = c.started.nodes[0]
+        print(
+            f"migops local: {c.name} up at {c.started.state.api_url}: {len(c.started.nodes)} x "
+            f"{node.gpus} x {node.gpu.product}" + (f", reconciler following clusters/{c.name}" if args.repo else "")
+        )
+    print(
+        f"  kubeconfig: {fleet.kubeconfig_path(home)} (one context per cluster); `migops fleet status "
+        f"--kubeconfig {fleet.kubeconfig_path(home)}`"
+    )
     return EXIT_OK
 
 
@@ -358,6 +411,16 @@ def _down(args: argparse.Namespace) -> int:
     from migops.local import stack, state
 
     home = _home()
+    from migops.local import fleet
+
+    if fleet.fleet_dir(home).exists():
+        survivors = fleet.down(home)
+        if survivors:
+            _say(f"could not stop pids {', '.join(map(str, survivors))} of the fleet")
+            return EXIT_INVALID
+        print(f"migops local: the fleet under {fleet.fleet_dir(home)} is down")
+        if not state.local_dir(home).exists():
+            return EXIT_OK
     with state.locked(home):
         if not state.local_dir(home).exists():
             _say(f"not running (nothing under {state.local_dir(home)})")

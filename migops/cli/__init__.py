@@ -1,5 +1,6 @@
 """The `migops` command line: one argparse tree, each command group registered by its own module of this
-package (mig: validate/plan/gpus; reconcile: reconcile/diff/status; suggest; local; agent; sim; webhook)."""
+package (mig: validate/plan/gpus; reconcile: reconcile/diff/status; fleet: inventory/fleet; suggest; local;
+agent; sim; webhook)."""
 
 from __future__ import annotations
 
@@ -22,6 +23,8 @@ COMMANDS: dict[str, str] = {
     "reconcile": "reconcile",
     "diff": "reconcile",
     "status": "reconcile",
+    "inventory": "fleet",
+    "fleet": "fleet",
     "suggest": "suggest",
     "local": "local",
     "agent": "agent",

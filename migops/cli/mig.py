@@ -228,7 +228,15 @@ def check(
     skipped = []
     ignored = []
     files = 0
-    for name, walked in expand_inputs(inputs):
+    fleets = [n for n in inputs if n != "-" and ((Path(n) / "fleet.yaml").is_file() or Path(n).name == "fleet.yaml")]
+    if fleets:  # a fleet repo: every cluster judged on its inventory (migops.cli.fleet)
+        from migops.cli.fleet import fleet_checks
+
+        for name in fleets:
+            read, found = fleet_checks(Path(name) if Path(name).is_dir() else Path(name).parent)
+            files += read
+            checked += found
+    for name, walked in expand_inputs([n for n in inputs if n not in fleets]):
         data = read_input(name)
         file = "<stdin>" if name == "-" else name
         nodes = _nodes_file(name, data)

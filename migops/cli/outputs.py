@@ -9,7 +9,17 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-VERSIONS = {"validate": 1, "plan": 1, "gpus": 1, "probe": 1, "diff": 1, "status": 1, "suggest": 1}
+VERSIONS = {
+    "validate": 1,
+    "plan": 1,
+    "gpus": 1,
+    "probe": 1,
+    "diff": 1,
+    "status": 1,
+    "suggest": 1,
+    "fleet-status": 1,
+    "fleet-diff": 1,
+}
 
 
 def schema_id(command: str) -> str:

@@ -33,13 +33,18 @@ class Checked:
     parsed: bool  # mig-parted's own parser would read it (the reports below exist only then)
     problems: tuple[Problem, ...]  # about the source as a whole (parse errors, no configs, reading notes)
     reports: tuple[ConfigReport, ...] = ()
-    kind: str = "mig-config"  # or "nodes": a config repo's nodes.yaml (gitops.check), object names its config.yaml
-    assignments: int = 0  # nodes: how many were read
+    kind: str = "mig-config"  # or "nodes": a config repo's nodes.yaml (gitops.check), object names its config.yaml;
+    # or "cluster": a file of one cluster of a fleet repo (gitops.fleet), object names the cluster ("fleet": the
+    # fleet's own files)
+    assignments: int = 0  # nodes, cluster: how many were read
+    nodes: int = 0  # cluster: the nodes its inventory records
 
     @property
     def source(self) -> str:
         if self.kind == "nodes":
             return f"{self.file}: nodes.yaml"
+        if self.kind == "cluster":
+            return f"{self.file}: {'fleet' if self.object == 'fleet' else f'cluster {self.object}'}"
         if self.object is None:
             return self.file
         return f"{self.file}:{self.line}: {self.object}" if self.line else f"{self.file}: {self.object}"
@@ -184,6 +189,16 @@ def text(run: Run, out=None) -> None:  # noqa: ANN001
     where_text = f" on a node with {node_text(node)}" if node else " against the GPU catalogue"
     strategy = f", MIG strategy {run.strategy}" if run.strategy else ""
     for c in run.checked:
+        if c.kind == "cluster":
+            said = (
+                f", {c.assignments} assignment(s) checked on the {c.nodes} node(s) of its inventory"
+                if c.assignments
+                else ""
+            )
+            say(f"{c.source}{said}: {'valid' if c.valid else 'INVALID'}")
+            for p in c.problems:
+                say(f"  {problem_line(c.file, p)}")
+            continue
         if c.kind == "nodes":
             against = f" on a node with {node_text(node)}" if node else ""
             say(
@@ -225,8 +240,10 @@ def text(run: Run, out=None) -> None:  # noqa: ANN001
         configs = sum(len(c.reports) for c in run.checked)
         bad = sum(not c.valid for c in run.checked)
         ignored = f"; {len(run.ignored_files)} file(s) without a MIG config ignored" if run.ignored_files else ""
-        nodes = sum(c.kind == "nodes" for c in run.checked)
-        repo = f", {nodes} nodes.yaml" if nodes else ""
+        nodes = sum(c.kind in ("nodes", "cluster") for c in run.checked)
+        clusters = len({c.object for c in run.checked if c.kind == "cluster" and c.object != "fleet"})
+        repo = f", {nodes - sum(c.kind == 'cluster' for c in run.checked)} nodes.yaml" if nodes else ""
+        repo += f", {clusters} cluster(s) of a fleet" if clusters else ""
         say(
             f"total: {run.files} file(s), {len(run.checked) - nodes} MIG config source(s){repo}, {configs} config(s); "
             f"{len(run.checked) - bad} source(s) valid, {bad} invalid{ignored}"
@@ -256,6 +273,7 @@ def as_json(run: Run) -> dict[str, object]:
             "sources": [
                 {
                     "kind": c.kind,
+                    **({"cluster": c.object} if c.kind == "cluster" else {}),
                     "file": c.file,
                     "object": c.object,
                     "line": c.line,
