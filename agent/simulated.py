@@ -4,7 +4,9 @@ The state file IS the simulated GPUs: every query reads it as it is now (never a
 and every change is a read-modify-write under an exclusive lock (`<state-file>.lock`, flock) written
 atomically (temporary file + rename), so another process changing the GPUs out of band, as a person
 with `nvidia-smi mig` does (`migops sim ...`, or an edit of the file), is what the agent sees next,
-and two writers never lose each other's change. The file survives agent restarts and simulated
+and two writers never lose each other's change. `atomic()` makes several changes one: the lock is held
+throughout and the file written once at the end, so a reader sees the GPUs before or after them, never
+half-way, and a refused call among them leaves the GPUs as they were. The file survives agent restarts and simulated
 reboots, as a GPU's state survives the agent.
 What the simulator enforces comes from the catalogue and `migops.mig` (valid starts, memory-slice
 overlap via `Placement.mask`, compute slices, max counts, the one media-engine set, which compute
@@ -118,6 +120,7 @@ class SimulatedBackend:
         self._sleep = sleep
         self._out_of_band = out_of_band
         self._by_device: dict[str, GpuModel] = {}
+        self._open: dict[str, Any] | None = None  # the state inside `atomic()`, written when it ends
         with self._locked():
             if self.path.exists():
                 state = self._load()
@@ -327,6 +330,8 @@ class SimulatedBackend:
     # ------------------------------------------------------------------ internals
     def _load(self) -> dict[str, Any]:
         """The GPUs as they are now. A rename replaces the file whole, so a reader never sees half a write."""
+        if self._open is not None:
+            return self._open
         try:
             state = json.loads(self.path.read_text())
         except FileNotFoundError:
@@ -358,8 +363,27 @@ class SimulatedBackend:
                 fcntl.flock(lock, fcntl.LOCK_UN)
 
     @contextmanager
+    def atomic(self) -> Iterator[None]:
+        """The changes made inside as one: under the lock throughout, written once when the block ends,
+        not at all when it raises. What `migops sim` does for each action a person asks for."""
+        if self._open is not None:
+            raise RuntimeError("atomic() does not nest")
+        with self._locked():
+            self._open = self._load()
+            try:
+                yield
+                state = self._open
+            finally:
+                self._open = None
+            self._save(state)
+
+    @contextmanager
     def _change(self) -> Iterator[dict[str, Any]]:
-        """Read-modify-write under the lock; a call that raises changes nothing."""
+        """Read-modify-write under the lock; a call that raises changes nothing. Inside `atomic()`, the
+        change is made to the open state (the lock is held already)."""
+        if self._open is not None:
+            yield self._open
+            return
         with self._locked():
             state = self._load()
             yield state

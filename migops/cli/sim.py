@@ -9,7 +9,10 @@
 
 The calls go through the simulated driver (`agent/simulated.py`), so it refuses what hardware refuses
 (an overlapping placement, destroying an instance with processes), and they share the state file's
-lock with a running agent. They are not counted in the file's per-GPU `ops` (those count the agent's
+lock with a running agent. Each action is one change to the state file (`SimulatedBackend.atomic`): the
+agent sees the GPUs before or after it, and an action the driver refuses part-way changes nothing. A
+person's change of several actions is seen between them, as separate nvidia-smi commands are on real
+GPUs. They are not counted in the file's per-GPU `ops` (those count the agent's
 calls), and the faults injected into the agent's driver (`op_delay`, `nvml_error`) do not apply to
 them; processes (`in_use`) do. `--node` names a node of `migops local` (its state file under
 $MIGOPS_HOME/local/agents/).
@@ -93,7 +96,8 @@ def cmd_sim(args: argparse.Namespace) -> int:
         raise UsageError(str(exc)) from None
     try:
         if args.action != "show":
-            _change(sim, args)
+            with sim.atomic():
+                _change(sim, args)
         for line in describe(sim, None if args.action == "show" else args.gpu):
             print(line)
     except GpuError as exc:

@@ -4,6 +4,7 @@ backend (a second process's change included) and through the NVML backend over t
 
 from __future__ import annotations
 
+import sys
 import threading
 from pathlib import Path
 
@@ -131,6 +132,49 @@ def test_migops_sim_refuses_what_the_driver_refuses(tmp_path: Path, capsys: pyte
     assert _person(agent.path, "show") == 0
     out = capsys.readouterr().out
     assert "GPU 0  H100-SXM5-80GB  MIG on  1g.10gb@0[1] pids 77, 1g.10gb@1[1], 2g.20gb@2[2], 3g.40gb@4[3]" in out
+
+
+_RENAMES: list[tuple[str, str]] = []  # (src, dst) of every os.replace/os.rename while a test listens
+_LISTENING: list[bool] = []
+
+
+def _audit(event: str, args: tuple) -> None:
+    if _LISTENING and event == "os.rename":
+        _RENAMES.append((str(args[0]), str(args[1])))
+
+
+sys.addaudithook(_audit)
+
+
+def test_each_migops_sim_action_is_one_write_seen_whole_or_not_at_all(tmp_path: Path) -> None:
+    """`mig-mode off` is eight driver calls (three CIs, three GIs, the mode, the reset): the agent reads
+    the file between any two writes, so the action must be one write, or the agent can see (and start
+    repairing) a change half-made."""
+    agent = _sim(tmp_path, 2)
+    _apply(agent, "all-2g.20gb")
+    _RENAMES.clear()
+    _LISTENING.append(True)
+    try:
+        assert _person(agent.path, "mig-mode", "--gpu", "0", "off") == 0
+    finally:
+        _LISTENING.clear()
+    assert [dst for _, dst in _RENAMES] == [str(agent.path)]
+    assert not agent.read(0).mig_enabled and agent.read(0).instances == ()
+    assert [d.what for d in _check(agent, "all-2g.20gb").drifts] == ["MIG disabled (config: enabled)"]
+    # A refused step leaves the GPUs as they were: processes on the last instance of GPU 1.
+    agent.faults_path.write_text('{"in_use": [{"gpu": 1, "start": 4, "pids": [77]}]}')
+    assert _person(agent.path, "mig-mode", "--gpu", "1", "off") == 1
+    assert agent.read(1).mig_enabled and [i.start for i in agent.read(1).instances] == [0, 2, 4]
+    assert [c.what for c in _check(agent, "all-2g.20gb").drifts] == ["MIG disabled (config: enabled)"]
+    # The agent's own calls stay one write each.
+    _RENAMES.clear()
+    _LISTENING.append(True)
+    try:
+        agent.set_mig_mode(0, True)
+        agent.reset([0])
+    finally:
+        _LISTENING.clear()
+    assert len(_RENAMES) == 2
 
 
 def test_the_nvml_check_is_read_only_and_sees_out_of_band_changes() -> None:
