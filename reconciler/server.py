@@ -27,19 +27,26 @@ MAX_HOOK_BODY = 1 << 20  # GitHub caps payloads at 25 MB; a push event is a few 
 Probe = Callable[[], tuple[bool, str]]
 
 
+def _raw(value: str) -> bytes:
+    """A header's value as bytes, whatever characters it holds: compared as bytes, a value that is not
+    ASCII is a mismatch like any other (`hmac.compare_digest` refuses non-ASCII strings)."""
+    return value.encode("utf-8", "surrogatepass")
+
+
 def check_signature(secret: bytes, body: bytes, headers: dict[str, str]) -> str | None:
     """None when the request is signed with `secret`; else why not."""
     for header in ("x-hub-signature-256", "x-signature"):
         value = headers.get(header)
         if value is not None:
             algo, _, digest = value.partition("=")
+            digest = digest.strip().lower()
             if algo != "sha256" or not digest:
                 return f"{header} must be sha256=<hex>"
-            expected = hmac.new(secret, body, hashlib.sha256).hexdigest()
-            return None if hmac.compare_digest(expected, digest.strip().lower()) else "signature does not match"
+            expected = hmac.new(secret, body, hashlib.sha256).hexdigest().encode()
+            return None if hmac.compare_digest(expected, _raw(digest)) else "signature does not match"
     token = headers.get("x-gitlab-token")
     if token is not None:
-        return None if hmac.compare_digest(token.encode(), secret) else "token does not match"
+        return None if hmac.compare_digest(_raw(token), secret) else "token does not match"
     return "unsigned request (need X-Hub-Signature-256, X-Signature or X-Gitlab-Token)"
 
 
@@ -99,16 +106,33 @@ class _Handler(BaseHTTPRequestHandler):
             self._send(202, b"sync triggered\n")
 
     def _body(self) -> bytes | None:
-        """The request body, or None (answered 400/413) when its length is missing or too large."""
-        try:
-            length = int(self.headers.get("Content-Length") or "0")
-        except ValueError:
-            length = -1
-        if length < 0 or length > MAX_HOOK_BODY:
-            self.close_connection = True
-            self._send(413 if length > MAX_HOOK_BODY else 400, b"bad Content-Length\n")
+        """The request body, or None (answered 400, 411 or 413, the connection closed: the rest of what the
+        client sends is never read as a next request) when its length is not a plain decimal, missing
+        while the client sends one anyway (chunked), too large, or not all sent in time."""
+        if self.headers.get("Transfer-Encoding") is not None:
+            self._refuse(411, b"a Content-Length is required\n")
             return None
-        return self.rfile.read(length)
+        text = (self.headers.get("Content-Length") or "0").strip()
+        # str.isdigit takes superscripts and other scripts' digits; int() takes "1_0" and "+1".
+        length = int(text) if text.isascii() and text.isdigit() and len(text) <= 12 else -1
+        if length < 0:
+            self._refuse(400, b"bad Content-Length\n")
+            return None
+        if length > MAX_HOOK_BODY:
+            self._refuse(413, b"body too large\n")
+            return None
+        try:
+            body = self.rfile.read(length)
+        except TimeoutError:
+            body = b""
+        if len(body) < length:
+            self._refuse(400, b"body shorter than its Content-Length\n")
+            return None
+        return body
+
+    def _refuse(self, code: int, why: bytes) -> None:
+        self.close_connection = True
+        self._send(code, why)
 
 
 class Server:

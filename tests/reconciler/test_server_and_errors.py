@@ -146,3 +146,61 @@ def test_the_apiservers_500_for_a_mistyped_apply_is_not_retried(rapi, gpu_nodes)
     assert "failed to create typed patch object" in err.value.message
     text = "\n".join(f"{s.name}{s.labels}={s.value}" for m in metrics.requests.collect() for s in m.samples)
     assert "'result': 'retry'" not in text and "'result': 'error', 'code': '500'" in text
+
+
+def _raw(srv: Server, request: bytes) -> bytes:
+    """What the server answers to these bytes (its status line and body; b"" when it drops the connection)."""
+    import socket
+
+    with socket.create_connection(("127.0.0.1", srv.port), timeout=10) as sock:
+        sock.sendall(request)
+        sock.shutdown(socket.SHUT_WR)
+        chunks = []
+        while chunk := sock.recv(65536):
+            chunks.append(chunk)
+    return b"".join(chunks)
+
+
+@pytest.mark.parametrize("header", ["X-Hub-Signature-256", "X-Signature", "X-Gitlab-Token"])
+@pytest.mark.parametrize(
+    "value",
+    [b"sha256=\xe9" + b"0" * 63, b"sha256=\xff\xfe", b"\xc3\xa9", b"sha256= ", b"sha256=" + b"0" * 4096, b"="],
+    ids=["latin1", "invalid-utf8", "utf8", "blank-digest", "long", "bare-equals"],
+)
+def test_hook_answers_any_malformed_signature_header_with_401(server: Server, header: str, value: bytes) -> None:
+    """A signature header of any bytes (not ASCII, not UTF-8) is answered 401, never a dropped connection."""
+    body = b'{"ref": "refs/heads/main"}'
+    request = (
+        b"POST /hook HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
+        + f"Content-Length: {len(body)}\r\n{header}: ".encode()
+        + value
+        + b"\r\n\r\n"
+        + body
+    )
+    answer = _raw(server, request)
+    assert answer.startswith(b"HTTP/1.1 401 "), answer
+    assert not server.fired.is_set()  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize(
+    "length",
+    [b"\xe9", b"-1", b"1e3", b"", b"9" * 40, b"0x10", b"1_0", b"\xb2", b"100"],
+    ids=["latin1", "negative", "float", "empty", "huge", "hex", "underscore", "superscript", "short-body"],
+)
+def test_hook_answers_a_malformed_content_length_with_4xx(server: Server, length: bytes) -> None:
+    request = b"POST /hook HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Length: " + length + b"\r\n\r\n{}"
+    answer = _raw(server, request)
+    assert answer[9:10] == b"4", answer
+    assert not server.fired.is_set()  # type: ignore[attr-defined]
+
+
+def test_hook_refuses_a_chunked_body_and_reads_no_further(server: Server) -> None:
+    """A body without a length (chunked) is refused with 411 and the connection closed: its bytes are
+    never read as a next request."""
+    request = (
+        b"POST /hook HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\nX-Gitlab-Token: s3cret\r\n\r\n"
+        b"2\r\n{}\r\n0\r\n\r\n"
+    )
+    answer = _raw(server, request)
+    assert answer.startswith(b"HTTP/1.1 411 ") and answer.count(b"HTTP/1.1") == 1, answer
+    assert not server.fired.is_set()  # type: ignore[attr-defined]
