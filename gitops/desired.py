@@ -10,6 +10,7 @@ by (config entries, GPUs, strategy): 2,000 nodes of three models cost three vali
 
 from __future__ import annotations
 
+import threading
 from collections import OrderedDict, defaultdict
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -54,11 +55,14 @@ class DesiredState:
 
 class FitCache:
     """Bounded memo of `migops.mig.fit` verdicts by (config entries, GPUs, strategy): it remembers, the
-    MIG core decides."""
+    MIG core decides. Threads may share it (the reconciler's syncs and its suggestions): a verdict is
+    looked up and kept under a lock and worked out outside it (two threads may work out one verdict
+    at once; both get the same)."""
 
     def __init__(self, size: int = 4096) -> None:
         self._size = size
         self._items: OrderedDict[tuple, Fit] = OrderedDict()
+        self._lock = threading.Lock()
 
     def fit(self, spec: RepoSpec, config: str, gpus: NodeGpus | None, strategy: Strategy | None) -> Fit:
         """The config on these GPUs (None: the catalogue) under the strategy."""
@@ -70,17 +74,18 @@ class FitCache:
             None if gpus is None else (tuple(g.device_id for g in gpus.gpus), gpus.exact),
             strategy,
         )
-        found = self._items.get(key)
-        if found is None:
-            # The catalogue question is asked once per config, not once per distinct set of GPUs.
-            reports = (
-                Reports(catalogue=lambda c, n, s: self.fit(spec, n, None, s).report) if gpus is not None else DIRECT
-            )
-            found = self._items[key] = fit(spec.config, config, gpus, strategy, reports)
+        with self._lock:
+            found = self._items.get(key)
+            if found is not None:
+                self._items.move_to_end(key)
+                return found
+        # The catalogue question is asked once per config, not once per distinct set of GPUs.
+        reports = Reports(catalogue=lambda c, n, s: self.fit(spec, n, None, s).report) if gpus is not None else DIRECT
+        found = fit(spec.config, config, gpus, strategy, reports)
+        with self._lock:
+            self._items[key] = found
             if len(self._items) > self._size:
                 self._items.popitem(last=False)
-        else:
-            self._items.move_to_end(key)
         return found
 
     def check(self, spec: RepoSpec, config: str, gpus: NodeGpus, strategy: Strategy | None) -> tuple[Problem, ...]:

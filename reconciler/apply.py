@@ -32,8 +32,7 @@ from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import HTTPError as Urllib3Error
 
 from migops import logs
-from migops.api.migsync import API_VERSION as MIGSYNC_API_VERSION
-from migops.api.migsync import KIND as MIGSYNC_KIND
+from migops.api.migsync import API_VERSION, KIND
 from migops.api.names import (
     CONFIGMAP_KEY,
     MANAGED_BY_ANNOTATION,
@@ -259,7 +258,7 @@ class Writer:
         meta: dict[str, Any] = {"name": name, "namespace": namespace}
         if present:
             meta["finalizers"] = [MIGSYNC_FINALIZER]
-        body = {"apiVersion": MIGSYNC_API_VERSION, "kind": MIGSYNC_KIND, "metadata": meta}
+        body = {"apiVersion": API_VERSION, "kind": KIND, "metadata": meta}
         self._apply(body, "migsyncs", f"MigSync/{namespace}/{name}", force=True)
 
     def record(self, body: Mapping[str, Any]) -> None:

@@ -28,31 +28,24 @@ from typing import Any, cast
 from kubernetes import client as k8s
 
 from migops import logs
-from migops.api import objects
-from migops.api.names import (
-    MIG_CONFIG_STATE_LABEL,
-    STATE_FAILED,
-    STATE_SUCCESS,
-)
 from migops.gitops.desired import DesiredState, FitCache
 from migops.gitops.source import GitAuth, default_cache_dir
 from migops.gitops.verify import TrustPolicy
 from migops.kube import clusterpolicy
+from migops.kube.cache import Cache
 from migops.kube.informer import Informer
 from migops.reconciler import loop, steps, summary
-from migops.reconciler import record as applied_record
 from migops.reconciler import status as st
 from migops.reconciler.apply import Writer
 from migops.reconciler.diff import Diff, preview
 from migops.reconciler.finalizer import finalize
-from migops.reconciler.memo import ResolveMemo
 from migops.reconciler.metrics import Metrics
-from migops.reconciler.overlay import WriteOverlay
-from migops.reconciler.ports import ClusterView, Memory, Options, Ports, with_trust_floor
+from migops.reconciler.ports import ClusterView, Options, Ports, with_trust_floor
 from migops.reconciler.reasons import Failure, SyncResult
+from migops.reconciler.record import load_record
 from migops.reconciler.recorder import EventRecorder, event_target
 from migops.reconciler.revisions import Revisions
-from migops.reconciler.state import Run, SyncState, restore
+from migops.reconciler.state import Run, Seen, SyncState, restore
 from migops.reconciler.status_writer import StatusWriter
 from migops.reconciler.suggestion import Suggester
 
@@ -91,6 +84,7 @@ class Reconciler:
         enforce_last_good: bool = True,
         trust: TrustPolicy | None = None,
         finalizer: bool = True,
+        cache: Cache | None = None,
     ) -> None:
         self.api = api
         self.stop_event = threading.Event()
@@ -108,12 +102,9 @@ class Reconciler:
         )
         self.ports = Ports(
             options=options,
-            cluster=ClusterView(api, options, spec=spec, trust=trust, on_node=self._on_node, wake=self.wake.set),
+            cluster=ClusterView(api, options, spec=spec, trust=trust, wake=self.wake.set, cache=cache),
             writer=writer,
             revisions=Revisions(Path(cache_dir) if cache_dir else default_cache_dir(), auth or GitAuth(), git_timeout),
-            overlay=WriteOverlay(options.owner),
-            memory=Memory(),
-            memo=ResolveMemo(),
             fit_cache=FitCache(),
             events=EventRecorder(api, metrics, dry_run=dry_run, default_target=self._event_target),
             metrics=metrics,
@@ -141,10 +132,6 @@ class Reconciler:
     @property
     def writer(self) -> Writer:
         return cast(Writer, self.ports.writer)
-
-    @property
-    def memory(self) -> Memory:
-        return self.ports.memory
 
     @property
     def nodes(self) -> Informer:
@@ -202,23 +189,18 @@ class Reconciler:
         self.ports.status.forget()
         options = self.ports.options
         try:
-            record, unreadable = applied_record.load(self.api, options.namespace, options.name), None
+            record, unreadable = load_record(self.api, options.namespace, options.name), None
         except ValueError as exc:  # said in status and an Event by the first sync (steps.check_record)
             record, unreadable = None, str(exc)
         self.state = restore(status, record, unreadable)
 
-    def _on_node(self, kind: str, obj: dict[str, Any]) -> None:
-        meta = objects.meta(obj)
-        # A Node the informer reports always has its name.
-        name, labels = cast(str, meta.get("name")), meta.get("labels") or {}
-        state, memory = labels.get(MIG_CONFIG_STATE_LABEL), self.ports.memory
-        if name in memory.awaiting and state is not None and state != STATE_SUCCESS:
-            memory.awaiting.discard(name)  # mig-manager has picked the new label up
-        if name in memory.acknowledged and state != STATE_FAILED:
-            memory.acknowledged.discard(name)
-        self.ports.overlay.node_event(kind, name, labels, meta.get("annotations") or {})
-        self.ports.memo.node_event(kind, name, labels, meta.get("annotations") or {})
-        self.wake.set()
+    def _caught_up(self) -> Seen:
+        """The node events recorded since the last sync folded into the state in force (kept at once: they
+        are taken from the journal), and one snapshot of the nodes for this sync. Under the sync lock."""
+        cluster = self.ports.cluster
+        count, changes = cluster.node_changes.take()
+        self.state = self.state.observed(changes, self.owner)
+        return Seen(cluster.nodes.items(), count)  # taken after the journal: it shows at least what was folded
 
     def _event_target(self) -> dict[str, Any] | None:
         return event_target(self.migsync_object(), self.state.desired)
@@ -227,12 +209,13 @@ class Reconciler:
     def sync(self, fetch: bool = True) -> SyncResult:
         """The finalizer, then the steps, then the summary; the state they leave is the one in force."""
         with self._lock:
-            state, finalized = finalize(self.state, self.ports)
+            seen = self._caught_up()
+            state, finalized = finalize(self.state, seen, self.ports)
             if finalized is not None:
                 self.state = state
                 return finalized
             began = time.monotonic()
-            run = Run(fetch)
+            run = Run(fetch, seen)
             state, stopped = steps.run_steps(state, run, self.ports, steps.SYNC)
             with logs.bound(**steps.about(run, state)):
                 self.state, result = summary.finish(state, run, stopped, self.ports, began)
@@ -249,7 +232,7 @@ class Reconciler:
         (Diff | None, result): None with a failed result when the revision is unreachable or invalid."""
         dry = self._dry_writer if server_side else None
         with self._lock:
-            return preview(self.state, self.ports, dry)
+            return preview(self.state, self._caught_up(), self.ports, dry)
 
     def _dry_writer(self) -> Writer:
         return Writer(self.api, dry_run=True, stop=self.stop_event, owner=self.owner)

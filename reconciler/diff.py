@@ -21,7 +21,7 @@ from migops.reconciler.apply import NullWriter, WriteError, Writer
 from migops.reconciler.plan import owns_config_label
 from migops.reconciler.ports import Ports
 from migops.reconciler.reasons import Outcome, SyncResult
-from migops.reconciler.state import Run, SyncState
+from migops.reconciler.state import Run, Seen, SyncState
 from migops.reconciler.summary import said
 
 
@@ -126,19 +126,20 @@ def server_dry_run(diff: Diff, desired: DesiredState, writer: Writer) -> None:
     diff.denied += [str(e) for e in errors]
 
 
-def preview(state: SyncState, ports: Ports, dry_writer: Callable[[], Writer] | None) -> tuple[Diff | None, SyncResult]:
-    """The diff of the repo's current revision: the sync's own steps (`steps.SYNC`), run on a copy of
-    what the reconciler remembers, with a writer that writes nothing and no summary, so nothing is
-    changed -- and, as with `--once`, a refused newest revision is the answer, not the last good one.
+def preview(
+    state: SyncState, seen: Seen, ports: Ports, dry_writer: Callable[[], Writer] | None
+) -> tuple[Diff | None, SyncResult]:
+    """The diff of the repo's current revision: the sync's own steps (`steps.SYNC`) on the state in
+    force (the state they return is dropped), with a writer that writes nothing and no summary, so
+    nothing is changed -- and, as with `--once`, a refused newest revision is the answer, not the last good one.
     With `dry_writer`, each change is then sent as a server-side dry run. None with a failed result
     when the revision is unreachable or invalid."""
     ports = replace(
         ports,
         options=replace(ports.options, dry_run=True, write_status=False, enforce_last_good=False),
         writer=NullWriter(),
-        memory=ports.memory.copy(),
     )
-    run = Run(True)
+    run = Run(True, seen)
     after, stopped = steps.run_steps(state, run, ports, steps.SYNC)
     if stopped is not None:
         f = said(stopped, after, run)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import time
 from dataclasses import replace
 
 from migops.api import objects
@@ -11,12 +12,12 @@ from migops.mig.text import listed
 from migops.reconciler.apply import WriteError
 from migops.reconciler.ports import Ports
 from migops.reconciler.reasons import Outcome, SyncResult
-from migops.reconciler.state import SyncState
+from migops.reconciler.state import Seen, SyncState
 
 log = logging.getLogger(__name__)
 
 
-def finalize(state: SyncState, ports: Ports) -> tuple[SyncState, SyncResult | None]:
+def finalize(state: SyncState, seen: Seen, ports: Ports) -> tuple[SyncState, SyncResult | None]:
     """A MigSync not being deleted gets the finalizer (once, unless `finalizer` is off: --once); one
     being deleted first releases every node it manages (managed-by and revision annotations removed;
     the labels stay as they are, anyone's now), then drops the finalizer so the deletion completes.
@@ -27,8 +28,9 @@ def finalize(state: SyncState, ports: Ports) -> tuple[SyncState, SyncResult | No
         return state, None
     obj = ports.cluster.migsync_object()
     if obj is None:
-        return state, SyncResult(Outcome.RELEASED, message=state.released) if state.released else None
-    state = replace(state, released="")
+        released = state.reported.released
+        return state, SyncResult(Outcome.RELEASED, message=released) if released else None
+    state = replace(state, reported=replace(state.reported, released=""))
     meta = objects.meta(obj)
     held = MIGSYNC_FINALIZER in (meta.get("finalizers") or ())
     if not meta.get("deletionTimestamp"):
@@ -39,13 +41,12 @@ def finalize(state: SyncState, ports: Ports) -> tuple[SyncState, SyncResult | No
                 log.warning("cannot add the finalizer %s: %s", MIGSYNC_FINALIZER, err)
         return state, None
     managed = sorted(
-        n
-        for n, o in ports.cluster.nodes.items().items()
-        if objects.annotations_of(o).get(MANAGED_BY_ANNOTATION) == options.owner
+        n for n, o in seen.nodes.items() if objects.annotations_of(o).get(MANAGED_BY_ANNOTATION) == options.owner
     )
+    began = ports.cluster.node_changes.count()
     done, errors = writer.releases(managed)
-    for name in done:
-        ports.overlay.released(name)
+    written = state.cache.written.released(done, time.monotonic(), began)
+    state = replace(state, cache=replace(state.cache, written=written))
     if errors:
         message = f"MigSync {options.owner} is being deleted; releasing its nodes failed: {errors[0]}"
         return state, SyncResult(Outcome.APPLY_FAILED, message=message, problems=tuple(str(e) for e in errors))
@@ -60,4 +61,4 @@ def finalize(state: SyncState, ports: Ports) -> tuple[SyncState, SyncResult | No
     )
     log.info("%s", released)
     result = SyncResult(Outcome.RELEASED, writes=len(done) + int(held), message=released)
-    return replace(state, desired=None, released=released), result
+    return replace(state, desired=None, reported=replace(state.reported, released=released)), result

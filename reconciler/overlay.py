@@ -2,74 +2,92 @@
 
 What an informer shows lags our own writes by a watch event: a sync that runs in between would see
 the old label and write it again. The overlay remembers each label (and the ConfigMap text) we set
-until the informer shows it, or for `ttl` seconds (by then the watch would have shown it).
+until a node event that arrived after the write began shows it, or for `WRITTEN_TTL` seconds (by then
+the watch would have shown it). It is a value in the sync's state: a sync lays it over its snapshot of
+the nodes and returns a new one with what it wrote; node events reach it only through the sync's fold.
 """
 
 from __future__ import annotations
 
-import time
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
-from migops.api.names import MANAGED_BY_ANNOTATION, MIG_CONFIG_LABEL
+from migops.reconciler.changes import Numbered
 from migops.reconciler.plan import with_config_label, without_annotations
-
-_RELEASED = object()  # a release (annotations removed, label left as it is)
 
 WRITTEN_TTL = 60.0
 
 
+@dataclass(frozen=True)
+class Written:
+    """One write of ours to a node: its label (None: removed), or a release (the annotations removed,
+    the label left as it is)."""
+
+    label: str | None
+    revision: str
+    at: float  # monotonic seconds
+    after: int  # the node journal's count when the write began: later events may show it
+    release: bool = False
+
+    def shown(self, config: str | None, owner: str | None, ours: str) -> bool:
+        if self.release:
+            return owner is None
+        if self.label is None:
+            return config is None
+        return config == self.label and owner == ours
+
+
+@dataclass(frozen=True)
 class WriteOverlay:
-    def __init__(self, owner: str = "", ttl: float = WRITTEN_TTL, clock: Any = time.monotonic) -> None:
-        self._owner = owner
-        self._ttl = ttl
-        self._clock = clock
-        self._labels: dict[str, tuple[Any, str, float]] = {}  # node -> (label we set or _RELEASED, revision, when)
-        self._configmap: tuple[str, float] | None = None
+    labels: Mapping[str, Written] = field(default_factory=dict)
+    configmap: tuple[str, float] | None = None  # (the text we wrote, when)
 
-    def wrote_label(self, node: str, label: str | None, revision: str = "") -> None:
-        self._labels[node] = (label, revision, self._clock())
+    def wrote(self, writes: Iterable[tuple[str, str | None]], revision: str, at: float, after: int) -> WriteOverlay:
+        added = {name: Written(label, revision, at, after) for name, label in writes}
+        return WriteOverlay({**self.labels, **added}, self.configmap) if added else self
 
-    def released(self, node: str) -> None:
-        self._labels[node] = (_RELEASED, "", self._clock())
+    def released(self, names: Iterable[str], at: float, after: int) -> WriteOverlay:
+        added = {name: Written(None, "", at, after, release=True) for name in names}
+        return WriteOverlay({**self.labels, **added}, self.configmap) if added else self
 
-    def wrote_configmap(self, text: str) -> None:
-        self._configmap = (text, self._clock())
+    def wrote_configmap(self, text: str, at: float) -> WriteOverlay:
+        return WriteOverlay(self.labels, (text, at))
 
-    def node_event(self, kind: str, name: str, labels: Mapping[str, str], annotations: Mapping[str, str]) -> None:
-        """An informer event: forget a write the informer now shows (or whose node is gone)."""
-        written = self._labels.get(name)
-        if written is None:
-            return
-        owner = annotations.get(MANAGED_BY_ANNOTATION)
-        if written[0] is _RELEASED:
-            shown = owner is None
-        elif written[0] is None:
-            shown = MIG_CONFIG_LABEL not in labels
-        else:
-            shown = labels.get(MIG_CONFIG_LABEL) == written[0] and owner == self._owner
-        if kind == "DELETED" or shown:
-            self._labels.pop(name, None)
+    def observed(self, changes: Sequence[Numbered], ours: str) -> WriteOverlay:
+        """Without the writes a node event after them shows (or whose node is gone)."""
+        if not self.labels:
+            return self
+        kept = dict(self.labels)
+        for number, change in changes:
+            written = kept.get(change.name)
+            if written is not None and number > written.after:
+                if change.gone or written.shown(change.config, change.owner, ours):
+                    del kept[change.name]
+        return self if len(kept) == len(self.labels) else WriteOverlay(kept, self.configmap)
 
-    def nodes(self, seen: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
-        """`seen` (a snapshot the caller owns) with our unconfirmed label writes laid over it."""
-        now = self._clock()
-        for name, (label, revision, when) in list(self._labels.items()):
+    def nodes(self, seen: dict[str, dict[str, Any]], ours: str, now: float) -> tuple[dict[str, Any], WriteOverlay]:
+        """`seen` (a snapshot the caller owns) with our unconfirmed writes laid over it; the overlay
+        without the writes that expired or whose node is gone."""
+        kept: dict[str, Written] = {}
+        for name, written in self.labels.items():
             obj = seen.get(name)
-            if obj is None or now - when > self._ttl:
-                self._labels.pop(name, None)
+            if obj is None or now - written.at > WRITTEN_TTL:
                 continue
+            kept[name] = written
             seen[name] = (
-                without_annotations(obj) if label is _RELEASED else with_config_label(obj, label, self._owner, revision)
+                without_annotations(obj)
+                if written.release
+                else with_config_label(obj, written.label, ours, written.revision)
             )
-        return seen
+        return seen, (self if len(kept) == len(self.labels) else WriteOverlay(kept, self.configmap))
 
-    def configmap_text(self, seen: str | None) -> str | None:
-        """The ConfigMap's config.yaml as it is once our last write lands (`seen`: what the informer has)."""
-        if self._configmap is None:
-            return seen
-        text, when = self._configmap
-        if seen == text or self._clock() - when >= self._ttl:
-            self._configmap = None
-            return seen
-        return text
+    def configmap_text(self, seen: str | None, now: float) -> tuple[str | None, WriteOverlay]:
+        """The ConfigMap's config.yaml as it is once our last write lands (`seen`: what the informer
+        has); the overlay without that write once the informer shows it or it expired."""
+        if self.configmap is None:
+            return seen, self
+        text, at = self.configmap
+        if seen == text or now - at >= WRITTEN_TTL:
+            return seen, WriteOverlay(self.labels, None)
+        return text, self

@@ -1,12 +1,12 @@
 """The reconciler's edges, handed to every step (`Ports`): what it reads of the cluster (informers),
 what it writes (an `apply.WritePort`: the API writer, or `apply.NullWriter` for `migops diff`), the repository,
-Events, metrics, and the caches the informers' events keep current between syncs. Steps read and
-write through these only; what lasts between syncs is `state.SyncState`, a value."""
+Events and metrics. Steps read and write the cluster through these only and never change a port's
+state; what lasts between syncs is `state.SyncState`, a value."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 from kubernetes import client as k8s
@@ -15,18 +15,18 @@ from migops.api.names import CONFIGMAP_KEY
 from migops.gitops.desired import FitCache
 from migops.gitops.verify import TrustPolicy
 from migops.kube import clusterpolicy
-from migops.kube.informer import Informer
+from migops.kube.cache import Cache, Changes
+from migops.kube.informer import Handler, Informer
 from migops.reconciler import status as st
 from migops.reconciler.apply import WritePort
-from migops.reconciler.memo import ResolveMemo
+from migops.reconciler.changes import NodeChange, node_change
 from migops.reconciler.metrics import Metrics
-from migops.reconciler.overlay import WriteOverlay
 from migops.reconciler.plan import trim_for_reconciler
 from migops.reconciler.recorder import EventRecorder
 from migops.reconciler.revisions import Revisions
 from migops.reconciler.status_writer import StatusWriter
 
-Handler = Callable[[str, dict[str, Any]], None]
+NODES = "nodes/trimmed-for-reconciler"  # the cache's key of the Nodes as the reconciler reads them
 
 
 @dataclass(frozen=True)
@@ -48,21 +48,10 @@ class Options:
         return f"{self.namespace}/{self.name}"
 
 
-@dataclass
-class Memory:
-    """The nodes a sync waits on that watch events update between syncs (`Reconciler._on_node`), so
-    shared with the informers' thread rather than part of the state value (`state.NodeMemory` is the
-    rest of what is remembered of nodes)."""
-
-    awaiting: set[str] = field(default_factory=set)  # mig-manager nodes we relabelled; not yet left success
-    acknowledged: set[str] = field(default_factory=set)  # failed nodes a resume/new commit acknowledged
-
-    def copy(self) -> Memory:
-        return Memory(set(self.awaiting), set(self.acknowledged))
-
-
 class ClusterView:
-    """What the informers show: the Nodes, our MigSync, the ClusterPolicies, the MIG ConfigMap."""
+    """What the informers show: the Nodes, our MigSync, the ClusterPolicies, the MIG ConfigMap -- from
+    the process's `kube.cache.Cache`. Node events are recorded in `node_changes` (on the informer's
+    thread, which touches nothing a sync reads) for the next sync to fold in; every event wakes the loop."""
 
     def __init__(
         self,
@@ -71,8 +60,8 @@ class ClusterView:
         *,
         spec: st.SyncSpec | None,
         trust: TrustPolicy | None,
-        on_node: Handler,
         wake: Callable[[], None],
+        cache: Cache | None = None,
     ) -> None:
         self._api = api
         self._key = f"{options.namespace}/{options.name}"
@@ -82,25 +71,40 @@ class ClusterView:
         # turn off what whoever deploys the reconciler requires.
         self._trust_floor = trust
         self._wake = wake
-        self.nodes = Informer(
-            k8s.CoreV1Api(api).list_node, name="nodes", transform=trim_for_reconciler, handler=on_node
+        self._own_cache = cache is None  # stopped with the view only when it is the view's own
+        self.cache = cache if cache is not None else Cache()
+        self.node_changes: Changes[NodeChange] = Changes(node_change, wake)
+        self.nodes = self.cache.informer(
+            NODES,
+            lambda h: Informer(k8s.CoreV1Api(api).list_node, name="nodes", transform=trim_for_reconciler, handler=h),
         )
+        self.cache.listen(NODES, self.node_changes.record)  # (which wakes the loop too)
         custom = k8s.CustomObjectsApi(api)
         # Optional CRDs: watched even while not installed (an install later is seen within seconds).
-        self.migsync = Informer(
-            custom.list_namespaced_custom_object,
-            st.GROUP,
-            st.VERSION,
-            options.namespace,
-            st.PLURAL,
-            name="migsync",
-            field_selector=f"metadata.name={options.name}",
-            handler=self._woken,
-            missing_ok=True,
-            backoff=(0.2, 5.0),
+        self.migsync = self._watch(
+            f"migsync/{self._key}",
+            lambda h: Informer(
+                custom.list_namespaced_custom_object,
+                st.GROUP,
+                st.VERSION,
+                options.namespace,
+                st.PLURAL,
+                name="migsync",
+                field_selector=f"metadata.name={options.name}",
+                handler=h,
+                missing_ok=True,
+                backoff=(0.2, 5.0),
+            ),
         )
-        self.policies = clusterpolicy.informer(api, handler=self._woken, backoff=(0.2, 5.0))
+        self.policies = self._watch(
+            "clusterpolicies", lambda h: clusterpolicy.informer(api, handler=h, backoff=(0.2, 5.0))
+        )
         self._configmaps: dict[tuple[str, str], Informer] = {}
+
+    def _watch(self, key: str, make: Callable[[Handler], Informer]) -> Informer:
+        informer = self.cache.informer(key, make)
+        self.cache.listen(key, self._woken)
+        return informer
 
     def _woken(self, kind: str, obj: dict[str, Any]) -> None:
         self._wake()
@@ -113,12 +117,12 @@ class ClusterView:
                 raise TimeoutError(f"could not list {inf.name}: {inf.last_error}")
 
     def stop(self) -> None:
-        for inf in [self.nodes, self.migsync, self.policies, *self._configmaps.values()]:
-            inf.stop()
+        if self._own_cache:
+            self.cache.stop()
 
     @property
     def synced(self) -> bool:
-        return self.nodes.synced and all(i.synced for i in self._configmaps.values())
+        return self.nodes.synced and all(i.synced for i in list(self._configmaps.values()))  # (read by /readyz)
 
     def migsync_object(self) -> dict[str, Any] | None:
         return self.migsync.get(self._key)
@@ -140,12 +144,15 @@ class ClusterView:
         key = (namespace, name)
         inf = self._configmaps.get(key)
         if inf is None:
-            inf = Informer(
-                k8s.CoreV1Api(self._api).list_namespaced_config_map,
-                namespace,
-                name=f"configmap-{name}",
-                field_selector=f"metadata.name={name}",
-                handler=self._woken,
+            inf = self._watch(
+                f"configmap/{namespace}/{name}",
+                lambda h: Informer(
+                    k8s.CoreV1Api(self._api).list_namespaced_config_map,
+                    namespace,
+                    name=f"configmap-{name}",
+                    field_selector=f"metadata.name={name}",
+                    handler=h,
+                ),
             )
             self._configmaps[key] = inf.start()
             inf.wait_synced(30)
@@ -169,10 +176,7 @@ class Ports:
     cluster: ClusterView
     writer: WritePort
     revisions: Revisions
-    overlay: WriteOverlay
-    memory: Memory
-    memo: ResolveMemo
-    fit_cache: FitCache
+    fit_cache: FitCache  # verdicts of a pure function, safe to share between threads
     events: EventRecorder
     metrics: Metrics
     status: StatusWriter

@@ -67,7 +67,7 @@ class AppliedRecord:
         )
 
 
-def verify(record: AppliedRecord, policy: TrustPolicy) -> None:
+def verify_record(record: AppliedRecord, policy: TrustPolicy) -> None:
     """With signatures required, is the record the signed revision's own? Raises VerificationError."""
     if not policy.enabled:
         return
@@ -80,7 +80,7 @@ def verify(record: AppliedRecord, policy: TrustPolicy) -> None:
     verify_files(record.proof, record.revision, record.path, files, policy)
 
 
-def of(desired: DesiredState, adopted_at: float, proof: CommitProof | None = None) -> AppliedRecord:
+def record_of(desired: DesiredState, adopted_at: float, proof: CommitProof | None = None) -> AppliedRecord:
     return AppliedRecord(
         desired.revision,
         desired.spec.path,
@@ -153,16 +153,16 @@ def from_configmap(obj: Mapping[str, Any]) -> AppliedRecord:
     return record
 
 
-def read(api: k8s.ApiClient, namespace: str, migsync: str) -> AppliedRecord | None:
+def read_record(api: k8s.ApiClient, namespace: str, migsync: str) -> AppliedRecord | None:
     """The record, or None (none yet, unreadable, or not allowed: said in the log)."""
     try:
-        return load(api, namespace, migsync)
+        return load_record(api, namespace, migsync)
     except ValueError as exc:
         log.warning("ignoring ConfigMap %s/%s: %s", namespace, record_name(migsync), exc)
     return None
 
 
-def load(api: k8s.ApiClient, namespace: str, migsync: str) -> AppliedRecord | None:
+def load_record(api: k8s.ApiClient, namespace: str, migsync: str) -> AppliedRecord | None:
     """The record, or None (none yet, or not readable: said in the log); ValueError when the
     ConfigMap is there but holds no record (edited by hand, truncated)."""
     try:

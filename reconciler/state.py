@@ -5,14 +5,19 @@ computes, filled in step by step and dropped at its end.
 A sync never edits a `SyncState`: each step returns a new one (`dataclasses.replace`), and the
 controller swaps it in once the summary has written status -- as Flux's controllers keep what lasts in
 the object's status and hand each step the object and a result, nothing else.
+
+Node events reach the state only through a sync: the informer's thread records them in a journal, and
+the sync, under its lock, folds them in (`SyncState.observed`) and takes one snapshot of the nodes
+(`Seen`) that all its steps read. Nothing a sync reads changes under it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from typing import Any
 
+from migops.api.names import STATE_FAILED, STATE_SUCCESS
 from migops.gitops.desired import DesiredState
 from migops.gitops.repo import RepoSpec
 from migops.gitops.source import Fetched, GitSource
@@ -20,6 +25,9 @@ from migops.gitops.verify import TrustPolicy
 from migops.kube.clusterpolicy import MigSettings
 from migops.reconciler import status as st
 from migops.reconciler.apply import WriteError
+from migops.reconciler.changes import Numbered
+from migops.reconciler.memo import ResolveMemo
+from migops.reconciler.overlay import WriteOverlay
 from migops.reconciler.plan import IN_SYNC, Plan
 from migops.reconciler.reasons import AnyReason, Failure, Note
 from migops.reconciler.record import AppliedRecord
@@ -56,14 +64,44 @@ class NodeMemory:
     refused: Mapping[tuple[str, str | None], str] = field(default_factory=dict)
     configmap_text: str | None = None  # what we last wrote or saw in sync: a different text later is drift
     since: Mapping[str, float] = field(default_factory=dict)  # node -> when it began reconfiguring (unix seconds)
+    # Nodes run by mig-manager that we relabelled and have not yet seen leave `success`, and failed nodes
+    # a resume or a new revision acknowledged; each -> the node journal's count when marked, as only a
+    # later event may clear it.
+    awaiting: Mapping[str, int] = field(default_factory=dict)
+    acknowledged: Mapping[str, int] = field(default_factory=dict)
+
+    def observed(self, changes: Sequence[Numbered]) -> NodeMemory:
+        """After these node events: mig-manager picked up a new label (its state left `success`), an
+        acknowledged node no longer fails."""
+        if not self.awaiting and not self.acknowledged:
+            return self
+        awaiting, acknowledged = dict(self.awaiting), dict(self.acknowledged)
+        for number, c in changes:
+            if number > awaiting.get(c.name, number) and c.state is not None and c.state != STATE_SUCCESS:
+                del awaiting[c.name]
+            if number > acknowledged.get(c.name, number) and c.state != STATE_FAILED:
+                del acknowledged[c.name]
+        if len(awaiting) == len(self.awaiting) and len(acknowledged) == len(self.acknowledged):
+            return self
+        return replace(self, awaiting=awaiting, acknowledged=acknowledged)
+
+
+@dataclass(frozen=True)
+class SyncCache:
+    """What a sync keeps to follow its own writes and to save work; never restored after a restart."""
+
+    written: WriteOverlay = WriteOverlay()  # our writes the informers do not show yet
+    resolved: ResolveMemo = ResolveMemo()  # the answers of resolving, until a node changes what it reads
 
 
 @dataclass(frozen=True)
 class Reported:
-    """What the last summary reported: the failure (as said) and the plan, which a later flush re-sends."""
+    """What the last summary reported: the failure (as said) and the plan, which a later flush re-sends;
+    once our MigSync was deleted and its nodes released (the finalizer), what every sync reports."""
 
     failure: Failure | None = None
     plan: Plan | None = None
+    released: str = ""
 
 
 @dataclass(frozen=True)
@@ -81,7 +119,14 @@ class SyncState:
     started_at: Mapping[str, float] = field(default_factory=dict)  # revision -> when adopted (unix seconds)
     nodes: NodeMemory = NodeMemory()
     reported: Reported = Reported()
-    released: str = ""  # set once our MigSync was deleted and its nodes released (finalizer)
+    cache: SyncCache = SyncCache()
+
+    def observed(self, changes: Sequence[Numbered], ours: str) -> SyncState:
+        """The state after these node events (in the order they arrived); `ours`: our managed-by value."""
+        if not changes:
+            return self
+        cache = SyncCache(self.cache.written.observed(changes, ours), self.cache.resolved.observed(changes))
+        return replace(self, nodes=self.nodes.observed(changes), cache=cache)
 
 
 def restore(status: Mapping[str, Any], record: AppliedRecord | None, unreadable: str | None) -> SyncState:
@@ -125,11 +170,21 @@ class Wave:
     errors: list[WriteError] = field(default_factory=list)
 
 
+@dataclass(frozen=True)
+class Seen:
+    """The nodes as this sync sees them: one snapshot of the informer (trimmed Nodes by name, shared:
+    read only), taken once the node journal's entries up to `count` were folded into the state."""
+
+    nodes: Mapping[str, dict[str, Any]] = field(default_factory=dict)
+    count: int = 0
+
+
 @dataclass
 class Run:
     """One sync's working record, filled in step by step (steps add to it; the summary reads it)."""
 
     fetch: bool  # fetch the remote (else follow the cluster with what was fetched last)
+    seen: Seen = Seen()
     spec: st.SyncSpec | None = None
     path: str = ""
     source: GitSource | None = None

@@ -1,6 +1,6 @@
 """One sync as a list of steps, after Flux's source-controller: load spec → check the record → resume →
-fetch → verify → load → fall back → resolve → history → record → warn → plan → deadline → apply the ConfigMap → apply
-a wave (`SYNC`, at the end).
+fetch → verify → load → fall back → resolve the candidate → history → write the record → warn → plan the
+wave → deadline → apply the ConfigMap → apply the wave (`SYNC`, at the end).
 
 Every step has one signature, `step(state, run, ports) -> (state, Failure | None)`: it reads the state
 in force (`state.SyncState`, a value) and what earlier steps left in `run`, adds its own result to
@@ -23,23 +23,20 @@ from typing import Any
 from migops import logs
 from migops.api import objects
 from migops.api.names import CONFIGMAP_KEY, MIG_CONFIG_STATE_LABEL, RESUME_ANNOTATION, STATE_FAILED
-from migops.api.objects import is_unmanaged as unmanaged
-from migops.gitops.desired import DesiredState
-from migops.gitops.desired import resolve as resolve_desired
+from migops.api.objects import is_unmanaged
+from migops.gitops.desired import DesiredState, resolve
 from migops.gitops.reasons import UNREADABLE, SourceReason
 from migops.gitops.repo import RepoError, RepoSpec
 from migops.gitops.source import SourceError, normalise_path
 from migops.gitops.verify import CommitProof, VerificationError
 from migops.mig.text import listed
 from migops.reconciler import matching
-from migops.reconciler import record as applied_record
 from migops.reconciler import status as st
 from migops.reconciler.apply import WriteError
-from migops.reconciler.plan import DRIFTED, IN_SYNC, PROGRESSING, Plan, config_state, label_written_at
-from migops.reconciler.plan import plan as plan_wave
+from migops.reconciler.plan import DRIFTED, IN_SYNC, PROGRESSING, Plan, config_state, label_written_at, plan
 from migops.reconciler.ports import Ports
 from migops.reconciler.reasons import AnyReason, Failure, Outcome, Reason
-from migops.reconciler.record import record_name
+from migops.reconciler.record import AppliedRecord, record_name, record_of, to_configmap, verify_record
 from migops.reconciler.state import RecordState, Run, SyncState
 
 log = logging.getLogger(__name__)
@@ -65,16 +62,15 @@ def about(run: Run, state: SyncState) -> dict[str, str]:
     return {"revision": revision} if revision else {}
 
 
-def acknowledge(ports: Ports, why: str) -> None:
-    """The nodes failed now are acknowledged: a rollout halted on them goes on."""
-    failed = {
-        n
-        for n, obj in ports.cluster.nodes.items().items()
-        if objects.labels(obj).get(MIG_CONFIG_STATE_LABEL) == STATE_FAILED
-    }
-    if failed:
-        log.info("%s acknowledges the failure of %s", why, ", ".join(sorted(failed)))
-    ports.memory.acknowledged |= failed
+def acknowledge(state: SyncState, run: Run, why: str) -> SyncState:
+    """The nodes failed now are acknowledged: a rollout halted on them goes on (until a node event
+    after this sync's snapshot shows one no longer failed)."""
+    failed = {n for n, obj in run.seen.nodes.items() if objects.labels(obj).get(MIG_CONFIG_STATE_LABEL) == STATE_FAILED}
+    if not failed:
+        return state
+    log.info("%s acknowledges the failure of %s", why, ", ".join(sorted(failed)))
+    acknowledged = {**state.nodes.acknowledged, **dict.fromkeys(failed, run.seen.count)}
+    return replace(state, nodes=replace(state.nodes, acknowledged=acknowledged))
 
 
 def load_spec(state: SyncState, run: Run, ports: Ports) -> Done:
@@ -105,7 +101,7 @@ def check_record(state: SyncState, run: Run, ports: Ports) -> Done:
     if kept is None or run.spec is None or state.record.trust == run.spec.trust:
         return state, None
     try:
-        applied_record.verify(kept, run.spec.trust)
+        verify_record(kept, run.spec.trust)
     except VerificationError as exc:
         return _refuse_record(state, run, ports, kept.revision, str(exc)), None
     return replace(state, record=replace(state.record, trust=run.spec.trust)), None
@@ -130,7 +126,7 @@ def resume(state: SyncState, run: Run, ports: Ports) -> Done:
     token = objects.annotations_of(obj).get(RESUME_ANNOTATION)
     if not token or token == state.handled_resume:
         return state, None
-    acknowledge(ports, f"resume {token!r}")
+    state = acknowledge(state, run, f"resume {token!r}")
     run.note(Reason.RESUMED, f"resumed ({RESUME_ANNOTATION}={token})", key=("resume", token))
     return replace(state, handled_resume=token), None
 
@@ -242,19 +238,19 @@ def _fall_back(state: SyncState, run: Run, ports: Ports) -> None:
             log.warning("the applied record of %s does not parse: %s", record.revision, exc, extra=extra)
 
 
-def managed_nodes(nodes: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+def managed_nodes(nodes: Mapping[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
     """Nodes without migops.io/unmanaged=true: the only ones assignments can give a config."""
-    return {name: obj for name, obj in nodes.items() if not unmanaged(obj)}
+    return {name: obj for name, obj in nodes.items() if not is_unmanaged(obj)}
 
 
-def resolve(state: SyncState, run: Run, ports: Ports) -> Done:
+def resolve_candidate(state: SyncState, run: Run, ports: Ports) -> Done:
     """The candidate on today's nodes; if it cannot be applied, the desired state in force stays."""
     assert run.settings is not None
     tries = [c for c in (run.got.candidate, state.desired.spec if state.desired else None) if c is not None]
     for i, attempt in enumerate(tries):
         if i and attempt.revision == tries[0].revision:
             break
-        found = _resolved(state, run, ports, attempt)
+        found, state = _resolved(state, run, ports, attempt)
         if isinstance(found, Failure):
             run.keep(found)
             run.note_failure(found, key=("invalid", attempt.revision, found.message))
@@ -281,25 +277,25 @@ def adopt(state: SyncState, desired: DesiredState, run: Run, ports: Ports) -> Sy
         text = matching.moved_text(desired, moved)
         run.note(Reason.MOVED_TO_DEFAULT, text, "Warning", key=("defaulted", desired.revision))
     if state.desired is not None:
-        acknowledge(ports, "a new revision")
+        state = acknowledge(state, run, "a new revision")
     started = dict(state.started_at)
     started.setdefault(desired.revision, time.time())
     return replace(state, desired=desired, moved=moved, started_at=started)
 
 
-def _resolved(state: SyncState, run: Run, ports: Ports, attempt: RepoSpec) -> DesiredState | Failure:
+def _resolved(state: SyncState, run: Run, ports: Ports, attempt: RepoSpec) -> tuple[DesiredState | Failure, SyncState]:
     """`attempt` on today's nodes (or why not), remembered until a node changes in a way resolving
     reads (labels other than the config and state, GPUs, a node added or gone) or the settings do:
     a watch event of a node's state costs no resolve of every node."""
     assert run.settings is not None
-    key = ports.memo.key(attempt.revision, attempt.path, run.settings)
-    known = ports.memo.get(key)
+    memo = state.cache.resolved
+    key = memo.key(attempt.revision, attempt.path, run.settings)
+    known = memo.get(key)
     if known is not None:
-        return known
+        return known, state
     found: DesiredState | Failure
     try:
-        nodes = managed_nodes(ports.cluster.nodes.items())
-        desired = resolve_desired(attempt, nodes, run.settings, ports.fit_cache)
+        desired = resolve(attempt, managed_nodes(run.seen.nodes), run.settings, ports.fit_cache)
     except RepoError as exc:
         found = Failure(
             exc.reason,
@@ -312,8 +308,7 @@ def _resolved(state: SyncState, run: Run, ports: Ports, attempt: RepoSpec) -> De
         )
     else:
         found = _guard_defaulted(state, desired) or desired
-    ports.memo.put(key, found)
-    return found
+    return found, replace(state, cache=replace(state.cache, resolved=memo.put(key, found)))
 
 
 def _guard_defaulted(state: SyncState, desired: DesiredState) -> Failure | None:
@@ -369,7 +364,7 @@ def history(state: SyncState, run: Run, ports: Ports) -> Done:
     return replace(state, revision_condition=st.Condition(REVISION_CONDITION, status, reason, message)), None
 
 
-def record(state: SyncState, run: Run, ports: Ports) -> Done:
+def write_record(state: SyncState, run: Run, ports: Ports) -> Done:
     """Keep the revision in force in the cluster, before any write of it."""
     desired, kept = state.desired, state.record
     assert desired is not None
@@ -381,9 +376,9 @@ def record(state: SyncState, run: Run, ports: Ports) -> Done:
         return replace(state, record=replace(kept, written=desired.revision)), None
     options = ports.options
     uid = objects.meta(ports.cluster.migsync_object()).get("uid")
-    new = applied_record.of(desired, state.started_at.get(desired.revision) or time.time(), proof)
+    new = record_of(desired, state.started_at.get(desired.revision) or time.time(), proof)
     try:
-        ports.writer.record(applied_record.to_configmap(new, options.namespace, options.name, uid))
+        ports.writer.record(to_configmap(new, options.namespace, options.name, uid))
     except WriteError as err:
         log.warning("the applied record was not written (tried again at the next sync): %s", err)
         return state, None
@@ -391,7 +386,7 @@ def record(state: SyncState, run: Run, ports: Ports) -> Done:
     return replace(state, record=RecordState(new, desired.revision, trust, None, kept.unreadable)), None
 
 
-def _same(kept: applied_record.AppliedRecord, desired: DesiredState) -> bool:
+def _same(kept: AppliedRecord, desired: DesiredState) -> bool:
     spec = desired.spec
     return (kept.revision, kept.path, kept.config_text, kept.nodes_text) == (
         desired.revision,
@@ -422,25 +417,26 @@ def warn(state: SyncState, run: Run, ports: Ports) -> Done:
     return state, None
 
 
-def plan(state: SyncState, run: Run, ports: Ports) -> Done:
-    desired, wave, mem, seen = state.desired, run.wave, ports.memory, state.nodes
+def plan_wave(state: SyncState, run: Run, ports: Ports) -> Done:
+    """This wave, planned on the nodes with our writes the informer does not show yet laid over them."""
+    desired, wave, known, now = state.desired, run.wave, state.nodes, time.monotonic()
     assert desired is not None
-    wave.nodes = ports.overlay.nodes(ports.cluster.nodes.items())
-    wave.configmap_text = ports.overlay.configmap_text(
-        ports.cluster.configmap_seen(desired.namespace, desired.configmap)
-    )
-    wave.skip = frozenset(n for (n, c) in seen.refused if desired.targets.get(n) and desired.targets[n].config == c)
-    wave.plan = plan_wave(
+    ours = ports.options.owner
+    wave.nodes, written = state.cache.written.nodes(dict(run.seen.nodes), ours, now)
+    shown = ports.cluster.configmap_seen(desired.namespace, desired.configmap)
+    wave.configmap_text, written = written.configmap_text(shown, now)
+    wave.skip = frozenset(n for (n, c) in known.refused if desired.targets.get(n) and desired.targets[n].config == c)
+    wave.plan = plan(
         desired,
         wave.nodes,
         wave.configmap_text,
-        acknowledged=frozenset(mem.acknowledged),
-        awaiting=frozenset(mem.awaiting),
-        reached=seen.reached,
+        acknowledged=frozenset(known.acknowledged),
+        awaiting=frozenset(known.awaiting),
+        reached=known.reached,
         skip=wave.skip,
-        owner=ports.options.owner,
+        owner=ours,
     )
-    return state, None
+    return replace(state, cache=replace(state.cache, written=written)), None
 
 
 def deadline(state: SyncState, run: Run, ports: Ports) -> Done:
@@ -492,7 +488,9 @@ def apply_configmap(state: SyncState, run: Run, ports: Ports) -> Done:
         return state, None
     run.wave.writes += 1
     if not ports.options.dry_run:
-        ports.overlay.wrote_configmap(text)
+        state = replace(
+            state, cache=replace(state.cache, written=state.cache.written.wrote_configmap(text, time.monotonic()))
+        )
     where = f"ConfigMap {desired.namespace}/{desired.configmap}"
     if seen is not None and last == text:
         run.note(
@@ -516,37 +514,25 @@ def apply_wave(state: SyncState, run: Run, ports: Ports) -> Done:
     """This wave's labels (and prunes), in parallel; nothing while an earlier write failed."""
     p, desired = run.wave.plan, state.desired
     assert p is not None and desired is not None
-    refused = dict(state.nodes.refused)
     if not run.wave.errors:
-        refused.update(_write_wave(run, ports, p, desired.revision, refused))
+        state = _write_wave(state, run, ports, p, desired.revision)
     reached = {**state.nodes.reached, **{s.name: s.config for s in p.nodes if s.phase == IN_SYNC}}
-    return replace(state, nodes=replace(state.nodes, reached=reached, refused=refused)), None
+    return replace(state, nodes=replace(state.nodes, reached=reached)), None
 
 
-def _write_wave(
-    run: Run, ports: Ports, p: Plan, revision: str, refused: Mapping[tuple[str, str | None], str]
-) -> dict[tuple[str, str | None], str]:
-    """The wave's writes; returns the ones refused for good (terminal errors), by (node, config)."""
-    mem, wave, writer, live = ports.memory, run.wave, ports.writer, not ports.options.dry_run
+def _write_wave(state: SyncState, run: Run, ports: Ports, p: Plan, revision: str) -> SyncState:
+    """The wave's writes; the state remembers them (awaited, laid over the informer) and the ones
+    refused for good (terminal errors), by (node, config)."""
+    wave, writer, refused = run.wave, ports.writer, state.nodes.refused
     items: list[tuple[str, str | None]] = [*p.writes, *((n, None) for n in p.prunes)]
-    # Marked before the write: mig-manager may answer (pending) before the write call returns.
-    fresh = {
-        n
-        for n, c in items
-        if c is not None and live and not config_state(wave.nodes[n]).agent and n not in mem.awaiting
-    }
-    mem.awaiting |= fresh
+    # Read before the writes: a node event numbered above it may be the answer to one of them.
+    began = ports.cluster.node_changes.count()
     done, errors = writer.labels([*items, *p.annotate], revision)
-    mem.awaiting -= fresh - set(done)
     released, release_errors = writer.releases(n for n in p.releases if (n, None) not in refused)
     errors += release_errors
     wave.errors += errors
     wave.writes += len(done) + len(released)
     wrote = dict([*p.annotate, *items])
-    for name in done if live else ():
-        ports.overlay.wrote_label(name, wrote[name], revision)
-    for name in released if live else ():
-        ports.overlay.released(name)
     if released:
         run.note(
             Reason.RELEASED,
@@ -556,7 +542,32 @@ def _write_wave(
     annotated = {n for n, _ in p.annotate}
     _notes_for_writes(run, p, [n for n in done if n not in annotated], wrote, revision)
     terminal = ((err.target.split("/", 1)[1], err) for err in errors if err.kind == "terminal")
-    return {(node, wrote.get(node)): str(err) for node, err in terminal}
+    refused = {**refused, **{(node, wrote.get(node)): str(err) for node, err in terminal}}
+    state = replace(state, nodes=replace(state.nodes, refused=refused))
+    if ports.options.dry_run:
+        return state
+    relabelled = [n for n in done if n not in annotated and wrote[n] is not None]
+    return remember_writes(state, wave.nodes, [(n, wrote[n]) for n in done], relabelled, released, revision, began)
+
+
+def remember_writes(
+    state: SyncState,
+    nodes: Mapping[str, Mapping[str, Any]],
+    done: list[tuple[str, str | None]],
+    relabelled: list[str],
+    released: list[str],
+    revision: str,
+    began: int,
+) -> SyncState:
+    """Our writes laid over the informer until it shows them; the nodes without the agent that we gave
+    a new label (`relabelled`) awaited until mig-manager answers (its state leaves `success`)."""
+    now = time.monotonic()
+    written = state.cache.written.wrote(done, revision, now, began).released(released, now, began)
+    # Marked at `began` even when already awaited: an event recorded before the write that the state
+    # does not hold yet must not count as the answer to it.
+    fresh = {n: began for n in relabelled if not config_state(nodes[n]).agent}
+    memory = replace(state.nodes, awaiting={**state.nodes.awaiting, **fresh}) if fresh else state.nodes
+    return replace(state, nodes=memory, cache=replace(state.cache, written=written))
 
 
 def _notes_for_writes(run: Run, p: Plan, done: list[str], wrote: dict[str, str | None], revision: str) -> None:
@@ -592,11 +603,11 @@ SYNC: tuple[Step, ...] = (
     verify,
     load,
     fall_back,
-    resolve,
+    resolve_candidate,
     history,
-    record,
+    write_record,
     warn,
-    plan,
+    plan_wave,
     deadline,
     apply_configmap,
     apply_wave,

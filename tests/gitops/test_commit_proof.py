@@ -12,7 +12,7 @@ from migops.gitops.desired import DesiredState
 from migops.gitops.repo import load_repo
 from migops.gitops.source import GitSource
 from migops.gitops.verify import CommitProof, TrustPolicy, VerificationError, verify_files
-from migops.reconciler import record as applied_record
+from migops.reconciler.record import from_configmap, record_of, to_configmap, verify_record
 
 NODES = nodes_yaml("  - nodeSelector: {matchLabels: {pool: a}}\n    config: all-1g.10gb")
 OTHER = nodes_yaml("  - nodeSelector: {matchLabels: {pool: a}}\n    config: all-7g.80gb")
@@ -85,17 +85,17 @@ def test_the_record_keeps_its_proof_and_verifies_only_with_it(tmp_path: Path, ke
     sha = repo.commit({"config.yaml": CONFIG_YAML, "nodes.yaml": NODES}, key=keys["alice"])
     spec = load_repo(_files(), "", sha)
     desired = DesiredState(spec, "mixed", "gpu-operator", "default-mig-parted-config", {})
-    kept = applied_record.of(desired, 1.0, _proof(tmp_path, repo, sha, ""))
-    read = applied_record.from_configmap(applied_record.to_configmap(kept, "migops-system", "migops", None))
+    kept = record_of(desired, 1.0, _proof(tmp_path, repo, sha, ""))
+    read = from_configmap(to_configmap(kept, "migops-system", "migops", None))
     assert read == kept and read.proof is not None
-    applied_record.verify(read, _trust(keys["alice"]))  # the genuine record
+    verify_record(read, _trust(keys["alice"]))  # the genuine record
     with pytest.raises(VerificationError, match="not in the allowed signers"):
-        applied_record.verify(read, _trust(keys["mallory"]))
+        verify_record(read, _trust(keys["mallory"]))
     # The same record without its proof (an old one, or one written by hand): refused with signatures
     # required, taken as it is without.
-    bare = applied_record.of(desired, 1.0)
-    bare = applied_record.from_configmap(applied_record.to_configmap(bare, "migops-system", "migops", None))
+    bare = record_of(desired, 1.0)
+    bare = from_configmap(to_configmap(bare, "migops-system", "migops", None))
     assert bare.proof is None
     with pytest.raises(VerificationError, match="holds no signed commit object"):
-        applied_record.verify(bare, _trust(keys["alice"]))
-    applied_record.verify(bare, TrustPolicy())
+        verify_record(bare, _trust(keys["alice"]))
+    verify_record(bare, TrustPolicy())

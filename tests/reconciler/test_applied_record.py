@@ -17,8 +17,7 @@ from migops.api.names import MIG_CONFIG_LABEL
 from migops.gitops.source import GitSource
 from migops.gitops.verify import CommitProof, TrustPolicy
 from migops.kube import ssa
-from migops.reconciler import record as applied_record
-from migops.reconciler.record import AppliedRecord, record_name
+from migops.reconciler.record import AppliedRecord, read_record, record_name, to_configmap
 
 NS = "migops-system"
 
@@ -33,7 +32,7 @@ def _pool(pool: str, config: str) -> str:
 def _forge(api, name: str, record: AppliedRecord | dict) -> None:
     """What someone with write access to ConfigMaps in the namespace can do: a record of their own,
     digest recomputed, labels as the reconciler sets them (or a ConfigMap body as it is)."""
-    body = applied_record.to_configmap(record, NS, name, None) if isinstance(record, AppliedRecord) else record
+    body = to_configmap(record, NS, name, None) if isinstance(record, AppliedRecord) else record
     ssa.apply(api, body, field_manager="someone-else", force=True)
 
 
@@ -62,7 +61,7 @@ def test_with_signatures_required_only_a_verified_record_is_enforced(
     assert rec.sync().outcome == "Applied"
     agent_reports(rapi, CONFIG_YAML, names)
     eventually(lambda: rec.sync(fetch=False).outcome == "InSync")
-    genuine = applied_record.read(rapi, NS, name)
+    genuine = read_record(rapi, NS, name)
     assert genuine is not None and genuine.revision == applied and genuine.proof is not None
     rec.stop()
     # The branch rewritten to one commit signed by a key nobody listed: HEAD is refused, and the
@@ -102,7 +101,7 @@ def test_with_signatures_required_only_a_verified_record_is_enforced(
         ),
         # Not a record at all: its digest does not match its config.yaml.
         "bad digest": (
-            {**applied_record.to_configmap(genuine, NS, name, None), "data": {"configDigest": "sha256:" + "0" * 64}},
+            {**to_configmap(genuine, NS, name, None), "data": {"configDigest": "sha256:" + "0" * 64}},
             "configDigest does not match the recorded config.yaml",
         ),
     }

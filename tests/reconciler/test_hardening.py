@@ -19,7 +19,7 @@ from migops.api.names import (
 )
 from migops.cli import main as cli
 from migops.kube import ssa
-from migops.reconciler.record import read as read_record
+from migops.reconciler.record import read_record
 from migops.reconciler.status import CRD_NAME, SyncSpec, install_crd, migsync_object
 
 NS = "migops-system"

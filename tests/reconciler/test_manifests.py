@@ -19,7 +19,7 @@ from migops.local.binaries import locate
 from migops.mig.yamlsafe import load_yaml
 from migops.reconciler.controller import Reconciler
 from migops.reconciler.main import ServeOptions, serve
-from migops.reconciler.record import read as read_record
+from migops.reconciler.record import read_record
 from migops.reconciler.status import SyncSpec, crd, migsync_object
 
 ROOT = Path(__file__).resolve().parents[2]

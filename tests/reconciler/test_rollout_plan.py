@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from gitrepo import CONFIG_YAML, nodes_yaml
 
 from migops.gitops.desired import resolve
@@ -199,26 +201,30 @@ def test_managed_by_is_written_on_assigned_nodes_and_released_from_unmanaged_one
 
 
 def test_resolving_is_redone_only_when_a_node_changes_what_it_reads() -> None:
+    from migops.reconciler.changes import node_change
     from migops.reconciler.memo import ResolveMemo
 
-    memo = ResolveMemo()
-    memo.node_event("ADDED", "n0", {"pool": "p", "nvidia.com/mig.config": "a"}, {})
-    key = memo.key("rev1", "", MigSettings(strategy="mixed"))
-    memo.put(key, "resolved")
+    def event(kind: str, labels: dict[str, str], annotations: dict[str, str]) -> list[tuple[int, Any]]:
+        return [(1, node_change(kind, {"metadata": {"name": "n0", "labels": labels, "annotations": annotations}}))]
+
+    settings = MigSettings(strategy="mixed")
+    memo = ResolveMemo().observed(event("ADDED", {"pool": "p", "nvidia.com/mig.config": "a"}, {}))
+    memo = memo.put(memo.key("rev1", "", settings), "resolved")  # type: ignore[arg-type]
     # A rollout's events: the config and state labels, the agent's digest: the answer stands.
-    memo.node_event(
-        "MODIFIED",
-        "n0",
-        {"pool": "p", "nvidia.com/mig.config": "b", "nvidia.com/mig.config.state": "pending"},
-        {"migops.io/mig.config.digest": "sha256:x"},
+    memo = memo.observed(
+        event(
+            "MODIFIED",
+            {"pool": "p", "nvidia.com/mig.config": "b", "nvidia.com/mig.config.state": "pending"},
+            {"migops.io/mig.config.digest": "sha256:x"},
+        )
     )
-    assert memo.get(memo.key("rev1", "", MigSettings(strategy="mixed"))) == "resolved"
+    assert memo.get(memo.key("rev1", "", settings)) == "resolved"
     # A label a selector may read, the GPUs, a node gone: resolved again.
     for kind, labels, notes in (
         ("MODIFIED", {"pool": "q"}, {}),
         ("MODIFIED", {"pool": "q"}, {"migops.io/gpus": "0x233010DE"}),
         ("DELETED", {}, {}),
     ):
-        memo.put(memo.key("rev1", "", MigSettings(strategy="mixed")), "resolved")
-        memo.node_event(kind, "n0", labels, notes)
-        assert memo.get(memo.key("rev1", "", MigSettings(strategy="mixed"))) is None
+        memo = memo.put(memo.key("rev1", "", settings), "resolved")  # type: ignore[arg-type]
+        memo = memo.observed(event(kind, labels, notes))
+        assert memo.get(memo.key("rev1", "", settings)) is None

@@ -7,13 +7,16 @@ from __future__ import annotations
 
 import ast
 import dataclasses
+import importlib
 import inspect
+import types
 from pathlib import Path
 
 import pytest
 
 from migops.reconciler import state as sync_state
 from migops.reconciler import steps
+from migops.reconciler.ports import Ports
 
 RECONCILER = Path(__file__).resolve().parents[2] / "reconciler"
 PACKAGE = "migops.reconciler"
@@ -119,8 +122,9 @@ def late_imports(root: Path = RECONCILER) -> list[str]:
 
 
 def step_assignments(root: Path = RECONCILER) -> list[str]:
-    """Attributes the steps assign on their arguments other than the sync's `run`: `state.x = ...` or
-    `ports.x = ...` (the state is a value: a step returns a new one; the ports stay what they are)."""
+    """What the steps assign inside their arguments other than the sync's `run`: `state.x = ...`,
+    `ports.x.y |= ...`, `ports.x[k] = ...` (the state is a value: a step returns a new one; the ports
+    stay what they are)."""
     tree = _modules(root)["steps"]
     found = []
     for fn in (n for n in tree.body if isinstance(n, ast.FunctionDef)):
@@ -134,18 +138,25 @@ def step_assignments(root: Path = RECONCILER) -> list[str]:
                 else []
             )
             for e in (a for target in targets for a in _assigned(target)):
-                if isinstance(e.value, ast.Name) and e.value.id in params:
+                if _root(e) in params:
                     found.append(f"steps.py:{fn.name}:{node.lineno} assigns {ast.unparse(e)}")
     return found
 
 
-def _assigned(target: ast.expr) -> list[ast.Attribute]:
-    """The attributes an assignment target sets (`a.b = `, `a.b, c.d = `; not `a.b[k] =` nor `a.b.c =`'s `a.b`)."""
+def _assigned(target: ast.expr) -> list[ast.Attribute | ast.Subscript]:
+    """What an assignment target sets inside an object (`a.b = `, `a.b.c |= `, `a.b[k] = `, `a.b, c.d = `)."""
     if isinstance(target, ast.Tuple | ast.List):
         return [a for elt in target.elts for a in _assigned(elt)]
     if isinstance(target, ast.Starred):
         return _assigned(target.value)
-    return [target] if isinstance(target, ast.Attribute) else []
+    return [target] if isinstance(target, ast.Attribute | ast.Subscript) else []
+
+
+def _root(e: ast.expr) -> str | None:
+    """The name an attribute or item chain starts from (`ports` of `ports.memory.awaiting[k]`)."""
+    while isinstance(e, ast.Attribute | ast.Subscript):
+        e = e.value
+    return e.id if isinstance(e, ast.Name) else None
 
 
 def test_no_function_of_the_reconciler_runs_over_60_lines() -> None:
@@ -172,8 +183,42 @@ def test_steps_take_state_run_ports_and_never_assign_to_the_controller() -> None
     assert "Reconciler" not in (RECONCILER / "steps.py").read_text()
 
 
+def aliased_names(root: Path = RECONCILER) -> list[str]:
+    """`from migops.x import name as other` where `name` is no module: a name renamed on import
+    (to dodge a step's name, say). A module imported under a short name (`status as st`) is not one."""
+    found = []
+    for name, tree in _modules(root).items():
+        for node in ast.walk(tree):
+            if not isinstance(node, ast.ImportFrom) or not (node.module or "").startswith("migops"):
+                continue
+            for alias in node.names:
+                if alias.asname and alias.asname != alias.name:
+                    value = getattr(importlib.import_module(node.module or ""), alias.name, None)
+                    if not isinstance(value, types.ModuleType):
+                        found.append(f"{name}.py imports {alias.name} as {alias.asname}")
+    return found
+
+
+def test_no_name_is_renamed_on_import() -> None:
+    assert aliased_names() == []
+
+
+def test_the_ports_are_edges_only() -> None:
+    """What lasts between syncs is in the state; the ports are the cluster, the repository, Events,
+    metrics and status -- and the fit verdicts, a pure function's memo that any thread may share."""
+    fields = {f.name for f in dataclasses.fields(Ports)}
+    assert fields == {"options", "cluster", "writer", "revisions", "fit_cache", "events", "metrics", "status"}
+
+
 def test_the_state_is_a_frozen_value() -> None:
-    for cls in (sync_state.SyncState, sync_state.RecordState, sync_state.FetchVerdict):
+    for cls in (
+        sync_state.SyncState,
+        sync_state.RecordState,
+        sync_state.FetchVerdict,
+        sync_state.NodeMemory,
+        sync_state.SyncCache,
+        sync_state.Seen,
+    ):
         assert dataclasses.fields(cls) and cls.__dataclass_params__.frozen, cls  # type: ignore[attr-defined]
     state = sync_state.SyncState()
     with pytest.raises(dataclasses.FrozenInstanceError):
@@ -184,6 +229,7 @@ def test_the_checks_find_what_they_look_for(tmp_path: Path) -> None:
     """Each check fails on code that breaks its rule (so an empty answer above means something)."""
     (tmp_path / "steps.py").write_text(
         "def apply(state, run, ports):\n    ports.memory = 1\n    state.x += 1\n    run.writes = 1\n"
+        "    ports.memory.acknowledged |= {1}\n    state.nodes[1] = 2\n    run.wave.nodes[1] = 2\n"
         + "def long():\n"
         + "    x = 1\n" * MAX_LINES
     )
@@ -198,7 +244,16 @@ def test_the_checks_find_what_they_look_for(tmp_path: Path) -> None:
     )
     assert long_functions(tmp_path) == [f"steps.py:long ({MAX_LINES + 1} lines)"]
     assert big_classes(tmp_path) == ["controller.py:Big (13 attributes)"]
-    assert step_assignments(tmp_path) == ["steps.py:apply:2 assigns ports.memory", "steps.py:apply:3 assigns state.x"]
+    assert step_assignments(tmp_path) == [
+        "steps.py:apply:2 assigns ports.memory",
+        "steps.py:apply:3 assigns state.x",
+        "steps.py:apply:5 assigns ports.memory.acknowledged",
+        "steps.py:apply:6 assigns state.nodes[1]",
+    ]
     assert imports(tmp_path) == {"controller": {"steps"}, "steps": set(), "summary": {"controller"}}
     assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == [["a", "b", "c", "a"]]
     assert late_imports(tmp_path) == ["summary.py:3 has a TYPE_CHECKING block", "summary.py:f imports steps"]
+    (tmp_path / "plan.py").write_text(
+        "from migops.gitops.desired import resolve as resolve_desired\nfrom migops.reconciler import status as st\n"
+    )
+    assert aliased_names(tmp_path) == ["plan.py imports resolve as resolve_desired"]
