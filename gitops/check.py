@@ -40,7 +40,7 @@ class NodesCheck:
 
     file: str
     config_file: str  # the config.yaml it was checked against
-    assignments: int  # how many were read (0 when the file does not parse)
+    assignments: int  # how many the file holds (0 when it does not parse)
     problems: tuple[Problem, ...]  # located in `file`
 
     @property
@@ -63,6 +63,13 @@ def _fit(spec: RepoSpec, config: str, gpus: NodeGpus, strategy: Strategy | None)
     """Does `config` fit these GPUs (a model whose count is unknown, or a node's GPUs: --gpu)? The one
     answer the reconciler, the webhook and `migops validate` share (migops.mig.fit)."""
     return fit(spec.config, config, gpus, strategy).errors
+
+
+def _written(doc: Document) -> int:
+    """How many assignments the file holds, read before (or without) the checks that reject it."""
+    value = doc.value
+    assignments = value.get("assignments") if isinstance(value, Mapping) else None
+    return len(assignments) if isinstance(assignments, list) else 0
 
 
 def _located(doc: Document, problems: Sequence[Problem]) -> list[Problem]:
@@ -109,7 +116,7 @@ def check_nodes(
                     f"{config_file}` shows why): the config names are not checked",
                 )
             )
-        return NodesCheck(file, config_file, 0, tuple(_located(doc, mine)))
+        return NodesCheck(file, config_file, _written(doc), tuple(_located(doc, mine)))
     problems = [p.problem for p in spec.warnings if p.file == NODES_FILE]
     strategy = strategy or spec.nodes.strategy
     cat = catalogue()

@@ -21,7 +21,7 @@ from migops.mig.fit import fit
 from migops.mig.problems import MigError, Problem, index_path, key_path
 from migops.mig.spec import MigPartedConfig, parse_config
 from migops.mig.strategy import STRATEGIES, Strategy, as_strategy
-from migops.mig.text import listed
+from migops.mig.text import did_you_mean, listed
 from migops.mig.yamlsafe import load_yaml
 
 _TOP_FIELDS = ("version", "strategy", "configMap", "rollout", "default", "prune", "assignments", "suggest")
@@ -212,7 +212,8 @@ def _check_references(config: MigPartedConfig, nodes: NodesFile, cfg_file: str, 
                         Problem(
                             index_path(key_path(pool.path, "configs"), j),
                             "config-not-found",
-                            f"config {name!r} is not in {cfg_file} (it has: {', '.join(config.names())})",
+                            f"config {name!r} is not in {cfg_file} (it has: {', '.join(config.names())})"
+                            + did_you_mean(name, config.names()),
                         ),
                     )
                 )
@@ -224,7 +225,8 @@ def _check_references(config: MigPartedConfig, nodes: NodesFile, cfg_file: str, 
                     Problem(
                         path,
                         "config-not-found",
-                        f"config {name!r} is not in {cfg_file} (it has: {', '.join(config.names())})",
+                        f"config {name!r} is not in {cfg_file} (it has: {', '.join(config.names())})"
+                        + did_you_mean(name, config.names()),
                     ),
                 )
             )

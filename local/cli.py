@@ -13,13 +13,19 @@ import dataclasses
 import shlex
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from migops.cli.usage import EXIT_INVALID, EXIT_OK, UsageError
 from migops.local import reconciler
 
+if TYPE_CHECKING:
+    from migops.local.stack import Started
+
 DEFAULT_GPU = "0x233010DE"  # H100 SXM5 80GB
 DEFAULT_STRATEGY = "single"
 DEFAULT_GPUS_PER_NODE = 8
+# A config repo of one's own, from a directory holding config.yaml and nodes.yaml.
+_REPO_RECIPE = "git init DIR && git -C DIR add -A && git -C DIR commit -m 'MIG config', then --repo DIR"
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -32,7 +38,14 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     cmds = local.add_subparsers(dest="local_command", metavar="SUBCOMMAND", required=True)
 
-    up = cmds.add_parser("up", help="start the control plane and seed GPU nodes")
+    up = cmds.add_parser(
+        "up",
+        help="start the control plane and seed GPU nodes",
+        description="Start etcd, kube-apiserver and kube-scheduler on loopback, seed --nodes GPU nodes as a "
+        "GPU Operator cluster would label them (simulated GPUs, one simulated MIG agent each), register the "
+        "admission webhook, and with --repo run the GitOps reconciler on a config repo. It returns once the "
+        "cluster is ready and keeps running detached until `migops local down`.",
+    )
     up.add_argument("--nodes", type=int, default=1, metavar="N", help="number of nodes (default 1)")
     up.add_argument(
         "--gpu",
@@ -123,9 +136,27 @@ def register(sub: argparse._SubParsersAction) -> None:
     dep.add_argument("--timeout", type=float, default=300.0, metavar="S", help="wait at most this long (default 300)")
     dep.set_defaults(func=_deploy)
 
-    cmds.add_parser("down", help="stop the control plane and delete its data").set_defaults(func=_down)
-    cmds.add_parser("status", help="is it running; API server URL; nodes").set_defaults(func=_status)
-    cmds.add_parser("env", help='shell exports for kubectl: eval "$(migops local env)"').set_defaults(func=_env)
+    down = cmds.add_parser(
+        "down",
+        help="stop the control plane and delete its data",
+        description="Stop every process `migops local up` started (the real node's too, with its mounts and "
+        "network) and delete the local cluster's state under $MIGOPS_HOME/local.",
+    )
+    down.set_defaults(func=_down)
+    status = cmds.add_parser(
+        "status",
+        help="is it running; API server URL; nodes",
+        description="Say whether the local cluster is running, its API server URL and kubeconfig, its nodes and "
+        "what else runs (reconciler, Flux, Argo CD, the real node). Exit 0 running, 1 not.",
+    )
+    status.set_defaults(func=_status)
+    env = cmds.add_parser(
+        "env",
+        help='shell exports for kubectl: eval "$(migops local env)"',
+        description="Print the shell exports that point kubectl and migops at the local cluster: PATH (its "
+        'kubectl first, then this migops), KUBECONFIG and MIGOPS_HOME. Use: eval "$(migops local env)".',
+    )
+    env.set_defaults(func=_env)
 
 
 def _self() -> str:
@@ -159,6 +190,12 @@ def _up(args: argparse.Namespace) -> int:
     if args.clusters:
         return _up_fleet(args)
     gpus = _resolve_gpus(args.gpu or [DEFAULT_GPU])
+    try:
+        plain = reconciler.plain_directory(args.repo) if args.repo else None
+    except ValueError as exc:
+        raise UsageError(
+            f"{exc}: give a git repository (path or URL) or a directory of config.yaml and nodes.yaml"
+        ) from None
 
     from kubernetes.client.exceptions import ApiException
 
@@ -206,6 +243,12 @@ def _up(args: argparse.Namespace) -> int:
         except (ApiException, TimeoutError, RuntimeError) as exc:
             _say(f"API server up, but starting the cluster failed: {exc}\n(logs kept in {logs})")
             return EXIT_INVALID
+    _print_started(args, started, gpus, plain)
+    return EXIT_OK
+
+
+def _print_started(args: argparse.Namespace, started: Started, gpus: list, plain: Path | None) -> None:
+    """What `up` started and how to use it; `plain`: the --repo directory committed into a throwaway repository."""
     plane = started.state
     models = ", ".join(sorted({f"{g.product} ({g.device_id})" for g in gpus}))
     print(
@@ -227,8 +270,14 @@ def _up(args: argparse.Namespace) -> int:
     print(f"  webhook:    {started.webhook_url} (registered as migops-webhook)")
     if args.repo:
         print(
-            f"  reconciler: following {args.repo} (log {Path(plane.workdir) / 'logs' / 'reconciler.log'}; "
+            f"  reconciler: following {plane.repo} (log {Path(plane.workdir) / 'logs' / 'reconciler.log'}; "
             "`migops status`)"
+        )
+    if plain is not None:
+        print(
+            f"              {args.repo} is not a git repository: its files were committed once into that "
+            f"throwaway repository (deleted by `migops local down`), and later edits to them are not followed; "
+            f"to follow your own commits: {_REPO_RECIPE}"
         )
     if plane.flux_git:
         print(
@@ -250,7 +299,6 @@ def _up(args: argparse.Namespace) -> int:
         )
     print(f"  kubeconfig: {plane.kubeconfig}")
     print(f'  next:       eval "$({_self()} local env)"; kubectl get nodes --show-labels')
-    return EXIT_OK
 
 
 def _up_fleet(args: argparse.Namespace) -> int:

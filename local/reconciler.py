@@ -56,6 +56,46 @@ class LocalReconciler:
     ref: ProcessRef
     url: str  # http://127.0.0.1:PORT: /healthz, /readyz, /metrics, POST /hook
     hook_secret: Path  # the HMAC secret a push webhook signs with (`notify` uses it)
+    repo: str  # what it follows: the --repo given, or the repository its plain directory was committed into
+
+
+def plain_directory(repo: str) -> Path | None:
+    """The directory `repo` names when it is a local directory git cannot fetch from: not a repository's
+    top (a plain directory, or one inside another repository's work tree, such as examples/config-repo of
+    a checkout). None for a URL or a repository. ValueError when a local path names no directory."""
+    if "://" in repo or ":" in repo.split("/")[0]:
+        return None  # a URL, or scp-style host:path
+    path = Path(repo).expanduser()
+    if not path.is_dir():
+        raise ValueError(f"--repo {repo}: {'not a directory' if path.exists() else 'no such directory'}")
+    probe = subprocess.run(
+        ["git", "-C", str(path), "rev-parse", "--is-bare-repository", "--show-prefix"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    bare, _, prefix = probe.stdout.partition("\n")
+    top = probe.returncode == 0 and (bare == "true" or prefix.strip() == "")
+    return None if top else path.resolve()
+
+
+def commit_directory(directory: Path, workdir: Path) -> str:
+    """Commit the text files of `directory` into a new repository under `workdir` (deleted with it by
+    `migops local down`); its path, for the reconciler to follow. Later edits to `directory` are not in it."""
+    from migops.local import gitserver
+
+    files = {}
+    for path in sorted(directory.rglob("*")):
+        relative = path.relative_to(directory)
+        if path.is_file() and not path.is_symlink() and ".git" not in relative.parts:
+            try:
+                files[relative.as_posix()] = path.read_text()
+            except UnicodeDecodeError:
+                continue  # a MIG config repository is YAML: the reconciler reads nothing else
+    bare = gitserver.init_bare(workdir, "config-repo")
+    gitserver.commit(bare, files, f"the files of {directory}, as `migops local up --repo` found them")
+    return str(bare)
 
 
 def hook_secret_file(workdir: Path) -> Path:
@@ -94,7 +134,10 @@ def start(
         _content_type="application/apply-patch+yaml",
     )
     install_crd(api, field_manager=LOCAL_MANAGER)
-    if "://" not in repo and Path(repo).exists():
+    plain = plain_directory(repo)
+    if plain is not None:
+        repo = commit_directory(plain, workdir)
+    elif "://" not in repo and Path(repo).exists():
         repo = str(Path(repo).resolve())
     spec = SyncSpec(repo, ref, path, parse_duration(interval), False, TrustPolicy())
     ssa.apply(api, migsync_object(MIGSYNC, NAMESPACE, spec), field_manager=LOCAL_MANAGER, force=True)
@@ -131,7 +174,7 @@ def start(
         try:
             with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=2) as resp:
                 if resp.status == 200:
-                    return LocalReconciler(popen, ref_, f"http://127.0.0.1:{port}", secret)
+                    return LocalReconciler(popen, ref_, f"http://127.0.0.1:{port}", secret, repo)
         except OSError:
             pass
         time.sleep(0.2)

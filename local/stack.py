@@ -149,6 +149,7 @@ def up(home: Path, options: Options, progress: Progress = lambda _: None) -> Sta
             if options.argocd:
                 argocd_git = argocd.up(api, plane, progress, git_base=flux_git.rsplit("/", 1)[0] if flux_git else None)
             reconciler_url = None
+            followed = options.repo
             if options.repo:
                 rec_identity = identity.kubeconfig_for(
                     api, plane.url, plane.ca_pem, identity.RECONCILER, reconciler.kubeconfig_path(plane.workdir)
@@ -157,8 +158,8 @@ def up(home: Path, options: Options, progress: Progress = lambda _: None) -> Sta
                     api, plane.workdir, rec_identity, options.repo, options.ref, options.path, interval=options.interval
                 )
                 plane.adopt("reconciler", rec.popen, rec.ref)
-                reconciler_url = rec.url
-                progress(f"reconciler following {options.repo} (every {options.interval}, and at once on POST /hook)")
+                reconciler_url, followed = rec.url, rec.repo
+                progress(f"reconciler following {followed} (every {options.interval}, and at once on POST /hook)")
         plane.start_scheduler()
         progress("kube-scheduler running")
         recorded = state.LocalState(
@@ -171,7 +172,7 @@ def up(home: Path, options: Options, progress: Progress = lambda _: None) -> Sta
             nodes=[state.NodeRecord(n.name, n.gpu.product, n.gpu.device_id, n.gpus) for n in gpu_nodes],
             ready_seconds=plane.ready_seconds,
             webhook_url=hook.url,
-            repo=options.repo,
+            repo=followed,
             reconciler_url=reconciler_url,
             flux_git=flux_git,
             argocd_git=argocd_git,

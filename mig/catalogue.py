@@ -11,6 +11,7 @@ from typing import Literal, NotRequired, TypedDict, cast
 
 from migops.mig.devices import DeviceId, DeviceIdSyntaxError, parse_device_id
 from migops.mig.profile import MigProfile, parse_profile
+from migops.mig.text import did_you_mean
 from migops.mig.yamlsafe import load_yaml
 
 
@@ -248,7 +249,10 @@ class Catalogue:
         near = [
             g for g in self.gpus + self.non_mig if candidate and candidate.lower() in (g.product + " " + g.name).lower()
         ]
-        hint = ("; matching models: " + ", ".join(f"{g.product} ({g.device_id})" for g in near[:6])) if near else ""
+        if near:
+            hint = "; matching models: " + ", ".join(f"{g.product} ({g.device_id})" for g in near[:6])
+        else:
+            hint = did_you_mean(candidate, [g.product for g in self.gpus + self.non_mig])
         raise UnknownGpuError(
             f"unknown GPU {text!r}: give a PCI device ID such as 0x233010DE or a GFD product such as "
             f"NVIDIA-H100-80GB-HBM3 (see `migops gpus`){hint}"

@@ -24,6 +24,7 @@ from typing import Literal, TypeGuard
 from migops.mig.gcpause import paused_gc
 from migops.mig.problems import MigError, Problem, index_path, key_part, key_path
 from migops.mig.profile import MigProfile, ProfileSyntaxError, parse_profile
+from migops.mig.text import did_you_mean, listed
 from migops.mig.yamlsafe import (
     DEFAULT_LIMITS,
     Document,
@@ -142,7 +143,8 @@ class MigPartedConfig:
                         Problem(
                             key_path("mig-configs", name),
                             "config-not-found",
-                            f"selected mig-config not present: {name!r} (have: {', '.join(self.names())})",
+                            f"selected mig-config not present: {name!r} (have: {listed(self.names(), 8)})"
+                            + did_you_mean(name, self.names()),
                         )
                     ]
                 )

@@ -1,4 +1,5 @@
-"""Short lists in messages: the one way migops writes "a, b and 3 more" (every component's messages)."""
+"""Short lists and suggestions in messages: the one way migops writes "a, b and 3 more" and names the
+nearest of a mistyped name (every component's messages)."""
 
 from __future__ import annotations
 
@@ -15,3 +16,18 @@ def listed(items: Iterable[object], most: int, *, sep: str = ", ", more: str = "
     shown = sep.join(map(str, items[:most]))
     left = (total if total is not None else len(items)) - most
     return f"{shown} and {left} {more}" if left > 0 else shown
+
+
+def nearest(word: str, names: Iterable[str]) -> str | None:
+    """The one of `names` nearest to a mistyped `word` (difflib's ratio, 0.6 or more), None when no name
+    is that near."""
+    import difflib  # only when a name is wrong: most commands never need it
+
+    found = difflib.get_close_matches(word, list(names), n=1)
+    return found[0] if found else None
+
+
+def did_you_mean(word: str, names: Iterable[str]) -> str:
+    """`; did you mean 'name'?` for the nearest of `names`, or "" when none is near."""
+    near = nearest(word, names)
+    return f"; did you mean {near!r}?" if near else ""

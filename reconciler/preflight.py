@@ -1,4 +1,5 @@
-"""Before `migops reconcile --once` writes anything: will migops's own webhook accept its node writes?
+"""Will migops's own webhook accept the reconciler's node writes from the identity a command runs as?
+Asked before `migops reconcile --once` writes anything and before `migops diff` sends its dry runs.
 
 The webhook lets only the reconciler's identities (`migops webhook --reconciler-user`) write what git
 owns on a managed node: nvidia.com/mig.config, migops.io/managed-by, migops.io/mig.config.revision.
@@ -7,6 +8,9 @@ node, after the ConfigMap and the MigSync were written. So one server-side dry r
 sync makes first on a node (the managed-by annotation) asks the webhook itself, with the identity the
 command runs as (a SelfSubjectReview names it); a refusal then names that identity, the ones the
 webhook accepts, and how to run as one (`--as`, or that ServiceAccount's token).
+
+`migops diff` asks the same before its server-side dry runs: the webhook would deny them to such an
+identity whatever the change, and a denial there would read as a verdict on a change that is valid.
 """
 
 from __future__ import annotations
@@ -50,7 +54,22 @@ def whoami(api: k8s.ApiClient) -> Identity:
     return Identity(info.username or "(anonymous)", tuple(info.groups or ()))
 
 
-def refusal(api: k8s.ApiClient, owner: str, command: str = "migops reconcile --once") -> str | None:
+@dataclass(frozen=True)
+class Asker:
+    """Who asks whether the node writes would be admitted, and what it says when they would not be."""
+
+    command: str  # the command line to repeat with --as
+    headline: str  # the first line of the refusal
+    otherwise: tuple[str, ...] = ()  # further ways out, one line each
+
+
+RECONCILE = Asker(
+    "migops reconcile --once",
+    "refused before writing anything: migops's webhook would deny this reconciler's node writes",
+)
+
+
+def refusal(api: k8s.ApiClient, owner: str, asker: Asker = RECONCILE) -> str | None:
     """Why this client's node writes would be refused (the text to print), or None when they would
     not be (the webhook admits them, is not installed, or there is no node to ask about)."""
     core = k8s.CoreV1Api(api)
@@ -71,21 +90,22 @@ def refusal(api: k8s.ApiClient, owner: str, command: str = "migops reconcile --o
             message = str(json.loads(exc.body or "{}").get("message") or exc.reason)
         except ValueError:
             message = str(exc.reason)
-        return _text(whoami(api), message, f"Node {node.name}", command)
+        return _text(whoami(api), message, f"Node {node.name}", asker)
     return None
 
 
-def _text(who: Identity, denial: str, where: str, command: str) -> str:
+def _text(who: Identity, denial: str, where: str, asker: Asker) -> str:
     found = _ACCEPTED.search(denial)
     accepted = found.group(1) if found else f"{DEFAULT_USER} (the default of migops webhook --reconciler-user)"
     namespace, account = SERVICE_ACCOUNT
     lines = [
-        "refused before writing anything: migops's webhook would deny this reconciler's node writes",
+        asker.headline,
         f"  it runs as: {who.describe()}",
         f"  the webhook accepts, for what git owns on a managed node: {accepted}",
         "  run as one of them:",
-        f"    {command} --as {DEFAULT_USER} ...   (impersonation: a cluster admin may)",
+        f"    {asker.command} --as {DEFAULT_USER} ...   (impersonation: a cluster admin may)",
         f"    or with a kubeconfig holding that ServiceAccount's token (kubectl create token {account} -n {namespace})",
+        *(f"    {line}" for line in asker.otherwise),
         f"  the API server answered a dry run on {where}:",
     ]
     lines += [f"    {line}" for line in denial.splitlines()[:12]]

@@ -19,7 +19,6 @@ named, so a rollout across thousands of nodes never invalidates it.
 
 from __future__ import annotations
 
-import difflib
 from collections.abc import Callable
 from typing import Final, Literal
 
@@ -38,7 +37,7 @@ from migops.api.objects import NodeFacts, annotations_of, is_unmanaged, labels
 from migops.kube import owners
 from migops.mig.gfd import NodeGpus
 from migops.mig.problems import MigError
-from migops.mig.text import listed
+from migops.mig.text import did_you_mean, listed
 from migops.webhook import checks
 from migops.webhook.admission import ALLOW, Request, Verdict, allow, deny, merge_warnings
 from migops.webhook.findings import Finding, Warning_, split
@@ -264,8 +263,7 @@ def _config(req: Request, snap: Snapshot, value: object) -> tuple[list[Finding],
         ], []
     names = config.names()
     if value not in names:
-        near = difflib.get_close_matches(value, names, n=1)
-        hint = f"; did you mean {near[0]!r}?" if near else ""
+        hint = did_you_mean(value, names)
         shown = listed(names, 8)
         return [("config-not-found", f"{where}: no config {value!r} in {snap.configmap_name} (has: {shown}){hint}")], []
     node = NodeFacts.from_obj(req.object or {})

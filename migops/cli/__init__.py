@@ -10,7 +10,7 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from migops.cli.usage import EXIT_OK, EXIT_USAGE, UsageError
+from migops.cli.usage import COMMAND_PARSER, EXIT_OK, EXIT_USAGE, CommandParser, UsageError
 
 # Each command's group module, in the order `migops --help` lists them. A command line registers only
 # its own group: importing every group costs what `migops validate` in a pre-commit hook must not pay
@@ -72,7 +72,11 @@ def _register_local(sub: argparse._SubParsersAction) -> None:
                 "cluster): run it from a checkout, or install one for development (pip install -e .)"
             )
 
-        local = sub.add_parser("local", help="run a local Kubernetes control plane with GPU nodes (from a checkout)")
+        local = sub.add_parser(
+            "local",
+            help="run a local Kubernetes control plane with GPU nodes (from a checkout)",
+            description="The local cluster harness runs from a checkout or a development install only.",
+        )
         local.add_argument("rest", nargs=argparse.REMAINDER)
         local.set_defaults(func=missing)
         return
@@ -88,7 +92,7 @@ def _registrar(group: str) -> Callable[[argparse._SubParsersAction], None]:
 
 def build_parser(groups: Sequence[str] | None = None) -> argparse.ArgumentParser:
     """The command tree; with `groups`, only those groups' commands (what one command line needs)."""
-    parser = argparse.ArgumentParser(
+    parser = CommandParser(
         prog="migops",
         description="Validate, plan and apply NVIDIA MIG geometries, the GitOps way.",
     )
@@ -117,7 +121,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return int(args.func(args))
     except UsageError as exc:
-        print(f"migops {args.command}: {exc}", file=sys.stderr)
+        command: argparse.ArgumentParser = getattr(args, COMMAND_PARSER, parser)
+        command.print_usage(sys.stderr)
+        print(f"{command.prog}: {exc}", file=sys.stderr)
         return EXIT_USAGE
     except BrokenPipeError:
         return EXIT_OK

@@ -96,7 +96,14 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("-o", "--output", choices=("text", "json"), default="text")
     p.set_defaults(func=cmd_plan)
 
-    g = sub.add_parser("gpus", help="list the MIG-capable GPU catalogue")
+    g = sub.add_parser(
+        "gpus",
+        help="list the MIG-capable GPU catalogue",
+        description="List the GPU models migops knows MIG for: PCI device ID, name, architecture, compute "
+        "and memory slices, and each MIG profile with how many fit on one GPU. The names `--gpu` takes "
+        "elsewhere are the DEVICE ID and PRODUCT columns (-o wide). With --probe, read this machine's GPUs "
+        "through NVML and compare them with the catalogue.",
+    )
     g.add_argument(
         "-o",
         "--output",
@@ -205,7 +212,8 @@ def check_source(
             config.select(selected)
             names = [selected]
         except MigError as exc:
-            return Checked(file, source.object, source.line, True, tuple(problems) + exc.problems)
+            problems += exc.problems
+            return Checked(file, source.object, source.line, True, tuple(problems), unselected=selected)
     whole, per = _split_notes(config, names)
     reports = [f.report for f in fit_all(config, names, _question(node), strategy)]
     placed = tuple(replace(r, problems=config.place(tuple(per.get(r.name, ())) + r.problems)) for r in reports)

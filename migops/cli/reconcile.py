@@ -2,8 +2,10 @@
 
 Exit codes: reconcile --once: 0 applied, in sync or rolling out; 1 the commit is invalid or unverified
 (nothing applied); 3 the repo is unreachable, a write failed, the rollout is halted, or migops's
-webhook would refuse the identity it runs as (said before anything is written: reconciler/preflight.py). diff: 0 no
-changes, 1 changes (as `kubectl diff`), 3 the commit is invalid, unverified or unreachable.
+webhook would refuse the identity it runs as (said before anything is written: reconciler/preflight.py).
+diff: 0 no changes, 1 changes (as `kubectl diff`), 3 the commit is invalid, unverified or unreachable, or
+the API server denied a change's dry run; 4 migops's webhook refuses the dry runs to the identity diff
+runs as, whatever the change (said before any is sent: `--as` the reconciler, or --no-server-dry-run).
 status: 0 every MigSync Ready, 1 otherwise. 2 is a usage error everywhere.
 """
 
@@ -22,6 +24,7 @@ from migops.cli.usage import EXIT_INVALID, EXIT_OK, UsageError
 from migops.kube import client as kube_client
 
 EXIT_FAILED = 3
+EXIT_REFUSED = 4  # diff: the dry runs are refused to this identity; the change is not judged
 CLI_MANAGER = "migops-cli"  # field manager of a MigSync spec written from the command line
 
 
@@ -58,13 +61,6 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="run without the Lease (only safe with one replica)",
     )
     r.add_argument("--workers", type=int, default=8, help="parallel label writes (default 8)")
-    r.add_argument(
-        "--as",
-        dest="as_user",
-        metavar="USER",
-        help="impersonate USER, as kubectl --as (e.g. system:serviceaccount:migops-system:migops-reconciler, the "
-        "identity migops's webhook accepts for what git owns; needs the impersonate permission)",
-    )
     logs.add_arguments(r)
     r.set_defaults(func=cmd_reconcile)
 
@@ -73,7 +69,9 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="what the config repo would change in the cluster (for pull-request checks)",
         description="Fetch and validate like reconcile, then print the ConfigMap and node-label "
         "changes, each also tried as a server-side dry run. Exit 0 no changes, 1 changes, "
-        "3 invalid/unverified/unreachable.",
+        "3 invalid/unverified/unreachable or a dry run denied, 4 the dry runs refused to the identity diff "
+        "runs as (migops's webhook lets only the reconciler write what git owns on a managed node: "
+        "--as that identity, or --no-server-dry-run).",
     )
     _source_args(d)
     d.add_argument("-o", "--output", choices=("text", "json"), default="text")
@@ -106,6 +104,13 @@ def _source_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--ref", metavar="REF", help="branch, tag or commit (default: the remote's HEAD)")
     p.add_argument("--path", default="", metavar="P", help="directory holding config.yaml and nodes.yaml")
     kube_client.add_arguments(p)
+    p.add_argument(
+        "--as",
+        dest="as_user",
+        metavar="USER",
+        help="impersonate USER, as kubectl --as (e.g. system:serviceaccount:migops-system:migops-reconciler, the "
+        "identity migops's webhook accepts for what git owns; needs the impersonate permission)",
+    )
     p.add_argument("--name", default="migops", help="the MigSync that holds the spec/status (default migops)")
     p.add_argument("-n", "--namespace", default="migops-system", help="its namespace (default migops-system)")
     p.add_argument(
@@ -187,10 +192,26 @@ def _api(args: argparse.Namespace):  # noqa: ANN202
 
 
 class Refused(Exception):
-    """`migops reconcile --once` would be refused by the webhook: said before anything is written."""
+    """The webhook would refuse this identity's node writes (or their dry runs): said before any is sent."""
 
 
-def _reconciler(args: argparse.Namespace, *, dry_run: bool, once: bool):  # noqa: ANN202
+def _dry_run_asker(args: argparse.Namespace):  # noqa: ANN202
+    """diff's question to the webhook before its server-side dry runs (reconciler/preflight.py): an
+    identity it refuses the node writes would see every dry run denied, whatever the change."""
+    from migops.reconciler.preflight import Asker
+
+    command = "migops diff" if args.command == "diff" else "migops reconcile --dry-run"
+    return Asker(
+        command,
+        "the server-side dry runs would be refused: migops's webhook denies this identity the node writes "
+        "whatever the change (the change itself is not judged)",
+        (f"or without the API server's verdict: {command} --no-server-dry-run ...",) if args.command == "diff" else (),
+    )
+
+
+def _reconciler(args: argparse.Namespace, *, dry_run: bool, once: bool, asker: Any = None):  # noqa: ANN202
+    """The reconciler the flags describe; with `asker` (reconciler.preflight.Asker), Refused first when
+    migops's webhook would deny this identity the node writes."""
     from migops.reconciler.controller import Reconciler
 
     spec = _spec(args)
@@ -208,10 +229,10 @@ def _reconciler(args: argparse.Namespace, *, dry_run: bool, once: bool):  # noqa
         trust=None if spec is not None else _trust(args),
         finalizer=not once,
     )
-    if once and not dry_run:
+    if asker is not None:
         from migops.reconciler.preflight import refusal
 
-        refused = refusal(api, rec.owner)
+        refused = refusal(api, rec.owner, asker)
         if refused is not None:
             rec.writer.api.close()
             api.close()
@@ -252,8 +273,10 @@ def cmd_reconcile(args: argparse.Namespace) -> int:
     _logging(args)
     if args.dry_run:
         return _diff(args, output="text", server_dry_run=True, exit_on_change=False)
+    from migops.reconciler.preflight import RECONCILE
+
     try:
-        rec = _reconciler(args, dry_run=False, once=args.once)
+        rec = _reconciler(args, dry_run=False, once=args.once, asker=RECONCILE if args.once else None)
     except Refused as exc:
         print(f"migops reconcile: {exc}", file=sys.stderr)
         return EXIT_FAILED
@@ -290,7 +313,14 @@ def cmd_diff(args: argparse.Namespace) -> int:
 
 
 def _diff(args: argparse.Namespace, *, output: str, server_dry_run: bool, exit_on_change: bool) -> int:
-    rec = _reconciler(args, dry_run=True, once=True)
+    try:
+        rec = _reconciler(args, dry_run=True, once=True, asker=_dry_run_asker(args) if server_dry_run else None)
+    except Refused as exc:
+        if output == "json":
+            print(json.dumps(document("diff", {"outcome": "Refused", "message": str(exc), "problems": []}), indent=2))
+        else:
+            print(f"migops {args.command}: {exc}", file=sys.stderr)
+        return EXIT_REFUSED
     try:
         rec.start()
         found, result = rec.diff(server_side=server_dry_run)

@@ -38,6 +38,7 @@ class Checked:
     # fleet's own files)
     assignments: int = 0  # nodes, cluster: how many were read
     nodes: int = 0  # cluster: the nodes its inventory records
+    unselected: str | None = None  # the config `-c` selects, when this source has none of that name
 
     @property
     def source(self) -> str:
@@ -179,6 +180,14 @@ def merge_across_families(problems: Sequence[Problem]) -> list[Problem]:
     return out
 
 
+def _whole(c: Checked) -> str:
+    """The summary's word on the source as a whole, and why when it is invalid."""
+    if c.unselected is not None:
+        return f"; the file itself is INVALID: it has no config {c.unselected!r} (-c)"
+    errors = sum(p.severity == "error" for p in c.problems)
+    return f"; the file itself is INVALID ({errors} error(s) above)" if errors else ""
+
+
 def text(run: Run, out=None) -> None:  # noqa: ANN001
     out = out or sys.stdout
 
@@ -228,8 +237,7 @@ def text(run: Run, out=None) -> None:  # noqa: ANN001
                 shown = ", ".join(f"{k}={v}" for k, v in ad.resources.items()) or "nothing"
                 say(f"      advertises ({run.strategy}): {shown}")
         bad = sum(not r.valid for r in c.reports)
-        whole = "; the file itself is INVALID" if any(p.severity == "error" for p in c.problems) else ""
-        say(f"{len(c.reports) - bad} valid, {bad} invalid{whole}")
+        say(f"{len(c.reports) - bad} valid, {bad} invalid{_whole(c)}")
     if run.skipped:
         shown = listed(
             (f"{s.kind} {s.name or f'{f}:{s.line}'}" + (f" ({s.reason})" if s.reason else "") for f, s in run.skipped),

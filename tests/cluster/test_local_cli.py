@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 from local_cli import migops_local
+from polling import until
 
 from migops.local.controlplane import identifying_arguments
 from migops.local.process import find_by_argument
@@ -138,3 +139,39 @@ def test_unknown_gpu_is_a_usage_error_and_starts_nothing(home: Path) -> None:
     assert bad.returncode == 2
     assert "unknown GPU 'NVIDIA-GTX-1080'" in bad.stderr
     assert not (home / "local").exists()
+
+
+def test_up_with_a_directory_that_is_no_repository_commits_it_into_a_throwaway_one(home: Path) -> None:
+    """The suggest quick-start as a new user types it in a checkout: examples/config-repo is a directory of
+    the checkout, not a repository git can fetch. `up` commits its files into a repository of its own,
+    says so, and the reconciler syncs from it."""
+    root = Path(__file__).resolve().parents[2]
+    up = subprocess.run(
+        [str(MIGOPS), "local", "up", "--strategy", "mixed", "--nodes", "2", "--repo", "examples/config-repo"],
+        cwd=root,
+        env={**os.environ, "MIGOPS_HOME": str(home)},
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert up.returncode == 0, up.stderr
+    assert (
+        "examples/config-repo is not a git repository: its files were committed once into that throwaway" in up.stdout
+    )
+    followed = Path(up.stdout.split("reconciler: following ", 1)[1].split()[0])
+    assert followed.is_relative_to(home / "local"), up.stdout
+    files = subprocess.run(
+        ["git", "-C", str(followed), "ls-tree", "--name-only", "HEAD"], capture_output=True, text=True
+    )
+    assert files.stdout.split() == ["README.md", "config.yaml", "nodes.yaml"]
+
+    def status() -> subprocess.CompletedProcess[str]:
+        shell = f'eval "$(MIGOPS_HOME={home} {MIGOPS} local env)"; migops status'
+        return subprocess.run(["bash", "-c", shell], capture_output=True, text=True, timeout=60, check=False)
+
+    ready = until(lambda: (out := status()).returncode == 0 and out, timeout=120, what="MigSync migops Ready")
+    assert "True" in ready.stdout and str(followed) not in ready.stderr, ready.stdout
+    assert _run(home, "status").stdout.count(f"config repo:    {followed}") == 1
+    down = _run(home, "down")
+    assert down.returncode == 0 and not followed.exists()

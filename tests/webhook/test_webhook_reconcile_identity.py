@@ -1,6 +1,7 @@
 """Through the real API server and migops's own webhook: `migops reconcile --once`
 run by a cluster admin is refused before it writes anything, naming the identity it ran as, the ones
-the webhook accepts and how to run as one; run with `--as` the reconciler's ServiceAccount, it works."""
+the webhook accepts and how to run as one; run with `--as` the reconciler's ServiceAccount, it works.
+`migops diff` asks the same before its server-side dry runs."""
 
 from __future__ import annotations
 
@@ -107,3 +108,34 @@ def test_reconcile_once_as_an_admin_refuses_before_writing_and_works_as_the_reco
         for cm in core.list_namespaced_config_map(NS).items:
             if name in cm.metadata.name:
                 core.delete_namespaced_config_map(cm.metadata.name, NS)
+
+
+def test_diff_as_an_admin_says_its_dry_runs_would_be_refused_and_works_as_the_reconciler(
+    plane, api, as_reconciler, tmp_path
+) -> None:
+    """A valid change is never reported invalid because of who asks: the identity check comes first,
+    with its own exit status, and `--as` the reconciler (or no server-side dry run) shows the diff."""
+    repo = GitRepo(tmp_path / "repo")
+    nodes = nodes_yaml(f"  - nodes: [{NODE}]\n    config: all-balanced")
+    repo.commit({"config.yaml": DEFAULT_CONFIG, "nodes.yaml": nodes})
+    name = f"diff-{uuid.uuid4().hex[:6]}"
+    common = ["--repo", repo.url, "--name", name, "--cache-dir", str(tmp_path / "cache")]
+    common += ["--kubeconfig", str(plane.admin_kubeconfig)]
+
+    out = _run("diff", *common)
+    assert out.returncode == 4, out.stdout + out.stderr
+    assert "invalid" not in (out.stdout + out.stderr).lower()
+    assert "migops diff: the server-side dry runs would be refused" in out.stderr, out.stderr
+    assert "it runs as: admin (groups: system:masters" in out.stderr
+    assert f"migops diff --as {DEFAULT_USER}" in out.stderr and "migops diff --no-server-dry-run" in out.stderr
+    as_json = _run("diff", *common, "-o", "json")
+    assert as_json.returncode == 4 and '"outcome": "Refused"' in as_json.stdout, as_json.stdout
+
+    for extra in (["--as", DEFAULT_USER], ["--no-server-dry-run"]):
+        out = _run("diff", *common, *extra)
+        assert out.returncode == 1, extra + [out.stdout, out.stderr]  # 1: changes, as kubectl diff
+        assert NODE in out.stdout and "all-balanced" in out.stdout, out.stdout
+        assert "denied" not in out.stdout
+    # Nothing was written by any of them.
+    assert name not in _migsyncs(api)
+    assert k8s.CoreV1Api(api).read_node(NODE).metadata.labels["nvidia.com/mig.config"] == "all-disabled"
