@@ -47,7 +47,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     kube_client.add_arguments(inv)
     inv.set_defaults(func=cmd_inventory)
 
-    fleet = sub.add_parser("fleet", help="a fleet of clusters from one config repo: status, pin, diff")
+    fleet = sub.add_parser(
+        "fleet",
+        help="a fleet of clusters from one config repo: status, pin, diff",
+        description="Work on a fleet repo (docs/fleet.md): fleet.yaml names the clusters and their waves, each "
+        "cluster's directory holds its config.yaml, nodes.yaml, inventory and MigSync. status reads every "
+        "cluster's MigSync, pin writes the commit each one follows, diff shows which nodes a change moves.",
+    )
     cmds = fleet.add_subparsers(dest="fleet_command", metavar="SUBCOMMAND", required=True)
     st = cmds.add_parser(
         "status",
