@@ -101,7 +101,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="list the MIG-capable GPU catalogue",
         description="List the GPU models migops knows MIG for: PCI device ID, name, architecture, compute "
         "and memory slices, and each MIG profile with how many fit on one GPU. The names `--gpu` takes "
-        "elsewhere are the DEVICE ID and PRODUCT columns (-o wide). With --probe, read this machine's GPUs "
+        "elsewhere are the DEVICE ID and PRODUCT columns (-o wide). With --probe, read the host's GPUs "
         "through NVML and compare them with the catalogue.",
     )
     g.add_argument(
