@@ -174,12 +174,19 @@ def _read_doc(text: bytes, cluster: str, file: str, out: list[FleetProblem]) -> 
         return None
 
 
-def _schema_checked(text: bytes, schema: str, cluster: str, file: str, out: list[FleetProblem]) -> Document | None:
+def _schema_checked(
+    text: bytes,
+    schema: str,
+    cluster: str,
+    file: str,
+    out: list[FleetProblem],
+    shown: Callable[[object], object] = lambda value: value,
+) -> Document | None:
     """The file read and checked against its published schema; None (problems in `out`) when it fails."""
     doc = _read_doc(text, cluster, file, out)
     if doc is None:
         return None
-    found = schema_problems(doc.value, schema)
+    found = schema_problems(shown(doc.value), schema)
     out.extend(FleetProblem(cluster, file, p) for p in _located(doc, found))
     return None if found else doc
 
@@ -209,8 +216,23 @@ def parse_fleet(read: Reader, out: list[FleetProblem]) -> FleetFile | None:
     return FleetFile(str(raw.get("sharedConfig") or CONFIG_FILE), tuple(clusters))
 
 
+def _names_checked(value: object) -> object:
+    """The inventory as the schema needs to see it: where every group's names are non-empty strings
+    (what the schema asks of each item), only the first of each, so a cluster of thousands of nodes is
+    not walked name by name by the validator; anything else is left whole for the schema to name."""
+    if not isinstance(value, Mapping) or not isinstance(value.get("nodes"), list):
+        return value
+    groups = []
+    for g in value["nodes"]:
+        names = g.get("names") if isinstance(g, Mapping) else None
+        if isinstance(names, list) and names and all(isinstance(n, str) and n for n in names):
+            g = {**g, "names": names[:1]}
+        groups.append(g)
+    return {**value, "nodes": groups}
+
+
 def parse_inventory(text: bytes, cluster: str, file: str, out: list[FleetProblem]) -> Inventory | None:
-    doc = _schema_checked(text, INVENTORY_SCHEMA, cluster, file, out)
+    doc = _schema_checked(text, INVENTORY_SCHEMA, cluster, file, out, _names_checked)
     if doc is None:
         return None
     raw: Mapping[str, Any] = doc.value  # type: ignore[assignment]
