@@ -4,7 +4,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-stamp
 
-.PHONY: demo demo-deploy test test-unit lint lock venv k8s-binaries k8s-control-plane flux-binaries argocd-binaries helm-binary host-packages bench bench-tools clean
+.PHONY: demo demo-deploy test test-unit lint lock venv troubleshooting k8s-binaries k8s-control-plane flux-binaries argocd-binaries helm-binary host-packages bench bench-tools clean
 
 venv: $(STAMP)
 
@@ -86,6 +86,10 @@ bench-tools:
 
 bench: venv k8s-control-plane bench-tools
 	$(PY) bench/run.py
+
+# docs/troubleshooting.md from the reasons and rules the code declares with their explanations.
+troubleshooting: venv
+	$(PY) hack/troubleshooting.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis

@@ -26,6 +26,7 @@ from migops.agent.flow import Failure, Outcome, Reconfigure, Request, clip
 from migops.agent.kube import NodeIO, layout_json
 from migops.agent.metrics import AgentMetrics
 from migops.agent.plan import layout_annotation
+from migops.agent.reasons import AgentEvent
 from migops.api.names import (
     CONFIGMAP_KEY,
     DRIFT_ANNOTATION,
@@ -307,7 +308,7 @@ class Agent:
                 self.drift.repairing = False
                 self.kube.event(
                     node,
-                    "MigDriftRepaired",
+                    AgentEvent.DRIFT_REPAIRED,
                     f"the GPUs match MIG config {request.name!r} again: "
                     f"{outcome.steps} driver calls on GPU {', '.join(map(str, outcome.touched)) or '-'}",
                 )
@@ -351,7 +352,7 @@ class Agent:
                 self.kube.set_state(STATE_SUCCESS, {**layout, DRIFT_ANNOTATION: None, REASON_ANNOTATION: None})
                 self.kube.event(
                     node,
-                    "MigDriftResolved",
+                    AgentEvent.DRIFT_RESOLVED,
                     f"the GPUs match MIG config {request.name!r} again (changed back out of band)",
                 )
                 self.last_key, self.last = key, Outcome(STATE_SUCCESS)
@@ -368,7 +369,7 @@ class Agent:
             log.warning("drift: the GPUs differ from MIG config %r: %s", request.name, text)
             self.kube.event(
                 node,
-                "MigDriftDetected",
+                AgentEvent.DRIFT_DETECTED,
                 f"the GPUs differ from MIG config {request.name!r} (changed "
                 f"out of band): {text}; "
                 + ("repairing" if d.options.policy == "repair" else "not repaired (--drift=report)"),
@@ -401,7 +402,7 @@ class Agent:
             )
             log.warning("%s", reason)
             self.kube.set_state(STATE_FAILED, {**notes, REASON_ANNOTATION: clip(reason)})
-            self.kube.event(node, "MigDriftRepairHeld", reason, warning=True)
+            self.kube.event(node, AgentEvent.DRIFT_REPAIR_HELD, reason, warning=True)
             m.repairs.labels("held").inc()
             self.last_key, self.last = key, Outcome(STATE_FAILED, reason)
             return self.last

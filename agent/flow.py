@@ -42,6 +42,7 @@ from migops.agent.plan import (
     matches,
     plan_gpu,
 )
+from migops.agent.reasons import AgentEvent
 from migops.api import objects
 from migops.api.names import (
     APPLIED_ANNOTATION,
@@ -229,7 +230,7 @@ class Reconfigure:
         doing = "repairing drift from" if request.repair else "applying"
         self.kube.event(
             run.node,
-            "MigConfigPending",
+            AgentEvent.CONFIG_PENDING,
             f"{doing} MIG config {request.name!r}: " + "; ".join(_summary(p) for p in plans if p.touches),
         )
         labels = objects.labels(run.node)
@@ -334,7 +335,7 @@ class Reconfigure:
         except ApiException as exc:
             raise Failure(f"could not set state {STATE_REBOOTING} ({_describe(exc)}); not rebooting") from None
         self.kube.event(
-            run.node, "Rebooting", f"MIG mode change on GPU {gpus} needs a reboot{reset_error}", warning=True
+            run.node, AgentEvent.REBOOTING, f"MIG mode change on GPU {gpus} needs a reboot{reset_error}", warning=True
         )
         log.warning("rebooting the node: MIG mode change on GPU %s is pending%s", gpus, reset_error)
         self._reboot()
@@ -428,7 +429,7 @@ class Reconfigure:
         if run.steps or run.paused:
             self.kube.event(
                 run.node,
-                "MigConfigApplied",
+                AgentEvent.CONFIG_APPLIED,
                 f"MIG config {run.request.name!r} applied ({run.steps} driver calls on GPU "
                 f"{', '.join(map(str, sorted(run.touched))) or '-'})",
             )
@@ -451,7 +452,7 @@ class Reconfigure:
             self.kube.set_state(STATE_FAILED, annotations)
         except ApiException as exc:
             log.error("could not set state failed: %s", _describe(exc))
-        self.kube.event(run.node, "MigConfigFailed", f"MIG config {run.request.name!r}: {reason}", warning=True)
+        self.kube.event(run.node, AgentEvent.CONFIG_FAILED, f"MIG config {run.request.name!r}: {reason}", warning=True)
         return Outcome(STATE_FAILED, reason, run.paused, tuple(sorted(run.touched)), run.steps)
 
 
