@@ -196,3 +196,49 @@ NODES_RULES: Mapping[str, Explanation] = {
         "Run `migops validate config.yaml` and fix what it reports.",
     ),
 }
+
+FLEET_RULES: Mapping[str, Explanation] = {
+    "duplicate-cluster": Explanation(
+        "fleet.yaml names a cluster twice.", "Give each cluster one entry (a name of its own)."
+    ),
+    "inventory-missing": Explanation(
+        "A cluster of fleet.yaml has no `clusters/<name>/inventory.yaml`, so its nodes.yaml cannot be checked offline.",
+        "Record it: `migops inventory --cluster NAME --context CONTEXT -o clusters/NAME/inventory.yaml`, and "
+        "commit it.",
+    ),
+    "inventory-of-another-cluster": Explanation(
+        "The inventory in a cluster's directory was recorded of another cluster.",
+        "Run `migops inventory --cluster NAME` against the right cluster (the message gives the command).",
+    ),
+    "label-not-in-inventory": Explanation(
+        "A selector of the cluster's nodes.yaml reads a label its inventory does not record, so whether it "
+        "matches the right nodes cannot be known offline.",
+        "Record the label too: `migops inventory --cluster NAME --label KEY` (docs/fleet.md).",
+    ),
+    "shared-config-missing": Explanation(
+        "A config of the fleet's shared config.yaml is missing from a cluster's config.yaml: every cluster "
+        "carries the shared configs.",
+        "Copy the config from the shared file into the cluster's.",
+    ),
+    "shared-config-differs": Explanation(
+        "A cluster's config.yaml holds a shared config under the same name but with other content.",
+        "Copy it unchanged from the shared file, or give the cluster's own config a name of its own.",
+    ),
+    "migsync-missing": Explanation(
+        "A cluster has no `clusters/<name>/sync/migsync.yaml`, the MigSync the GitOps tool applies to it.",
+        "Add it (docs/fleet.md shows one); its `spec.path` is the cluster's directory.",
+    ),
+    "not-a-migsync": Explanation(
+        "The cluster's `sync/migsync.yaml` is not a MigSync (`migops.io/v1alpha1`).", "Fix its apiVersion and kind."
+    ),
+    "migsync-path": Explanation(
+        "The cluster's MigSync follows another directory than the cluster's own: its reconciler would apply "
+        "another cluster's geometry.",
+        "Set `spec.path` to the cluster's directory (`clusters/<name>`).",
+    ),
+    "ref-not-pinned": Explanation(
+        "The cluster's MigSync `spec.ref` is not a commit SHA: its reconciler would take every commit as soon "
+        "as it polls, not at its wave's turn (a warning).",
+        "Pin it: `migops fleet pin REV` writes every cluster's `spec.ref` (docs/fleet.md).",
+    ),
+}

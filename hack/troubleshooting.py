@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from migops.agent.reasons import AGENT_EVENTS
-from migops.gitops.reasons import NODES_RULES, SOURCE_REASONS
+from migops.gitops.reasons import FLEET_RULES, NODES_RULES, SOURCE_REASONS
 from migops.mig.explain import Explanation
 from migops.mig.rules import MIG_RULES
 from migops.reconciler.reasons import RECONCILER_REASONS
@@ -77,6 +77,11 @@ SECTIONS: tuple[tuple[str, str, Entries], ...] = (
         "Rule IDs of findings on nodes.yaml: in `migops validate`, `migops diff` and the MigSync's "
         "`status.problems` and `status.warnings`.",
         NODES_RULES,
+    ),
+    (
+        "Rules of a fleet repository",
+        "Rule IDs of `migops validate` and `migops fleet diff` on a fleet repository (docs/fleet.md).",
+        FLEET_RULES,
     ),
     (
         "Rules of the admission webhook",
