@@ -103,8 +103,10 @@ def _destroys(index: int, inst: GpuInstance, gi_too: bool = True) -> list[Step]:
 
 
 def plan_gpu(current: GpuState, desired: Desired) -> GpuPlan:
-    """The plan for one GPU. A GPU no entry covers is left alone."""
-    index, model = current.index, desired.model
+    """The plan for one GPU. A GPU no entry covers is left alone. Instances with running processes
+    (`GpuInstance.pids`) are kept wherever the target allows: among the layouts that realise it, one
+    that keeps them wins, then the fewest steps."""
+    index = current.index
     if desired.mig_enabled is None:
         return GpuPlan(index, False, (), current.instances, (), _layout(current))
     mode_change = current.mig_enabled != desired.mig_enabled or current.mode_pending
@@ -118,6 +120,13 @@ def plan_gpu(current: GpuState, desired: Desired) -> GpuPlan:
         steps = [s for inst in current.instances for s in _destroys(index, inst)]
         steps += [s for p, ci in desired.instances for s in _creates(index, p, ci)]
         return GpuPlan(index, True, tuple(steps), (), current.instances, desired.instances)
+    return _diff(current, desired)
+
+
+def _diff(current: GpuState, desired: Desired) -> GpuPlan:
+    """MIG stays on: the instances that can stay, stay (busy ones first); the rest is destroyed, and the
+    missing ones created at explicit placements."""
+    index, model = current.index, desired.model
     table = model.table
     if table is None:  # MIG is on, but the catalogue knows no geometry for this GPU (the validator refuses it)
         return GpuPlan(index, False, (), (), (), (), error=f"GPU {index}: no MIG profile table for {model.label()}")
@@ -126,15 +135,17 @@ def plan_gpu(current: GpuState, desired: Desired) -> GpuPlan:
         gi = gi_profile(model, placement.profile)
         assert gi is not None
         request[gi] += 1
-    change = plan_change(table, [i.placement for i in current.instances], request)
+    wanted = desired.compositions()
+    # A busy instance is worth keeping only as it is: re-partitioned, its work ends all the same.
+    busy = [i.placement for i in current.instances if i.pids and wanted[(i.profile, i.composition)] > 0]
+    change = plan_change(table, [i.placement for i in current.instances], request, busy)
     if change is None:
         return GpuPlan(index, False, (), (), (), (), error=f"GPU {index}: the geometry cannot be placed")
     by_placement = {i.placement: i for i in current.instances}
-    kept = [by_placement[p] for p in change.keep]
-    wanted = desired.compositions()
-    # Kept GIs whose compute instances already match stay untouched; the others are re-partitioned.
+    # Kept GIs whose compute instances already match stay untouched (busy ones first); the others are
+    # re-partitioned.
     untouched, repartition = [], []
-    for inst in kept:
+    for inst in sorted((by_placement[p] for p in change.keep), key=lambda i: not i.pids):
         key = (inst.profile, inst.composition)
         if wanted[key] > 0:
             wanted[key] -= 1
@@ -142,7 +153,7 @@ def plan_gpu(current: GpuState, desired: Desired) -> GpuPlan:
         else:
             repartition.append(inst)
     leftover = sorted(wanted.elements(), key=lambda k: (k[0], k[1]))
-    steps = []
+    steps: list[Step] = []
     must_go: list[GpuInstance] = []
     for p in change.destroy:
         must_go.append(by_placement[p])
@@ -150,18 +161,17 @@ def plan_gpu(current: GpuState, desired: Desired) -> GpuPlan:
     target: list[tuple[Placement, tuple[int, ...]]] = [(i.placement, i.composition) for i in untouched]
     assigned: list[tuple[Placement, tuple[int, ...], GpuInstance | None]] = []
     for inst in repartition:
-        sizes = _take(leftover, inst.profile)
         must_go.append(inst)
         steps += _destroys(index, inst, gi_too=False)
-        assigned.append((inst.placement, sizes, inst))
-    for p in change.create:
-        assigned.append((p, _take(leftover, p.profile), None))
+        assigned.append((inst.placement, _take(leftover, inst.profile), inst))
+    assigned += [(p, _take(leftover, p.profile), None) for p in change.create]
     for placement, sizes, existing in sorted(assigned, key=lambda a: a[0]):
         if existing is None:
             steps += _creates(index, placement, sizes)
         else:
             steps += [Step("create_ci", index, placement, gi=existing.id, slices=s) for s in sizes]
         target.append((placement, sizes))
+    untouched.sort(key=lambda i: i.placement)
     return GpuPlan(index, False, tuple(steps), tuple(untouched), tuple(must_go), tuple(sorted(target)))
 
 

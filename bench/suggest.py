@@ -34,7 +34,7 @@ from migops.gitops.repo import load_repo
 from migops.mig.catalogue import catalogue
 from migops.mig.fit import fit
 from migops.mig.gfd import NodeGpus
-from migops.suggest.model import Demand, NodeFacts, Option
+from migops.suggest.model import Demand, NodeSupply, Option
 from migops.suggest.options import labels_after, node_options
 from migops.suggest.propose import propose
 from migops.suggest.solve import Limits
@@ -66,7 +66,7 @@ NODES = "version: v1\nstrategy: mixed\nassignments:\n  - nodeSelector: {matchLab
 SPEC = load_repo({"config.yaml": CONFIG.encode(), "nodes.yaml": NODES.encode()}, "", "bench")
 
 
-def make_node(rnd: random.Random, name: str, device: str, count: int, use: float, config: str = "") -> NodeFacts:
+def make_node(rnd: random.Random, name: str, device: str, count: int, use: float, config: str = "") -> NodeSupply:
     """A node in a config of CONFIGS (random unless given), laid out as the MIG core places it, some
     instances in use."""
     models = (catalogue().resolve(device),) * count
@@ -80,8 +80,31 @@ def make_node(rnd: random.Random, name: str, device: str, count: int, use: float
         )
         states.append(GpuState(r.index, True, True, instances))
         used.update(i.profile for i in instances if rnd.random() < use)
-    labels = labels_after({"pool": "gpu"}, f.advertisement())
-    return NodeFacts(name, labels, NodeGpus(models, True), tuple(states), config, dict(used), {})
+    labels = labels_after(kubelet_labels(name, rnd), f.advertisement())
+    return NodeSupply(name, labels, NodeGpus(models, True), tuple(states), config, dict(used), {})
+
+
+ZONES = ("zone-a", "zone-b", "zone-c")
+
+
+def kubelet_labels(name: str, rnd: random.Random) -> dict[str, str]:
+    """What a real GPU node carries besides the pool label: the kubelet's own labels (its hostname, OS,
+    architecture), the cloud's zone and instance type, and GFD's machine and driver labels (the
+    geometry labels come from the config, by labels_after)."""
+    return {
+        "pool": "gpu",
+        "kubernetes.io/hostname": name,
+        "kubernetes.io/os": "linux",
+        "kubernetes.io/arch": "amd64",
+        "beta.kubernetes.io/os": "linux",
+        "beta.kubernetes.io/arch": "amd64",
+        "topology.kubernetes.io/zone": rnd.choice(ZONES),
+        "node.kubernetes.io/instance-type": "p5.48xlarge",
+        "nvidia.com/gpu.machine": "PowerEdge-XE9680",
+        "nvidia.com/cuda.driver.major": "580",
+        "nvidia.com/gpu.deploy.device-plugin": "true",
+        "feature.node.kubernetes.io/pci-10de.present": "true",
+    }
 
 
 def make_pods(
@@ -99,7 +122,7 @@ def make_pods(
     return pods
 
 
-def small(rnd: random.Random) -> tuple[list[NodeFacts], list[Demand]]:
+def small(rnd: random.Random) -> tuple[list[NodeSupply], list[Demand]]:
     nodes = [
         make_node(rnd, f"n{i}", rnd.choice((H100, A100)), rnd.randint(1, 2), 0.15) for i in range(rnd.randint(1, 6))
     ]
@@ -109,7 +132,7 @@ def small(rnd: random.Random) -> tuple[list[NodeFacts], list[Demand]]:
 # ------------------------------------------------------------------------------ the references
 
 
-def _options(nodes: list[NodeFacts]) -> list[tuple[Option, ...]]:
+def _options(nodes: list[NodeSupply]) -> list[tuple[Option, ...]]:
     cache = FitCache()
     return [node_options(n, SPEC, "mixed", CONFIGS, cache)[0] for n in nodes]
 
@@ -143,7 +166,7 @@ def _key(served: list[Demand], tiers: list[int], gpus: int, nodes: int) -> tuple
     return (*(by[t] for t in tiers), -gpus, -nodes)
 
 
-def brute(nodes: list[NodeFacts], pods: list[Demand], tiers: list[int], opts) -> tuple:
+def brute(nodes: list[NodeSupply], pods: list[Demand], tiers: list[int], opts) -> tuple:
     best = None
     for combo in itertools.product(*(range(len(o)) for o in opts)):
         chosen = [opts[i][k] for i, k in enumerate(combo)]
@@ -160,7 +183,7 @@ def brute(nodes: list[NodeFacts], pods: list[Demand], tiers: list[int], opts) ->
     return best
 
 
-def greedy(nodes: list[NodeFacts], pods: list[Demand], tiers: list[int], opts) -> tuple:
+def greedy(nodes: list[NodeSupply], pods: list[Demand], tiers: list[int], opts) -> tuple:
     """nos's way: node by node, the option that serves the most of the pods still pending."""
     left = list(pods)
     served_all: list[Demand] = []
@@ -187,7 +210,7 @@ def greedy(nodes: list[NodeFacts], pods: list[Demand], tiers: list[int], opts) -
     return _key(served_all, tiers, gpus, changed)
 
 
-def ours(nodes: list[NodeFacts], pods: list[Demand], tiers: list[int]) -> tuple:
+def ours(nodes: list[NodeSupply], pods: list[Demand], tiers: list[int]) -> tuple:
     p = propose(SPEC, nodes, pods, "mixed", Limits(time_limit=10))
     return _key([x.demand for x in p.placed], tiers, p.gpus, len(p.changes)), p
 

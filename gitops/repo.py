@@ -90,6 +90,11 @@ class SuggestPolicy:
     max_nodes: int | None = None  # nodes one proposal may change; None: no limit
     new_configs: bool = False  # may add a named config to config.yaml
     pools: tuple[SuggestPool, ...] | None = None  # None: every node, every config of config.yaml
+    # Namespaces whose pods' system priorities (above 1,000,000,000, the system-* PriorityClasses) count
+    # as they are; elsewhere such a priority counts as 0.
+    trusted_priority_namespaces: tuple[str, ...] = ("kube-system",)
+    max_pods_per_namespace: int | None = None  # pending requests one namespace may count; None: no cap
+    claims_without_pods: bool = False  # pending ResourceClaims no pod uses count as demand
 
     def allowed(self, name: str, labels: Mapping[str, str]) -> tuple[str, ...] | None:
         """The configs this node may take (the first pool that matches it); None: any config; () none."""
@@ -312,7 +317,14 @@ def parse_nodes(doc: object, problems: list[Problem]) -> NodesFile | None:
     )
 
 
-_SUGGEST_FIELDS = ("maxNodes", "newConfigs", "pools")
+_SUGGEST_FIELDS = (
+    "maxNodes",
+    "newConfigs",
+    "pools",
+    "trustedPriorityNamespaces",
+    "maxPodsPerNamespace",
+    "claimsWithoutPods",
+)
 
 
 def _parse_suggest(raw: object, problems: list[Problem]) -> SuggestPolicy:
@@ -323,67 +335,73 @@ def _parse_suggest(raw: object, problems: list[Problem]) -> SuggestPolicy:
         problems.append(Problem("suggest", "invalid-suggest", "suggest must be a mapping such as {maxNodes: 4}"))
         return SuggestPolicy()
     problems.extend(_unexpected_fields(raw, "suggest", _SUGGEST_FIELDS))
-    max_nodes = raw.get("maxNodes")
-    if max_nodes is not None and not (
-        isinstance(max_nodes, int) and not isinstance(max_nodes, bool) and max_nodes >= 1
-    ):
-        problems.append(
-            Problem("suggest.maxNodes", "invalid-maxnodes", f"maxNodes must be a whole number >= 1, not {max_nodes!r}")
-        )
-        max_nodes = None
-    new_configs = raw.get("newConfigs", False)
-    if not isinstance(new_configs, bool):
+    trusted = raw.get("trustedPriorityNamespaces", ["kube-system"])
+    if not isinstance(trusted, list) or not all(isinstance(n, str) and n for n in trusted):
         problems.append(
             Problem(
-                "suggest.newConfigs", "invalid-newconfigs", f"newConfigs must be true or false, not {new_configs!r}"
+                "suggest.trustedPriorityNamespaces",
+                "invalid-trustedprioritynamespaces",
+                "trustedPriorityNamespaces must be a list of namespace names",
             )
         )
-        new_configs = False
-    pools: list[SuggestPool] | None = None
-    raw_pools = raw.get("pools")
-    if raw_pools is not None:
-        pools = []
-        if not isinstance(raw_pools, list):
-            problems.append(Problem("suggest.pools", "invalid-pools", "pools must be a list"))
-            raw_pools = []
-        for i, item in enumerate(raw_pools):
-            path = index_path("suggest.pools", i)
-            if not isinstance(item, Mapping):
-                problems.append(
-                    Problem(path, "invalid-pool", "each pool is a mapping with configs and nodes or nodeSelector")
-                )
-                continue
-            problems.extend(_unexpected_fields(item, path, ("configs", "nodes", "nodeSelector")))
-            configs = item.get("configs")
-            if not isinstance(configs, list) or not configs or not all(isinstance(c, str) and c for c in configs):
-                problems.append(
-                    Problem(
-                        key_path(path, "configs"),
-                        "invalid-configs",
-                        "configs must be a non-empty list of config names of config.yaml",
-                    )
-                )
-                continue
-            if ("nodes" in item) == ("nodeSelector" in item):
-                problems.append(
-                    Problem(path, "one-target", "give exactly one of nodes (a list of node names) or nodeSelector")
-                )
-                continue
-            if "nodes" in item:
-                names = item["nodes"]
-                if not isinstance(names, list) or not names or not all(isinstance(n, str) and n for n in names):
-                    problems.append(
-                        Problem(
-                            key_path(path, "nodes"), "invalid-nodes", "nodes must be a non-empty list of node names"
-                        )
-                    )
-                    continue
-                pools.append(SuggestPool(path, tuple(configs), nodes=tuple(names)))
-            else:
-                selector = parse_selector(item["nodeSelector"], key_path(path, "nodeSelector"), problems)
-                if selector is not None:
-                    pools.append(SuggestPool(path, tuple(configs), selector=selector))
-    return SuggestPolicy(max_nodes, new_configs, None if pools is None else tuple(pools))
+        trusted = ["kube-system"]
+    return SuggestPolicy(
+        _whole(raw, "maxNodes", 1, None, problems, "suggest"),
+        _flag(raw, "newConfigs", problems),
+        _parse_pools(raw.get("pools"), problems),
+        tuple(trusted),
+        _whole(raw, "maxPodsPerNamespace", 1, None, problems, "suggest"),
+        _flag(raw, "claimsWithoutPods", problems),
+    )
+
+
+def _flag(raw: Mapping[str, object], key: str, problems: list[Problem]) -> bool:
+    value = raw.get(key, False)
+    if isinstance(value, bool):
+        return value
+    problems.append(Problem(f"suggest.{key}", f"invalid-{key.lower()}", f"{key} must be true or false, not {value!r}"))
+    return False
+
+
+def _parse_pools(raw_pools: object, problems: list[Problem]) -> tuple[SuggestPool, ...] | None:
+    if raw_pools is None:
+        return None
+    if not isinstance(raw_pools, list):
+        problems.append(Problem("suggest.pools", "invalid-pools", "pools must be a list"))
+        return ()
+    pools = [pool for i, item in enumerate(raw_pools) if (pool := _parse_pool(item, i, problems)) is not None]
+    return tuple(pools)
+
+
+def _parse_pool(item: object, i: int, problems: list[Problem]) -> SuggestPool | None:
+    path = index_path("suggest.pools", i)
+    if not isinstance(item, Mapping):
+        problems.append(Problem(path, "invalid-pool", "each pool is a mapping with configs and nodes or nodeSelector"))
+        return None
+    problems.extend(_unexpected_fields(item, path, ("configs", "nodes", "nodeSelector")))
+    configs = item.get("configs")
+    if not isinstance(configs, list) or not configs or not all(isinstance(c, str) and c for c in configs):
+        problems.append(
+            Problem(
+                key_path(path, "configs"),
+                "invalid-configs",
+                "configs must be a non-empty list of config names of config.yaml",
+            )
+        )
+        return None
+    if ("nodes" in item) == ("nodeSelector" in item):
+        problems.append(Problem(path, "one-target", "give exactly one of nodes (a list of node names) or nodeSelector"))
+        return None
+    if "nodes" in item:
+        names = item["nodes"]
+        if not isinstance(names, list) or not names or not all(isinstance(n, str) and n for n in names):
+            problems.append(
+                Problem(key_path(path, "nodes"), "invalid-nodes", "nodes must be a non-empty list of node names")
+            )
+            return None
+        return SuggestPool(path, tuple(configs), nodes=tuple(names))
+    selector = parse_selector(item["nodeSelector"], key_path(path, "nodeSelector"), problems)
+    return None if selector is None else SuggestPool(path, tuple(configs), selector=selector)
 
 
 def _parse_rollout(raw: object, problems: list[Problem]) -> tuple[int | str, int | None, float]:
@@ -403,13 +421,20 @@ def _parse_rollout(raw: object, problems: list[Problem]) -> tuple[int | str, int
     )
 
 
-def _whole(raw: Mapping[str, object], key: str, least: int, default: float | None, problems: list[Problem]) -> Any:
+def _whole(
+    raw: Mapping[str, object],
+    key: str,
+    least: int,
+    default: float | None,
+    problems: list[Problem],
+    section: str = "rollout",
+) -> Any:
     value = raw.get(key, default)
     if value is default or (isinstance(value, int) and not isinstance(value, bool) and value >= least):
         return value
     problems.append(
         Problem(
-            key_path("rollout", key),
+            key_path(section, key),
             f"invalid-{key.lower()}",
             f"{key} must be a whole number >= {least}, not {value!r}",
         )

@@ -144,12 +144,15 @@ def plan_change(
     table: ProfileTable,
     current: Sequence[Placement],
     desired: Mapping[GiProfile, int],
+    busy: Iterable[Placement] = (),
 ) -> ChangePlan | None:
-    """The smallest destroy/create plan that keeps every instance that can stay in place.
+    """The smallest destroy/create plan that keeps every instance that can stay in place, and first of
+    all the `busy` ones (instances running work).
 
-    Tries keep-sets from largest to smallest (ties: lower starts kept first); the first one around
-    which the rest of the desired geometry can be placed wins, so the step count is minimal.
-    None when the desired geometry cannot be placed at all.
+    Tries keep-sets keeping the most busy instances first, then from largest to smallest (ties: lower
+    starts kept first); the first one around which the rest of the desired geometry can be placed wins:
+    among layouts that realise the target, one that keeps every busy instance it can, then the fewest
+    steps. None when the desired geometry cannot be placed at all.
     """
     wanted = Counter({gi.name: c for gi, c in desired.items() if c})
     by_name = {gi.name: gi for gi in desired}
@@ -157,25 +160,31 @@ def plan_change(
         return None
     current_sorted = tuple(sorted(current))
     candidates = [p for p in current_sorted if p.profile in wanted]
-    for size in range(len(candidates), -1, -1):
-        for keep in itertools.combinations(candidates, size):
-            kept = Counter(p.profile for p in keep)
-            if any(kept[name] > wanted[name] for name in kept):
-                continue
-            occupied = 0
-            clash = False
-            for p in keep:
-                if occupied & p.mask:
-                    clash = True
-                    break
-                occupied |= p.mask
-            if clash:
-                continue
-            rest = {by_name[name]: wanted[name] - kept[name] for name in wanted}
-            compute_used = sum(by_name[p.profile].compute_slices for p in keep)
-            created = search_layout(table, _order(table, expand(rest)), occupied, compute_used)
-            if created is not None:
-                keep_set = set(keep)
-                destroy = tuple(p for p in current_sorted if p not in keep_set)
-                return ChangePlan(tuple(keep), destroy, created)
+    keeps = [keep for size in range(len(candidates), -1, -1) for keep in itertools.combinations(candidates, size)]
+    running = frozenset(busy)
+    if running:
+        keeps.sort(key=lambda keep: -sum(p in running for p in keep))  # stable: size, then starts, within
+    for keep in keeps:
+        created = _around(table, keep, wanted, by_name)
+        if created is not None:
+            keep_set = set(keep)
+            destroy = tuple(p for p in current_sorted if p not in keep_set)
+            return ChangePlan(tuple(keep), destroy, created)
     return None
+
+
+def _around(
+    table: ProfileTable, keep: Sequence[Placement], wanted: Counter[str], by_name: Mapping[str, GiProfile]
+) -> tuple[Placement, ...] | None:
+    """The rest of the wanted instances placed around `keep`; None when `keep` cannot be part of it."""
+    kept = Counter(p.profile for p in keep)
+    if any(kept[name] > wanted[name] for name in kept):
+        return None
+    occupied = 0
+    for p in keep:
+        if occupied & p.mask:
+            return None
+        occupied |= p.mask
+    rest = {by_name[name]: wanted[name] - kept[name] for name in wanted}
+    compute_used = sum(by_name[p.profile].compute_slices for p in keep)
+    return search_layout(table, _order(table, expand(rest)), occupied, compute_used)

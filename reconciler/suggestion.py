@@ -1,11 +1,12 @@
 """MigSync `spec.suggest` (opt-in): `migops suggest`'s proposal for the pending MIG pods, published --
 never applied. Git applies it: a person turns the proposal (its patch) into a reviewed commit.
 
-Every `spec.suggest.interval` (5 min by default), while a revision is in force: one list of the nodes
-and of the pods, `migops.suggest.run.suggest` on the revision in force, then `status.suggestion`
-(its own field manager, beside the reconciler's status), the `migops_pending_mig_requests{profile}`
-gauge, and a `MigSuggestionChanged` Event when the proposal differs from the last one. It runs on its
-own thread, so a slow solve never delays a sync.
+Every `spec.suggest.interval` (5 min by default), while a revision is in force: the nodes and the pods
+listed in pages, each trimmed to what suggest reads and the pending ones bounded (migops.suggest.live;
+`status.suggestion.capped` says so when the bound is hit), `migops.suggest.run.suggest` on the revision
+in force, then `status.suggestion` (its own field manager, beside the reconciler's status), the
+`migops_pending_mig_requests{profile}` gauge, and a `MigSuggestionChanged` Event when the proposal
+differs from the last one. It runs on its own thread, so a slow solve never delays a sync.
 """
 
 from __future__ import annotations
@@ -58,6 +59,7 @@ def suggestion(api: k8s.ApiClient, ports: Ports, desired: DesiredState | None) -
     for profile, n in sorted(pending.items()):
         ports.metrics.pending_mig.labels(profile).set(n)
     patch = doc["patch"]
+    capped = {"capped": doc["capped"]} if doc.get("capped") else {}
     return {
         "revision": desired.revision,
         "outcome": doc["outcome"],
@@ -68,6 +70,7 @@ def suggestion(api: k8s.ApiClient, ports: Ports, desired: DesiredState | None) -
         "unserved": doc["unserved"][:20],
         "patch": patch if len(patch) <= _PATCH_LIMIT else "",
         "optimal": bool((doc.get("solver") or {}).get("optimal", True)),
+        **capped,
     }
 
 

@@ -1,4 +1,4 @@
-"""The cluster as `migops suggest` reads it: pending pods as Demand, GPU nodes as NodeFacts.
+"""The cluster as `migops suggest` reads it: pending pods as Demand, GPU nodes as NodeSupply.
 
 Objects are the API's JSON (dicts, camelCase), as `kubectl get -o json` shows them, so the same
 functions read a live cluster and a test's objects. Demand (docs/suggest.md):
@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter, defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -26,8 +26,10 @@ from migops.api.objects import LabelSelector, Requirement, node_gpus
 from migops.mig.catalogue import UnknownGpuError
 from migops.mig.gfd import GPU_PRODUCT_LABEL, GPU_RESOURCE, MIG_RESOURCE_PREFIX
 from migops.mig.strategy import Strategy
-from migops.suggest.model import WHOLE_GPU, Demand, NodeFacts
+from migops.suggest.claims import claimed_instance
+from migops.suggest.model import WHOLE_GPU, Demand, NodeSupply
 from migops.suggest.options import devices
+from migops.suggest.scheduling import node_allocatable, pod_requests, read_taints, read_tolerations
 
 _SINGLE_MIG = "-MIG-"
 _OPERATORS = ("In", "NotIn", "Exists", "DoesNotExist")
@@ -120,6 +122,29 @@ def is_pending(pod: Mapping[str, Any]) -> bool:
     )
 
 
+def _wanted(pod: Mapping[str, Any], strategy: Strategy | None) -> tuple[frozenset[str], int, str]:
+    """(profiles, count, why not) of a pending pod: () when it asks for no MIG device (a whole GPU, or
+    nothing at all), a reason when it asks in a way suggest cannot read."""
+    wants = pod_resources(pod)
+    mig = {k[len(MIG_RESOURCE_PREFIX) :]: n for k, n in wants.items() if k.startswith(MIG_RESOURCE_PREFIX)}
+    selectors, why = _terms(pod)
+    if strategy == "single":
+        if mig:
+            return (
+                frozenset(),
+                0,
+                "it asks for nvidia.com/mig-* resources, which the single strategy does not advertise",
+            )
+        profiles = _single_profiles(selectors) if wants.get(GPU_RESOURCE) else frozenset()
+        return profiles, wants[GPU_RESOURCE] if profiles else 0, why if profiles else ""
+    if not mig:
+        return frozenset(), 0, ""
+    if len(mig) > 1:
+        return frozenset(), 0, f"it asks for several MIG profiles at once ({', '.join(sorted(mig))})"
+    ((profile, count),) = mig.items()
+    return frozenset({profile}), count, why
+
+
 def read_demand(pods: Iterable[Mapping[str, Any]], strategy: Strategy | None) -> tuple[list[Demand], list[Skipped]]:
     """Pending pods that ask for MIG devices, as Demand; those that ask but cannot be read, with why."""
     demands: list[Demand] = []
@@ -127,77 +152,27 @@ def read_demand(pods: Iterable[Mapping[str, Any]], strategy: Strategy | None) ->
     for pod in pods:
         if not is_pending(pod):
             continue
-        wants = pod_resources(pod)
-        mig = {k[len(MIG_RESOURCE_PREFIX) :]: n for k, n in wants.items() if k.startswith(MIG_RESOURCE_PREFIX)}
-        selectors, why = _terms(pod)
-        if strategy == "single":
-            profiles = _single_profiles(selectors) if wants.get(GPU_RESOURCE) else frozenset()
-            if mig:
-                skipped.append(
-                    Skipped(
-                        _ref(pod),
-                        "it asks for nvidia.com/mig-* resources, which the single strategy does not advertise",
-                    )
-                )
-                continue
-            if not profiles:
-                continue  # whole GPUs, not MIG demand
-            count = wants[GPU_RESOURCE]
-        else:
-            if not mig:
-                continue
-            if len(mig) > 1:
-                skipped.append(
-                    Skipped(_ref(pod), f"it asks for several MIG profiles at once ({', '.join(sorted(mig))})")
-                )
-                continue
-            ((profile, count),) = mig.items()
-            profiles = frozenset({profile})
+        profiles, count, why = _wanted(pod, strategy)
         if why:
             skipped.append(Skipped(_ref(pod), why))
             continue
-        meta = objects.meta(pod)
+        if not profiles:
+            continue  # no MIG demand
+        meta, spec = objects.meta(pod), pod.get("spec") or {}
         demands.append(
             Demand(
                 str(meta.get("namespace", "default")),
                 str(meta.get("name", "")),
                 profiles,
                 count,
-                int((pod.get("spec") or {}).get("priority") or 0),
-                tuple(selectors),
+                int(spec.get("priority") or 0),
+                tuple(_terms(pod)[0]),
+                "Pod",
+                read_tolerations(pod),
+                pod_requests(pod),
             )
         )
     return demands, skipped
-
-
-def read_claims(
-    claims: Iterable[Mapping[str, Any]],
-    templates: Iterable[Mapping[str, Any]],
-    classes: Iterable[Mapping[str, Any]],
-    pods: Iterable[Mapping[str, Any]],
-) -> list[Demand]:
-    """DRA demand as Demand values: pending ResourceClaims, and pending pods' claim templates whose claim
-    does not exist yet, whose CEL selectors pick MIG devices (mig.dra evaluates them as the scheduler
-    would). A claim's node constraint is its pod's nodeSelector, when it came from a template."""
-    from migops.mig import dra
-
-    def name(obj: Mapping[str, Any]) -> str:
-        return str(objects.meta(obj).get("name") or "")
-
-    by_class = {name(c): c for c in classes}
-    by_template = {(str(objects.meta(t).get("namespace") or ""), name(t)): t for t in templates}
-    return [
-        Demand(
-            d.namespace,
-            d.name,
-            d.profiles,
-            d.count,
-            d.priority,
-            (LabelSelector(d.node_selector),) if d.node_selector else (),
-            d.kind,
-        )
-        for d in dra.pending_demand(claims, by_class, pods=pods, templates=by_template)
-    ]
 
 
 def states_from_layout(value: str | None, count: int) -> tuple[GpuState, ...] | None:
@@ -251,9 +226,10 @@ def read_nodes(
     assigned: Mapping[str, str],
     used: Mapping[str, Counter[str]],
     strategy: Strategy | None,
-) -> tuple[list[NodeFacts], list[Skipped]]:
-    """GPU nodes as facts; nodes whose GPUs the catalogue does not know, with why."""
-    out: list[NodeFacts] = []
+    claimed: Mapping[str, Sequence[str]] | None = None,
+) -> tuple[list[NodeSupply], list[Skipped]]:
+    """GPU nodes as what they supply; nodes whose GPUs the catalogue does not know, with why."""
+    out: list[NodeSupply] = []
     skipped: list[Skipped] = []
     for name, node in sorted(nodes.items()):
         try:
@@ -269,7 +245,7 @@ def read_nodes(
         states = states_from_layout(notes.get(LAYOUT_ANNOTATION), len(gpus.gpus)) if gpus.exact else None
         allocatable = {k: _quantity(v) for k, v in ((node.get("status") or {}).get("allocatable") or {}).items()}
         out.append(
-            NodeFacts(
+            NodeSupply(
                 name,
                 labels,
                 gpus,
@@ -277,6 +253,58 @@ def read_nodes(
                 assigned.get(name),
                 dict(used.get(name, {})),
                 dict(devices(allocatable, labels, strategy)),
+                read_taints(node),
+                node_allocatable(node),
+                tuple(i for dev in (claimed or {}).get(name, ()) if (i := claimed_instance(dev, gpus)) is not None),
             )
         )
     return out, skipped
+
+
+# What suggest reads of a pod and of a node: the rest (annotations, managedFields, status conditions, ...)
+# is dropped as each object arrives, so what is kept does not grow with what users put on their objects.
+_POD_SPEC = ("nodeName", "nodeSelector", "tolerations", "priority", "resourceClaims")
+_RESOURCES = ("cpu", "memory", GPU_RESOURCE)
+MAX_POD_BYTES = 4096  # a pending pod whose scheduling constraints are larger is named, not read
+
+
+def _container(c: Mapping[str, Any]) -> dict[str, Any]:
+    res = c.get("resources") or {}
+
+    def kept(part: Mapping[str, Any]) -> dict[str, Any]:
+        return {k: v for k, v in part.items() if k in _RESOURCES or str(k).startswith(MIG_RESOURCE_PREFIX)}
+
+    return {"resources": {"limits": kept(res.get("limits") or {}), "requests": kept(res.get("requests") or {})}}
+
+
+def trim_pod(pod: Mapping[str, Any]) -> dict[str, Any]:
+    """The pod as suggest reads it (still a Pod's shape: every reader here reads it as it reads a Pod)."""
+    meta, spec, status = objects.meta(pod), pod.get("spec") or {}, pod.get("status") or {}
+    node_affinity = (spec.get("affinity") or {}).get("nodeAffinity") or {}
+    required = node_affinity.get("requiredDuringSchedulingIgnoredDuringExecution")
+    out_spec: dict[str, Any] = {k: spec[k] for k in _POD_SPEC if k in spec}
+    out_spec["containers"] = [_container(c) for c in spec.get("containers") or ()]
+    out_spec["initContainers"] = [_container(c) for c in spec.get("initContainers") or ()]
+    if required:
+        out_spec["affinity"] = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": required}}
+    return {
+        "metadata": {k: meta[k] for k in ("name", "namespace", "deletionTimestamp") if k in meta},
+        "spec": out_spec,
+        "status": {k: status[k] for k in ("phase", "resourceClaimStatuses") if k in status},
+    }
+
+
+def trim_node(node: Mapping[str, Any]) -> dict[str, Any]:
+    """The node as suggest and the resolver read it: name, labels, migops' and NVIDIA's annotations,
+    taints, allocatable."""
+    meta = objects.meta(node)
+    notes = meta.get("annotations") or {}
+    return {
+        "metadata": {
+            "name": meta.get("name"),
+            "labels": meta.get("labels") or {},
+            "annotations": {k: v for k, v in notes.items() if str(k).startswith(("migops.io/", "nvidia.com/"))},
+        },
+        "spec": {"taints": (node.get("spec") or {}).get("taints") or []},
+        "status": {"allocatable": (node.get("status") or {}).get("allocatable") or {}},
+    }

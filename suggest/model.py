@@ -1,15 +1,17 @@
-"""The values of a suggestion: demand, node facts, what a node could become, and the proposal."""
+"""The values of a suggestion: demand, what each node supplies, what a node could become, and the proposal."""
 
 from __future__ import annotations
 
+import enum
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from migops.agent.backend import GpuState
 from migops.api.objects import LabelSelector
 from migops.mig.gfd import NodeGpus
+from migops.suggest.scheduling import Taint, Toleration, fits, tolerated
 
-WHOLE_GPU = "(whole GPU)"  # NodeFacts.used key: whole GPUs (nvidia.com/gpu, not MIG devices) pods hold
+WHOLE_GPU = "(whole GPU)"  # NodeSupply.used key: whole GPUs (nvidia.com/gpu, not MIG devices) pods hold
 
 
 def profile_key(profile: str) -> str:
@@ -28,7 +30,9 @@ class Demand:
     `count` devices are of the one profile chosen. `node_selectors` are ORed terms (nodeAffinity's
     nodeSelectorTerms, each ANDed with the pod's nodeSelector), matched against the node's labels as they
     will be once its config is applied (GFD's labels change with the geometry); () matches any node.
-    Higher `priority` is served first (the pod's spec.priority)."""
+    Higher `priority` is served first (the pod's spec.priority, as the policy trusts it). `tolerations`
+    are held against the node's taints, `requests` (cpu in millicores, memory in bytes) against what the
+    node has allocatable, as the scheduler does."""
 
     namespace: str
     name: str
@@ -37,6 +41,8 @@ class Demand:
     priority: int = 0
     node_selectors: tuple[LabelSelector, ...] = ()
     kind: str = "Pod"
+    tolerations: tuple[Toleration, ...] = ()
+    requests: tuple[tuple[str, int], ...] = ()
 
     @property
     def ref(self) -> str:
@@ -46,13 +52,21 @@ class Demand:
     def keys(self) -> frozenset[str]:
         return frozenset(profile_key(p) for p in self.profiles)
 
+    @property
+    def label_keys(self) -> frozenset[str]:
+        """The node labels its selectors read: nodes that differ only in others are alike to it."""
+        return frozenset(
+            [k for s in self.node_selectors for k, _ in s.match_labels]
+            + [r.key for s in self.node_selectors for r in s.match_expressions]
+        )
+
     def matches(self, labels: Mapping[str, str]) -> bool:
         return not self.node_selectors or any(s.matches(labels) for s in self.node_selectors)
 
 
 @dataclass(frozen=True)
-class NodeFacts:
-    """One GPU node as the cluster shows it."""
+class NodeSupply:
+    """One GPU node as the cluster shows it: what it has, what is in use, what keeps pods off it."""
 
     name: str
     labels: Mapping[str, str]
@@ -64,6 +78,16 @@ class NodeFacts:
     # profile key -> MIG devices running pods hold; WHOLE_GPU -> whole GPUs they hold
     used: Mapping[str, int] = field(default_factory=dict)
     allocatable: Mapping[str, int] = field(default_factory=dict)  # profile key -> MIG devices it has now
+    taints: tuple[Taint, ...] = ()  # the taints that keep pods off it (NoSchedule, NoExecute)
+    capacity: tuple[tuple[str, int], ...] = ()  # cpu (millicores) and memory (bytes) allocatable, when stated
+    # Instances allocated DRA ResourceClaims hold, as (GPU index or None: any GPU, profile, start): kept
+    # exactly (the claim names the device), and not offered to pending demand.
+    claimed: tuple[tuple[int | None, str, int], ...] = ()
+
+    def admits(self, d: Demand) -> bool:
+        """The scheduler would let the pod onto this node whatever its labels: taints tolerated, its CPU
+        and memory within what the node has allocatable."""
+        return tolerated(self.taints, d.tolerations) and fits(d.requests, self.capacity)
 
 
 @dataclass(frozen=True)
@@ -88,8 +112,24 @@ class Refused:
     node: str
     config: str
     reason: str
-    offers: frozenset[str] = frozenset()  # profile keys it would offer (when it fits but is unsafe)
+    # What it would offer (profile key -> devices free for pending demand) and the node's labels under it,
+    # when it fits but is unsafe.
+    offers: Mapping[str, int] = field(default_factory=dict)
     in_use: bool = False  # refused because it would destroy instances in use (or cannot prove it would not)
+    labels: Mapping[str, str] = field(default_factory=dict)
+
+
+class Rule(enum.Enum):
+    """What stops a pending request from being served, in the order they are told."""
+
+    NO_PROFILE = "no-profile"  # no GPU model of the cluster has the profile
+    NODE_SELECTOR = "node-selector"  # its selector matches no GPU node under any config
+    TAINTS = "taints"  # every GPU node it selects has a taint it does not tolerate
+    RESOURCES = "resources"  # it asks for more CPU or memory than any GPU node it may run on has
+    POLICY = "policy"  # only configs the suggest policy forbids would serve it
+    IN_USE = "in-use"  # only changes that destroy instances in use would serve it
+    NO_CONFIG = "no-config"  # no config offers it on a node it may run on
+    NO_ROOM = "no-room"  # it could be served, but higher-priority demand or maxNodes took the room
 
 
 @dataclass(frozen=True)
@@ -115,6 +155,7 @@ class Placed:
 class Unserved:
     demand: Demand
     reason: str
+    rule: Rule
 
 
 @dataclass(frozen=True)
@@ -125,6 +166,9 @@ class Stage:
     value: int
     bound: int
     optimal: bool
+    # The wall-clock safety net stopped this stage before its work limit: a rerun on a busier or idler
+    # machine may end elsewhere (the work limit alone makes runs repeat).
+    wall_clock_cut: bool = False
 
     @property
     def gap(self) -> int:

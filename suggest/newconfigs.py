@@ -14,7 +14,7 @@ import yaml
 from migops.mig.catalogue import GpuModel
 from migops.mig.placement import place
 from migops.suggest.edit import TextEdits
-from migops.suggest.model import Demand, NodeFacts, profile_key
+from migops.suggest.model import Demand, NodeSupply, profile_key
 
 
 def _most(model: GpuModel, name: str) -> int:
@@ -30,7 +30,7 @@ def _most(model: GpuModel, name: str) -> int:
 
 
 def candidates(
-    nodes: Sequence[NodeFacts], demands: Iterable[Demand], offered: set[str], names: Iterable[str]
+    nodes: Sequence[NodeSupply], demands: Iterable[Demand], offered: set[str], names: Iterable[str]
 ) -> dict[str, str]:
     """name -> the config's text under mig-configs (unindented), for each pending profile no existing
     config offers (`offered`) that a GPU model of the nodes has as a GPU-instance profile."""

@@ -14,13 +14,15 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from functools import lru_cache
 
-from migops.agent.backend import GpuState
+from migops.agent.backend import GpuInstance, GpuState
 from migops.agent.plan import Desired, GpuPlan, desired_from_result, mig_device_names, plan_gpu
 from migops.gitops.desired import FitCache
 from migops.gitops.repo import RepoSpec
+from migops.mig.catalogue import GpuModel
 from migops.mig.gfd import GPU_PRODUCT_LABEL, GPU_RESOURCE, MIG_RESOURCE_PREFIX, Advertisement
 from migops.mig.strategy import Strategy
-from migops.suggest.model import WHOLE_GPU, NodeFacts, Option, Refused
+from migops.mig.validate import GpuResult
+from migops.suggest.model import WHOLE_GPU, NodeSupply, Option, Refused, profile_key
 
 _SINGLE_MIG = "-MIG-"
 _GFD_PREFIXES = (f"{GPU_RESOURCE}.", MIG_RESOURCE_PREFIX)  # the labels GFD rewrites with the geometry
@@ -47,22 +49,33 @@ def labels_after(labels: Mapping[str, str], advertisement: Advertisement) -> dic
     return {**kept, **advertisement.labels}
 
 
-def protect(node: NodeFacts, strategy: Strategy | None) -> tuple[GpuState, ...] | None:
+def _busy(
+    node: NodeSupply, model: GpuModel, index: int, inst: GpuInstance, used: set[str], strategy: Strategy | None
+) -> bool:
+    if (index, inst.profile, inst.start) in node.claimed or (None, inst.profile, inst.start) in node.claimed:
+        return True  # an allocated DRA claim names this very device
+    if strategy == "single" and used:
+        return True
+    names = {profile_key(d) for d in mig_device_names(model, inst)} or {profile_key(inst.profile)}
+    return bool(names & used)
+
+
+def protect(node: NodeSupply, strategy: Strategy | None) -> tuple[GpuState, ...] | None:
     """The node's GPU states with every instance a running pod may use marked busy (a pid), so the agent's
-    planner names it in `GpuPlan.busy` when a plan would destroy it. Which instance a pod holds is the
-    device plugin's secret: every instance of a profile in use counts as used (under single, every
-    instance once any is), which is never less safe than the truth."""
+    planner keeps it where the target allows and names it in `GpuPlan.busy` when a plan would destroy it.
+    An allocated DRA claim names its device; which instance a device-plugin pod holds is the plugin's
+    secret, so every instance of a profile in use counts as used (under single, every instance once any
+    is): never less safe than the truth."""
     if node.states is None:
         return None
     used = {k for k, n in node.used.items() if n > 0}
-    if not used:
+    if not used and not node.claimed:
         return node.states
     out = []
     for model, state in zip(node.gpus.gpus, node.states):
         instances = []
         for inst in state.instances:
-            names = {d.replace("+", ".") for d in mig_device_names(model, inst)} or {inst.profile.replace("+", ".")}
-            busy = strategy == "single" or bool(names & used)
+            busy = _busy(node, model, state.index, inst, used, strategy)
             instances.append(dataclasses.replace(inst, pids=inst.pids or ((0,) if busy else ())))
         out.append(dataclasses.replace(state, instances=tuple(instances)))
     return tuple(out)
@@ -74,12 +87,26 @@ def _plan(state: GpuState, desired: Desired) -> GpuPlan:
     return plan_gpu(state, desired)
 
 
-def _free(offered: Counter[str], node: NodeFacts) -> dict[str, int]:
-    return {k: n - node.used.get(k, 0) for k, n in sorted(offered.items()) if n - node.used.get(k, 0) > 0}
+def _free(offered: Counter[str], node: NodeSupply) -> dict[str, int]:
+    """What pending demand may use: what the option offers less what running pods and claims hold."""
+    held = Counter(node.used)
+    held.update(profile_key(p) for _, p, _ in node.claimed)
+    return {k: n - held.get(k, 0) for k, n in sorted(offered.items()) if n - held.get(k, 0) > 0}
+
+
+def _keep(node: NodeSupply, spec: RepoSpec, strategy: Strategy | None, cache: FitCache) -> Option:
+    """The option that leaves nodes.yaml as it is."""
+    if node.assigned is not None:
+        adv = cache.fit(spec, node.assigned, node.gpus, strategy).advertisement()
+        if adv is not None:
+            after = labels_after(node.labels, adv)
+            return Option(node.assigned, False, False, _free(devices(adv.resources, after, strategy), node), after)
+    # No assignment, or GPUs not known exactly: what the node has now is all that is known.
+    return Option(node.assigned, False, False, _free(Counter(node.allocatable), node), dict(node.labels))
 
 
 def node_options(
-    node: NodeFacts,
+    node: NodeSupply,
     spec: RepoSpec,
     strategy: Strategy | None,
     configs: Sequence[str],
@@ -87,81 +114,76 @@ def node_options(
 ) -> tuple[tuple[Option, ...], tuple[Refused, ...]]:
     """The node's options, first the one that leaves nodes.yaml as it is, then `configs` (in that order)
     it can take safely; and the configs it cannot, with the reason."""
-    options: list[Option] = []
+    options: list[Option] = [_keep(node, spec, strategy, cache)]
     refused: list[Refused] = []
-    if node.assigned is None:
-        keep = Option(None, False, False, _free(Counter(node.allocatable), node), dict(node.labels))
-    else:
-        f = cache.fit(spec, node.assigned, node.gpus, strategy)
-        adv = f.advertisement()
-        if adv is None:  # not exact GPUs: what the node has now is all that is known
-            keep = Option(node.assigned, False, False, _free(Counter(node.allocatable), node), dict(node.labels))
-        else:
-            after = labels_after(node.labels, adv)
-            keep = Option(node.assigned, False, False, _free(devices(adv.resources, after, strategy), node), after)
-    options.append(keep)
     states = protect(node, strategy)
     for config in configs:
         if config == node.assigned:
             continue
-        f = cache.fit(spec, config, node.gpus, strategy)
-        if not f.valid:
-            refused.append(Refused(node.name, config, f"does not fit: {f.errors[0]}" if f.errors else "does not fit"))
-            continue
-        adv = f.advertisement()
-        if adv is None:
-            refused.append(
-                Refused(node.name, config, "the node's GPU count is unknown (no migops.io/gpus, GFD under single)")
-            )
-            continue
-        if adv.invalid_reason:
-            refused.append(Refused(node.name, config, f"GFD would publish -MIG-INVALID: {adv.invalid_reason}"))
-            continue
-        after = labels_after(node.labels, adv)
-        offers = frozenset(devices(adv.resources, after, strategy))
-        if states is None:
-            if any(n > 0 for n in node.used.values()):
-                refused.append(
-                    Refused(
-                        node.name,
-                        config,
-                        "pods use MIG devices and the node publishes no layout (migops.io/mig.layout): "
-                        "cannot prove they are kept",
-                        offers,
-                        True,
-                    )
-                )
-                continue
-            gpus = tuple(range(len(node.gpus.gpus)))  # unknown layout: count every GPU as reconfigured
-            options.append(
-                Option(config, True, False, _free(devices(adv.resources, after, strategy), node), after, gpus)
-            )
-            continue
-        touched: list[int] = []
-        kept = destroyed = created = 0
-        why, busy = "", False
-        for state, result in zip(states, f.report.gpus):
-            plan = _plan(state, desired_from_result(result))
-            if plan.error:
-                why = plan.error
-                break
-            if plan.mode_change and not state.mig_enabled and node.used.get(WHOLE_GPU, 0) > 0:
-                # Which GPU a whole-GPU pod holds is the device plugin's secret too: none may change mode.
-                busy = True
-                why = f"it would turn MIG on for GPU {state.index}, and running pods use whole GPUs on this node"
-                break
-            if plan.busy:
-                busy, inst = True, plan.busy[0]
-                why = f"it would destroy the {inst.profile} instance at slice {inst.start} on GPU {state.index}, which a running pod uses"
-                break
-            if plan.touches:
-                touched.append(state.index)
-                kept += len(plan.keep)
-                destroyed += len(plan.must_go)
-                created += sum(1 for s in plan.steps if s.op == "create_gi")
-        if why:
-            refused.append(Refused(node.name, config, why, offers, in_use=busy))
-            continue
-        free = _free(devices(adv.resources, after, strategy), node)
-        options.append(Option(config, True, False, free, after, tuple(touched), kept, destroyed, created))
+        found = _option(node, spec, strategy, config, cache, states)
+        if isinstance(found, Refused):
+            refused.append(found)
+        else:
+            options.append(found)
     return tuple(options), tuple(refused)
+
+
+def _option(
+    node: NodeSupply,
+    spec: RepoSpec,
+    strategy: Strategy | None,
+    config: str,
+    cache: FitCache,
+    states: tuple[GpuState, ...] | None,
+) -> Option | Refused:
+    f = cache.fit(spec, config, node.gpus, strategy)
+    if not f.valid:
+        return Refused(node.name, config, f"does not fit: {f.errors[0]}" if f.errors else "does not fit")
+    adv = f.advertisement()
+    if adv is None:
+        return Refused(node.name, config, "the node's GPU count is unknown (no migops.io/gpus, GFD under single)")
+    if adv.invalid_reason:
+        return Refused(node.name, config, f"GFD would publish -MIG-INVALID: {adv.invalid_reason}")
+    after = labels_after(node.labels, adv)
+    free = _free(devices(adv.resources, after, strategy), node)
+    if states is None:
+        if any(n > 0 for n in node.used.values()) or node.claimed:
+            why = (
+                "pods use MIG devices and the node publishes no layout (migops.io/mig.layout): "
+                "cannot prove they are kept"
+            )
+            return Refused(node.name, config, why, free, True, after)
+        gpus = tuple(range(len(node.gpus.gpus)))  # unknown layout: count every GPU as reconfigured
+        return Option(config, True, False, free, after, gpus)
+    plans = _plans(node, states, f.report.gpus)
+    if isinstance(plans, tuple):
+        why, busy = plans
+        return Refused(node.name, config, why, free, busy, after)
+    touched = [p.index for p in plans if p.touches]
+    kept = sum(len(p.keep) for p in plans if p.touches)
+    destroyed = sum(len(p.must_go) for p in plans if p.touches)
+    created = sum(1 for p in plans if p.touches for s in p.steps if s.op == "create_gi")
+    return Option(config, True, False, free, after, tuple(touched), kept, destroyed, created)
+
+
+def _plans(
+    node: NodeSupply, states: Sequence[GpuState], results: Sequence[GpuResult]
+) -> list[GpuPlan] | tuple[str, bool]:
+    """The agent's plan for each GPU; (why, in use) when one cannot be made or would end running work."""
+    plans = []
+    for state, result in zip(states, results):
+        plan = _plan(state, desired_from_result(result))
+        if plan.error:
+            return plan.error, False
+        if plan.mode_change and not state.mig_enabled and node.used.get(WHOLE_GPU, 0) > 0:
+            # Which GPU a whole-GPU pod holds is the device plugin's secret too: none may change mode.
+            return f"it would turn MIG on for GPU {state.index}, and running pods use whole GPUs on this node", True
+        if plan.busy:
+            inst = plan.busy[0]
+            return (
+                f"it would destroy the {inst.profile} instance at slice {inst.start} on GPU {state.index}, "
+                "which a running pod uses",
+                True,
+            )
+        plans.append(plan)
+    return plans

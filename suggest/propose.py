@@ -5,15 +5,17 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 
 from migops.gitops.desired import FitCache
 from migops.gitops.repo import RepoSpec
 from migops.mig.gfd import mig_resources, resource_name
 from migops.mig.strategy import Strategy
 from migops.mig.text import listed
-from migops.suggest.model import Demand, NodeFacts, Option, Proposal, Refused
+from migops.suggest.model import Demand, NodeSupply, Option, Proposal, Refused, Rule
 from migops.suggest.options import node_options
+from migops.suggest.scheduling import CPU, MEMORY, tolerated
 from migops.suggest.solve import Limits, solve
 
 _SHOWN = 3
@@ -21,7 +23,7 @@ _SHOWN = 3
 
 def propose(
     spec: RepoSpec,
-    nodes: Sequence[NodeFacts],
+    nodes: Sequence[NodeSupply],
     demands: Sequence[Demand],
     strategy: Strategy | None,
     limits: Limits | None = None,
@@ -33,29 +35,34 @@ def propose(
     policy = spec.nodes.suggest
     limits = limits or Limits(max_nodes=policy.max_nodes)
     every = spec.config.names()
-    allowed: dict[str, list[Option]] = {}
-    forbidden: dict[str, list[Option]] = {}
-    refused: list[Refused] = []
+    seen = _Seen({}, {}, [])
     for node in nodes:
         options, no = node_options(node, spec, strategy, every, cache)
-        refused.extend(no)
+        seen.refused.extend(no)
         may = policy.allowed(node.name, node.labels)
-        allowed[node.name] = [o for o in options if not o.changed or may is None or o.config in may]
-        forbidden[node.name] = [o for o in options if o.changed and may is not None and o.config not in may]
+        seen.allowed[node.name] = [o for o in options if not o.changed or may is None or o.config in may]
+        seen.forbidden[node.name] = [o for o in options if o.changed and may is not None and o.config not in may]
     new_configs: dict[str, str] = {}
     if policy.new_configs:
-        new_configs = _new_options(spec, nodes, demands, strategy, cache, allowed, refused)
-    unservable = {d: why for d in demands if (why := _why_unservable(d, nodes, allowed, forbidden, refused))}
-    # The time limit is the whole proposal's: what the options took comes off the solver's share.
-    left = max(0.5, limits.time_limit - (time.monotonic() - started))
-    proposal = solve(nodes, allowed, demands, dataclasses.replace(limits, time_limit=left), unservable)
+        new_configs = _new_options(spec, nodes, demands, strategy, cache, seen.allowed, seen.refused)
+    unservable = {d: why for d in demands if (why := why_unservable(d, nodes, seen))}
+    proposal = solve(nodes, seen.allowed, demands, limits, unservable, started)
     used = {c.config: new_configs[c.config] for c in proposal.changes if c.option.new}
     return dataclasses.replace(proposal, seconds=time.monotonic() - started, new_configs=used)
 
 
+@dataclass(frozen=True)
+class _Seen:
+    """Every node's options: those the policy allows, those it forbids, and the configs refused."""
+
+    allowed: dict[str, list[Option]]
+    forbidden: dict[str, list[Option]]
+    refused: list[Refused]
+
+
 def _new_options(
     spec: RepoSpec,
-    nodes: Sequence[NodeFacts],
+    nodes: Sequence[NodeSupply],
     demands: Sequence[Demand],
     strategy: Strategy | None,
     cache: FitCache,
@@ -87,35 +94,77 @@ def _new_options(
     return found
 
 
-def _offers(d: Demand, o: Option) -> bool:
-    return d.matches(o.labels) and any(o.free.get(p, 0) >= d.count for p in d.keys)
+def _offers(d: Demand, free: Mapping[str, int]) -> bool:
+    return any(free.get(p, 0) >= d.count for p in d.keys)
 
 
-def _why_unservable(
-    d: Demand,
-    nodes: Sequence[NodeFacts],
-    allowed: dict[str, list[Option]],
-    forbidden: dict[str, list[Option]],
-    refused: Sequence[Refused],
-) -> str:
-    """Why no option at all can serve `d` (profile on no GPU model, selector matching no GPU node, the
-    policy or an in-use instance in the way); "" when some option can."""
-    if any(_offers(d, o) for n in nodes for o in allowed[n.name]):
-        return ""
+def why_unservable(d: Demand, nodes: Sequence[NodeSupply], seen: _Seen) -> tuple[Rule, str] | None:
+    """Why no option at all can serve `d`, the first rule that stops it (docs/suggest.md); None when some
+    allowed option can. Each rule is judged over every config a node could take, allowed or not, safe or
+    not, so that a later rule is never told when an earlier one stops the pod."""
+    if any(n.admits(d) and d.matches(o.labels) and _offers(d, o.free) for n in nodes for o in seen.allowed[n.name]):
+        return None
     wanted = ", ".join(sorted(d.profiles))
     catalogue = mig_resources()
     models = {g for n in nodes for g in n.gpus.gpus}
     if not any(resource_name(p) in catalogue and set(catalogue[resource_name(p)][1]) & models for p in d.profiles):
         names = sorted({g.name for g in models})
-        return f"no GPU model of the cluster's nodes has a {wanted} profile (they are: {', '.join(names) or 'none'})"
-    if not any(d.matches(o.labels) for n in nodes for o in allowed[n.name] + forbidden[n.name]):
-        return "its node selector matches no GPU node (under any config)"
-    blocked = sorted({f"{o.config} on {n.name}" for n in nodes for o in forbidden[n.name] if _offers(d, o)})
+        return (
+            Rule.NO_PROFILE,
+            f"no GPU model of the cluster's nodes has a {wanted} profile (they are: {', '.join(names) or 'none'})",
+        )
+    labels = {n.name: [*(o.labels for o in seen.allowed[n.name] + seen.forbidden[n.name])] for n in nodes}
+    for r in seen.refused:
+        if r.labels:
+            labels[r.node].append(r.labels)
+    selected = [n for n in nodes if any(d.matches(lb) for lb in labels[n.name])]
+    if not selected:
+        return Rule.NODE_SELECTOR, "its node selector matches no GPU node (under any config)"
+    welcome = [n for n in selected if tolerated_by(d, n)]
+    if not welcome:
+        return Rule.TAINTS, f"it does not tolerate the taints of the GPU nodes it selects ({_taints(selected)})"
+    able = {n.name for n in welcome if n.admits(d)}
+    if not able:
+        return Rule.RESOURCES, f"it asks for {_requests(d)}, more than any GPU node it may run on has allocatable"
+    return _unsafe_or_forbidden(d, nodes, seen, able)
+
+
+def _unsafe_or_forbidden(d: Demand, nodes: Sequence[NodeSupply], seen: _Seen, able: set[str]) -> tuple[Rule, str]:
+    need = f"{d.count} x " if d.count > 1 else ""
+    wanted = ", ".join(sorted(d.profiles))
+    blocked = sorted(
+        f"{o.config} on {n.name}"
+        for n in nodes
+        if n.name in able
+        for o in seen.forbidden[n.name]
+        if d.matches(o.labels) and _offers(d, o.free)
+    )
     if blocked:
-        return f"the suggest policy in nodes.yaml forbids what would serve it ({listed(blocked, _SHOWN)})"
-    unsafe = [r for r in refused if r.in_use and r.offers & d.keys]
+        return Rule.POLICY, f"the suggest policy in nodes.yaml forbids what would serve it ({listed(blocked, _SHOWN)})"
+    unsafe = [r for r in seen.refused if r.in_use and r.node in able and d.matches(r.labels) and _offers(d, r.offers)]
     if unsafe:
         shown = listed([f"{r.config} on {r.node}" for r in unsafe], _SHOWN)
-        return f"the configs that would serve it would remove MIG devices in use ({shown}): {unsafe[0].reason}"
-    need = f"{d.count} x " if d.count > 1 else ""
-    return f"no config of config.yaml offers {need}{wanted} on a node it may run on"
+        return (
+            Rule.IN_USE,
+            f"the configs that would serve it would remove MIG devices in use ({shown}): {unsafe[0].reason}",
+        )
+    return Rule.NO_CONFIG, f"no config of config.yaml offers {need}{wanted} on a node it may run on"
+
+
+def tolerated_by(d: Demand, node: NodeSupply) -> bool:
+    return tolerated(node.taints, d.tolerations)
+
+
+def _taints(nodes: Sequence[NodeSupply]) -> str:
+    found = sorted({f"{t.key}{'=' + t.value if t.value else ''}:{t.effect}" for n in nodes for t in n.taints})
+    return listed(found, _SHOWN)
+
+
+def _requests(d: Demand) -> str:
+    asked = dict(d.requests)
+    parts = []
+    if CPU in asked:
+        parts.append(f"{asked[CPU] / 1000:g} CPU")
+    if MEMORY in asked:
+        parts.append(f"{asked[MEMORY] / 2**30:.3g} GiB of memory")
+    return " and ".join(parts) or "resources"

@@ -6,7 +6,7 @@ from collections import Counter
 from typing import Any
 
 from migops.mig.text import listed
-from migops.suggest.model import Demand
+from migops.suggest.model import Demand, Proposal
 from migops.suggest.run import Outcome
 
 _SHOWN = 5
@@ -31,55 +31,72 @@ def summary(out: Outcome) -> str:
     )
 
 
+def _changes(out: Outcome, p: Proposal) -> list[str]:
+    lines = []
+    if p.new_configs:
+        lines += ["", f"New configs in {out.spec.file('config.yaml')} (no existing config offers these profiles):"]
+        lines += [f"  {name}" for name in sorted(p.new_configs)]
+    if p.changes:
+        lines += ["", f"Changes to {out.spec.file('nodes.yaml')}:"]
+        for c in p.changes:
+            o = c.option
+            gpus = ", ".join(str(g) for g in o.gpus) or "none"
+            lines.append(
+                f"  {c.node}: {c.current or '(no config)'} -> {c.config}  (GPUs reconfigured: {gpus}; "
+                f"instances kept {o.kept}, destroyed {o.destroyed}, created {o.created})"
+            )
+    return lines
+
+
+def _served(p: Proposal) -> list[str]:
+    lines = []
+    if p.placed:
+        lines += [
+            "",
+            "Served once applied:" if p.changes else "Served by nodes.yaml as it stands (its rollout included):",
+        ]
+        by: dict[tuple[str, str], list[str]] = {}
+        for x in p.placed:
+            by.setdefault((x.profile, x.node), []).append(x.demand.ref)
+        lines += [
+            f"  {profile} on {node}: {len(refs)} ({listed(refs, _SHOWN)})"
+            for (profile, node), refs in sorted(by.items())
+        ]
+    if p.unserved:
+        lines += ["", "Not served:"]
+        lines += [f"  {u.demand.ref} ({', '.join(sorted(u.demand.profiles))}): {u.reason}" for u in p.unserved]
+    return lines
+
+
+def _solver(p: Proposal) -> list[str]:
+    solved = "optimal" if p.optimal else "best found within the work limit"
+    gaps = "; ".join(f"{s.name} {s.value} (bound {s.bound})" for s in p.stages if not s.optimal)
+    lines = ["", f"Solver: {solved} in {p.seconds:.2f} s" + (f"; gap: {gaps}" if gaps else "")]
+    cut = [s.name for s in p.stages if s.wall_clock_cut]
+    if cut:
+        lines.append(
+            f"note: the wall-clock limit (--time-limit) cut {', '.join(cut)} before its work limit: "
+            "a rerun may propose otherwise"
+        )
+    return lines
+
+
 def text(out: Outcome) -> list[str]:
     lines = [summary(out)]
     p = out.proposal
     if p is None:
         lines.append(f"No pending pod asks for MIG devices (strategy {out.strategy}); nothing to propose.")
     else:
-        lines.append(
-            f"Pending MIG demand: {p.demand} pods ({_profiles([*(x.demand for x in p.placed), *(u.demand for u in p.unserved)])})."
-        )
-        if p.new_configs:
-            lines.append("")
-            lines.append(f"New configs in {out.spec.file('config.yaml')} (no existing config offers these profiles):")
-            for name in sorted(p.new_configs):
-                lines.append(f"  {name}")
-        if p.changes:
-            lines.append("")
-            lines.append(f"Changes to {out.spec.file('nodes.yaml')}:")
-            for c in p.changes:
-                o = c.option
-                gpus = ", ".join(str(g) for g in o.gpus) or "none"
-                lines.append(
-                    f"  {c.node}: {c.current or '(no config)'} -> {c.config}  (GPUs reconfigured: {gpus}; "
-                    f"instances kept {o.kept}, destroyed {o.destroyed}, created {o.created})"
-                )
-        if p.placed:
-            lines.append("")
-            lines.append(
-                "Served once applied:" if p.changes else "Served by nodes.yaml as it stands (its rollout included):"
-            )
-            by: dict[tuple[str, str], list[str]] = {}
-            for x in p.placed:
-                by.setdefault((x.profile, x.node), []).append(x.demand.ref)
-            for (profile, node), refs in sorted(by.items()):
-                lines.append(f"  {profile} on {node}: {len(refs)} ({listed(refs, _SHOWN)})")
-        if p.unserved:
-            lines.append("")
-            lines.append("Not served:")
-            for u in p.unserved:
-                lines.append(f"  {u.demand.ref} ({', '.join(sorted(u.demand.profiles))}): {u.reason}")
-        solved = "optimal" if p.optimal else "best found within the time limit"
-        gaps = "; ".join(f"{s.name} {s.value} (bound {s.bound})" for s in p.stages if not s.optimal)
-        lines.append("")
-        lines.append(f"Solver: {solved} in {p.seconds:.2f} s" + (f"; gap: {gaps}" if gaps else ""))
-    for s in out.skipped:
-        lines.append(f"skipped {s.ref}: {s.reason}")
+        demand = [*(x.demand for x in p.placed), *(u.demand for u in p.unserved)]
+        lines.append(f"Pending MIG demand: {p.demand} pods ({_profiles(demand)}).")
+        lines += _changes(out, p) + _served(p) + _solver(p)
+    lines += [f"skipped {s.ref}: {s.reason}" for s in out.skipped]
+    lines += [f"note: {n.ref}: {n.reason}" for n in out.notes]
+    if out.capped:
+        lines.append(f"note: {out.capped}")
     if out.comments_lost:
         lines.append("note: nodes.yaml could not be edited in place; it is written anew (its comments are lost)")
-    for w in out.warnings:
-        lines.append(f"warning: {w}")
+    lines += [f"warning: {w}" for w in out.warnings]
     return lines
 
 
@@ -102,7 +119,11 @@ def as_dict(out: Outcome) -> dict[str, Any]:
         "patch": out.patch(),
         "newConfigs": dict(sorted(p.new_configs.items())) if p is not None else {},
         "warnings": [w.as_dict() for w in out.warnings],
+        "notes": [{"ref": n.ref, "reason": n.reason} for n in out.notes],
+        "commentsLost": out.comments_lost,
     }
+    if out.capped:
+        doc["capped"] = out.capped
     if p is not None:
         doc["changes"] = [
             {
@@ -116,12 +137,19 @@ def as_dict(out: Outcome) -> dict[str, Any]:
             for c in p.changes
         ]
         doc["served"] = [{"pod": x.demand.ref, "node": x.node, "profile": x.profile} for x in p.placed]
-        doc["unserved"] = [{"pod": u.demand.ref, "reason": u.reason} for u in p.unserved]
+        doc["unserved"] = [{"pod": u.demand.ref, "reason": u.reason, "rule": u.rule.value} for u in p.unserved]
         doc["solver"] = {
             "optimal": p.optimal,
             "seconds": round(p.seconds, 3),
             "stages": [
-                {"name": s.name, "value": s.value, "bound": s.bound, "optimal": s.optimal, "gap": s.gap}
+                {
+                    "name": s.name,
+                    "value": s.value,
+                    "bound": s.bound,
+                    "optimal": s.optimal,
+                    "gap": s.gap,
+                    "wallClockCut": s.wall_clock_cut,
+                }
                 for s in p.stages
             ],
         }

@@ -5,6 +5,7 @@ resolver before anyone sees it."""
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -13,15 +14,17 @@ from typing import Any
 from migops.api import objects
 from migops.api.migsync import CONFIG_FILE, NODES_FILE
 from migops.api.objects import MigSettings
-from migops.gitops.desired import FitCache, resolve
+from migops.gitops.desired import DesiredState, FitCache, resolve
 from migops.gitops.repo import RepoError, RepoProblem, RepoSpec, load_repo
 from migops.mig.strategy import Strategy
-from migops.suggest.cluster import Skipped, read_claims, read_demand, read_nodes, used_devices
+from migops.suggest.claims import claimed_devices, read_claims
+from migops.suggest.cluster import MAX_POD_BYTES, Skipped, read_demand, read_nodes, used_devices
 from migops.suggest.edit import edit_nodes, rewrite
-from migops.suggest.model import Demand, NodeFacts, Proposal
+from migops.suggest.model import Demand, NodeSupply, Proposal
 from migops.suggest.newconfigs import add_configs
 from migops.suggest.propose import propose
 from migops.suggest.solve import Limits
+from migops.suggest.trust import Note, trusted
 
 
 class NotWritable(Exception):
@@ -37,12 +40,14 @@ class Outcome:
     strategy: Strategy | None
     demands: tuple[Demand, ...]
     skipped: tuple[Skipped, ...]  # pods (or nodes) that could not be read, with why
-    nodes: tuple[NodeFacts, ...]
+    nodes: tuple[NodeSupply, ...]
     proposal: Proposal | None  # None: no pending MIG demand
     nodes_text: str  # nodes.yaml once the proposal is applied (the text as it is when nothing changes)
     warnings: tuple[RepoProblem, ...] = ()
     comments_lost: bool = False  # the text could not be edited in place and was written anew
     config_text: str | None = None  # config.yaml with the new configs the proposal uses; None: unchanged
+    notes: tuple[Note, ...] = ()  # requests the policy counts otherwise than they ask, or not at all
+    capped: str = ""  # the bound on pending pods read, when it was hit
 
     @property
     def changed(self) -> bool:
@@ -72,8 +77,11 @@ class Outcome:
 
 @dataclass(frozen=True)
 class Cluster:
-    """The objects read: nodes by name, every pod, the MIG settings (ClusterPolicy), and DRA's
-    ResourceClaims, ResourceClaimTemplates and DeviceClasses (resource.k8s.io/v1; empty without DRA)."""
+    """The objects read: nodes by name, the pods that matter (pending and running), the MIG settings
+    (ClusterPolicy), and DRA's ResourceClaims, ResourceClaimTemplates and DeviceClasses
+    (resource.k8s.io/v1; empty without DRA). `not_read`: pending GPU pods and claims past the bound on
+    what one proposal reads (`max_pending`); `too_large`: pending pods whose constraints were too large
+    to read."""
 
     nodes: Mapping[str, Mapping[str, Any]]
     pods: Sequence[Mapping[str, Any]]
@@ -81,6 +89,9 @@ class Cluster:
     claims: Sequence[Mapping[str, Any]] = ()
     claim_templates: Sequence[Mapping[str, Any]] = ()
     device_classes: Sequence[Mapping[str, Any]] = ()
+    not_read: int = 0
+    too_large: tuple[str, ...] = ()
+    max_pending: int = 0
 
     @classmethod
     def from_items(cls, items: Iterable[Mapping[str, Any]], settings: MigSettings | None = None) -> Cluster:
@@ -103,6 +114,40 @@ class Cluster:
             kind("DeviceClass"),
         )
 
+    @property
+    def capped(self) -> str:
+        if not self.not_read:
+            return ""
+        return (
+            f"pending MIG demand capped at {self.max_pending} pods and {self.max_pending} claims per proposal: "
+            f"{self.not_read} more were not read"
+        )
+
+
+@dataclass(frozen=True)
+class _Read:
+    demands: list[Demand]
+    skipped: list[Skipped]
+    notes: list[Note]
+    supply: list[NodeSupply]
+
+
+def _read(spec: RepoSpec, cluster: Cluster, desired: DesiredState, demand: Sequence[Demand]) -> _Read:
+    """The cluster as demand (as the policy counts it) and supply."""
+    strategy, policy = desired.strategy, spec.nodes.suggest
+    demands, skipped = read_demand(cluster.pods, strategy)
+    skipped += [
+        Skipped(ref, f"its scheduling constraints exceed {MAX_POD_BYTES} bytes: not read") for ref in cluster.too_large
+    ]
+    demands += read_claims(
+        cluster.claims, cluster.claim_templates, cluster.device_classes, cluster.pods, policy.claims_without_pods
+    )
+    demands, notes = trusted([*demands, *demand], policy)
+    used = used_devices(cluster.pods, cluster.nodes, strategy)
+    assigned = {n: t.config for n, t in desired.targets.items()}
+    supply, unknown = read_nodes(cluster.nodes, assigned, used, strategy, claimed_devices(cluster.claims))
+    return _Read(demands, skipped + unknown, notes, supply)
+
 
 def suggest(
     spec: RepoSpec,
@@ -111,37 +156,48 @@ def suggest(
     cache: FitCache | None = None,
     demand: Sequence[Demand] = (),
 ) -> Outcome:
-    """Raises RepoError when the repo does not validate against this cluster (nothing is proposed).
-    `demand`: more pending requests beside the cluster's pods and claims."""
+    """Raises RepoError when the repo does not validate against this cluster (nothing is proposed), and
+    NotWritable when the proposal cannot be written so that it reads as proposed. `demand`: more pending
+    requests beside the cluster's pods and claims."""
     cache = cache or FitCache()
     desired = resolve(spec, cluster.nodes, cluster.settings, cache)
-    strategy = desired.strategy
-    demands, skipped = read_demand(cluster.pods, strategy)
-    demands += read_claims(cluster.claims, cluster.claim_templates, cluster.device_classes, cluster.pods)
-    demands += demand
-    used = used_devices(cluster.pods, cluster.nodes, strategy)
-    facts, unknown = read_nodes(cluster.nodes, {n: t.config for n, t in desired.targets.items()}, used, strategy)
-    skipped += unknown
-    if not demands:
-        return Outcome(spec, strategy, (), tuple(skipped), tuple(facts), None, spec.nodes_text, desired.warnings)
-    if limits is None:
-        limits = Limits(max_nodes=spec.nodes.suggest.max_nodes)
-    proposal = propose(spec, facts, demands, strategy, limits, cache)
+    read = _read(spec, cluster, desired, demand)
+    base = Outcome(
+        spec,
+        desired.strategy,
+        tuple(read.demands),
+        tuple(read.skipped),
+        tuple(read.supply),
+        None,
+        spec.nodes_text,
+        desired.warnings,
+        notes=tuple(read.notes),
+        capped=cluster.capped,
+    )
+    if not read.demands:
+        return base
+    limits = limits or Limits(max_nodes=spec.nodes.suggest.max_nodes)
+    proposal = propose(spec, read.supply, read.demands, desired.strategy, limits, cache)
     changes = {c.node: c.config for c in proposal.changes}
     config = add_configs(spec.config_text, proposal.new_configs) if proposal.new_configs else None
-    text, lost = spec.nodes_text, False
-    if changes:
-        text = edit_nodes(spec.nodes_text, changes)
-        if not _holds(spec, config, text, cluster, changes, cache):
-            text, lost = rewrite(spec.nodes_text, changes), True
-            if not _holds(spec, config, text, cluster, changes, cache):
-                moved = ", ".join(f"{n} -> {c}" for n, c in sorted(changes.items()))
-                raise NotWritable(
-                    f"the proposal ({moved}) could not be written into nodes.yaml so that it resolves as proposed"
-                )
-    return Outcome(
-        spec, strategy, tuple(demands), tuple(skipped), tuple(facts), proposal, text, desired.warnings, lost, config
-    )
+    text, lost = _written(spec, config, cluster, changes, cache)
+    return dataclasses.replace(base, proposal=proposal, nodes_text=text, comments_lost=lost, config_text=config)
+
+
+def _written(
+    spec: RepoSpec, config: str | None, cluster: Cluster, changes: Mapping[str, str], cache: FitCache
+) -> tuple[str, bool]:
+    """nodes.yaml with the changes, and whether its comments were lost on the way."""
+    if not changes:
+        return spec.nodes_text, False
+    text = edit_nodes(spec.nodes_text, changes)
+    if _holds(spec, config, text, cluster, changes, cache):
+        return text, False
+    text = rewrite(spec.nodes_text, changes)
+    if _holds(spec, config, text, cluster, changes, cache):
+        return text, True
+    moved = ", ".join(f"{n} -> {c}" for n, c in sorted(changes.items()))
+    raise NotWritable(f"the proposal ({moved}) could not be written into nodes.yaml so that it resolves as proposed")
 
 
 def _holds(

@@ -155,3 +155,19 @@ def test_the_agent_refuses_a_text_error_about_another_model_as_the_other_decider
     request = Request("mixed-fleet", parse_config(text), None, "mixed", "gpu-operator", None)
     with pytest.raises(Failure, match="3g.45gb"):
         desired_on_node(request, [a100, a100])
+
+
+def test_the_plan_keeps_the_instance_running_work_where_the_target_allows() -> None:
+    """The agent plans with the processes it sees on each instance: a busy 2g.20gb at 4 survives a
+    reconfiguration that, planned lowest start first, would destroy it."""
+    state = GpuState(0, True, True, (_gi(1, "1g.20gb", 0, 2, (1,)), _gi(2, "2g.20gb", 4, 2, (2,), (4242,))))
+    target = _desired('"3g.40gb": 1, "2g.20gb": 1, "1g.20gb": 1')
+    plan = plan_gpu(state, target)
+    assert plan.busy == () and [i.id for i in plan.keep] == [2]
+    assert [i.id for i in plan.must_go] == [1]
+    assert sorted((p.profile, p.start) for p, _ in plan.target) == [("1g.20gb", 6), ("2g.20gb", 4), ("3g.40gb", 0)]
+    idle = GpuState(0, True, True, (_gi(1, "1g.20gb", 0, 2, (1,)), _gi(2, "2g.20gb", 4, 2, (2,))))
+    assert [i.id for i in plan_gpu(idle, target).keep] == [1]  # nothing runs: the plan it always was
+    # A busy instance the target re-partitions ends all the same: it is not worth a layout of its own.
+    split = _desired('"3g.40gb": 1, "1c.2g.20gb": 2, "1g.20gb": 1')
+    assert plan_gpu(state, split).busy

@@ -317,3 +317,62 @@ def test_plan_change_matches_oracle(table_id):
         check_plan(table, current, desired, plan_change(table, current, desired))
 
     check()
+
+
+def oracle_busy_keep(table, current, desired: dict, busy: frozenset) -> tuple[int, int] | None:
+    """(busy instances kept, instances kept) of the best keep set: the most busy ones first, then the most."""
+    by_name = {g.name: g for g in table.profiles}
+    wanted = Counter({g.name: c for g, c in desired.items() if c})
+    if not oracle_feasible(table, desired):
+        return None
+    best = None
+    for size in range(len(current), -1, -1):
+        for keep in itertools.combinations(current, size):
+            kept = Counter(p.profile for p in keep)
+            cells = [c for p in keep for c in range(p.start, p.start + p.size)]
+            if any(kept[n] > wanted[n] for n in kept) or len(cells) != len(set(cells)):
+                continue
+            rest = {by_name[n]: wanted[n] - kept[n] for n in wanted if wanted[n] - kept[n]}
+            used = sum(by_name[p.profile].compute_slices for p in keep)
+            if oracle_feasible(table, rest, frozenset(cells), used):
+                score = (sum(p in busy for p in keep), size)
+                best = score if best is None or score > best else best
+    return best
+
+
+def test_a_busy_instance_is_kept_where_an_index_first_plan_destroys_it():
+    """H100: 1g.20gb at 0 and a 2g.20gb at 4 that runs work; the target 3g.40gb + 2g.20gb + 1g.20gb.
+    Keeping the lowest start first puts the 3g at 4 over the busy 2g; keeping the busy one puts the 3g
+    at 0 and the 1g.20gb at 6."""
+    current = (Placement(0, 2, "1g.20gb"), Placement(4, 2, "2g.20gb"))
+    desired = {gi(H100, "3g.40gb"): 1, gi(H100, "2g.20gb"): 1, gi(H100, "1g.20gb"): 1}
+    blind = plan_change(H100, current, desired)
+    assert blind.keep == (Placement(0, 2, "1g.20gb"),) and Placement(4, 2, "2g.20gb") in blind.destroy
+    aware = plan_change(H100, current, desired, busy=[Placement(4, 2, "2g.20gb")])
+    assert aware.keep == (Placement(4, 2, "2g.20gb"),)
+    assert sorted(aware.create) == [Placement(0, 4, "3g.40gb"), Placement(6, 2, "1g.20gb")]
+    assert_valid_layout(H100, aware.create, desired, keep=aware.keep)
+
+
+@pytest.mark.parametrize("table_id", sorted(TABLES))
+def test_busy_aware_plan_change_matches_oracle(table_id):
+    """Against the oracle: the plan keeps as many busy instances as any layout of the target can, then
+    as many instances as it can; and without busy instances it is the plan it always was."""
+    table = TABLES[table_id]
+
+    @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+    @given(st.randoms(use_true_random=False), requests(table))
+    def check(rng, desired):
+        current = random_layout(table, rng)
+        busy = frozenset(p for p in current if rng.random() < 0.4)
+        plan = plan_change(table, current, desired, busy)
+        best = oracle_busy_keep(table, current, desired, busy)
+        if best is None:
+            assert plan is None
+            return
+        assert (sum(p in busy for p in plan.keep), len(plan.keep)) == best, (current, desired, busy, plan)
+        assert sorted(plan.keep + plan.destroy) == sorted(current)
+        assert_valid_layout(table, plan.create, desired, keep=plan.keep)
+        assert plan_change(table, current, desired, ()) == plan_change(table, current, desired)
+
+    check()

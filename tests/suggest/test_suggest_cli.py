@@ -232,20 +232,36 @@ def claim(name: str, expression: str, *, allocated: bool = False) -> dict:
     return obj
 
 
-def test_pending_resource_claims_are_demand_beside_pods(capsys, tree: Path, tmp_path: Path) -> None:
-    """A DRA claim whose CEL selector picks 3g.40gb counts as demand (mig.dra evaluates it); an allocated
-    one does not."""
+def claim_pod(name: str, claim_name: str) -> dict:
+    """A pending pod that waits for a ResourceClaim (spec.resourceClaims names it)."""
+    return {
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": "ml"},
+        "spec": {
+            "containers": [{"name": "c", "resources": {"claims": [{"name": "gpu"}]}}],
+            "resourceClaims": [{"name": "gpu", "resourceClaimName": claim_name}],
+        },
+        "status": {"phase": "Pending"},
+    }
+
+
+def test_pending_resource_claims_a_pod_waits_for_are_demand(capsys, tree: Path, tmp_path: Path) -> None:
+    """A DRA claim whose CEL selector picks 3g.40gb counts as demand (mig.dra evaluates it) when a pending
+    pod waits for it; an allocated one does not, nor one no pod uses -- unless the policy says so."""
     objs = objects(tmp_path, [node("n1", [ONE_G], pool="ml"), node("n2", [ONE_G], pool="ml")], [])
     doc = json.loads(objs.read_text())
     wanted = 'device.attributes["gpu.nvidia.com"].profile == "3g.40gb"'
-    doc["items"] += [claim("wants-3g", wanted), claim("has-3g", wanted, allocated=True)]
+    doc["items"] += [claim("wants-3g", wanted), claim("has-3g", wanted, allocated=True), claim("nobody", wanted)]
+    doc["items"] += [claim_pod("trainer", "wants-3g")]
     objs.write_text(json.dumps(doc))
     code, out, _ = suggest(capsys, tree, objs, "-o", "json")
     result = json.loads(out)
     assert code == 0 and result["outcome"] == "proposal", out
     assert [c["to"] for c in result["changes"]] == ["all-3g.40gb"]
-    served = json.dumps(result["served"])
-    assert "wants-3g" in served and "has-3g" not in served
+    assert [d["pod"] for d in result["demand"]] == ["ml/wants-3g"]
+    (tree / "clusters/prod/nodes.yaml").write_text(NODES + "suggest:\n  claimsWithoutPods: true\n")
+    result = json.loads(suggest(capsys, tree, objs, "-o", "json")[1])
+    assert sorted(d["pod"] for d in result["demand"]) == ["ml/nobody", "ml/wants-3g"]
 
 
 @pytest.mark.parametrize("name", ["y", "N", "on", "1e3", "1e10", "0x10", "123", "1.50"])
