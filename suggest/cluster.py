@@ -21,7 +21,7 @@ from typing import Any
 
 from migops.agent.backend import ComputeInstance, GpuInstance, GpuState
 from migops.api import objects
-from migops.api.names import LAYOUT_ANNOTATION
+from migops.api.names import AGENT_ANNOTATIONS, LAYOUT_ANNOTATION, MANAGED_BY_ANNOTATION, REVISION_ANNOTATION
 from migops.api.objects import LabelSelector, Requirement, node_gpus
 from migops.mig.catalogue import UnknownGpuError
 from migops.mig.gfd import GPU_PRODUCT_LABEL, GPU_RESOURCE, MIG_RESOURCE_PREFIX
@@ -294,16 +294,19 @@ def trim_pod(pod: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
+_NODE_ANNOTATIONS = (*AGENT_ANNOTATIONS, MANAGED_BY_ANNOTATION, REVISION_ANNOTATION)
+
+
 def trim_node(node: Mapping[str, Any]) -> dict[str, Any]:
-    """The node as suggest and the resolver read it: name, labels, migops' and NVIDIA's annotations,
-    taints, allocatable."""
+    """The node as suggest and the resolver read it: name, labels, the agent's and the reconciler's
+    annotations, taints, allocatable."""
     meta = objects.meta(node)
     notes = meta.get("annotations") or {}
     return {
         "metadata": {
             "name": meta.get("name"),
             "labels": meta.get("labels") or {},
-            "annotations": {k: v for k, v in notes.items() if str(k).startswith(("migops.io/", "nvidia.com/"))},
+            "annotations": {k: notes[k] for k in _NODE_ANNOTATIONS if k in notes},
         },
         "spec": {"taints": (node.get("spec") or {}).get("taints") or []},
         "status": {"allocatable": (node.get("status") or {}).get("allocatable") or {}},
