@@ -4,7 +4,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-stamp
 
-.PHONY: demo demo-deploy test test-unit lint lock venv troubleshooting k8s-binaries k8s-control-plane flux-binaries argocd-binaries helm-binary host-packages bench bench-tools clean
+.PHONY: demo demo-deploy test test-unit lint generate lock venv troubleshooting k8s-binaries k8s-control-plane flux-binaries argocd-binaries helm-binary host-packages bench bench-tools clean
 
 venv: $(STAMP)
 
@@ -22,6 +22,11 @@ lint: venv
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy
+
+# The generated files (the MigSync CRD from its types in api/migsync.py), written from their one source
+# (hack/generate.py); a test fails when one differs from a fresh render.
+generate: venv
+	$(PY) hack/generate.py
 
 # The fast tier: every test that needs no API server (seconds, no binaries to build).
 test-unit: venv

@@ -24,10 +24,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
+from migops.api.migsync import TrustPolicy
 from migops.gitops.reasons import SourceReason
 
-Mode = Literal["none", "head"]
-MODES: tuple[str, ...] = ("none", "head")
 _SSH_ARMOR = b"-----BEGIN SSH SIGNATURE-----"
 _PGP_ARMOR = b"-----BEGIN PGP SIGNATURE-----"
 _SIG_HEADERS = (b"gpgsig", b"gpgsig-sha256")
@@ -37,27 +36,6 @@ class VerificationError(Exception):
     """The commit must not be applied: unsigned, badly signed, or signed by a key nobody trusts."""
 
     reason = SourceReason.VERIFICATION_FAILED
-
-
-@dataclass(frozen=True)
-class TrustPolicy:
-    """What to verify and which keys are trusted (public keys only: they are not secrets)."""
-
-    mode: Mode = "none"
-    allowed_signers: str = ""  # OpenSSH allowed_signers text: `principal [options] key-type key`
-    openpgp_keys: tuple[str, ...] = ()  # ASCII-armored OpenPGP public keys
-
-    def __post_init__(self) -> None:
-        if self.mode not in MODES:
-            raise ValueError(f"verification mode must be one of {', '.join(MODES)}, not {self.mode!r}")
-        if self.mode != "none" and not self.allowed_signers.strip() and not self.openpgp_keys:
-            raise ValueError(
-                "signature verification needs trusted keys: an allowed-signers list (SSH) or OpenPGP public keys"
-            )
-
-    @property
-    def enabled(self) -> bool:
-        return self.mode != "none"
 
 
 @dataclass(frozen=True)

@@ -122,10 +122,11 @@ def start(
     on a signed POST /hook, as a git host's push webhook would send it."""
     from kubernetes import client as k8s
 
+    from migops.api.migsync import SyncSpec, TrustPolicy, migsync_object
     from migops.api.names import LOCAL_MANAGER
-    from migops.gitops.verify import TrustPolicy
+    from migops.api.schema import parse_duration
     from migops.kube import ssa
-    from migops.reconciler.status import SyncSpec, install_crd, migsync_object, parse_duration
+    from migops.reconciler.status import install_crd
 
     k8s.CoreV1Api(api).patch_namespace(
         NAMESPACE,
@@ -139,7 +140,7 @@ def start(
         repo = commit_directory(plain, workdir)
     elif "://" not in repo and Path(repo).exists():
         repo = str(Path(repo).resolve())
-    spec = SyncSpec(repo, ref, path, parse_duration(interval), False, TrustPolicy())
+    spec = SyncSpec(repo, ref or "", path or "", parse_duration(interval), False, TrustPolicy())
     ssa.apply(api, migsync_object(MIGSYNC, NAMESPACE, spec), field_manager=LOCAL_MANAGER, force=True)
     (port,) = free_ports(1)
     secret = hook_secret_file(workdir)

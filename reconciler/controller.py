@@ -28,9 +28,9 @@ from typing import Any, cast
 from kubernetes import client as k8s
 
 from migops import logs
+from migops.api.migsync import SyncSpec, TrustPolicy
 from migops.gitops.desired import DesiredState, FitCache
 from migops.gitops.source import GitAuth, default_cache_dir
-from migops.gitops.verify import TrustPolicy
 from migops.kube import clusterpolicy
 from migops.kube.cache import Cache
 from migops.kube.informer import Informer
@@ -73,7 +73,7 @@ class Reconciler:
         *,
         name: str = st.DEFAULT_NAME,
         namespace: str = st.DEFAULT_NAMESPACE,
-        spec: st.SyncSpec | None = None,
+        spec: SyncSpec | None = None,
         cache_dir: Path | None = None,
         auth: GitAuth | None = None,
         dry_run: bool = False,
@@ -161,7 +161,7 @@ class Reconciler:
     def migsync_object(self) -> dict[str, Any] | None:
         return self.ports.cluster.migsync_object()
 
-    def current_spec(self) -> st.SyncSpec:
+    def current_spec(self) -> SyncSpec:
         return self.ports.cluster.current_spec()
 
     def settings(self) -> clusterpolicy.MigSettings:

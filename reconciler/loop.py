@@ -8,7 +8,7 @@ import time
 from typing import Any, Protocol
 
 from migops.api import objects
-from migops.reconciler import status as st
+from migops.api.migsync import SyncSpec
 from migops.reconciler.reasons import Failure, Outcome, SyncResult
 from migops.reconciler.status_writer import STATUS_MIN_INTERVAL
 
@@ -26,7 +26,7 @@ class Syncs(Protocol):
     def failure(self) -> Failure | None: ...
     @property
     def status_pending(self) -> bool: ...
-    def current_spec(self) -> st.SyncSpec: ...
+    def current_spec(self) -> SyncSpec: ...
     def migsync_object(self) -> dict[str, Any] | None: ...
     def sync(self, fetch: bool = True) -> SyncResult: ...
     def flush_status(self) -> None: ...
@@ -40,7 +40,7 @@ def run(r: Syncs, stop: threading.Event, hook: threading.Event) -> None:
         try:
             interval = r.current_spec().interval
         except ValueError:
-            interval = st.DEFAULT_INTERVAL
+            interval = SyncSpec.interval  # its default: the spec cannot be read
         seen = objects.meta(r.migsync_object()).get("generation")
         fetch = time.monotonic() >= next_fetch or hook.is_set() or seen != generation  # a new spec: fetch at once
         generation = seen

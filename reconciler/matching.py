@@ -4,9 +4,9 @@ it turns MIG off, or on, for a pool). Shown in the AssignmentsMatched condition,
 
 from __future__ import annotations
 
+from migops.api.migsync import Condition, ConditionStatus
 from migops.gitops.desired import DesiredState
 from migops.mig.text import listed
-from migops.reconciler import status as st
 from migops.reconciler.plan import defaulted
 from migops.reconciler.reasons import Reason
 from migops.reconciler.record import AppliedRecord
@@ -42,12 +42,12 @@ def warnings(desired: DesiredState | None, moved: tuple[str, ...]) -> list[str]:
     return found + ([moved_text(desired, moved)] if moved else [])
 
 
-def condition(desired: DesiredState | None, moved: tuple[str, ...]) -> list[st.Condition]:
+def condition(desired: DesiredState | None, moved: tuple[str, ...]) -> list[Condition]:
     """AssignmentsMatched: True when every entry matches some node and no node was moved to default."""
     if desired is None:
         return []
     found = warnings(desired, moved)
     if not found:
-        return [st.Condition("AssignmentsMatched", "True", Reason.ALL_MATCHED, "")]
+        return [Condition("AssignmentsMatched", ConditionStatus.TRUE, Reason.ALL_MATCHED, "")]
     reason = Reason.MOVED_TO_DEFAULT if moved and len(found) == 1 else Reason.MATCHES_NO_NODE
-    return [st.Condition("AssignmentsMatched", "False", reason, "; ".join(found)[:4096])]
+    return [Condition("AssignmentsMatched", ConditionStatus.FALSE, reason, "; ".join(found)[:4096])]

@@ -17,10 +17,10 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from enum import StrEnum
 from typing import Any
 
 from migops.api import objects
+from migops.api.migsync import NodePhase
 from migops.api.names import (
     AGENT_ANNOTATIONS,
     DRIFT_ANNOTATION,
@@ -48,24 +48,13 @@ _KEPT_ANNOTATIONS = (
 _LABEL_FIELD = "f:" + MIG_CONFIG_LABEL
 
 
-class Phase(StrEnum):
-    """A managed node's phase, as status and `migops_nodes{phase}` show it."""
-
-    IN_SYNC = "InSync"
-    PROGRESSING = "Progressing"  # given its config (or changing for another reason), not done yet
-    WAITING = "Waiting"  # its turn has not come (waves) or the rollout is halted
-    FAILED = "Failed"
-    DRIFTED = "Drifted"  # applied, but its GPUs differ from the config (the agent's drift annotation)
-    SKIPPED = "Skipped"  # a dynamic MIG manager owns its geometry (migops.kube.owners): never written
-
-
 IN_SYNC, PROGRESSING, WAITING, FAILED, DRIFTED, SKIPPED = (
-    Phase.IN_SYNC,
-    Phase.PROGRESSING,
-    Phase.WAITING,
-    Phase.FAILED,
-    Phase.DRIFTED,
-    Phase.SKIPPED,
+    NodePhase.IN_SYNC,
+    NodePhase.PROGRESSING,
+    NodePhase.WAITING,
+    NodePhase.FAILED,
+    NodePhase.DRIFTED,
+    NodePhase.SKIPPED,
 )
 
 
@@ -164,7 +153,7 @@ def without_annotations(obj: Mapping[str, Any]) -> dict[str, Any]:
 class NodeStatus:
     name: str
     config: str
-    phase: Phase
+    phase: NodePhase
     state: str  # the state label, or "-"
     message: str = ""
     revision: str | None = None  # the revision that gave it its config, from the node's annotation
@@ -180,7 +169,7 @@ class Plan:
     max_unavailable: int
     unavailable: int
     halted: tuple[NodeStatus, ...] = ()  # failed nodes that stop the rollout
-    counts: dict[Phase, int] = field(default_factory=dict)
+    counts: dict[NodePhase, int] = field(default_factory=dict)
     annotate: tuple[tuple[str, str], ...] = ()  # (node, config): already has its label, lacks our managed-by
     releases: tuple[str, ...] = ()  # nodes that left management: our annotations go, the label stays
 
@@ -236,7 +225,7 @@ def plan(
     halted: list[NodeStatus] = []
     eligible: list[tuple[int, str, str]] = []  # (priority, node, config)
     annotate: list[tuple[str, str]] = []
-    counts = {phase: 0 for phase in Phase}
+    counts = {phase: 0 for phase in NodePhase}
     skipped: list[NodeStatus] = []
     for name in sorted(desired.targets):
         obj = nodes.get(name)
@@ -282,7 +271,7 @@ def _wave(
     halted: list[NodeStatus],
     eligible: list[tuple[int, str, str]],
     annotate: list[tuple[str, str]],
-    counts: dict[Phase, int],
+    counts: dict[NodePhase, int],
     busy: int,
 ) -> Plan:
     """The plan from what `plan` saw of each node: this wave's writes within maxUnavailable."""
@@ -311,7 +300,7 @@ def _wave(
 def _classify(view: NodeFacts, target: NodeTarget, awaiting: bool) -> tuple[NodeStatus, int | None]:
     """The node's status, and its priority for a new label (None: it needs none now)."""
 
-    def status(phase: Phase, message: str = "") -> NodeStatus:
+    def status(phase: NodePhase, message: str = "") -> NodeStatus:
         return NodeStatus(
             view.name,
             target.config,

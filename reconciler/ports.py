@@ -11,13 +11,13 @@ from typing import Any
 
 from kubernetes import client as k8s
 
+from migops.api import migsync
+from migops.api.migsync import SyncSpec, TrustPolicy, VerifyMode, parse_spec
 from migops.api.names import CONFIGMAP_KEY
 from migops.gitops.desired import FitCache
-from migops.gitops.verify import TrustPolicy
 from migops.kube import clusterpolicy
 from migops.kube.cache import Cache, Changes
 from migops.kube.informer import Handler, Informer
-from migops.reconciler import status as st
 from migops.reconciler.apply import WritePort
 from migops.reconciler.changes import NodeChange, node_change
 from migops.reconciler.metrics import Metrics
@@ -58,7 +58,7 @@ class ClusterView:
         api: k8s.ApiClient,
         options: Options,
         *,
-        spec: st.SyncSpec | None,
+        spec: SyncSpec | None,
         trust: TrustPolicy | None,
         wake: Callable[[], None],
         cache: Cache | None = None,
@@ -85,10 +85,10 @@ class ClusterView:
             f"migsync/{self._key}",
             lambda h: Informer(
                 custom.list_namespaced_custom_object,
-                st.GROUP,
-                st.VERSION,
+                migsync.GROUP,
+                migsync.VERSION,
                 options.namespace,
-                st.PLURAL,
+                migsync.PLURAL,
                 name="migsync",
                 field_selector=f"metadata.name={options.name}",
                 handler=h,
@@ -127,13 +127,13 @@ class ClusterView:
     def migsync_object(self) -> dict[str, Any] | None:
         return self.migsync.get(self._key)
 
-    def current_spec(self) -> st.SyncSpec:
+    def current_spec(self) -> SyncSpec:
         if self._fixed_spec is not None:
             return self._fixed_spec
         obj = self.migsync_object()
         if obj is None:
             raise ValueError(f"MigSync {self._key} not found")
-        spec = st.spec_from_object(obj)
+        spec = parse_spec(obj)
         return spec if self._trust_floor is None else with_trust_floor(spec, self._trust_floor)
 
     def settings(self) -> clusterpolicy.MigSettings:
@@ -160,12 +160,12 @@ class ClusterView:
         return ((obj or {}).get("data") or {}).get(CONFIGMAP_KEY) if obj else None
 
 
-def with_trust_floor(spec: st.SyncSpec, floor: TrustPolicy) -> st.SyncSpec:
+def with_trust_floor(spec: SyncSpec, floor: TrustPolicy) -> SyncSpec:
     """The spec with the floor's keys added to its own and verification required (mode head)."""
     own = spec.trust
     signers = "\n".join(t for t in (own.allowed_signers.strip(), floor.allowed_signers.strip()) if t)
     keys = tuple(dict.fromkeys((*own.openpgp_keys, *floor.openpgp_keys)))
-    return replace(spec, trust=TrustPolicy("head", signers, keys))
+    return replace(spec, trust=TrustPolicy(VerifyMode.HEAD, signers, keys))
 
 
 @dataclass(frozen=True)

@@ -29,10 +29,10 @@ from typing import Any
 from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 
-from migops.api.migsync import API_VERSION, CONFIG_FILE, KIND, NODES_FILE
+from migops.api.migsync import API_VERSION, CONFIG_FILE, KIND, NODES_FILE, TrustPolicy
 from migops.gitops.desired import DesiredState
 from migops.gitops.repo import RepoSpec, load_repo
-from migops.gitops.verify import CommitProof, TrustPolicy, VerificationError, verify_files
+from migops.gitops.verify import CommitProof, VerificationError, verify_files
 
 log = logging.getLogger(__name__)
 

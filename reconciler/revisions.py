@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from migops.api.migsync import CONFIG_FILE, NODES_FILE
+from migops.api.migsync import CONFIG_FILE, NODES_FILE, TrustPolicy
 from migops.gitops.repo import RepoSpec, load_repo
 from migops.gitops.source import GitAuth, GitSource
-from migops.gitops.verify import TrustPolicy, verify_commit
+from migops.gitops.verify import verify_commit
 
 _KEPT = 4  # parsed revisions kept (a rollback to one of them costs no git read)
 

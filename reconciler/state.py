@@ -17,13 +17,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from migops.api.migsync import Condition, SyncSpec, TrustPolicy
 from migops.api.names import STATE_FAILED, STATE_SUCCESS
 from migops.gitops.desired import DesiredState
 from migops.gitops.repo import RepoSpec
 from migops.gitops.source import Fetched, GitSource
-from migops.gitops.verify import TrustPolicy
 from migops.kube.clusterpolicy import MigSettings
-from migops.reconciler import status as st
 from migops.reconciler.apply import WriteError
 from migops.reconciler.changes import Numbered
 from migops.reconciler.memo import ResolveMemo
@@ -115,7 +114,7 @@ class SyncState:
     handled_resume: str | None = None  # the last value of the resume annotation acted on
     fetched: FetchVerdict = FetchVerdict()
     record: RecordState = RecordState()
-    revision_condition: st.Condition | None = None  # AppliedRevisionAvailable
+    revision_condition: Condition | None = None  # AppliedRevisionAvailable
     started_at: Mapping[str, float] = field(default_factory=dict)  # revision -> when adopted (unix seconds)
     nodes: NodeMemory = NodeMemory()
     reported: Reported = Reported()
@@ -185,7 +184,7 @@ class Run:
 
     fetch: bool  # fetch the remote (else follow the cluster with what was fetched last)
     seen: Seen = Seen()
-    spec: st.SyncSpec | None = None
+    spec: SyncSpec | None = None
     path: str = ""
     source: GitSource | None = None
     settings: MigSettings | None = None

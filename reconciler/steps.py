@@ -22,6 +22,7 @@ from typing import Any
 
 from migops import logs
 from migops.api import objects
+from migops.api.migsync import Condition, ConditionStatus
 from migops.api.names import CONFIGMAP_KEY, MIG_CONFIG_STATE_LABEL, RESUME_ANNOTATION, STATE_FAILED
 from migops.api.objects import is_unmanaged
 from migops.gitops.desired import DesiredState, resolve
@@ -31,7 +32,6 @@ from migops.gitops.source import SourceError, normalise_path
 from migops.gitops.verify import CommitProof, VerificationError
 from migops.mig.text import listed
 from migops.reconciler import matching
-from migops.reconciler import status as st
 from migops.reconciler.apply import WriteError
 from migops.reconciler.plan import DRIFTED, IN_SYNC, PROGRESSING, Plan, config_state, label_written_at, plan
 from migops.reconciler.ports import Ports
@@ -116,7 +116,7 @@ def _refuse_record(state: SyncState, run: Run, ports: Ports, revision: str, why:
     return replace(
         state,
         record=replace(state.record, record=None, written=None, refused=message, unreadable=None),
-        revision_condition=st.Condition(REVISION_CONDITION, "False", Reason.RECORD_REFUSED, message),
+        revision_condition=Condition(REVISION_CONDITION, ConditionStatus.FALSE, Reason.RECORD_REFUSED, message),
     )
 
 
@@ -345,11 +345,11 @@ def history(state: SyncState, run: Run, ports: Ports) -> Done:
     found: tuple[AnyReason, str, str]
     if fetched is not None and run.source is not None:
         if run.source.contains(fetched.revision, desired.revision):
-            found = (Reason.REVISION_AVAILABLE, "True", f"revision {short} is in the history of {where}")
+            found = (Reason.REVISION_AVAILABLE, ConditionStatus.TRUE, f"revision {short} is in the history of {where}")
         else:
             found = (
                 Reason.REVISION_VANISHED,
-                "False",
+                ConditionStatus.FALSE,
                 f"revision {short}, in force, is no longer in the history of {where} (rewritten: a "
                 f"force-push?); it is enforced from the cluster's record ({record}) until a new revision can be applied",
             )
@@ -357,11 +357,11 @@ def history(state: SyncState, run: Run, ports: Ports) -> Done:
             run.note(Reason.REVISION_VANISHED, found[2], "Warning", key=key)
     elif run.got.from_record and run.failure is not None:
         why = f"revision {short} is enforced from the cluster's record ({record}): the remote cannot be read"
-        found = (run.failure.reason, "Unknown", why)
+        found = (run.failure.reason, ConditionStatus.UNKNOWN, why)
     else:
         return state, None
     reason, status, message = found
-    return replace(state, revision_condition=st.Condition(REVISION_CONDITION, status, reason, message)), None
+    return replace(state, revision_condition=Condition(REVISION_CONDITION, status, reason, message)), None
 
 
 def write_record(state: SyncState, run: Run, ports: Ports) -> Done:

@@ -96,8 +96,8 @@ class Suggester:
                 spec = self._ports.cluster.current_spec()
             except ValueError:
                 spec = None
-            if spec is not None and spec.suggest and time.monotonic() >= due and self._desired() is not None:
-                due = time.monotonic() + spec.suggest_interval
+            if spec is not None and spec.suggest.enabled and time.monotonic() >= due and self._desired() is not None:
+                due = time.monotonic() + spec.suggest.interval
                 try:
                     self.publish()
                 except Exception as exc:  # noqa: BLE001 -- the thread must survive anything; the next tick retries

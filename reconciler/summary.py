@@ -11,7 +11,9 @@ from dataclasses import replace
 from typing import Any, TypeVar
 
 from migops.api import objects
+from migops.api.migsync import Condition, ConditionStatus, MigSyncStatus
 from migops.api.names import RESUME_ANNOTATION
+from migops.api.schema import dump
 from migops.gitops.desired import DesiredState
 from migops.mig.text import listed
 from migops.reconciler import matching
@@ -49,65 +51,76 @@ def progress(p: Plan, revision: str, migsync: str) -> str:
 
 
 def _three(
-    ready: tuple[str, str, str], reconciling: tuple[str, str, str], stalled: tuple[str, str, str]
-) -> list[st.Condition]:
-    return [st.Condition("Ready", *ready), st.Condition("Reconciling", *reconciling), st.Condition("Stalled", *stalled)]
+    ready: tuple[ConditionStatus, str, str],
+    reconciling: tuple[ConditionStatus, str, str],
+    stalled: tuple[ConditionStatus, str, str],
+) -> list[Condition]:
+    return [Condition("Ready", *ready), Condition("Reconciling", *reconciling), Condition("Stalled", *stalled)]
 
 
-def conditions(failure: Failure | None, p: Plan | None, revision: str | None, migsync: str) -> list[st.Condition]:
+def conditions(failure: Failure | None, p: Plan | None, revision: str | None, migsync: str) -> list[Condition]:
     """Ready, Reconciling, Stalled (kstatus, as Flux uses them)."""
     if failure is not None:
         moving = p is not None and not p.converged and not p.halted
         why = progress(p, revision, migsync) if p is not None and moving and revision else failure.message
         return _three(
-            ("False", failure.reason, failure.message),
-            ("True" if moving else "False", Reason.PROGRESSING if moving else failure.reason, why),
-            ("True", failure.reason, failure.message) if failure.stalled else ("False", Reason.RETRYING, ""),
+            (ConditionStatus.FALSE, failure.reason, failure.message),
+            (
+                ConditionStatus.TRUE if moving else ConditionStatus.FALSE,
+                Reason.PROGRESSING if moving else failure.reason,
+                why,
+            ),
+            (ConditionStatus.TRUE, failure.reason, failure.message)
+            if failure.stalled
+            else (ConditionStatus.FALSE, Reason.RETRYING, ""),
         )
     if p is None or revision is None:
         return _three(
-            ("Unknown", Reason.PROGRESSING, "starting"),
-            ("True", Reason.PROGRESSING, "starting"),
-            ("False", Reason.PROGRESSING, ""),
+            (ConditionStatus.UNKNOWN, Reason.PROGRESSING, "starting"),
+            (ConditionStatus.TRUE, Reason.PROGRESSING, "starting"),
+            (ConditionStatus.FALSE, Reason.PROGRESSING, ""),
         )
     msg = progress(p, revision, migsync)
     if p.halted:
         return _three(
-            ("False", Reason.ROLLOUT_HALTED, msg),
-            ("False", Reason.ROLLOUT_HALTED, msg),
-            ("True", Reason.ROLLOUT_HALTED, msg),
+            (ConditionStatus.FALSE, Reason.ROLLOUT_HALTED, msg),
+            (ConditionStatus.FALSE, Reason.ROLLOUT_HALTED, msg),
+            (ConditionStatus.TRUE, Reason.ROLLOUT_HALTED, msg),
         )
     if p.converged:
         return _three(
-            ("True", Reason.SUCCEEDED, msg), ("False", Reason.SUCCEEDED, msg), ("False", Reason.SUCCEEDED, "")
+            (ConditionStatus.TRUE, Reason.SUCCEEDED, msg),
+            (ConditionStatus.FALSE, Reason.SUCCEEDED, msg),
+            (ConditionStatus.FALSE, Reason.SUCCEEDED, ""),
         )
     return _three(
-        ("Unknown", Reason.PROGRESSING, msg), ("True", Reason.PROGRESSING, msg), ("False", Reason.PROGRESSING, "")
+        (ConditionStatus.UNKNOWN, Reason.PROGRESSING, msg),
+        (ConditionStatus.TRUE, Reason.PROGRESSING, msg),
+        (ConditionStatus.FALSE, Reason.PROGRESSING, ""),
     )
 
 
 def status_body(
     obj: Mapping[str, Any] | None,
-    new: list[st.Condition],
-    fields: Mapping[str, Any],
+    new: list[Condition],
+    fields: MigSyncStatus,
     p: Plan | None,
     failure: Failure | None,
 ) -> dict[str, Any]:
     """The MigSync's status: conditions merged with the object's (transition times kept), `fields`
-    (revisions, configMap) where set, the plan's summary and nodes, the failure's problems."""
+    (revisions, configMap, warnings) where set, the plan's summary and nodes, the failure's problems."""
     obj = obj or {}
     generation = objects.meta(obj).get("generation")
     old = (obj.get("status") or {}).get("conditions") or []
-    body: dict[str, Any] = {"conditions": st.merge_conditions(old, new, generation)}
-    if generation is not None:
-        body["observedGeneration"] = generation
-    body.update({k: v for k, v in fields.items() if v})
-    if p is not None:
-        body["summary"] = st.summary(p)
-        body["nodes"] = st.node_entries(p)
-    if failure is not None and failure.problems:
-        body["problems"] = list(failure.problems[:50])
-    return body
+    body = replace(
+        fields,
+        observed_generation=generation,
+        conditions=st.merge_conditions(old, new, generation),
+        summary=st.summary(p) if p is not None else None,
+        nodes=st.node_entries(p) if p is not None else None,
+        problems=tuple(failure.problems[:50]) if failure is not None and failure.problems else None,
+    )
+    return dump(body)
 
 
 def kept(desired: DesiredState | None, unkept_record: str | None = None) -> str:
@@ -176,21 +189,19 @@ def publish(state: SyncState, ports: Ports, p: Plan | None, force: bool = False)
 def status_of(state: SyncState, obj: Mapping[str, Any], name: str, p: Plan | None) -> dict[str, Any]:
     """The MigSync's status for `state` (and the plan synced to, when the sync got that far)."""
     desired = state.desired
-    fields = {
-        "lastAppliedRevision": state.last_applied,
-        "lastAttemptedRevision": state.last_attempted,
-        "lastHandledResume": state.handled_resume,
-        "configMap": f"{desired.namespace}/{desired.configmap}" if desired else None,
-    }
+    fields = MigSyncStatus(
+        last_applied_revision=state.last_applied or None,
+        last_attempted_revision=state.last_attempted or None,
+        last_handled_resume=state.handled_resume or None,
+        config_map=f"{desired.namespace}/{desired.configmap}" if desired else None,
+        warnings=tuple(str(w) for w in desired.warnings)[:50] if desired is not None and desired.warnings else None,
+    )
     extra = matching.condition(desired, state.moved)
     if state.revision_condition is not None:
         extra.append(state.revision_condition)
     revision = desired.revision if desired else None
     failure = state.reported.failure
-    body = status_body(obj, conditions(failure, p, revision, name) + extra, fields, p, failure)
-    if desired is not None and desired.warnings:
-        body["warnings"] = [str(w) for w in desired.warnings][:50]
-    return body
+    return status_body(obj, conditions(failure, p, revision, name) + extra, fields, p, failure)
 
 
 def _write_failure(state: SyncState, run: Run) -> Failure | None:

@@ -29,6 +29,7 @@ from typing import Any
 from kubernetes import client as k8s
 
 from migops.api import migsync, objects
+from migops.api.migsync import SyncSpec, parse_spec
 from migops.api.names import (
     CONFIGMAP_KEY,
     DEVICE_ID_LABEL,
@@ -104,10 +105,9 @@ def trim_configmap(obj: Obj) -> Obj:
 def trim_migsync(obj: Obj) -> Obj:
     """Where a MigSync's desired labels come from (its status, written constantly, is dropped)."""
     meta = objects.meta(obj)
-    spec = obj.get("spec") or {}
     return {
         "metadata": {k: meta.get(k) for k in ("name", "namespace", "resourceVersion")},
-        "spec": {k: spec.get(k) for k in ("url", "ref", "path") if isinstance(spec.get(k), str)},
+        "spec": obj.get("spec") or {},
     }
 
 
@@ -389,11 +389,25 @@ class MigView:
 
 @dataclass(frozen=True)
 class MigSyncRef:
+    """A MigSync that exists, and its spec (None when the spec cannot be read: `problem` says why; the
+    MigSync still owns the nodes it names)."""
+
     namespace: str
     name: str
-    url: str
-    ref: str
-    path: str
+    spec: SyncSpec | None
+    problem: str = ""
+
+    @property
+    def url(self) -> str:
+        return self.spec.url if self.spec else f"its repository (its spec cannot be read: {self.problem})"
+
+    @property
+    def ref(self) -> str:
+        return self.spec.ref if self.spec else ""
+
+    @property
+    def path(self) -> str:
+        return self.spec.path if self.spec else ""
 
 
 # ------------------------------------------------------------------------------------------ snapshot
@@ -509,16 +523,13 @@ class Snapshot:
 
 def migsync_ref(obj: Mapping[str, Any]) -> MigSyncRef | None:
     meta = objects.meta(obj)
-    spec = obj.get("spec") or {}
     if not isinstance(meta.get("name"), str):
         return None
-    return MigSyncRef(
-        str(meta.get("namespace") or ""),
-        meta["name"],
-        str(spec.get("url") or ""),
-        str(spec.get("ref") or ""),
-        str(spec.get("path") or ""),
-    )
+    namespace = str(meta.get("namespace") or "")
+    try:
+        return MigSyncRef(namespace, meta["name"], parse_spec(obj))
+    except ValueError as exc:
+        return MigSyncRef(namespace, meta["name"], None, str(exc))
 
 
 # ------------------------------------------------------------------------------------------ informers

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from migops import logs
+from migops.api.migsync import Condition, ConditionStatus, MigSyncStatus
 from migops.cli.outputs import document
 from migops.cli.usage import EXIT_INVALID, EXIT_OK, UsageError
 from migops.kube import client as kube_client
@@ -145,27 +146,28 @@ def _read(path: Path) -> str:
 
 
 def _spec(args: argparse.Namespace):  # noqa: ANN202
-    from migops.gitops.verify import TrustPolicy
-    from migops.reconciler.status import SyncSpec, parse_duration
+    from migops.api.migsync import SyncSpec, TrustPolicy
+    from migops.api.schema import parse_duration
 
     if not args.repo:
         return None  # the MigSync's spec; --allowed-signers/--trusted-key then add to its trust (_trust)
     trust = _trust(args) or TrustPolicy()
+    given = getattr(args, "interval", None)
     try:
-        interval = parse_duration(getattr(args, "interval", None))
+        interval = parse_duration(given) if given else SyncSpec.interval
     except ValueError as exc:
-        raise UsageError(str(exc)) from None
-    return SyncSpec(args.repo, args.ref, args.path, interval, False, trust)
+        raise UsageError(f"--interval: {exc}") from None
+    return SyncSpec(args.repo, args.ref or "", args.path or "", interval, False, trust)
 
 
 def _trust(args: argparse.Namespace):  # noqa: ANN202
     """The keys the flags name (files: a mounted Secret or ConfigMap in a cluster), None without any.
     With a MigSync they are a floor its spec cannot lower: commits must be signed (docs/reconciler.md)."""
-    from migops.gitops.verify import TrustPolicy
+    from migops.api.migsync import TrustPolicy, VerifyMode
 
     keys = tuple(_read(p) for p in args.trusted_key)
     signers = _read(args.allowed_signers) if args.allowed_signers else ""
-    return TrustPolicy("head", signers, keys) if keys or signers else None
+    return TrustPolicy(VerifyMode.HEAD, signers, keys) if keys or signers else None
 
 
 def _auth(args: argparse.Namespace):  # noqa: ANN202
@@ -247,8 +249,8 @@ def _apply_migsync(api: Any, name: str, namespace: str, spec: Any) -> None:
     `migops status` and `kubectl get migsync` show what this reconciler does."""
     from kubernetes.client.exceptions import ApiException
 
+    from migops.api.migsync import migsync_object
     from migops.kube import ssa
-    from migops.reconciler.status import migsync_object
 
     try:
         ssa.apply(api, migsync_object(name, namespace, spec), field_manager=CLI_MANAGER, force=True)
@@ -353,95 +355,97 @@ def _diff(args: argparse.Namespace, *, output: str, server_dry_run: bool, exit_o
 
 
 def cmd_status(args: argparse.Namespace) -> int:
+    from migops.api.migsync import parse_status
+
+    api = _api(args)
+    try:
+        drift = _node_drift(api) if args.nodes else {}
+        items = _read_migsyncs(api, args)
+    except LookupError as exc:
+        print(f"migops status: {exc} not found", file=sys.stderr)
+        return EXIT_INVALID
+    finally:
+        api.close()
+    read = []
+    for i in items:
+        try:
+            read.append((i["metadata"], parse_status(i)))
+        except ValueError as exc:
+            raise UsageError(f"MigSync {i['metadata']['namespace']}/{i['metadata']['name']}: {exc}") from None
+    if args.output == "json":
+        found = [
+            {k: i["metadata"][k] for k in ("name", "namespace")} | {"spec": i.get("spec"), "status": i.get("status")}
+            for i in items
+        ]
+        print(json.dumps(document("status", {"items": found}), indent=2))
+    else:
+        _print_status(read, drift if args.nodes else None)
+    ok = all(_condition(s, "Ready").status == ConditionStatus.TRUE for _, s in read)
+    return EXIT_OK if ok and items else EXIT_INVALID
+
+
+def _read_migsyncs(api: Any, args: argparse.Namespace) -> list[dict[str, Any]]:
+    """The MigSyncs asked for (one, a namespace's, or every namespace's)."""
     from kubernetes import client as k8s
     from kubernetes.client.exceptions import ApiException
 
-    from migops.cli.render import table
-    from migops.reconciler import status as st
+    from migops.api.migsync import GROUP, PLURAL, VERSION
 
-    api = _api(args)
     objects = k8s.CustomObjectsApi(api)
-    drift: dict[str, str] = {}
     try:
-        if args.nodes:
-            drift = _node_drift(api)
         if args.all_namespaces:
-            items = objects.list_cluster_custom_object(st.GROUP, st.VERSION, st.PLURAL)["items"]
-        elif args.name:
-            items = [objects.get_namespaced_custom_object(st.GROUP, st.VERSION, args.namespace, st.PLURAL, args.name)]
-        else:
-            items = objects.list_namespaced_custom_object(st.GROUP, st.VERSION, args.namespace, st.PLURAL)["items"]
+            return list(objects.list_cluster_custom_object(GROUP, VERSION, PLURAL)["items"])
+        if args.name:
+            return [objects.get_namespaced_custom_object(GROUP, VERSION, args.namespace, PLURAL, args.name)]
+        return list(objects.list_namespaced_custom_object(GROUP, VERSION, args.namespace, PLURAL)["items"])
     except ApiException as exc:
         if exc.status == 404:
             what = f"MigSync {args.namespace}/{args.name}" if args.name else "the MigSync CRD"
-            print(f"migops status: {what} not found", file=sys.stderr)
-            return EXIT_INVALID
+            raise LookupError(what) from None
         raise UsageError(f"cannot read MigSyncs: HTTP {exc.status} {exc.reason}") from None
-    finally:
-        api.close()
-    if args.output == "json":
-        print(
-            json.dumps(
-                document(
-                    "status",
-                    {
-                        "items": [
-                            {
-                                "name": i["metadata"]["name"],
-                                "namespace": i["metadata"]["namespace"],
-                                "spec": i.get("spec"),
-                                "status": i.get("status"),
-                            }
-                            for i in items
-                        ]
-                    },
-                ),
-                indent=2,
-            )
+
+
+def _print_status(read: list[tuple[dict[str, Any], MigSyncStatus]], drift: dict[str, str] | None) -> None:
+    """The MigSyncs' table, then each one's warnings and problems, and with `drift` its nodes."""
+    from migops.cli.render import table
+
+    rows = []
+    for meta, s in read:
+        ready = _condition(s, "Ready")
+        summary = s.summary.in_sync if s.summary else "-"
+        applied, attempted = (s.last_applied_revision or "-")[:12], (s.last_attempted_revision or "-")[:12]
+        rows.append(
+            [meta["namespace"], meta["name"], ready.status, ready.reason, summary, applied, attempted, ready.message]
         )
-    else:
-        rows = []
-        for i in items:
-            s = i.get("status") or {}
-            ready = _condition(s, "Ready")
-            rows.append(
-                [
-                    i["metadata"]["namespace"],
-                    i["metadata"]["name"],
-                    ready.get("status", "Unknown"),
-                    ready.get("reason", "-"),
-                    (s.get("summary") or {}).get("inSync", "-"),
-                    (s.get("lastAppliedRevision") or "-")[:12],
-                    (s.get("lastAttemptedRevision") or "-")[:12],
-                    ready.get("message", ""),
-                ]
-            )
-        for line in table(rows, ["NAMESPACE", "NAME", "READY", "REASON", "NODES", "APPLIED", "ATTEMPTED", "MESSAGE"]):
-            print(line)
-        for i in items:
-            s = i.get("status") or {}
-            for warning in _warnings(s):  # Ready can be True while these say something is off
-                print(f"  {i['metadata']['name']}: warning: {warning}")
-            for problem in s.get("problems") or ():
-                print(f"  {i['metadata']['name']}: {problem}")
-            if args.nodes:
-                rows = [
-                    [
-                        n.get("name", ""),
-                        n.get("config", "-"),
-                        n.get("phase", "-"),
-                        n.get("state", "-"),
-                        (n.get("revision") or "-")[:12],
-                        _with_drift(n.get("message", ""), drift.get(n.get("name", ""))),
-                    ]
-                    for n in s.get("nodes") or ()
-                ]
-                print()
-                print(f"{i['metadata']['name']}: {(s.get('summary') or {}).get('inSync', '0/0')} nodes in sync")
-                for line in table(rows, ["NODE", "CONFIG", "PHASE", "STATE", "REVISION", "MESSAGE"]):
-                    print(line)
-    ok = all(_condition(i.get("status") or {}, "Ready").get("status") == "True" for i in items)
-    return EXIT_OK if ok and items else EXIT_INVALID
+    for line in table(rows, ["NAMESPACE", "NAME", "READY", "REASON", "NODES", "APPLIED", "ATTEMPTED", "MESSAGE"]):
+        print(line)
+    for meta, s in read:
+        for warning in _warnings(s):  # Ready can be True while these say something is off
+            print(f"  {meta['name']}: warning: {warning}")
+        for problem in s.problems or ():
+            print(f"  {meta['name']}: {problem}")
+        if drift is not None:
+            _print_nodes(meta["name"], s, drift)
+
+
+def _print_nodes(name: str, s: MigSyncStatus, drift: dict[str, str]) -> None:
+    from migops.cli.render import table
+
+    rows = [
+        [
+            n.name,
+            n.config or "-",
+            n.phase or "-",
+            n.state or "-",
+            (n.revision or "-")[:12],
+            _with_drift(n.message, drift.get(n.name)),
+        ]
+        for n in s.nodes or ()
+    ]
+    print()
+    print(f"{name}: {s.summary.in_sync if s.summary else '0/0'} nodes in sync")
+    for line in table(rows, ["NODE", "CONFIG", "PHASE", "STATE", "REVISION", "MESSAGE"]):
+        print(line)
 
 
 def _node_drift(api: Any) -> dict[str, str]:
@@ -471,15 +475,17 @@ def _with_drift(message: str, drift: str | None) -> str:
 _KSTATUS = ("Ready", "Reconciling", "Stalled")  # the table's own columns say these
 
 
-def _warnings(status: dict) -> list[str]:
+def _warnings(status: MigSyncStatus) -> list[str]:
     """The MigSync's other conditions that are False (AssignmentsMatched, AppliedRevisionAvailable):
     `TYPE (REASON): MESSAGE`, one line each."""
     return [
-        f"{c.get('type')} ({c.get('reason', '-')})" + (f": {c['message']}" if c.get("message") else "")
-        for c in status.get("conditions") or ()
-        if c.get("type") not in _KSTATUS and c.get("status") == "False"
+        f"{c.type} ({c.reason or '-'})" + (f": {c.message}" if c.message else "")
+        for c in status.conditions
+        if c.type not in _KSTATUS and c.status == ConditionStatus.FALSE
     ]
 
 
-def _condition(status: dict, kind: str) -> dict:
-    return next((c for c in status.get("conditions") or () if c.get("type") == kind), {})
+def _condition(status: MigSyncStatus, kind: str) -> Condition:
+    """The condition of that type; Unknown, reason "-", when the status has none."""
+    found = (c for c in status.conditions if c.type == kind)
+    return next(found, Condition(kind, ConditionStatus.UNKNOWN, "-"))

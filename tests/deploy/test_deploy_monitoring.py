@@ -17,8 +17,8 @@ from deploy_helpers import OVERLAYS
 from prometheus_client import Counter, Gauge, Histogram
 
 import migops.webhook.metrics as webhook_metrics
+from migops.api.migsync import NodePhase
 from migops.reconciler.metrics import Metrics
-from migops.reconciler.plan import Phase
 from migops.reconciler.reasons import Outcome
 
 RULES = OVERLAYS / "components" / "monitoring" / "prometheusrule.yaml"
@@ -66,7 +66,7 @@ def _exported() -> dict[str, tuple[set[str], Any]]:
 # The values the code gives these labels.
 KNOWN_VALUES = {
     ("migops_reconcile_total", "outcome"): set(Outcome),
-    ("migops_nodes", "phase"): set(Phase),
+    ("migops_nodes", "phase"): set(NodePhase),
     ("migops_api_writes_total", "result"): {"ok", "retry", "error"},
 }
 

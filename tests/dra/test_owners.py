@@ -116,5 +116,5 @@ def test_reconciler_skips_owned_nodes_with_the_reason_in_status() -> None:
     (skipped,) = [s for s in p.nodes if s.phase == SKIPPED]
     assert skipped.name == "n1" and "owned by hami" in skipped.message
     assert p.counts[SKIPPED] == 1 and p.counts[WAITING] == 2
-    assert status.summary(p)["skipped"] == 1
-    assert [e["name"] for e in status.node_entries(p)][-1] == "n1"
+    assert status.summary(p).skipped == 1
+    assert [e.name for e in status.node_entries(p)][-1] == "n1"

@@ -8,10 +8,11 @@ from pathlib import Path
 import pytest
 from gitrepo import CONFIG_YAML, GitRepo, SshKey, nodes_yaml
 
+from migops.api.migsync import TrustPolicy
 from migops.gitops.desired import DesiredState
 from migops.gitops.repo import load_repo
 from migops.gitops.source import GitSource
-from migops.gitops.verify import CommitProof, TrustPolicy, VerificationError, verify_files
+from migops.gitops.verify import CommitProof, VerificationError, verify_files
 from migops.reconciler.record import from_configmap, record_of, to_configmap, verify_record
 
 NODES = nodes_yaml("  - nodeSelector: {matchLabels: {pool: a}}\n    config: all-1g.10gb")

@@ -8,8 +8,9 @@ from pathlib import Path
 import pytest
 from gitrepo import GitRepo, PgpKey, SshKey
 
+from migops.api.migsync import TrustPolicy
 from migops.gitops.source import GitSource
-from migops.gitops.verify import TrustPolicy, VerificationError, split_signature, verify_commit
+from migops.gitops.verify import VerificationError, split_signature, verify_commit
 
 
 @pytest.fixture(scope="module")

@@ -110,8 +110,8 @@ def gpu_nodes(rapi: ApiClient) -> Iterator[Callable[..., list[str]]]:
 def make_reconciler(rapi: ApiClient, tmp_path: Path) -> Iterator[Callable[..., Any]]:
     """`make_reconciler(repo_url, path="", ref="main", **kwargs) -> Reconciler` with a MigSync of its
     own (unique name), started; stopped after the test."""
+    from migops.api.migsync import SyncSpec, migsync_object
     from migops.reconciler.controller import Reconciler
-    from migops.reconciler.status import SyncSpec, migsync_object
 
     made: list[Reconciler] = []
     try:  # every test starts from no MIG ConfigMap (its first sync creates it)
@@ -123,7 +123,7 @@ def make_reconciler(rapi: ApiClient, tmp_path: Path) -> Iterator[Callable[..., A
     def make(
         url: str, path: str = "", ref: str | None = "main", *, trust: Any = None, name: str | None = None, **kwargs: Any
     ) -> Reconciler:
-        from migops.gitops.verify import TrustPolicy
+        from migops.api.migsync import TrustPolicy
 
         spec = SyncSpec(url, ref, path, 60.0, False, trust or TrustPolicy())
         name = name or f"t-{uuid.uuid4().hex[:8]}"

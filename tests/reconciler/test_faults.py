@@ -15,13 +15,12 @@ from gitrepo import CONFIG_YAML, nodes_yaml
 from kubernetes import client as k8s
 from reconciler_harness import agent_reports, condition, eventually, labels_of, migsync
 
+from migops.api.migsync import SyncSpec, TrustPolicy, migsync_object
 from migops.api.names import MIG_CONFIG_LABEL, MIG_CONFIG_STATE_LABEL
-from migops.gitops.verify import TrustPolicy
 from migops.kube import ssa
 from migops.local.process import stop as stop_process
 from migops.reconciler.controller import Reconciler
 from migops.reconciler.main import ServeOptions, serve
-from migops.reconciler.status import SyncSpec, migsync_object
 
 MIGOPS = Path(sys.executable).parent / "migops"
 

@@ -7,8 +7,8 @@ from gitrepo import CONFIG_YAML, nodes_yaml
 from kubernetes import client as k8s
 from reconciler_harness import eventually, labels_of, migsync
 
+from migops.api.migsync import GROUP, PLURAL, VERSION
 from migops.api.names import MANAGED_BY_ANNOTATION, MIG_CONFIG_LABEL, MIGSYNC_FINALIZER, REVISION_ANNOTATION
-from migops.reconciler import status as st
 
 
 def _annotations(api, names: list[str]) -> dict[str, dict[str, str]]:
@@ -39,9 +39,7 @@ def test_deleting_a_migsync_releases_its_nodes(rapi, repo, gpu_nodes, make_recon
     eventually(lambda: all(a.get(MANAGED_BY_ANNOTATION) == owner for a in _annotations(rapi, names).values()))
     assert all(REVISION_ANNOTATION in a for a in _annotations(rapi, names).values())
 
-    k8s.CustomObjectsApi(rapi).delete_namespaced_custom_object(
-        st.GROUP, st.VERSION, "migops-system", st.PLURAL, rec.name
-    )
+    k8s.CustomObjectsApi(rapi).delete_namespaced_custom_object(GROUP, VERSION, "migops-system", PLURAL, rec.name)
     assert not _gone(rapi, rec.name)  # held by the finalizer until the nodes are released
     result = eventually(lambda: rec.sync(fetch=False), lambda r: r.outcome == "Released")
     assert result.writes == 3 and names[0] in result.message, result

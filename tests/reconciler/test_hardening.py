@@ -9,6 +9,7 @@ from gitrepo import CONFIG_YAML, nodes_yaml
 from kubernetes import client as k8s
 from reconciler_harness import agent_reports, condition, events_for, eventually, labels_of, migsync
 
+from migops.api.migsync import CRD_NAME, SyncSpec, migsync_object
 from migops.api.names import (
     AGENT_MANAGER,
     DRIFT_ANNOTATION,
@@ -20,7 +21,7 @@ from migops.api.names import (
 from migops.cli import main as cli
 from migops.kube import ssa
 from migops.reconciler.record import read_record
-from migops.reconciler.status import CRD_NAME, SyncSpec, install_crd, migsync_object
+from migops.reconciler.status import install_crd
 
 NS = "migops-system"
 

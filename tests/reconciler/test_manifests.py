@@ -12,15 +12,14 @@ from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 from reconciler_harness import agent_reports, condition, events_for, eventually, labels_of, migsync
 
+from migops.api.migsync import SyncSpec, TrustPolicy, crd, migsync_object
 from migops.api.names import MIG_CONFIG_LABEL
-from migops.gitops.verify import TrustPolicy
 from migops.kube import ssa
 from migops.local.binaries import locate
 from migops.mig.yamlsafe import load_yaml
 from migops.reconciler.controller import Reconciler
 from migops.reconciler.main import ServeOptions, serve
 from migops.reconciler.record import read_record
-from migops.reconciler.status import SyncSpec, crd, migsync_object
 
 ROOT = Path(__file__).resolve().parents[2]
 NS = "migops-system"

@@ -8,8 +8,8 @@ from gitrepo import CONFIG_YAML, UNPLACEABLE, SshKey, nodes_yaml
 from kubernetes import client as k8s
 from reconciler_harness import agent_reports, condition, events_for, eventually, labels_of, migsync
 
+from migops.api.migsync import TrustPolicy
 from migops.api.names import MIG_CONFIG_LABEL, RESUME_ANNOTATION
-from migops.gitops.verify import TrustPolicy
 from migops.reconciler.apply import WriteError, Writer
 
 
@@ -260,9 +260,9 @@ def test_keys_the_deployment_mounts_require_signatures_the_migsync_does_not_ask_
     ConfigMap): commits must be signed by those keys even though the MigSync's spec.verify says none."""
     import uuid
 
+    from migops.api.migsync import SyncSpec, migsync_object
     from migops.kube import ssa
     from migops.reconciler.controller import Reconciler
-    from migops.reconciler.status import SyncSpec, migsync_object
 
     names = gpu_nodes(2, pool="floor")
     alice = SshKey.make(tmp_path / "keys", "alice")
@@ -292,8 +292,8 @@ def test_keys_the_deployment_mounts_require_signatures_the_migsync_does_not_ask_
 
 
 def test_a_trust_floor_adds_its_keys_to_the_migsyncs_own() -> None:
+    from migops.api.migsync import SyncSpec
     from migops.reconciler.controller import with_trust_floor
-    from migops.reconciler.status import SyncSpec
 
     own = SyncSpec("https://git.example/x", trust=TrustPolicy("head", "bob ssh-ed25519 AAAA", ("-----KEY A-----",)))
     floor = TrustPolicy("head", "alice ssh-ed25519 BBBB", ("-----KEY B-----", "-----KEY A-----"))

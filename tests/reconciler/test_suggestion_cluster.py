@@ -11,19 +11,20 @@ from gitrepo import CONFIG_YAML, nodes_yaml
 from kubernetes import client as k8s
 from reconciler_harness import events_for, labels_of, migsync
 
-from migops.reconciler.status import SyncSpec, spec_from_object
+from migops.api.migsync import SuggestSpec, SyncSpec, parse_spec
+from migops.api.schema import dump
 
 
 def test_the_spec_opts_in_with_an_interval() -> None:
-    spec = spec_from_object({"spec": {"url": "file:///r", "suggest": {"enabled": True, "interval": "2m"}}})
-    assert spec.suggest and spec.suggest_interval == 120
-    assert spec_from_object({"spec": {"url": "file:///r"}}).suggest is False
-    assert SyncSpec("file:///r", suggest=True, suggest_interval=30).to_spec()["suggest"] == {
+    spec = parse_spec({"spec": {"url": "file:///r", "suggest": {"enabled": True, "interval": "2m"}}})
+    assert spec.suggest.enabled and spec.suggest.interval == 120
+    assert parse_spec({"spec": {"url": "file:///r"}}).suggest.enabled is False
+    assert dump(SyncSpec("file:///r", suggest=SuggestSpec(True, 30)))["suggest"] == {
         "enabled": True,
         "interval": "30s",
     }
     with pytest.raises(ValueError, match="spec.suggest.interval"):
-        spec_from_object({"spec": {"url": "file:///r", "suggest": {"enabled": True, "interval": "soon"}}})
+        parse_spec({"spec": {"url": "file:///r", "suggest": {"enabled": True, "interval": "soon"}}})
 
 
 def test_the_proposal_is_published_not_applied(rapi, repo, gpu_nodes, make_reconciler) -> None:
@@ -104,9 +105,9 @@ def test_the_loop_publishes_it_while_spec_suggest_is_enabled(rapi, repo, gpu_nod
 
     from reconciler_harness import eventually
 
+    from migops.api.migsync import migsync_object
     from migops.kube import ssa
     from migops.reconciler.controller import Reconciler
-    from migops.reconciler.status import migsync_object
 
     pool = f"p{uuid.uuid4().hex[:6]}"
     gpu_nodes(1, pool)
@@ -117,7 +118,7 @@ def test_the_loop_publishes_it_while_spec_suggest_is_enabled(rapi, repo, gpu_nod
         }
     )
     name = f"t-{uuid.uuid4().hex[:8]}"
-    spec = SyncSpec(repo.url, "main", "", 60.0, suggest=True, suggest_interval=1.0)
+    spec = SyncSpec(repo.url, "main", "", 60.0, suggest=SuggestSpec(True, 1.0))
     ssa.apply(rapi, migsync_object(name, "migops-system", spec), field_manager="migops-test", force=True)
     rec = Reconciler(rapi, name=name, namespace="migops-system", spec=spec, cache_dir=tmp_path / "git-cache").start()
     stop = threading.Event()

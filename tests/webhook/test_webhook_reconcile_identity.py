@@ -16,6 +16,7 @@ from gitrepo import GitRepo, nodes_yaml
 from kubernetes import client as k8s
 from webhook_helpers import DEFAULT_CONFIG, MANAGER
 
+from migops.api import migsync
 from migops.api.names import MANAGED_BY_ANNOTATION, REVISION_ANNOTATION
 from migops.kube import ssa
 from migops.reconciler import status as st
@@ -54,7 +55,9 @@ def as_reconciler(api: k8s.ApiClient) -> Iterator[k8s.ApiClient]:
 
 
 def _migsyncs(api: k8s.ApiClient) -> set[str]:
-    found = k8s.CustomObjectsApi(api).list_namespaced_custom_object(st.GROUP, st.VERSION, NS, st.PLURAL)["items"]
+    found = k8s.CustomObjectsApi(api).list_namespaced_custom_object(migsync.GROUP, migsync.VERSION, NS, migsync.PLURAL)[
+        "items"
+    ]
     return {m["metadata"]["name"] for m in found}
 
 
@@ -102,9 +105,9 @@ def test_reconcile_once_as_an_admin_refuses_before_writing_and_works_as_the_reco
         custom = k8s.CustomObjectsApi(api)
         if name in _migsyncs(api):
             custom.patch_namespaced_custom_object(
-                st.GROUP, st.VERSION, NS, st.PLURAL, name, {"metadata": {"finalizers": None}}
+                migsync.GROUP, migsync.VERSION, NS, migsync.PLURAL, name, {"metadata": {"finalizers": None}}
             )
-            custom.delete_namespaced_custom_object(st.GROUP, st.VERSION, NS, st.PLURAL, name)
+            custom.delete_namespaced_custom_object(migsync.GROUP, migsync.VERSION, NS, migsync.PLURAL, name)
         for cm in core.list_namespaced_config_map(NS).items:
             if name in cm.metadata.name:
                 core.delete_namespaced_config_map(cm.metadata.name, NS)
