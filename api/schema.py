@@ -21,6 +21,7 @@ import types
 import typing
 from collections.abc import Mapping
 from dataclasses import MISSING, dataclass
+from decimal import Decimal
 from typing import Any
 
 DURATION_PATTERN = r"^([0-9]+(\.[0-9]+)?(ms|s|m|h))+$"
@@ -37,7 +38,9 @@ def parse_duration(text: str) -> float:
 
 
 def format_duration(seconds: float) -> str:
-    return f"{seconds:g}s"
+    """Seconds as a duration the pattern admits and parse_duration reads back exactly (no exponent)."""
+    text = format(Decimal(repr(float(seconds))), "f")
+    return (text.removesuffix(".0") if "." in text else text) + "s"
 
 
 @dataclass(frozen=True)
