@@ -6,20 +6,22 @@ config (MIG mode or a pending mode, or a different set of GPU instances and comp
 and composition; a same instance at another valid placement is the same geometry, as mig-parted sees
 it). So a repair is an ordinary run of the flow, and a check that finds nothing never disagrees with it.
 
-`differences` is pure; `DriftWatch` reads the GPUs (the backend's getters only: for NVML,
-`probe.ReadOnlyNvml`) and keeps what the controller needs to rate-limit repairs.
+`differences` is pure; `check` reads the GPUs (the backend's getters only: for NVML,
+`probe.ReadOnlyNvml`). What the checks remember (the phase, the drift last told, the repairs within the
+window) is `state.DriftState`, a value the loop (agent/loop.py) replaces after each check.
 """
 
 from __future__ import annotations
 
 import time
-from collections import Counter, deque
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
 
 from migops.agent.backend import Backend, GpuInstance, GpuState
-from migops.agent.flow import Failure, Request, desired_on_node, node_models
+from migops.agent.desired import node_models
 from migops.agent.plan import Desired, gi_profile, matches
+from migops.agent.state import DriftState
 from migops.mig.catalogue import GpuModel
 
 POLICIES = ("repair", "report")
@@ -125,60 +127,15 @@ class Check:
         return summary(self.drifts)
 
 
-@dataclass
-class DriftWatch:
-    """The checks of one applied config: the desired geometry (validated once), when the next check is
-    due, the drift last reported, and the repairs made within the window."""
-
-    options: DriftOptions
-    clock: Callable[[], float] = time.monotonic
-    next_check: float = 0.0
-    reported: str = ""  # the drift text last published (DRIFT_ANNOTATION), "" when none
-    held_until: float = 0.0  # repairs held (repeated drift) until then
-    holding: bool = False  # the last outcome is a drift report or a held repair, not a flow failure
-    repairing: bool = False  # a repair started and has not succeeded yet (its retries are repairs too)
-    repairs: deque[float] = field(default_factory=deque)  # monotonic times of the repairs in the window
-    _desired: tuple[tuple, list[Desired]] | None = None
-
-    def now(self) -> float:
-        return self.clock()
-
-    def reset(self) -> None:
-        """A new config (or content, or strategy): repairs are counted anew."""
-        self.repairs.clear()
-        self.held_until = 0.0
-        self.holding = False
-        self._desired = None
-
-    def schedule(self) -> None:
-        self.next_check = self.now() + self.options.interval
-
-    def due(self) -> bool:
-        return self.options.enabled and self.now() >= self.next_check
-
-    def check(self, backend: Backend, request: Request, key: tuple) -> Check:
-        """Read every GPU and compare. Raises GpuError (a read failed) or flow.Failure (the config no
-        longer validates on these GPUs: left to the flow)."""
-        began = time.perf_counter()
-        devices = backend.devices()
-        models = node_models(devices)
-        if self._desired is None or self._desired[0] != key:
-            self._desired = (key, desired_on_node(request, models))
-        states = tuple(backend.read(d.index) for d in devices)
-        drifts = differences(states, self._desired[1])
-        return Check(tuple(models), states, drifts, time.perf_counter() - began)
-
-    def repairs_left(self) -> int:
-        cutoff = self.now() - self.options.window
-        while self.repairs and self.repairs[0] < cutoff:
-            self.repairs.popleft()
-        return self.options.max_repairs - len(self.repairs)
-
-    def hold(self) -> float:
-        """Hold repairs until the oldest in the window ages out; the seconds until then."""
-        self.held_until = self.repairs[0] + self.options.window if self.repairs else self.now()
-        self.holding = True
-        return max(self.held_until - self.now(), 0.0)
+def check(backend: Backend, desired: Sequence[Desired]) -> Check:
+    """Read every GPU and compare it with what the config makes of it. Raises GpuError (a read failed)."""
+    began = time.perf_counter()
+    devices = backend.devices()
+    models = node_models(devices)
+    states = tuple(backend.read(d.index) for d in devices)
+    return Check(tuple(models), states, differences(states, desired), time.perf_counter() - began)
 
 
-__all__ = ["POLICIES", "Check", "DriftOptions", "DriftWatch", "Failure", "GpuDrift", "differences", "summary"]
+def repairs_in_window(drift: DriftState, options: DriftOptions, now: float) -> tuple[float, ...]:
+    """The repairs made within the window that ends now."""
+    return tuple(t for t in drift.repairs if t >= now - options.window)

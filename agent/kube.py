@@ -6,6 +6,11 @@ pauses and restores, the `migops.io/` annotations and, with the simulated backen
 extended resources. Stale GFD labels and resources that another manager co-owns (the seeding of
 `migops local`, a GFD that ran before) are removed with a JSON merge patch, as GFD rewrites its label
 set. The Node's name is fixed at construction: this module has no way to write any other Node.
+
+Every request is sent until the API server answers it (`migops.kube.errors.until_answered`): an API
+server that is down or restarting delays the agent, it never ends it, so the GPU clients it paused are
+always restored. A refusal (4xx) is raised at once. Once the agent is stopping, the last failure is
+raised instead of waiting on.
 """
 
 from __future__ import annotations
@@ -14,9 +19,9 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
@@ -27,17 +32,18 @@ from migops.api.names import (
     AGENT_MANAGER,
     DEPLOY_LABEL_PREFIX,
     GPU_RESOURCE,
-    MIG_CONFIG_STATE_LABEL,
     MIG_RESOURCE_PREFIX,
     PAUSED_FOR_MIG_CHANGE,
 )
 from migops.api.objects import NodeFacts, owned_keys
 from migops.kube import events, ssa
+from migops.kube.errors import until_answered
 from migops.kube.informer import Informer
 from migops.mig.gfd import is_gfd_label
 from migops.mig.text import listed
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 # mig-manager's GPU clients (mig-hardware.md 5.3, step 7): paused by label, their pods waited for.
 DEPLOY_COMPONENTS = ("device-plugin", "gpu-feature-discovery", "dcgm-exporter", "dcgm", "nvsm")
@@ -94,10 +100,13 @@ def is_client_pod(pod: Mapping[str, Any], clients_namespace: str) -> bool:
 class NodeIO:
     """Writes to one Node (this agent's) and watches the pods bound to it."""
 
-    def __init__(self, api: k8s.ApiClient, node: str, *, manager: str = AGENT_MANAGER) -> None:
+    def __init__(
+        self, api: k8s.ApiClient, node: str, *, manager: str = AGENT_MANAGER, stop: threading.Event | None = None
+    ) -> None:
         self.api = api
         self.node = node
         self.manager = manager
+        self.stop = stop or threading.Event()  # set: requests are no longer sent again
         self.core = k8s.CoreV1Api(api)
         self.labels: dict[str, str] = {}
         self.annotations: dict[str, str] = {}
@@ -108,7 +117,9 @@ class NodeIO:
     # ------------------------------------------------------------------ ownership
     def load(self) -> dict[str, Any]:
         """Learn which fields a previous agent process owned (so this one keeps sending them)."""
-        node = self.api.sanitize_for_serialization(self.core.read_node(self.node))
+        node = self.api.sanitize_for_serialization(
+            self._answered("read the Node", lambda: self.core.read_node(self.node))
+        )
         labels, annotations = objects.labels(node), objects.annotations_of(node)
         self.labels = {k: labels[k] for k in owned_keys(node, self.manager, ("metadata", "labels")) if k in labels}
         self.annotations = {
@@ -132,15 +143,17 @@ class NodeIO:
             "kind": "Node",
             "metadata": {"name": self.node, "labels": new_labels, "annotations": new_annotations},
         }
-        ssa.apply(self.api, body, field_manager=self.manager, force=True)
+        self._answered("write the Node", lambda: ssa.apply(self.api, body, field_manager=self.manager, force=True))
         self.labels, self.annotations = new_labels, new_annotations
 
     def config_label(self) -> str | None:
         """The node's nvidia.com/mig.config as the API server has it now (not as the watch saw it)."""
-        return NodeFacts.from_obj(self.core.read_node(self.node), offers=False).config
+        return NodeFacts.from_obj(
+            self._answered("read the Node", lambda: self.core.read_node(self.node)), offers=False
+        ).config
 
-    def set_state(self, state: str, annotations: Mapping[str, str | None] = {}) -> None:
-        self.apply({MIG_CONFIG_STATE_LABEL: state}, annotations)
+    def _answered(self, what: str, call: Callable[[], T]) -> T:
+        return until_answered(call, f"node {self.node}: {what}", self.stop)
 
     # ------------------------------------------------------------------ GFD labels and resources
     def publish_gfd(self, node: Mapping[str, Any], labels: Mapping[str, str], resources: Mapping[str, int]) -> None:
@@ -151,36 +164,43 @@ class NodeIO:
         for key in stale:
             self.labels.pop(key, None)
         if stale:
-            self.core.patch_node(self.node, {"metadata": {"labels": {k: None for k in stale}}})
+            patch = {"metadata": {"labels": {k: None for k in stale}}}
+            self._answered("remove stale GFD labels", lambda: self.core.patch_node(self.node, patch))
         self.apply(dict(labels))
         capacity = (node.get("status") or {}).get("capacity") or {}
         wanted = {k: str(v) for k, v in resources.items()}
         gone = [k for k in set(capacity) | set(self.resources) if is_gpu_resource(k) and k not in wanted]
         if gone:
-            self.core.patch_node_status(
-                self.node, {"status": {"capacity": {k: None for k in gone}, "allocatable": {k: None for k in gone}}}
-            )
+            drop = {"status": {"capacity": {k: None for k in gone}, "allocatable": {k: None for k in gone}}}
+            self._answered("remove stale GPU resources", lambda: self.core.patch_node_status(self.node, drop))
         self.resources = wanted
-        ssa.apply(
-            self.api,
-            {
-                "apiVersion": "v1",
-                "kind": "Node",
-                "metadata": {"name": self.node},
-                "status": {"capacity": wanted, "allocatable": wanted},
-            },
-            field_manager=self.manager,
-            force=True,
-            subresource="status",
+        body = {
+            "apiVersion": "v1",
+            "kind": "Node",
+            "metadata": {"name": self.node},
+            "status": {"capacity": wanted, "allocatable": wanted},
+        }
+        self._answered(
+            "write the GPU resources",
+            lambda: ssa.apply(self.api, body, field_manager=self.manager, force=True, subresource="status"),
         )
 
     # ------------------------------------------------------------------ events
     def event(self, node: Mapping[str, Any], reason: str, message: str, *, warning: bool = False) -> None:
+        """Record an Event about the Node. Sent until the API server answers (its own name makes a second
+        send harmless); a refusal is logged, never raised: an Event never breaks the work it tells of."""
         meta = objects.meta(node)
         ref = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": self.node, "uid": meta.get("uid")}}
-        events.record(
-            self.api, ref, reason, message, type="Warning" if warning else "Normal", controller=AGENT_CONTROLLER
+        body = events.event_body(
+            ref, reason, message, type="Warning" if warning else "Normal", controller=AGENT_CONTROLLER
         )
+        try:
+            self._answered(f"record Event {reason}", lambda: events.create(self.api, body))
+        except ApiException as exc:
+            if exc.status != 409:  # 409: an earlier send was created, its answer lost
+                log.warning("could not record Event %s: HTTP %s %s", reason, exc.status, exc.reason)
+        except Exception as exc:  # noqa: BLE001 - stopping while the API server is away: the Event is lost
+            log.warning("could not record Event %s: %s", reason, exc)
 
     # ------------------------------------------------------------------ pods on this node
     def start_pod_watch(self) -> Informer:
@@ -235,17 +255,22 @@ class NodeIO:
         """Delete this node's pods with these `app` labels in `namespace` (validators re-run)."""
         assert self.pods is not None
         wanted = set(apps)
-        deleted = []
-        for pod in self.pods.items().values():
-            meta = pod["metadata"]
-            if meta.get("namespace") == namespace and (meta.get("labels") or {}).get("app") in wanted:
-                try:
-                    self.core.delete_namespaced_pod(meta["name"], namespace)
-                    deleted.append(meta["name"])
-                except ApiException as exc:
-                    if exc.status != 404:
-                        raise
-        return deleted
+        names = [
+            p["metadata"]["name"]
+            for p in self.pods.items().values()
+            if p["metadata"].get("namespace") == namespace and (p["metadata"].get("labels") or {}).get("app") in wanted
+        ]
+        return [name for name in names if self._delete_pod(namespace, name)]
+
+    def _delete_pod(self, namespace: str, name: str) -> bool:
+        """False when it was gone already."""
+        try:
+            self._answered(f"delete pod {namespace}/{name}", lambda: self.core.delete_namespaced_pod(name, namespace))
+        except ApiException as exc:
+            if exc.status != 404:
+                raise
+            return False
+        return True
 
 
 def _changed(current: Mapping[str, str], changes: Mapping[str, str | None]) -> dict[str, str]:

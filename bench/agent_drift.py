@@ -1,7 +1,7 @@
 """Benchmark of the agent's drift check (target: one check < 5 ms, so a short interval is cheap), and of
 the detection latency a person's out-of-band change sees.
 
-1. One check (`agent.drift.DriftWatch.check`: read every GPU, compare with the applied config) on an
+1. One check (`agent.drift.check`: read every GPU, compare with the applied config) on an
    8-GPU H100 node with all-balanced applied, through the simulated backend (the state file read on
    every query) and through the NVML backend over the fake pynvml of tests/agent (the same NVML calls
    a real driver answers, through `ReadOnlyNvml`; the fake's own cost is included).
@@ -31,18 +31,19 @@ sys.path.insert(0, str(ROOT / "tests" / "agent"))
 from fake_pynvml import FakeNvml  # noqa: E402
 
 from migops.agent.backend import Backend  # noqa: E402
-from migops.agent.drift import DriftOptions, DriftWatch  # noqa: E402
-from migops.agent.flow import Request, desired_on_node, node_models  # noqa: E402
+from migops.agent.desired import desired_on_node, node_models  # noqa: E402
+from migops.agent.drift import check  # noqa: E402
 from migops.agent.nvml import NvmlBackend  # noqa: E402
 from migops.agent.plan import plan_gpu  # noqa: E402
 from migops.agent.simulated import SimulatedBackend, parse_gpus  # noqa: E402
+from migops.agent.state import ConfigRequest  # noqa: E402
 from migops.mig.catalogue import catalogue  # noqa: E402
 from migops.mig.spec import parse_config  # noqa: E402
 
 CONFIG_TEXT = (ROOT / "examples" / "nvidia-default-config.yaml").read_text()
 CONFIG = parse_config(CONFIG_TEXT)
 NAME = "all-balanced"
-REQUEST = Request(NAME, CONFIG, None, "mixed", "gpu-operator", None)
+REQUEST = ConfigRequest(NAME, CONFIG, None, "mixed", "gpu-operator")
 
 
 def apply(backend: Backend) -> None:
@@ -62,15 +63,14 @@ def apply(backend: Backend) -> None:
 
 
 def time_checks(backend: Backend, runs: int = 300) -> tuple[list[float], int]:
-    watch = DriftWatch(DriftOptions())
-    watch.check(backend, REQUEST, (NAME,))  # the first validates the config once (cached per config)
+    desired = desired_on_node(REQUEST, node_models(backend.devices()))  # validated once per config
     times = []
     drifts = 0
     for _ in range(runs):
         began = time.perf_counter()
-        check = watch.check(backend, REQUEST, (NAME,))
+        found = check(backend, desired)
         times.append(time.perf_counter() - began)
-        drifts += bool(check.drifts)
+        drifts += bool(found.drifts)
     return times, drifts
 
 

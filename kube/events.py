@@ -33,11 +33,36 @@ def record(
 ) -> bool:
     """Create an Event about `involved` (an object dict or a reference with apiVersion, kind, name[,
     namespace, uid]). Cluster-scoped objects' events go to `default`, as the kubelet's Node events do."""
+    body = event_body(involved, reason, message, type=type, controller=controller, action=action)
+    meta = involved.get("metadata") or involved
+    try:
+        create(api, body)
+        return True
+    except Exception as exc:  # noqa: BLE001 - best effort
+        log.warning("could not record event %s on %s/%s: %s", reason, involved.get("kind"), meta.get("name"), exc)
+        return False
+
+
+def create(api: k8s.ApiClient, body: Mapping[str, Any]) -> None:
+    """Send one Event made by `event_body` (raises what the client raises)."""
+    k8s.CoreV1Api(api).create_namespaced_event(body["metadata"]["namespace"], body)
+
+
+def event_body(
+    involved: Mapping[str, Any],
+    reason: str,
+    message: str,
+    *,
+    type: EventType = "Normal",
+    controller: str,
+    action: str | None = None,
+) -> dict[str, Any]:
+    """The Event `record` sends: a name of its own, so sending it again is harmless (409)."""
     meta = involved.get("metadata") or involved
     namespace = meta.get("namespace") or "default"
     now = datetime.now(UTC)
     name = f"{meta.get('name')}.{uuid.uuid4().hex[:12]}"
-    body = {
+    return {
         "apiVersion": "v1",
         "kind": "Event",
         "metadata": {"name": name, "namespace": namespace},
@@ -64,9 +89,3 @@ def record(
         "reportingInstance": f"{controller}-{socket.gethostname()}"[:128],
         "source": {"component": controller},
     }
-    try:
-        k8s.CoreV1Api(api).create_namespaced_event(namespace, body)
-        return True
-    except Exception as exc:  # noqa: BLE001 - best effort
-        log.warning("could not record event %s on %s/%s: %s", reason, involved.get("kind"), meta.get("name"), exc)
-        return False

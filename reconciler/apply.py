@@ -1,11 +1,7 @@
-"""Writes to the API server, with errors classified instead of retried blindly.
-
-- 409 Conflict, 429 Too Many Requests, 502/503/504, connection errors and timeouts are transient:
-  retried here with exponential backoff and jitter (honouring Retry-After), a few times.
-- 500 "failed to create typed patch object" is kube-apiserver's answer to an apply body with wrong
-  types (a known upstream bug, pinned in tests/cluster): a bad request in 5xx clothing, never retried.
-- any other 4xx (400, 403, 404, 422, an admission webhook's denial) is terminal: reported, not retried
-  until something changes (a new commit, a node change, or the next interval).
+"""Writes to the API server, with errors classified (`migops.kube.errors`) instead of retried blindly:
+transient ones are retried here with exponential backoff and jitter (honouring Retry-After), a few
+times; terminal ones are reported, not retried until something changes (a new commit, a node change,
+or the next interval).
 
 Node labels are written by a small thread pool: each write is one server-side apply of the one label
 and our two annotations (managed-by, revision; nothing else) under the field manager
@@ -17,7 +13,6 @@ a merge patch that touches nothing else.
 
 from __future__ import annotations
 
-import json
 import logging
 import random
 import threading
@@ -25,11 +20,9 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any, Literal, Protocol, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from kubernetes import client as k8s
-from kubernetes.client.exceptions import ApiException
-from urllib3.exceptions import HTTPError as Urllib3Error
 
 from migops import logs
 from migops.api.migsync import API_VERSION, KIND
@@ -42,13 +35,11 @@ from migops.api.names import (
     REVISION_ANNOTATION,
 )
 from migops.kube import ssa
+from migops.kube.errors import Kind, classify, retry_after
 
 log = logging.getLogger(__name__)
 
-Kind = Literal["transient", "terminal"]
 T = TypeVar("T")
-_TRANSIENT_STATUS = frozenset({409, 429, 502, 503, 504})
-TYPED_PATCH_BUG = "failed to create typed patch object"
 
 
 @dataclass(frozen=True)
@@ -63,35 +54,6 @@ class WriteError(Exception):
     def __str__(self) -> str:
         code = f"HTTP {self.status}: " if self.status else ""
         return f"{self.target}: {code}{self.message}"
-
-
-def classify(exc: BaseException) -> tuple[Kind, int | None, str]:
-    if isinstance(exc, ApiException):
-        message = _api_message(exc)
-        if exc.status in _TRANSIENT_STATUS:
-            return "transient", exc.status, message
-        if exc.status == 500:
-            return ("terminal" if TYPED_PATCH_BUG in message else "transient"), 500, message
-        return "terminal", exc.status, message
-    if isinstance(exc, (Urllib3Error, OSError, TimeoutError)):
-        return "transient", None, f"{type(exc).__name__}: {exc}"
-    return "terminal", None, f"{type(exc).__name__}: {exc}"
-
-
-def _api_message(exc: ApiException) -> str:
-    try:
-        return str(json.loads(exc.body).get("message") or exc.reason)
-    except (TypeError, ValueError, AttributeError):
-        return str(exc.reason or exc.body or exc.status)
-
-
-def _retry_after(exc: BaseException) -> float | None:
-    headers = getattr(exc, "headers", None) or {}
-    try:
-        value = headers.get("Retry-After")
-        return float(value) if value else None
-    except (TypeError, ValueError):
-        return None
 
 
 def with_retries(
@@ -114,7 +76,7 @@ def with_retries(
             if kind == "terminal" or attempt == attempts or (stop is not None and stop.is_set()):
                 raise WriteError(target, kind, status, message) from exc
             on_retry(status)
-            wait = min(cap, _retry_after(exc) or delay * (0.5 + random.random()))
+            wait = min(cap, retry_after(exc) or delay * (0.5 + random.random()))
             log.info("%s: %s (%s); retrying in %.2fs", target, message, status, wait)
             if stop is not None:
                 stop.wait(wait)

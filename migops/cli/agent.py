@@ -35,6 +35,29 @@ def register(sub: argparse._SubParsersAction) -> None:
         "nvidia.com/mig.config.state. See docs/agent.md.",
     )
     a.add_argument("--node", default=os.environ.get("NODE_NAME"), help="this node's name (env NODE_NAME)")
+    _gpus(a)
+    kube_client.add_arguments(a)
+    a.add_argument(
+        "--work-dir",
+        default=DEFAULT_WORK_DIR,
+        metavar="D",
+        help=f"where the agent keeps its journal (default {DEFAULT_WORK_DIR})",
+    )
+    _settings(a)
+    _drift(a)
+    a.add_argument(
+        "--metrics-address",
+        metavar="HOST:PORT",
+        help="serve Prometheus metrics on GET /metrics there (e.g. :9400; default: none)",
+    )
+    _host(a)
+    _dra(a)
+    logs.add_arguments(a)
+    a.set_defaults(func=cmd_agent)
+
+
+def _gpus(a: argparse.ArgumentParser) -> None:
+    """Which GPUs: the driver's, or simulated ones."""
     a.add_argument("--backend", choices=("nvml", "simulated"), required=True)
     a.add_argument(
         "--gpus",
@@ -44,13 +67,19 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     a.add_argument("--state-file", metavar="F", help=f"simulated GPUs' state (default {DEFAULT_WORK_DIR}/gpus.json)")
     a.add_argument("--faults-file", metavar="F", help="simulated fault injection (default <state-file>.faults)")
-    kube_client.add_arguments(a)
-    a.add_argument(
-        "--work-dir",
-        default=DEFAULT_WORK_DIR,
-        metavar="D",
-        help=f"where the agent keeps its journal (default {DEFAULT_WORK_DIR})",
+    gfd = a.add_mutually_exclusive_group()
+    gfd.add_argument(
+        "--publish-gfd",
+        dest="publish_gfd",
+        action="store_true",
+        default=None,
+        help="publish GFD labels and extended resources (default with --backend simulated)",
     )
+    gfd.add_argument("--no-publish-gfd", dest="publish_gfd", action="store_false")
+
+
+def _settings(a: argparse.ArgumentParser) -> None:
+    """Where the config comes from, how long to wait, how to retry."""
     a.add_argument("--config-map", metavar="NS/NAME", help="MIG ConfigMap (default: the ClusterPolicy's)")
     a.add_argument("--strategy", choices=STRATEGIES, help="default: the ClusterPolicy's")
     a.add_argument(
@@ -68,6 +97,16 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     a.add_argument("--retry-base", type=float, default=10.0, metavar="S", help="first retry delay (default 10)")
     a.add_argument("--retry-max", type=float, default=600.0, metavar="S", help="longest retry delay (default 600)")
+    a.add_argument(
+        "--destroy-in-use",
+        action="store_true",
+        help="go ahead when instances the change removes have running processes (the driver may "
+        "still refuse); default: refuse, before pausing anything",
+    )
+
+
+def _drift(a: argparse.ArgumentParser) -> None:
+    """What to do when the GPUs change behind the agent's back."""
     a.add_argument(
         "--drift-interval",
         type=float,
@@ -92,11 +131,10 @@ def register(sub: argparse._SubParsersAction) -> None:
         "until the window frees one (default 3)",
     )
     a.add_argument("--drift-window", type=float, default=600.0, metavar="S", help="(default 600)")
-    a.add_argument(
-        "--metrics-address",
-        metavar="HOST:PORT",
-        help="serve Prometheus metrics on GET /metrics there (e.g. :9400; default: none)",
-    )
+
+
+def _host(a: argparse.ArgumentParser) -> None:
+    """The host's GPU clients and reboots (mig-manager's environment variables are the defaults)."""
     a.add_argument(
         "--with-reboot",
         action="store_true",
@@ -123,21 +161,10 @@ def register(sub: argparse._SubParsersAction) -> None:
         metavar="S",
         help="pause after stopping host clients before a MIG mode change (default 30)",
     )
-    a.add_argument(
-        "--destroy-in-use",
-        action="store_true",
-        help="go ahead when instances the change removes have running processes (the driver may "
-        "still refuse); default: refuse, before pausing anything",
-    )
-    gfd = a.add_mutually_exclusive_group()
-    gfd.add_argument(
-        "--publish-gfd",
-        dest="publish_gfd",
-        action="store_true",
-        default=None,
-        help="publish GFD labels and extended resources (default with --backend simulated)",
-    )
-    gfd.add_argument("--no-publish-gfd", dest="publish_gfd", action="store_false")
+
+
+def _dra(a: argparse.ArgumentParser) -> None:
+    """Dynamic Resource Allocation: the DRA driver's ResourceSlices follow the geometry."""
     a.add_argument(
         "--dra",
         choices=("off", "verify", "publish"),
@@ -157,8 +184,6 @@ def register(sub: argparse._SubParsersAction) -> None:
     a.add_argument(
         "--dra-timeout", type=float, default=120.0, metavar="S", help="how long the slices may take (default 120)"
     )
-    logs.add_arguments(a)
-    a.set_defaults(func=cmd_agent)
 
 
 def cmd_agent(args: argparse.Namespace) -> int:

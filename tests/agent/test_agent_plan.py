@@ -140,7 +140,8 @@ def test_the_agent_executes_the_validators_packing_and_decides_none_of_its_own()
 def test_the_agent_refuses_a_text_error_about_another_model_as_the_other_deciders_do() -> None:
     """One verdict (migops.mig.fit): an H100 entry naming a profile H100 lacks makes the config wrong for an
     A100 node too, so the agent refuses it before anything is paused, as webhook, reconciler and CLI do."""
-    from migops.agent.flow import Failure, Request, desired_on_node
+    from migops.agent.desired import FlowFailure, desired_on_node
+    from migops.agent.state import ConfigRequest
     from migops.mig.catalogue import catalogue
     from migops.mig.spec import parse_config
 
@@ -152,8 +153,8 @@ def test_the_agent_refuses_a_text_error_about_another_model_as_the_other_decider
         "      mig-devices: {\"3g.20gb\": 2}\n"
     )
     a100 = catalogue().resolve("0x20B010DE")
-    request = Request("mixed-fleet", parse_config(text), None, "mixed", "gpu-operator", None)
-    with pytest.raises(Failure, match="3g.45gb"):
+    request = ConfigRequest("mixed-fleet", parse_config(text), None, "mixed", "gpu-operator")
+    with pytest.raises(FlowFailure, match="3g.45gb"):
         desired_on_node(request, [a100, a100])
 
 

@@ -15,9 +15,12 @@ from agent_harness import DEFAULT_CONFIG, ROOT, bound_token_kubeconfig, labels, 
 from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 
-from migops.agent.flow import Options, Reconfigure, Request
 from migops.agent.kube import NodeIO
+from migops.agent.ports import AgentPorts, FlowOptions
+from migops.agent.reasons import AgentEvent
 from migops.agent.simulated import SimulatedBackend, parse_gpus
+from migops.agent.state import AgentState, ConfigRequest, FlowRun
+from migops.agent.steps import run_flow
 from migops.api.names import (
     AGENT_CONTROLLER,
     APPLIED_ANNOTATION,
@@ -420,12 +423,12 @@ def test_a_config_applied_after_the_node_was_given_another_is_pending_not_failed
     runs next), not failed, which would halt a MigSync's rollout."""
     kube = NodeIO(own_node.api_client, "rbac-a")
     backend = SimulatedBackend(tmp_path / "gpus.json", parse_gpus("2x0x233010DE"), node="rbac-a")
-    flow = Reconfigure(backend, kube, options=Options(pod_timeout=5, mode_change_settle=0))
+    ports = AgentPorts(backend, kube, FlowOptions(pod_timeout=5, mode_change_settle=0))
     kube.start_pod_watch()
     try:
         node = own_node.api_client.sanitize_for_serialization(own_node.read_node("rbac-a"))
-        request = Request("all-1g.10gb", parse_config(DEFAULT_CONFIG), None, "mixed", "gpu-operator", None)
-        outcome = flow.run(request, node)
+        request = ConfigRequest("all-1g.10gb", parse_config(DEFAULT_CONFIG), None, "mixed", "gpu-operator")
+        outcome = run_flow(AgentState(), FlowRun(request, node), ports)
     finally:
         kube.pods.stop()
     assert outcome.state == "pending", outcome
@@ -434,10 +437,10 @@ def test_a_config_applied_after_the_node_was_given_another_is_pending_not_failed
     assert APPLIED_ANNOTATION not in notes and DIGEST_ANNOTATION not in notes
     assert [len(g["instances"]) for g in backend_state(tmp_path / "gpus.json")] == [7, 7]  # it was applied
     # The config the node is labelled with: success, with its applied name and digest.
-    request = Request("all-disabled", parse_config(DEFAULT_CONFIG), None, "mixed", "gpu-operator", None)
+    request = ConfigRequest("all-disabled", parse_config(DEFAULT_CONFIG), None, "mixed", "gpu-operator")
     kube.start_pod_watch()
     try:
-        assert flow.run(request, node).state == "success"
+        assert run_flow(AgentState(), FlowRun(request, node), ports).state == "success"
     finally:
         kube.pods.stop()
     assert own_node.read_node("rbac-a").metadata.annotations[APPLIED_ANNOTATION] == "all-disabled"
@@ -515,7 +518,9 @@ def test_the_policy_lists_every_event_reason_the_agent_records() -> None:
         )
     )
     recorded = {
-        m for f in (ROOT / "agent").glob("*.py") for m in re.findall(r'\.event\(\s*[\w.]+,\s*"(\w+)"', f.read_text())
+        AgentEvent[m].value
+        for f in (ROOT / "agent").glob("*.py")
+        for m in re.findall(r"NodeEvent\(\s*AgentEvent\.(\w+)", f.read_text())
     }
     assert recorded and recorded == listed
 

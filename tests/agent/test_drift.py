@@ -12,12 +12,13 @@ import pytest
 from fake_pynvml import FakeNvml
 
 from migops.agent.backend import Backend
-from migops.agent.drift import DriftOptions, DriftWatch, differences
-from migops.agent.flow import Request, desired_on_node, node_models
+from migops.agent.desired import desired_on_node, node_models
+from migops.agent.drift import check, differences
 from migops.agent.nvml import NvmlBackend
 from migops.agent.plan import plan_gpu
 from migops.agent.probe import _READ_ONLY, ReadOnlyNvml
 from migops.agent.simulated import SimulatedBackend, parse_gpus
+from migops.agent.state import ConfigRequest
 from migops.cli import main
 from migops.mig.catalogue import catalogue
 from migops.mig.spec import parse_config
@@ -26,8 +27,8 @@ H100 = catalogue().resolve("0x233010DE")
 CONFIG = parse_config((Path(__file__).resolve().parents[2] / "examples" / "nvidia-default-config.yaml").read_text())
 
 
-def _request(name: str) -> Request:
-    return Request(name, CONFIG, None, "mixed", "gpu-operator", None)
+def _request(name: str) -> ConfigRequest:
+    return ConfigRequest(name, CONFIG, None, "mixed", "gpu-operator")
 
 
 def _apply(backend: Backend, name: str) -> list:
@@ -50,7 +51,7 @@ def _apply(backend: Backend, name: str) -> list:
 
 
 def _check(backend: Backend, name: str):
-    return DriftWatch(DriftOptions()).check(backend, _request(name), (name,))
+    return check(backend, desired_on_node(_request(name), node_models(backend.devices())))
 
 
 def _sim(tmp_path: Path, count: int = 2) -> SimulatedBackend:

@@ -12,7 +12,8 @@ import pytest
 from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import ProtocolError
 
-from migops.reconciler.apply import WriteError, Writer, classify, with_retries
+from migops.kube.errors import classify
+from migops.reconciler.apply import WriteError, Writer, with_retries
 from migops.reconciler.metrics import Metrics
 from migops.reconciler.server import Server
 
