@@ -112,6 +112,14 @@ NODES_RULES: Mapping[str, Explanation] = {
         "`rollout.maxUnavailable` is not a whole number >= 1 or a percentage from `1%` to `100%`.",
         'Write a count (`2`) or a quoted percentage (`"25%"`).',
     ),
+    "invalid-maxdefaulted": Explanation(
+        "`rollout.maxDefaulted` is not a whole number >= 0.",
+        "Write how many nodes a commit may move to `default` at most, or leave it out (no limit).",
+    ),
+    "invalid-progressdeadlineseconds": Explanation(
+        "`rollout.progressDeadlineSeconds` is not a whole number >= 1.",
+        "Write the seconds a node may take to reconfigure (default 600).",
+    ),
     "invalid-assignments": Explanation(
         "`assignments` is not a list.", "Write `assignments:` followed by `- config: ...` items."
     ),
@@ -137,6 +145,17 @@ NODES_RULES: Mapping[str, Explanation] = {
     "invalid-suggest": Explanation("`suggest` is not a mapping.", "Write `suggest: {maxNodes: 4}` or leave it out."),
     "invalid-maxnodes": Explanation("`suggest.maxNodes` is not a whole number >= 1.", "Write a count of nodes."),
     "invalid-newconfigs": Explanation("`suggest.newConfigs` is not true or false.", "Write `true` or `false`."),
+    "invalid-trustedprioritynamespaces": Explanation(
+        "`suggest.trustedPriorityNamespaces` is not a list of namespace names.",
+        "List the namespaces whose pods' system priorities `migops suggest` may trust (docs/suggest.md).",
+    ),
+    "invalid-maxpodspernamespace": Explanation(
+        "`suggest.maxPodsPerNamespace` is not a whole number >= 1.",
+        "Write how many pending pods of one namespace `migops suggest` counts at most.",
+    ),
+    "invalid-claimswithoutpods": Explanation(
+        "`suggest.claimsWithoutPods` is not true or false.", "Write `true` or `false`."
+    ),
     "invalid-pools": Explanation(
         "`suggest.pools` is not a list.", "Write `pools:` followed by `- configs: [...]` items."
     ),

@@ -9,7 +9,7 @@
 #   mmdebstrap docker.io          the product image: a Debian base rootfs and `docker build` from the Dockerfile
 #   redis-server                  Argo CD's cache (`migops local up --argocd`, tests/argocd); never started as a service
 # containerd itself is built from its Go module (hack/k8s-binaries.sh), not Debian's 1.6 (see
-# docs/local-control-plane.md). Needs root and apt for a first install; prints what it installs.
+# docs/development/local-control-plane.md). Needs root and apt for a first install; prints what it installs.
 set -euo pipefail
 PACKAGES="runc containernetworking-plugins iptables conntrack iproute2 gcc libc6-dev busybox-static mmdebstrap docker.io redis-server"
 missing=""

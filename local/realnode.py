@@ -3,7 +3,7 @@
 kind cannot run on this kind of machine (its node containers need `--privileged`, which is refused),
 so the node is a host kubelet beside the local control plane (ControlPlane with `node_address`, plus
 kube-controller-manager). Every constraint of the machine and the setting that answers it is in
-docs/local-control-plane.md ("The real node"); in short:
+docs/development/local-control-plane.md ("The real node"); in short:
 
 - cgroup v1 host: kubelet `failCgroupV1: false`, cgroupfs driver, runc `SystemdCgroup = false`;
 - CAP_SYS_RESOURCE missing: containerd `restrict_oom_score_adj`;

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import enum
-import functools
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -49,7 +48,7 @@ class Demand:
     def ref(self) -> str:
         return f"{self.namespace}/{self.name}"
 
-    @functools.cached_property
+    @property
     def keys(self) -> frozenset[str]:
         return frozenset(profile_key(p) for p in self.profiles)
 

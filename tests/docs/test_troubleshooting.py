@@ -53,10 +53,36 @@ def _callee(call: ast.Call) -> str:
     return f.id if isinstance(f, ast.Name) else f.attr if isinstance(f, ast.Attribute) else ""
 
 
+def _templated(tree: ast.AST, makers: dict[str, int]) -> set[str]:
+    """Rules made as f"PREFIX{key.lower()}" in a helper: each constant key a call of the helper passes."""
+    found: set[str] = set()
+    for fn in (n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef)):
+        params = [a.arg for a in fn.args.args]
+        for call in (n for n in ast.walk(fn) if isinstance(n, ast.Call) and _callee(n) in makers):
+            at = makers[_callee(call)]
+            rule = call.args[at] if len(call.args) > at else None
+            if not isinstance(rule, ast.JoinedStr) or len(rule.values) != 2:
+                continue
+            prefix, value = rule.values
+            inner = value.value if isinstance(value, ast.FormattedValue) else None
+            if _text(prefix) is None or not (isinstance(inner, ast.Call) and _callee(inner) == "lower"):
+                continue
+            base = inner.func.value if isinstance(inner.func, ast.Attribute) else None
+            if not isinstance(base, ast.Name) or base.id not in params:
+                continue
+            index = params.index(base.id)
+            for use in (n for n in ast.walk(tree) if isinstance(n, ast.Call) and _callee(n) == fn.name):
+                given = use.args[index] if len(use.args) > index else None
+                given = given or next((k.value for k in use.keywords if k.arg == base.id), None)
+                if given is not None and _text(given) is not None:
+                    found.add(f"{_text(prefix)}{_text(given).lower()}")  # type: ignore[union-attr]
+    return found
+
+
 def _rules_in(folder: str, tree: ast.AST) -> set[str]:
     parents = {id(c): n for n in ast.walk(tree) for c in ast.iter_child_nodes(n)}
     makers = MAKERS.get(folder, {})
-    found: set[str] = set()
+    found: set[str] = _templated(tree, makers)
     for n in ast.walk(tree):
         if isinstance(n, ast.Call):
             at = makers.get(_callee(n))
@@ -130,6 +156,7 @@ def test_the_search_finds_each_kind_of_finding() -> None:
         ("selectors-overlap", "gitops/desired.py"),  # Problem(path, rule, ...)
         ("revision", "webhook/nodelabels.py"),  # findings.append((rule, text))
         ("strategy-mismatch", "webhook/policies.py"),  # [(rule, text) for ...]
+        ("invalid-maxnodes", "gitops/repo.py"),  # Problem(path, f"invalid-{key.lower()}", ...) in a helper
     ):
         assert file in emitted.get(rule, set()), (rule, file)
 
