@@ -33,7 +33,7 @@ from migops.api.objects import NodeFacts
 from migops.local.process import ProcessRef, spawn
 
 MIG_CONFIGMAP = ("gpu-operator", "default-mig-parted-config")
-# Short, so that a change made with `migops sim --node ...` is seen at once (a check costs well under 5 ms).
+# Short, so that a change made with `migops sim --node ...` is seen at once (a check is cheap: bench/agent_drift.py).
 DRIFT_INTERVAL = 2.0
 
 

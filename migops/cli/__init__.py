@@ -36,7 +36,7 @@ COMMANDS: dict[str, str] = {
 
 def package_version() -> str:
     """The installed distribution's version (pyproject.toml's, the one place it is written)."""
-    from importlib.metadata import PackageNotFoundError, version  # ~20 ms: only when the version is shown
+    from importlib.metadata import PackageNotFoundError, version  # costly to import: only when the version is shown
 
     try:
         return version("migops")
