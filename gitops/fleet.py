@@ -477,16 +477,18 @@ def is_fleet_root(read: Reader) -> bool:
 
 # ------------------------------------------------------------------------------------------ diff
 @dataclass(frozen=True)
-class NodeChange:
+class NodeConfigChange:
     node: str
     before: str | None  # the config it would get at the base revision; None: none
     after: str | None
 
 
-def cluster_changes(before: ClusterVerdict | None, after: ClusterVerdict) -> tuple[NodeChange, ...]:
+def cluster_changes(before: ClusterVerdict | None, after: ClusterVerdict) -> tuple[NodeConfigChange, ...]:
     """Nodes whose config changes from the base's verdict to this one's (both on the inventory now)."""
     if after.desired is None:
         return ()  # the commit is refused there: nothing changes
     old = {n: t.config for n, t in before.desired.targets.items()} if before and before.desired else {}
     new = {n: t.config for n, t in after.desired.targets.items()}
-    return tuple(NodeChange(n, old.get(n), new.get(n)) for n in sorted(set(old) | set(new)) if old.get(n) != new.get(n))
+    return tuple(
+        NodeConfigChange(n, old.get(n), new.get(n)) for n in sorted(set(old) | set(new)) if old.get(n) != new.get(n)
+    )

@@ -1,6 +1,6 @@
 """The GPU Operator's ClusterPolicy: its API names and one read of the settings in force
 (docs/interfaces.md). What a ClusterPolicy says is read by `migops.api.objects.MigSettings` (the
-strategy parsed once), re-exported here for the callers that read the settings through this module.
+strategy parsed once); this module reads ClusterPolicies from the API server.
 
 The operator acts on one ClusterPolicy; with several, it uses the oldest and reports the others as
 ignored, and so do we.
@@ -12,28 +12,8 @@ from typing import Any
 
 from kubernetes import client as k8s
 
-from migops.api.objects import (
-    DEFAULT_CONFIG,
-    DEFAULT_CONFIG_NAME,
-    DEFAULT_NAMESPACE,
-    DEFAULT_STRATEGY,
-    MigSettings,
-    settings_from_policies,
-)
+from migops.api.objects import MigSettings, settings_from_policies
 from migops.kube.informer import Informer
-
-__all__ = [
-    "DEFAULT_CONFIG",
-    "DEFAULT_CONFIG_NAME",
-    "DEFAULT_NAMESPACE",
-    "DEFAULT_STRATEGY",
-    "GROUP",
-    "PLURAL",
-    "VERSION",
-    "MigSettings",
-    "read_settings",
-    "settings_from_policies",
-]
 
 GROUP, VERSION, PLURAL = "nvidia.com", "v1", "clusterpolicies"
 

@@ -35,6 +35,7 @@ from migops.api.names import (
     MIG_CAPABLE_LABEL,
     MIG_CONFIG_LABEL,
 )
+from migops.api.objects import DEFAULT_CONFIG, DEFAULT_CONFIG_NAME, DEFAULT_NAMESPACE
 from migops.kube import clusterpolicy, crds
 from migops.mig.catalogue import GpuModel
 from migops.mig.gfd import node_labels_without_mig
@@ -54,7 +55,7 @@ _GOARCH = {
     "s390x": "s390x",
 }
 OPERATOR_MANAGER = "gpu-operator"
-OPERATOR_NAMESPACE = clusterpolicy.DEFAULT_NAMESPACE
+OPERATOR_NAMESPACE = DEFAULT_NAMESPACE
 CLUSTERPOLICY_API_VERSION = f"{clusterpolicy.GROUP}/{clusterpolicy.VERSION}"
 CLUSTER_POLICY = "cluster-policy"
 CRD_NAME = f"{clusterpolicy.PLURAL}.{clusterpolicy.GROUP}"
@@ -230,7 +231,7 @@ def apply_cluster_policy(api: ApiClient, strategy: str) -> None:
                 "repository": "nvcr.io/nvidia/cloud-native",
                 "image": "k8s-mig-manager",
                 "version": "v0.15.0",
-                "config": {"name": clusterpolicy.DEFAULT_CONFIG_NAME, "default": clusterpolicy.DEFAULT_CONFIG},
+                "config": {"name": DEFAULT_CONFIG_NAME, "default": DEFAULT_CONFIG},
                 "gpuClientsConfig": {"name": ""},
                 "env": [{"name": "WITH_REBOOT", "value": "false"}],
             },

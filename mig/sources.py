@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from migops.mig.gcpause import paused_gc
 from migops.mig.problems import MigError, Problem, index_path, key_path
 from migops.mig.spec import CONFIGMAP_KEY, MigPartedConfig, decode_document, is_kubernetes_object, parse_embedded
-from migops.mig.yamlsafe import DEFAULT_LIMITS, Document, Limits, read_first, read_stream
+from migops.mig.yamlsafe import DEFAULT_LIMITS, Document, InputLimits, read_first, read_stream
 
 DEFAULT_CONFIGMAP = "default-mig-parted-config"
 MIG_CONFIGMAP_LABEL = "migops.io/mig-config"  # "true" on any other ConfigMap holding a MIG config
@@ -39,7 +39,7 @@ class ConfigSource:
 
 
 @dataclass(frozen=True)
-class Skipped:
+class SkippedObject:
     """An object of a manifest stream that holds no MIG config."""
 
     kind: str
@@ -52,7 +52,7 @@ class Skipped:
 class FileContents:
     manifests: bool  # a Kubernetes manifest stream (else a bare mig-parted config)
     sources: tuple[ConfigSource, ...]
-    skipped: tuple[Skipped, ...] = ()
+    skipped: tuple[SkippedObject, ...] = ()
 
 
 def _mapping(value: object) -> Mapping[str, object]:
@@ -80,9 +80,9 @@ def _is_mig_configmap(obj: Mapping[str, object]) -> tuple[bool, bool]:
     return isinstance(payload, str) and "mig-configs" in payload, declared
 
 
-def _stream(text: str, docs: list[Document], limits: Limits) -> FileContents:
+def _stream(text: str, docs: list[Document], limits: InputLimits) -> FileContents:
     sources: list[ConfigSource] = []
-    skipped: list[Skipped] = []
+    skipped: list[SkippedObject] = []
     for doc in docs:
         value = doc.value
         if value is None:
@@ -116,11 +116,13 @@ def _stream(text: str, docs: list[Document], limits: Limits) -> FileContents:
             kind = obj.get("kind") if isinstance(obj.get("kind"), str) else "(no kind)"
             label = f"{kind} {_object_name(obj) or f'(no name, line {loc.line})'}"
             if kind != "ConfigMap":
-                skipped.append(Skipped(str(kind), _object_name(obj), loc.line))
+                skipped.append(SkippedObject(str(kind), _object_name(obj), loc.line))
                 continue
             holds, declared = _is_mig_configmap(obj)
             if not holds and not declared:
-                skipped.append(Skipped("ConfigMap", _object_name(obj), loc.line, "no MIG config under config.yaml"))
+                skipped.append(
+                    SkippedObject("ConfigMap", _object_name(obj), loc.line, "no MIG config under config.yaml")
+                )
                 continue
             try:
                 config = parse_embedded(text, doc, obj, prefix, limits)
@@ -143,7 +145,7 @@ def _with_prefix(problems: tuple[Problem, ...], doc: Document, prefix: str) -> t
 
 
 @paused_gc()
-def read_file(text: str | bytes, limits: Limits = DEFAULT_LIMITS) -> FileContents:
+def read_file(text: str | bytes, limits: InputLimits = DEFAULT_LIMITS) -> FileContents:
     """The config sources in one file's text (see the module docstring for how a file is classified)."""
     try:
         first = read_first(text, limits)

@@ -28,7 +28,7 @@ from migops.mig.text import did_you_mean, listed
 from migops.mig.yamlsafe import (
     DEFAULT_LIMITS,
     Document,
-    Limits,
+    InputLimits,
     Location,
     LocationIndex,
     Scalar,
@@ -188,7 +188,7 @@ def no_config_problems(config: MigPartedConfig) -> tuple[Problem, ...]:
 # encoding/json into api/spec/v1, one field at a time
 
 
-class _Context:
+class _DocumentFindings:
     """Problems and warnings of one document, and how its scalars were written."""
 
     def __init__(self, surprises: Mapping[str, Scalar]) -> None:
@@ -228,7 +228,7 @@ def _json_type(value: object) -> str:
     return {str: "string", list: "array", dict: "object", type(None): "null"}.get(type(value), "value")
 
 
-def _read_as(ctx: _Context, path: str, value: object, what: str) -> None:
+def _read_as(ctx: _DocumentFindings, path: str, value: object, what: str) -> None:
     """Warn when a scalar that decoded fine was written in a way that reads differently."""
     src = ctx.written(path)
     if src is None:
@@ -250,7 +250,7 @@ def _read_as(ctx: _Context, path: str, value: object, what: str) -> None:
         ctx.note(path, f"the tag on {src.text!r} is ignored: mig-parted reads {what} {_shown(value)}")
 
 
-def _int_field(ctx: _Context, path: str, value: object, what: str) -> int | None:
+def _int_field(ctx: _DocumentFindings, path: str, value: object, what: str) -> int | None:
     """encoding/json into a Go int: null is 0, a whole float is an int, anything else is refused."""
     if value is None:
         _read_as(ctx, path, 0, what)
@@ -271,7 +271,7 @@ def _int_refusal(value: object) -> str:
     return f"cannot unmarshal {_json_type(value)} {_shown(value)} into Go value of type int"
 
 
-def _parse_devices(ctx: _Context, value: object, path: str) -> Literal["all"] | tuple[int, ...]:
+def _parse_devices(ctx: _DocumentFindings, value: object, path: str) -> Literal["all"] | tuple[int, ...]:
     if isinstance(value, str):
         if value != "all":  # rule 8
             ctx.error(
@@ -314,7 +314,7 @@ def _parse_devices(ctx: _Context, value: object, path: str) -> Literal["all"] | 
 _MATCHES_ALL = "so the entry matches every GPU"
 
 
-def _parse_filter(ctx: _Context, value: object, path: str) -> tuple[str, ...]:
+def _parse_filter(ctx: _DocumentFindings, value: object, path: str) -> tuple[str, ...]:
     if value is None:  # mig-parted stores the string "": no filter
         ctx.note(path, f"device-filter is null (empty): mig-parted reads no filter, {_MATCHES_ALL}")
         return ()
@@ -341,7 +341,7 @@ def _parse_filter(ctx: _Context, value: object, path: str) -> tuple[str, ...]:
     return ()
 
 
-def _parse_mig_devices(ctx: _Context, value: object, path: str) -> tuple[ProfileCount, ...] | None:
+def _parse_mig_devices(ctx: _DocumentFindings, value: object, path: str) -> tuple[ProfileCount, ...] | None:
     if value is None:
         return None  # a nil map: as if absent
     if not isinstance(value, Mapping):  # rule 11
@@ -381,7 +381,7 @@ def _parse_mig_devices(ctx: _Context, value: object, path: str) -> tuple[Profile
     return tuple(items)
 
 
-def _parse_entry(ctx: _Context, raw: object, path: str) -> MigConfigEntry | None:
+def _parse_entry(ctx: _DocumentFindings, raw: object, path: str) -> MigConfigEntry | None:
     if raw is None:  # mig-parted's UnmarshalJSON gets null: an empty map
         for name in ("devices", "mig-enabled"):
             ctx.error(
@@ -436,7 +436,7 @@ def _parse_entry(ctx: _Context, raw: object, path: str) -> MigConfigEntry | None
 _NAME_WORDS = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
 
 
-def _parse_configs(ctx: _Context, doc: object) -> tuple[tuple[str, tuple[MigConfigEntry, ...]], ...]:
+def _parse_configs(ctx: _DocumentFindings, doc: object) -> tuple[tuple[str, tuple[MigConfigEntry, ...]], ...]:
     if doc is None:
         return ()  # encoding/json leaves the spec empty for a null document: mig-parted reads no config
     if not isinstance(doc, Mapping):
@@ -514,7 +514,7 @@ def _parse_configs(ctx: _Context, doc: object) -> tuple[tuple[str, tuple[MigConf
 def decode_document(doc: Document) -> MigPartedConfig:
     """encoding/json's decoding of one document the reader produced into mig-parted's spec; raises
     MigError with every problem, located; reading surprises become warnings in `notes`."""
-    ctx = _Context(doc.surprises)
+    ctx = _DocumentFindings(doc.surprises)
     configs = _parse_configs(ctx, doc.value)
     for path, src in doc.surprises.items():
         if src.kind == "merge-override":
@@ -641,7 +641,7 @@ def _shifted(
 
 
 def parse_embedded(
-    text: str, manifest: Document, obj: Mapping[str, object], prefix: str = "", limits: Limits = DEFAULT_LIMITS
+    text: str, manifest: Document, obj: Mapping[str, object], prefix: str = "", limits: InputLimits = DEFAULT_LIMITS
 ) -> MigPartedConfig:
     """The config inside a ConfigMap object of `manifest` (at `prefix`: "" or `items[i]` of a List),
     with every location given in the whole file `text`."""
@@ -682,7 +682,7 @@ def _moved(p: Problem, shift: tuple[int, int] | None, fallback: Location | None)
 
 
 @paused_gc()
-def parse_config(text: str | bytes, limits: Limits = DEFAULT_LIMITS) -> MigPartedConfig:
+def parse_config(text: str | bytes, limits: InputLimits = DEFAULT_LIMITS) -> MigPartedConfig:
     """Parse YAML/JSON text, either a mig-parted config (read as mig-parted reads it: the first document)
     or a ConfigMap manifest holding one; raises MigError."""
     doc = read_first(text, limits)

@@ -42,7 +42,7 @@ _Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
 @dataclass(frozen=True)
-class Limits:
+class InputLimits:
     """Bounds for one input. 1 MiB is the most a ConfigMap can hold anyway."""
 
     max_bytes: int = 1 << 20
@@ -50,7 +50,7 @@ class Limits:
     max_nodes: int = 100_000  # nodes decoded, aliases counted each time they are used (whole input)
 
 
-DEFAULT_LIMITS = Limits()
+DEFAULT_LIMITS = InputLimits()
 
 
 class Location(NamedTuple):
@@ -501,7 +501,7 @@ def _syntax(exc: yaml.YAMLError, text: str) -> MigError:
 class _Composer:
     """libyaml's event stream, one document at a time, as event tuples (go-yaml's parser.go)."""
 
-    def __init__(self, text: str, limits: Limits) -> None:
+    def __init__(self, text: str, limits: InputLimits) -> None:
         self.text = text
         self.loader = _Loader(text)
         self.limits = limits
@@ -674,7 +674,7 @@ class _Decoder:
     counts towards go-yaml's alias ratio; a node's path is made once, for its location and for any
     problem or surprise found on it."""
 
-    def __init__(self, limits: Limits, left: int, tape: list[_Event]) -> None:
+    def __init__(self, limits: InputLimits, left: int, tape: list[_Event]) -> None:
         self.max_depth = limits.max_depth
         self.max_nodes = limits.max_nodes
         self.left = left  # nodes the input may still decode
@@ -1059,7 +1059,7 @@ def _rest_of_node(nxt: Next) -> list[_Event]:
             level += 1
 
 
-def _check_text(text: str | bytes, limits: Limits) -> str:
+def _check_text(text: str | bytes, limits: InputLimits) -> str:
     size = len(text)
     if isinstance(text, str) and size <= limits.max_bytes:
         size = len(text.encode("utf-8", "surrogatepass"))  # the limit is in bytes, as a ConfigMap's is
@@ -1077,7 +1077,7 @@ def _check_text(text: str | bytes, limits: Limits) -> str:
     return text
 
 
-def _decode_document(composer: _Composer, index: int, limits: Limits, left: int) -> tuple[Document, int]:
+def _decode_document(composer: _Composer, index: int, limits: InputLimits, left: int) -> tuple[Document, int]:
     """The next document of the stream, and the node budget left after it."""
     events, tape = composer.document()
     nxt = events.__next__
@@ -1137,7 +1137,7 @@ _EMPTY = Document(None, LocationIndex({"": _Pos(0, 0)}), {}, Location(1, 1))
 
 
 @paused_gc()
-def read_first(text: str | bytes, limits: Limits = DEFAULT_LIMITS) -> Document:
+def read_first(text: str | bytes, limits: InputLimits = DEFAULT_LIMITS) -> Document:
     """The first document, exactly as mig-parted reads a config file; `rest` tells where the file goes
     on past it (mig-parted ignores the rest). An empty input reads as null."""
     text = _check_text(text, limits)
@@ -1155,7 +1155,7 @@ def read_first(text: str | bytes, limits: Limits = DEFAULT_LIMITS) -> Document:
 
 
 @paused_gc()
-def read_stream(text: str | bytes, limits: Limits = DEFAULT_LIMITS) -> list[Document]:
+def read_stream(text: str | bytes, limits: InputLimits = DEFAULT_LIMITS) -> list[Document]:
     """Every document of a stream, each read as sigs.k8s.io/yaml reads one (kubectl's reading of a
     manifest file). The node budget covers the whole input."""
     text = _check_text(text, limits)
@@ -1171,6 +1171,6 @@ def read_stream(text: str | bytes, limits: Limits = DEFAULT_LIMITS) -> list[Docu
         composer.close()
 
 
-def load_yaml(text: str | bytes, limits: Limits = DEFAULT_LIMITS) -> object:
+def load_yaml(text: str | bytes, limits: InputLimits = DEFAULT_LIMITS) -> object:
     """The first document's JSON value (what mig-parted, or kubectl, decodes); raises MigError."""
     return read_first(text, limits).value

@@ -16,7 +16,7 @@ _NOT_READ = (MIG_CONFIG_LABEL, MIG_CONFIG_STATE_LABEL)  # labels resolving never
 
 
 @dataclass(frozen=True, slots=True)
-class NodeChange:
+class NodeUpdate:
     name: str
     gone: bool  # a DELETED event
     state: str | None  # nvidia.com/mig.config.state
@@ -31,10 +31,10 @@ def topology(labels: Mapping[str, str], annotations: Mapping[str, str]) -> int:
     return hash((frozenset((k, v) for k, v in labels.items() if k not in _NOT_READ), annotations.get(GPUS_ANNOTATION)))
 
 
-def node_change(kind: str, obj: Mapping[str, Any]) -> NodeChange:
+def node_change(kind: str, obj: Mapping[str, Any]) -> NodeUpdate:
     meta = objects.meta(obj)
     labels, annotations = meta.get("labels") or {}, meta.get("annotations") or {}
-    return NodeChange(
+    return NodeUpdate(
         str(meta.get("name")),
         kind == "DELETED",
         labels.get(MIG_CONFIG_STATE_LABEL),
@@ -44,4 +44,4 @@ def node_change(kind: str, obj: Mapping[str, Any]) -> NodeChange:
     )
 
 
-Numbered = tuple[int, NodeChange]  # (its number in the journal, the change)
+Numbered = tuple[int, NodeUpdate]  # (its number in the journal, the change)

@@ -29,9 +29,9 @@ from kubernetes import client as k8s
 
 from migops import logs
 from migops.api.migsync import SyncSpec, TrustPolicy
+from migops.api.objects import MigSettings
 from migops.gitops.desired import DesiredState, FitCache
 from migops.gitops.source import GitAuth, default_cache_dir
-from migops.kube import clusterpolicy
 from migops.kube.cache import Cache
 from migops.kube.informer import Informer
 from migops.reconciler import loop, steps, summary
@@ -41,7 +41,7 @@ from migops.reconciler.diff import Diff, preview
 from migops.reconciler.finalizer import finalize
 from migops.reconciler.metrics import Metrics
 from migops.reconciler.ports import ClusterView, Options, Ports, with_trust_floor
-from migops.reconciler.reasons import Failure, SyncResult
+from migops.reconciler.reasons import SyncFailure, SyncResult
 from migops.reconciler.record import load_record
 from migops.reconciler.recorder import EventRecorder, event_target
 from migops.reconciler.revisions import Revisions
@@ -146,7 +146,7 @@ class Reconciler:
         return self.state.desired
 
     @property
-    def failure(self) -> Failure | None:
+    def failure(self) -> SyncFailure | None:
         """What the last sync's summary reported."""
         return self.state.reported.failure
 
@@ -164,7 +164,7 @@ class Reconciler:
     def current_spec(self) -> SyncSpec:
         return self.ports.cluster.current_spec()
 
-    def settings(self) -> clusterpolicy.MigSettings:
+    def settings(self) -> MigSettings:
         return self.ports.cluster.settings()
 
     # ------------------------------------------------------------------------------ lifecycle

@@ -20,7 +20,7 @@ from migops.reconciler import matching, steps
 from migops.reconciler.apply import NullWriter, WriteError, Writer
 from migops.reconciler.plan import owns_config_label
 from migops.reconciler.ports import Ports
-from migops.reconciler.reasons import Outcome, SyncResult
+from migops.reconciler.reasons import SyncOutcome, SyncResult
 from migops.reconciler.state import Run, Seen, SyncState
 from migops.reconciler.summary import said
 
@@ -152,7 +152,7 @@ def preview(
     if dry_writer is not None and found.changed:
         server_dry_run(found, desired, dry_writer())
     return found, SyncResult(
-        Outcome.IN_SYNC if not found.changed else Outcome.PROGRESSING,
+        SyncOutcome.IN_SYNC if not found.changed else SyncOutcome.PROGRESSING,
         desired.revision,
         problems=tuple(str(w) for w in desired.warnings),
     )

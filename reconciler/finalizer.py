@@ -11,7 +11,7 @@ from migops.api.names import MANAGED_BY_ANNOTATION, MIGSYNC_FINALIZER
 from migops.mig.text import listed
 from migops.reconciler.apply import WriteError
 from migops.reconciler.ports import Ports
-from migops.reconciler.reasons import Outcome, SyncResult
+from migops.reconciler.reasons import SyncOutcome, SyncResult
 from migops.reconciler.state import Seen, SyncState
 
 log = logging.getLogger(__name__)
@@ -29,7 +29,7 @@ def finalize(state: SyncState, seen: Seen, ports: Ports) -> tuple[SyncState, Syn
     obj = ports.cluster.migsync_object()
     if obj is None:
         released = state.reported.released
-        return state, SyncResult(Outcome.RELEASED, message=released) if released else None
+        return state, SyncResult(SyncOutcome.RELEASED, message=released) if released else None
     state = replace(state, reported=replace(state.reported, released=""))
     meta = objects.meta(obj)
     held = MIGSYNC_FINALIZER in (meta.get("finalizers") or ())
@@ -49,16 +49,16 @@ def finalize(state: SyncState, seen: Seen, ports: Ports) -> tuple[SyncState, Syn
     state = replace(state, cache=replace(state.cache, written=written))
     if errors:
         message = f"MigSync {options.owner} is being deleted; releasing its nodes failed: {errors[0]}"
-        return state, SyncResult(Outcome.APPLY_FAILED, message=message, problems=tuple(str(e) for e in errors))
+        return state, SyncResult(SyncOutcome.APPLY_FAILED, message=message, problems=tuple(str(e) for e in errors))
     if held:
         try:
             writer.finalizer(options.namespace, options.name, False)
         except WriteError as err:
-            return state, SyncResult(Outcome.APPLY_FAILED, message=f"cannot remove the finalizer: {err}")
+            return state, SyncResult(SyncOutcome.APPLY_FAILED, message=f"cannot remove the finalizer: {err}")
     released = (
         f"MigSync {options.owner} deleted: {len(done)} node(s) released ({listed(done, 10) if done else 'none'}); "
         "their nvidia.com/mig.config is no longer enforced"
     )
     log.info("%s", released)
-    result = SyncResult(Outcome.RELEASED, writes=len(done) + int(held), message=released)
+    result = SyncResult(SyncOutcome.RELEASED, writes=len(done) + int(held), message=released)
     return replace(state, desired=None, reported=replace(state.reported, released=released)), result

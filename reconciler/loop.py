@@ -9,7 +9,7 @@ from typing import Any, Protocol
 
 from migops.api import objects
 from migops.api.migsync import SyncSpec
-from migops.reconciler.reasons import Failure, Outcome, SyncResult
+from migops.reconciler.reasons import SyncFailure, SyncOutcome, SyncResult
 from migops.reconciler.status_writer import STATUS_MIN_INTERVAL
 
 log = logging.getLogger(__name__)
@@ -23,7 +23,7 @@ class Syncs(Protocol):
     wake: threading.Event
 
     @property
-    def failure(self) -> Failure | None: ...
+    def failure(self) -> SyncFailure | None: ...
     @property
     def status_pending(self) -> bool: ...
     def current_spec(self) -> SyncSpec: ...
@@ -50,9 +50,11 @@ def run(r: Syncs, stop: threading.Event, hook: threading.Event) -> None:
             result = r.sync(fetch=fetch)
         except Exception as exc:  # the loop must survive anything
             log.exception("sync failed: %s", exc)
-            result = SyncResult(Outcome.APPLY_FAILED, message=str(exc))
+            result = SyncResult(SyncOutcome.APPLY_FAILED, message=str(exc))
         if fetch:
-            if result.outcome in (Outcome.UNREACHABLE, Outcome.APPLY_FAILED) and not (r.failure and r.failure.stalled):
+            if result.outcome in (SyncOutcome.UNREACHABLE, SyncOutcome.APPLY_FAILED) and not (
+                r.failure and r.failure.stalled
+            ):
                 next_fetch = time.monotonic() + min(backoff, interval)
                 backoff = min(backoff * 2, interval)
             else:

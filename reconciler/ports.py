@@ -14,12 +14,13 @@ from kubernetes import client as k8s
 from migops.api import migsync
 from migops.api.migsync import SyncSpec, TrustPolicy, VerifyMode, parse_spec
 from migops.api.names import CONFIGMAP_KEY
+from migops.api.objects import MigSettings, settings_from_policies
 from migops.gitops.desired import FitCache
 from migops.kube import clusterpolicy
 from migops.kube.cache import Cache, Changes
 from migops.kube.informer import Handler, Informer
 from migops.reconciler.apply import WritePort
-from migops.reconciler.changes import NodeChange, node_change
+from migops.reconciler.changes import NodeUpdate, node_change
 from migops.reconciler.metrics import Metrics
 from migops.reconciler.plan import trim_for_reconciler
 from migops.reconciler.recorder import EventRecorder
@@ -73,7 +74,7 @@ class ClusterView:
         self._wake = wake
         self._own_cache = cache is None  # stopped with the view only when it is the view's own
         self.cache = cache if cache is not None else Cache()
-        self.node_changes: Changes[NodeChange] = Changes(node_change, wake)
+        self.node_changes: Changes[NodeUpdate] = Changes(node_change, wake)
         self.nodes = self.cache.informer(
             NODES,
             lambda h: Informer(k8s.CoreV1Api(api).list_node, name="nodes", transform=trim_for_reconciler, handler=h),
@@ -136,8 +137,8 @@ class ClusterView:
         spec = parse_spec(obj)
         return spec if self._trust_floor is None else with_trust_floor(spec, self._trust_floor)
 
-    def settings(self) -> clusterpolicy.MigSettings:
-        return clusterpolicy.settings_from_policies(self.policies.items().values())
+    def settings(self) -> MigSettings:
+        return settings_from_policies(self.policies.items().values())
 
     def configmap_seen(self, namespace: str, name: str) -> str | None:
         """data["config.yaml"] of the MIG ConfigMap as the (lazily started) informer shows it."""

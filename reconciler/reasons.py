@@ -1,7 +1,7 @@
 """The reconciler's declared vocabulary: outcomes of a sync, reasons of conditions and Events, failures.
 
 Reasons of a refused revision come from gitops (`migops.gitops.reasons.SourceReason`); the ones here
-are the reconciler's own, each with what it means and what to do (docs/troubleshooting.md). Steps of a sync return a `Failure` (typed, with its reason) or nothing;
+are the reconciler's own, each with what it means and what to do (docs/troubleshooting.md). Steps of a sync return a `SyncFailure` (typed, with its reason) or nothing;
 the summary alone turns them into conditions, Events and metrics.
 """
 
@@ -16,7 +16,7 @@ from migops.gitops.reasons import SourceReason
 from migops.mig.explain import Explanation
 
 
-class Outcome(StrEnum):
+class SyncOutcome(StrEnum):
     """What one sync did (`migops_reconcile_total{outcome}`). The first three are fine."""
 
     APPLIED = "Applied"
@@ -31,7 +31,7 @@ class Outcome(StrEnum):
     RELEASED = "Released"  # the MigSync was deleted: its nodes released, nothing managed any more
 
 
-GOOD = frozenset({Outcome.APPLIED, Outcome.IN_SYNC, Outcome.PROGRESSING, Outcome.RELEASED})
+GOOD = frozenset({SyncOutcome.APPLIED, SyncOutcome.IN_SYNC, SyncOutcome.PROGRESSING, SyncOutcome.RELEASED})
 
 
 class Reason(StrEnum):
@@ -67,13 +67,13 @@ AnyReason = Reason | SourceReason
 
 
 @dataclass(frozen=True)
-class Failure:
+class SyncFailure:
     """Why a sync could not do all it should: the condition's reason and message, and the outcome."""
 
     reason: AnyReason
     message: str
     stalled: bool  # nothing will change without a person (new commit, resume)
-    outcome: Outcome
+    outcome: SyncOutcome
     revision: str | None = None
     problems: tuple[str, ...] = ()
     # The message goes on to say what the cluster keeps instead; the summary adds that, once the
@@ -82,7 +82,7 @@ class Failure:
 
 
 @dataclass(frozen=True)
-class Note:
+class SyncNote:
     """An Event to record. `key` de-duplicates repeats; `involved` defaults to the MigSync."""
 
     reason: AnyReason
@@ -90,14 +90,14 @@ class Note:
     type: str = "Normal"
     key: tuple[Any, ...] | None = None
     involved: Mapping[str, Any] | None = None
-    kept: bool = False  # as Failure.kept: the summary adds what the cluster keeps
+    kept: bool = False  # as SyncFailure.kept: the summary adds what the cluster keeps
 
 
 @dataclass(frozen=True)
 class SyncResult:
     """What one sync did, for its caller (the loop, `migops reconcile --once`, tests)."""
 
-    outcome: Outcome
+    outcome: SyncOutcome
     revision: str | None = None
     writes: int = 0
     message: str = ""

@@ -14,7 +14,7 @@ from migops.api.names import RECONCILER_CONTROLLER
 from migops.gitops.desired import DesiredState
 from migops.kube import events
 from migops.reconciler.metrics import Metrics
-from migops.reconciler.reasons import Note
+from migops.reconciler.reasons import SyncNote
 
 log = logging.getLogger(__name__)
 
@@ -51,7 +51,7 @@ class EventRecorder:
         self._default_target = default_target
         self._dedup = Dedup()
 
-    def record(self, note: Note, target: Mapping[str, Any] | None = None) -> None:
+    def record(self, note: SyncNote, target: Mapping[str, Any] | None = None) -> None:
         """Record `note` on its involved object, else on `target`, else on the default target."""
         if self._dry_run or (note.key is not None and not self._dedup.first(note.key)):
             return

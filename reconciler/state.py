@@ -19,16 +19,16 @@ from typing import Any
 
 from migops.api.migsync import Condition, SyncSpec, TrustPolicy
 from migops.api.names import STATE_FAILED, STATE_SUCCESS
+from migops.api.objects import MigSettings
 from migops.gitops.desired import DesiredState
 from migops.gitops.repo import RepoSpec
 from migops.gitops.source import Fetched, GitSource
-from migops.kube.clusterpolicy import MigSettings
 from migops.reconciler.apply import WriteError
 from migops.reconciler.changes import Numbered
 from migops.reconciler.memo import ResolveMemo
 from migops.reconciler.overlay import WriteOverlay
 from migops.reconciler.plan import IN_SYNC, Plan
-from migops.reconciler.reasons import AnyReason, Failure, Note
+from migops.reconciler.reasons import AnyReason, SyncFailure, SyncNote
 from migops.reconciler.record import AppliedRecord
 
 
@@ -50,8 +50,8 @@ class FetchVerdict:
     one reuses them), and the revisions refused for good."""
 
     latest: RepoSpec | None = None  # the last fetched revision that parsed and verified
-    failure: Failure | None = None  # why it (or the fetch) was refused
-    unverified: Mapping[str, Failure] = field(default_factory=dict)  # revision -> why its signature is refused
+    failure: SyncFailure | None = None  # why it (or the fetch) was refused
+    unverified: Mapping[str, SyncFailure] = field(default_factory=dict)  # revision -> why its signature is refused
 
 
 @dataclass(frozen=True)
@@ -98,7 +98,7 @@ class Reported:
     """What the last summary reported: the failure (as said) and the plan, which a later flush re-sends;
     once our MigSync was deleted and its nodes released (the finalizer), what every sync reports."""
 
-    failure: Failure | None = None
+    failure: SyncFailure | None = None
     plan: Plan | None = None
     released: str = ""
 
@@ -190,8 +190,8 @@ class Run:
     settings: MigSettings | None = None
     got: Got = field(default_factory=Got)
     wave: Wave = field(default_factory=Wave)
-    failure: Failure | None = None  # why the newest revision is not (all) in force; the steps go on
-    notes: list[Note] = field(default_factory=list)  # Events, recorded by the summary
+    failure: SyncFailure | None = None  # why the newest revision is not (all) in force; the steps go on
+    notes: list[SyncNote] = field(default_factory=list)  # Events, recorded by the summary
     resolved: bool = False  # `resolve` has decided what is in force
     unkept_record: str | None = None  # nothing is in force, and this is why the applied record was refused
 
@@ -206,7 +206,7 @@ class Run:
             return self.got.candidate.revision
         return state.desired.revision if state.desired is not None else None
 
-    def keep(self, failure: Failure) -> None:
+    def keep(self, failure: SyncFailure) -> None:
         """The first failure is the one status shows."""
         if self.failure is None:
             self.failure = failure
@@ -219,8 +219,8 @@ class Run:
         key: tuple[Any, ...] | None = None,
         involved: Mapping[str, Any] | None = None,
     ) -> None:
-        self.notes.append(Note(reason, message, type, key, involved))
+        self.notes.append(SyncNote(reason, message, type, key, involved))
 
-    def note_failure(self, failure: Failure, key: tuple[Any, ...]) -> None:
+    def note_failure(self, failure: SyncFailure, key: tuple[Any, ...]) -> None:
         """A Warning saying `failure` as status does (what the cluster keeps is added by the summary)."""
-        self.notes.append(Note(failure.reason, failure.message, "Warning", key, kept=failure.kept))
+        self.notes.append(SyncNote(failure.reason, failure.message, "Warning", key, kept=failure.kept))

@@ -2,10 +2,10 @@
 fetch → verify → load → fall back → resolve the candidate → history → write the record → warn → plan the
 wave → deadline → apply the ConfigMap → apply the wave (`SYNC`, at the end).
 
-Every step has one signature, `step(state, run, ports) -> (state, Failure | None)`: it reads the state
+Every step has one signature, `step(state, run, ports) -> (state, SyncFailure | None)`: it reads the state
 in force (`state.SyncState`, a value) and what earlier steps left in `run`, adds its own result to
 `run`, reads and writes the cluster through `ports` only, and returns the state it leaves (a new value
-when it changes one) and a Failure only when the sync must stop (nothing to apply). A failure that
+when it changes one) and a SyncFailure only when the sync must stop (nothing to apply). A failure that
 leaves the last good state in force (an unreachable remote, a refused commit) is kept in
 `run.failure` and the steps go on with the last good desired state. Events go to `run.notes`; only
 the summary (`summary.finish`) records them, says the messages in full and writes status and metrics.
@@ -35,19 +35,19 @@ from migops.reconciler import matching
 from migops.reconciler.apply import WriteError
 from migops.reconciler.plan import DRIFTED, IN_SYNC, PROGRESSING, Plan, config_state, label_written_at, plan
 from migops.reconciler.ports import Ports
-from migops.reconciler.reasons import AnyReason, Failure, Outcome, Reason
+from migops.reconciler.reasons import AnyReason, Reason, SyncFailure, SyncOutcome
 from migops.reconciler.record import AppliedRecord, record_name, record_of, to_configmap, verify_record
 from migops.reconciler.state import RecordState, Run, SyncState
 
 log = logging.getLogger(__name__)
 
-Done = tuple[SyncState, Failure | None]
+Done = tuple[SyncState, SyncFailure | None]
 Step = Callable[[SyncState, Run, Ports], Done]
 REVISION_CONDITION = "AppliedRevisionAvailable"
 
 
 def run_steps(state: SyncState, run: Run, ports: Ports, steps: tuple[Step, ...]) -> Done:
-    """`steps` in order, each on the state the one before left; stops at the first Failure returned."""
+    """`steps` in order, each on the state the one before left; stops at the first SyncFailure returned."""
     for step in steps:
         with logs.bound(**about(run, state)):
             state, stopped = step(state, run, ports)
@@ -78,10 +78,10 @@ def load_spec(state: SyncState, run: Run, ports: Ports) -> Done:
         spec = ports.cluster.current_spec()
         run.path = normalise_path(spec.path)
     except ValueError as exc:
-        return state, Failure(Reason.INVALID_SPEC, str(exc), True, Outcome.INVALID)
+        return state, SyncFailure(Reason.INVALID_SPEC, str(exc), True, SyncOutcome.INVALID)
     if spec.suspend:
-        return state, Failure(
-            Reason.SUSPENDED, "spec.suspend is true: nothing is fetched or written", False, Outcome.SUSPENDED
+        return state, SyncFailure(
+            Reason.SUSPENDED, "spec.suspend is true: nothing is fetched or written", False, SyncOutcome.SUSPENDED
         )
     run.spec = spec
     run.source = ports.revisions.source(spec.url, spec.ref)
@@ -146,7 +146,7 @@ def fetch(state: SyncState, run: Run, ports: Ports) -> Done:
     try:
         fetched = run.got.fetched = run.source.fetch()
     except SourceError as exc:
-        run.keep(Failure(exc.reason, str(exc), False, Outcome.UNREACHABLE, kept=True))
+        run.keep(SyncFailure(exc.reason, str(exc), False, SyncOutcome.UNREACHABLE, kept=True))
         return replace(state, fetched=replace(state.fetched, latest=None, failure=run.failure)), None
     run.got.seconds = time.monotonic() - began
     return replace(state, last_attempted=fetched.revision), None
@@ -154,7 +154,7 @@ def fetch(state: SyncState, run: Run, ports: Ports) -> Done:
 
 def _source_failure(run: Run, exc: SourceError) -> None:
     assert run.got.fetched is not None
-    run.keep(Failure(exc.reason, str(exc), False, Outcome.UNREACHABLE, run.got.fetched.revision, kept=True))
+    run.keep(SyncFailure(exc.reason, str(exc), False, SyncOutcome.UNREACHABLE, run.got.fetched.revision, kept=True))
 
 
 def verify(state: SyncState, run: Run, ports: Ports) -> Done:
@@ -168,7 +168,7 @@ def verify(state: SyncState, run: Run, ports: Ports) -> Done:
     try:
         ports.revisions.verify(run.source, revision, run.path, run.spec.trust)
     except VerificationError as exc:
-        bad = Failure(exc.reason, str(exc), True, Outcome.UNVERIFIED, revision, kept=True)
+        bad = SyncFailure(exc.reason, str(exc), True, SyncOutcome.UNVERIFIED, revision, kept=True)
         run.keep(bad)
         run.note_failure(bad, key=("unverified", revision))
         unverified = {**state.fetched.unverified, revision: bad}
@@ -188,11 +188,11 @@ def load(state: SyncState, run: Run, ports: Ports) -> Done:
         try:
             run.got.candidate = ports.revisions.load(run.source, fetched.revision, run.path)
         except RepoError as exc:
-            bad = Failure(
+            bad = SyncFailure(
                 exc.reason,
                 f"revision {fetched.short} is invalid: {exc}",
                 True,
-                Outcome.INVALID,
+                SyncOutcome.INVALID,
                 fetched.revision,
                 tuple(str(p) for p in exc.problems),
                 kept=True,
@@ -251,7 +251,7 @@ def resolve_candidate(state: SyncState, run: Run, ports: Ports) -> Done:
         if i and attempt.revision == tries[0].revision:
             break
         found, state = _resolved(state, run, ports, attempt)
-        if isinstance(found, Failure):
+        if isinstance(found, SyncFailure):
             run.keep(found)
             run.note_failure(found, key=("invalid", attempt.revision, found.message))
         else:
@@ -262,7 +262,9 @@ def resolve_candidate(state: SyncState, run: Run, ports: Ports) -> Done:
         in_force = state.desired.revision if state.desired else None
         run.note_failure(run.failure, key=("unreachable", run.failure.message, in_force))
     if state.desired is None:
-        return state, run.failure or Failure(SourceReason.VALIDATION_FAILED, "nothing to apply", True, Outcome.INVALID)
+        return state, run.failure or SyncFailure(
+            SourceReason.VALIDATION_FAILED, "nothing to apply", True, SyncOutcome.INVALID
+        )
     if run.failure is not None and not ports.options.enforce_last_good:
         return state, run.failure  # --once: a refused commit means no writes at all
     return state, None
@@ -283,7 +285,9 @@ def adopt(state: SyncState, desired: DesiredState, run: Run, ports: Ports) -> Sy
     return replace(state, desired=desired, moved=moved, started_at=started)
 
 
-def _resolved(state: SyncState, run: Run, ports: Ports, attempt: RepoSpec) -> tuple[DesiredState | Failure, SyncState]:
+def _resolved(
+    state: SyncState, run: Run, ports: Ports, attempt: RepoSpec
+) -> tuple[DesiredState | SyncFailure, SyncState]:
     """`attempt` on today's nodes (or why not), remembered until a node changes in a way resolving
     reads (labels other than the config and state, GPUs, a node added or gone) or the settings do:
     a watch event of a node's state costs no resolve of every node."""
@@ -293,15 +297,15 @@ def _resolved(state: SyncState, run: Run, ports: Ports, attempt: RepoSpec) -> tu
     known = memo.get(key)
     if known is not None:
         return known, state
-    found: DesiredState | Failure
+    found: DesiredState | SyncFailure
     try:
         desired = resolve(attempt, managed_nodes(run.seen.nodes), run.settings, ports.fit_cache)
     except RepoError as exc:
-        found = Failure(
+        found = SyncFailure(
             exc.reason,
             f"revision {attempt.revision[:12]} cannot be applied: {exc}",
             True,
-            Outcome.INVALID,
+            SyncOutcome.INVALID,
             attempt.revision,
             tuple(str(p) for p in exc.problems),
             kept=True,
@@ -311,7 +315,7 @@ def _resolved(state: SyncState, run: Run, ports: Ports, attempt: RepoSpec) -> tu
     return found, replace(state, cache=replace(state.cache, resolved=memo.put(key, found)))
 
 
-def _guard_defaulted(state: SyncState, desired: DesiredState) -> Failure | None:
+def _guard_defaulted(state: SyncState, desired: DesiredState) -> SyncFailure | None:
     """rollout.maxDefaulted: refuse a new revision moving more nodes than that to `default` because
     their assignment stopped matching (a typo in a selector must not turn MIG off on a pool)."""
     if state.desired is not None and state.desired.revision == desired.revision:
@@ -320,14 +324,14 @@ def _guard_defaulted(state: SyncState, desired: DesiredState) -> Failure | None:
     limit = desired.spec.nodes.max_defaulted
     if limit is None or len(moved) <= limit:
         return None
-    return Failure(
+    return SyncFailure(
         SourceReason.TOO_MANY_DEFAULTED,
         f"revision {desired.revision[:12]} would move {len(moved)} node(s) to default "
         f"{desired.spec.nodes.default!r} because no assignment matches them any more "
         f"{listed(moved, 5)}); rollout.maxDefaulted is {limit}: fix the selectors, list the nodes, or "
         f"raise the limit",
         True,
-        Outcome.INVALID,
+        SyncOutcome.INVALID,
         desired.revision,
         kept=True,
     )

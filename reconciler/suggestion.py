@@ -25,7 +25,7 @@ from migops.gitops.desired import DesiredState
 from migops.gitops.repo import RepoError
 from migops.kube import ssa
 from migops.reconciler.ports import Ports
-from migops.reconciler.reasons import Note, Reason
+from migops.reconciler.reasons import Reason, SyncNote
 
 log = logging.getLogger(__name__)
 MANAGER = "migops-reconciler-suggest"  # owns status.suggestion only
@@ -117,6 +117,6 @@ class Suggester:
         }
         ssa.apply(self._api, body, field_manager=MANAGER, force=True, subresource="status")
         if found != self._last:
-            self._ports.events.record(Note(Reason.SUGGESTION_CHANGED, f"migops suggest: {found['summary']}"))
+            self._ports.events.record(SyncNote(Reason.SUGGESTION_CHANGED, f"migops suggest: {found['summary']}"))
         self._last = found
         return found

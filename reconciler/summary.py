@@ -20,14 +20,14 @@ from migops.reconciler import matching
 from migops.reconciler import status as st
 from migops.reconciler.plan import DRIFTED, IN_SYNC, Plan
 from migops.reconciler.ports import Ports
-from migops.reconciler.reasons import Failure, Note, Outcome, Reason, SyncResult
+from migops.reconciler.reasons import Reason, SyncFailure, SyncNote, SyncOutcome, SyncResult
 from migops.reconciler.recorder import event_target
 from migops.reconciler.state import Run, SyncState
 
 log = logging.getLogger(__name__)
 
 NOTHING_KEPT = "nothing has been applied"
-T = TypeVar("T", Failure, Note)
+T = TypeVar("T", SyncFailure, SyncNote)
 
 
 def progress(p: Plan, revision: str, migsync: str) -> str:
@@ -58,7 +58,7 @@ def _three(
     return [Condition("Ready", *ready), Condition("Reconciling", *reconciling), Condition("Stalled", *stalled)]
 
 
-def conditions(failure: Failure | None, p: Plan | None, revision: str | None, migsync: str) -> list[Condition]:
+def conditions(failure: SyncFailure | None, p: Plan | None, revision: str | None, migsync: str) -> list[Condition]:
     """Ready, Reconciling, Stalled (kstatus, as Flux uses them)."""
     if failure is not None:
         moving = p is not None and not p.converged and not p.halted
@@ -105,7 +105,7 @@ def status_body(
     new: list[Condition],
     fields: MigSyncStatus,
     p: Plan | None,
-    failure: Failure | None,
+    failure: SyncFailure | None,
 ) -> dict[str, Any]:
     """The MigSync's status: conditions merged with the object's (transition times kept), `fields`
     (revisions, configMap, warnings) where set, the plan's summary and nodes, the failure's problems."""
@@ -131,7 +131,7 @@ def kept(desired: DesiredState | None, unkept_record: str | None = None) -> str:
 
 
 def said(what: T, state: SyncState, run: Run) -> T:
-    """A Failure (or its Event) as status, Events and the result say it: with what the cluster keeps
+    """A SyncFailure (or its Event) as status, Events and the result say it: with what the cluster keeps
     in the state the sync ends in, when it says so (`kept`)."""
     if not what.kept:
         return what
@@ -139,7 +139,7 @@ def said(what: T, state: SyncState, run: Run) -> T:
 
 
 def finish(
-    state: SyncState, run: Run, stopped: Failure | None, ports: Ports, began: float
+    state: SyncState, run: Run, stopped: SyncFailure | None, ports: Ports, began: float
 ) -> tuple[SyncState, SyncResult]:
     """The one place that writes conditions, status, Events and metrics; the state the sync leaves."""
     p = None if stopped is not None else run.wave.plan
@@ -150,7 +150,7 @@ def finish(
     if (
         p is not None
         and desired is not None
-        and (outcome == Outcome.IN_SYNC or (outcome == Outcome.APPLIED and p.converged))
+        and (outcome == SyncOutcome.IN_SYNC or (outcome == SyncOutcome.APPLIED and p.converged))
     ):
         state = _converged(state, run, ports, desired.revision)
     state = replace(state, reported=replace(state.reported, failure=failure))
@@ -204,7 +204,7 @@ def status_of(state: SyncState, obj: Mapping[str, Any], name: str, p: Plan | Non
     return status_body(obj, conditions(failure, p, revision, name) + extra, fields, p, failure)
 
 
-def _write_failure(state: SyncState, run: Run) -> Failure | None:
+def _write_failure(state: SyncState, run: Run) -> SyncFailure | None:
     """The kept failure, else one the writes make (refused or failed); its Event goes to run.notes."""
     wave = run.wave
     if wave.errors:
@@ -212,23 +212,23 @@ def _write_failure(state: SyncState, run: Run) -> Failure | None:
         terminal = [e for e in errors if e.kind == "terminal"]
         msg = f"{len(errors)} write{'s' if len(errors) > 1 else ''} failed: " + listed(errors, 3, sep="; ")
         run.note(Reason.APPLY_FAILED, msg, "Warning", key=("apply-failed", msg))
-        return run.failure or Failure(
-            Reason.APPLY_FAILED, msg, bool(terminal) and len(terminal) == len(errors), Outcome.APPLY_FAILED
+        return run.failure or SyncFailure(
+            Reason.APPLY_FAILED, msg, bool(terminal) and len(terminal) == len(errors), SyncOutcome.APPLY_FAILED
         )
     if wave.skip and run.failure is None:
         # Writes refused earlier and not retried until the next fetch: still the state of things.
         refused = [msg for (n, c), msg in state.nodes.refused.items() if n in wave.skip]
-        return Failure(
+        return SyncFailure(
             Reason.APPLY_FAILED,
             f"{len(refused)} write{'s' if len(refused) > 1 else ''} refused "
             f"(tried again at the next fetch): " + listed(refused, 3, sep="; "),
             True,
-            Outcome.APPLY_FAILED,
+            SyncOutcome.APPLY_FAILED,
         )
     if wave.overdue and run.failure is None:
         name, why = wave.overdue[0]
         more = f" (and {len(wave.overdue) - 1} more node(s))" if len(wave.overdue) > 1 else ""
-        return Failure(
+        return SyncFailure(
             Reason.PROGRESS_DEADLINE,
             f"node {name}: {why}{more}; is its agent (or mig-manager) running?",
             True,
@@ -237,14 +237,14 @@ def _write_failure(state: SyncState, run: Run) -> Failure | None:
     return run.failure
 
 
-def _outcome(run: Run) -> Outcome:
+def _outcome(run: Run) -> SyncOutcome:
     p = run.wave.plan
     assert p is not None
     if p.halted:
-        return Outcome.HALTED
+        return SyncOutcome.HALTED
     if run.wave.writes:
-        return Outcome.APPLIED
-    return Outcome.IN_SYNC if p.converged else Outcome.PROGRESSING
+        return SyncOutcome.APPLIED
+    return SyncOutcome.IN_SYNC if p.converged else SyncOutcome.PROGRESSING
 
 
 def _converged(state: SyncState, run: Run, ports: Ports, revision: str) -> SyncState:

@@ -19,7 +19,7 @@ from kubernetes import client as k8s
 from kubernetes.client import ApiClient
 from kubernetes.client.exceptions import ApiException
 
-from migops.kube.clusterpolicy import MigSettings
+from migops.api.objects import MigSettings
 from migops.mig.gfd import GPU_RESOURCE, MIG_RESOURCE_PREFIX
 from migops.suggest.cluster import MAX_POD_BYTES, is_pending, pod_resources, trim_node, trim_pod
 from migops.suggest.run import Cluster

@@ -97,7 +97,7 @@ class Cluster:
     def from_items(cls, items: Iterable[Mapping[str, Any]], settings: MigSettings | None = None) -> Cluster:
         """From a List as `kubectl get nodes,pods -A -o json` prints it (ClusterPolicies, ResourceClaims,
         ResourceClaimTemplates and DeviceClasses in it count)."""
-        from migops.kube.clusterpolicy import settings_from_policies
+        from migops.api.objects import settings_from_policies
 
         items = list(items)
 

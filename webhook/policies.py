@@ -31,8 +31,7 @@ from typing import Any
 from migops.api import objects
 from migops.api.migsync import NODES_FILE
 from migops.api.names import MIG_CONFIG_LABEL
-from migops.api.objects import NodeFacts
-from migops.kube.clusterpolicy import DEFAULT_STRATEGY, MigSettings, settings_from_policies
+from migops.api.objects import DEFAULT_STRATEGY, MigSettings, NodeFacts, settings_from_policies
 from migops.mig.gfd import NodeGpus
 from migops.mig.problems import MigError
 from migops.mig.strategy import STRATEGIES, Strategy

@@ -38,7 +38,7 @@ from migops.api.names import (
     GPUS_ANNOTATION,
     MIG_CONFIG_LABEL,
 )
-from migops.api.objects import NodeFacts
+from migops.api.objects import MigSettings, NodeFacts, settings_from_policies
 from migops.kube import clusterpolicy
 from migops.kube.informer import Informer, Obj, object_key
 from migops.mig import gfd
@@ -357,7 +357,7 @@ class MigView:
     """The ClusterPolicy's settings and the MIG ConfigMap they name: immutable, replaced per event
     (the config text is parsed once per content, by digest)."""
 
-    settings: clusterpolicy.MigSettings
+    settings: MigSettings
     active: Mapping[str, Any] | None  # the MIG ConfigMap named by the ClusterPolicy; None when it does not exist
 
     @cached_property
@@ -443,7 +443,7 @@ class Snapshot:
         """From whole lists of objects (tests, benchmarks and the property tests' full rebuild).
         `version` is not used (versions live in the Placement); kept for the callers' signature."""
         policies = tuple(policies)
-        settings = clusterpolicy.settings_from_policies(policies)
+        settings = settings_from_policies(policies)
         active = None
         for cm in configmaps:
             meta = objects.meta(cm)
@@ -460,7 +460,7 @@ class Snapshot:
 
     # the settings and the config in force
     @property
-    def settings(self) -> clusterpolicy.MigSettings:
+    def settings(self) -> MigSettings:
         return self.mig.settings
 
     @property
@@ -552,7 +552,7 @@ class ClusterState:
         self._policies: dict[str, Obj] = {}
         self._policy_list: tuple[Obj, ...] = ()  # replaced per event: a review holds the old one
         self._configmap_obj: Obj | None = None
-        self._mig = MigView(clusterpolicy.MigSettings(), None)
+        self._mig = MigView(MigSettings(), None)
         self._migsyncs: dict[str, MigSyncRef] = {}
         core = k8s.CoreV1Api(api)
         self._core = core
@@ -655,7 +655,7 @@ class ClusterState:
             else:
                 self._policies[key] = obj
             self._policy_list = tuple(self._policies.values())
-            settings = clusterpolicy.settings_from_policies(self._policies.values())
+            settings = settings_from_policies(self._policies.values())
             if settings != self._mig.settings:
                 active = self._configmap_obj if settings.configmap == self._configmap_target else None
                 self._mig = MigView(settings, active)

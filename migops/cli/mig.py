@@ -20,7 +20,7 @@ from migops.cli.usage import EXIT_INVALID, EXIT_OK, UsageError
 from migops.mig.strategy import STRATEGIES, Strategy
 
 if TYPE_CHECKING:
-    from migops.cli.report import Checked, Run
+    from migops.cli.report import Checked, ValidationRun
     from migops.mig.catalogue import GpuModel
     from migops.mig.fit import NodeGpus
     from migops.mig.problems import Problem
@@ -226,10 +226,10 @@ def check(
     strategy: Strategy | None,
     selected: str | None,
     skip_unrelated: bool = False,
-) -> Run:
+) -> ValidationRun:
     """Read and validate every input; a file found in a directory (or named, with skip_unrelated) that is
     neither a manifest stream nor mentions mig-configs is not a MIG config and is only counted."""
-    from migops.cli.report import Run
+    from migops.cli.report import ValidationRun
     from migops.mig.sources import read_file
 
     checked: list[Checked] = []
@@ -260,7 +260,7 @@ def check(
         skipped += [(file, s) for s in contents.skipped]
         for source in contents.sources:
             checked.append(check_source(file, source, node, strategy, selected))
-    return Run(tuple(checked), tuple(skipped), files, tuple(node), strategy, tuple(ignored))
+    return ValidationRun(tuple(checked), tuple(skipped), files, tuple(node), strategy, tuple(ignored))
 
 
 def _nodes_file(name: str, data: bytes) -> bool | None:

@@ -193,7 +193,7 @@ def _api(args: argparse.Namespace):  # noqa: ANN202
     return api
 
 
-class Refused(Exception):
+class WouldBeRefused(Exception):
     """The webhook would refuse this identity's node writes (or their dry runs): said before any is sent."""
 
 
@@ -212,7 +212,7 @@ def _dry_run_asker(args: argparse.Namespace):  # noqa: ANN202
 
 
 def _reconciler(args: argparse.Namespace, *, dry_run: bool, once: bool, asker: Any = None):  # noqa: ANN202
-    """The reconciler the flags describe; with `asker` (reconciler.preflight.Asker), Refused first when
+    """The reconciler the flags describe; with `asker` (reconciler.preflight.Asker), WouldBeRefused first when
     migops's webhook would deny this identity the node writes."""
     from migops.reconciler.controller import Reconciler
 
@@ -238,7 +238,7 @@ def _reconciler(args: argparse.Namespace, *, dry_run: bool, once: bool, asker: A
         if refused is not None:
             rec.writer.api.close()
             api.close()
-            raise Refused(refused)
+            raise WouldBeRefused(refused)
     if spec is not None and not dry_run:
         _apply_migsync(api, args.name, args.namespace, spec)
     return rec
@@ -270,7 +270,7 @@ def _print_result(result: Any) -> None:
 
 
 def cmd_reconcile(args: argparse.Namespace) -> int:
-    from migops.reconciler.reasons import Outcome
+    from migops.reconciler.reasons import SyncOutcome
 
     _logging(args)
     if args.dry_run:
@@ -279,7 +279,7 @@ def cmd_reconcile(args: argparse.Namespace) -> int:
 
     try:
         rec = _reconciler(args, dry_run=False, once=args.once, asker=RECONCILE if args.once else None)
-    except Refused as exc:
+    except WouldBeRefused as exc:
         print(f"migops reconcile: {exc}", file=sys.stderr)
         return EXIT_FAILED
     if args.once:
@@ -292,7 +292,7 @@ def cmd_reconcile(args: argparse.Namespace) -> int:
         _print_result(result)
         if result.ok:
             return EXIT_OK
-        return EXIT_INVALID if result.outcome in (Outcome.INVALID, Outcome.UNVERIFIED) else EXIT_FAILED
+        return EXIT_INVALID if result.outcome in (SyncOutcome.INVALID, SyncOutcome.UNVERIFIED) else EXIT_FAILED
     from migops.reconciler.main import ServeOptions, serve
 
     host, _, port = args.http_address.rpartition(":")
@@ -317,7 +317,7 @@ def cmd_diff(args: argparse.Namespace) -> int:
 def _diff(args: argparse.Namespace, *, output: str, server_dry_run: bool, exit_on_change: bool) -> int:
     try:
         rec = _reconciler(args, dry_run=True, once=True, asker=_dry_run_asker(args) if server_dry_run else None)
-    except Refused as exc:
+    except WouldBeRefused as exc:
         if output == "json":
             print(json.dumps(document("diff", {"outcome": "Refused", "message": str(exc), "problems": []}), indent=2))
         else:

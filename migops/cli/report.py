@@ -18,7 +18,7 @@ from migops.cli.outputs import document
 from migops.mig.catalogue import GpuModel, catalogue
 from migops.mig.gfd import advertise
 from migops.mig.problems import Problem
-from migops.mig.sources import Skipped
+from migops.mig.sources import SkippedObject
 from migops.mig.text import listed
 from migops.mig.validate import STRATEGIES, ConfigReport, Strategy
 
@@ -64,11 +64,11 @@ class Checked:
 
 
 @dataclass(frozen=True)
-class Run:
+class ValidationRun:
     """Everything one `migops validate` found, and how it was asked."""
 
     checked: tuple[Checked, ...]
-    skipped: tuple[tuple[str, Skipped], ...]  # (file, object)
+    skipped: tuple[tuple[str, SkippedObject], ...]  # (file, object)
     files: int
     node: tuple[GpuModel, ...] = ()
     strategy: Strategy | None = None
@@ -188,7 +188,7 @@ def _whole(c: Checked) -> str:
     return f"; the file itself is INVALID ({errors} error(s) above)" if errors else ""
 
 
-def text(run: Run, out=None) -> None:  # noqa: ANN001
+def text(run: ValidationRun, out=None) -> None:  # noqa: ANN001
     out = out or sys.stdout
 
     def say(line: str = "") -> None:
@@ -269,7 +269,7 @@ def _advertises(report: ConfigReport, strategies: Sequence[Strategy]) -> dict[st
     return out
 
 
-def as_json(run: Run) -> dict[str, object]:
+def as_json(run: ValidationRun) -> dict[str, object]:
     strategies: tuple[Strategy, ...] = (run.strategy,) if run.strategy else STRATEGIES
     node = run.node
     return document(
@@ -335,7 +335,7 @@ def _message(name: str | None, p: Problem) -> str:
     return f"{where_}: {p.message}" + (f" (config {name})" if name and not p.path.startswith("mig-configs") else "")
 
 
-def github(run: Run, out=None) -> None:  # noqa: ANN001
+def github(run: ValidationRun, out=None) -> None:  # noqa: ANN001
     """GitHub Actions workflow commands: one ::error / ::warning per problem, on its file and line, so the
     pull request's diff shows it where it is written; then one plain summary line."""
     out = out or sys.stdout
@@ -361,7 +361,7 @@ def github(run: Run, out=None) -> None:  # noqa: ANN001
 # -------------------------------------------------------------------------------------------- gitlab
 
 
-def gitlab(run: Run) -> list[dict[str, object]]:
+def gitlab(run: ValidationRun) -> list[dict[str, object]]:
     """GitLab's Code Quality report (the subset of the Code Climate format its merge request widget reads):
     one issue per problem, errors `major` and warnings `minor`, with a fingerprint that stays the same
     when lines above the problem move."""
@@ -388,7 +388,7 @@ def gitlab(run: Run) -> list[dict[str, object]]:
 SARIF_SCHEMA = "https://docs.oasis-open.org/sarif/sarif/v2.1.0/errata01/os/schemas/sarif-schema-2.1.0.json"
 
 
-def sarif(run: Run, version: str) -> dict[str, object]:
+def sarif(run: ValidationRun, version: str) -> dict[str, object]:
     """SARIF 2.1.0: one run of the tool `migops`, a rule per rule id seen, a result per problem with its
     physical location (file, line, column in Unicode code points) and logical location (the path)."""
     rules: dict[str, int] = {}

@@ -19,7 +19,7 @@ from prometheus_client import Counter, Gauge, Histogram
 import migops.webhook.metrics as webhook_metrics
 from migops.api.migsync import NodePhase
 from migops.reconciler.metrics import Metrics
-from migops.reconciler.reasons import Outcome
+from migops.reconciler.reasons import SyncOutcome
 
 RULES = OVERLAYS / "components" / "monitoring" / "prometheusrule.yaml"
 SELECTOR = re.compile(r"\b(migops_[a-z0-9_]+)\s*(\{[^}]*\})?")
@@ -65,7 +65,7 @@ def _exported() -> dict[str, tuple[set[str], Any]]:
 
 # The values the code gives these labels.
 KNOWN_VALUES = {
-    ("migops_reconcile_total", "outcome"): set(Outcome),
+    ("migops_reconcile_total", "outcome"): set(SyncOutcome),
     ("migops_nodes", "phase"): set(NodePhase),
     ("migops_api_writes_total", "result"): {"ok", "retry", "error"},
 }

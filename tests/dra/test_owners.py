@@ -15,10 +15,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from gitrepo import CONFIG_YAML, nodes_yaml
 from webhook_helpers import CM_NS, configmap, review
 
+from migops.api.objects import MigSettings
 from migops.gitops.desired import resolve
 from migops.gitops.repo import load_repo
 from migops.kube import owners
-from migops.kube.clusterpolicy import MigSettings
 from migops.reconciler import status
 from migops.reconciler.plan import SKIPPED, WAITING, plan
 from migops.webhook import nodelabels

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 from gitrepo import CONFIG_YAML, UNPLACEABLE, nodes_yaml
 
+from migops.api.objects import MigSettings
 from migops.gitops.desired import FitCache, resolve
 from migops.gitops.repo import RepoError, load_repo
-from migops.kube.clusterpolicy import MigSettings
 
 H100 = "0x233010DE"
 A100 = "0x20B010DE"

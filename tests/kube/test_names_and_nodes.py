@@ -5,8 +5,7 @@ from __future__ import annotations
 import pytest
 
 from migops.api.names import GPUS_ANNOTATION
-from migops.api.objects import node_gpus
-from migops.kube.clusterpolicy import MigSettings, settings_from_policies
+from migops.api.objects import MigSettings, node_gpus, settings_from_policies
 from migops.kube.ssa import object_path
 from migops.mig.catalogue import UnknownGpuError
 

@@ -38,7 +38,7 @@ import _shapes  # noqa: E402  (bench/_shapes.py: the generators)
 from migops.mig.problems import MigError  # noqa: E402
 from migops.mig.sources import read_file  # noqa: E402
 from migops.mig.spec import MigPartedConfig, parse_config  # noqa: E402
-from migops.mig.yamlsafe import Document, Limits, read_first, read_stream  # noqa: E402
+from migops.mig.yamlsafe import Document, InputLimits, read_first, read_stream  # noqa: E402
 
 GOLDEN = Path(__file__).resolve().parent / "data" / "reader-golden.json"
 CONFORMANCE = Path(__file__).resolve().parent / "conformance"
@@ -107,14 +107,14 @@ EXTRA: dict[str, str] = {
     "data:\n  config.yaml: |\n    version: v1\n    mig-configs:\n      a: [\n",
 }
 # Bounds small enough to hit with small inputs: name -> (text, limits).
-BOUNDED: dict[str, tuple[str, Limits]] = {
-    "budget-plain": ("a: [" + ", ".join(["1"] * 60) + "]\n", Limits(max_nodes=50)),
-    "budget-alias": ("a: &a [1, 2, 3]\nb: [*a, *a, *a, *a, *a]\n", Limits(max_nodes=18)),
-    "budget-key": ("a: &a k\nb: {*a : 1, x: 2}\n", Limits(max_nodes=6)),
-    "depth-3": ("[[[1]]]", Limits(max_depth=3)),
-    "depth-3-ok": ("[[1]]", Limits(max_depth=3)),
-    "depth-alias": ("a: &a [[1]]\nb: [*a]\n", Limits(max_depth=3)),
-    "size": ("a: 1\n" * 10, Limits(max_bytes=20)),
+BOUNDED: dict[str, tuple[str, InputLimits]] = {
+    "budget-plain": ("a: [" + ", ".join(["1"] * 60) + "]\n", InputLimits(max_nodes=50)),
+    "budget-alias": ("a: &a [1, 2, 3]\nb: [*a, *a, *a, *a, *a]\n", InputLimits(max_nodes=18)),
+    "budget-key": ("a: &a k\nb: {*a : 1, x: 2}\n", InputLimits(max_nodes=6)),
+    "depth-3": ("[[[1]]]", InputLimits(max_depth=3)),
+    "depth-3-ok": ("[[1]]", InputLimits(max_depth=3)),
+    "depth-alias": ("a: &a [[1]]\nb: [*a]\n", InputLimits(max_depth=3)),
+    "size": ("a: 1\n" * 10, InputLimits(max_bytes=20)),
 }
 
 
@@ -181,7 +181,7 @@ WAYS = {
 GROUP_WAYS = {"shape": ("text", "first", "config"), "shape-in-configmap": ("text", "config", "file")}
 
 
-def read_all(name: str, text: str | bytes, limits: Limits | None = None) -> dict:
+def read_all(name: str, text: str | bytes, limits: InputLimits | None = None) -> dict:
     """Everything the reader makes of one input, in every way it is read."""
     kw = {} if limits is None else {"limits": limits}
     ways = GROUP_WAYS.get(name.split(":", 1)[0], tuple(WAYS))
@@ -195,13 +195,13 @@ def as_configmap(text: str) -> str:
     )
 
 
-def inputs() -> dict[str, tuple[str | bytes, Limits | None]]:
-    out: dict[str, tuple[str | bytes, Limits | None]] = {}
+def inputs() -> dict[str, tuple[str | bytes, InputLimits | None]]:
+    out: dict[str, tuple[str | bytes, InputLimits | None]] = {}
     for name, (gen, _) in _shapes.SHAPES.items():
         text = gen()
         out[f"shape:{name}"] = (text, None)
         wrapped = as_configmap(text)
-        if len(wrapped.encode()) <= Limits().max_bytes:
+        if len(wrapped.encode()) <= InputLimits().max_bytes:
             out[f"shape-in-configmap:{name}"] = (wrapped, None)
     for e in CORPUS:
         out[f"corpus:{e['id']}"] = (generate.input_bytes(e), None)

@@ -11,7 +11,7 @@ import yaml
 from migops.mig.problems import MigError
 from migops.mig.profile import parse_profile
 from migops.mig.spec import no_config_problems, parse_config, parse_config_object
-from migops.mig.yamlsafe import Limits, load_yaml
+from migops.mig.yamlsafe import InputLimits, load_yaml
 
 VALID = textwrap.dedent("""\
     version: v1
@@ -448,7 +448,7 @@ def test_select_by_name_and_single_config():
 # --- bounded input -----------------------------------------------------------------------------------
 
 
-def rule_of(text, limits: Limits | None = None) -> str:
+def rule_of(text, limits: InputLimits | None = None) -> str:
     with pytest.raises(MigError) as info:
         if limits:
             load_yaml(text, limits)
@@ -522,10 +522,10 @@ def test_recursive_alias():
 
 
 def test_limits_are_parameters():
-    assert rule_of("[[[1]]]", Limits(max_depth=3)) == "yaml-too-deep"
-    assert load_yaml("[[1]]", Limits(max_depth=3)) == [[1]]
-    assert rule_of("[1, 2, 3, 4]", Limits(max_nodes=4)) == "yaml-too-large"
-    assert rule_of("12345", Limits(max_bytes=4)) == "input-too-large"
+    assert rule_of("[[[1]]]", InputLimits(max_depth=3)) == "yaml-too-deep"
+    assert load_yaml("[[1]]", InputLimits(max_depth=3)) == [[1]]
+    assert rule_of("[1, 2, 3, 4]", InputLimits(max_nodes=4)) == "yaml-too-large"
+    assert rule_of("12345", InputLimits(max_bytes=4)) == "input-too-large"
 
 
 def test_shared_aliases_within_budget_are_fine():

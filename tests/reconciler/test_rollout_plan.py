@@ -6,9 +6,9 @@ from typing import Any
 
 from gitrepo import CONFIG_YAML, nodes_yaml
 
+from migops.api.objects import MigSettings
 from migops.gitops.desired import resolve
 from migops.gitops.repo import load_repo
-from migops.kube.clusterpolicy import MigSettings
 from migops.reconciler.plan import (
     DRIFTED,
     FAILED,

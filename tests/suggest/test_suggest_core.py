@@ -7,8 +7,8 @@ import pytest
 from gitrepo import CONFIG_YAML, nodes_yaml
 from suggest_fixtures import ONE_G, node, pod, repo
 
+from migops.api.objects import MigSettings
 from migops.gitops.repo import RepoError
-from migops.kube.clusterpolicy import MigSettings
 from migops.suggest.run import Cluster, suggest
 
 MIXED = MigSettings(strategy="mixed")

@@ -11,8 +11,8 @@ import random
 from gitrepo import CONFIG_YAML, nodes_yaml
 from suggest_fixtures import ONE_G, node, pod, repo
 
+from migops.api.objects import MigSettings
 from migops.gitops.desired import FitCache
-from migops.kube.clusterpolicy import MigSettings
 from migops.suggest.model import Demand, NodeSupply, Rule
 from migops.suggest.options import node_options
 from migops.suggest.run import Cluster, suggest

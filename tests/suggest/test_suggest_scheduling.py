@@ -6,7 +6,7 @@ from __future__ import annotations
 from gitrepo import nodes_yaml
 from suggest_fixtures import ONE_G, node, pod, repo
 
-from migops.kube.clusterpolicy import MigSettings
+from migops.api.objects import MigSettings
 from migops.mig import dra
 from migops.mig.catalogue import catalogue
 from migops.suggest.model import Rule

@@ -8,8 +8,8 @@ import random
 
 from suggest_fixtures import ONE_G, node, pod, repo
 
+from migops.api.objects import MigSettings
 from migops.gitops.desired import FitCache, resolve
-from migops.kube.clusterpolicy import MigSettings
 from migops.suggest.options import node_options
 from migops.suggest.run import Cluster, _read
 from migops.suggest.solve import Limits, solve

@@ -29,11 +29,10 @@ from migops.api.names import (
     GPUS_ANNOTATION,
     MIG_CONFIG_LABEL,
 )
-from migops.api.objects import NodeFacts, node_gpus
+from migops.api.objects import MigSettings, NodeFacts, node_gpus
 from migops.cli.mig import check
 from migops.gitops.desired import UNASSIGNED, FitCache, resolve
 from migops.gitops.repo import RepoError, load_repo
-from migops.kube.clusterpolicy import MigSettings
 from migops.mig.catalogue import catalogue
 from migops.mig.gfd import single_product
 from migops.mig.sources import read_file
