@@ -39,7 +39,7 @@ from migops import certs
 from migops.local import kubeconfig
 from migops.local.binaries import Binaries
 from migops.local.ports import LOOPBACK, free_ports
-from migops.local.process import ProcessRef, is_alive, spawn, stop
+from migops.local.process import ProcessRef, is_alive, kill, spawn, stop
 from migops.local.watchdog import start_watchdog
 
 if TYPE_CHECKING:
@@ -181,6 +181,19 @@ class ControlPlane:
             raise
         self.ready_seconds = time.monotonic() - began
         return self
+
+    def kill_apiserver(self) -> None:
+        """SIGKILL kube-apiserver, as a crash or the OOM killer ends it; etcd and every other process run on.
+        `start_apiserver` brings it back on the same address and port, with the same certificates."""
+        popen, ref = self._procs.pop("kube-apiserver")
+        kill(ref, popen=popen)
+        self._tell_watchdog(f"release {ref.pid}")
+
+    def start_apiserver(self) -> None:
+        """Start kube-apiserver again after `kill_apiserver`; return once it is ready."""
+        if "kube-apiserver" in self._procs:
+            raise ControlPlaneError("kube-apiserver is running")
+        self._start_apiserver()
 
     def adopt(self, name: str, popen: subprocess.Popen[bytes] | None, ref: ProcessRef) -> None:
         """Make a process started beside the servers (webhook, agents, reconciler) one of them: the

@@ -80,6 +80,15 @@ def stop(ref: ProcessRef, *, timeout: float = 10.0, popen: subprocess.Popen[byte
         raise RuntimeError(f"process {ref.pid} survived SIGKILL")
 
 
+def kill(ref: ProcessRef, *, popen: subprocess.Popen[bytes] | None = None) -> None:
+    """SIGKILL the process group at once, as a crash or the OOM killer ends a server; return once it is gone."""
+    if is_alive(ref):
+        _signal_group(ref, signal.SIGKILL)
+        if not _wait_gone(ref, 10.0, popen):
+            raise RuntimeError(f"process {ref.pid} survived SIGKILL")
+    _reap(popen)
+
+
 def _signal_group(ref: ProcessRef, sig: signal.Signals) -> None:
     # The server leads its own group (pgid == pid); signal the group so helpers die too.
     try:

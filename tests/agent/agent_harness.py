@@ -16,12 +16,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import yaml
 from kubernetes import client as k8s
 from kubernetes.client import ApiClient
 from polling import until
 
+from migops.kube import ssa
 from migops.local import kubeconfig
-from migops.local.cluster import NodeSpec, apply_node, plan_nodes
+from migops.local.cluster import NodeSpec, apply_node, plan_nodes, seed
+from migops.local.controlplane import ControlPlane
 from migops.mig.catalogue import catalogue
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -63,6 +66,77 @@ def mig_configmap(text: str = DEFAULT_CONFIG) -> dict:
 
 
 FAST = ["--pod-timeout", "3", "--retry-base", "0.5", "--retry-max", "2", "--mode-change-settle", "0"]
+
+
+def kustomize(binaries_dir: Path, path: Path) -> list[dict]:
+    out = subprocess.run(
+        [str(binaries_dir / "kubectl"), "kustomize", str(path)], capture_output=True, text=True, check=True, timeout=120
+    ).stdout
+    return [d for d in yaml.safe_load_all(out) if d]
+
+
+def install_agent_stack(api: ApiClient, binaries_dir: Path) -> None:
+    """A GPU Operator cluster with migops installed, as the agents meet it: the gpu-operator namespace, the
+    ClusterPolicy CRD and object, manifests/base (the agent's RBAC and own-node admission policy), and the
+    MIG ConfigMap with NVIDIA's default config."""
+    seed(api, (), "mixed")  # each test seeds its nodes
+    for doc in kustomize(binaries_dir, ROOT / "manifests" / "base"):
+        # No webhook server runs beside these agents: registering its configurations (they call a Service
+        # that does not exist here, failurePolicy Fail) would refuse every MIG ConfigMap write.
+        if doc["kind"] not in ("ValidatingWebhookConfiguration", "MutatingWebhookConfiguration"):
+            ssa.apply(api, doc, field_manager="test-install")
+    ssa.apply(api, mig_configmap(), field_manager="test-install")
+
+
+def start_agent(
+    api: ApiClient,
+    plane: ControlPlane,
+    node: str,
+    workdir: Path,
+    gpus: str = "8x0x233010DE",
+    *extra: str,
+    seed: bool = True,
+    start: bool = True,
+    env: dict[str, str] | None = None,
+) -> AgentProc:
+    """Seed the Node (unless `seed` is false) and start an agent for it under `workdir`, with a token bound
+    to a Pod on that node."""
+    model, count = gpus.partition("x")[2], gpus.partition("x")[0]
+    if seed:
+        seed_node(api, node, model.split(",")[0], int(count) if count.isdigit() else 1)
+    kc = bound_token_kubeconfig(api, plane.url, plane.ca_pem, node, workdir / f"{node}.kubeconfig")
+    proc = AgentProc(node, workdir / node, kc, gpus, list(extra), env)
+    return proc.start() if start else proc
+
+
+def client_pod(api: ApiClient, node: str, name: str, app: str = "nvidia-device-plugin-daemonset") -> None:
+    """What the device plugin's DaemonSet runs on the node (no kubelet runs: just the object)."""
+    k8s.CoreV1Api(api).create_namespaced_pod(
+        "gpu-operator",
+        {
+            "metadata": {
+                "name": name,
+                "labels": {"app": app},
+                "ownerReferences": [
+                    {
+                        "apiVersion": "apps/v1",
+                        "kind": "DaemonSet",
+                        "name": app,
+                        "uid": "00000000-0000-0000-0000-000000000001",
+                    }
+                ],
+            },
+            "spec": {
+                "nodeName": node,
+                "nodeSelector": {"nvidia.com/gpu.deploy.device-plugin": "true"},
+                "containers": [{"name": "c", "image": "nvcr.io/nvidia/k8s-device-plugin"}],
+            },
+        },
+    )
+
+
+def delete_client_pod(api: ApiClient, name: str) -> None:
+    k8s.CoreV1Api(api).delete_namespaced_pod(name, "gpu-operator", grace_period_seconds=0)
 
 
 def seed_node(api: ApiClient, name: str, gpu: str = "0x233010DE", count: int = 8, strategy: str = "mixed") -> NodeSpec:

@@ -8,27 +8,17 @@ admission policy) applied from `kubectl kustomize`.
 
 from __future__ import annotations
 
-import subprocess
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
-import yaml
-from agent_harness import ROOT, AgentProc, bound_token_kubeconfig, mig_configmap, seed_node
+from agent_harness import AgentProc, install_agent_stack, start_agent
 from kubernetes import client as k8s
 from kubernetes.client import ApiClient
 
-from migops.kube import ssa
 from migops.local.binaries import locate
-from migops.local.cluster import seed
 from migops.local.controlplane import ControlPlane
-
-
-def kustomize(binaries_dir: Path, path: Path) -> list[dict]:
-    out = subprocess.run(
-        [str(binaries_dir / "kubectl"), "kustomize", str(path)], capture_output=True, text=True, check=True, timeout=120
-    ).stdout
-    return [d for d in yaml.safe_load_all(out) if d]
 
 
 @pytest.fixture(scope="session")
@@ -36,13 +26,7 @@ def agent_plane() -> Iterator[ControlPlane]:
     binaries = locate()
     with ControlPlane(binaries) as plane:
         with plane.api_client() as api:
-            seed(api, (), "mixed")  # the GPU Operator's namespace and ClusterPolicy; each test seeds its nodes
-            for doc in kustomize(binaries.directory, ROOT / "manifests" / "base"):
-                # No webhook server runs beside these agents: registering its configurations (they call a
-                # Service that does not exist here, failurePolicy Fail) would refuse every MIG ConfigMap write.
-                if doc["kind"] not in ("ValidatingWebhookConfiguration", "MutatingWebhookConfiguration"):
-                    ssa.apply(api, doc, field_manager="test-install")
-            ssa.apply(api, mig_configmap(), field_manager="test-install")
+            install_agent_stack(api, binaries.directory)
         yield plane
 
 
@@ -60,23 +44,9 @@ def agents(
     stopped (and their Nodes deleted) after the test; a failing test prints their logs."""
     started: list[AgentProc] = []
 
-    def make(
-        node: str,
-        gpus: str = "8x0x233010DE",
-        *extra: str,
-        seed: bool = True,
-        start: bool = True,
-        env: dict[str, str] | None = None,
-    ) -> AgentProc:
-        model, _, count = gpus.partition("x")[2], None, gpus.partition("x")[0]
-        if seed:
-            seed_node(agent_admin, node, model.split(",")[0], int(count) if count.isdigit() else 1)
-        kc = bound_token_kubeconfig(
-            agent_admin, agent_plane.url, agent_plane.ca_pem, node, tmp_path / f"{node}.kubeconfig"
-        )
-        proc = AgentProc(node, tmp_path / node, kc, gpus, list(extra), env)
-        started.append(proc)
-        return proc.start() if start else proc
+    def make(node: str, gpus: str = "8x0x233010DE", *extra: str, **kwargs: Any) -> AgentProc:
+        started.append(start_agent(agent_admin, agent_plane, node, tmp_path, gpus, *extra, **kwargs))
+        return started[-1]
 
     yield make
     failed = getattr(request.node, "rep_call", None)

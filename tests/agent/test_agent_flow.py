@@ -6,7 +6,18 @@ from __future__ import annotations
 import json
 
 import pytest
-from agent_harness import allocatable, annotations, labels, node_events, set_config, state, until, wait_failed
+from agent_harness import (
+    allocatable,
+    annotations,
+    client_pod,
+    delete_client_pod,
+    labels,
+    node_events,
+    set_config,
+    state,
+    until,
+    wait_failed,
+)
 from kubernetes import client as k8s
 
 pytestmark = pytest.mark.cluster
@@ -81,36 +92,6 @@ def test_label_reconfigures_many_nodes_with_gfd_labels_and_allocatable(agent_adm
     assert all(g["mig"]["current"] and len(g["instances"]) == 7 for g in gpus)
 
 
-def _client_pod(api, node: str, name: str, app: str = "nvidia-device-plugin-daemonset") -> None:
-    """What the device plugin's DaemonSet runs on the node (no kubelet runs: just the object)."""
-    k8s.CoreV1Api(api).create_namespaced_pod(
-        "gpu-operator",
-        {
-            "metadata": {
-                "name": name,
-                "labels": {"app": app},
-                "ownerReferences": [
-                    {
-                        "apiVersion": "apps/v1",
-                        "kind": "DaemonSet",
-                        "name": app,
-                        "uid": "00000000-0000-0000-0000-000000000001",
-                    }
-                ],
-            },
-            "spec": {
-                "nodeName": node,
-                "nodeSelector": {"nvidia.com/gpu.deploy.device-plugin": "true"},
-                "containers": [{"name": "c", "image": "nvcr.io/nvidia/k8s-device-plugin"}],
-            },
-        },
-    )
-
-
-def _delete_pod(api, name: str) -> None:
-    k8s.CoreV1Api(api).delete_namespaced_pod(name, "gpu-operator", grace_period_seconds=0)
-
-
 def test_invalid_config_fails_before_anything_is_paused(agent_admin, agents) -> None:
     agent = agents("invalid-1")
     _success_for(agent_admin, agent.node, "all-disabled")
@@ -137,7 +118,7 @@ def test_invalid_config_fails_before_anything_is_paused(agent_admin, agents) -> 
 def test_client_pod_that_never_goes_times_out_restores_clients_and_is_retried(agent_admin, agents) -> None:
     agent = agents("stuck-1", "8x0x233010DE", "--pod-timeout", "2")
     _success_for(agent_admin, agent.node, "all-disabled")
-    _client_pod(agent_admin, agent.node, "nvidia-device-plugin-daemonset-stuck1")
+    client_pod(agent_admin, agent.node, "nvidia-device-plugin-daemonset-stuck1")
     seen: list[str] = []
     set_config(agent_admin, agent.node, "all-1g.10gb")
 
@@ -155,7 +136,7 @@ def test_client_pod_that_never_goes_times_out_restores_clients_and_is_retried(ag
     assert got["nvidia.com/gpu.deploy.dcgm-exporter"] == "false"  # a false stays false
     assert all(not g["mig"]["current"] for g in agent.gpu_state()["gpus"])  # the GPUs were not touched
     # The DaemonSet controller finally removes its pod: the retry (no label change) goes through.
-    _delete_pod(agent_admin, "nvidia-device-plugin-daemonset-stuck1")
+    delete_client_pod(agent_admin, "nvidia-device-plugin-daemonset-stuck1")
     _success_for(agent_admin, agent.node, "all-1g.10gb")
     assert labels(agent_admin, agent.node)["nvidia.com/gpu.deploy.device-plugin"] == "true"
     assert "migops.io/mig.config.reason" not in annotations(agent_admin, agent.node)
@@ -164,9 +145,9 @@ def test_client_pod_that_never_goes_times_out_restores_clients_and_is_retried(ag
 def test_pods_that_go_when_paused_let_the_change_through(agent_admin, agents) -> None:
     agent = agents("paused-1")
     _success_for(agent_admin, agent.node, "all-disabled")
-    _client_pod(agent_admin, agent.node, "nvidia-device-plugin-daemonset-p1")
-    _client_pod(agent_admin, agent.node, "gpu-feature-discovery-p1", app="gpu-feature-discovery")
-    _client_pod(agent_admin, agent.node, "nvidia-cuda-validator-p1", app="nvidia-cuda-validator")
+    client_pod(agent_admin, agent.node, "nvidia-device-plugin-daemonset-p1")
+    client_pod(agent_admin, agent.node, "gpu-feature-discovery-p1", app="gpu-feature-discovery")
+    client_pod(agent_admin, agent.node, "nvidia-cuda-validator-p1", app="nvidia-cuda-validator")
     set_config(agent_admin, agent.node, "all-3g.40gb")
     # The DaemonSet controller's part: pods go once their deploy label is paused.
     until(
@@ -175,8 +156,8 @@ def test_pods_that_go_when_paused_let_the_change_through(agent_admin, agents) ->
         "device plugin paused",
     )
     assert state(agent_admin, agent.node) == "pending"
-    _delete_pod(agent_admin, "nvidia-device-plugin-daemonset-p1")
-    _delete_pod(agent_admin, "gpu-feature-discovery-p1")
+    delete_client_pod(agent_admin, "nvidia-device-plugin-daemonset-p1")
+    delete_client_pod(agent_admin, "gpu-feature-discovery-p1")
     _success_for(agent_admin, agent.node, "all-3g.40gb")
     pods = (
         k8s.CoreV1Api(agent_admin)
@@ -191,7 +172,7 @@ def test_pods_that_go_when_paused_let_the_change_through(agent_admin, agents) ->
 def test_agent_stopped_while_waiting_restores_clients_instead_of_leaving_pending(agent_admin, agents) -> None:
     agent = agents("sigterm-1", "8x0x233010DE", "--pod-timeout", "120")
     _success_for(agent_admin, agent.node, "all-disabled")
-    _client_pod(agent_admin, agent.node, "nvidia-device-plugin-daemonset-st1")
+    client_pod(agent_admin, agent.node, "nvidia-device-plugin-daemonset-st1")
     set_config(agent_admin, agent.node, "all-7g.80gb")
     until(lambda: state(agent_admin, agent.node) == "pending", 60, "pending")
     assert agent.stop() == 0  # SIGTERM (a DaemonSet rollout): the run ends, restoring what it paused
@@ -199,7 +180,7 @@ def test_agent_stopped_while_waiting_restores_clients_instead_of_leaving_pending
     assert got["nvidia.com/mig.config.state"] == "failed"
     assert got["nvidia.com/gpu.deploy.device-plugin"] == "true"
     assert "interrupted" in annotations(agent_admin, agent.node)["migops.io/mig.config.reason"]
-    _delete_pod(agent_admin, "nvidia-device-plugin-daemonset-st1")
+    delete_client_pod(agent_admin, "nvidia-device-plugin-daemonset-st1")
 
 
 def test_gpus_are_published_at_start_without_a_config_label(agent_admin, agents) -> None:
