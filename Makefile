@@ -4,7 +4,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-stamp
 
-.PHONY: demo demo-deploy test test-unit lint generate lock venv troubleshooting k8s-binaries k8s-control-plane flux-binaries argocd-binaries helm-binary host-packages bench bench-tools clean
+.PHONY: demo demo-deploy test test-unit lint generate lock release venv troubleshooting k8s-binaries k8s-control-plane flux-binaries argocd-binaries helm-binary host-packages bench bench-tools clean
 
 venv: $(STAMP)
 
@@ -39,7 +39,7 @@ PIP_COMPILE = $(PY) -m piptools compile -q --generate-hashes --strip-extras --al
 lock: venv
 	$(PY) -m pip install -q pip-tools==7.6.2
 	$(PIP_COMPILE) --extra suggest -o requirements.lock pyproject.toml
-	$(PIP_COMPILE) --extra suggest --extra test --extra lint -o requirements-dev.lock pyproject.toml
+	$(PIP_COMPILE) --extra suggest --extra test --extra lint --extra release -o requirements-dev.lock pyproject.toml
 
 # etcd, kube-apiserver, kube-scheduler, kubectl, and the real node's kubelet, kube-controller-manager,
 # kube-proxy and containerd, built once from their Go modules into ~/.cache/migops/k8s/.
@@ -84,6 +84,12 @@ demo:
 # running for real. Separate from `demo`: the first image build alone takes ~4 min.
 demo-deploy: venv k8s-binaries host-packages
 	$(PY) -m migops.local.demo_deploy
+
+# A release into dist/ (emptied first): the wheel and sdist, the image as an OCI archive with its digest,
+# the Helm chart, the image's SBOM, the notes and SHA256SUMS, all of pyproject.toml's version
+# (docs/releasing.md). The image is `migops local image`'s build (dockerd: root).
+release: venv helm-binary host-packages
+	$(PY) hack/release.py --dist dist
 
 # The load generator of bench/webhook_load.py (vegeta), built once into ~/.cache/migops/bench-bin.
 bench-tools:

@@ -79,7 +79,8 @@ def _lock(name: str) -> dict[str, tuple[str, list[str]]]:
 
 
 @pytest.mark.parametrize(
-    "lock, extras", [("requirements.lock", ("suggest",)), ("requirements-dev.lock", ("suggest", "test", "lint"))]
+    "lock, extras",
+    [("requirements.lock", ("suggest",)), ("requirements-dev.lock", ("suggest", "test", "lint", "release"))],
 )
 def test_locks_pin_what_the_ranges_allow(lock: str, extras: tuple[str, ...]) -> None:
     pins = _lock(lock)

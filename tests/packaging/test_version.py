@@ -67,3 +67,12 @@ def test_pre_commit_config_is_valid_and_pins_the_locked_ruff() -> None:
     locked = _re.search(r"^ruff==(\S+)", (ROOT / "requirements-dev.lock").read_text(), _re.M)
     assert locked and hooks["ruff-check"]["additional_dependencies"] == [f"ruff=={locked.group(1)}"]
     assert hooks["ruff-format"]["additional_dependencies"] == [f"ruff=={locked.group(1)}"]
+
+
+def test_chart_version_and_app_version_are_the_version() -> None:
+    """`helm install charts/migops` from a checkout installs the image tag of the version (`make release`
+    packages the chart with pyproject.toml's version whatever Chart.yaml says; this keeps them equal)."""
+    import yaml
+
+    chart = yaml.safe_load((ROOT / "charts" / "migops" / "Chart.yaml").read_text())
+    assert (chart["version"], chart["appVersion"]) == (VERSION, VERSION)
