@@ -17,7 +17,7 @@ from pathlib import Path
 
 from migops.api.migsync import CONFIG_FILE, NODES_FILE
 from migops.api.names import DEVICE_ID_LABEL, GPU_PRODUCT_LABEL
-from migops.gitops.repo import Assignment, RepoError, RepoSpec, load_repo
+from migops.gitops.repo import Assignment, RepoError, RepoSpec, load_repo, nodes_file_too_large
 from migops.mig.catalogue import GpuModel, UnknownGpuError, catalogue
 from migops.mig.fit import NodeGpus, fit
 from migops.mig.problems import MigError, Problem, key_path
@@ -89,6 +89,9 @@ def check_nodes(
     strategy: Strategy | None = None,
 ) -> NodesCheck:
     """Check one nodes.yaml against its config.yaml (None: not there)."""
+    too_large = nodes_file_too_large(file, len(text))
+    if too_large is not None:  # the reconciler's verdict, before any reading
+        return NodesCheck(file, config_file, 0, (too_large,))
     try:
         doc = read_first(text)
     except MigError as exc:

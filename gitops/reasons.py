@@ -18,7 +18,6 @@ class SourceReason(StrEnum):
     GIT_UNREACHABLE = "GitUnreachable"
     REF_NOT_FOUND = "RefNotFound"
     GIT_FAILED = "GitFailed"
-    FILE_TOO_LARGE = "FileTooLarge"
     # VerificationError: unsigned, badly signed, or signed by a key nobody trusts.
     VERIFICATION_FAILED = "VerificationFailed"
     # RepoError: the revision's files do not make a valid desired state.
@@ -28,9 +27,7 @@ class SourceReason(StrEnum):
 
 
 # The source could not be read: nothing is known about the revision; the fetch is retried with backoff.
-UNREADABLE = frozenset(
-    {SourceReason.GIT_UNREACHABLE, SourceReason.REF_NOT_FOUND, SourceReason.GIT_FAILED, SourceReason.FILE_TOO_LARGE}
-)
+UNREADABLE = frozenset({SourceReason.GIT_UNREACHABLE, SourceReason.REF_NOT_FOUND, SourceReason.GIT_FAILED})
 
 
 SOURCE_REASONS: Mapping[SourceReason, Explanation] = {
@@ -49,10 +46,6 @@ SOURCE_REASONS: Mapping[SourceReason, Explanation] = {
         "git itself failed on the repository (not a network error): a corrupt cache, `spec.path` that is not a "
         "directory at that revision, or git missing from the image. The message has git's words.",
         "Fix `spec.path`; for a corrupt cache, restart the reconciler's pod (its cache is an emptyDir).",
-    ),
-    SourceReason.FILE_TOO_LARGE: Explanation(
-        "config.yaml or nodes.yaml at that revision is larger than migops reads (1 MiB, the most a ConfigMap holds).",
-        "Shrink the file: configs that repeat a geometry can share a YAML anchor.",
     ),
     SourceReason.VERIFICATION_FAILED: Explanation(
         "`spec.verify` is set and the revision is unsigned, badly signed, or signed by a key the MigSync does "
@@ -120,6 +113,16 @@ NODES_RULES: Mapping[str, Explanation] = {
         "`rollout.progressDeadlineSeconds` is not a whole number >= 1.",
         "Write the seconds a node may take to reconfigure (default 600).",
     ),
+    "nodes-file-too-large": Explanation(
+        "nodes.yaml is larger than its bound (512 KiB): each resolve matches every assignment against every "
+        "node, and the file is kept in the cluster's applied record. Nothing of the revision is applied.",
+        "Select nodes by their labels (`nodeSelector`) rather than listing thousands by name.",
+    ),
+    "too-many-assignments": Explanation(
+        "nodes.yaml has more assignments than its bound (1,000). Nothing of the revision is applied.",
+        "Merge assignments of one config: one assignment lists any number of nodes (`nodes:`) or selects "
+        "them by their labels (`nodeSelector`).",
+    ),
     "invalid-assignments": Explanation(
         "`assignments` is not a list.", "Write `assignments:` followed by `- config: ...` items."
     ),
@@ -176,7 +179,8 @@ NODES_RULES: Mapping[str, Explanation] = {
     ),
     "node-not-found": Explanation(
         "An assignment lists a node that does not exist (yet); it gets its config when it joins. A warning: "
-        "condition AssignmentsMatched=False (MatchesNoNode), a Warning Event, `status.warnings`.",
+        "condition AssignmentsMatched=False (MatchesNoNode), one Warning Event for every such entry (their "
+        "count and the first five), `status.warnings`.",
         "Fix the node's name if it is a typo; otherwise nothing to do.",
     ),
     "matches-no-node": Explanation(

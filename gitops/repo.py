@@ -30,6 +30,12 @@ _DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9
 _PERCENT = re.compile(r"^([0-9]{1,3})%$")
 _OPERATORS = ("In", "NotIn", "Exists", "DoesNotExist")
 
+# nodes.yaml's bounds (docs/reconciler.md): the reconciler matches every assignment against every node
+# whenever a node's labels change, and keeps the file in the cluster's applied record (a ConfigMap).
+# `migops validate` and the reconciler both refuse a file past either with the same problem.
+MAX_NODES_FILE_BYTES = 512 * 1024
+MAX_ASSIGNMENTS = 1000
+
 
 @dataclass(frozen=True)
 class RepoProblem:
@@ -164,6 +170,10 @@ def load_repo(files: Mapping[str, bytes | None], path: str, revision: str = "") 
     for name, raw in ((cfg_file, raw_config), (nodes_file, raw_nodes)):
         if raw is None:
             problems.append(RepoProblem(name, Problem("", "file-missing", f"{name} is missing at this revision")))
+    too_large = nodes_file_too_large(nodes_file, len(raw_nodes)) if raw_nodes is not None else None
+    if too_large is not None:
+        problems.append(RepoProblem(nodes_file, too_large))
+        raw_nodes = None  # not read further: nothing of it is applied
     config: MigPartedConfig | None = None
     config_text = ""
     if raw_config is not None:
@@ -188,16 +198,22 @@ def load_repo(files: Mapping[str, bytes | None], path: str, revision: str = "") 
             problems.extend(RepoProblem(nodes_file, p) for p in found)
     if config is not None and nodes is not None:
         problems.extend(_check_references(config, nodes, cfg_file, nodes_file))
-    if any(p.severity == "error" for p in problems) or config is None or nodes is None:
+    if any(p.severity == "error" for p in problems) or config is None or nodes is None or raw_nodes is None:
         raise RepoError(problems)
     return RepoSpec(
-        revision,
-        path,
-        config_text,
-        config,
-        nodes,
-        tuple(problems),
-        raw_nodes.decode("utf-8", errors="replace") if raw_nodes is not None else "",
+        revision, path, config_text, config, nodes, tuple(problems), raw_nodes.decode("utf-8", errors="replace")
+    )
+
+
+def nodes_file_too_large(name: str, size: int) -> Problem | None:
+    """The problem of a nodes.yaml of `size` bytes past its bound, else None."""
+    if size <= MAX_NODES_FILE_BYTES:
+        return None
+    return Problem(
+        "",
+        "nodes-file-too-large",
+        f"{name} is {size} bytes; the bound is {MAX_NODES_FILE_BYTES} bytes: select nodes by their labels "
+        "(nodeSelector) rather than listing thousands by name",
     )
 
 
@@ -464,6 +480,16 @@ def _parse_assignments(raw: object, problems: list[Problem]) -> tuple[Assignment
         return ()
     if not isinstance(raw, list):
         problems.append(Problem("assignments", "invalid-assignments", "assignments must be a list"))
+        return ()
+    if len(raw) > MAX_ASSIGNMENTS:
+        problems.append(
+            Problem(
+                "assignments",
+                "too-many-assignments",
+                f"{len(raw)} assignments; the bound is {MAX_ASSIGNMENTS}: one assignment lists any number of "
+                "nodes (nodes:) or selects them by their labels (nodeSelector)",
+            )
+        )
         return ()
     out = []
     for i, item in enumerate(raw):

@@ -25,7 +25,6 @@ from pathlib import Path
 
 from migops.gitops.reasons import SourceReason
 
-MAX_FILE_BYTES = 1 << 20  # a ConfigMap holds at most 1 MiB: a bigger config could never be applied
 _HEX = re.compile(r"^[0-9a-f]{7,64}$")
 _FETCH_REFSPECS = ("+refs/heads/*:refs/remotes/origin/*", "+refs/tags/*:refs/tags/*")
 _HEAD_REFSPEC = "+HEAD:refs/migops/remote-HEAD"  # only when no ref is given: an empty remote HEAD is no error then
@@ -34,7 +33,7 @@ _HEAD_REFSPEC = "+HEAD:refs/migops/remote-HEAD"  # only when no ref is given: an
 class SourceError(Exception):
     """The repository could not be fetched, or the ref or a file could not be read.
 
-    `reason` (gitops.reasons): GitUnreachable, RefNotFound, GitFailed, FileTooLarge.
+    `reason` (gitops.reasons): GitUnreachable, RefNotFound, GitFailed.
     """
 
     def __init__(self, reason: SourceReason, message: str) -> None:
@@ -173,15 +172,8 @@ class GitSource:
         """The blobs at `revision:path` for each path; None where the path is absent (or not a file)."""
         found: dict[str, bytes | None] = {}
         for p, obj in zip(paths, self._batch([f"{revision}:{p}" for p in paths]), strict=True):
-            if obj is None or obj[0] != "blob":
-                found[p] = None
-            elif len(obj[1]) > MAX_FILE_BYTES:
-                raise SourceError(
-                    SourceReason.FILE_TOO_LARGE,
-                    f"{p} is {len(obj[1])} bytes at {revision[:12]}; a ConfigMap holds at most {MAX_FILE_BYTES} bytes",
-                )
-            else:
-                found[p] = obj[1]
+            # (Their size is judged with their content, by the loader: `repo.load_repo`.)
+            found[p] = obj[1] if obj is not None and obj[0] == "blob" else None
         return found
 
     def path_trees(self, revision: str, path: str) -> tuple[bytes, ...]:

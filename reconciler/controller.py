@@ -182,6 +182,11 @@ class Reconciler:
         self.wake.set()
         self.writer.api.close()
         self.ports.cluster.stop()
+        self.ports.events.stop()  # what is queued is posted first (for a few seconds at most)
+
+    def flush_events(self, timeout: float = 30.0) -> bool:
+        """Wait until the Events recorded so far are posted (a thread of their own posts them)."""
+        return self.ports.events.flush(timeout)
 
     def _restore(self) -> None:
         """After a restart: the revisions from status, the applied record, the configs nodes reached."""

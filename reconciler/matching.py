@@ -6,12 +6,14 @@ from __future__ import annotations
 
 from migops.api.migsync import Condition, ConditionStatus
 from migops.gitops.desired import DesiredState
+from migops.gitops.repo import RepoProblem
 from migops.mig.text import listed
 from migops.reconciler.plan import defaulted
 from migops.reconciler.reasons import Reason
 from migops.reconciler.record import AppliedRecord
 
 UNMATCHED_RULES = ("matches-no-node", "node-not-found")
+SHOWN = 5  # entries said in full; the rest are counted
 
 
 def moved_to_default(
@@ -34,12 +36,26 @@ def moved_text(desired: DesiredState, moved: tuple[str, ...]) -> str:
     )
 
 
+def unmatched(desired: DesiredState) -> tuple[RepoProblem, ...]:
+    """The entries of nodes.yaml that match no node (a selector, or one listed name each)."""
+    return tuple(w for w in desired.warnings if w.problem.rule in UNMATCHED_RULES)
+
+
+def unmatched_text(found: tuple[RepoProblem, ...]) -> str:
+    """What one line says of them all, however many: the first few in full, and how many more."""
+    if len(found) == 1:
+        return str(found[0])
+    return f"{len(found)} entries match no node: " + listed(found, SHOWN, sep="; ", total=len(found))
+
+
 def warnings(desired: DesiredState | None, moved: tuple[str, ...]) -> list[str]:
-    """Entries that match no node, and the nodes moved to default, as status and Events say them."""
+    """Entries that match no node (the first few, and how many more), and the nodes moved to default,
+    as the condition says them."""
     if desired is None:
         return []
-    found = [str(w) for w in desired.warnings if w.problem.rule in UNMATCHED_RULES]
-    return found + ([moved_text(desired, moved)] if moved else [])
+    found = unmatched(desired)
+    shown = [unmatched_text(found)] if found else []
+    return shown + ([moved_text(desired, moved)] if moved else [])
 
 
 def condition(desired: DesiredState | None, moved: tuple[str, ...]) -> list[Condition]:

@@ -183,7 +183,8 @@ RECONCILER_REASONS: Mapping[Reason, Explanation] = {
     Reason.ALL_MATCHED: Explanation("Every assignment of nodes.yaml matches at least one node.", "Nothing."),
     Reason.MATCHES_NO_NODE: Explanation(
         "An assignment of nodes.yaml matches no node: its selector matches none, or a node it lists does not "
-        "exist (yet). A warning: the rest is applied.",
+        "exist (yet). A warning: the rest is applied. One Event says them all (how many, the first five), "
+        "again only when they change.",
         "Fix the selector or the name (rules matches-no-node and node-not-found below).",
     ),
     Reason.MOVED_TO_DEFAULT: Explanation(

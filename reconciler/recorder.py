@@ -1,8 +1,11 @@
-"""Events of the reconciler: recorded on the MigSync (else the MIG ConfigMap), repeats de-duplicated."""
+"""Events of the reconciler: recorded on the MigSync (else the MIG ConfigMap), repeats de-duplicated,
+posted on a thread of their own."""
 
 from __future__ import annotations
 
 import logging
+import threading
+from collections import deque
 from collections.abc import Callable, Hashable, Mapping
 from typing import Any
 
@@ -37,6 +40,13 @@ class Dedup:
 
 
 class EventRecorder:
+    """Events recorded on a thread of their own, so that a sync never waits on the Events API: `record`
+    logs the Event at once and queues it; the thread posts the queue in order. At most `QUEUED` wait:
+    past that the oldest are dropped (said in the log, with how many) -- a sync that notes a burst
+    of per-node Events never holds the next sync, nor grows the process without bound."""
+
+    QUEUED = 1000
+
     def __init__(
         self,
         api: k8s.ApiClient,
@@ -50,6 +60,11 @@ class EventRecorder:
         self._dry_run = dry_run
         self._default_target = default_target
         self._dedup = Dedup()
+        self._queue: deque[tuple[SyncNote, Mapping[str, Any]]] = deque()
+        self._changed = threading.Condition()
+        self._posting = False
+        self._stopped = False
+        self._thread: threading.Thread | None = None
 
     def record(self, note: SyncNote, target: Mapping[str, Any] | None = None) -> None:
         """Record `note` on its involved object, else on `target`, else on the default target."""
@@ -63,6 +78,41 @@ class EventRecorder:
         target = note.involved or target or self._default_target()
         if target is None:
             return
+        with self._changed:
+            if len(self._queue) >= self.QUEUED:
+                dropped = self._queue.popleft()[0]
+                log.warning("too many Events waiting to be recorded: dropped %s (%s)", dropped.reason, dropped.message)
+            self._queue.append((note, target))
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._post_all, name="events", daemon=True)
+                self._thread.start()
+            self._changed.notify_all()
+
+    def flush(self, timeout: float) -> bool:
+        """Wait until every queued Event is posted (or `timeout` seconds); whether it was."""
+        with self._changed:
+            return self._changed.wait_for(lambda: not self._queue and not self._posting, timeout)
+
+    def stop(self, timeout: float = 5.0) -> None:
+        """Post what is queued (for at most `timeout` seconds), then end the thread."""
+        self.flush(timeout)
+        with self._changed:
+            self._stopped = True
+            self._changed.notify_all()
+
+    def _post_all(self) -> None:
+        while True:
+            with self._changed:
+                self._posting = False
+                self._changed.notify_all()
+                self._changed.wait_for(lambda: self._queue or self._stopped)
+                if not self._queue:
+                    return
+                note, target = self._queue.popleft()
+                self._posting = True
+            self._post(note, target)
+
+    def _post(self, note: SyncNote, target: Mapping[str, Any]) -> None:
         self._metrics.events.labels(note.reason).inc()
         events.record(
             self._api,

@@ -413,11 +413,15 @@ def _proof(run: Run, desired: DesiredState) -> CommitProof | None:
 
 
 def warn(state: SyncState, run: Run, ports: Ports) -> Done:
-    """Assignments that match no node: an Event each (the summary shows them as a condition too)."""
+    """Assignments that match no node: one Event for them all, however many (their count and the first
+    few), recorded again only when they change; the summary shows them as a condition too. (The move to
+    default has its own Event, at adoption.)"""
     desired = state.desired
     assert desired is not None
-    for text in matching.warnings(desired, ()):  # (the move to default has its own Event, at adoption)
-        run.note(Reason.MATCHES_NO_NODE, text, "Warning", key=("unmatched", desired.revision, text))
+    found = matching.unmatched(desired)
+    if found:
+        key = ("unmatched", desired.revision, found)
+        run.note(Reason.MATCHES_NO_NODE, matching.unmatched_text(found), "Warning", key=key)
     return state, None
 
 

@@ -194,7 +194,7 @@ def status_of(state: SyncState, obj: Mapping[str, Any], name: str, p: Plan | Non
         last_attempted_revision=state.last_attempted or None,
         last_handled_resume=state.handled_resume or None,
         config_map=f"{desired.namespace}/{desired.configmap}" if desired else None,
-        warnings=tuple(str(w) for w in desired.warnings)[:50] if desired is not None and desired.warnings else None,
+        warnings=tuple(str(w) for w in desired.warnings[:50]) if desired is not None and desired.warnings else None,
     )
     extra = matching.condition(desired, state.moved)
     if state.revision_condition is not None:

@@ -287,6 +287,7 @@ def cmd_reconcile(args: argparse.Namespace) -> int:
             rec.start()
             result = rec.sync(fetch=True)
             rec.flush_status()
+            rec.flush_events(60)
         finally:
             rec.stop()
         _print_result(result)

@@ -124,3 +124,35 @@ def test_json_names_the_kind(capsys: pytest.CaptureFixture[str], repo: Path) -> 
     assert code == 0, out
     kinds = {s["file"].rsplit("/", 1)[-1]: s["kind"] for s in json.loads(out)["sources"]}
     assert kinds == {"config.yaml": "mig-config", "nodes.yaml": "nodes"}
+
+
+@pytest.mark.parametrize(
+    "text, rule",
+    [
+        (
+            "version: v1\nassignments:\n"
+            + "".join(f"  - nodes: [gpu-{i}]\n    config: all-disabled\n" for i in range(1001)),
+            "too-many-assignments",
+        ),
+        ("version: v1\nassignments: []\n" + "# padding\n" * 60_000, "nodes-file-too-large"),
+    ],
+    ids=["1001-assignments", "600-KB"],
+)
+def test_nodes_yaml_past_its_bounds_is_refused_by_validate_as_by_the_reconciler(
+    capsys: pytest.CaptureFixture[str], repo: Path, text: str, rule: str
+) -> None:
+    """One verdict: `migops validate` and the reconciler's loader refuse the file with the same rule and
+    words, naming the file and the bound."""
+    from migops.gitops.repo import MAX_ASSIGNMENTS, MAX_NODES_FILE_BYTES, RepoError, load_repo
+
+    (repo / "nodes.yaml").write_text(text)
+    files = {n: (repo / n).read_bytes() for n in ("config.yaml", "nodes.yaml")}
+    with pytest.raises(RepoError) as err:
+        load_repo(files, "")
+    (refused,) = [p for p in err.value.problems if p.severity == "error"]
+    assert refused.problem.rule == rule
+    bound = MAX_ASSIGNMENTS if rule == "too-many-assignments" else MAX_NODES_FILE_BYTES
+    assert f"the bound is {bound}" in refused.problem.message
+    code, out = run(capsys, "validate", str(repo / "nodes.yaml"))
+    assert code == 1 and f"[{rule}]" in out, out
+    assert refused.problem.message.replace("nodes.yaml is", f"{repo}/nodes.yaml is") in out, out

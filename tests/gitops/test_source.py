@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 from gitrepo import CONFIG_YAML, GitRepo
 
-from migops.gitops.source import MAX_FILE_BYTES, GitSource, SourceError, normalise_path
+from migops.gitops.repo import MAX_NODES_FILE_BYTES, RepoError, load_repo
+from migops.gitops.source import GitSource, SourceError, normalise_path
 
 
 @pytest.fixture
@@ -76,13 +77,22 @@ def test_git_never_prompts_for_credentials(tmp_path: Path) -> None:
     assert err.value.reason == "GitUnreachable"
 
 
-def test_too_large_file_is_refused(repo: GitRepo, tmp_path: Path) -> None:
-    sha = repo.commit({"big": "x" * (MAX_FILE_BYTES + 1)})
+def test_a_file_past_its_bound_is_read_and_refused_by_the_loader(repo: GitRepo, tmp_path: Path) -> None:
+    """Size is a verdict on the content (the loader's, which `migops validate` shares), not a failure to
+    read: a commit with a nodes.yaml past its bound is invalid, not unreachable."""
+    from gitrepo import CONFIG_YAML
+
+    big = "version: v1\nassignments: []\n" + "#" * MAX_NODES_FILE_BYTES
+    sha = repo.commit({"config.yaml": CONFIG_YAML, "nodes.yaml": big})
     src = GitSource(repo.url, "main", cache_dir=tmp_path)
     src.fetch()
-    with pytest.raises(SourceError) as err:
-        src.read_files(sha, ["big"])
-    assert err.value.reason == "FileTooLarge"
+    files = src.read_files(sha, ["config.yaml", "nodes.yaml"])
+    assert files["nodes.yaml"] == big.encode()
+    with pytest.raises(RepoError) as err:
+        load_repo(files, "", sha)
+    (problem,) = err.value.problems
+    assert (problem.file, problem.problem.rule) == ("nodes.yaml", "nodes-file-too-large")
+    assert f"the bound is {MAX_NODES_FILE_BYTES} bytes" in str(problem)
 
 
 @pytest.mark.parametrize(("raw", "want"), [("", ""), (".", ""), ("./a/b/", "a/b"), ("a//b", "a/b")])

@@ -57,7 +57,7 @@ def test_managed_nodes_carry_managed_by_and_an_unmanaged_node_is_left_alone(
     for _ in range(3):
         rec.sync(fetch=False)
     assert labels_of(rapi, names)[names[0]][MIG_CONFIG_LABEL] == "all-3g.40gb"  # not reverted
-    assert not events_for(rapi, names[0], "DriftReverted")
+    assert rec.flush_events() and not events_for(rapi, names[0], "DriftReverted")
     assert _annotations(rapi, names[1])[MANAGED_BY_ANNOTATION] == owner
     rec.flush_status()
     status = migsync(rapi, rec.name)["status"]
@@ -208,7 +208,36 @@ def test_assignments_matching_no_node_warn_and_max_defaulted_refuses_the_commit(
     assert matched["status"] == "False" and "assignments[0] matches no node" in matched["message"]
     assert "gpu-node-99 does not exist" in matched["message"] and "moves 2 node(s) to default" in matched["message"]
     assert any("matches no node" in w for w in status["status"]["warnings"])
+    assert rec.flush_events()
     assert events_for(rapi, rec.name, "MatchesNoNode", NS) and events_for(rapi, rec.name, "MovedToDefault", NS)
+
+
+def test_thousands_of_unmatched_entries_make_one_event_said_once_and_a_short_condition(
+    rapi, repo, gpu_nodes, make_reconciler
+) -> None:
+    """A nodes.yaml listing many nodes the cluster does not have (yet): one MatchesNoNode Event for them
+    all (their count, the first few), not again on later syncs while they stay the same; the condition
+    says the same in a few lines. Each listed name was an Event of its own, again on later syncs."""
+    names = gpu_nodes(1, pool="few")
+    joining = "".join(f"      - joining-{i:04d}\n" for i in range(1200))
+    repo.commit(
+        {
+            "config.yaml": CONFIG_YAML,
+            "nodes.yaml": _pool("few") + f"  - config: all-3g.40gb\n    nodes:\n{joining}",
+        }
+    )
+    rec = make_reconciler(repo.url)
+    assert rec.sync().outcome == "Applied"
+    agent_reports(rapi, CONFIG_YAML, names)
+    for fetch in (False, True, False):
+        rec.sync(fetch=fetch)
+    rec.flush_status()
+    assert rec.flush_events()
+    (event,) = events_for(rapi, rec.name, "MatchesNoNode", NS)
+    assert event.count == 1 and event.message.startswith("1200 entries match no node: ")
+    assert "joining-0000 does not exist" in event.message and event.message.endswith("and 1195 more")
+    matched = condition(migsync(rapi, rec.name), "AssignmentsMatched")
+    assert matched["status"] == "False" and matched["message"] == event.message
 
 
 def test_a_node_past_its_progress_deadline_stalls_with_its_name_an_event_and_a_metric(
@@ -231,6 +260,7 @@ def test_a_node_past_its_progress_deadline_stalls_with_its_name_an_event_and_a_m
     stalled = condition(migsync(rapi, rec.name), "Stalled")
     assert stalled["status"] == "True" and stalled["reason"] == "ProgressDeadlineExceeded"
     assert names[0] in stalled["message"] and "progressDeadlineSeconds 2" in stalled["message"]
+    assert rec.flush_events()
     (event,) = events_for(rapi, names[0], "ProgressDeadlineExceeded")
     assert event.type == "Warning"
     assert rec.metrics.past_deadline._value.get() == 1
@@ -254,6 +284,7 @@ def test_status_after_a_kill_is_rebuilt_from_the_cluster(rapi, repo, gpu_nodes, 
     fresh.flush_status()
     status = migsync(rapi, name)["status"]
     assert {n["name"]: n.get("revision") for n in status["nodes"]} == {n: revision for n in names}
+    assert fresh.flush_events()
     (event,) = events_for(rapi, name, "ReconciliationSucceeded", NS)
     took = float(event.message.rsplit(" in ", 1)[1].rstrip("s"))
     assert took >= 2.0  # counted from when the revision was first adopted, not from the restart
@@ -279,6 +310,7 @@ def test_the_migsync_crd_installed_after_start_is_picked_up(rapi, repo, gpu_node
         assert rec.sync().outcome == "Applied"  # works without it; no status to write
         assert labels_of(rapi, names)[names[0]][MIG_CONFIG_LABEL] == "all-1g.10gb"
         # Its Events go on the MIG ConfigMap of the revision this first sync adopted.
+        assert rec.flush_events()
         assigned = events_for(rapi, "default-mig-parted-config", "MigConfigAssigned", "gpu-operator")
         assert any(names[0] in e.message for e in assigned), [e.message for e in assigned]
         install_crd(rapi, field_manager="migops-test")

@@ -117,7 +117,7 @@ def test_bad_commits_are_not_applied_and_name_file_and_path(rapi, repo, gpu_node
         assert rec.metrics.writes("nodes") + rec.metrics.writes("configmaps") == writes
         assert {labels_of(rapi, names)[n][MIG_CONFIG_LABEL] for n in names} == {"all-1g.10gb"}
         repo.git("reset", "-q", "--hard", good)
-    assert events_for(rapi, rec.name, "ValidationFailed", "migops-system")
+    assert rec.flush_events() and events_for(rapi, rec.name, "ValidationFailed", "migops-system")
 
 
 def test_only_commits_signed_by_a_trusted_key_are_applied(rapi, repo, gpu_nodes, make_reconciler, tmp_path) -> None:
@@ -157,6 +157,7 @@ def test_drift_is_reverted_with_an_event(rapi, repo, gpu_nodes, make_reconciler)
     # The two edits reach the informers as two events: a sync may come between them.
     cm_text = lambda: core.read_namespaced_config_map("default-mig-parted-config", "gpu-operator").data["config.yaml"]  # noqa: E731
     eventually(lambda: rec.sync(fetch=False) is not None and cm_text() == CONFIG_YAML, timeout=20)
+    assert rec.flush_events()
     (event,) = events_for(rapi, names[0], "DriftReverted")
     assert event.type == "Warning" and "put back to 'all-1g.10gb'" in event.message
     assert events_for(rapi, "default-mig-parted-config", "DriftReverted", "gpu-operator")

@@ -65,6 +65,7 @@ def test_the_proposal_is_published_not_applied(rapi, repo, gpu_nodes, make_recon
         assert status.get("conditions")  # the reconciler's own status is still there, beside it
         assert [c["to"] for c in found["changes"]] == ["all-3g.40gb"]  # 2 per GPU x 8 GPUs: one node serves all
         assert rec.metrics.pending_mig.labels("3g.40gb")._value.get() == 3
+        assert rec.flush_events()
         assert any(
             "serve 3 of 3 pending MIG pods" in e.message for e in events_for(rapi, rec.name, "MigSuggestionChanged")
         )
@@ -73,6 +74,7 @@ def test_the_proposal_is_published_not_applied(rapi, repo, gpu_nodes, make_recon
         s = rec.suggester()
         s.publish()
         s.publish()
+        assert rec.flush_events()
         assert len(events_for(rapi, rec.name, "MigSuggestionChanged")) <= 2
     finally:
         core.delete_collection_namespaced_pod(ns, grace_period_seconds=0)  # no namespace controller runs here
