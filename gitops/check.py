@@ -96,61 +96,16 @@ def check_nodes(
         doc = read_first(text)
     except MigError as exc:
         return NodesCheck(file, config_file, 0, exc.problems)
-    names = {CONFIG_FILE: config_text, NODES_FILE: text}
     try:
-        spec = load_repo(names, "")
+        spec = load_repo({CONFIG_FILE: config_text, NODES_FILE: text}, "")
     except RepoError as exc:
-        mine = [p.problem for p in exc.problems if p.file == NODES_FILE]
-        if config_text is None:
-            mine.append(
-                Problem(
-                    "",
-                    "config-file-missing",
-                    f"no {config_file} beside it: the config names are "
-                    "not checked (the reconciler reads both from one directory)",
-                )
-            )
-        elif any(p.file == CONFIG_FILE and p.severity == "error" for p in exc.problems):
-            mine.append(
-                Problem(
-                    "",
-                    "config-file-invalid",
-                    f"{config_file} is invalid (`migops validate "
-                    f"{config_file}` shows why): the config names are not checked",
-                )
-            )
-        return NodesCheck(file, config_file, _written(doc), tuple(_located(doc, mine)))
+        return NodesCheck(
+            file, config_file, _written(doc), tuple(_located(doc, _refused(exc, config_text, config_file)))
+        )
     problems = [p.problem for p in spec.warnings if p.file == NODES_FILE]
     strategy = strategy or spec.nodes.strategy
-    cat = catalogue()
     for a in spec.nodes.assignments:
-        where = key_path(a.path, "config")
-        found: tuple[Problem, ...] = ()
-        if gpus:
-            found = _fit(spec, a.config, NodeGpus(tuple(gpus), True), strategy)
-            on = f"a node with {', '.join(dict.fromkeys(g.name for g in gpus))} (--gpu)"
-        else:
-            for name in _models(a):
-                try:
-                    model = cat.resolve(name.split("-MIG-")[0])
-                except UnknownGpuError:
-                    problems.append(
-                        Problem(
-                            a.path,
-                            "unknown-gpu-model",
-                            f"the selector names {name!r}, which is no GPU migops knows (see `migops gpus`)",
-                            "warning",
-                        )
-                    )
-                    continue
-                found = _fit(spec, a.config, NodeGpus((model,), False), strategy)
-                on = f"{model.name} (the selector's {name})"
-                if found:
-                    break
-        for p in found:
-            problems.append(
-                Problem(where, "does-not-fit", f"config {a.config!r} cannot be applied to {on}: {config_file}: {p}")
-            )
+        problems += _assignment_fit(spec, a, gpus, strategy, config_file)
     if gpus and spec.nodes.default is not None:
         for p in _fit(spec, spec.nodes.default, NodeGpus(tuple(gpus), True), strategy):
             problems.append(
@@ -162,3 +117,62 @@ def check_nodes(
                 )
             )
     return NodesCheck(file, config_file, len(spec.nodes.assignments), tuple(_located(doc, problems)))
+
+
+def _refused(exc: RepoError, config_text: bytes | None, config_file: str) -> list[Problem]:
+    """The loader's problems in nodes.yaml, and why the config names went unchecked when they did."""
+    mine = [p.problem for p in exc.problems if p.file == NODES_FILE]
+    if config_text is None:
+        mine.append(
+            Problem(
+                "",
+                "config-file-missing",
+                f"no {config_file} beside it: the config names are "
+                "not checked (the reconciler reads both from one directory)",
+            )
+        )
+    elif any(p.file == CONFIG_FILE and p.severity == "error" for p in exc.problems):
+        mine.append(
+            Problem(
+                "",
+                "config-file-invalid",
+                f"{config_file} is invalid (`migops validate "
+                f"{config_file}` shows why): the config names are not checked",
+            )
+        )
+    return mine
+
+
+def _assignment_fit(
+    spec: RepoSpec, a: Assignment, gpus: Sequence[GpuModel], strategy: Strategy | None, config_file: str
+) -> list[Problem]:
+    """Whether the assignment's config fits the GPUs given (--gpu), else the models its selector names."""
+    found: tuple[Problem, ...] = ()
+    problems: list[Problem] = []
+    if gpus:
+        found = _fit(spec, a.config, NodeGpus(tuple(gpus), True), strategy)
+        on = f"a node with {', '.join(dict.fromkeys(g.name for g in gpus))} (--gpu)"
+    else:
+        for name in _models(a):
+            try:
+                model = catalogue().resolve(name.split("-MIG-")[0])
+            except UnknownGpuError:
+                problems.append(
+                    Problem(
+                        a.path,
+                        "unknown-gpu-model",
+                        f"the selector names {name!r}, which is no GPU migops knows (see `migops gpus`)",
+                        "warning",
+                    )
+                )
+                continue
+            found = _fit(spec, a.config, NodeGpus((model,), False), strategy)
+            on = f"{model.name} (the selector's {name})"
+            if found:
+                break
+    where = key_path(a.path, "config")
+    for p in found:
+        problems.append(
+            Problem(where, "does-not-fit", f"config {a.config!r} cannot be applied to {on}: {config_file}: {p}")
+        )
+    return problems

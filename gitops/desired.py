@@ -13,7 +13,7 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict, defaultdict
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from migops.api.migsync import NODES_FILE
@@ -107,80 +107,122 @@ def resolve(
 ) -> DesiredState:
     """Assign configs to `nodes` (name -> Node object) and check each fits. Raises RepoError."""
     cache = cache or FitCache()
-    nodes_file = spec.file(NODES_FILE)
-    cfg = spec.nodes
-    problems: list[RepoProblem] = []
-    strategy = settings.strategy
-    if cfg.strategy is not None and cfg.strategy != settings.strategy_text:
-        problems.append(
-            RepoProblem(
-                nodes_file,
-                Problem(
-                    "strategy",
-                    "strategy-mismatch",
-                    f"strategy {cfg.strategy!r} does not match the cluster's MIG strategy {settings.strategy_text!r} "
-                    f"(ClusterPolicy {settings.policy or '(none: the default)'} spec.mig.strategy); nothing is applied",
-                ),
-            )
-        )
-        raise RepoError(problems, reason=SourceReason.STRATEGY_MISMATCH)
-    namespace = cfg.configmap_namespace or settings.namespace
-    configmap = cfg.configmap_name or settings.config_name
-    warnings: list[RepoProblem] = []
-    if (namespace, configmap) != settings.configmap:
-        warnings.append(
-            RepoProblem(
-                nodes_file,
-                Problem(
-                    "configMap",
-                    "configmap-not-read",
-                    f"configMap {namespace}/{configmap} is not the one the GPU Operator's mig-manager reads "
-                    f"({settings.namespace}/{settings.config_name}, from the ClusterPolicy)",
-                    "warning",
-                ),
-            )
-        )
+    found = _Found(spec.file(NODES_FILE))
+    _check_strategy(spec, settings, found)
+    namespace, configmap = _configmap(spec, settings, found)
+    chosen: dict[str, tuple[str, str]] = {}  # node -> (config, the nodes.yaml path that chose it)
+    named = _listed(spec, nodes, chosen, found)
+    _selected(spec, nodes, named, chosen, found)
+    gpu_of = _gpus(spec, nodes, chosen, found)
+    targets = _fitted(spec, chosen, gpu_of, settings.strategy, cache, found)
+    _unassigned(spec, targets, settings.strategy, cache, found)
+    found.report_failures(gpu_of)
+    if found.problems:
+        raise RepoError(found.problems + found.warnings)
+    warnings = tuple(spec.warnings) + tuple(found.warnings)
+    return DesiredState(spec, settings.strategy, namespace, configmap, targets, warnings)
 
-    chosen: dict[str, tuple[str, str]] = {}  # node -> (config, source path)
+
+@dataclass
+class _Found:
+    """What resolving found so far: errors, warnings, and the nodes each config does not fit."""
+
+    nodes_file: str
+    problems: list[RepoProblem] = field(default_factory=list)
+    warnings: list[RepoProblem] = field(default_factory=list)
+    # (the path that chose the config, the config, why it does not fit) -> the nodes
+    failures: defaultdict[tuple[str, str, str], list[str]] = field(default_factory=lambda: defaultdict(list))
+    causes: dict[str, Problem] = field(default_factory=dict)  # a failure's text -> the MIG core's problem
+
+    def error(self, path: str, rule: str, message: str) -> None:
+        self.problems.append(RepoProblem(self.nodes_file, Problem(path, rule, message)))
+
+    def warning(self, path: str, rule: str, message: str) -> None:
+        self.warnings.append(RepoProblem(self.nodes_file, Problem(path, rule, message, "warning")))
+
+    def report_failures(self, gpu_of: Mapping[str, NodeGpus]) -> None:
+        """One problem per (assignment, config, reason), naming the nodes it concerns."""
+        for (source, config, why), names in sorted(self.failures.items()):
+            self.problems.append(
+                RepoProblem(
+                    self.nodes_file,
+                    Problem(
+                        key_path(source, "config") if source != "default" else "default",
+                        "does-not-fit-node",
+                        f"config {config!r} cannot be applied to {_some(names)}{_describe(gpu_of.get(names[0]))}: {why}",
+                    ),
+                    tuple(c for c in (self.causes.get(why),) if c),
+                )
+            )
+
+
+def _check_strategy(spec: RepoSpec, settings: MigSettings, found: _Found) -> None:
+    """nodes.yaml's strategy, when it states one, is the cluster's; else nothing is applied."""
+    stated = spec.nodes.strategy
+    if stated is not None and stated != settings.strategy_text:
+        found.error(
+            "strategy",
+            "strategy-mismatch",
+            f"strategy {stated!r} does not match the cluster's MIG strategy {settings.strategy_text!r} "
+            f"(ClusterPolicy {settings.policy or '(none: the default)'} spec.mig.strategy); nothing is applied",
+        )
+        raise RepoError(found.problems, reason=SourceReason.STRATEGY_MISMATCH)
+
+
+def _configmap(spec: RepoSpec, settings: MigSettings, found: _Found) -> tuple[str, str]:
+    """The MIG ConfigMap written (nodes.yaml's, else the ClusterPolicy's); warned when mig-manager reads another."""
+    namespace = spec.nodes.configmap_namespace or settings.namespace
+    configmap = spec.nodes.configmap_name or settings.config_name
+    if (namespace, configmap) != settings.configmap:
+        found.warning(
+            "configMap",
+            "configmap-not-read",
+            f"configMap {namespace}/{configmap} is not the one the GPU Operator's mig-manager reads "
+            f"({settings.namespace}/{settings.config_name}, from the ClusterPolicy)",
+        )
+    return namespace, configmap
+
+
+def _listed(
+    spec: RepoSpec, nodes: Mapping[str, Mapping[str, Any]], chosen: dict[str, tuple[str, str]], found: _Found
+) -> dict[str, str]:
+    """The nodes assignments list by name (node -> the assignment's path); those in the cluster are chosen."""
     named: dict[str, str] = {}
-    for a in cfg.assignments:
+    for a in spec.nodes.assignments:
         for name in a.nodes or ():
             if name in named and named[name] != a.path:
-                problems.append(
-                    RepoProblem(
-                        nodes_file,
-                        Problem(
-                            key_path(a.path, "nodes"),
-                            "node-assigned-twice",
-                            f"node {name} is also listed in {named[name]}",
-                        ),
-                    )
+                found.error(
+                    key_path(a.path, "nodes"), "node-assigned-twice", f"node {name} is also listed in {named[name]}"
                 )
                 continue
             named[name] = a.path
             if name in nodes:
                 chosen[name] = (a.config, a.path)
             else:
-                warnings.append(
-                    RepoProblem(
-                        nodes_file,
-                        Problem(
-                            key_path(a.path, "nodes"),
-                            "node-not-found",
-                            f"{a.path} matches no node: node {name} does not exist (yet); it gets {a.config!r} when it "
-                            "joins",
-                            "warning",
-                        ),
-                    )
+                found.warning(
+                    key_path(a.path, "nodes"),
+                    "node-not-found",
+                    f"{a.path} matches no node: node {name} does not exist (yet); it gets {a.config!r} when it joins",
                 )
-    selectors = [a for a in cfg.assignments if a.selector is not None]
+    return named
+
+
+def _selected(
+    spec: RepoSpec,
+    nodes: Mapping[str, Mapping[str, Any]],
+    named: Mapping[str, str],
+    chosen: dict[str, tuple[str, str]],
+    found: _Found,
+) -> None:
+    """The nodes not listed by name that one selector matches; two matching one node is an error."""
+    selectors = [a for a in spec.nodes.assignments if a.selector is not None]
     clashes: dict[tuple[str, str], list[str]] = defaultdict(list)
     matched: set[str] = set()  # selectors' paths that match some node
     for name, node in nodes.items():
         if name in named:
             continue
-        found = labels(node)
-        hits = [a for a in selectors if a.selector.matches(found)]  # type: ignore[union-attr]
+        found_labels = labels(node)
+        hits = [a for a in selectors if a.selector.matches(found_labels)]  # type: ignore[union-attr]
         matched.update(a.path for a in hits)
         if len(hits) > 1:
             clashes[(hits[0].path, hits[1].path)].append(name)
@@ -188,104 +230,89 @@ def resolve(
             chosen[name] = (hits[0].config, hits[0].path)
     for a in selectors:
         if a.path not in matched:
-            warnings.append(
-                RepoProblem(
-                    nodes_file,
-                    Problem(
-                        key_path(a.path, "nodeSelector"),
-                        "matches-no-node",
-                        f"{a.path} matches no node: no node (not listed by name) has the labels its nodeSelector asks "
-                        f"for, so nothing gets {a.config!r} from it",
-                        "warning",
-                    ),
-                )
+            found.warning(
+                key_path(a.path, "nodeSelector"),
+                "matches-no-node",
+                f"{a.path} matches no node: no node (not listed by name) has the labels its nodeSelector asks "
+                f"for, so nothing gets {a.config!r} from it",
             )
     for (first, second), names in sorted(clashes.items()):
-        problems.append(
-            RepoProblem(
-                nodes_file,
-                Problem(
-                    second,
-                    "selectors-overlap",
-                    f"{_some(names)} {'matches' if len(names) == 1 else 'match'} both {first} and {second}; "
-                    "a node may match one selector only (list it under nodes: to choose)",
-                ),
-            )
+        found.error(
+            second,
+            "selectors-overlap",
+            f"{_some(names)} {'matches' if len(names) == 1 else 'match'} both {first} and {second}; "
+            "a node may match one selector only (list it under nodes: to choose)",
         )
 
-    failures: dict[tuple[str, str, str], list[str]] = defaultdict(list)
-    causes: dict[str, Problem] = {}  # a failure's text -> the MIG core's problem it reports
+
+def _gpus(
+    spec: RepoSpec, nodes: Mapping[str, Mapping[str, Any]], chosen: dict[str, tuple[str, str]], found: _Found
+) -> dict[str, NodeGpus]:
+    """Each node's GPUs; an assigned node whose GPUs cannot be read fails, the other GPU nodes get `default`."""
     gpu_of: dict[str, NodeGpus] = {}
     for name, node in nodes.items():
-        explicit = name in chosen
+        explicit = chosen.get(name)
         try:
             gpus = node_gpus(node)
         except UnknownGpuError as exc:
             if explicit:
-                failures[(chosen[name][1], chosen[name][0], f"the node's GPU is not in the catalogue: {exc}")].append(
+                found.failures[(explicit[1], explicit[0], f"the node's GPU is not in the catalogue: {exc}")].append(
                     name
                 )
             continue
         if gpus is None:
             if explicit:
-                failures[
-                    (
-                        chosen[name][1],
-                        chosen[name][0],
-                        "the node shows no GPU (no migops.io/gpus annotation, device-ID or GFD product label)",
-                    )
-                ].append(name)
+                why = "the node shows no GPU (no migops.io/gpus annotation, device-ID or GFD product label)"
+                found.failures[(explicit[1], explicit[0], why)].append(name)
             continue
         gpu_of[name] = gpus
-        if not explicit and cfg.default is not None:
-            chosen[name] = (cfg.default, "default")
+        if not explicit and spec.nodes.default is not None:
+            chosen[name] = (spec.nodes.default, "default")
+    return gpu_of
+
+
+def _fitted(
+    spec: RepoSpec,
+    chosen: Mapping[str, tuple[str, str]],
+    gpu_of: Mapping[str, NodeGpus],
+    strategy: Strategy | None,
+    cache: FitCache,
+    found: _Found,
+) -> dict[str, NodeTarget]:
+    """The targets: each chosen node with readable GPUs and its config; the configs that do not fit fail."""
     targets: dict[str, NodeTarget] = {}
     digests: dict[str, str] = {}
     for name, (config, source) in chosen.items():
         gpus = gpu_of.get(name)
         if gpus is None:
-            continue  # reported above
+            continue  # reported by `_gpus`
         for p in cache.check(spec, config, gpus, strategy):
             why = f"{spec.file('config.yaml')}: {p}"
-            failures[(source, config, why)].append(name)
-            causes[why] = p
+            found.failures[(source, config, why)].append(name)
+            found.causes[why] = p
         digest = digests.get(config) or digests.setdefault(config, spec.digest(config))
         targets[name] = NodeTarget(config, digest, source)
-    # A config no node has now must still fit some GPU: the node it is meant for may join tomorrow. One
-    # that nodes.yaml does not name at all is written into the MIG ConfigMap all the same, where the
-    # webhook judges it against the catalogue with no strategy (webhook/configmaps.judge; `migops validate`
-    # judges every config of the file): its errors refuse the commit here too, rather than meet a 422.
+    return targets
+
+
+def _unassigned(
+    spec: RepoSpec, targets: Mapping[str, NodeTarget], strategy: Strategy | None, cache: FitCache, found: _Found
+) -> None:
+    """A config no node has now must still fit some GPU: the node it is meant for may join tomorrow. One
+    that nodes.yaml does not name at all is written into the MIG ConfigMap all the same, where the
+    webhook judges it against the catalogue with no strategy (webhook/configmaps.judge; `migops validate`
+    judges every config of the file): its errors refuse the commit here too, rather than meet a 422."""
     in_use = {t.config for t in targets.values()}
-    referenced = referenced_configs(cfg)
+    referenced = referenced_configs(spec.nodes)
     for name in spec.config.names():
         if name in in_use:
             continue
         path = referenced.get(name)
-        where = (
-            f"is named at {path} in {nodes_file}"
-            if path
-            else "is named by no assignment but is written into the MIG ConfigMap"
-        )
+        where = f"is named at {path} in {found.nodes_file}" if path else UNASSIGNED
         for p in cache.catalogue(spec, name, strategy if path else None):
-            problems.append(
+            found.problems.append(
                 RepoProblem(spec.file("config.yaml"), Problem(p.path, p.rule, f"{p.message} (config {name!r} {where})"))
             )
-    for (source, config, why), names in sorted(failures.items()):
-        model = _describe(gpu_of.get(names[0]))
-        problems.append(
-            RepoProblem(
-                nodes_file,
-                Problem(
-                    key_path(source, "config") if source != "default" else "default",
-                    "does-not-fit-node",
-                    f"config {config!r} cannot be applied to {_some(names)}{model}: {why}",
-                ),
-                tuple(c for c in (causes.get(why),) if c),
-            )
-        )
-    if problems:
-        raise RepoError(problems + warnings)
-    return DesiredState(spec, strategy, namespace, configmap, targets, tuple(spec.warnings) + tuple(warnings))
 
 
 def _some(names: list[str]) -> str:

@@ -30,6 +30,12 @@ CLI_MANAGER = "migops-cli"  # field manager of a MigSync spec written from the c
 
 
 def register(sub: argparse._SubParsersAction) -> None:
+    _register_reconcile(sub)
+    _register_diff(sub)
+    _register_status(sub)
+
+
+def _register_reconcile(sub: argparse._SubParsersAction) -> None:
     r = sub.add_parser(
         "reconcile",
         help="sync a config repo into the cluster (MIG ConfigMap + node labels)",
@@ -65,6 +71,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     logs.add_arguments(r)
     r.set_defaults(func=cmd_reconcile)
 
+
+def _register_diff(sub: argparse._SubParsersAction) -> None:
     d = sub.add_parser(
         "diff",
         help="what the config repo would change in the cluster (for pull-request checks)",
@@ -85,6 +93,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     d.set_defaults(func=cmd_diff)
 
+
+def _register_status(sub: argparse._SubParsersAction) -> None:
     s = sub.add_parser(
         "status",
         help="MigSync status: conditions, revisions, nodes",
