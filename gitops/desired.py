@@ -5,7 +5,7 @@ Explicit `nodes:` lists win over selectors; a node two selectors match (or two l
 (from `migops.api.objects.node_gpus`) under the cluster's MIG strategy, as `migops.mig.fit` answers it
 (the node's own report and the errors of the config's text, the same verdict as the webhook's and
 `migops validate`'s): one failing node makes the whole commit invalid, so nothing of it is applied. The verdicts are cached
-by (config entries, GPUs, strategy): 2,000 nodes of three models cost three validations.
+by (config entries, GPUs, strategy): however many nodes share a model, it is validated once per config.
 """
 
 from __future__ import annotations
