@@ -134,11 +134,11 @@ class _Found:
     failures: defaultdict[tuple[str, str, str], list[str]] = field(default_factory=lambda: defaultdict(list))
     causes: dict[str, Problem] = field(default_factory=dict)  # a failure's text -> the MIG core's problem
 
-    def error(self, path: str, rule: str, message: str) -> None:
-        self.problems.append(RepoProblem(self.nodes_file, Problem(path, rule, message)))
+    def error(self, problem: Problem) -> None:
+        self.problems.append(RepoProblem(self.nodes_file, problem))
 
-    def warning(self, path: str, rule: str, message: str) -> None:
-        self.warnings.append(RepoProblem(self.nodes_file, Problem(path, rule, message, "warning")))
+    def warning(self, problem: Problem) -> None:
+        self.warnings.append(RepoProblem(self.nodes_file, problem))
 
     def report_failures(self, gpu_of: Mapping[str, NodeGpus]) -> None:
         """One problem per (assignment, config, reason), naming the nodes it concerns."""
@@ -161,10 +161,12 @@ def _check_strategy(spec: RepoSpec, settings: MigSettings, found: _Found) -> Non
     stated = spec.nodes.strategy
     if stated is not None and stated != settings.strategy_text:
         found.error(
-            "strategy",
-            "strategy-mismatch",
-            f"strategy {stated!r} does not match the cluster's MIG strategy {settings.strategy_text!r} "
-            f"(ClusterPolicy {settings.policy or '(none: the default)'} spec.mig.strategy); nothing is applied",
+            Problem(
+                "strategy",
+                "strategy-mismatch",
+                f"strategy {stated!r} does not match the cluster's MIG strategy {settings.strategy_text!r} "
+                f"(ClusterPolicy {settings.policy or '(none: the default)'} spec.mig.strategy); nothing is applied",
+            )
         )
         raise RepoError(found.problems, reason=SourceReason.STRATEGY_MISMATCH)
 
@@ -175,10 +177,13 @@ def _configmap(spec: RepoSpec, settings: MigSettings, found: _Found) -> tuple[st
     configmap = spec.nodes.configmap_name or settings.config_name
     if (namespace, configmap) != settings.configmap:
         found.warning(
-            "configMap",
-            "configmap-not-read",
-            f"configMap {namespace}/{configmap} is not the one the GPU Operator's mig-manager reads "
-            f"({settings.namespace}/{settings.config_name}, from the ClusterPolicy)",
+            Problem(
+                "configMap",
+                "configmap-not-read",
+                f"configMap {namespace}/{configmap} is not the one the GPU Operator's mig-manager reads "
+                f"({settings.namespace}/{settings.config_name}, from the ClusterPolicy)",
+                "warning",
+            )
         )
     return namespace, configmap
 
@@ -192,7 +197,9 @@ def _listed(
         for name in a.nodes or ():
             if name in named and named[name] != a.path:
                 found.error(
-                    key_path(a.path, "nodes"), "node-assigned-twice", f"node {name} is also listed in {named[name]}"
+                    Problem(
+                        key_path(a.path, "nodes"), "node-assigned-twice", f"node {name} is also listed in {named[name]}"
+                    )
                 )
                 continue
             named[name] = a.path
@@ -200,9 +207,12 @@ def _listed(
                 chosen[name] = (a.config, a.path)
             else:
                 found.warning(
-                    key_path(a.path, "nodes"),
-                    "node-not-found",
-                    f"{a.path} matches no node: node {name} does not exist (yet); it gets {a.config!r} when it joins",
+                    Problem(
+                        key_path(a.path, "nodes"),
+                        "node-not-found",
+                        f"{a.path} matches no node: node {name} does not exist (yet); it gets {a.config!r} when it joins",
+                        "warning",
+                    )
                 )
     return named
 
@@ -231,17 +241,22 @@ def _selected(
     for a in selectors:
         if a.path not in matched:
             found.warning(
-                key_path(a.path, "nodeSelector"),
-                "matches-no-node",
-                f"{a.path} matches no node: no node (not listed by name) has the labels its nodeSelector asks "
-                f"for, so nothing gets {a.config!r} from it",
+                Problem(
+                    key_path(a.path, "nodeSelector"),
+                    "matches-no-node",
+                    f"{a.path} matches no node: no node (not listed by name) has the labels its nodeSelector asks "
+                    f"for, so nothing gets {a.config!r} from it",
+                    "warning",
+                )
             )
     for (first, second), names in sorted(clashes.items()):
         found.error(
-            second,
-            "selectors-overlap",
-            f"{_some(names)} {'matches' if len(names) == 1 else 'match'} both {first} and {second}; "
-            "a node may match one selector only (list it under nodes: to choose)",
+            Problem(
+                second,
+                "selectors-overlap",
+                f"{_some(names)} {'matches' if len(names) == 1 else 'match'} both {first} and {second}; "
+                "a node may match one selector only (list it under nodes: to choose)",
+            )
         )
 
 
