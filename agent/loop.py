@@ -79,6 +79,11 @@ class Look:
 
 def tick(state: AgentState, look: Look, ports: AgentPorts, policy: LoopPolicy) -> Done:
     """Look once: the flow, a retry or a drift check when one is due; (state, None) when nothing was."""
+    if look.request.waiting is not None and look.request.key != state.key:
+        return wait_for_verdict(state, look, ports, policy)
+    if state.waiting is not None:
+        log.info("the MIG ConfigMap's content is the revision in force again, or a new one: acting on it")
+        state = replace(state, waiting=None)
     if look.request.key != state.key or state.outcome is None:
         return begin(state, look, ports, policy)
     if look.rebooted:
@@ -93,6 +98,15 @@ def tick(state: AgentState, look: Look, ports: AgentPorts, policy: LoopPolicy) -
     if policy.drift.enabled and now >= state.drift.next_check:
         return check_drift(state, look, ports, policy)
     return state, None
+
+
+def wait_for_verdict(state: AgentState, look: Look, ports: AgentPorts, policy: LoopPolicy) -> Done:
+    """New content the reconciler is about to put back (agent/watch.py): nothing is applied, and drift is
+    neither checked nor repaired meanwhile (a repair would apply that content). Said once in the log."""
+    if state.waiting != look.request.waiting:
+        log.warning("MIG config %r not applied: %s", look.request.name, look.request.waiting)
+    d = replace(state.drift, next_check=ports.clock() + policy.drift.interval)
+    return replace(state, waiting=look.request.waiting, drift=d), None
 
 
 def begin(state: AgentState, look: Look, ports: AgentPorts, policy: LoopPolicy) -> Done:

@@ -51,6 +51,9 @@ class ConfigRequest:
     problem: str | None  # the ConfigMap is missing, unreadable, or does not parse
     strategy: Strategy
     clients_namespace: str
+    # Why the content is not acted on yet: a MigSync manages the node and its applied record holds another
+    # text (agent/watch.py). Not part of the key: the same content is acted on once the verdict is in.
+    waiting: str | None = None
 
     @property
     def digest(self) -> str | None:
@@ -87,6 +90,7 @@ class AgentState:
     failures: int = 0  # failed runs in a row
     next_retry: float = 0.0  # monotonic time of the next retry of a failure
     drift: DriftState = DriftState()
+    waiting: str | None = None  # the reconciler's verdict on the MIG ConfigMap's content waited for, and why
 
     @property
     def retrying(self) -> bool:

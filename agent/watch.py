@@ -1,10 +1,17 @@
 """What the agent watches: its own Node, the ClusterPolicy (MIG strategy, the MIG ConfigMap's name), the
-MIG ConfigMap, and the pods on its node; and the request they make together (`ConfigRequest`: the
-node's config name, its content as this node sees it, the strategy). Every change wakes the loop.
+MIG ConfigMap, the applied record of the MigSync that manages the node, and the pods on its node; and the
+request they make together (`ConfigRequest`: the node's config name, its content as this node sees it,
+the strategy). Every change wakes the loop.
+
+While a MigSync manages the node, git owns the MIG ConfigMap's content: the reconciler puts back a text
+that is not the revision in force. The request then says it waits (`ConfigRequest.waiting`): the agent
+does not re-partition for content the reconciler is about to revert, and acts once the reconciler's
+verdict is in (the text put back, or a new revision recorded with that very text).
 """
 
 from __future__ import annotations
 
+import logging
 import threading
 from dataclasses import dataclass, replace
 from typing import Any
@@ -13,13 +20,17 @@ from kubernetes import client as k8s
 
 from migops.agent.kube import NodeIO
 from migops.agent.state import ConfigRequest
-from migops.api.names import CONFIGMAP_KEY
+from migops.api import objects
+from migops.api.migsync import RECORD_DIGEST_KEY, RECORD_REVISION_KEY, config_text_digest, record_name
+from migops.api.names import CONFIGMAP_KEY, MANAGED_BY_ANNOTATION
 from migops.api.objects import DEFAULT_STRATEGY, MigSettings, NodeFacts, settings_from_policies
 from migops.kube import clusterpolicy, owners
 from migops.kube.informer import Informer
 from migops.mig.problems import MigError
 from migops.mig.spec import MigPartedConfig, parse_config
 from migops.mig.strategy import Strategy
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -29,6 +40,47 @@ class Overrides:
     config_map: tuple[str, str] | None = None  # (namespace, name)
     strategy: Strategy | None = None
     clients_namespace: str | None = None
+
+
+class OneConfigMap:
+    """An informer on one ConfigMap, by name (what the agent's RBAC grants), started again when the
+    name it is asked for changes."""
+
+    def __init__(self, core: k8s.CoreV1Api, wake: threading.Event) -> None:
+        self.core = core
+        self.wake = wake
+        self.informer: Informer | None = None
+        self.key: tuple[str, str] | None = None
+        self.told: str | None = None  # the read error last logged
+
+    def read(self, namespace: str, name: str, timeout: float = 10.0) -> tuple[dict[str, Any] | None, str | None]:
+        """(the ConfigMap or None when there is none, why it could not be read). Only a new informer is
+        waited for: one that has not listed yet answers at once, with its error."""
+        fresh = self.key != (namespace, name)
+        if fresh:
+            self.stop()
+            self.informer = Informer(
+                self.core.list_namespaced_config_map,
+                namespace,
+                name=f"configmap-{name}",
+                handler=lambda kind, obj: self.wake.set(),
+                field_selector=f"metadata.name={name}",
+            ).start()
+            self.key = (namespace, name)
+        assert self.informer is not None
+        if not self.informer.wait_synced(timeout if fresh else 0):
+            return None, self.informer.last_error or "no answer"
+        return self.informer.get(f"{namespace}/{name}"), None
+
+    def tell(self, error: str) -> bool:
+        """Whether `error` is new (to be logged), not the one logged last."""
+        new, self.told = error != self.told, error
+        return new
+
+    def stop(self) -> None:
+        if self.informer is not None:
+            self.informer.stop()
+            self.informer = None
 
 
 class Watches:
@@ -51,8 +103,8 @@ class Watches:
         self.core = k8s.CoreV1Api(api)
         self.nodes: Informer | None = None
         self.policies: Informer | None = None
-        self.configmaps: Informer | None = None
-        self._cm_key: tuple[str, str] | None = None
+        self.mig_config = OneConfigMap(self.core, wake)
+        self.record = OneConfigMap(self.core, wake)
         self._parsed: tuple[str | None, MigPartedConfig | None, str | None] = (None, None, None)
 
     def _wakeup(self, kind: str, obj: dict) -> None:
@@ -69,9 +121,11 @@ class Watches:
         self.node_io.start_pod_watch()
 
     def stop(self) -> None:
-        for inf in (self.nodes, self.policies, self.configmaps, self.node_io.pods):
+        for inf in (self.nodes, self.policies, self.node_io.pods):
             if inf is not None:
                 inf.stop()
+        self.mig_config.stop()
+        self.record.stop()
 
     def wait_synced(self, stop: threading.Event) -> None:
         assert self.nodes is not None
@@ -91,21 +145,6 @@ class Watches:
             s = replace(s, strategy=self.overrides.strategy)
         return s
 
-    def _configmap(self, namespace: str, name: str) -> Informer:
-        if self._cm_key != (namespace, name):
-            if self.configmaps is not None:
-                self.configmaps.stop()
-            self.configmaps = Informer(
-                self.core.list_namespaced_config_map,
-                namespace,
-                name=f"configmap-{name}",
-                handler=self._wakeup,
-                field_selector=f"metadata.name={name}",
-            ).start()
-            self._cm_key = (namespace, name)
-        assert self.configmaps is not None
-        return self.configmaps
-
     def request(self, node: dict[str, Any]) -> ConfigRequest | None:
         """What the node asks for now; None when it names no config."""
         facts = NodeFacts.from_obj(node, offers=False)
@@ -114,7 +153,7 @@ class Watches:
         if self.policies is not None:
             self.policies.wait_synced(10)
         s = self.settings()
-        config, problem = self._config(s)
+        text, config, problem = self._config(s)
         dynamic = owners.node_owner(node)
         if dynamic is not None:  # checked last, so it is the reason reported whatever else is wrong
             config = None  # no digest: the request's key is this problem, so becoming owned is seen at once
@@ -124,23 +163,47 @@ class Watches:
             )
         # A value the ClusterPolicy CRD's enum forbids reads as the CRD's default.
         strategy = s.strategy or DEFAULT_STRATEGY
-        return ConfigRequest(facts.config, config, problem, strategy, self.overrides.clients_namespace or s.namespace)
+        clients = self.overrides.clients_namespace or s.namespace
+        waiting = self._waiting(node, text, s) if text is not None else None
+        return ConfigRequest(facts.config, config, problem, strategy, clients, waiting)
 
-    def _config(self, s: MigSettings) -> tuple[MigPartedConfig | None, str | None]:
-        """The MIG ConfigMap's config, parsed, or why there is none."""
-        cms = self._configmap(s.namespace, s.config_name)
+    def _config(self, s: MigSettings) -> tuple[str | None, MigPartedConfig | None, str | None]:
+        """The MIG ConfigMap's text and config, parsed, or why there is none."""
         where = f"ConfigMap {s.namespace}/{s.config_name}"
-        if not cms.wait_synced(10):
-            return None, f"could not read {where}: {cms.last_error or 'no answer'}"
-        cm = cms.get(f"{s.namespace}/{s.config_name}")
+        cm, error = self.mig_config.read(s.namespace, s.config_name)
+        if error is not None:
+            return None, None, f"could not read {where}: {error}"
         if cm is None:
-            return None, f"{where} not found (named by the ClusterPolicy's migManager.config.name)"
+            return None, None, f"{where} not found (named by the ClusterPolicy's migManager.config.name)"
         text = (cm.get("data") or {}).get(CONFIGMAP_KEY)
         if text is None:
-            return None, f"{where} has no key {CONFIGMAP_KEY!r}"
+            return None, None, f"{where} has no key {CONFIGMAP_KEY!r}"
         if self._parsed[0] != text:
             try:
                 self._parsed = (text, parse_config(text), None)
             except MigError as exc:
                 self._parsed = (text, None, f"{where}: the MIG config does not parse: {exc}")
-        return self._parsed[1], self._parsed[2]
+        return text, self._parsed[1], self._parsed[2]
+
+    def _waiting(self, node: dict[str, Any], text: str, s: MigSettings) -> str | None:
+        """Why the MIG ConfigMap's text waits for the reconciler's verdict: a MigSync manages the node and
+        its applied record holds another text. None when it may be acted on: no MigSync manages the node,
+        or it has no record yet, or the record cannot be read (the webhook still guards the ConfigMap)."""
+        managed = objects.annotations_of(node).get(MANAGED_BY_ANNOTATION) or ""
+        namespace, _, migsync = managed.partition("/")
+        if not namespace or not migsync:
+            return None
+        record, error = self.record.read(namespace, record_name(migsync))
+        if error is not None:
+            if self.record.tell(error):
+                log.warning("could not read the applied record %s/%s: %s", namespace, record_name(migsync), error)
+            return None
+        data = (record or {}).get("data") or {}
+        digest = data.get(RECORD_DIGEST_KEY)
+        if digest is None or digest == config_text_digest(text):
+            return None
+        revision = str(data.get(RECORD_REVISION_KEY) or "")[:12] or "?"
+        return (
+            f"ConfigMap {s.namespace}/{s.config_name} holds a config.yaml other than revision {revision}'s, which "
+            f"MigSync {managed} applied: waiting for its reconciler to put it back or to record a new revision"
+        )

@@ -8,6 +8,7 @@ MigSync another way. The CRD file the chart and the manifests ship is this `crd(
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
@@ -22,6 +23,21 @@ CRD_NAME = f"{PLURAL}.{GROUP}"
 # The repository's two files (docs/gitops.md), under the MigSync's spec.path.
 CONFIG_FILE = "config.yaml"
 NODES_FILE = "nodes.yaml"
+# The applied record (reconciler/record.py): a ConfigMap beside the MigSync whose plain data says which
+# revision is in force and the digest of its config.yaml, the text the MIG ConfigMap holds while it is.
+# The agent compares the MIG ConfigMap's text with it before it acts on new content.
+RECORD_REVISION_KEY = "revision"
+RECORD_DIGEST_KEY = "configDigest"
+
+
+def record_name(migsync: str) -> str:
+    """The applied record of MigSync `migsync`, in its namespace."""
+    return f"migops-applied-{migsync}"[:253]
+
+
+def config_text_digest(text: str) -> str:
+    """The digest of a whole config.yaml as the applied record writes it."""
+    return "sha256:" + hashlib.sha256(text.encode()).hexdigest()
 
 
 # ------------------------------------------------------------------------------------------ spec

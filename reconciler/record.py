@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import base64
 import gzip
-import hashlib
 import json
 import logging
 from collections.abc import Mapping
@@ -29,7 +28,17 @@ from typing import Any
 from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 
-from migops.api.migsync import API_VERSION, CONFIG_FILE, KIND, NODES_FILE, TrustPolicy
+from migops.api.migsync import (
+    API_VERSION,
+    CONFIG_FILE,
+    KIND,
+    NODES_FILE,
+    RECORD_DIGEST_KEY,
+    RECORD_REVISION_KEY,
+    TrustPolicy,
+    config_text_digest,
+    record_name,
+)
 from migops.gitops.desired import DesiredState
 from migops.gitops.repo import RepoSpec, load_repo
 from migops.gitops.verify import CommitProof, VerificationError, verify_files
@@ -37,10 +46,6 @@ from migops.gitops.verify import CommitProof, VerificationError, verify_files
 log = logging.getLogger(__name__)
 
 RECORD_KEY = "applied.json.gz"
-
-
-def record_name(migsync: str) -> str:
-    return f"migops-applied-{migsync}"[:253]
 
 
 @dataclass(frozen=True)
@@ -55,7 +60,7 @@ class AppliedRecord:
 
     @property
     def config_digest(self) -> str:
-        return "sha256:" + hashlib.sha256(self.config_text.encode()).hexdigest()
+        return config_text_digest(self.config_text)
 
     def spec(self) -> RepoSpec:
         """The revision as parsed from the record (raises RepoError if it no longer parses)."""
@@ -119,7 +124,7 @@ def to_configmap(record: AppliedRecord, namespace: str, migsync: str, owner_uid:
         "apiVersion": "v1",
         "kind": "ConfigMap",
         "metadata": meta,
-        "data": {"revision": record.revision, "configDigest": record.config_digest},
+        "data": {RECORD_REVISION_KEY: record.revision, RECORD_DIGEST_KEY: record.config_digest},
         "binaryData": {RECORD_KEY: base64.b64encode(gzip.compress(json.dumps(doc).encode(), 6)).decode()},
     }
 
@@ -148,7 +153,7 @@ def from_configmap(obj: Mapping[str, Any]) -> AppliedRecord:
         )
     except (ValueError, KeyError, TypeError, OSError, EOFError) as exc:
         raise ValueError(f"not an applied record: {exc}") from None
-    if (obj.get("data") or {}).get("configDigest") not in (None, record.config_digest):
+    if (obj.get("data") or {}).get(RECORD_DIGEST_KEY) not in (None, record.config_digest):
         raise ValueError("configDigest does not match the recorded config.yaml")
     return record
 

@@ -22,7 +22,7 @@ from typing import Any
 
 from migops import logs
 from migops.api import objects
-from migops.api.migsync import Condition, ConditionStatus
+from migops.api.migsync import Condition, ConditionStatus, record_name
 from migops.api.names import CONFIGMAP_KEY, MIG_CONFIG_STATE_LABEL, RESUME_ANNOTATION, STATE_FAILED
 from migops.api.objects import is_unmanaged
 from migops.gitops.desired import DesiredState, resolve
@@ -36,7 +36,7 @@ from migops.reconciler.apply import WriteError
 from migops.reconciler.plan import DRIFTED, IN_SYNC, PROGRESSING, Plan, config_state, label_written_at, plan
 from migops.reconciler.ports import Ports
 from migops.reconciler.reasons import AnyReason, Reason, SyncFailure, SyncOutcome
-from migops.reconciler.record import AppliedRecord, record_name, record_of, to_configmap, verify_record
+from migops.reconciler.record import AppliedRecord, record_of, to_configmap, verify_record
 from migops.reconciler.state import RecordState, Run, SyncState
 
 log = logging.getLogger(__name__)

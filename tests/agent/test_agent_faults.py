@@ -4,6 +4,7 @@ touch only what changes."""
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
 from agent_harness import (
@@ -20,7 +21,10 @@ from agent_harness import (
 )
 from kubernetes import client as k8s
 
+from migops.api.migsync import record_name
+from migops.api.names import MANAGED_BY_ANNOTATION
 from migops.kube import ssa
+from migops.reconciler.record import AppliedRecord, to_configmap
 
 pytestmark = pytest.mark.cluster
 
@@ -205,6 +209,60 @@ def test_configmap_edit_that_changes_this_nodes_config_is_applied(agent_admin, a
         assert allocatable(agent_admin, agent.node) == {"nvidia.com/mig-4g.40gb": "8"}
     finally:
         ssa.apply(agent_admin, mig_configmap(), field_manager="test-install")
+
+
+def _record(plane, text: str, revision: str) -> None:
+    """The applied record of MigSync migops-system/migops, written as its reconciler writes it (only its
+    ServiceAccount may: manifests/base/reconciler/applied-record-policy.yaml)."""
+    body = to_configmap(AppliedRecord(revision, "", text, "", time.time()), "migops-system", "migops", None)
+    with plane.api_client(plane.kubeconfig_for_service_account("migops-system", "migops-reconciler")) as api:
+        ssa.apply(api, body, field_manager="migops-reconciler", force=True)
+
+
+def test_content_the_reconciler_is_about_to_revert_is_not_applied(agent_admin, agent_plane, agents) -> None:
+    """While a MigSync manages the node, git owns the MIG ConfigMap's content: a text other than the applied
+    record's waits for the reconciler's verdict. Put back: nothing was re-partitioned. Recorded as a new
+    revision: applied."""
+    edited = (
+        DEFAULT_CONFIG + '  edited:\n    - devices: all\n      mig-enabled: true\n      mig-devices: {"7g.80gb": 1}\n'
+    )
+    changed = edited.replace('{"7g.80gb": 1}', '{"4g.40gb": 1}')
+    ssa.apply(agent_admin, mig_configmap(edited), field_manager="test-install")
+    _record(agent_plane, edited, "a" * 40)
+    agent = agents("cm-verdict-1", "2x0x233010DE")
+    core = k8s.CoreV1Api(agent_admin)
+    try:
+        core.patch_node(agent.node, {"metadata": {"annotations": {MANAGED_BY_ANNOTATION: "migops-system/migops"}}})
+        set_config(agent_admin, agent.node, "edited")
+        _applied(agent_admin, agent.node, "edited")
+        digest, ops = annotations(agent_admin, agent.node)["migops.io/mig.config.digest"], agent.ops()
+        # Someone else's write of the content (the webhook denies it; the agent must not act on it anyway).
+        ssa.apply(agent_admin, mig_configmap(changed), field_manager="test-install")
+        waits = "not applied: ConfigMap gpu-operator/default-mig-parted-config"
+        until(lambda: waits in agent.log_text() or agent.ops() != ops, 30, "the agent waits or acts")
+        assert agent.ops() == ops, "re-partitioned for content git does not hold"
+        assert "revision aaaaaaaaaaaa's, which MigSync migops-system/migops applied" in agent.log_text()
+        # The reconciler puts it back: nothing to do, nothing was done.
+        ssa.apply(agent_admin, mig_configmap(edited), field_manager="test-install")
+        until(lambda: "acting on it" in agent.log_text(), 30, "the verdict seen")
+        assert agent.ops() == ops and allocatable(agent_admin, agent.node) == {"nvidia.com/mig-7g.80gb": "2"}
+        assert annotations(agent_admin, agent.node)["migops.io/mig.config.digest"] == digest
+        assert state(agent_admin, agent.node) == "success"
+        # Git changes it: the record first (as the reconciler writes it), then the ConfigMap: applied.
+        _record(agent_plane, changed, "b" * 40)
+        ssa.apply(agent_admin, mig_configmap(changed), field_manager="test-install")
+        until(
+            lambda: (
+                annotations(agent_admin, agent.node).get("migops.io/mig.config.digest") not in (None, digest)
+                and state(agent_admin, agent.node) == "success"
+            ),
+            60,
+            "the new revision's content applied",
+        )
+        assert allocatable(agent_admin, agent.node) == {"nvidia.com/mig-4g.40gb": "2"}
+    finally:
+        ssa.apply(agent_admin, mig_configmap(), field_manager="test-install")
+        core.delete_namespaced_config_map(record_name("migops"), "migops-system")
 
 
 def test_strategy_from_the_cluster_policy_decides_labels_and_resources(agent_admin, agents) -> None:

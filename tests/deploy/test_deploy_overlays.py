@@ -47,12 +47,12 @@ from kubernetes import client as k8s
 from kubernetes.client import ApiClient
 from polling import until
 
+from migops.api.migsync import record_name
 from migops.local.binaries import locate
 from migops.local.cluster import apply_cluster_policy, clusterpolicy_crd, install_clusterpolicy_crd
 from migops.local.controlplane import ControlPlane
 from migops.local.ports import free_ports
 from migops.mig.yamlsafe import load_yaml
-from migops.reconciler.record import record_name
 
 NS = "migops-system"
 GPU_OPERATOR = ("gpu-operator", "gpu-operator-mig-manager", "gpu-operator-webhook-only", WITH_COMPONENTS)

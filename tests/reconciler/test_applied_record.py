@@ -13,12 +13,12 @@ from gitrepo import CONFIG_YAML, GitRepo, SshKey
 from kubernetes import client as k8s
 from reconciler_harness import agent_reports, condition, events_for, eventually, labels_of, migsync
 
-from migops.api.migsync import TrustPolicy
+from migops.api.migsync import TrustPolicy, record_name
 from migops.api.names import MIG_CONFIG_LABEL
 from migops.gitops.source import GitSource
 from migops.gitops.verify import CommitProof
 from migops.kube import ssa
-from migops.reconciler.record import AppliedRecord, read_record, record_name, to_configmap
+from migops.reconciler.record import AppliedRecord, read_record, to_configmap
 
 NS = "migops-system"
 
