@@ -23,8 +23,9 @@ lint: venv
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy
 
-# The generated files (the MigSync CRD from its types in api/migsync.py), written from their one source
-# (hack/generate.py); a test fails when one differs from a fresh render.
+# The generated files, written from their one source (hack/generate.py): the MigSync CRD from its types
+# in api/migsync.py, manifests/ from the chart (helm, built once by hack/helm-binary.sh). Tests fail when
+# one differs from a fresh render (docs/development/generated-files.md).
 generate: venv
 	$(PY) hack/generate.py
 

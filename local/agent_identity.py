@@ -26,7 +26,7 @@ from migops.local.identity import NAMESPACE
 
 SERVICE_ACCOUNT = "migops-agent"
 USER = f"system:serviceaccount:{NAMESPACE}:{SERVICE_ACCOUNT}"
-MANIFESTS = ("agent-serviceaccount.yaml", "agent-rbac.yaml", "agent-own-node-policy.yaml")
+MANIFESTS = ("agent-rbac.yaml", "agent-own-node-policy.yaml")  # the ServiceAccount is in agent-rbac.yaml
 DRA_STANDIN = "agent-dra-standin.yaml"  # `local up --dra`: the agents publish the DRA driver's slices
 POLICY = "migops-agent-own-node"
 

@@ -44,11 +44,9 @@ class Identity:
         return f"system:serviceaccount:{NAMESPACE}:{self.service_account}"
 
 
-# manifests/base/reconciler/{serviceaccount,rbac,applied-record-policy}.yaml
+# manifests/base/reconciler/{rbac,applied-record-policy}.yaml (its ServiceAccount is in rbac.yaml)
 RECONCILER = Identity(
-    "migops-reconciler",
-    ("reconciler-serviceaccount.yaml", "reconciler-rbac.yaml", "reconciler-applied-record-policy.yaml"),
-    ("patch", "nodes"),
+    "migops-reconciler", ("reconciler-rbac.yaml", "reconciler-applied-record-policy.yaml"), ("patch", "nodes")
 )
 # manifests/base/webhook/rbac.yaml (its ServiceAccount is in it)
 WEBHOOK = Identity("migops-webhook", ("webhook-rbac.yaml",), ("list", "nodes"))

@@ -1,6 +1,6 @@
-"""The webhook configurations, written once: manifests/base/webhook/ holds them rendered for the
-in-cluster Service (a test keeps the file equal to `configurations()`), and `migops local` registers
-them with a loopback URL.
+"""The webhook configurations, written once: the chart (charts/migops, and so manifests/) writes them
+for the in-cluster Service (tests/webhook keeps its render equal to `in_cluster()`), and `migops
+local` registers them with a loopback URL.
 
 Scope, so that the webhook can never lock out the cluster or itself:
 - namespaced objects in kube-system, kube-node-lease and any namespace labelled migops.io/webhook=skip
@@ -326,8 +326,14 @@ def configurations(client: dict[str, Any], ca_bundle: bytes | None = None) -> li
 
 
 def in_cluster() -> list[dict[str, Any]]:
-    """As in manifests/base/webhook/ (caBundle filled in later by `migops certs rotate`)."""
-    return configurations({"service": {"name": NAME, "namespace": SERVICE_NAMESPACE, "port": 443}})
+    """As the chart installs them (caBundle filled in later by `migops certs rotate`): the Service's own
+    namespace is never reviewed either, whatever its labels."""
+    found = configurations({"service": {"name": NAME, "namespace": SERVICE_NAMESPACE, "port": 443}})
+    for configuration in found:
+        for hook in configuration["webhooks"]:
+            names = hook["namespaceSelector"]["matchExpressions"][0]
+            names["values"] = [*names["values"], SERVICE_NAMESPACE]
+    return found
 
 
 def register(api: k8s.ApiClient, url: str, ca_bundle: bytes, *, field_manager: str) -> None:
@@ -344,19 +350,3 @@ def unregister(api: k8s.ApiClient) -> None:
         except k8s.exceptions.ApiException as exc:
             if exc.status != 404:
                 raise
-
-
-def render() -> str:
-    """manifests/base/webhook/webhook-configurations.yaml."""
-    import yaml
-
-    head = (
-        "# Generated from migops.webhook.registration.in_cluster(): edit that, then regenerate with\n"
-        "#   python -m migops.webhook.registration > manifests/base/webhook/webhook-configurations.yaml\n"
-        "# (tests/webhook/test_manifests.py fails when the two differ). caBundle: set by migops certs rotate.\n"
-    )
-    return head + yaml.safe_dump_all(in_cluster(), sort_keys=False, width=1000)
-
-
-if __name__ == "__main__":
-    print(render(), end="")

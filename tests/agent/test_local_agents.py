@@ -139,7 +139,7 @@ def test_a_local_agent_is_the_agent_service_account_bound_to_its_node(local_stac
         assert "migops-agent" in {m.manager for m in node.metadata.managed_fields}
 
 
-@pytest.mark.parametrize("name", ["serviceaccount.yaml", "rbac.yaml", "own-node-policy.yaml"])
+@pytest.mark.parametrize("name", ["rbac.yaml", "own-node-policy.yaml"])
 def test_the_local_stack_installs_the_agent_manifests(name: str) -> None:
     """migops.local.agent_identity applies the manifests themselves: its package data is a link into
     manifests/base/agent (a wheel holds the file), never a copy that could drift."""

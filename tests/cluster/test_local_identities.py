@@ -143,7 +143,6 @@ def test_local_components_are_least_privileged_and_the_stack_works(stack: tuple[
 @pytest.mark.parametrize(
     "shipped, packaged",
     [
-        ("reconciler/serviceaccount.yaml", "reconciler-serviceaccount.yaml"),
         ("reconciler/rbac.yaml", "reconciler-rbac.yaml"),
         ("reconciler/applied-record-policy.yaml", "reconciler-applied-record-policy.yaml"),
         ("webhook/rbac.yaml", "webhook-rbac.yaml"),

@@ -427,6 +427,7 @@ def render(name: str, scratch: Path) -> list[dict[str, Any]]:
     copy = scratch / "manifests"
     if not copy.exists():
         shutil.copytree(MANIFESTS, copy)
+        shutil.copytree(ROOT / "charts" / "migops" / "crds", scratch / "charts" / "migops" / "crds")
     overlay = copy / "overlays" / f"test-{name.replace('+', '-')}"
     overlay.mkdir(exist_ok=True)
     body: dict[str, Any] = {"apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization"}

@@ -34,6 +34,7 @@ import yaml
 from deploy_helpers import (
     DEPLOYABLE,
     OVERLAYS,
+    ROOT,
     WITH_COMPONENTS,
     Image,
     by_key,
@@ -621,6 +622,7 @@ def test_the_documented_user_overlay_renames_every_image(tmp_path: Path) -> None
     doc = (OVERLAYS.parents[1] / "docs" / "deploy-gpu-operator.md").read_text()
     body = doc.split("cat > deploy/prod/kustomization.yaml <<'EOF'\n")[1].split("\nEOF\n")[0]
     shutil.copytree(OVERLAYS.parent, tmp_path / "manifests")
+    shutil.copytree(ROOT / "charts" / "migops" / "crds", tmp_path / "charts" / "migops" / "crds")  # they reference it
     (tmp_path / "deploy" / "prod").mkdir(parents=True)
     (tmp_path / "deploy" / "prod" / "kustomization.yaml").write_text(body + "\n")
     docs = kustomize(tmp_path / "deploy" / "prod")

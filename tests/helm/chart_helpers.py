@@ -55,4 +55,5 @@ def find(docs: list[dict[str, Any]], kind: str, name: str) -> dict[str, Any]:
 
 
 def crds() -> list[dict[str, Any]]:
-    return [yaml.safe_load(p.read_text()) for p in sorted((CHART / "crds").glob("*.yaml"))]
+    files = sorted(p for p in (CHART / "crds").glob("*.yaml") if p.name != "kustomization.yaml")
+    return [yaml.safe_load(p.read_text()) for p in files]

@@ -1,5 +1,6 @@
-"""The Helm chart (charts/migops): per-object templates proven equal to the kustomize overlays, values that reach the objects,
-a schema that refuses bad values by name, and renders the real API server accepts in every mode."""
+"""The Helm chart (charts/migops), the one hand-written source of migops's objects: manifests/ is its render
+(checked), each component composes onto every mode as the chart renders that mode, values reach the
+objects, a schema refuses bad values by name, and the real API server accepts every mode's render."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import difflib
 import os
 import shutil
 import subprocess
+import sys
 import uuid
 from pathlib import Path
 from typing import Any
@@ -18,9 +20,15 @@ from chart_helpers import CHART, MODES, ROOT, find, run_helm, set_args, template
 from migops.local.binaries import locate
 
 KINDS = ("ValidatingWebhookConfiguration", "MutatingWebhookConfiguration")
+HELM_LABELS = (
+    "app.kubernetes.io/instance",
+    "app.kubernetes.io/managed-by",
+    "app.kubernetes.io/version",
+    "helm.sh/chart",
+)
 
 
-# What each default render must equal: chart values -> the kustomize overlay and components.
+# What each render must equal: chart values -> the generated overlay and components composed on it.
 OVERLAY = {
     "agent": "gpu-operator",
     "mig-manager": "gpu-operator-mig-manager",
@@ -29,26 +37,41 @@ OVERLAY = {
 CASES = [
     *[({"mode": mode}, OVERLAY[mode], ()) for mode in MODES],
     *[({"mode": mode, "certificates.mode": "cert-manager"}, OVERLAY[mode], ("cert-manager",)) for mode in MODES],
+    *[({"mode": mode, "monitoring.enabled": True}, OVERLAY[mode], ("monitoring",)) for mode in MODES],
     ({"webhook.networkPolicy.enabled": True}, "gpu-operator", ("webhook-network-policy",)),
+    (
+        {
+            "agent.hostGpuClients.enabled": True,
+            "agent.nvmlHostLibrary": "/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1",
+            "reconciler.configRepo.sshSecret": "migops-git-ssh",
+        },
+        "gpu-operator",
+        ("host-driver", "nvml-host-library", "git-ssh"),
+    ),
 ]
-HELM_LABELS = (
-    "app.kubernetes.io/instance",
-    "app.kubernetes.io/managed-by",
-    "app.kubernetes.io/version",
-    "helm.sh/chart",
-)
-CLUSTER_SCOPED = ("ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding")
+
+
+def test_manifests_are_the_charts_render(helm: Path) -> None:
+    """manifests/ holds exactly what `make generate` renders from the chart and manifests/values/ now: a
+    template or value changed without regenerating fails here, naming the files."""
+    out = subprocess.run(
+        [sys.executable, str(ROOT / "hack" / "generate.py"), "--check"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, "MIGOPS_HELM": str(helm)},
+        check=False,
+    )
+    assert out.returncode == 0, out.stderr
 
 
 @pytest.mark.parametrize(("values", "overlay", "components"), CASES, ids=lambda v: str(v))
-def test_default_render_is_the_overlay(
+def test_components_compose_as_the_chart_renders(
     helm: Path, tmp_path: Path, values: dict[str, Any], overlay: str, components: tuple[str, ...]
 ) -> None:
-    """The chart's templates are written by hand beside manifests/: with its default values (and the chart
-    owning the namespace) each mode renders exactly the objects of its overlay, field for field. The only
-    differences allowed are Helm's own: its labels, its test hook, the CRD in crds/ (compared below), the
-    release namespace in the webhooks' namespaceSelector (Helm's --create-namespace namespace carries no
-    migops.io/webhook=skip label), and no namespace on cluster-scoped objects kustomize does not know."""
+    """A component is generated from what its values change in one mode; composed onto any mode's overlay
+    (and with the others), it gives exactly what the chart renders with those values in that mode, field
+    for field (the only differences allowed: Helm's labels and its test hook)."""
     rendered = run_helm(
         helm,
         "template",
@@ -69,26 +92,19 @@ def test_default_render_is_the_overlay(
     expected = [
         d for d in _kustomize(_overlay(tmp_path, overlay, components)) if d["kind"] != "CustomResourceDefinition"
     ]
-    for doc in expected:
-        if doc["kind"] in CLUSTER_SCOPED:
-            doc["metadata"].pop("namespace", None)
-        for hook in doc.get("webhooks") or []:
-            for expr in hook["namespaceSelector"]["matchExpressions"]:
-                if expr["key"] == "kubernetes.io/metadata.name" and expr["operator"] == "NotIn":
-                    expr["values"].append("migops-system")
     kustomized = _comparable(expected)
     assert sorted(chart) == sorted(kustomized)
     differ = [key for key in kustomized if chart[key] != kustomized[key]]
     assert not differ, "\n".join(_diff(chart[key], kustomized[key], key) for key in differ)
 
 
-def test_crd_is_the_manifests_crd() -> None:
-    """Helm installs crds/ before any template; the file is a copy of the kustomize base's CRD."""
-    shipped = (ROOT / "manifests" / "base" / "reconciler" / "migsync-crd.yaml").read_text()
-    assert [p.name for p in (CHART / "crds").iterdir()] == ["migsyncs.migops.io.yaml"]
-    assert (CHART / "crds" / "migsyncs.migops.io.yaml").read_text() == shipped, (
-        "cp manifests/base/reconciler/migsync-crd.yaml charts/migops/crds/migsyncs.migops.io.yaml"
-    )
+def test_the_crd_is_one_file() -> None:
+    """Helm installs crds/ before any template; every manifest references that one file (the kustomization
+    beside it, which Helm's .helmignore skips)."""
+    assert sorted(p.name for p in (CHART / "crds").iterdir()) == ["kustomization.yaml", "migsyncs.migops.io.yaml"]
+    assert "crds/kustomization.yaml" in (CHART / ".helmignore").read_text().splitlines()
+    shipped = [p for p in (ROOT / "manifests").rglob("*.yaml") if "CustomResourceDefinition" in p.read_text()]
+    assert [p.relative_to(ROOT).as_posix() for p in shipped] == ["manifests/overlays/kind/clusterpolicy-crd.yaml"]
 
 
 def test_no_template_parses_rendered_yaml() -> None:
@@ -309,7 +325,7 @@ def test_every_mode_renders_objects_the_api_server_accepts(helm: Path, control_p
         subprocess.run([str(kubectl), *kube, "create", "namespace", name], check=True, capture_output=True)
     try:
         subprocess.run(
-            [str(kubectl), *kube, "apply", "--server-side", "-f", str(CHART / "crds")], check=True, capture_output=True
+            [str(kubectl), *kube, "apply", "--server-side", "-k", str(CHART / "crds")], check=True, capture_output=True
         )
         docs = template(
             helm,

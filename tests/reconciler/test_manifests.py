@@ -26,7 +26,7 @@ NS = "migops-system"
 
 
 def test_shipped_crd_is_the_packaged_one() -> None:
-    assert load_yaml((ROOT / "manifests/base/reconciler/migsync-crd.yaml").read_text()) == crd()
+    assert load_yaml((ROOT / "charts/migops/crds/migsyncs.migops.io.yaml").read_text()) == crd()
 
 
 def _record_refusal(api) -> str:

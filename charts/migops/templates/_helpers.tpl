@@ -1,8 +1,8 @@
 {{/*
 Each object of migops is a template of its own, under the folder of its component (webhook/,
-reconciler/, agent/), written as the kustomize base (manifests/base) and the mode's overlay write it:
-tests/helm/test_chart.py renders the chart with its default values and proves it equal to the
-overlays, so a change to one without the other fails.
+reconciler/, agent/, monitoring/). The chart is the one hand-written source of migops's objects: the
+static manifests in manifests/ are this chart rendered with the values files in manifests/values/
+(`make generate`; docs/development/generated-files.md).
 */}}
 
 {{/* The one image of every migops container: repository:tag, or repository@digest when pinned. */}}
@@ -14,12 +14,15 @@ overlays, so a change to one without the other fails.
 {{- end -}}
 {{- end -}}
 
-{{/* The labels Helm users filter by, beside the manifests' own app.kubernetes.io/name and part-of. */}}
+{{/* The labels Helm users filter by, beside every object's own app.kubernetes.io/name and part-of;
+none with releaseLabels=false (the static manifests, which no Helm release manages). */}}
 {{- define "migops.helmLabels" -}}
+{{- if .Values.releaseLabels -}}
 app.kubernetes.io/instance: {{ .Release.Name }}
 app.kubernetes.io/managed-by: {{ .Release.Service }}
 app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
 helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
+{{- end -}}
 {{- end -}}
 
 {{/* An object's labels: (list $ "migops-webhook") -> the component's name, part-of and Helm's. */}}
@@ -27,7 +30,9 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 {{- $root := index . 0 -}}
 app.kubernetes.io/name: {{ index . 1 }}
 app.kubernetes.io/part-of: migops
-{{ include "migops.helmLabels" $root }}
+{{- with include "migops.helmLabels" $root }}
+{{ . }}
+{{- end }}
 {{- end -}}
 
 {{/* A migops container's image and pull policy. */}}
@@ -54,10 +59,10 @@ imagePullSecrets: {{- toYaml . | nindent 2 }}
 {{- end }}
 {{- end -}}
 
-{{/* The release namespace's Pod Security level: the agent is privileged (MIG changes need root on
-the GPUs), the other modes need nothing more than `restricted`. */}}
+{{/* The release namespace's Pod Security level: the agent on real GPUs is privileged (MIG changes need
+root on the GPUs); simulated GPUs and the other modes need nothing more than `restricted`. */}}
 {{- define "migops.podSecurity" -}}
-{{- ternary "privileged" "restricted" (eq .Values.mode "agent") -}}
+{{- .Values.namespace.podSecurity | default (ternary "privileged" "restricted" (and (eq .Values.mode "agent") (eq .Values.agent.backend "nvml"))) -}}
 {{- end -}}
 
 {{/* Where the reconciler runs: modes agent and mig-manager. */}}
