@@ -79,7 +79,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"migops agent: {exc}", file=sys.stderr)
         return EXIT_INVALID
     except Exception:
-        if stop.is_set():  # stopped while the API server did not answer: nothing was paused yet
+        if stop.is_set():  # stopped while the API server did not answer: the next agent restores what this one paused
             return EXIT_OK
         raise
     finally:
