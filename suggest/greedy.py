@@ -29,8 +29,9 @@ def _take(
     wanted = list(left)
     took: list[tuple[int, int, int]] = []
     score = 0
-    for i, pool in enumerate(problem.pools):
-        if pool.group != g or k not in pool.options:
+    for i in problem.pools_of[g]:
+        pool = problem.pools[i]
+        if k not in pool.options:
             continue
         for c in pool.classes:  # highest priority first
             n = min(wanted[c], free[pool.profile] // problem.count(c))

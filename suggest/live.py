@@ -122,8 +122,10 @@ class PodDigest:
         self.pods.append(trimmed)
 
 
-def read_cluster(api: ApiClient, settings: MigSettings, max_pending: int = MAX_PENDING_PODS) -> Cluster:
-    """Raises ApiException / urllib3 errors as the client does; the caller says what it could not read."""
+def read_cluster(api: ApiClient, settings: MigSettings, max_pending: int | None = None) -> Cluster:
+    """Raises ApiException / urllib3 errors as the client does; the caller says what it could not read.
+    `max_pending`: pending GPU pods (and pending claims) read at most; MAX_PENDING_PODS by default."""
+    max_pending = MAX_PENDING_PODS if max_pending is None else max_pending
     core = k8s.CoreV1Api(api)
     nodes = {str(n["metadata"]["name"]): n for n in map(trim_node, _pages(core.list_node))}
     digest = PodDigest(max_pending)

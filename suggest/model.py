@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import enum
+import functools
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -48,7 +49,7 @@ class Demand:
     def ref(self) -> str:
         return f"{self.namespace}/{self.name}"
 
-    @property
+    @functools.cached_property
     def keys(self) -> frozenset[str]:
         return frozenset(profile_key(p) for p in self.profiles)
 

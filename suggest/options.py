@@ -19,6 +19,7 @@ from migops.agent.plan import Desired, GpuPlan, desired_from_result, mig_device_
 from migops.gitops.desired import FitCache
 from migops.gitops.repo import RepoSpec
 from migops.mig.catalogue import GpuModel
+from migops.mig.fit import Fit
 from migops.mig.gfd import GPU_PRODUCT_LABEL, GPU_RESOURCE, MIG_RESOURCE_PREFIX, Advertisement
 from migops.mig.strategy import Strategy
 from migops.mig.validate import GpuResult
@@ -50,11 +51,16 @@ def labels_after(labels: Mapping[str, str], advertisement: Advertisement) -> dic
 
 
 def _busy(
-    node: NodeSupply, model: GpuModel, index: int, inst: GpuInstance, used: set[str], strategy: Strategy | None
+    model: GpuModel,
+    index: int,
+    inst: GpuInstance,
+    used: frozenset[str],
+    claimed: frozenset[tuple[int | None, str, int]],
+    single: bool,
 ) -> bool:
-    if (index, inst.profile, inst.start) in node.claimed or (None, inst.profile, inst.start) in node.claimed:
+    if (index, inst.profile, inst.start) in claimed or (None, inst.profile, inst.start) in claimed:
         return True  # an allocated DRA claim names this very device
-    if strategy == "single" and used:
+    if single and used:
         return True
     names = {profile_key(d) for d in mig_device_names(model, inst)} or {profile_key(inst.profile)}
     return bool(names & used)
@@ -68,17 +74,29 @@ def protect(node: NodeSupply, strategy: Strategy | None) -> tuple[GpuState, ...]
     is): never less safe than the truth."""
     if node.states is None:
         return None
-    used = {k for k, n in node.used.items() if n > 0}
-    if not used and not node.claimed:
-        return node.states
-    out = []
-    for model, state in zip(node.gpus.gpus, node.states):
-        instances = []
-        for inst in state.instances:
-            busy = _busy(node, model, state.index, inst, used, strategy)
-            instances.append(dataclasses.replace(inst, pids=inst.pids or ((0,) if busy else ())))
-        out.append(dataclasses.replace(state, instances=tuple(instances)))
-    return tuple(out)
+    used = frozenset(k for k, n in node.used.items() if n > 0)
+    claimed = frozenset(node.claimed)
+    return tuple(
+        _protected(model, state, used, claimed, strategy == "single")
+        for model, state in zip(node.gpus.gpus, node.states)
+    )
+
+
+@lru_cache(maxsize=1 << 14)
+def _protected(
+    model: GpuModel,
+    state: GpuState,
+    used: frozenset[str],
+    claimed: frozenset[tuple[int | None, str, int]],
+    single: bool,
+) -> GpuState:
+    """One GPU's state with its busy instances marked, memoised: nodes alike get the very same value
+    (what lets `_plans` remember a node's plans by identity)."""
+    instances = []
+    for inst in state.instances:
+        busy = _busy(model, state.index, inst, used, claimed, single)
+        instances.append(dataclasses.replace(inst, pids=inst.pids or ((0,) if busy else ())))
+    return dataclasses.replace(state, instances=tuple(instances))
 
 
 @lru_cache(maxsize=1 << 14)
@@ -94,10 +112,23 @@ def _free(offered: Counter[str], node: NodeSupply) -> dict[str, int]:
     return {k: n - held.get(k, 0) for k, n in sorted(offered.items()) if n - held.get(k, 0) > 0}
 
 
+_ADVERTISED: dict[int, tuple[Fit, Advertisement | None]] = {}
+
+
+def _advertisement(f: Fit) -> Advertisement | None:
+    """`Fit.advertisement()`, once per verdict (a FitCache hands the same verdict to every node alike)."""
+    found = _ADVERTISED.get(id(f))
+    if found is None or found[0] is not f:
+        if len(_ADVERTISED) > 4096:
+            _ADVERTISED.clear()
+        found = _ADVERTISED[id(f)] = (f, f.advertisement())
+    return found[1]
+
+
 def _keep(node: NodeSupply, spec: RepoSpec, strategy: Strategy | None, cache: FitCache) -> Option:
     """The option that leaves nodes.yaml as it is."""
     if node.assigned is not None:
-        adv = cache.fit(spec, node.assigned, node.gpus, strategy).advertisement()
+        adv = _advertisement(cache.fit(spec, node.assigned, node.gpus, strategy))
         if adv is not None:
             after = labels_after(node.labels, adv)
             return Option(node.assigned, False, False, _free(devices(adv.resources, after, strategy), node), after)
@@ -139,7 +170,7 @@ def _option(
     f = cache.fit(spec, config, node.gpus, strategy)
     if not f.valid:
         return Refused(node.name, config, f"does not fit: {f.errors[0]}" if f.errors else "does not fit")
-    adv = f.advertisement()
+    adv = _advertisement(f)
     if adv is None:
         return Refused(node.name, config, "the node's GPU count is unknown (no migops.io/gpus, GFD under single)")
     if adv.invalid_reason:
@@ -155,7 +186,7 @@ def _option(
             return Refused(node.name, config, why, free, True, after)
         gpus = tuple(range(len(node.gpus.gpus)))  # unknown layout: count every GPU as reconfigured
         return Option(config, True, False, free, after, gpus)
-    plans = _plans(node, states, f.report.gpus)
+    plans = _plans_of(f, states, node.used.get(WHOLE_GPU, 0) > 0)
     if isinstance(plans, tuple):
         why, busy = plans
         return Refused(node.name, config, why, free, busy, after)
@@ -166,16 +197,31 @@ def _option(
     return Option(config, True, False, free, after, tuple(touched), kept, destroyed, created)
 
 
-def _plans(
-    node: NodeSupply, states: Sequence[GpuState], results: Sequence[GpuResult]
-) -> list[GpuPlan] | tuple[str, bool]:
-    """The agent's plan for each GPU; (why, in use) when one cannot be made or would end running work."""
+_PLANNED: dict[tuple[object, ...], tuple[tuple[object, ...], list[GpuPlan] | tuple[str, bool]]] = {}
+
+
+def _plans_of(f: Fit, states: tuple[GpuState, ...], whole: bool) -> list[GpuPlan] | tuple[str, bool]:
+    """`_plans`, once per (verdict, GPU states) by identity: a thousand nodes in one layout share both."""
+    held = (f, *states)
+    key = (*map(id, held), whole)
+    found = _PLANNED.get(key)
+    # The entry holds what its key names, so no id in a key is reused while the entry lives.
+    if found is None or any(a is not b for a, b in zip(found[0], held)):
+        if len(_PLANNED) > 4096:
+            _PLANNED.clear()
+        found = _PLANNED[key] = (held, _plans(states, f.report.gpus, whole))
+    return found[1]
+
+
+def _plans(states: Sequence[GpuState], results: Sequence[GpuResult], whole: bool) -> list[GpuPlan] | tuple[str, bool]:
+    """The agent's plan for each GPU; (why, in use) when one cannot be made or would end running work.
+    `whole`: running pods hold whole GPUs on the node."""
     plans = []
     for state, result in zip(states, results):
         plan = _plan(state, desired_from_result(result))
         if plan.error:
             return plan.error, False
-        if plan.mode_change and not state.mig_enabled and node.used.get(WHOLE_GPU, 0) > 0:
+        if plan.mode_change and not state.mig_enabled and whole:
             # Which GPU a whole-GPU pod holds is the device plugin's secret too: none may change mode.
             return f"it would turn MIG on for GPU {state.index}, and running pods use whole GPUs on this node", True
         if plan.busy:

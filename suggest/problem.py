@@ -17,6 +17,7 @@ compete is solved node by node.
 
 from __future__ import annotations
 
+import functools
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -43,6 +44,14 @@ class Problem:
     options: tuple[tuple[Option, ...], ...]  # per group: the options of its nodes (alike by construction)
     pools: tuple[Pool, ...]
     rank: Mapping[str, int]  # node name -> its place in name order
+
+    @functools.cached_property
+    def pools_of(self) -> tuple[tuple[int, ...], ...]:
+        """Per group, the indices of its pools."""
+        out: list[list[int]] = [[] for _ in self.groups]
+        for i, pool in enumerate(self.pools):
+            out[pool.group].append(i)
+        return tuple(tuple(p) for p in out)
 
     def size(self, c: int) -> int:
         return len(self.classes[c])

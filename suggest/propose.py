@@ -15,6 +15,7 @@ from migops.mig.strategy import Strategy
 from migops.mig.text import listed
 from migops.suggest.model import Demand, NodeSupply, Option, Proposal, Refused, Rule
 from migops.suggest.options import node_options
+from migops.suggest.problem import classes_of
 from migops.suggest.scheduling import CPU, MEMORY, tolerated
 from migops.suggest.solve import Limits, solve
 
@@ -45,7 +46,7 @@ def propose(
     new_configs: dict[str, str] = {}
     if policy.new_configs:
         new_configs = _new_options(spec, nodes, demands, strategy, cache, seen.allowed, seen.refused)
-    unservable = {d: why for d in demands if (why := why_unservable(d, nodes, seen))}
+    unservable = {d: why for pods in classes_of(demands) if (why := why_unservable(pods[0], nodes, seen)) for d in pods}
     proposal = solve(nodes, seen.allowed, demands, limits, unservable, started)
     used = {c.config: new_configs[c.config] for c in proposal.changes if c.option.new}
     return dataclasses.replace(proposal, seconds=time.monotonic() - started, new_configs=used)

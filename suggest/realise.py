@@ -6,6 +6,7 @@ classes, and at most one device count above 1 competes for its profile (suggest/
 from __future__ import annotations
 
 import time
+from collections import deque
 from collections.abc import Mapping, Sequence
 
 from migops.suggest.model import Demand, NodeChange, NodeSupply, Option, Placed, Proposal, Rule, Stage, Unserved
@@ -28,7 +29,7 @@ def _place(
     problem: Problem,
     values: Mapping[Var, int],
     chosen: Mapping[str, tuple[int, Option]],
-    queues: list[list[Demand]],
+    queues: list[deque[Demand]],
 ) -> list[Placed]:
     placed: list[Placed] = []
     room = {name: dict(o.free) for name, (_, o) in chosen.items()}
@@ -38,9 +39,11 @@ def _place(
         for c in by_need:
             want, count = values.get(("z", c, i), 0), problem.count(c)
             for name in members:
+                if not want:
+                    break
                 while want and queues[c] and room[name][pool.profile] >= count:
                     room[name][pool.profile] -= count
-                    placed.append(Placed(queues[c].pop(0), name, pool.profile))
+                    placed.append(Placed(queues[c].popleft(), name, pool.profile))
                     want -= 1
             assert want == 0, "the solver's counts do not fit the pool's nodes"
     return placed
@@ -57,7 +60,7 @@ def realise(
 ) -> Proposal:
     assigned = {n.name: n.assigned for n in nodes}
     chosen = _chosen(problem, values)
-    queues = [list(pods) for pods in problem.classes]
+    queues = [deque(pods) for pods in problem.classes]
     placed = _place(problem, values, chosen, queues)
     why = (
         f"no room for it within the policy (at most {max_nodes} nodes changed per proposal) "

@@ -18,6 +18,7 @@ rerun may end elsewhere. Stage values are those of the final proposal.
 
 from __future__ import annotations
 
+import functools
 import time
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
@@ -118,7 +119,15 @@ class _Model:
         return self.problem.options[v[1]][v[2]]
 
     def served(self, c: int) -> list[Var]:
-        return [v for v in self.vars if v[0] == "z" and v[1] == c]
+        return self._served.get(c, [])
+
+    @functools.cached_property
+    def _served(self) -> dict[int, list[Var]]:
+        out: dict[int, list[Var]] = defaultdict(list)
+        for v in self.vars:
+            if v[0] == "z":
+                out[v[1]].append(v)
+        return out
 
 
 def _objectives(model: _Model) -> list[Objective]:

@@ -136,3 +136,101 @@ def test_the_loop_publishes_it_while_spec_suggest_is_enabled(rapi, repo, gpu_nod
         stop.set()
         rec.stop()
         loop.join(30)
+
+
+_READ = """
+import json, resource, sys
+from kubernetes import config
+from migops.gitops.repo import load_repo
+from migops.kube.clusterpolicy import MigSettings
+from migops.suggest.live import read_cluster
+from migops.suggest.run import suggest
+
+kubeconfig, config_text, nodes_text = sys.argv[1:]
+api = config.new_client_from_config(config_file=kubeconfig)
+spec = load_repo({"config.yaml": config_text.encode(), "nodes.yaml": nodes_text.encode()}, "", "r")
+cluster = read_cluster(api, MigSettings(strategy="mixed"))
+out = suggest(spec, cluster)
+print(json.dumps({
+    "peak_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+    "pending": len(out.demands),
+    "served": len(out.proposal.placed) if out.proposal else 0,
+}))
+"""
+
+
+def _limit_mib() -> float:
+    """The reconciler container's memory limit in the manifests (Mi)."""
+    from pathlib import Path
+
+    import yaml
+
+    text = (Path(__file__).parents[2] / "manifests/base/reconciler/deployment.yaml").read_text()
+    deployment = next(d for d in yaml.safe_load_all(text) if d and d.get("kind") == "Deployment")
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    limit = container["resources"]["limits"]["memory"]
+    assert limit.endswith("Mi")
+    return float(limit[:-2])
+
+
+def test_a_flood_of_pending_pods_with_huge_annotations_stays_within_the_reconcilers_limit(
+    rplane, rapi, repo, gpu_nodes, make_reconciler, monkeypatch
+) -> None:
+    """1,000 pending MIG pods carrying 240 KiB annotations each (240 MiB of text, all within the API
+    server's limits, by a user who may only create pods in one namespace): spec.suggest lists them in
+    pages and keeps what it reads of each, so the proposal's process stays well under the reconciler's
+    limit; with the bound on pending pods lowered, the status names it."""
+    import json
+    import subprocess
+    import sys
+    from concurrent.futures import ThreadPoolExecutor
+
+    from migops.suggest import live
+
+    pool = f"p{uuid.uuid4().hex[:6]}"
+    gpu_nodes(2, pool)
+    nodes_text = nodes_yaml(f"  - nodeSelector: {{matchLabels: {{pool: {pool}}}}}\n    config: all-1g.10gb")
+    repo.commit({"config.yaml": CONFIG_YAML, "nodes.yaml": nodes_text})
+    core = k8s.CoreV1Api(rapi)
+    ns = f"flood-{uuid.uuid4().hex[:6]}"
+    core.create_namespace({"metadata": {"name": ns}})
+    blob = "x" * (240 * 1024)
+
+    def create(i: int) -> None:
+        core.create_namespaced_pod(
+            ns,
+            {
+                "metadata": {"name": f"p{i:04d}", "annotations": {"blob": blob}, "labels": {"batch": str(i // 100)}},
+                "spec": {
+                    "containers": [
+                        {"name": "c", "image": "x", "resources": {"limits": {"nvidia.com/mig-3g.40gb": "1"}}}
+                    ],
+                    "nodeSelector": {"pool": pool},
+                },
+            },
+        )
+
+    try:
+        with ThreadPoolExecutor(4) as workers:
+            list(workers.map(create, range(1000)))
+        done = subprocess.run(
+            [sys.executable, "-c", _READ, str(rplane.admin_kubeconfig), CONFIG_YAML, nodes_text],
+            capture_output=True,
+            text=True,
+            timeout=600,
+            check=True,
+        )
+        found = json.loads(done.stdout.strip().splitlines()[-1])
+        assert found["pending"] >= 1000 and found["served"] >= 32  # 2 nodes x 8 GPUs x 2 x 3g.40gb
+        assert found["peak_mib"] < 0.75 * _limit_mib(), found  # listed whole, the pods alone exceed the limit
+        monkeypatch.setattr(live, "MAX_PENDING_PODS", 600)
+        rec = make_reconciler(repo.url)
+        assert rec.sync().ok
+        status = rec.suggester().publish()
+        assert status is not None and "capped at 600" in status["capped"], status
+        assert migsync(rapi, rec.name)["status"]["suggestion"]["capped"] == status["capped"]
+    finally:
+        # In batches: one request deleting 240 MiB of pods can outlast the API server's request timeout.
+        for batch in range(10):
+            core.delete_collection_namespaced_pod(ns, label_selector=f"batch={batch}", grace_period_seconds=0)
+        core.delete_namespace(ns)  # no namespace controller runs here: the pods are deleted above

@@ -170,6 +170,12 @@ def test_the_suggest_policy_is_checked_like_the_rest_of_nodes_yaml() -> None:
     bad = {
         "suggest:\n  maxNodes: 0\n": ("suggest.maxNodes", "invalid-maxnodes"),
         "suggest:\n  newConfig: true\n": ("suggest.newConfig", "unexpected-field"),
+        "suggest:\n  maxPodsPerNamespace: 0\n": ("suggest.maxPodsPerNamespace", "invalid-maxpodspernamespace"),
+        "suggest:\n  claimsWithoutPods: 1\n": ("suggest.claimsWithoutPods", "invalid-claimswithoutpods"),
+        "suggest:\n  trustedPriorityNamespaces: kube-system\n": (
+            "suggest.trustedPriorityNamespaces",
+            "invalid-trustedprioritynamespaces",
+        ),
         "suggest:\n  pools:\n    - configs: [nope]\n      nodes: [n1]\n": (
             "suggest.pools[0].configs[0]",
             "config-not-found",
