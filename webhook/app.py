@@ -94,7 +94,7 @@ def _pods(req: Request, snap: Snapshot) -> tuple:
 
 RULES: dict[str, dict[tuple[str, str], Rule]] = {
     "validate": {
-        ("", "ConfigMap"): Rule(configmaps.cache_key, configmaps.validate, _placement),
+        ("", "ConfigMap"): Rule(configmaps.cache_key, configmaps.validate, configmaps.reads),
         ("", "Node"): Rule(
             nodelabels.cache_key, nodelabels.validate, nodelabels.reads, nodelabels.prefetch, "read_migsync"
         ),

@@ -7,6 +7,11 @@
 - A config that fits only some models is admitted with a warning naming the nodes it cannot serve.
 - In the ConfigMap in force, removing a config that a node's label names is denied, naming the nodes;
   so is deleting that ConfigMap while any node selects a config from it.
+- While a MigSync (not suspended) exists, the ConfigMap in force holds git's config.yaml (the reconciler
+  writes it): a change of its content, of the label that makes it a MIG config, or its deletion, by
+  anyone but the reconciler's identities is denied [git-owned], naming the MigSync and the file to
+  change; unless the write labels it migops.io/unmanaged=true. Without a MigSync (the webhook alone,
+  the ConfigMap synced by Flux or Argo CD) nothing of this applies.
 A labelled ConfigMap that is not in force (one prepared for a later switch) is checked against the
 catalogue only: no node uses it yet.
 """
@@ -16,8 +21,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from migops.api.names import CONFIGMAP_KEY, MIG_CONFIG_LABEL, MIG_CONFIGMAP_LABEL
-from migops.api.objects import NodeFacts, labels
+from migops.api.migsync import CONFIG_FILE
+from migops.api.names import CONFIGMAP_KEY, MIG_CONFIG_LABEL, MIG_CONFIGMAP_LABEL, UNMANAGED_LABEL
+from migops.api.objects import NodeFacts, is_unmanaged, labels
 from migops.mig.gfd import NodeGpus
 from migops.mig.problems import MigError, key_path
 from migops.mig.spec import MigPartedConfig
@@ -26,7 +32,7 @@ from migops.mig.text import listed
 from migops.webhook import checks
 from migops.webhook.admission import ALLOW, Request, Verdict, allow, deny, merge_warnings
 from migops.webhook.findings import Finding, Warning_, node_names, split
-from migops.webhook.state import Snapshot
+from migops.webhook.state import MigSyncRef, Snapshot
 
 
 def in_scope(req: Request, snap: Snapshot) -> tuple[bool, bool]:
@@ -90,10 +96,50 @@ def cache_key(req: Request) -> tuple:
         req.name,
         req.operation,
         labels(obj).get(MIG_CONFIGMAP_LABEL),
+        labels(req.old_object).get(MIG_CONFIGMAP_LABEL),
         new,
         old,
         isinstance(binary, dict) and CONFIGMAP_KEY in binary,
+        req.username,
+        labels(req.object).get(UNMANAGED_LABEL),
     )
+
+
+def reads(req: Request, snap: Snapshot) -> tuple:
+    """The settings, the config in force, the nodes' configs and GPUs; the MigSyncs and who the
+    reconciler is (git's ownership of the ConfigMap in force)."""
+    return snap.mig.key, snap.placement.version, tuple(sorted(snap.migsyncs.items())), snap.reconciler_users
+
+
+def _owners(snap: Snapshot) -> list[tuple[str, MigSyncRef]]:
+    return sorted((k, m) for k, m in snap.migsyncs.items() if not m.suspend)
+
+
+def git_owned(req: Request, snap: Snapshot) -> list[Finding]:
+    """A write that changes what the nodes a MigSync manages would run (the content of the ConfigMap in
+    force, the label that makes it a MIG config, its deletion), by anyone but the reconciler."""
+    owners = _owners(snap)
+    if not owners or req.username in snap.reconciler_users or is_unmanaged(req.object):
+        return []
+    if req.operation == "UPDATE":
+        same_text = _text(req.object) == _text(req.old_object) and _text_key(req.object) == _text_key(req.old_object)
+        same_label = labels(req.object).get(MIG_CONFIGMAP_LABEL) == labels(req.old_object).get(MIG_CONFIGMAP_LABEL)
+        binary = (req.object or {}).get("binaryData")
+        if same_text and same_label and not (isinstance(binary, dict) and CONFIGMAP_KEY in binary):
+            return []
+    key, sync = owners[0]
+    where = f"{sync.path}/{CONFIG_FILE}" if sync.path else CONFIG_FILE
+    ref = f" (ref {sync.ref})" if sync.ref else ""
+    more = f" (and {len(owners) - 1} more)" if len(owners) > 1 else ""
+    field = "metadata" if req.operation == "DELETE" else f"data.\"{CONFIGMAP_KEY}\""
+    return [
+        (
+            "git-owned",
+            f"{field}: the MIG ConfigMap in force holds the config.yaml MigSync {key}{more} applies from git; "
+            f"change {where} in {sync.url}{ref} and let the reconciler apply it (not {req.username or 'this user'}); "
+            f"to edit it by hand, suspend the MigSync or label the ConfigMap {UNMANAGED_LABEL}=true in this write",
+        )
+    ]
 
 
 def _text(obj: Mapping[str, Any] | None) -> str | None:
@@ -118,6 +164,9 @@ def validate(req: Request, snap: Snapshot) -> Verdict:
     if not (active or labelled):
         return ALLOW
     subject = f"ConfigMap {req.namespace}/{req.name}"
+    owned = git_owned(req, snap) if active else []
+    if owned:
+        return deny(subject, owned, code=403, reason="Forbidden")
     if req.operation == "DELETE":
         return _delete(subject, snap) if active else ALLOW
     if req.operation not in ("CREATE", "UPDATE"):

@@ -409,6 +409,11 @@ class MigSyncRef:
     def path(self) -> str:
         return self.spec.path if self.spec else ""
 
+    @property
+    def suspend(self) -> bool:
+        """The reconciler applies nothing of a suspended MigSync (one whose spec cannot be read still owns)."""
+        return self.spec.suspend if self.spec else False
+
 
 # ------------------------------------------------------------------------------------------ snapshot
 class Snapshot:
