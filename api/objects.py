@@ -24,6 +24,7 @@ from typing import Any
 from migops.api.names import (
     AGENT_ANNOTATIONS,
     APPLIED_ANNOTATION,
+    CONFIGMAP_KEY,
     DEVICE_ID_LABEL,
     DIGEST_ANNOTATION,
     DRIFT_ANNOTATION,
@@ -92,9 +93,16 @@ def _text(value: object) -> str | None:
 
 
 def is_unmanaged(obj: object) -> bool:
-    """A person took the node out of management (migops.io/unmanaged=true): the reconciler leaves it
-    and the webhook lets anyone set its nvidia.com/mig.config."""
+    """A person took the object out of management (migops.io/unmanaged=true): on a node, the reconciler
+    leaves it and the webhook lets anyone set its nvidia.com/mig.config; on the MIG ConfigMap in force,
+    the reconciler never writes it and the webhook lets anyone write its config.yaml."""
     return labels(obj).get(UNMANAGED_LABEL) == "true"
+
+
+def config_text(obj: object) -> str | None:
+    """A MIG ConfigMap's data."config.yaml", None when absent or not a string."""
+    data = obj.get("data") if isinstance(obj, Mapping) else None
+    return _text(data.get(CONFIGMAP_KEY)) if isinstance(data, Mapping) else None
 
 
 # ------------------------------------------------------------------------------------------ label selectors

@@ -253,14 +253,16 @@ def git_root(workdir: Path) -> Path:
     return workdir / "git"
 
 
-def config_kustomization(namespace: str, name: str) -> str:
+def config_kustomization(namespace: str, name: str, *, unmanaged: bool = False) -> str:
     """kustomization.yaml making the MIG ConfigMap from config.yaml beside it, under its fixed name
     (mig-manager and the ClusterPolicy name it; kustomize's default hash suffix would rename it). The
-    same config.yaml is what `migops validate` and the reconciler read."""
+    same config.yaml is what `migops validate` and the reconciler read. `unmanaged`: labelled
+    migops.io/unmanaged=true, so that Flux keeps it while a MigSync's reconciler writes the labels."""
+    labels = ", labels: {migops.io/unmanaged: 'true'}" if unmanaged else ""
     return (
         "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nconfigMapGenerator:\n"
         f"  - name: {name}\n    namespace: {namespace}\n    files: [config.yaml]\n"
-        "    options: {disableNameSuffixHash: true}\n"
+        f"    options: {{disableNameSuffixHash: true{labels}}}\n"
     )
 
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from migops.api import objects
-from migops.api.names import MIG_CONFIG_LABEL
+from migops.api.names import MIG_CONFIG_LABEL, UNMANAGED_LABEL
 from migops.gitops.desired import DesiredState
 from migops.mig.text import listed
 from migops.reconciler import matching, steps
@@ -41,6 +41,7 @@ class Diff:
     unchanged: int  # managed nodes already right
     denied: list[str] = field(default_factory=list)  # server-side dry-run refusals
     defaulted: tuple[str, ...] = ()  # nodes moved to `default` because no assignment matches them any more
+    configmap_unmanaged: bool = False  # labelled migops.io/unmanaged=true: shown, never written
 
     @property
     def changed(self) -> bool:
@@ -48,7 +49,13 @@ class Diff:
 
     def lines(self) -> list[str]:
         out = [f"revision {self.revision}"]
-        if self.configmap_diff:
+        if self.configmap_diff and self.configmap_unmanaged:
+            out.append(
+                f"ConfigMap {self.configmap} is labelled {UNMANAGED_LABEL}=true: migops does not write it, and "
+                "no node gets a new label until it holds this data.config.yaml:"
+            )
+            out += ["  " + line.rstrip("\n") for line in self.configmap_diff]
+        elif self.configmap_diff:
             out.append(f"ConfigMap {self.configmap} data.config.yaml:")
             out += ["  " + line.rstrip("\n") for line in self.configmap_diff]
         else:
@@ -75,6 +82,7 @@ class Diff:
             "revision": self.revision,
             "configMap": self.configmap,
             "configMapDiff": self.configmap_diff,
+            "configMapUnmanaged": self.configmap_unmanaged,
             "labels": [{"node": c.node, "current": c.current, "desired": c.desired} for c in self.labels],
             "unchanged": self.unchanged,
             "denied": self.denied,
@@ -117,7 +125,7 @@ def compute(desired: DesiredState, nodes: Mapping[str, Mapping[str, Any]], confi
 def server_dry_run(diff: Diff, desired: DesiredState, writer: Writer) -> None:
     """Send each change as a dry-run apply; collect refusals (a webhook's message, RBAC, ...)."""
     assert writer.dry_run
-    if diff.configmap_diff:
+    if diff.configmap_diff and not diff.configmap_unmanaged:
         try:
             writer.configmap(desired.namespace, desired.configmap, desired.spec.config_text)
         except WriteError as err:
@@ -148,6 +156,7 @@ def preview(
     desired = after.desired
     assert desired is not None  # (`resolve` stops the steps when nothing is in force)
     found = compute(desired, run.wave.nodes, run.wave.configmap_text)
+    found.configmap_unmanaged = run.wave.configmap_unmanaged
     found.defaulted = matching.moved_to_default(desired, state.desired, after.record.record)
     if dry_writer is not None and found.changed:
         server_dry_run(found, desired, dry_writer())

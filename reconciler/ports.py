@@ -13,7 +13,6 @@ from kubernetes import client as k8s
 
 from migops.api import migsync
 from migops.api.migsync import SyncSpec, TrustPolicy, VerifyMode, parse_spec
-from migops.api.names import CONFIGMAP_KEY
 from migops.api.objects import MigSettings, settings_from_policies
 from migops.gitops.desired import FitCache
 from migops.kube import clusterpolicy
@@ -140,8 +139,8 @@ class ClusterView:
     def settings(self) -> MigSettings:
         return settings_from_policies(self.policies.items().values())
 
-    def configmap_seen(self, namespace: str, name: str) -> str | None:
-        """data["config.yaml"] of the MIG ConfigMap as the (lazily started) informer shows it."""
+    def configmap_seen(self, namespace: str, name: str) -> dict[str, Any] | None:
+        """The MIG ConfigMap as the (lazily started) informer shows it; None when it does not exist."""
         key = (namespace, name)
         inf = self._configmaps.get(key)
         if inf is None:
@@ -157,8 +156,7 @@ class ClusterView:
             )
             self._configmaps[key] = inf.start()
             inf.wait_synced(30)
-        obj = inf.get(f"{namespace}/{name}")
-        return ((obj or {}).get("data") or {}).get(CONFIGMAP_KEY) if obj else None
+        return inf.get(f"{namespace}/{name}")
 
 
 def with_trust_floor(spec: SyncSpec, floor: TrustPolicy) -> SyncSpec:

@@ -47,6 +47,7 @@ class Reason(StrEnum):
     RETRYING = "Retrying"
     # Events only
     CONFIGMAP_APPLIED = "ConfigMapApplied"
+    CONFIGMAP_UNMANAGED = "ConfigMapUnmanaged"  # (and the Ready condition while its content is not git's)
     DRIFT_REVERTED = "DriftReverted"
     ASSIGNED = "MigConfigAssigned"
     PRUNED = "MigConfigPruned"
@@ -153,6 +154,16 @@ RECONCILER_REASONS: Mapping[Reason, Explanation] = {
     ),
     Reason.CONFIGMAP_APPLIED: Explanation(
         "The MIG ConfigMap's `config.yaml` was written from the revision.", "Nothing."
+    ),
+    Reason.CONFIGMAP_UNMANAGED: Explanation(
+        "The MIG ConfigMap in force is labelled `migops.io/unmanaged=true`: the reconciler never writes it and "
+        "leaves it to whoever does (a person, or Flux or Argo CD beside the reconciler). While its `config.yaml` "
+        "is the revision's, node labels roll out as usual (a Normal Event says who owns the ConfigMap); while it "
+        "differs, no node gets a new label (a label could name a config the ConfigMap lacks or defines "
+        "otherwise): Ready is False with this reason and a Warning Event names the revision awaited.",
+        "Put the revision's `config.yaml` into the ConfigMap (or let your GitOps tool apply it), or remove the "
+        "label to give the ConfigMap back to git (`kubectl label configmap -n NS NAME migops.io/unmanaged-`): "
+        "the reconciler then writes the revision's content at its next sync.",
     ),
     Reason.DRIFT_REVERTED: Explanation(
         "Someone changed a managed node's `nvidia.com/mig.config` or the MIG ConfigMap by hand; the reconciler "

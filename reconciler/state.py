@@ -163,6 +163,7 @@ class Wave:
     plan: Plan | None = None
     nodes: dict[str, dict[str, Any]] = field(default_factory=dict)  # the nodes planned on (overlay applied)
     configmap_text: str | None = None
+    configmap_unmanaged: bool = False  # labelled migops.io/unmanaged=true: never written, labels wait on it
     skip: frozenset[str] = frozenset()  # nodes whose write was refused before (until the next fetch)
     overdue: list[tuple[str, str]] = field(default_factory=list)  # (node, why): past its progress deadline
     writes: int = 0

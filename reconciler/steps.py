@@ -23,7 +23,13 @@ from typing import Any
 from migops import logs
 from migops.api import objects
 from migops.api.migsync import Condition, ConditionStatus, record_name
-from migops.api.names import CONFIGMAP_KEY, MIG_CONFIG_STATE_LABEL, RESUME_ANNOTATION, STATE_FAILED
+from migops.api.names import (
+    CONFIGMAP_KEY,
+    MIG_CONFIG_STATE_LABEL,
+    RESUME_ANNOTATION,
+    STATE_FAILED,
+    UNMANAGED_LABEL,
+)
 from migops.api.objects import is_unmanaged
 from migops.gitops.desired import DesiredState, resolve
 from migops.gitops.reasons import UNREADABLE, SourceReason
@@ -432,7 +438,8 @@ def plan_wave(state: SyncState, run: Run, ports: Ports) -> Done:
     ours = ports.options.owner
     wave.nodes, written = state.cache.written.nodes(dict(run.seen.nodes), ours, now)
     shown = ports.cluster.configmap_seen(desired.namespace, desired.configmap)
-    wave.configmap_text, written = written.configmap_text(shown, now)
+    wave.configmap_text, written = written.configmap_text(objects.config_text(shown), now)
+    wave.configmap_unmanaged = is_unmanaged(shown)
     wave.skip = frozenset(n for (n, c) in known.refused if desired.targets.get(n) and desired.targets[n].config == c)
     wave.plan = plan(
         desired,
@@ -484,6 +491,8 @@ def apply_configmap(state: SyncState, run: Run, ports: Ports) -> Done:
     """The MIG ConfigMap first: a label must never name a config the ConfigMap lacks."""
     desired, p, seen, last = state.desired, run.wave.plan, run.wave.configmap_text, state.nodes.configmap_text
     assert desired is not None and p is not None
+    if run.wave.configmap_unmanaged:
+        return _leave_unmanaged(state, run, p)
     if not p.configmap_changed:
         if seen is not None:
             state = replace(state, nodes=replace(state.nodes, configmap_text=seen))
@@ -505,17 +514,56 @@ def apply_configmap(state: SyncState, run: Run, ports: Ports) -> Done:
             Reason.DRIFT_REVERTED,
             f"data.{CONFIGMAP_KEY} of {where} was changed by hand; put back to revision {desired.revision[:12]}",
             "Warning",
-            involved={
-                "apiVersion": "v1",
-                "kind": "ConfigMap",
-                "metadata": {"name": desired.configmap, "namespace": desired.namespace},
-            },
+            involved=_configmap_ref(desired),
         )
     else:
         run.note(
             Reason.CONFIGMAP_APPLIED, f"{where} data.{CONFIGMAP_KEY} applied from revision {desired.revision[:12]}"
         )
     return replace(state, nodes=replace(state.nodes, configmap_text=text)), None
+
+
+def _leave_unmanaged(state: SyncState, run: Run, p: Plan) -> Done:
+    """The ConfigMap labelled migops.io/unmanaged=true: never written. While it holds the revision's
+    config.yaml the wave goes on; while it does not, no node gets a new label (the label could name a
+    config it lacks or defines otherwise) and Ready says which revision it waits for."""
+    desired = state.desired
+    assert desired is not None
+    where = f"ConfigMap {desired.namespace}/{desired.configmap}"
+    hatch = f"{UNMANAGED_LABEL}=true"
+    if not p.configmap_changed:
+        state = replace(state, nodes=replace(state.nodes, configmap_text=run.wave.configmap_text))
+        run.note(
+            Reason.CONFIGMAP_UNMANAGED,
+            f"{where} is labelled {hatch}: migops leaves it to whoever writes it (it holds the config.yaml of "
+            f"revision {desired.revision[:12]})",
+            key=("configmap-unmanaged", desired.configmap, desired.revision),
+            involved=_configmap_ref(desired),
+        )
+        return state, None
+    message = (
+        f"{where} is labelled {hatch} and its data.{CONFIGMAP_KEY} is not revision {desired.revision[:12]}'s: "
+        f"migops does not write it, and gives no node a new label until it holds the revision's config.yaml "
+        f"(or the label is removed: the revision's content is then written)"
+    )
+    run.note(
+        Reason.CONFIGMAP_UNMANAGED,
+        message,
+        "Warning",
+        key=("configmap-unmanaged-held", desired.configmap, desired.revision, run.wave.configmap_text),
+        involved=_configmap_ref(desired),
+    )
+    run.wave.plan = replace(p, writes=(), drift=frozenset())
+    run.keep(SyncFailure(Reason.CONFIGMAP_UNMANAGED, message, False, SyncOutcome.HALTED))
+    return state, None
+
+
+def _configmap_ref(desired: DesiredState) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": desired.configmap, "namespace": desired.namespace},
+    }
 
 
 def apply_wave(state: SyncState, run: Run, ports: Ports) -> Done:

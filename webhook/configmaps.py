@@ -10,8 +10,9 @@
 - While a MigSync (not suspended) exists, the ConfigMap in force holds git's config.yaml (the reconciler
   writes it): a change of its content, of the label that makes it a MIG config, or its deletion, by
   anyone but the reconciler's identities is denied [git-owned], naming the MigSync and the file to
-  change; unless the write labels it migops.io/unmanaged=true. Without a MigSync (the webhook alone,
-  the ConfigMap synced by Flux or Argo CD) nothing of this applies.
+  change; unless the ConfigMap is labelled migops.io/unmanaged=true (after the write; before it, for a
+  deletion), which the reconciler honours too: it never writes such a ConfigMap. Without a MigSync
+  (the webhook alone, the ConfigMap synced by Flux or Argo CD) nothing of this applies.
 A labelled ConfigMap that is not in force (one prepared for a later switch) is checked against the
 catalogue only: no node uses it yet.
 """
@@ -101,7 +102,7 @@ def cache_key(req: Request) -> tuple:
         old,
         isinstance(binary, dict) and CONFIGMAP_KEY in binary,
         req.username,
-        labels(req.object).get(UNMANAGED_LABEL),
+        labels(obj).get(UNMANAGED_LABEL),
     )
 
 
@@ -119,7 +120,8 @@ def git_owned(req: Request, snap: Snapshot) -> list[Finding]:
     """A write that changes what the nodes a MigSync manages would run (the content of the ConfigMap in
     force, the label that makes it a MIG config, its deletion), by anyone but the reconciler."""
     owners = _owners(snap)
-    if not owners or req.username in snap.reconciler_users or is_unmanaged(req.object):
+    obj = req.old_object if req.operation == "DELETE" else req.object
+    if not owners or req.username in snap.reconciler_users or is_unmanaged(obj):
         return []
     if req.operation == "UPDATE":
         same_text = _text(req.object) == _text(req.old_object) and _text_key(req.object) == _text_key(req.old_object)

@@ -175,15 +175,15 @@ def test_every_pod_is_ready_non_root_read_only_and_stays_ready(deployed: Deploye
 
 
 # ----------------------------------------------------------------------------------------- the webhook
-def _mig_configmap(text: str) -> str:
-    return yaml.safe_dump(
-        {
-            "apiVersion": "v1",
-            "kind": "ConfigMap",
-            "metadata": {"name": "default-mig-parted-config", "namespace": "gpu-operator"},
-            "data": {"config.yaml": text},
-        }
-    )
+def _mig_configmap(text: str, **labels: str) -> str:
+    meta: dict = {"name": "default-mig-parted-config", "namespace": "gpu-operator"}
+    if labels:
+        meta["labels"] = labels
+    return yaml.safe_dump({"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta, "data": {"config.yaml": text}})
+
+
+# The MigSync owns the ConfigMap's content: a person's edit is judged on its content with the escape hatch.
+HATCH = {"migops.io/unmanaged": "true"}
 
 
 def test_a_bad_mig_configmap_is_denied_through_the_service(deployed: Deployed) -> None:
@@ -199,11 +199,15 @@ def test_a_bad_mig_configmap_is_denied_through_the_service(deployed: Deployed) -
             *([dry_run] if dry_run else []),
             "-f",
             "-",
-            input=_mig_configmap(BAD_CONFIG),
+            input=_mig_configmap(BAD_CONFIG, **HATCH),
             check=False,
         )
         assert out.returncode != 0 and "denied the request" in out.stderr and "1g.9gb" in out.stderr, out.stderr
         assert "[unknown-profile]" in out.stderr
+    out = deployed.kubectl(
+        "apply", "--server-side", "--dry-run=server", "-f", "-", input=_mig_configmap(BAD_CONFIG), check=False
+    )
+    assert out.returncode != 0 and "[git-owned]" in out.stderr and f"MigSync {NS}/{deploy.MIGSYNC}" in out.stderr
     out = deployed.kubectl(
         "apply", "--server-side", "--force-conflicts", "--dry-run=server", "-f", "-", input=_mig_configmap(CONFIG_YAML)
     )
@@ -345,7 +349,7 @@ def test_deleting_a_webhook_pod_drops_no_admission_request(deployed: Deployed) -
     body = {
         "apiVersion": "v1",
         "kind": "ConfigMap",
-        "metadata": {"name": "default-mig-parted-config", "namespace": "gpu-operator"},
+        "metadata": {"name": "default-mig-parted-config", "namespace": "gpu-operator", "labels": HATCH},
         "data": {"config.yaml": CONFIG_YAML + "# a changed comment: the webhook is asked\n"},
     }
     results: list[str] = []

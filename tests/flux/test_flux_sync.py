@@ -245,18 +245,23 @@ def test_node_labels_from_git_and_a_label_naming_no_config_is_denied(flux_local,
 def test_flux_owns_the_configmap_and_the_reconciler_the_labels_side_by_side(
     flux_local, clone, labels_kustomization
 ) -> None:
-    """Flux applies the ConfigMap from mig-config/config.yaml; migops's reconciler follows the same
-    repository and path (config.yaml + nodes.yaml) and writes node labels. The reconciler writes the
-    ConfigMap only where it differs from the commit: once Flux has applied it, never. No field has two
-    owners, and nothing is written again while the commit stays."""
+    """Flux applies the ConfigMap from mig-config/config.yaml, labelled migops.io/unmanaged=true; migops's
+    reconciler follows the same repository and path (config.yaml + nodes.yaml) and writes node labels.
+    The reconciler never writes that ConfigMap, and the webhook lets Flux write it while the MigSync
+    exists; a commit that adds a config and assigns it is labelled once Flux has applied the config.
+    No field has two owners, and nothing is written again while the commit stays."""
     api = flux_local.api
     node2 = flux_local.state.nodes[1].name
     assignment = f"  - config: all-3g.40gb\n    nodes: [{node2}]\n"
     sha = push_and_wait(
         flux_local,
         clone,
-        {CONFIG_FILE: MORE, f"{flux.CONFIG_DIR}/nodes.yaml": nodes_yaml(assignment)},
-        "reconciler assignments",
+        {
+            CONFIG_FILE: MORE,
+            f"{flux.CONFIG_DIR}/nodes.yaml": nodes_yaml(assignment),
+            f"{flux.CONFIG_DIR}/kustomization.yaml": flux.config_kustomization(NAMESPACE, NAME, unmanaged=True),
+        },
+        "reconciler assignments; Flux keeps the ConfigMap",
     )
     # The reconciler's own identity (as `migops local up --repo` gives it), which the webhook lets write
     # the labels of the nodes it manages.
@@ -306,6 +311,29 @@ def test_flux_owns_the_configmap_and_the_reconciler_the_labels_side_by_side(
             node(api, flux_local.state.nodes[0].name)["metadata"].get("annotations") or {}
         )
 
+        # A config added and assigned in one commit, while the MigSync exists: Flux writes the
+        # ConfigMap (the webhook admits it: unmanaged), the reconciler writes the label once it holds it.
+        added = (
+            MORE + '  two-2g.20gb:\n    - devices: all\n      mig-enabled: true\n      mig-devices: {"2g.20gb": 2}\n'
+        )
+        both = clone.push(
+            {
+                CONFIG_FILE: added,
+                f"{flux.CONFIG_DIR}/nodes.yaml": nodes_yaml(assignment.replace("all-3g.40gb", "two-2g.20gb")),
+            },
+            "a new config, assigned",
+        )
+        flux.wait_applied(api, flux.REPO, both)
+        until(
+            lambda: node(api, node2)["metadata"]["labels"].get(MIG_CONFIG_LABEL) == "two-2g.20gb",
+            timeout=90,
+            what="the reconciler labelling the node with the config Flux applied",
+        )
+        cm = configmap(api)
+        assert cm["data"]["config.yaml"] == added
+        assert managers(cm, ("data",), "config.yaml") == {"kustomize-controller"}
+        assert RECONCILER_MANAGER not in {e["manager"] for e in cm["metadata"]["managedFields"]}
+
         # Flux must not write what the reconciler owns: the webhook (git owns a managed node's label)
         # refuses kustomize-controller the label of the reconciler's node at Flux's dry-run, so nothing
         # of that stage is applied; without it, Flux's label of its own node passes.
@@ -322,12 +350,12 @@ def test_flux_owns_the_configmap_and_the_reconciler_the_labels_side_by_side(
         message = ready["message"]
         assert f"Node/{node2} dry-run failed" in message and "[git-owned]" in message, message
         assert flux.KUSTOMIZE_USER in message and f"{flux.CONFIG_DIR}/nodes.yaml" in message, message
-        assert node(api, node2)["metadata"]["labels"][MIG_CONFIG_LABEL] == "all-2g.20gb"
+        assert node(api, node2)["metadata"]["labels"][MIG_CONFIG_LABEL] == "two-2g.20gb"
         assert node(api, node1)["metadata"]["labels"][MIG_CONFIG_LABEL] != "all-3g.40gb"
         fixed = clone.push({f"{NODES_DIR}/{node2}.yaml": None}, "leave that node to the reconciler")
         flux.wait_applied(api, labels_kustomization, fixed)
         assert node(api, node1)["metadata"]["labels"][MIG_CONFIG_LABEL] == "all-3g.40gb"
-        assert node(api, node2)["metadata"]["labels"][MIG_CONFIG_LABEL] == "all-2g.20gb"
+        assert node(api, node2)["metadata"]["labels"][MIG_CONFIG_LABEL] == "two-2g.20gb"
         assert managers(node(api, node2), ("metadata", "labels"), MIG_CONFIG_LABEL) == {RECONCILER_MANAGER}
         get_kustomizations(flux_local)
         assert sha  # the commit both started from

@@ -163,6 +163,52 @@ def test_drift_is_reverted_with_an_event(rapi, repo, gpu_nodes, make_reconciler)
     assert events_for(rapi, "default-mig-parted-config", "DriftReverted", "gpu-operator")
 
 
+def test_an_unmanaged_configmap_is_never_written_and_holds_new_labels_until_it_holds_the_revision(
+    rapi, repo, gpu_nodes, make_reconciler
+) -> None:
+    """migops.io/unmanaged=true on the MIG ConfigMap (the webhook's escape hatch for its content): the
+    reconciler leaves it alone; while its config.yaml is not the revision's no node gets a new label
+    (Ready=False ConfigMapUnmanaged), once it is the rollout goes on, and without the label git's content
+    is written back."""
+    names = gpu_nodes(2, pool="hatch")
+    repo.commit({"config.yaml": CONFIG_YAML, "nodes.yaml": _pool("hatch")})
+    rec = make_reconciler(repo.url)
+    rec.sync()
+    agent_reports(rapi, CONFIG_YAML, names)
+    eventually(lambda: rec.sync(fetch=False).outcome == "InSync")
+    core = k8s.CoreV1Api(rapi)
+    cm = ("default-mig-parted-config", "gpu-operator")
+    by_hand = CONFIG_YAML + "# tuned by hand\n"
+    core.patch_namespaced_config_map(
+        *cm, {"metadata": {"labels": {"migops.io/unmanaged": "true"}}, "data": {"config.yaml": by_hand}}
+    )
+    result = eventually(lambda: rec.sync(fetch=False), lambda r: r.outcome == "Halted", timeout=20)
+    assert result.writes == 0 and "migops.io/unmanaged=true" in result.message, result
+    repo.commit({"nodes.yaml": _pool("hatch", config="all-3g.40gb")})  # a reassignment: held
+    assert rec.sync().writes == 0
+    assert {labels_of(rapi, names)[n][MIG_CONFIG_LABEL] for n in names} == {"all-1g.10gb"}
+    assert core.read_namespaced_config_map(*cm).data["config.yaml"] == by_hand
+    rec.flush_status()
+    ready = condition(migsync(rapi, rec.name), "Ready")
+    assert ready["status"] == "False" and ready["reason"] == "ConfigMapUnmanaged", ready
+    assert "gives no node a new label until it holds the revision's config.yaml" in ready["message"]
+    held = events_for(rapi, cm[0], "ConfigMapUnmanaged", cm[1])
+    assert [e.type for e in held] == ["Warning", "Warning"], held  # one per revision held, not per sync
+    # Whoever owns it now puts the revision's text in: the rollout goes on, the ConfigMap unwritten.
+    core.patch_namespaced_config_map(*cm, {"data": {"config.yaml": CONFIG_YAML}})
+    version = core.read_namespaced_config_map(*cm).metadata.resource_version
+    eventually(lambda: rec.sync(fetch=False).writes > 0, timeout=20)
+    assert {labels_of(rapi, names)[n][MIG_CONFIG_LABEL] for n in names} & {"all-3g.40gb"}
+    assert core.read_namespaced_config_map(*cm).metadata.resource_version == version
+    assert any(e.type == "Normal" for e in events_for(rapi, cm[0], "ConfigMapUnmanaged", cm[1]))
+    # Given back to git: a hand edit is reverted as before.
+    core.patch_namespaced_config_map(
+        *cm, {"metadata": {"labels": {"migops.io/unmanaged": None}}, "data": {"config.yaml": by_hand}}
+    )
+    text = lambda: core.read_namespaced_config_map(*cm).data["config.yaml"]  # noqa: E731
+    eventually(lambda: rec.sync(fetch=False) is not None and text() == CONFIG_YAML, timeout=20)
+
+
 def test_git_remote_gone_changes_nothing(rapi, repo, gpu_nodes, make_reconciler) -> None:
     names = gpu_nodes(2, pool="gone")
     good = repo.commit({"config.yaml": CONFIG_YAML, "nodes.yaml": _pool("gone")})

@@ -69,3 +69,13 @@ def test_who_and_what_stays_admitted() -> None:
     same = configmap(DEFAULT_CONFIG)
     assert judge(same, configmap(DEFAULT_CONFIG), "UPDATE", snap(SYNC)).allowed  # an unchanged re-apply
     assert CM_NAME == "default-mig-parted-config"
+
+
+def test_an_unmanaged_configmap_may_be_deleted_and_a_suspended_or_unreadable_migsync_is_judged_as_such() -> None:
+    hatch = configmap(DEFAULT_CONFIG, labels={"migops.io/unmanaged": "true"})
+    assert judge(None, hatch, "DELETE", snap(SYNC)).allowed  # the label on the object deleted counts
+    unlabelling = configmap(EDITED)  # removing the label in a write that changes the content: git's again
+    assert judge(unlabelling, hatch, "UPDATE", snap(SYNC)).rules == ("git-owned",)
+    broken = {**SYNC, "spec": {**SYNC["spec"], "interval": "soon"}}  # a spec that cannot be read still owns
+    verdict = judge(configmap(EDITED), configmap(DEFAULT_CONFIG), "UPDATE", snap(broken))
+    assert verdict.rules == ("git-owned",) and "spec.interval" in verdict.message, verdict

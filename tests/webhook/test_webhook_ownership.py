@@ -1,5 +1,6 @@
-"""Through the real API server: git owns a managed node's nvidia.com/mig.config (the
-webhook's side), and the status subresource is reviewed like the Node.
+"""Through the real API server: git owns a managed node's nvidia.com/mig.config and, while a MigSync
+manages the nodes, the MIG ConfigMap in force (the webhook's side), and the status subresource is
+reviewed like the Node.
 
 The reconciler writes migops.io/managed-by itself (another branch); here the test sets it, with a
 MigSync naming the repo, and writes as three identities: the admin (a person's kubectl), the
@@ -15,7 +16,7 @@ from pathlib import Path
 import pytest
 from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
-from webhook_helpers import MANAGER, eventually
+from webhook_helpers import CM_NAME, CM_NS, DEFAULT_CONFIG, MANAGER, eventually
 
 from migops.api.names import MANAGED_BY_ANNOTATION, MIG_CONFIG_LABEL, UNMANAGED_LABEL
 from migops.kube import ssa
@@ -40,7 +41,7 @@ def reconciler_api(plane, api) -> Iterator[k8s.ApiClient]:
             "apiVersion": "rbac.authorization.k8s.io/v1",
             "kind": "ClusterRole",
             "metadata": {"name": "test-reconciler-nodes"},
-            "rules": [{"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "patch"]}],
+            "rules": [{"apiGroups": [""], "resources": ["nodes", "configmaps"], "verbs": ["get", "patch"]}],
         },
         field_manager=MANAGER,
     )
@@ -201,6 +202,79 @@ def test_a_managed_by_naming_no_migsync_warns_and_allows(api, reconciler_api, mi
         assert "does not exist" in out.stderr and "[managed-by-unknown]" in out.stderr
     finally:
         core.patch_node(NODE, {"metadata": {"annotations": {MANAGED_BY_ANNOTATION: None}}})
+
+
+# --------------------------------------------------------------------------- the MIG ConfigMap in force
+EDITED = DEFAULT_CONFIG + "# tuned by hand\n"
+
+
+def _content(client: k8s.ApiClient, text: str, *, dry_run: bool = False, **labels: str | None) -> None:
+    body: dict = {"data": {"config.yaml": text}}
+    if labels:
+        body["metadata"] = {"labels": labels}
+    k8s.CoreV1Api(client).patch_namespaced_config_map(CM_NAME, CM_NS, body, **({"dry_run": "All"} if dry_run else {}))
+
+
+def _owned(api: k8s.ApiClient, owned: bool) -> None:
+    """Wait until the webhook's MigSync informer says the ConfigMap is (not) git's."""
+
+    def check() -> None:
+        try:
+            _content(api, EDITED, dry_run=True)
+        except ApiException as exc:
+            assert owned and "[git-owned]" in json.loads(exc.body)["message"], exc.body
+        else:
+            assert not owned, "admitted"
+
+    eventually(check, timeout=30)
+
+
+def _suspend(api: k8s.ApiClient, value: bool) -> None:
+    k8s.CustomObjectsApi(api).patch_namespaced_custom_object(
+        "migops.io", "v1alpha1", NS, "migsyncs", SYNC, {"spec": {"suspend": value}}
+    )
+
+
+def test_git_owns_the_mig_configmap_in_force_while_a_migsync_manages_it(api, kubectl, reconciler_api, migsync) -> None:
+    _owned(api, True)
+    edited = json.dumps({"data": {"config.yaml": EDITED}})
+    for dry_run in ((), ("--dry-run=server",)):
+        out = kubectl("patch", "configmap", "-n", CM_NS, CM_NAME, "--type=merge", "-p", edited, *dry_run)
+        assert out.returncode == 1 and "[git-owned]" in out.stderr, out.stderr
+        assert f"MigSync {NS}/{SYNC}" in out.stderr and f"{URL} (ref main)" in out.stderr, out.stderr
+        assert "clusters/prod/config.yaml" in out.stderr and "migops.io/unmanaged=true" in out.stderr
+    out = kubectl("delete", "configmap", "-n", CM_NS, CM_NAME, "--dry-run=server")
+    assert out.returncode == 1 and "[git-owned]" in out.stderr, out.stderr
+    out = kubectl("label", "configmap", "-n", CM_NS, CM_NAME, "migops.io/mig-config=true")
+    assert out.returncode == 1 and "[git-owned]" in out.stderr, out.stderr
+    # The reconciler's identity writes it, and is still checked.
+    _content(reconciler_api, EDITED)
+    with pytest.raises(ApiException) as exc:
+        _content(reconciler_api, EDITED.replace("1g.10gb", "1g.9gb"))
+    assert "[unknown-profile]" in _message(exc)
+    _content(reconciler_api, DEFAULT_CONFIG)
+    # Other writes of it are not affected.
+    k8s.CoreV1Api(api).patch_namespaced_config_map(CM_NAME, CM_NS, {"metadata": {"annotations": {"team": "a"}}})
+
+
+def test_the_configmaps_escape_hatches_unmanaged_and_suspend(api, kubectl, migsync) -> None:
+    _owned(api, True)
+    try:
+        _content(api, EDITED, **{UNMANAGED_LABEL: "true"})  # the hatch in the write itself
+        with pytest.raises(ApiException) as exc:  # still a valid config only
+            _content(api, EDITED.replace("1g.10gb", "1g.9gb"))
+        assert "[unknown-profile]" in _message(exc)
+        _content(api, DEFAULT_CONFIG)
+    finally:
+        out = kubectl("label", "configmap", "-n", CM_NS, CM_NAME, f"{UNMANAGED_LABEL}-")
+        assert out.returncode == 0, out.stderr  # given back to git: a label write, never judged
+    _owned(api, True)
+    _suspend(api, True)
+    try:
+        _owned(api, False)  # a suspended MigSync applies nothing: the ConfigMap is anyone's
+    finally:
+        _suspend(api, False)
+    _owned(api, True)
 
 
 # --------------------------------------------------------------------------- the status subresource

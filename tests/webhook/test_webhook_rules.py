@@ -163,6 +163,21 @@ def test_other_configmaps_and_skipped_namespaces_are_not_checked(api) -> None:
         eventually(lambda: core.create_namespaced_config_map(ns, labelled, dry_run="All"))
 
 
+def test_without_a_migsync_a_gitops_tool_writes_the_configmap_in_force(plane, api) -> None:
+    """The webhook alone (Flux or Argo CD syncing the MIG ConfigMap, no MigSync): the tool's identity
+    changes the content of the ConfigMap in force, judged on its content only."""
+    kubeconfig = plane.kubeconfig_for("system:serviceaccount:argocd:argocd-application-controller", ("system:masters",))
+    edited = DEFAULT_CONFIG + "# applied by the GitOps tool\n"
+    with plane.api_client(kubeconfig) as tool:
+        core = k8s.CoreV1Api(tool)
+        core.patch_namespaced_config_map(CM_NAME, CM_NS, {"data": {"config.yaml": edited}})
+        assert k8s.CoreV1Api(api).read_namespaced_config_map(CM_NAME, CM_NS).data["config.yaml"] == edited
+        with pytest.raises(ApiException) as exc:
+            core.patch_namespaced_config_map(CM_NAME, CM_NS, {"data": {"config.yaml": UNKNOWN_PROFILE}})
+        message = json.loads(exc.value.body)["message"]
+        assert "[unknown-profile]" in message and "[git-owned]" not in message, message
+
+
 def test_removing_or_deleting_a_config_in_use_is_denied_naming_the_nodes(api) -> None:
     _label(api, "gpu-node-1", "all-1g.10gb")
     _label(api, "gpu-node-3", "all-1g.10gb")
