@@ -347,14 +347,14 @@ class FixedState:
 
 def app() -> Any:
     """The webhook's Flask app over FixedState; a switch target ConfigMap is read from state_objects."""
-    from migops.webhook.app import Ports, create_app
+    from migops.webhook.app import ReviewPorts, create_app
 
     def read(namespace: str, name: str) -> dict[str, Any] | None:
         if (namespace, name) == ("team-a", CM_NAME):
             return configmap(SMALL_CONFIG)
         return None
 
-    return create_app(FixedState(), Ports(read_configmap=read))
+    return create_app(FixedState(), ReviewPorts(read_configmap=read))
 
 
 def run(count: int, seed: int = 0, *, client: Any = None) -> tuple[dict[int, int], list[tuple[int, str, bytes]]]:

@@ -118,6 +118,42 @@ def _path(link: tuple | None, shown: int = 8) -> str:
 
 def parse_review(doc: object) -> Request:
     """Check the envelope of a decoded AdmissionReview; raise BadReview naming the field."""
+    req = _envelope(doc)
+    uid, kind, operation = _what(req)
+    obj, old, refusal = _objects(req, kind, operation)
+    name, namespace = req.get("name") or "", req.get("namespace") or ""
+    if not isinstance(name, str) or not isinstance(namespace, str):
+        raise BadReview("request.name and request.namespace must be strings")
+    for field_name, value in (("name", name), ("namespace", namespace)):
+        if len(value) > MAX_NAME:
+            refusal.append(("object-limits", f"request.{field_name}: longer than {MAX_NAME} characters"))
+    dry_run = req.get("dryRun", False)
+    if not isinstance(dry_run, bool) and dry_run is not None:
+        raise BadReview("request.dryRun: must be a boolean")
+    sub_resource = req.get("subResource") or ""
+    if not isinstance(sub_resource, str) or len(sub_resource) > 63:
+        raise BadReview("request.subResource: must be a string of at most 63 characters")
+    if not name:
+        name = objects.meta(obj or old).get("name") or ""  # a string of at most MAX_NAME: check_object saw it
+    return Request(
+        uid,
+        kind["kind"],
+        kind.get("group", ""),
+        operation,
+        name[:MAX_NAME],
+        namespace[:MAX_NAME],
+        obj,
+        old,
+        bool(dry_run),
+        req,
+        _username(req.get("userInfo")),
+        sub_resource,
+        tuple(dict.fromkeys(refusal)),
+    )
+
+
+def _envelope(doc: object) -> dict[str, Any]:
+    """The review's `request`, once apiVersion and kind say it is an AdmissionReview."""
     if not isinstance(doc, dict):
         raise BadReview(f"body must be a JSON object (an AdmissionReview), not {type(doc).__name__}")
     if doc.get("apiVersion") != API_VERSION or doc.get("kind") != KIND:
@@ -128,6 +164,11 @@ def parse_review(doc: object) -> Request:
     req = doc.get("request")
     if not isinstance(req, dict):
         raise BadReview("request: missing or not an object")
+    return req
+
+
+def _what(req: dict[str, Any]) -> tuple[str, dict[str, Any], str]:
+    """The request's uid, kind and operation."""
     uid = req.get("uid")
     if not isinstance(uid, str) or not uid or len(uid) > 128:
         raise BadReview("request.uid: missing, empty or not a string of at most 128 characters")
@@ -141,6 +182,11 @@ def parse_review(doc: object) -> Request:
     operation = req.get("operation")
     if not isinstance(operation, str) or operation not in OPERATIONS:
         raise BadReview(f"request.operation: must be one of {', '.join(sorted(OPERATIONS))}, not {_short(operation)}")
+    return uid, kind, operation
+
+
+def _objects(req: dict[str, Any], kind: dict[str, Any], operation: str) -> tuple[Any, Any, list[tuple[str, str]]]:
+    """object and oldObject, their shapes checked, and what of them is beyond Kubernetes' limits."""
     obj, old = req.get("object"), req.get("oldObject")
     refusal: list[tuple[str, str]] = []
     for field_name, value in (("object", obj), ("oldObject", old)):
@@ -153,37 +199,7 @@ def parse_review(doc: object) -> Request:
     for field_name, value in (("object", obj), ("oldObject", old)):
         if value is not None:
             check_shape((kind.get("group", ""), kind["kind"]), value, f"request.{field_name}")
-    name, namespace = req.get("name") or "", req.get("namespace") or ""
-    if not isinstance(name, str) or not isinstance(namespace, str):
-        raise BadReview("request.name and request.namespace must be strings")
-    for field_name, value in (("name", name), ("namespace", namespace)):
-        if len(value) > MAX_NAME:
-            refusal.append(("object-limits", f"request.{field_name}: longer than {MAX_NAME} characters"))
-    dry_run = req.get("dryRun", False)
-    if not isinstance(dry_run, bool) and dry_run is not None:
-        raise BadReview("request.dryRun: must be a boolean")
-    sub_resource = req.get("subResource") or ""
-    if not isinstance(sub_resource, str) or len(sub_resource) > 63:
-        raise BadReview("request.subResource: must be a string of at most 63 characters")
-    username = _username(req.get("userInfo"))
-    if not name:
-        meta = objects.meta(obj or old)
-        name = meta.get("name") or ""  # a string of at most MAX_NAME: check_object saw it
-    return Request(
-        uid,
-        kind["kind"],
-        kind.get("group", ""),
-        operation,
-        name[:MAX_NAME],
-        namespace[:MAX_NAME],
-        obj,
-        old,
-        bool(dry_run),
-        req,
-        username,
-        sub_resource,
-        tuple(dict.fromkeys(refusal)),
-    )
+    return obj, old, refusal
 
 
 def _username(info: object) -> str:

@@ -51,23 +51,24 @@ JSON = "application/json"
 
 
 @dataclass(frozen=True)
-class Rule:
+class AdmissionRule:
     """One rule: what its verdict depends on in the request (`key`), the rule itself (`validate`), what
     it reads of the cluster state (`reads`: the versions of exactly the indexes it reads, so a change
     elsewhere, another node's label or an agent's capacity, keeps its verdicts), and what it reads
-    through a port before the verdict (`prefetch`, given the port named `port`), outside the state's
-    lock: a slow API server or a costly selector holds up no other review. The verdict is cached under
-    (key, reads); a rule with a prefetch gets what it fetched as the third argument of both."""
+    through a port before the verdict (`prefetch`, given the port named `port`): a slow API server or
+    a costly selector holds up no other review. Each review holds one immutable Snapshot throughout,
+    without a lock. The verdict is cached under (key, reads); a rule with a prefetch gets what it
+    fetched as the third argument of both."""
 
     key: Callable[[Request], tuple]
     validate: Callable[..., Verdict]
     reads: Callable[..., tuple]
     prefetch: Callable[[Request, Snapshot, Any], Any] | None = None
-    port: str = ""  # the Ports field prefetch is given
+    port: str = ""  # the ReviewPorts field prefetch is given
 
 
 @dataclass(frozen=True)
-class Ports:
+class ReviewPorts:
     """What rules read outside the informers' state. Without `read_configmap`, a ClusterPolicy switching
     to another MIG ConfigMap is denied as uncheckable; without `read_migsync`, a Node naming a MigSync
     the informer does not hold (yet) is denied (never admitted on a cache miss); `judge_claims` judges
@@ -78,46 +79,44 @@ class Ports:
     judge_claims: dra.Judge | None = None
 
 
-def _placement(req: Request, snap: Snapshot) -> tuple:
+def _placed(req: Request, snap: Snapshot) -> tuple:
     """ConfigMap and ClusterPolicy rules: the settings, the config in force, the nodes' configs and GPUs."""
-    return snap.mig.key, snap.placement.version
+    return snap.mig.key, snap.nodes.version
 
 
 def _policy_reads(req: Request, snap: Snapshot, fetched: object) -> tuple:
-    return _placement(req, snap)
+    return _placed(req, snap)
 
 
 def _pods(req: Request, snap: Snapshot) -> tuple:
     """Pod rules: the strategy, which MIG resources are offered, which GPU models are present."""
-    return snap.strategy, snap.placement.offers_version, snap.placement.models_version
+    return snap.strategy, snap.summary.offers_version, snap.summary.models_version
 
 
-RULES: dict[str, dict[tuple[str, str], Rule]] = {
+RULES: dict[str, dict[tuple[str, str], AdmissionRule]] = {
     "validate": {
-        ("", "ConfigMap"): Rule(configmaps.cache_key, configmaps.validate, configmaps.reads),
-        ("", "Node"): Rule(
+        ("", "ConfigMap"): AdmissionRule(configmaps.cache_key, configmaps.validate, configmaps.reads),
+        ("", "Node"): AdmissionRule(
             nodelabels.cache_key, nodelabels.validate, nodelabels.reads, nodelabels.prefetch, "read_migsync"
         ),
-        ("nvidia.com", "ClusterPolicy"): Rule(
+        ("nvidia.com", "ClusterPolicy"): AdmissionRule(
             policies.cache_key, policies.validate, _policy_reads, policies.prefetch, "read_configmap"
         ),
-        ("", "Pod"): Rule(pods.cache_key, pods.validate, _pods),
+        ("", "Pod"): AdmissionRule(pods.cache_key, pods.validate, _pods),
         **{
-            (dra.GROUP, kind): Rule(dra.cache_key, dra.validate, dra.reads, dra.prefetch, "judge_claims")
+            (dra.GROUP, kind): AdmissionRule(dra.cache_key, dra.validate, dra.reads, dra.prefetch, "judge_claims")
             for kind in dra.KINDS
         },
     },
     "mutate": {
-        ("", "ConfigMap"): Rule(annotate.mutation_key, annotate.mutate, _placement),
-        ("", "Pod"): Rule(pods.cache_key, pods.mutate, _pods),
+        ("", "ConfigMap"): AdmissionRule(annotate.mutation_key, annotate.mutate, _placed),
+        ("", "Pod"): AdmissionRule(pods.cache_key, pods.mutate, _pods),
     },
 }
 
 
 class State(Protocol):
     """What the app needs of migops.webhook.state.ClusterState (tests may pass a fixed one)."""
-
-    lock: Any  # held while a review reads the state (its indexes are updated in place)
 
     @property
     def synced(self) -> bool: ...
@@ -129,13 +128,13 @@ class State(Protocol):
     def errors(self) -> dict[str, str]: ...
 
 
-def create_app(state: State, ports: Ports | None = None, *, cache_bytes: int = CACHE_BYTES) -> Flask:
+def create_app(state: State, ports: ReviewPorts | None = None, *, cache_bytes: int = CACHE_BYTES) -> Flask:
     """The app over `state`, reading through `ports` what the informers do not hold (default: no
     ConfigMap or MigSync reads, DRA selectors judged by a bounded child process)."""
     app = Flask("migops.webhook")
     app.config["MAX_CONTENT_LENGTH"] = MAX_BODY
     verdicts: LRU[tuple, Verdict] = LRU(cache_bytes)
-    ports = ports or Ports()
+    ports = ports or ReviewPorts()
     if ports.judge_claims is None:
         evaluator = draeval.Evaluator()
         ports = replace(ports, judge_claims=evaluator.judge)
@@ -155,7 +154,7 @@ def create_app(state: State, ports: Ports | None = None, *, cache_bytes: int = C
 class Reviewer:
     """Answers AdmissionReviews: parse, look the verdict up, run the rule on a miss."""
 
-    def __init__(self, state: State, ports: Ports, verdicts: LRU[tuple, Verdict]) -> None:
+    def __init__(self, state: State, ports: ReviewPorts, verdicts: LRU[tuple, Verdict]) -> None:
         self.state, self.ports, self.verdicts = state, ports, verdicts
 
     def review(self, endpoint: str) -> Response:
@@ -194,7 +193,7 @@ class Reviewer:
             bad_requests.warning("bad AdmissionReview on %s: %s", request.path, reason)
             return _plain(400, f"bad AdmissionReview: {reason}")
 
-    def _verdict(self, endpoint: str, req: Request, rule: Rule | None) -> Verdict:
+    def _verdict(self, endpoint: str, req: Request, rule: AdmissionRule | None) -> Verdict:
         if rule is None:
             return ALLOW
         if req.refusal:  # beyond Kubernetes' limits: no rule runs, nothing is cached
@@ -202,19 +201,18 @@ class Reviewer:
                 "refused %s %s on %s: %s", req.kind, shorten(req.name, 60), request.path, req.refusal[0][1]
             )
             return deny(f"{req.kind} {req.name or '(no name)'}", list(req.refusal))
+        snap = self.state.snapshot()  # immutable: no lock, however long the rule runs
         fetched: tuple = ()
-        if rule.prefetch is not None:  # unlocked: the port may be slow
-            fetched = (rule.prefetch(req, self.state.snapshot(), getattr(self.ports, rule.port)),)
-        with self.state.lock:
-            snap = self.state.snapshot()
-            key = (endpoint, req.kind, rule.key(req), rule.reads(req, snap, *fetched))
-            cached = self.verdicts.get(key)
-            if cached is not None:
-                metrics.child(metrics.CACHE, "hit").inc()
-                return cached
-            metrics.child(metrics.CACHE, "miss").inc()
-            verdict = rule.validate(req, snap, *fetched)
-            self.verdicts.put(key, verdict, weight=verdict.weight + _KEY_WEIGHT)
+        if rule.prefetch is not None:
+            fetched = (rule.prefetch(req, snap, getattr(self.ports, rule.port)),)
+        key = (endpoint, req.kind, rule.key(req), rule.reads(req, snap, *fetched))
+        cached = self.verdicts.get(key)
+        if cached is not None:
+            metrics.child(metrics.CACHE, "hit").inc()
+            return cached
+        metrics.child(metrics.CACHE, "miss").inc()
+        verdict = rule.validate(req, snap, *fetched)
+        self.verdicts.put(key, verdict, weight=verdict.weight + _KEY_WEIGHT)
         return verdict
 
 

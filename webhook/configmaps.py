@@ -109,7 +109,7 @@ def cache_key(req: Request) -> tuple:
 def reads(req: Request, snap: Snapshot) -> tuple:
     """The settings, the config in force, the nodes' configs and GPUs; the MigSyncs and who the
     reconciler is (git's ownership of the ConfigMap in force)."""
-    return snap.mig.key, snap.placement.version, tuple(sorted(snap.migsyncs.items())), snap.reconciler_users
+    return snap.mig.key, snap.nodes.version, tuple(sorted(snap.migsyncs.items())), snap.reconciler_users
 
 
 def _owners(snap: Snapshot) -> list[tuple[str, MigSyncRef]]:
@@ -251,7 +251,7 @@ def _on_nodes(
     warnings: list[Warning_],
 ) -> None:
     """The config on each distinct set of GPUs among the nodes that select it (node question, or the
-    model question when GFD tells the model only); the state keeps them grouped (state.Placement), so
+    model question when GFD tells the model only); the state keeps them grouped (nodeindex.NodeIndex), so
     a review never walks the nodes."""
     for ids, exact, members in groups:
         first = members[0]

@@ -52,7 +52,7 @@ def reads(req: Request, snap: Snapshot, judged: Judged | None = None) -> tuple[A
     """The GPU models present and the config in force; a busy evaluator's answer is never cached (the
     review's uid), one past the time or memory bound is (the same object would pass it again)."""
     busy = req.uid if isinstance(judged, Bound) and judged.which == "busy" else ""
-    return snap.mig.key, snap.placement.models_version, busy
+    return snap.mig.key, snap.summary.models_version, busy
 
 
 def _config(snap: Snapshot) -> MigPartedConfig | None:
@@ -66,7 +66,7 @@ def validate(req: Request, snap: Snapshot, judged: Judged | None = None) -> Verd
     if isinstance(judged, Bound):
         where = "spec.selectors" if req.kind == "DeviceClass" else "spec"
         return allow(merge_warnings([("dra-selector-error", where, judged.text)]))
-    found = dra.findings(judged, sorted(snap.placement.models_present, key=lambda m: m.device_id), _config(snap))
+    found = dra.findings(judged, sorted(snap.models_present, key=lambda m: m.device_id), _config(snap))
     if not found:
         return ALLOW
     return allow(merge_warnings((f.rule, f.where, f.text) for f in found))

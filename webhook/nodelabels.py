@@ -139,68 +139,78 @@ def ownership(req: Request, snap: Snapshot, live: Live | None = None) -> tuple[l
     managed-by annotation), unless the write labels the node migops.io/unmanaged=true."""
     if req.username in snap.reconciler_users:
         return [], []
-    findings: list[Finding] = []
-    warnings: list[Warning_] = []
     who = f"{req.username or 'this user'} (the reconciler's identities: {listed(sorted(snap.reconciler_users), 4)})"
-    new_revision = annotations_of(req.object).get(REVISION_ANNOTATION)
-    old_revision = annotations_of(req.old_object).get(REVISION_ANNOTATION) if req.operation == "UPDATE" else None
-    if new_revision != old_revision:  # even on an unmanaged node: labelling it back would restore the forgery
-        findings.append(
-            (
-                "revision",
-                f"metadata.annotations.\"{REVISION_ANNOTATION}\": written by the reconciler only, with "
-                f"the label it describes (its MigSync reports it as the revision that gave the node its config), "
-                f"not by {who}",
-            )
-        )
+    findings = _revision(req, who)
     if is_unmanaged(req.object):
-        return findings, warnings
-    new_value, old_value = labels(req.object).get(MIG_CONFIG_LABEL), labels(req.old_object).get(MIG_CONFIG_LABEL)
+        return findings, []
     new_owner = annotations_of(req.object).get(MANAGED_BY_ANNOTATION)
     old_owner = annotations_of(req.old_object).get(MANAGED_BY_ANNOTATION) if req.operation == "UPDATE" else new_owner
-    out = (
-        f"to take the node out of management, label it {UNMANAGED_LABEL}=true (the reconciler then leaves it "
-        "alone and anyone may set its labels)"
-    )
     if req.operation == "UPDATE" and new_owner != old_owner:
         findings.append(
             (
                 "managed-by",
                 f"metadata.annotations.\"{MANAGED_BY_ANNOTATION}\": written by the reconciler "
-                f"only, not by {who}; {out}",
+                f"only, not by {who}; {_WAY_OUT}",
             )
         )
-    owner = old_owner
-    if owner and new_value != old_value:
-        sync = snap.migsync(owner)
-        if sync is None and isinstance(live, MigSyncRef):  # the cache lags: the API server has it
-            sync = live
-        if sync is None and live != ABSENT:  # not read, or the read failed
-            reason = (getattr(live, "reason", None) or str(live)[:200] or type(live).__name__) if live else "not read"
-            findings.append(
-                (
-                    "managed-by-unverified",
-                    f"metadata.annotations.\"{MANAGED_BY_ANNOTATION}\": names MigSync {owner}, which the "
-                    f"webhook could not read ({reason}), so it cannot tell whether git owns this node's MIG "
-                    "config; try again",
-                )
+    if not old_owner or labels(req.object).get(MIG_CONFIG_LABEL) == labels(req.old_object).get(MIG_CONFIG_LABEL):
+        return findings, []
+    found, warnings = _owner_verdict(old_owner, snap.migsync(old_owner), live, who)
+    return findings + found, warnings
+
+
+_WAY_OUT = (
+    f"to take the node out of management, label it {UNMANAGED_LABEL}=true (the reconciler then leaves it "
+    "alone and anyone may set its labels)"
+)
+
+
+def _revision(req: Request, who: str) -> list[Finding]:
+    """The revision annotation is the reconciler's, even on an unmanaged node: labelling it back would
+    restore a forgery."""
+    new_revision = annotations_of(req.object).get(REVISION_ANNOTATION)
+    old_revision = annotations_of(req.old_object).get(REVISION_ANNOTATION) if req.operation == "UPDATE" else None
+    if new_revision == old_revision:
+        return []
+    return [
+        (
+            "revision",
+            f"metadata.annotations.\"{REVISION_ANNOTATION}\": written by the reconciler only, with "
+            f"the label it describes (its MigSync reports it as the revision that gave the node its config), "
+            f"not by {who}",
+        )
+    ]
+
+
+def _owner_verdict(
+    owner: str, sync: MigSyncRef | None, live: Live | None, who: str
+) -> tuple[list[Finding], list[Warning_]]:
+    """A change of the config label of a node MigSync `owner` manages (`sync` from the cache, `live`
+    from the API server when the cache lacks it)."""
+    if sync is None and isinstance(live, MigSyncRef):  # the cache lags: the API server has it
+        sync = live
+    if sync is None and live != ABSENT:  # not read, or the read failed
+        reason = (getattr(live, "reason", None) or str(live)[:200] or type(live).__name__) if live else "not read"
+        return [
+            (
+                "managed-by-unverified",
+                f"metadata.annotations.\"{MANAGED_BY_ANNOTATION}\": names MigSync {owner}, which the "
+                f"webhook could not read ({reason}), so it cannot tell whether git owns this node's MIG "
+                "config; try again",
             )
-        elif sync is None:
-            warnings.append(
-                ("managed-by-unknown", MANAGED_BY_ANNOTATION, f"MigSync {owner} does not exist; not git-owned")
-            )
-        else:
-            where = f"{sync.path}/{NODES_FILE}" if sync.path else NODES_FILE
-            ref = f" (ref {sync.ref})" if sync.ref else ""
-            findings.append(
-                (
-                    "git-owned",
-                    f"metadata.labels.\"{MIG_CONFIG_LABEL}\": this node is managed by MigSync "
-                    f"{owner}: git is the only writer of its MIG config; change {where} in {sync.url}{ref} "
-                    f"and let the reconciler apply it (not {who}); {out}",
-                )
-            )
-    return findings, warnings
+        ], []
+    if sync is None:
+        return [], [("managed-by-unknown", MANAGED_BY_ANNOTATION, f"MigSync {owner} does not exist; not git-owned")]
+    where = f"{sync.path}/{NODES_FILE}" if sync.path else NODES_FILE
+    ref = f" (ref {sync.ref})" if sync.ref else ""
+    return [
+        (
+            "git-owned",
+            f"metadata.labels.\"{MIG_CONFIG_LABEL}\": this node is managed by MigSync "
+            f"{owner}: git is the only writer of its MIG config; change {where} in {sync.url}{ref} "
+            f"and let the reconciler apply it (not {who}); {_WAY_OUT}",
+        )
+    ], []
 
 
 def owners_findings(req: Request, value: object) -> list[Finding]:

@@ -132,64 +132,54 @@ def mutate(req: Request, snap: Snapshot) -> Verdict:
     if len(wanted) != 1 or any(r not in known for r in wanted):
         return ALLOW  # nothing to do, or several profiles (one node has one MIG device type under single)
     (res,) = wanted
+    resources = _resource_ops(pod, res)
+    placement = _placement_ops(_field(pod, "spec"), products(res, snap))
+    if resources is None or placement is None:
+        return ALLOW
+    ops = [*resources, *placement, _annotation_op(_field(pod, "metadata"), res)]
+    return allow(merge_warnings([("mig-translated", res, f"rewritten to {GPU_RESOURCE} for MIG strategy single")]), ops)
+
+
+def _resource_ops(pod: Mapping[str, Any], res: str) -> list[dict[str, Any]] | None:
+    """`res` becomes nvidia.com/gpu in every container; None when one asks for whole GPUs too
+    (ambiguous under single: left to validation)."""
     ops: list[dict[str, Any]] = []
     for kind, i, c in _containers(pod):
         for part, values in _resources(c).items():
             if GPU_RESOURCE in values:
-                return ALLOW  # asks for whole GPUs too: ambiguous under single, leave it to validation
+                return None
             if res in values:
                 base = f"/spec/{kind}/{i}/resources/{part}"
                 ops.append({"op": "remove", "path": f"{base}/{escape_pointer(res)}"})
                 ops.append({"op": "add", "path": f"{base}/{escape_pointer(GPU_RESOURCE)}", "value": values[res]})
-    spec = _field(pod, "spec")
-    choices = products(res, snap)
+    return ops
+
+
+def _placement_ops(spec: Mapping[str, Any], choices: list[str]) -> list[dict[str, Any]] | None:
+    """Pinned to the products that offer the profile: a nodeSelector for one, a required node affinity
+    over several; None when the user's own choice stands (a product that cannot serve it: validation
+    says so; their own required node affinity: not ours to rewrite)."""
     selector = spec.get("nodeSelector")
     if isinstance(selector, dict) and PRODUCT_LABEL in selector:
-        if selector[PRODUCT_LABEL] not in choices:
-            return ALLOW  # the user chose a product that cannot serve it: validation says so
-    elif len(choices) == 1:
+        return [] if selector[PRODUCT_LABEL] in choices else None
+    if len(choices) == 1:
         if isinstance(selector, dict):
-            ops.append(
-                {"op": "add", "path": f"/spec/nodeSelector/{escape_pointer(PRODUCT_LABEL)}", "value": choices[0]}
-            )
-        else:
-            ops.append({"op": "add", "path": "/spec/nodeSelector", "value": {PRODUCT_LABEL: choices[0]}})
-    else:
-        term = {
-            "nodeSelectorTerms": [{"matchExpressions": [{"key": PRODUCT_LABEL, "operator": "In", "values": choices}]}]
-        }
-        affinity = spec.get("affinity")
-        if not isinstance(affinity, dict):
-            ops.append(
-                {
-                    "op": "add",
-                    "path": "/spec/affinity",
-                    "value": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": term}},
-                }
-            )
-        elif not isinstance(affinity.get("nodeAffinity"), dict):
-            ops.append(
-                {
-                    "op": "add",
-                    "path": "/spec/affinity/nodeAffinity",
-                    "value": {"requiredDuringSchedulingIgnoredDuringExecution": term},
-                }
-            )
-        elif "requiredDuringSchedulingIgnoredDuringExecution" not in affinity["nodeAffinity"]:
-            ops.append(
-                {
-                    "op": "add",
-                    "path": "/spec/affinity/nodeAffinity/requiredDuringSchedulingIgnoredDuringExecution",
-                    "value": term,
-                }
-            )
-        else:
-            return ALLOW  # the user's own required node affinity: not ours to rewrite
-    meta = _field(pod, "metadata")
+            return [{"op": "add", "path": f"/spec/nodeSelector/{escape_pointer(PRODUCT_LABEL)}", "value": choices[0]}]
+        return [{"op": "add", "path": "/spec/nodeSelector", "value": {PRODUCT_LABEL: choices[0]}}]
+    term = {"nodeSelectorTerms": [{"matchExpressions": [{"key": PRODUCT_LABEL, "operator": "In", "values": choices}]}]}
+    required = "requiredDuringSchedulingIgnoredDuringExecution"
+    affinity = spec.get("affinity")
+    if not isinstance(affinity, dict):
+        return [{"op": "add", "path": "/spec/affinity", "value": {"nodeAffinity": {required: term}}}]
+    if not isinstance(affinity.get("nodeAffinity"), dict):
+        return [{"op": "add", "path": "/spec/affinity/nodeAffinity", "value": {required: term}}]
+    if required not in affinity["nodeAffinity"]:
+        return [{"op": "add", "path": f"/spec/affinity/nodeAffinity/{required}", "value": term}]
+    return None
+
+
+def _annotation_op(meta: Mapping[str, Any], res: str) -> dict[str, Any]:
+    """migops.io/mig-translated-from: the resource the Pod asked for."""
     if isinstance(meta.get("annotations"), dict):
-        ops.append(
-            {"op": "add", "path": f"/metadata/annotations/{escape_pointer(TRANSLATED_ANNOTATION)}", "value": res}
-        )
-    else:
-        ops.append({"op": "add", "path": "/metadata/annotations", "value": {TRANSLATED_ANNOTATION: res}})
-    return allow(merge_warnings([("mig-translated", res, f"rewritten to {GPU_RESOURCE} for MIG strategy single")]), ops)
+        return {"op": "add", "path": f"/metadata/annotations/{escape_pointer(TRANSLATED_ANNOTATION)}", "value": res}
+    return {"op": "add", "path": "/metadata/annotations", "value": {TRANSLATED_ANNOTATION: res}}

@@ -217,8 +217,27 @@ def configurations(client: dict[str, Any], ca_bundle: bytes | None = None) -> li
     {"service": {"name", "namespace", "port"}} or {"url": "https://host:port"}."""
     if ca_bundle:
         client = {**client, "caBundle": base64.b64encode(ca_bundle).decode()}
-    translate = {"matchLabels": {TRANSLATE_LABEL: "single"}, **copy.deepcopy(_EXCLUDED)}
-    validating = [
+    meta = {"name": NAME, "labels": {"app.kubernetes.io/name": NAME, "app.kubernetes.io/part-of": "migops"}}
+    return [
+        {
+            "apiVersion": "admissionregistration.k8s.io/v1",
+            "kind": "ValidatingWebhookConfiguration",
+            "metadata": copy.deepcopy(meta),
+            "webhooks": [*_mig_hooks(client), *_workload_hooks(client)],
+        },
+        {
+            "apiVersion": "admissionregistration.k8s.io/v1",
+            "kind": "MutatingWebhookConfiguration",
+            "metadata": copy.deepcopy(meta),
+            "webhooks": _mutating_hooks(client),
+        },
+    ]
+
+
+def _mig_hooks(client: dict[str, Any]) -> list[dict[str, Any]]:
+    """What decides a MIG geometry (failurePolicy Fail): the MIG ConfigMaps, Nodes' config label (through
+    the Node and its status), the ClusterPolicy (its spec, deletion and status.namespace)."""
+    return [
         _hook(
             "configmaps.validate.migops.io",
             "/validate",
@@ -263,6 +282,13 @@ def configurations(client: dict[str, Any], ca_bundle: bytes | None = None) -> li
             "Fail",
             conditions={"status-namespace-changed": _STATUS_NAMESPACE_CHANGED},
         ),
+    ]
+
+
+def _workload_hooks(client: dict[str, Any]) -> list[dict[str, Any]]:
+    """What asks for MIG devices (failurePolicy Ignore: workloads never depend on the webhook): Pods, and
+    DRA objects whose selectors may pick MIG devices (webhook/dra.py: warnings only)."""
+    return [
         _hook(
             "pods.validate.migops.io",
             "/validate",
@@ -271,7 +297,6 @@ def configurations(client: dict[str, Any], ca_bundle: bytes | None = None) -> li
             "Ignore",
             conditions={"requests-mig-devices": _POD_WANTS_MIG},
         ),
-        # DRA objects whose selectors may pick MIG devices (webhook/dra.py): warnings only, so Ignore.
         *(
             _hook(
                 f"{resource}.validate.migops.io",
@@ -284,7 +309,12 @@ def configurations(client: dict[str, Any], ca_bundle: bytes | None = None) -> li
             for resource, condition in _DRA_CONDITIONS.items()
         ),
     ]
-    mutating = [
+
+
+def _mutating_hooks(client: dict[str, Any]) -> list[dict[str, Any]]:
+    """The MIG ConfigMaps' annotations and the single-strategy translation of Pods (opted-in namespaces)."""
+    translate = {"matchLabels": {TRANSLATE_LABEL: "single"}, **copy.deepcopy(_EXCLUDED)}
+    hooks = [
         _hook(
             "configmaps.mutate.migops.io",
             "/mutate",
@@ -306,23 +336,9 @@ def configurations(client: dict[str, Any], ca_bundle: bytes | None = None) -> li
             namespaces=translate,
         ),
     ]
-    for hook in mutating:
+    for hook in hooks:
         hook["reinvocationPolicy"] = "Never"
-    meta = {"name": NAME, "labels": {"app.kubernetes.io/name": NAME, "app.kubernetes.io/part-of": "migops"}}
-    return [
-        {
-            "apiVersion": "admissionregistration.k8s.io/v1",
-            "kind": "ValidatingWebhookConfiguration",
-            "metadata": copy.deepcopy(meta),
-            "webhooks": validating,
-        },
-        {
-            "apiVersion": "admissionregistration.k8s.io/v1",
-            "kind": "MutatingWebhookConfiguration",
-            "metadata": copy.deepcopy(meta),
-            "webhooks": mutating,
-        },
-    ]
+    return hooks
 
 
 def in_cluster() -> list[dict[str, Any]]:

@@ -112,7 +112,7 @@ def app_from_kubeconfig(
     def load() -> Any:
         from migops.kube.client import api_client
         from migops.mig.gfd import mig_resources
-        from migops.webhook.app import Ports, create_app
+        from migops.webhook.app import ReviewPorts, create_app
         from migops.webhook.memory import bound_malloc
         from migops.webhook.state import DEFAULT_RECONCILER_USER, ClusterState
 
@@ -121,7 +121,7 @@ def app_from_kubeconfig(
         api = api_client(kubeconfig, context)
         state = ClusterState(api, reconciler_users=reconciler_users or (DEFAULT_RECONCILER_USER,)).start()
         mig_resources()  # build the catalogue's tables now, not in the first review
-        app = create_app(state, Ports(read_configmap=configmap_reader(api), read_migsync=migsync_reader(api)))
+        app = create_app(state, ReviewPorts(read_configmap=configmap_reader(api), read_migsync=migsync_reader(api)))
         # Everything loaded so far (the Kubernetes client's models, Flask, the catalogue: tens of
         # thousands of objects) lives as long as the worker; a full collection walking it is a pause
         # any review could hit. Frozen, collections walk only what reviews allocate.

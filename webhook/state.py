@@ -6,23 +6,21 @@ absent), that one ConfigMap (re-targeted when the ClusterPolicy moves it) and Mi
 owns a managed node's labels; the CRD may be absent).
 
 Everything is maintained per event, never rebuilt: a Node event replaces that node's NodeFacts in the
-`Placement` indexes (nodes per config name, per GPU set, per (config, GPUs) group, the GPU models and
-MIG resources present), in O(1) plus the node's own labels; a ClusterPolicy or ConfigMap event
-replaces the small immutable `MigView` (settings, the config in force, parsed once). A review reads
-them through a `Snapshot`, under the state's lock, in O(1) or O(the nodes the rule is about), and its
-verdict is cached under the versions of exactly what its rule reads (app.py): a Node review reads no
-other node, so a rollout of 10,000 nodes never invalidates it.
+node index (webhook/nodeindex.py), in O(1) plus the node's own labels; a ClusterPolicy or ConfigMap
+event replaces the small immutable `MigView` (settings, the config in force, parsed once). A review
+reads them through a `Snapshot`: an immutable value the state swaps whole on every change, so a
+review holds one without any lock, however long its rule runs, and reads it in O(1) or O(the nodes
+the rule is about); its verdict is cached under the versions of exactly what its rule reads (app.py):
+a Node review reads no other node, so a rollout of 10,000 nodes never invalidates it.
 """
 
 from __future__ import annotations
 
-import heapq
-import itertools
 import logging
 import threading
-from collections import Counter
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import Any
 
@@ -47,6 +45,7 @@ from migops.mig.problems import MigError
 from migops.mig.spec import MigPartedConfig
 from migops.mig.strategy import Strategy
 from migops.webhook import checks
+from migops.webhook.nodeindex import NodeIndex, NodeIndexer, NodeSample, NodeSummary
 
 log = logging.getLogger(__name__)
 
@@ -109,246 +108,6 @@ def trim_migsync(obj: Obj) -> Obj:
         "metadata": {k: meta.get(k) for k in ("name", "namespace", "resourceVersion")},
         "spec": obj.get("spec") or {},
     }
-
-
-# ------------------------------------------------------------------------------------------ node views
-# One Node as the rules see it: migops.api.objects.NodeFacts (the one Node reader), from the trimmed
-# cache object or a review's object alike.
-GroupKey = tuple[str, tuple[str, ...], bool]  # (config, device IDs in order, exact)
-
-
-class NodeSample(Sequence[NodeFacts]):
-    """Nodes in name order, drawn lazily from sorted groups: `len` is known at once, and naming the
-    first few (findings.node_names) reads only those, however many nodes there are."""
-
-    def __init__(
-        self,
-        parts: Iterable[Sequence[NodeFacts]],
-        count: int | None = None,
-        keep: Callable[[NodeFacts], bool] | None = None,
-    ) -> None:
-        self._parts = [p for p in parts if p]
-        self._keep = keep
-        self._count = count if count is not None else sum(len(p) for p in self._parts)
-        self._seen: list[NodeFacts] = []
-        self._iter: Iterator[NodeFacts] | None = None
-
-    def __len__(self) -> int:
-        return self._count
-
-    def _more(self) -> Iterator[NodeFacts]:
-        merged = heapq.merge(*self._parts, key=lambda n: n.name)
-        return filter(self._keep, merged) if self._keep else merged
-
-    def __iter__(self) -> Iterator[NodeFacts]:
-        yield from self._seen
-        if self._iter is None:
-            self._iter = self._more()
-        for node in self._iter:
-            self._seen.append(node)
-            yield node
-
-    def __getitem__(self, index: Any) -> Any:
-        if isinstance(index, slice):
-            stop = index.stop if index.stop is not None and index.stop >= 0 else None
-            if stop is not None and (index.start or 0) >= 0:
-                return list(itertools.islice(iter(self), stop))[index]
-            return list(self)[index]
-        if index < 0:
-            return list(self)[index]
-        for i, node in enumerate(self):
-            if i == index:
-                return node
-        raise IndexError(index)
-
-
-class _Bucket:
-    """Nodes by name, with their name-sorted tuple made on demand and kept until the bucket changes."""
-
-    __slots__ = ("nodes", "_sorted")
-
-    def __init__(self) -> None:
-        self.nodes: dict[str, NodeFacts] = {}
-        self._sorted: tuple[NodeFacts, ...] | None = None
-
-    def put(self, node: NodeFacts) -> None:
-        self.nodes[node.name] = node
-        self._sorted = None
-
-    def drop(self, name: str) -> bool:
-        """Remove `name`; True when the bucket is now empty."""
-        self.nodes.pop(name, None)
-        self._sorted = None
-        return not self.nodes
-
-    def sorted(self) -> tuple[NodeFacts, ...]:
-        found = self._sorted
-        if found is None:
-            found = self._sorted = tuple(sorted(self.nodes.values(), key=lambda n: n.name))
-        return found
-
-    def first(self) -> str:
-        return self.sorted()[0].name
-
-
-class Placement:
-    """Every Node's view and the indexes the rules read, updated one node at a time.
-
-    Versions say what changed, so verdicts are cached under what they read: `version` when any
-    node's config or GPUs (what ConfigMap and ClusterPolicy rules read) change, `offers_version` when
-    the set of MIG resources offered anywhere changes, `models_version` when the set of GPU models
-    present changes (what Pod rules read). A kubelet heartbeat or an agent's capacity update that
-    offers nothing new changes none of them.
-    """
-
-    def __init__(self, nodes: Iterable[NodeFacts] = ()) -> None:
-        self.nodes: dict[str, NodeFacts] = {}
-        self.version = 0
-        self.offers_version = 0
-        self.models_version = 0
-        self._by_config: dict[str, _Bucket] = {}
-        self._by_gpus: dict[frozenset[str], _Bucket] = {}  # GPU nodes by their models' device IDs
-        self._groups: dict[GroupKey, _Bucket] = {}  # nodes with a config, by (config, GPUs, exact)
-        self._groups_of: dict[str, set[GroupKey]] = {}  # config -> its group keys
-        self._models: Counter[GpuModel] = Counter()  # GPU nodes per model
-        self._offers: Counter[str] = Counter()  # nodes per MIG resource offered
-        self._config_models: Counter[str] = Counter()  # nodes with a config, per device ID of their models
-        for node in nodes:
-            self.put(node)
-
-    # ------------------------------------------------------------------ updates
-    def put(self, node: NodeFacts) -> None:
-        old = self.nodes.get(node.name)
-        if old == node:
-            return
-        if old is not None:
-            self._unindex(old)
-        self.nodes[node.name] = node
-        self._index(node)
-        if old is None or _placed(old) != _placed(node):
-            self.version += 1
-
-    def remove(self, name: str) -> None:
-        old = self.nodes.pop(name, None)
-        if old is not None:
-            self._unindex(old)
-            self.version += 1
-
-    def _index(self, node: NodeFacts) -> None:
-        if node.config:
-            self._by_config.setdefault(node.config, _Bucket()).put(node)
-            key = (node.config, node.device_ids, node.exact)
-            self._groups.setdefault(key, _Bucket()).put(node)
-            self._groups_of.setdefault(node.config, set()).add(key)
-            for device_id in node.model_ids:
-                self._config_models[device_id] += 1
-        if node.gpus:
-            self._by_gpus.setdefault(node.model_ids, _Bucket()).put(node)
-            for model in node.models:
-                self._models[model] += 1
-                if self._models[model] == 1:
-                    self.models_version += 1
-        for res in node.offers:
-            self._offers[res] += 1
-            if self._offers[res] == 1:
-                self.offers_version += 1
-
-    def _unindex(self, node: NodeFacts) -> None:
-        if node.config:
-            if self._by_config[node.config].drop(node.name):
-                del self._by_config[node.config]
-            key = (node.config, node.device_ids, node.exact)
-            if self._groups[key].drop(node.name):
-                del self._groups[key]
-                keys = self._groups_of[node.config]
-                keys.discard(key)
-                if not keys:
-                    del self._groups_of[node.config]
-            for device_id in node.model_ids:
-                _decrement(self._config_models, device_id)
-        if node.gpus:
-            if self._by_gpus[node.model_ids].drop(node.name):
-                del self._by_gpus[node.model_ids]
-            for model in node.models:
-                if _decrement(self._models, model):
-                    self.models_version += 1
-        for res in node.offers:
-            if _decrement(self._offers, res):
-                self.offers_version += 1
-
-    # ------------------------------------------------------------------ reading
-    def users(self) -> dict[str, tuple[NodeFacts, ...]]:
-        """Config name -> the nodes whose nvidia.com/mig.config names it (name order), the configs in
-        the order of their first node's name (as a scan of the nodes in name order finds them)."""
-        buckets = sorted(self._by_config.items(), key=lambda item: item[1].first())
-        return {name: bucket.sorted() for name, bucket in buckets}
-
-    def users_of(self, config: str) -> tuple[NodeFacts, ...]:
-        bucket = self._by_config.get(config)
-        return bucket.sorted() if bucket is not None else ()
-
-    def groups(self, config: str) -> list[tuple[tuple[str, ...], bool, tuple[NodeFacts, ...]]]:
-        """The nodes selecting `config`, by the GPUs they are judged on: (device IDs, exact, nodes),
-        groups in the order of their first node's name."""
-        found = [(key[1], key[2], self._groups[key].sorted()) for key in self._groups_of.get(config, ())]
-        return sorted(found, key=lambda g: g[2][0].name)
-
-    def configs(self) -> list[str]:
-        return list(self._by_config)
-
-    def configured(self) -> NodeSample:
-        """Every node that has a config, in name order."""
-        return NodeSample([b.sorted() for b in self._by_config.values()])
-
-    def not_served(self, fit: frozenset[str] | set[str], config: str) -> NodeSample:
-        """GPU nodes with a model outside `fit` (device IDs) that do not select `config` themselves."""
-        parts = [b for ids, b in self._by_gpus.items() if not ids <= fit]
-        count = sum(len(b.nodes) for b in parts)
-        count -= sum(len(self._groups[k].nodes) for k in self._groups_of.get(config, ()) if not frozenset(k[1]) <= fit)
-        return NodeSample([b.sorted() for b in parts], count, keep=lambda n: n.config != config)
-
-    @property
-    def models_present(self) -> frozenset[GpuModel]:
-        return frozenset(self._models)
-
-    @property
-    def offered(self) -> frozenset[str]:
-        return frozenset(self._offers)
-
-    @property
-    def config_models(self) -> frozenset[str]:
-        """Device IDs of the GPU models of the nodes that select a config."""
-        return frozenset(self._config_models)
-
-    def view(self) -> dict[str, Any]:
-        """Everything the indexes answer, as plain values (the property tests compare it with a rebuild)."""
-        return {
-            "nodes": dict(self.nodes),
-            "users": {k: [n.name for n in v] for k, v in self.users().items()},
-            "users order": list(self.users()),
-            "groups": {
-                c: [(ids, exact, [n.name for n in ns]) for ids, exact, ns in self.groups(c)] for c in self._by_config
-            },
-            "configured": [n.name for n in self.configured()],
-            "gpu sets": {ids: [n.name for n in b.sorted()] for ids, b in self._by_gpus.items()},
-            "models": self.models_present,
-            "offered": self.offered,
-            "config models": self.config_models,
-        }
-
-
-def _placed(node: NodeFacts) -> tuple:
-    """What ConfigMap and ClusterPolicy rules read of a node (not what it offers)."""
-    return node.config, node.gpus, node.exact, node.gpu_problem
-
-
-def _decrement(counter: Counter, key: Any) -> bool:
-    """Count one less; True when that was the last one."""
-    counter[key] -= 1
-    if counter[key] <= 0:
-        del counter[key]
-        return True
-    return False
 
 
 # ------------------------------------------------------------------------------------------ settings
@@ -416,24 +175,21 @@ class MigSyncRef:
 
 
 # ------------------------------------------------------------------------------------------ snapshot
+@dataclass(frozen=True)
 class Snapshot:
-    """What a review reads: the MigView (immutable) and the Placement indexes (live: read them only
-    while the state's lock is held, as app.py does around a review)."""
+    """What a review reads, immutable: held by a review without any lock while the informers go on
+    (ClusterState swaps in a new one on every change). The settings and the config in force (MigView),
+    the MigSyncs, who the reconciler is, every ClusterPolicy, the nodes' summary (what Pod and DRA
+    rules read), and the node index, frozen on its first read (`nodes`: rules that read no other node,
+    a Node's, never make it)."""
 
-    def __init__(
-        self,
-        mig: MigView,
-        placement: Placement,
-        migsyncs: Mapping[str, MigSyncRef] | None = None,
-        reconciler_users: frozenset[str] = frozenset(),
-        policies: tuple[Mapping[str, Any], ...] = (),
-    ) -> None:
-        self.mig = mig
-        self.placement = placement
-        self.migsyncs = migsyncs if migsyncs is not None else {}
-        self.reconciler_users = reconciler_users  # who may write what git owns (the reconciler's identities)
-        # Every ClusterPolicy (trimmed; a few): what is in force once the one in force is deleted.
-        self.policies = policies
+    mig: MigView
+    summary: NodeSummary = NodeSummary()
+    index: Callable[[], NodeIndex] = field(default=NodeIndex, repr=False, compare=False)
+    migsyncs: Mapping[str, MigSyncRef] = field(default_factory=dict)
+    reconciler_users: frozenset[str] = frozenset()  # who may write what git owns (the reconciler's identities)
+    # Every ClusterPolicy (trimmed; a few): what is in force once the one in force is deleted.
+    policies: tuple[Mapping[str, Any], ...] = ()
 
     @classmethod
     def build(
@@ -446,7 +202,7 @@ class Snapshot:
         reconciler_users: Iterable[str] = (DEFAULT_RECONCILER_USER,),
     ) -> Snapshot:
         """From whole lists of objects (tests, benchmarks and the property tests' full rebuild).
-        `version` is not used (versions live in the Placement); kept for the callers' signature."""
+        `version` is not used (versions live in the node index); kept for the callers' signature."""
         policies = tuple(policies)
         settings = settings_from_policies(policies)
         active = None
@@ -454,14 +210,24 @@ class Snapshot:
             meta = objects.meta(cm)
             if (meta.get("namespace"), meta.get("name")) == settings.configmap:
                 active = cm
-        refs = {object_key(m): ref for m in migsyncs if (ref := migsync_ref(m)) is not None}
+        indexer = NodeIndexer(NodeFacts.from_obj(n) for n in nodes)
         return cls(
             MigView(settings, active),
-            Placement(NodeFacts.from_obj(n) for n in nodes),
-            refs,
+            indexer.summary,
+            indexer.index,
+            {object_key(m): ref for m in migsyncs if (ref := migsync_ref(m)) is not None},
             frozenset(reconciler_users),
             tuple(trim_policy(dict(p)) for p in policies),
         )
+
+    @property
+    def nodes(self) -> NodeIndex:
+        """The node index, the same one for every read of this snapshot: frozen on the first (at least
+        as new as `summary`; a verdict that reads it is cached under its own version)."""
+        found: NodeIndex | None = self.__dict__.get("_nodes")
+        if found is None:
+            found = self.__dict__["_nodes"] = self.index()
+        return found
 
     # the settings and the config in force
     @property
@@ -494,32 +260,33 @@ class Snapshot:
         ns, name = self.settings.configmap
         return f"{ns}/{name}"
 
-    # the nodes, through the indexes
+    # the nodes, through the index
     @property
     def users(self) -> dict[str, tuple[NodeFacts, ...]]:
         """Config name -> the nodes whose nvidia.com/mig.config names it."""
-        return self.placement.users()
+        return self.nodes.users()
 
     def groups(self, config: str) -> list[tuple[tuple[str, ...], bool, tuple[NodeFacts, ...]]]:
-        return self.placement.groups(config)
+        return self.nodes.groups(config)
 
     def configured(self) -> NodeSample:
-        return self.placement.configured()
+        return self.nodes.configured()
 
     def not_served(self, fit: frozenset[str] | set[str], config: str) -> NodeSample:
-        return self.placement.not_served(fit, config)
-
-    @property
-    def models_present(self) -> frozenset[GpuModel]:
-        return self.placement.models_present
-
-    @property
-    def offered(self) -> frozenset[str]:
-        return self.placement.offered
+        return self.nodes.not_served(fit, config)
 
     @property
     def config_models(self) -> frozenset[str]:
-        return self.placement.config_models
+        return self.nodes.summary.config_models
+
+    # the nodes, through the summary
+    @property
+    def models_present(self) -> frozenset[GpuModel]:
+        return self.summary.models_present
+
+    @property
+    def offered(self) -> frozenset[str]:
+        return self.summary.offered
 
     def migsync(self, key: str) -> MigSyncRef | None:
         """The MigSync `namespace/name`, None when there is none (or no MigSync CRD)."""
@@ -552,13 +319,16 @@ class ClusterState:
         self._api = api
         self.reconciler_users = frozenset(reconciler_users)
         self._watch_timeout = watch_timeout
-        self.lock = threading.RLock()
-        self._placement = Placement()
+        self.lock = threading.RLock()  # held by the informers' handlers while they change the state
+        self._indexer = NodeIndexer()
         self._policies: dict[str, Obj] = {}
-        self._policy_list: tuple[Obj, ...] = ()  # replaced per event: a review holds the old one
         self._configmap_obj: Obj | None = None
-        self._mig = MigView(MigSettings(), None)
-        self._migsyncs: dict[str, MigSyncRef] = {}
+        self._snapshot = Snapshot(
+            MigView(MigSettings(), None),
+            self._indexer.summary,
+            self._indexer.index,
+            reconciler_users=self.reconciler_users,
+        )
         core = k8s.CoreV1Api(api)
         self._core = core
         custom = k8s.CustomObjectsApi(api)
@@ -620,8 +390,6 @@ class ClusterState:
         )
 
     def wait_synced(self, timeout: float) -> bool:
-        import time
-
         deadline = time.monotonic() + timeout
         while not self.synced:
             if time.monotonic() >= deadline:
@@ -631,8 +399,16 @@ class ClusterState:
 
     # --------------------------------------------------------------------------- reading
     def snapshot(self) -> Snapshot:
-        """The current view: O(1). Read its nodes while holding `lock` (app.py holds it per review)."""
-        return Snapshot(self._mig, self._placement, self._migsyncs, self.reconciler_users, self._policy_list)
+        """The current view: O(1), immutable, read without a lock."""
+        return self._snapshot
+
+    @property
+    def _mig(self) -> MigView:
+        return self._snapshot.mig
+
+    def _publish(self, **changed: Any) -> None:
+        """The next snapshot: this one with `changed` (called under `lock`)."""
+        self._snapshot = replace(self._snapshot, **changed)
 
     def errors(self) -> dict[str, str]:
         """Informers whose last list or watch failed, and why (for /readyz)."""
@@ -648,9 +424,11 @@ class ClusterState:
         view = NodeFacts.from_obj(obj)
         with self.lock:
             if kind == "DELETED":
-                self._placement.remove(view.name)
+                self._indexer.remove(view.name)
             else:
-                self._placement.put(view)
+                self._indexer.put(view)
+            if self._indexer.summary != self._snapshot.summary:
+                self._publish(summary=self._indexer.summary)
 
     def _policy_event(self, kind: str, obj: Obj) -> None:
         key = object_key(obj)
@@ -659,11 +437,12 @@ class ClusterState:
                 self._policies.pop(key, None)
             else:
                 self._policies[key] = obj
-            self._policy_list = tuple(self._policies.values())
             settings = settings_from_policies(self._policies.values())
-            if settings != self._mig.settings:
+            mig = self._mig
+            if settings != mig.settings:
                 active = self._configmap_obj if settings.configmap == self._configmap_target else None
-                self._mig = MigView(settings, active)
+                mig = MigView(settings, active)
+            self._publish(mig=mig, policies=tuple(self._policies.values()))
         if self.policies.synced:
             self._retarget()
 
@@ -676,7 +455,7 @@ class ClusterState:
                 current = None if kind == "DELETED" else obj
                 self._configmap_obj = current
                 if self._mig.settings.configmap == target and _content(current) != _content(self._mig.active):
-                    self._mig = MigView(self._mig.settings, current)
+                    self._publish(mig=MigView(self._mig.settings, current))
 
         return handle
 
@@ -684,14 +463,14 @@ class ClusterState:
         key = object_key(obj)
         ref = None if kind == "DELETED" else migsync_ref(obj)
         with self.lock:
-            if self._migsyncs.get(key) == ref:
+            if self._snapshot.migsyncs.get(key) == ref:
                 return
-            found = dict(self._migsyncs)  # replaced, not changed: a review holds the old one (a few MigSyncs)
+            found = dict(self._snapshot.migsyncs)  # replaced, not changed: a review holds the old one (a few)
             if ref is None:
                 found.pop(key, None)
             else:
                 found[key] = ref
-            self._migsyncs = found
+            self._publish(migsyncs=found)
 
     def _retarget(self) -> None:
         """Watch the ConfigMap the ClusterPolicy names now (a new informer when it moved)."""
@@ -712,7 +491,7 @@ class ClusterState:
             )
             # The old ConfigMap's contents are no longer the config in force.
             self._configmap_obj = None
-            self._mig = MigView(self._mig.settings, None)
+            self._publish(mig=MigView(self._mig.settings, None))
         if old is not None:
             threading.Thread(target=old.stop, name="informer-stop", daemon=True).start()
         self._start_informer(self.configmap)

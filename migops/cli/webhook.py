@@ -22,6 +22,11 @@ if TYPE_CHECKING:
 
 
 def register(sub: argparse._SubParsersAction) -> None:
+    _register_webhook(sub)
+    _register_certs(sub)
+
+
+def _register_webhook(sub: argparse._SubParsersAction) -> None:
     w = sub.add_parser(
         "webhook",
         help="serve the validating + mutating admission webhook (TLS)",
@@ -58,6 +63,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     w.set_defaults(func=cmd_webhook)
 
+
+def _register_certs(sub: argparse._SubParsersAction) -> None:
     c = sub.add_parser(
         "certs",
         help="the webhook's CA and serving certificate",
@@ -70,51 +77,53 @@ def register(sub: argparse._SubParsersAction) -> None:
         ("rotate", "renew what is due, publish the CA bundle (old + new CA while switching)"),
         ("show", "print the CA bundle and serving certificate: subjects, SANs, expiry"),
     ):
-        p = cmds.add_parser(name, help=helptext, description=helptext)
-        where = p.add_mutually_exclusive_group(required=True)
-        where.add_argument(
-            "--dir",
-            type=Path,
-            metavar="DIR",
-            help="a directory (ca.crt, ca.key, ca-bundle.crt, tls.pem = key + certificate, tls.crt, tls.key)",
-        )
-        where.add_argument("--secret", metavar="NAMESPACE/NAME", help="a kubernetes.io/tls Secret")
-        kube_client.add_arguments(p)
-        if name == "show":
-            p.set_defaults(func=cmd_certs_show)
-            continue
+        _certs_command(cmds.add_parser(name, help=helptext, description=helptext), name)
+
+
+def _certs_command(p: argparse.ArgumentParser, name: str) -> None:
+    """One `migops certs` subcommand: where the certificates are, and (but for show) what to renew."""
+    where = p.add_mutually_exclusive_group(required=True)
+    where.add_argument(
+        "--dir",
+        type=Path,
+        metavar="DIR",
+        help="a directory (ca.crt, ca.key, ca-bundle.crt, tls.pem = key + certificate, tls.crt, tls.key)",
+    )
+    where.add_argument("--secret", metavar="NAMESPACE/NAME", help="a kubernetes.io/tls Secret")
+    kube_client.add_arguments(p)
+    if name == "show":
+        p.set_defaults(func=cmd_certs_show)
+        return
+    p.add_argument("--service", default="migops-webhook", help="Service name for the DNS SANs (default migops-webhook)")
+    p.add_argument("--namespace", default="migops-system", help="its namespace (default migops-system)")
+    p.add_argument("--dns", action="append", default=[], metavar="NAME", help="another DNS SAN (repeatable)")
+    p.add_argument(
+        "--ip", action="append", default=None, metavar="IP", help="an IP SAN (repeatable; default 127.0.0.1)"
+    )
+    p.add_argument(
+        "--renew-before",
+        type=float,
+        default=30.0,
+        metavar="DAYS",
+        help="renew what expires within this many days (default 30)",
+    )
+    p.add_argument("--force", action="store_true", help="renew the CA and serving certificate now")
+    if name == "rotate":
         p.add_argument(
-            "--service", default="migops-webhook", help="Service name for the DNS SANs (default migops-webhook)"
+            "--webhook-configuration",
+            action="append",
+            default=None,
+            metavar="NAME",
+            help="configuration(s) to write the caBundle into (default migops-webhook)",
         )
-        p.add_argument("--namespace", default="migops-system", help="its namespace (default migops-system)")
-        p.add_argument("--dns", action="append", default=[], metavar="NAME", help="another DNS SAN (repeatable)")
         p.add_argument(
-            "--ip", action="append", default=None, metavar="IP", help="an IP SAN (repeatable; default 127.0.0.1)"
-        )
-        p.add_argument(
-            "--renew-before",
+            "--settle",
             type=float,
-            default=30.0,
-            metavar="DAYS",
-            help="renew what expires within this many days (default 30)",
+            default=10.0,
+            metavar="SECONDS",
+            help="after publishing a new CA, wait this long before serving from it (default 10)",
         )
-        p.add_argument("--force", action="store_true", help="renew the CA and serving certificate now")
-        if name == "rotate":
-            p.add_argument(
-                "--webhook-configuration",
-                action="append",
-                default=None,
-                metavar="NAME",
-                help="configuration(s) to write the caBundle into (default migops-webhook)",
-            )
-            p.add_argument(
-                "--settle",
-                type=float,
-                default=10.0,
-                metavar="SECONDS",
-                help="after publishing a new CA, wait this long before serving from it (default 10)",
-            )
-        p.set_defaults(func=cmd_certs_rotate if name == "rotate" else cmd_certs_generate)
+    p.set_defaults(func=cmd_certs_rotate if name == "rotate" else cmd_certs_generate)
 
 
 def cmd_webhook(args: argparse.Namespace) -> int:

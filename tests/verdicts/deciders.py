@@ -38,7 +38,8 @@ from migops.mig.gfd import single_product
 from migops.mig.sources import read_file
 from migops.webhook import configmaps, nodelabels
 from migops.webhook.admission import Request
-from migops.webhook.state import MigView, Placement, Snapshot
+from migops.webhook.nodeindex import NodeIndexer
+from migops.webhook.state import MigView, Snapshot
 
 HERE = Path(__file__).resolve().parent
 CONFORMANCE = HERE.parent / "mig" / "conformance"
@@ -106,19 +107,15 @@ def _denial(verdict: Any) -> Answer:
 # ------------------------------------------------------------------------------------------ deciders
 def webhook_node(case: Case) -> Answer:
     """A Node's nvidia.com/mig.config set to the config, the ConfigMap in force holding the text."""
-    snap = Snapshot(
-        MigView(MigSettings(strategy=case.strategy), _configmap(case.text)),
-        Placement([NodeFacts.from_obj(case.node(False))]),
-    )
+    indexer = NodeIndexer([NodeFacts.from_obj(case.node(False))])
+    snap = Snapshot(MigView(MigSettings(strategy=case.strategy), _configmap(case.text)), indexer.summary, indexer.index)
     return _denial(nodelabels.validate(_request("Node", case.node(True), case.node(False)), snap))
 
 
 def webhook_configmap(case: Case) -> Answer:
     """The ConfigMap in force written with the text while the node selects the config."""
-    snap = Snapshot(
-        MigView(MigSettings(strategy=case.strategy), _configmap(case.text)),
-        Placement([NodeFacts.from_obj(case.node(True))]),
-    )
+    indexer = NodeIndexer([NodeFacts.from_obj(case.node(True))])
+    snap = Snapshot(MigView(MigSettings(strategy=case.strategy), _configmap(case.text)), indexer.summary, indexer.index)
     cm = _configmap(case.text)
     return _denial(configmaps.validate(_request("ConfigMap", cm, _configmap(case.text), CM_NS), snap))
 

@@ -19,7 +19,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from adversarial_claims import huge_string, loops, many_requests
 from webhook_helpers import DEFAULT_CONFIG, configmap, review
 
-from migops.webhook.app import Ports, create_app
+from migops.webhook.app import ReviewPorts, create_app
 from migops.webhook.draeval import Bound, Evaluator
 from migops.webhook.state import Snapshot, trim_node
 
@@ -126,7 +126,7 @@ def test_a_long_judgement_hits_the_time_bound() -> None:
 def test_waiting_claims_are_bounded_too() -> None:
     """With one claim judged, the next is answered at once (busy), and that answer is never cached."""
     evaluator = Evaluator(wall=5.0, queue=1)
-    app = create_app(Fixed(), Ports(judge_claims=evaluator.judge))
+    app = create_app(Fixed(), ReviewPorts(judge_claims=evaluator.judge))
     try:
         first = threading.Thread(target=post, args=(app, loops(1)), kwargs={"group": "resource.k8s.io"})
         first.start()

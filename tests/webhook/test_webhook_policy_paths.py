@@ -17,7 +17,7 @@ from webhook_helpers import DEFAULT_CONFIG, MANAGER, configmap, eventually
 from migops.api.names import MANAGED_BY_ANNOTATION, MIG_CONFIG_LABEL, REVISION_ANNOTATION, UNMANAGED_LABEL
 from migops.kube import ssa
 from migops.reconciler.status import install_crd
-from migops.webhook.app import Ports, create_app
+from migops.webhook.app import ReviewPorts, create_app
 from migops.webhook.server import migsync_reader
 from migops.webhook.state import DEFAULT_RECONCILER_USER, MigSyncRef, Snapshot
 
@@ -208,7 +208,7 @@ def _answer(app, body: bytes) -> dict:
 def test_a_migsync_the_cache_lacks_is_read_live_not_taken_for_unmanaged(api, migsync) -> None:
     """The informer has not seen the MigSync (the CRD was missing at start): the rule asks the API
     server, finds it, and denies the hand edit as git-owned."""
-    app = create_app(_Fixed(), Ports(read_migsync=migsync_reader(api)))
+    app = create_app(_Fixed(), ReviewPorts(read_migsync=migsync_reader(api)))
     response = _answer(app, _node_review("gpu-node-3", f"{NS}/{SYNC}"))
     assert response["allowed"] is False, response
     assert "[git-owned]" in response["status"]["message"] and URL in response["status"]["message"]
@@ -226,7 +226,7 @@ def test_a_cache_miss_that_cannot_be_read_is_denied(api) -> None:
     def failing(namespace: str, name: str) -> MigSyncRef | None:
         raise ApiException(status=503, reason="Service Unavailable")
 
-    for app in (create_app(_Fixed()), create_app(_Fixed(), Ports(read_migsync=failing))):
+    for app in (create_app(_Fixed()), create_app(_Fixed(), ReviewPorts(read_migsync=failing))):
         response = _answer(app, _node_review("gpu-node-3", f"{NS}/{SYNC}"))
         assert response["allowed"] is False, response
         assert "[managed-by-unverified]" in response["status"]["message"]
@@ -266,7 +266,7 @@ def test_only_the_reconciler_writes_the_revision_annotation(plane, api, kubectl)
 def test_live_reads_are_bounded(api) -> None:
     """Reviews posted directly, naming made-up MigSyncs, cost at most `per_second` GETs a second: the
     rest are denied (never admitted), not sent on to the API server."""
-    app = create_app(_Fixed(), Ports(read_migsync=migsync_reader(api, per_second=1)))
+    app = create_app(_Fixed(), ReviewPorts(read_migsync=migsync_reader(api, per_second=1)))
     answers = [_answer(app, _node_review("gpu-node-3", f"{NS}/made-up-{i}")) for i in range(10)]
     assert answers[0]["allowed"] is True  # read: it does not exist
     refused = [a for a in answers if not a["allowed"]]

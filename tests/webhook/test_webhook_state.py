@@ -8,6 +8,7 @@ not invalidated by another node's change."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from typing import Any
 
 from hypothesis import HealthCheck, given, settings
@@ -20,10 +21,10 @@ from migops.kube.informer import Informer, object_key
 from migops.webhook import annotate, configmaps, policies
 from migops.webhook.admission import parse_review
 from migops.webhook.app import create_app
+from migops.webhook.nodeindex import NodeIndex, NodeIndexer
 from migops.webhook.state import (
     ClusterState,
     MigView,
-    Placement,
     Snapshot,
     trim_configmap,
     trim_migsync,
@@ -230,8 +231,8 @@ def scanned(views: list[NodeFacts]) -> dict[str, Any]:
     }
 
 
-def _not_served(placement: Placement, fit: frozenset[str], config: str) -> list[str]:
-    return [n.name for n in placement.not_served(fit, config)]
+def _not_served(index: NodeIndex, fit: frozenset[str], config: str) -> list[str]:
+    return [n.name for n in index.not_served(fit, config)]
 
 
 def _verdicts(snap: Snapshot) -> list:
@@ -263,14 +264,16 @@ def _verdicts(snap: Snapshot) -> list:
 @given(st.lists(_event, max_size=40))
 def test_incremental_state_equals_a_full_rebuild(events: list) -> None:
     world = World()
-    placement = world.state._placement
 
     def observed() -> tuple:
-        placed = {n.name: (n.config, n.gpus, n.exact, n.gpu_problem) for n in placement.nodes.values()}
+        snap = world.state.snapshot()  # what a review holds: its summary, and its index once read
+        s, index = snap.summary, snap.nodes
+        placed = {n.name: (n.config, n.gpus, n.exact, n.gpu_problem) for n in index.nodes.values()}
+        assert index.summary == s, "no event between the two reads: the index is the summary's"
         return (
-            (placement.version, placed),
-            (placement.offers_version, placement.offered),
-            (placement.models_version, placement.models_present),
+            (s.version, placed),
+            (s.offers_version, s.offered),
+            (s.models_version, s.models_present),
         )
 
     before = observed()
@@ -281,44 +284,39 @@ def test_incremental_state_equals_a_full_rebuild(events: list) -> None:
             # A verdict cached under a version stays right only if what it read cannot change under it.
             assert old_seen == new_seen or old_version != new_version, event
         before = after
-    with world.state.lock:
-        live = world.state.snapshot()
-        rebuilt = world.rebuilt()
-        assert live.settings == rebuilt.settings
-        assert live.active_text == rebuilt.active_text and live.active_digest == rebuilt.active_digest
-        assert dict(live.migsyncs) == dict(rebuilt.migsyncs)
-        expected = scanned([NodeFacts.from_obj(trim_node(n)) for n in world.nodes.values()])
-        for got in (live.placement.view(), rebuilt.placement.view()):
-            assert got["nodes"] == expected["nodes"]
-            assert got["users"] == expected["users"] and got["users order"] == expected["users order"]
-            assert {c: sorted(g) for c, g in got["groups"].items()} == {
-                c: sorted(g) for c, g in expected["groups"].items()
-            }
-            assert [g[2][0] for g in sum(got["groups"].values(), [])] == [
-                g[2][0] for g in sum([sorted(v, key=lambda g: g[2][0]) for v in got["groups"].values()], [])
-            ], "groups in name order"
-            for key in ("configured", "gpu sets", "models", "offered", "config models"):
-                assert got[key] == expected[key], key
-        for fit in (frozenset({H100}), frozenset({A100}), frozenset({H100, A100})):
-            for config in CONFIGS:
-                want = [
-                    n.name
-                    for n in sorted(expected["nodes"].values(), key=lambda n: n.name)
-                    if n.gpus and n.config != config and not n.model_ids <= fit
-                ]
-                assert _not_served(live.placement, fit, config) == want
-                assert len(live.placement.not_served(fit, config)) == len(want)
-        assert _verdicts(live) == _verdicts(rebuilt)
+    # A snapshot is immutable: read without the state's lock.
+    live = world.state.snapshot()
+    rebuilt = world.rebuilt()
+    assert live.settings == rebuilt.settings
+    assert live.active_text == rebuilt.active_text and live.active_digest == rebuilt.active_digest
+    assert dict(live.migsyncs) == dict(rebuilt.migsyncs)
+    expected = scanned([NodeFacts.from_obj(trim_node(n)) for n in world.nodes.values()])
+    for got in (live.nodes.view(), rebuilt.nodes.view()):
+        assert got["nodes"] == expected["nodes"]
+        assert got["users"] == expected["users"] and got["users order"] == expected["users order"]
+        assert {c: sorted(g) for c, g in got["groups"].items()} == {c: sorted(g) for c, g in expected["groups"].items()}
+        assert [g[2][0] for g in sum(got["groups"].values(), [])] == [
+            g[2][0] for g in sum([sorted(v, key=lambda g: g[2][0]) for v in got["groups"].values()], [])
+        ], "groups in name order"
+        for key in ("configured", "gpu sets", "models", "offered", "config models"):
+            assert got[key] == expected[key], key
+    for fit in (frozenset({H100}), frozenset({A100}), frozenset({H100, A100})):
+        for config in CONFIGS:
+            want = [
+                n.name
+                for n in sorted(expected["nodes"].values(), key=lambda n: n.name)
+                if n.gpus and n.config != config and not n.model_ids <= fit
+            ]
+            assert _not_served(live.nodes, fit, config) == want
+            assert len(live.nodes.not_served(fit, config)) == len(want)
+    assert _verdicts(live) == _verdicts(rebuilt)
 
 
 # ------------------------------------------------------------------------------------------ caching
 class Fixed:
-    """A ClusterState stand-in for create_app: the real Placement and MigView, changed by the test."""
+    """A ClusterState stand-in for create_app: the real Snapshot, replaced by the test."""
 
     def __init__(self, snap: Snapshot) -> None:
-        import threading
-
-        self.lock = threading.RLock()
         self.snap = snap
         self.synced = True
 
@@ -354,6 +352,8 @@ def test_a_node_verdict_survives_other_nodes_changes() -> None:
     snap = Snapshot.build(
         0, [trim_node(_node(n, "all-disabled")) for n in NAMES], [policy], [configmap(DEFAULT_CONFIG)]
     )
+    indexer = NodeIndexer(NodeFacts.from_obj(trim_node(_node(n, "all-disabled"))) for n in NAMES)
+    snap = replace(snap, summary=indexer.summary, index=indexer.index)
     state = Fixed(snap)
     client = create_app(state).test_client()
     hits = metrics.child(metrics.CACHE, "hit")
@@ -362,10 +362,53 @@ def test_a_node_verdict_survives_other_nodes_changes() -> None:
     )
     assert client.post("/validate", json=body).json["response"]["allowed"] is True
     for name in NAMES[2:]:  # the rest of the rollout lands in the state
-        snap.placement.put(NodeFacts.from_obj(trim_node(_node(name, "all-balanced"))))
+        indexer.put(NodeFacts.from_obj(trim_node(_node(name, "all-balanced"))))
+        state.snap = replace(snap, summary=indexer.summary)
         before = hits._value.get()
         assert client.post("/validate", json=body).json["response"]["allowed"] is True
         assert hits._value.get() == before + 1, "answered from the cache"
-    state.snap = Snapshot(MigView(snap.settings, configmap(SMALL)), snap.placement)
+    state.snap = replace(state.snap, mig=MigView(snap.settings, configmap(SMALL)))
     denied = client.post("/validate", json=body).json["response"]
     assert denied["allowed"] is False and "config-not-found" in denied["status"]["message"]
+
+
+def test_a_review_holds_an_immutable_snapshot_and_never_the_states_lock() -> None:
+    """A snapshot read before node events answers as before them (the state swapped in a new one), and
+    a review, a cache miss included, is answered while the informers' handlers hold the state's lock
+    (a slow rule never holds up the watch events, nor they the review)."""
+    import threading
+
+    world = World()
+    policy = {"metadata": {"name": "cluster-policy"}, "spec": {"mig": {"strategy": "mixed"}}}
+    world.apply(("policy", "ADDED", policy))
+    world.apply(("configmap", "ADDED", configmap(DEFAULT_CONFIG)))
+    world.apply(("node", "ADDED", _node("gpu-node-1", "all-disabled")))
+    held = world.state.snapshot()
+    assert [n.name for n in held.users["all-disabled"]] == ["gpu-node-1"]
+    world.apply(("node", "ADDED", _node("gpu-node-2", "all-disabled")))
+    world.apply(("node", "ADDED", _node("gpu-node-1", "all-balanced")))
+    assert [n.name for n in held.users["all-disabled"]] == ["gpu-node-1"]  # as when it was taken
+    now = world.state.snapshot()
+    assert [n.name for n in now.users["all-disabled"]] == ["gpu-node-2"] and now.summary != held.summary
+
+    class Synced:
+        """The state's snapshots and lock, its informers taken as synced."""
+
+        synced, lock, snapshot = True, world.state.lock, world.state.snapshot
+
+        def wait_synced(self, timeout: float) -> bool:
+            return True
+
+        def errors(self) -> dict[str, str]:
+            return {}
+
+    client = create_app(Synced()).test_client()
+    body = review(configmap(SMALL), operation="UPDATE", old=configmap(DEFAULT_CONFIG))  # a miss: judged now
+    answers: list[Any] = []
+    with world.state.lock:  # as a handler does while it applies an event
+        thread = threading.Thread(target=lambda: answers.append(client.post("/validate", json=body).json))
+        thread.start()
+        thread.join(10)
+    assert answers, "the review waited for the state's lock"
+    denied = answers[0]["response"]
+    assert denied["allowed"] is False and "config-in-use" in denied["status"]["message"], denied
