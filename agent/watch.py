@@ -188,10 +188,15 @@ class Watches:
     def _waiting(self, node: dict[str, Any], text: str, s: MigSettings) -> str | None:
         """Why the MIG ConfigMap's text waits for the reconciler's verdict: a MigSync manages the node and
         its applied record holds another text. None when it may be acted on: no MigSync manages the node,
-        or it has no record yet, or the record cannot be read (the webhook still guards the ConfigMap)."""
+        or it has no record yet, or the record cannot be read (the webhook still guards the ConfigMap), or
+        the ConfigMap is labelled migops.io/unmanaged=true (out of git's hands: the reconciler never puts
+        it back)."""
         managed = objects.annotations_of(node).get(MANAGED_BY_ANNOTATION) or ""
         namespace, _, migsync = managed.partition("/")
         if not namespace or not migsync:
+            return None
+        cm, _ = self.mig_config.read(s.namespace, s.config_name)
+        if objects.is_unmanaged(cm):
             return None
         record, error = self.record.read(namespace, record_name(migsync))
         if error is not None:

@@ -22,7 +22,7 @@ from agent_harness import (
 from kubernetes import client as k8s
 
 from migops.api.migsync import record_name
-from migops.api.names import MANAGED_BY_ANNOTATION
+from migops.api.names import MANAGED_BY_ANNOTATION, UNMANAGED_LABEL
 from migops.kube import ssa
 from migops.reconciler.record import AppliedRecord, to_configmap
 
@@ -260,6 +260,18 @@ def test_content_the_reconciler_is_about_to_revert_is_not_applied(agent_admin, a
             "the new revision's content applied",
         )
         assert allocatable(agent_admin, agent.node) == {"nvidia.com/mig-4g.40gb": "2"}
+        # Out of git's hands (migops.io/unmanaged=true: the reconciler never puts it back): acted on.
+        hatch = mig_configmap(edited)
+        hatch["metadata"]["labels"] = {UNMANAGED_LABEL: "true"}
+        ssa.apply(agent_admin, hatch, field_manager="test-install")
+        until(
+            lambda: (
+                allocatable(agent_admin, agent.node) == {"nvidia.com/mig-7g.80gb": "2"}
+                and state(agent_admin, agent.node) == "success"
+            ),
+            60,
+            "the unmanaged ConfigMap's content applied",
+        )
     finally:
         ssa.apply(agent_admin, mig_configmap(), field_manager="test-install")
         core.delete_namespaced_config_map(record_name("migops"), "migops-system")
