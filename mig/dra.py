@@ -184,6 +184,15 @@ def profile_device_classes(models: Iterable[GpuModel]) -> list[dict[str, Any]]:
     ]
 
 
+@lru_cache(maxsize=1)
+def own_classes() -> dict[str, dict[str, Any]]:
+    """The DeviceClasses whose selectors are known by their name: the driver's `mig.nvidia.com` and
+    migops's `mig-<profile>.nvidia.com` for every catalogue profile (what `migops local up --dra`
+    installs and docs/dra.md shows), so a claim naming one is judged with its class's selectors."""
+    classes = [driver_device_class(), *profile_device_classes(catalogue().gpus)]
+    return {c["metadata"]["name"]: c for c in classes}
+
+
 # --- which profiles a request selects ------------------------------------------------------------------
 
 
@@ -261,6 +270,10 @@ class Selection:
     class_missing: bool = False
     gaps: bool = False  # some device undetermined: it reads what the catalogue does not know
     over_budget: bool = False  # not judged: the claim's selectors took longer than BUDGET_SECONDS
+    from_class: int = 0  # how many of `expressions` are the class's (the first ones)
+    # What the class alone selects, when the request's selectors alone select something too and the
+    # two together nothing (dra-selects-nothing).
+    class_profiles: frozenset[str] = frozenset()
 
     @property
     def profiles(self) -> frozenset[str]:
@@ -446,21 +459,31 @@ def _selection(
         problems.append(f"{path}.deviceClassName: required")
         class_name = ""
     known = classes.get(class_name) if classes is not None else None
-    missing = False
-    if known is not None:
-        base = class_expressions(known)
-    elif class_name == MIG_DEVICE_CLASS:
-        base = (MIG_CLASS_EXPRESSION,)
-    else:
-        base, missing = (), True
+    if known is None:
+        known = own_classes().get(class_name)
+    base, missing = (class_expressions(known), False) if known is not None else ((), True)
     expressions = base + _request_expressions(req)
     mode, count = _count(req, path, problems)
-    over = False
+    over, alone = False, frozenset[str]()
     try:
         by_model, errors, gaps = evaluate(expressions, *within)
+        if not by_model and not errors and base and len(expressions) > len(base):
+            alone = _alone(base, within)
     except CelError as exc:
         by_model, errors, gaps, over = (), (str(exc),), False, isinstance(exc, OverBudget)
-    return Selection(path, name, class_name, expressions, mode, count, by_model, errors, missing, gaps, over)
+    return Selection(
+        path, name, class_name, expressions, mode, count, by_model, errors, missing, gaps, over, len(base), alone
+    )
+
+
+def _alone(base: tuple[str, ...], within: tuple[Sequence[GpuModel], float]) -> frozenset[str]:
+    """What the class selects alone, when it narrows the MIG profiles (a class per profile), so that
+    with the request's selectors nothing is left; empty for a class that selects none, or every one (the
+    driver's mig.nvidia.com: the request alone is then what selects nothing, another rule)."""
+    pool, _ = within
+    chosen = frozenset().union(*(p for _, p in evaluate(base, *within)[0]))
+    every = {gi.name for g in pool for gi in g.profiles if not gi.profile.negative}
+    return chosen if chosen and not every <= chosen else frozenset()
 
 
 # --- demand --------------------------------------------------------------------------------------------
@@ -654,6 +677,9 @@ def findings(
         present_ids = {g.device_id for g in present}
         here = {m: p for m, p in sel.by_model if m in present_ids}
         offered_here = sorted({gi.name for g in present for gi in g.profiles if not gi.profile.negative})
+        if not sel.by_model and sel.class_profiles:
+            out.append(Finding("dra-selects-nothing", where, _nothing(sel)))
+            continue
         if not sel.by_model:
             near = _closest(literals, offered_here or [gi.name for g in catalogue().gpus for gi in g.profiles])
             out.append(
@@ -686,6 +712,15 @@ def findings(
                     )
                 )
     return tuple(out)
+
+
+def _nothing(sel: Selection) -> str:
+    """The class's and the request's constraints that no device meets together (at most 120 characters
+    with the request's name: the request's selector is shortened)."""
+    mine = " && ".join(sel.expressions[sel.from_class :])
+    mine = re.sub(r"device\.attributes\[['\"]gpu\.nvidia\.com['\"]\]\.", "", mine)
+    mine = mine if len(mine) <= 40 else mine[:39] + "…"
+    return f"class {sel.device_class} ({_few(sel.class_profiles, 2)}) and selector {mine}: no device has both"
 
 
 def _few(profiles: Iterable[str], limit: int = 3) -> str:

@@ -264,6 +264,14 @@ MIG_RULES: Mapping[str, Explanation] = {
         "`3g.45gb`); the message names the closest. The scheduler would leave the claim pending forever.",
         "Fix the selector (the profile attribute's value); docs/dra.md lists the attributes the driver publishes.",
     ),
+    "dra-selects-nothing": Explanation(
+        "The claim's DeviceClass narrows the MIG profiles (migops's `mig-<profile>.nvidia.com`, known by name) "
+        "and the request's own selectors ask for another, or for a profile that does not exist: together they "
+        "select no device (class `mig-1g.10gb.nvidia.com` with a selector `profile == \"3g.45gb\"`). The message "
+        "names both; the scheduler would leave the claim pending forever.",
+        "Make them agree: name the class of the profile you want, or the driver's `mig.nvidia.com` with your "
+        "selector, or drop the selector.",
+    ),
     "dra-profile-not-in-cluster": Explanation(
         "The claim selects profiles that only GPU models no node of the cluster has offer.",
         "Select a profile of the cluster's models (the message names the closest), or add nodes of that model.",

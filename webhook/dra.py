@@ -11,8 +11,10 @@ The selectors are evaluated before the rule, outside the state's lock, by the wo
 evaluator process (webhook/draeval.py): the rule only reads its answer, or the bound it hit.
 
 The DeviceClass a claim names is not watched by the webhook: the driver's own `mig.nvidia.com` and
-migops's per-profile classes are known; a claim naming another class is judged by its own selectors only
-when they name a profile.
+migops's per-profile `mig-<profile>.nvidia.com` are known by name (migops.mig.dra.own_classes, the
+definitions `migops local up --dra` installs), so a request whose selectors ask for another profile
+than its class's is warned `dra-selects-nothing`; a claim naming another class gets no verdict (its
+selectors are unknown here).
 """
 
 from __future__ import annotations

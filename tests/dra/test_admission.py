@@ -47,11 +47,11 @@ def snap(text: str = ALL_1G) -> Snapshot:
     return Snapshot.build(1, [trim_node(NODE)], [POLICY], [configmap(text)])
 
 
-def claim(profile: str, kind: str = "ResourceClaim") -> dict[str, Any]:
+def claim(profile: str, kind: str = "ResourceClaim", device_class: str = "mig.nvidia.com") -> dict[str, Any]:
     request = {
         "name": "gpu",
         "exactly": {
-            "deviceClassName": "mig.nvidia.com",
+            "deviceClassName": device_class,
             "selectors": [{"cel": {"expression": f"device.attributes['gpu.nvidia.com'].profile == '{profile}'"}}],
         },
     }
@@ -92,6 +92,21 @@ def test_profile_of_a_model_not_in_the_cluster() -> None:
 
 def test_configured_profile_has_no_warning() -> None:
     assert verdict(claim("1g.10gb"), snap()).warnings == ()
+
+
+def test_a_class_and_a_selector_that_select_nothing_together_are_named() -> None:
+    """migops's mig-<profile>.nvidia.com classes are known by name: with a selector for another profile
+    (a typo or not) the request selects no device, which the warning says naming both constraints."""
+    for wanted in ("3g.45gb", "3g.40gb"):
+        (w,) = verdict(claim(wanted, device_class="mig-1g.10gb.nvidia.com"), snap()).warnings
+        assert "[dra-selects-nothing]" in w and "class mig-1g.10gb.nvidia.com (1g.10gb)" in w, w
+        assert f"selector profile == '{wanted}'" in w and len(w.split(" [")[0]) <= 120, w
+    # The class and a selector that agree: nothing to say; the generic class with the typo: as before.
+    assert verdict(claim("1g.10gb", device_class="mig-1g.10gb.nvidia.com"), snap()).warnings == ()
+    (w,) = verdict(claim("3g.45gb"), snap()).warnings
+    assert "[dra-unknown-profile]" in w
+    # A class migops does not define: its selectors are unknown here, no verdict.
+    assert verdict(claim("3g.45gb", device_class="gpu.example.com"), snap()).warnings == ()
 
 
 def test_device_class() -> None:
