@@ -21,7 +21,7 @@ import difflib
 import json
 import re
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from functools import lru_cache
 from typing import Any, Literal
@@ -513,6 +513,25 @@ class ClaimDemand:
         return f"{self.kind} {self.namespace}/{self.name} request {self.request}"
 
 
+# Judges a claim's requests with the DeviceClasses by name: claim_requests, or one that runs it under
+# bounds elsewhere (migops.sandbox.evaluator) and answers None for a claim over them.
+Reader = Callable[[Obj, Mapping[str, Obj] | None], "ClaimRequests | None"]
+
+
+def class_names(claim: Obj) -> frozenset[str]:
+    """The DeviceClasses a claim's (or a template's) requests name."""
+    spec = _obj(claim.get("spec"))
+    if claim.get("kind") == "ResourceClaimTemplate":
+        spec = _obj(spec.get("spec"))
+    found: set[str] = set()
+    for req in _list(_obj(spec.get("devices")).get("requests")):
+        req = _obj(req)
+        for sub in [_obj(req.get("exactly")), *(_obj(s) for s in _list(req.get("firstAvailable")))]:
+            if isinstance(sub.get("deviceClassName"), str):
+                found.add(sub["deviceClassName"])
+    return frozenset(found)
+
+
 def is_pending(claim: Obj) -> bool:
     """A ResourceClaim with no allocation yet."""
     status = claim.get("status")
@@ -553,13 +572,16 @@ def pending_demand(
     *,
     pods: Iterable[Obj] = (),
     templates: Mapping[tuple[str, str], Obj] | None = None,
+    read: Reader | None = None,
 ) -> tuple[ClaimDemand, ...]:
     """MIG demand of pending ResourceClaims, and of pending Pods' claim templates whose claim does not
-    exist yet (the resourceclaim controller creates it when the pod is created)."""
+    exist yet (the resourceclaim controller creates it when the pod is created). `read` judges each
+    claim's requests (default: claim_requests, here); a claim it gives no answer for is no demand."""
+    read = read or claim_requests
     out: list[ClaimDemand] = []
     for claim in claims:
-        if is_pending(claim):
-            out.extend(demand(claim_requests(claim, classes)))
+        if is_pending(claim) and (parsed := read(claim, classes)) is not None:
+            out.extend(demand(parsed))
     for pod in pods:
         spec = _obj(pod.get("spec"))
         status = _obj(pod.get("status"))
@@ -571,11 +593,12 @@ def pending_demand(
             if not isinstance(ref, Mapping) or ref.get("name") in made:
                 continue
             template = (templates or {}).get((ns, str(ref.get("resourceClaimTemplateName"))))
-            if template is not None:
+            parsed = read(template, classes) if template is not None else None
+            if parsed is not None:
                 selector = _obj(spec.get("nodeSelector"))
                 pod_name = str(_obj(pod.get("metadata")).get("name") or "")
                 for d in demand(
-                    claim_requests(template, classes),
+                    parsed,
                     priority=int(spec.get("priority") or 0),
                     node_selector={str(k): str(v) for k, v in selector.items()},
                 ):

@@ -75,20 +75,26 @@ def read_claims(
     classes: Iterable[Obj],
     pods: Iterable[Obj],
     without_pods: bool = False,
+    read: Any = None,
 ) -> list[Demand]:
     """DRA demand as Demand values, whose CEL selectors pick MIG devices (mig.dra evaluates them as the
     scheduler would): pending claims a pending pod uses (all pending claims with `without_pods`), and
-    pending pods' claim templates whose claim does not exist yet."""
+    pending pods' claim templates whose claim does not exist yet. Each claim is judged by `read`
+    (mig.dra's Reader; default: in this process's bounded evaluator, migops.sandbox.evaluator, as the
+    selectors are code from whoever may create claims: one may build a gigabyte string)."""
     from migops.mig import dra
+    from migops.sandbox.evaluator import bounded_reader
+
+    read = read or bounded_reader()
 
     pods = list(pods)
     users = claim_users(pods)
     by_class = {_name(c): c for c in classes}
     by_template = {(_namespace(t), _name(t)): t for t in templates}
     waited = [c for c in claims if without_pods or (_namespace(c), _name(c)) in users]
-    out = [_demand(d, users.get((d.namespace, d.name))) for d in dra.pending_demand(waited, by_class)]
+    out = [_demand(d, users.get((d.namespace, d.name))) for d in dra.pending_demand(waited, by_class, read=read)]
     by_pod = {(_namespace(p), _name(p)): p for p in pods}
-    for d in dra.pending_demand((), by_class, pods=pods, templates=by_template):
+    for d in dra.pending_demand((), by_class, pods=pods, templates=by_template, read=read):
         out.append(replace(_demand(d, by_pod.get((d.namespace, d.name))), kind=d.kind))
     return out
 

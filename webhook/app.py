@@ -20,7 +20,8 @@ from typing import Any, Protocol
 from flask import Flask, Response, request
 from werkzeug.exceptions import HTTPException, RequestEntityTooLarge
 
-from migops.webhook import annotate, configmaps, dra, draeval, metrics, nodelabels, pods, policies
+from migops.sandbox.evaluator import Evaluator
+from migops.webhook import annotate, configmaps, dra, metrics, nodelabels, pods, policies
 from migops.webhook.admission import (
     ALLOW,
     MAX_BODY,
@@ -72,7 +73,7 @@ class ReviewPorts:
     """What rules read outside the informers' state. Without `read_configmap`, a ClusterPolicy switching
     to another MIG ConfigMap is denied as uncheckable; without `read_migsync`, a Node naming a MigSync
     the informer does not hold (yet) is denied (never admitted on a cache miss); `judge_claims` judges
-    DRA objects' selectors (webhook/draeval.py: a bounded child process by default)."""
+    DRA objects' selectors (migops.sandbox.evaluator: a bounded child process by default)."""
 
     read_configmap: policies.ReadConfigMap | None = None
     read_migsync: nodelabels.ReadMigSync | None = None
@@ -136,9 +137,9 @@ def create_app(state: State, ports: ReviewPorts | None = None, *, cache_bytes: i
     verdicts: LRU[tuple, Verdict] = LRU(cache_bytes)
     ports = ports or ReviewPorts()
     if ports.judge_claims is None:
-        evaluator = draeval.Evaluator()
+        evaluator = Evaluator()
         ports = replace(ports, judge_claims=evaluator.judge)
-        app.extensions["migops.draeval"] = evaluator
+        app.extensions["migops.evaluator"] = evaluator
     app.extensions["migops.verdicts"] = verdicts
     reviewer = Reviewer(state, ports, verdicts)
     for endpoint in RULES:

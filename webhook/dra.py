@@ -8,7 +8,7 @@ Which profiles a selector picks is migops.mig.dra's verdict (the selectors evalu
 against the devices the driver publishes), the same one `migops suggest` reads demand from.
 
 The selectors are evaluated before the rule, outside the state's lock, by the worker's bounded
-evaluator process (webhook/draeval.py): the rule only reads its answer, or the bound it hit.
+evaluator process (migops.sandbox.evaluator): the rule only reads its answer, or the bound it hit.
 
 The DeviceClass a claim names is not watched by the webhook: the driver's own `mig.nvidia.com` and
 migops's per-profile `mig-<profile>.nvidia.com` are known by name (migops.mig.dra.own_classes, the
@@ -24,9 +24,9 @@ from typing import Any
 
 from migops.mig import dra
 from migops.mig.spec import MigPartedConfig
+from migops.sandbox.evaluator import Bound
 from migops.webhook.admission import ALLOW, Request, Verdict, allow, merge_warnings
 from migops.webhook.checks import digest
-from migops.webhook.draeval import Bound
 from migops.webhook.state import Snapshot
 
 GROUP = "resource.k8s.io"

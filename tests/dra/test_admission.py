@@ -12,9 +12,9 @@ import celpy
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "webhook"))
 from webhook_helpers import CM_NS, configmap, review
 
+from migops.sandbox.evaluator import judge_in_process
 from migops.webhook.admission import parse_review
 from migops.webhook.app import RULES
-from migops.webhook.draeval import judge_in_process
 from migops.webhook.registration import in_cluster
 from migops.webhook.state import Snapshot, trim_node
 

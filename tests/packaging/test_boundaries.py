@@ -7,6 +7,7 @@ Read from the source with `ast` (imports inside functions count too):
   neither webhook/ nor agent/. suggest/ may import what it needs (agent/'s GPU state types, gitops/).
   What they share lives in migops.api (names, object views, the MigSync API) beneath them all;
 - migops.kube imports only migops.api, mig and logs; migops.api only migops.mig; migops.mig only itself;
+  migops.sandbox (untrusted selectors in a bounded child, shared by the webhook and suggest) only api and mig;
 - no "nvidia.com/..." or "migops.io/..." label, annotation, resource or API name is spelled as a string
   literal outside api/ and mig/ (where each is defined once): every other module imports the constant.
   Prose (messages, help, docstrings) that mentions a name is not a definition and is not flagged.
@@ -74,7 +75,8 @@ def test_the_parts_do_not_import_each_other() -> None:
 
 def test_the_shared_layers_import_only_what_is_beneath_them() -> None:
     wrong = []
-    for folder, may in (("kube", {"kube", "api", "mig", "logs"}), ("api", {"api", "mig"}), ("mig", {"mig"})):
+    layers = (("kube", {"kube", "api", "mig", "logs"}), ("api", {"api", "mig"}), ("mig", {"mig"}))
+    for folder, may in (*layers, ("sandbox", {"sandbox", "api", "mig"})):
         for path in _sources(folder):
             for top in sorted(_imported(ast.parse(path.read_text())) - may):
                 wrong.append(f"{path.relative_to(ROOT)} imports migops.{top}")

@@ -1,5 +1,5 @@
 """A ResourceClaim never delays other reviews, nor grows the worker: its selectors are judged in the
-worker's evaluator process (webhook/draeval.py), never under the state's lock, within a time and a
+worker's evaluator process (migops.sandbox.evaluator), never under the state's lock, within a time and a
 memory bound whose hit is answered `dra-selector-error`, naming the bound.
 
 The claims are those of tests/webhook/adversarial_claims.py: one selector building a string of
@@ -19,8 +19,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from adversarial_claims import huge_string, loops, many_requests
 from webhook_helpers import DEFAULT_CONFIG, configmap, review
 
+from migops.sandbox.evaluator import Bound, Evaluator
 from migops.webhook.app import ReviewPorts, create_app
-from migops.webhook.draeval import Bound, Evaluator
 from migops.webhook.state import Snapshot, trim_node
 
 NODE = {
@@ -71,7 +71,7 @@ def test_node_reviews_are_answered_while_adversarial_claims_are_judged() -> None
     loop ends (none waits for a claim: the claims hold neither the state's lock nor the worker), and
     the process serving both grows by less than 50 MiB."""
     app = create_app(Fixed())
-    evaluator = app.extensions["migops.draeval"]
+    evaluator = app.extensions["migops.evaluator"]
     post(app, label_write(0), kind="Node")  # the app's own first-use costs, before the RSS is read
     before = rss_kib()
     answers: list[dict[str, Any]] = []

@@ -2,17 +2,19 @@
 
 A ResourceClaim's selectors are code from whoever may create claims: one may run for seconds (nested
 comprehensions) or build a gigabyte string (chained replace), within the API server's own CEL cost
-limit or posted to the webhook directly. So they never run in a webhook worker, where Node, ConfigMap
-and ClusterPolicy reviews are answered: each worker has one evaluator process (started on the first
-DRA review, and again after it is stopped), which judges one object at a time, at a lower CPU priority,
-with an address-space limit. The worker waits for its answer at most WALL_SECONDS; past that, or when
-the child runs out of memory, the child is killed and the review is answered with `dra-selector-error`
-naming the bound. At most QUEUE DRA reviews wait for it at once; more are answered at once, so DRA
-reviews never hold more than QUEUE of the worker's threads.
+limit or posted to the webhook directly. So they never run in the process that asks: a webhook worker,
+where Node, ConfigMap and ClusterPolicy reviews are answered, or the reconciler and `migops suggest`,
+which read pending claims as demand. Each such process has one evaluator process (started when first
+needed, and again after it is stopped), which judges one object at a time, at a lower CPU priority,
+with an address-space limit. The caller waits for its answer at most WALL_SECONDS; past that, or when
+the child runs out of memory, the child is killed and the answer names the bound (the webhook warns
+`dra-selector-error`; suggest counts no demand from that claim and logs it). At most QUEUE callers wait
+for it at once; more are answered at once, so DRA reviews never hold more than QUEUE of a worker's
+threads.
 
-The child is `python -m migops.webhook.draeval`: it reads pickled requests from its stdin and writes
-pickled answers to its stdout (it is the worker's own child: nothing else writes to those pipes), and
-ends when its stdin closes (the worker is gone).
+The child is `python -m migops.sandbox.evaluator`: it reads pickled requests from its stdin and writes
+pickled answers to its stdout (it is the caller's own child: nothing else writes to those pipes), and
+ends when its stdin closes (the caller is gone).
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from typing import Any
 
+from migops.api import objects
 from migops.mig import dra
 from migops.mig.catalogue import catalogue
 
@@ -50,7 +53,9 @@ class Bound:
     text: str
 
 
-def judge_in_process(kind: str, name: str, obj: Mapping[str, Any]) -> tuple[dra.Selection, ...]:
+def judge_in_process(
+    kind: str, name: str, obj: Mapping[str, Any], classes: Mapping[str, Any] | None = None
+) -> tuple[dra.Selection, ...]:
     """What a DRA object's selectors select (the child's work; tests call it directly)."""
     if kind == "DeviceClass":
         expressions = dra.class_expressions(obj)
@@ -62,7 +67,12 @@ def judge_in_process(kind: str, name: str, obj: Mapping[str, Any]) -> tuple[dra.
         except dra.CelError as exc:
             by_model, errors, gaps, over = (), (str(exc),), False, isinstance(exc, dra.OverBudget)
         return (dra.Selection("spec.selectors", "", name, expressions, "All", 1, by_model, errors, False, gaps, over),)
-    return dra.claim_requests({**obj, "kind": kind}).selections
+    return read_in_process({**obj, "kind": kind}, classes).selections
+
+
+def read_in_process(claim: Mapping[str, Any], classes: Mapping[str, Any] | None = None) -> dra.ClaimRequests:
+    """A claim (or template) read and its requests judged, with the DeviceClasses by name."""
+    return dra.claim_requests(claim, classes)
 
 
 class Evaluator:
@@ -84,28 +94,38 @@ class Evaluator:
         return self._child.pid if self._child is not None else None
 
     def judge(self, kind: str, name: str, obj: Mapping[str, Any]) -> tuple[dra.Selection, ...] | Bound:
+        """What a DRA object's selectors select (the webhook's question), or the bound it hit."""
+        return self._ask(("judge", kind, name, dict(obj)))
+
+    def read(self, claim: Mapping[str, Any], classes: Mapping[str, Any] | None = None) -> dra.ClaimRequests | Bound:
+        """A pending claim's requests judged (suggest's question: demand), with the DeviceClasses it names."""
+        names = dra.class_names(claim)
+        wanted = {n: classes[n] for n in names if n in classes} if classes else None
+        return self._ask(("read", dict(claim), wanted))
+
+    def _ask(self, question: tuple[Any, ...]) -> Any:
         if not self._slots.acquire(blocking=False):
             return Bound("busy", f"not judged: {self._busy()}")
         try:
             if not self._lock.acquire(timeout=self.wall):
                 return Bound("busy", f"not judged: {self._busy()}")
             try:
-                return self._judge(kind, name, obj)
+                return self._judge(question)
             finally:
                 self._lock.release()
         finally:
             self._slots.release()
 
     def _busy(self) -> str:
-        return f"the webhook's selector evaluator is busy with other DRA objects (at most {self.queue} wait for it)"
+        return f"the selector evaluator is busy with other DRA objects (at most {self.queue} wait for it)"
 
-    def _judge(self, kind: str, name: str, obj: Mapping[str, Any]) -> tuple[dra.Selection, ...] | Bound:
+    def _judge(self, question: tuple[Any, ...]) -> Any:
         try:
             send, recv = self._ready()
-            send.send_bytes(pickle.dumps((kind, name, dict(obj)), protocol=pickle.HIGHEST_PROTOCOL))
+            send.send_bytes(pickle.dumps(question, protocol=pickle.HIGHEST_PROTOCOL))
             if not recv.poll(self.wall):
                 self.stop()
-                return Bound("time", f"selectors not judged within {self.wall:g} s, the webhook's bound per object")
+                return Bound("time", f"selectors not judged within {self.wall:g} s, the bound per object")
             answer = pickle.loads(recv.recv_bytes())  # from our own child
         except (OSError, EOFError, pickle.PickleError) as exc:
             log.warning("the DRA selector evaluator ended: %s", exc)
@@ -114,17 +134,17 @@ class Evaluator:
         if answer == "memory":
             self.stop()
             return Bound("memory", self._memory_text())
-        return tuple(answer)
+        return answer
 
     def _memory_text(self) -> str:
-        return f"selectors not judged within {self.memory >> 20} MiB, the webhook's memory bound per object"
+        return f"selectors not judged within {self.memory >> 20} MiB, the memory bound per object"
 
     def _ready(self) -> tuple[Connection, Connection]:
         if self._child is not None and self._child.poll() is None and self._send and self._recv:
             return self._send, self._recv
         self.stop()
         child = subprocess.Popen(
-            [sys.executable, "-m", "migops.webhook.draeval", str(self.memory), str(self.nice)],
+            [sys.executable, "-m", "migops.sandbox.evaluator", str(self.memory), str(self.nice)],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             close_fds=True,
@@ -154,9 +174,38 @@ class Evaluator:
             child.wait()
 
 
+_SHARED: list[Evaluator] = []
+_SHARED_LOCK = threading.Lock()
+
+
+def shared() -> Evaluator:
+    """This process's evaluator (the reconciler's, `migops suggest`'s): made on first use."""
+    with _SHARED_LOCK:
+        if not _SHARED:
+            _SHARED.append(Evaluator())
+        return _SHARED[0]
+
+
+def bounded_reader(evaluator: Evaluator | None = None) -> dra.Reader:
+    """mig.dra's Reader that judges each claim in `evaluator`'s child (default: this process's): a claim
+    over a bound is no demand, and the log says which and why."""
+    found = evaluator or shared()
+
+    def read(claim: Mapping[str, Any], classes: Mapping[str, Any] | None) -> dra.ClaimRequests | None:
+        answer = found.read(claim, classes)
+        if isinstance(answer, Bound):
+            meta = objects.meta(claim)
+            where = f"{meta.get('namespace') or ''}/{meta.get('name') or ''}"
+            log.warning("%s %s counts as no MIG demand: %s", claim.get("kind") or "ResourceClaim", where, answer.text)
+            return None
+        return answer
+
+    return read
+
+
 # ------------------------------------------------------------------------------------------ the child
 def serve(memory: int, nice: int) -> None:
-    """The child's loop: warm the catalogue's devices, bound itself, then judge until stdin closes."""
+    """The child's loop: warm the catalogue's devices, bound itself, then answer until stdin closes."""
     send = Connection(os.dup(sys.stdout.fileno()), readable=False)
     recv = Connection(os.dup(sys.stdin.fileno()), writable=False)
     os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # stray prints never reach the pipe
@@ -167,11 +216,11 @@ def serve(memory: int, nice: int) -> None:
     send.send_bytes(b"ready")
     while True:
         try:
-            kind, name, obj = pickle.loads(recv.recv_bytes())  # from our own worker
+            question = pickle.loads(recv.recv_bytes())  # from our own caller
         except EOFError:
             return
         try:
-            answer: Any = judge_in_process(kind, name, obj)
+            answer: Any = judge_in_process(*question[1:]) if question[0] == "judge" else read_in_process(*question[1:])
         except MemoryError:
             answer = "memory"
         send.send_bytes(pickle.dumps(answer, protocol=pickle.HIGHEST_PROTOCOL))
