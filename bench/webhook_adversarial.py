@@ -26,8 +26,15 @@ deadline, it reconnects at once), and meanwhile, for BENCH_SLOW_SECONDS (30), fa
 reviews of the MIG ConfigMap from two clients, and dry-run applies of it through the API server (refused
 if the webhook does not answer: failurePolicy Fail). p50/p99 of both; target p99 <= 1 s.
 
+Claims: one worker answers BENCH_NODE_REVIEWS (100) Node label reviews from one client, quiet, then
+again while another client submits 20 adversarial ResourceClaims in a loop (tests/webhook/
+adversarial_claims.py: the huge string, nested loops, many requests; judged by the worker's bounded
+evaluator process); Node review p50/p99 of both and their ratio (target p99 <= 2x quiet), the worker's
+RSS before and after (target within +50 MB), and what the claims were answered.
+
 Usage: .venv/bin/python bench/webhook_adversarial.py   (BENCH_REVIEWS, default 10000; BENCH_CM_REVIEWS,
-default 1500; BENCH_SLOW_SECONDS, default 30; BENCH_PHASES, default "mixed,configmaps,slow")
+default 1500; BENCH_SLOW_SECONDS, default 30; BENCH_NODE_REVIEWS, default 100; BENCH_PHASES, default
+"mixed,configmaps,slow,claims")
 """
 
 from __future__ import annotations
@@ -64,7 +71,8 @@ DEFAULT_CONFIG = (ROOT / "examples" / "nvidia-default-config.yaml").read_text()
 REVIEWS = int(os.environ.get("BENCH_REVIEWS", "10000"))
 CM_REVIEWS = int(os.environ.get("BENCH_CM_REVIEWS", "1500"))
 SLOW_SECONDS = float(os.environ.get("BENCH_SLOW_SECONDS", "30"))
-PHASES = os.environ.get("BENCH_PHASES", "mixed,configmaps,slow").split(",")
+NODE_REVIEWS = int(os.environ.get("BENCH_NODE_REVIEWS", "100"))
+PHASES = os.environ.get("BENCH_PHASES", "mixed,configmaps,slow,claims").split(",")
 CM_NAME, CM_NS = "default-mig-parted-config", "gpu-operator"
 
 
@@ -370,6 +378,77 @@ def slow_phase(plane: ControlPlane, api) -> None:
     )
 
 
+def _node_review(i: int) -> bytes:
+    """A Node's nvidia.com/mig.config written: a new node name each time, so every review is a miss."""
+    name = f"bench-node-{i}"
+    labels = {"migops.io/gpu.device-id": "0x233010DE", "nvidia.com/gpu.count": "8"}
+    old = {"metadata": {"name": name, "labels": {**labels, "nvidia.com/mig.config": "all-disabled"}}}
+    new = {"metadata": {"name": name, "labels": {**labels, "nvidia.com/mig.config": "all-balanced"}}}
+    return review("Node", new, operation="UPDATE", old=old)
+
+
+def _node_latencies(pool: urllib3.HTTPSConnectionPool, first: int) -> list[float]:
+    times = []
+    for i in range(first, first + NODE_REVIEWS):
+        began = time.perf_counter()
+        answer = pool.request("POST", "/validate", body=_node_review(i), headers={"Content-Type": JSON})
+        times.append(time.perf_counter() - began)
+        assert answer.status == 200, answer.status
+    return times
+
+
+def claims_phase(tmpdir: Path, plane: ControlPlane) -> None:
+    """Node reviews quiet, then beside 20 adversarial claims submitted in a loop."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "webhook"))
+    from adversarial_claims import ADVERSARIAL
+
+    pem, bundle = local_webhook.certificates(tmpdir / "certs-claims")
+    (port,) = free_ports(1)
+    argv = local_webhook.command(cert=pem, key=pem, port=port, kubeconfig=plane.admin_kubeconfig, workers=1, threads=16)
+    popen, ref, url = local_webhook.spawn_ready(argv, port, bundle, tmpdir / "webhook-claims.log", 120)
+    claims = [make(tag) for tag in range(7) for make in ADVERSARIAL][:20]
+    answers: dict[str, int] = {}
+    stop_event = threading.Event()
+    try:
+        worker = worker_pid(popen)
+        pool = pool_for(port, bundle)
+        _node_latencies(pool, 10**6)  # warm
+        start = status_kib(worker, "VmRSS")
+        quiet = _node_latencies(pool, 0)
+
+        def submit() -> None:
+            claimer = pool_for(port, bundle)
+            i = 0
+            while not stop_event.is_set():
+                body = review("ResourceClaim", claims[i % len(claims)], group="resource.k8s.io")
+                got = json.loads(claimer.request("POST", "/validate", body=body, headers={"Content-Type": JSON}).data)
+                warnings = got["response"].get("warnings") or ["admitted"]
+                key = re.sub(r"\d+", "N", warnings[0].split(": ", 1)[-1])[:70]
+                answers[key] = answers.get(key, 0) + 1
+                i += 1
+
+        thread = threading.Thread(target=submit)
+        thread.start()
+        time.sleep(2.0)  # the loop under way (the evaluator started)
+        loud = _node_latencies(pool, 10**5)
+        stop_event.set()
+        thread.join(30)
+        end, peak = status_kib(worker, "VmRSS"), status_kib(worker, "VmHWM")
+    finally:
+        stop_event.set()
+        stop(ref, popen=popen)
+    q = statistics.quantiles(quiet, n=100, method="inclusive")[98]
+    lq = statistics.quantiles(loud, n=100, method="inclusive")[98]
+    print(f"[claims] {NODE_REVIEWS} Node reviews quiet:             {quantiles(quiet)}")
+    print(f"[claims] {NODE_REVIEWS} Node reviews beside the claims: {quantiles(loud)}")
+    print(f"[claims] p99 ratio beside/quiet {lq / q:.2f} (target <= 2)")
+    print(
+        f"[claims] worker RSS: start {start / 1024:.1f} MiB, after {end / 1024:.1f} MiB "
+        f"(+{(end - start) / 1024:.1f} MiB; target <= +50 MB), peak {peak / 1024:.1f} MiB"
+    )
+    print(f"[claims] {sum(answers.values())} claims answered: {dict(sorted(answers.items()))}", flush=True)
+
+
 def main() -> int:
     print(
         f"machine: {os.cpu_count()} CPUs, load average {loadavg()} at start; phases {PHASES}",
@@ -409,6 +488,9 @@ def main() -> int:
             memory_phase("configmaps", plane, tmpdir, CM_REVIEWS, heavy_configmap, lambda i: heavy_configmap(10**6 + i))
         if "slow" in PHASES:
             slow_phase(plane, api)
+        if "claims" in PHASES:
+            print("\n[claims] Node reviews beside 20 adversarial ResourceClaims in a loop", flush=True)
+            claims_phase(tmpdir, plane)
     print(f"load average {loadavg()} at the end")
     return 0
 
