@@ -374,7 +374,8 @@ class Demo:
             )
         )
         self.c.say("A hand edit of the MIG ConfigMap: all-balanced on H100 asks for 4g.20gb, an A100 40GB profile")
-        self.c.say("(the mistake in NVIDIA/gpu-operator #262). The webhook refuses it before any node sees it:")
+        self.c.say("(the mistake in NVIDIA/gpu-operator #262). The webhook refuses it before any node sees it: git")
+        self.c.say("owns that ConfigMap while the MigSync manages it, and the content is invalid anyway:")
         done = self.run(
             ["kubectl", "apply", "--server-side", "--force-conflicts", "-f", str(bad)],
             expect=1,

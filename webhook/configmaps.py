@@ -167,20 +167,32 @@ def validate(req: Request, snap: Snapshot) -> Verdict:
         return ALLOW
     subject = f"ConfigMap {req.namespace}/{req.name}"
     owned = git_owned(req, snap) if active else []
-    if owned:
-        return deny(subject, owned, code=403, reason="Forbidden")
     if req.operation == "DELETE":
+        if owned:
+            return deny(subject, owned, code=403, reason="Forbidden")
         return _delete(subject, snap) if active else ALLOW
     if req.operation not in ("CREATE", "UPDATE"):
         return ALLOW
+    findings, warnings = _content(req, snap, active)
+    if owned:
+        # The content's own problems come with the refusal: the same edit made in git is refused for them too.
+        return deny(subject, owned + findings, code=403, reason="Forbidden", warnings=merge_warnings(warnings))
+    if findings:
+        return deny(subject, findings, warnings=merge_warnings(warnings))
+    return allow(merge_warnings(warnings))
+
+
+def _content(req: Request, snap: Snapshot, active: bool) -> tuple[list[Finding], list[Warning_]]:
+    """The written content's findings and warnings: readable, parsed, every config judged, and the
+    configs the nodes select still defined."""
     text, findings = payload(req.object)
     if text is None or findings:
-        return deny(subject, findings)
+        return findings, []
     digest = checks.digest(text)
     try:
         config = checks.parse(text, digest)
     except MigError as exc:
-        return deny(subject, split(exc.problems)[0])
+        return split(exc.problems)[0], []
     warnings: list[Warning_] = []
     names = config.names()
     users = snap.users if active else {}
@@ -200,11 +212,7 @@ def validate(req: Request, snap: Snapshot) -> Verdict:
             else:
                 warnings.append(("config-not-found", where, f"not defined, but {node_names(nodes)} select it"))
     errors, warns = judge(config, users, snap, snap.strategy)
-    findings += errors
-    warnings += warns
-    if findings:
-        return deny(subject, findings, warnings=merge_warnings(warnings))
-    return allow(merge_warnings(warnings))
+    return findings + errors, warnings + warns
 
 
 def judge(

@@ -79,3 +79,13 @@ def test_an_unmanaged_configmap_may_be_deleted_and_a_suspended_or_unreadable_mig
     broken = {**SYNC, "spec": {**SYNC["spec"], "interval": "soon"}}  # a spec that cannot be read still owns
     verdict = judge(configmap(EDITED), configmap(DEFAULT_CONFIG), "UPDATE", snap(broken))
     assert verdict.rules == ("git-owned",) and "spec.interval" in verdict.message, verdict
+
+
+def test_an_invalid_edit_is_refused_for_ownership_and_for_its_content_in_one_answer() -> None:
+    """The owner and the content's problems together: the same edit made in git would be refused too."""
+    typo = DEFAULT_CONFIG.replace("\"1g.10gb\": 7", "\"1g.11gb\": 7", 1)
+    assert typo != DEFAULT_CONFIG
+    verdict = judge(configmap(typo), configmap(DEFAULT_CONFIG), "UPDATE", snap(SYNC))
+    assert not verdict.allowed and verdict.code == 403, verdict
+    assert verdict.rules[0] == "git-owned" and "unknown-profile" in verdict.rules, verdict
+    assert "1g.11gb" in verdict.message, verdict
