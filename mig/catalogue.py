@@ -170,6 +170,16 @@ class GpuModel:
     def __post_init__(self) -> None:
         object.__setattr__(self, "pci", parse_device_id(self.device_id))
 
+    # A model is its device ID (the catalogue's key): two readings of the same GPU are one model wherever
+    # they were built (another process's answer, a catalogue loaded again), and hashing never walks the table.
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, GpuModel):
+            return NotImplemented
+        return self.device_id == other.device_id and self.known == other.known
+
+    def __hash__(self) -> int:
+        return hash(self.device_id)
+
     @property
     def mig_capable(self) -> bool:
         return self.table is not None

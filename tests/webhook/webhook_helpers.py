@@ -10,6 +10,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import pytest
 import urllib3
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -27,13 +28,14 @@ def configmap(text: str, name: str = CM_NAME, namespace: str = CM_NS, labels: di
 
 
 def eventually(check: Callable[[], Any], timeout: float = 20.0, interval: float = 0.1) -> Any:
-    """Retry `check` until it stops raising AssertionError (the webhook's informers follow the API
+    """Retry `check` until it stops raising AssertionError or pytest's Failed (`pytest.raises` that did
+    not raise: a write the webhook admitted before its informers saw what denies it; they follow the API
     server a moment behind the write a test just made)."""
     deadline = time.monotonic() + timeout
     while True:
         try:
             return check()
-        except AssertionError:
+        except (AssertionError, pytest.fail.Exception):
             if time.monotonic() > deadline:
                 raise
             time.sleep(interval)
