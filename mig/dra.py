@@ -493,10 +493,8 @@ def _alone(base: tuple[str, ...], within: tuple[Sequence[GpuModel], float]) -> f
 class ClaimDemand:
     """MIG demand from one pending claim request: `count` devices of any of `profiles`, on one node.
 
-    The fields are those of migops.suggest's Demand (on the suggest branch, not merged when this was
-    written; the MIG core cannot import migops.api's LabelSelector): it is built as
-    Demand(namespace, name, profiles, count, priority,
-           (LabelSelector(match_labels=node_selector),) if node_selector else (), kind)."""
+    The fields are those of migops.suggest's Demand, which suggest/claims.py builds from it (the MIG core
+    cannot import migops.api's LabelSelector, so the node selector stays a plain mapping here)."""
 
     namespace: str
     name: str

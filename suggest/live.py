@@ -31,7 +31,7 @@ DRA_KINDS = {
     "resourceclaimtemplates": "ResourceClaimTemplate",
     "deviceclasses": "DeviceClass",
 }
-PAGE = 100  # objects per list request: a page of pods carrying the largest annotations is ~25 MiB
+PAGE = 100  # objects per list request: one page in memory at a time, each pod within the API server's size limit
 MAX_PENDING_PODS = 10_000  # pending GPU pods read for one proposal; more are counted, not read
 _NOT_DONE = "status.phase!=Succeeded,status.phase!=Failed"
 

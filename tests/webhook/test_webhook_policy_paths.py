@@ -28,7 +28,7 @@ TEAM = "team-a"
 NS = "migops-system"
 SYNC = "paths"
 URL = "https://git.example.com/gpu/paths.git"
-# The trial's ConfigMap: the same names as NVIDIA's default, but all-balanced is 7 x 1g.10gb.
+# The team's ConfigMap: the same names as NVIDIA's default, but all-balanced is 7 x 1g.10gb.
 NOT_IN_GIT = DEFAULT_CONFIG.replace("all-balanced:", "all-balanced-was:").replace(
     "mig-configs:",
     'mig-configs:\n  all-balanced:\n    - devices: all\n      mig-enabled: true\n      mig-devices: {"1g.10gb": 7}',
@@ -82,7 +82,7 @@ def _relabel(api: k8s.ApiClient, node: str, config: str) -> None:
 
 # ------------------------------------------------------------------------------ the config in force
 def test_a_status_namespace_switch_to_a_config_not_in_git_is_denied(api, kubectl, team_configmap, migsync) -> None:
-    """The trial's command: with a MigSync, the ConfigMap in force holds git's config; status.namespace
+    """A ClusterPolicy switch by status.namespace: with a MigSync, the ConfigMap in force holds git's config; status.namespace
     pointing at another one with other content is refused, as the spec switch would be."""
 
     def refused() -> None:
