@@ -4,7 +4,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-stamp
 
-.PHONY: demo demo-deploy test test-unit lint generate lock release venv troubleshooting k8s-binaries k8s-control-plane flux-binaries argocd-binaries helm-binary host-packages bench bench-tools clean
+.PHONY: demo demo-deploy demo-fleet test test-unit lint generate lock release venv troubleshooting k8s-binaries k8s-control-plane flux-binaries argocd-binaries helm-binary host-packages bench bench-tools clean
 
 venv: $(STAMP)
 
@@ -85,6 +85,11 @@ demo:
 # running for real. Separate from `demo`: the first image build alone takes ~4 min.
 demo-deploy: venv k8s-binaries host-packages
 	$(PY) -m migops.local.demo_deploy
+
+# A fleet of three local clusters rolled out by Flux (TOOL=argocd: Argo CD), a canary first (docs/fleet.md).
+# Separate from `demo`: three control planes and a GitOps tool take minutes to start on 2 cores.
+demo-fleet: venv k8s-control-plane $(if $(filter argocd,$(TOOL)),argocd-binaries host-packages,flux-binaries)
+	$(PY) -m migops.local.demo_fleet
 
 # A release into dist/ (emptied first): the wheel and sdist, the image as an OCI archive with its digest,
 # the Helm chart, the image's SBOM, the notes and SHA256SUMS, all of pyproject.toml's version

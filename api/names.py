@@ -72,6 +72,9 @@ REVISION_ANNOTATION = "migops.io/mig.config.revision"
 # On a MigSync, by its reconciler: deleting the MigSync first releases the nodes it manages (their
 # managed-by and revision annotations removed, their labels left as they are), then lets it go.
 MIGSYNC_FINALIZER = "migops.io/release-nodes"
+# On a fleet's cluster Secret (Argo CD) and Kustomization (Flux): the wave the cluster rolls out in
+# (fleet.yaml; migops.gitops.fleet_rollout).
+FLEET_WAVE_LABEL = "migops.io/fleet-wave"
 # On a Node, by a person: "true" takes it out of management (the reconciler leaves it and drops the
 # annotation above; the webhook lets anyone set its nvidia.com/mig.config again).
 UNMANAGED_LABEL = "migops.io/unmanaged"

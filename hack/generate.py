@@ -6,7 +6,10 @@
 - the MigSync CRD, from the types in migops/api/migsync.py, into the chart's crds/ (the one file the
   chart installs and every manifest references);
 - manifests/, from the chart and the values files in manifests/values/ (hack/manifests.py): needs
-  helm, which hack/helm-binary.sh builds (or $MIGOPS_HELM names).
+  helm, which hack/helm-binary.sh builds (or $MIGOPS_HELM names);
+- the Argo CD ApplicationSet and the Flux objects that roll examples/fleet out wave by wave, from
+  migops/gitops/fleet_rollout.py (what `migops fleet gitops` prints and the fleet tests run) into
+  examples/fleet/gitops/.
 
 Generated files are committed, so that `kubectl apply -k`, Flux and Argo CD read them from git; the
 tests run `--check`, so a type changed without regenerating fails there.
@@ -47,11 +50,24 @@ def helm() -> Path:
     return Path(out.stdout.strip().splitlines()[-1])
 
 
-def renders(parts: tuple[str, ...] = ("crd", "manifests")) -> dict[Path, Callable[[], str]]:
+FLEET_EXAMPLE = ROOT / "examples" / "fleet"
+PARTS = ("crd", "manifests", "fleet")
+
+
+def fleet_objects_text(tool: str) -> str:
+    from migops.cli.fleet_gitops import render
+
+    return render(FLEET_EXAMPLE, tool)
+
+
+def renders(parts: tuple[str, ...] = PARTS) -> dict[Path, Callable[[], str]]:
     """Each generated file and what makes its text."""
     out: dict[Path, Callable[[], str]] = {}
     if "crd" in parts:
         out[CRD_FILE] = crd_text
+    if "fleet" in parts:
+        for tool in ("argocd", "flux"):
+            out[FLEET_EXAMPLE / "gitops" / f"{tool}.yaml"] = lambda tool=tool: fleet_objects_text(tool)
     if "manifests" in parts:
         sys.path.insert(0, str(ROOT / "hack"))
         import manifests
@@ -72,11 +88,11 @@ def stale_renders(wanted: set[Path]) -> set[Path]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--check", action="store_true", help="compare, write nothing; exit 1 when a file differs")
-    parser.add_argument("parts", nargs="*", metavar="crd|manifests", help="what to render (default: both)")
+    parser.add_argument("parts", nargs="*", metavar="|".join(PARTS), help="what to render (default: all)")
     args = parser.parse_args(argv)
-    parts = tuple(args.parts) or ("crd", "manifests")
-    if set(parts) - {"crd", "manifests"}:
-        parser.error(f"unknown part(s): {', '.join(sorted(set(parts) - {'crd', 'manifests'}))}")
+    parts = tuple(args.parts) or PARTS
+    if set(parts) - set(PARTS):
+        parser.error(f"unknown part(s): {', '.join(sorted(set(parts) - set(PARTS)))}")
     found = renders(parts)
     stale = []
     for path, render in found.items():

@@ -46,6 +46,9 @@ from migops.local.process import ProcessRef, spawn, stop
 NAMESPACE = "argocd"
 CONTROLLER = "argocd-application-controller"
 REPO_SERVER = "argocd-repo-server"
+# Progressive Syncs (RollingSync) are the ApplicationSet controller's, a role of the same binary (chosen by
+# ARGOCD_BINARY_NAME, Argo CD's own switch, where the image has a symlink), run for a fleet only.
+APPSET_CONTROLLER = "argocd-applicationset-controller"
 REDIS = "argocd-redis"
 PROJECT = "default"
 IN_CLUSTER = "in-cluster"
@@ -59,6 +62,11 @@ PART_OF = {"app.kubernetes.io/part-of": "argocd"}  # Argo CD's settings informer
 # read as the default of --app-resync, so a caller (the tests) can shorten it. Argo CD's default: 120s.
 RESYNC_ENV = "ARGOCD_RECONCILIATION_TIMEOUT"
 DEFAULT_RESYNC = "30s"
+# How long RollingSync waits after a new commit before it refreshes the Applications that have not been
+# refreshed since, and moves on (Argo CD's variable; its default is 30 s). Three refresh periods unless
+# set: with one, an Application of an earlier step can still look done at its previous commit
+# (docs/fleet.md).
+GRACE_ENV = "ARGOCD_APPLICATIONSET_CONTROLLER_REFRESH_GRACE_PERIOD_SECONDS"
 # The Lua health check of a MigSync (the reconciler's status conditions): shipped as a file, referenced
 # from docs/gitops-tools.md and the chart's NOTES, installed into argocd-cm here.
 HEALTH_KEY = "resource.customizations.health.migops.io_MigSync"
@@ -121,9 +129,9 @@ def health_lua() -> str:
 
 # ------------------------------------------------------------------------------------------- install
 def rbac(binaries: ArgoCDBinaries) -> list[dict[str, Any]]:
-    """The application-controller's and repo-server's ServiceAccounts and the controller's Role,
-    ClusterRole and bindings, exactly as Argo CD's install.yaml of this version gives them."""
-    wanted = {CONTROLLER, REPO_SERVER}
+    """The application-controller's, repo-server's and ApplicationSet controller's ServiceAccounts and the
+    controllers' Roles, ClusterRoles and bindings, exactly as Argo CD's install.yaml of this version gives them."""
+    wanted = {CONTROLLER, REPO_SERVER, APPSET_CONTROLLER}
     kinds = {"ServiceAccount", "Role", "RoleBinding", "ClusterRole", "ClusterRoleBinding"}
     out = []
     for doc in yaml.safe_load_all(binaries.install_manifest.read_text()):
@@ -211,13 +219,15 @@ def start(
     kubeconfig_for_service_account: Kubeconfig,
     *,
     timeout: float = 120.0,
+    applicationsets: bool = False,
 ) -> list[Component]:
-    """Start redis, the repo-server, then the application-controller; return once each answers. The
-    caller adopts them (ControlPlane.adopt) so they stop with the stack; on failure all are stopped."""
+    """Start redis, the repo-server, the application-controller and, with `applicationsets`, the
+    ApplicationSet controller with Progressive Syncs on; return once each answers. The caller adopts
+    them (ControlPlane.adopt) so they stop with the stack; on failure all are stopped."""
     base = workdir / "argocd"
     for sub in ("redis", "tmp", "ssh", "tls", "gpg", "plugins"):
         (base / sub).mkdir(parents=True, exist_ok=True)
-    redis_port, repo_port, repo_metrics, ctl_metrics = free_ports(4)
+    redis_port, repo_port, repo_metrics, ctl_metrics, set_metrics, set_probe, set_hook = free_ports(7)
     logs = workdir / "logs"
     # No inherited kube credentials (a user's KUBECONFIG must not leak into the repo-server).
     env = {k: v for k, v in os.environ.items() if k != "KUBECONFIG"}
@@ -320,11 +330,50 @@ def start(
             timeout,
             lambda: _http_ok(f"http://{LOOPBACK}:{ctl_metrics}/healthz"),
         )
+        if applicationsets:
+            identity = workdir / "argocd" / f"{APPSET_CONTROLLER}.kubeconfig"
+            identity.write_bytes(
+                kubeconfig_for_service_account(
+                    NAMESPACE, APPSET_CONTROLLER, expiration_seconds=7 * 24 * 3600
+                ).read_bytes()
+            )
+            identity.chmod(0o600)
+            log = logs / f"{APPSET_CONTROLLER}.log"
+            popen, ref = spawn(
+                [
+                    str(binaries.role("argocd")),
+                    f"--namespace={NAMESPACE}",
+                    f"--argocd-repo-server={LOOPBACK}:{repo_port}",
+                    "--repo-server-plaintext",
+                    f"--metrics-addr={LOOPBACK}:{set_metrics}",
+                    f"--probe-addr={LOOPBACK}:{set_probe}",
+                    f"--webhook-addr={LOOPBACK}:{set_hook}",
+                    "--enable-progressive-syncs",
+                    "--logformat=text",
+                ],
+                log,
+                env={
+                    **env,
+                    "KUBECONFIG": str(identity),
+                    "ARGOCD_BINARY_NAME": APPSET_CONTROLLER,
+                    GRACE_ENV: os.environ.get(GRACE_ENV) or str(round(3 * resync_seconds())),
+                },
+            )
+            started.append(Component(APPSET_CONTROLLER, popen, ref))
+            # It registers no health checks (its probe address serves none): its metrics answering is the sign.
+            _wait(started[-1], log, timeout, lambda: _http_ok(f"http://{LOOPBACK}:{set_metrics}/metrics"))
     except BaseException:
         for c in reversed(started):
             stop(c.ref, popen=c.popen)
         raise
     return started
+
+
+def resync_seconds() -> float:
+    """The application-controller's refresh period, as `start` gives it."""
+    from migops.api.schema import parse_duration
+
+    return parse_duration(os.environ.get(RESYNC_ENV, DEFAULT_RESYNC))
 
 
 def controller_kubeconfig(workdir: Path) -> Path:
@@ -354,14 +403,18 @@ def _wait(c: Component, log: Path, timeout: float, ready: Callable[[], bool]) ->
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if c.popen.poll() is not None:
-            tail = "\n".join(log.read_text(errors="replace").splitlines()[-20:]) if log.exists() else ""
             raise RuntimeError(
-                f"{c.name} exited ({c.popen.returncode}) during startup; last log lines ({log}):\n{tail}"
+                f"{c.name} exited ({c.popen.returncode}) during startup; last log lines ({log}):\n{_tail(log)}"
             )
         if ready():
             return
         time.sleep(0.2)
-    raise RuntimeError(f"{c.name} did not become ready in {timeout:.0f}s; see {log}")
+    # The log goes with the stack's directory when a failed `up` stops it: its end is part of the error.
+    raise RuntimeError(f"{c.name} did not become ready in {timeout:.0f}s; last log lines ({log}):\n{_tail(log)}")
+
+
+def _tail(log: Path) -> str:
+    return "\n".join(log.read_text(errors="replace").splitlines()[-20:]) if log.exists() else ""
 
 
 # ------------------------------------------------------------------------------------------- objects
@@ -528,3 +581,24 @@ def up(api: ApiClient, plane: Any, progress: Callable[[str], None], *, git_base:
         f"(Application {NAMESPACE}/{REPO}, automated, refreshed every {os.environ.get(RESYNC_ENV, DEFAULT_RESYNC)})"
     )
     return url
+
+
+def serve_fleet(api: ApiClient, plane: Any, progress: Callable[[str], None], repo: str) -> str:
+    """A fleet's canary (`migops local up --clusters N --argocd`): the git server with an empty bare
+    repository `repo`, Argo CD's CRDs, RBAC and settings, redis, the repo-server, the
+    application-controller and the ApplicationSet controller (Progressive Syncs on), and no Application
+    of their own: the fleet's cluster Secrets and ApplicationSet come once every cluster is up
+    (migops.local.fleet_gitops). The URL to clone and push to."""
+    binaries = locate(echo_build=True)
+    root = flux.git_root(plane.workdir)
+    gitserver.init_bare(root, repo)
+    popen, ref, base = gitserver.start(root, plane.logs / "gitserver.log", probe=repo)
+    plane.adopt("argocd-git", popen, ref)
+    install(api, binaries)
+    for c in start(binaries, plane.workdir, plane.kubeconfig_for_service_account, applicationsets=True):
+        plane.adopt(c.name, c.popen, c.ref)
+    progress(
+        f"Argo CD {binaries.directory.name}: repo-server, application-controller, ApplicationSet controller "
+        f"(Progressive Syncs), serving {base}/{repo}.git"
+    )
+    return f"{base}/{repo}.git"

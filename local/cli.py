@@ -99,9 +99,10 @@ def register(sub: argparse._SubParsersAction) -> None:
         default=0,
         metavar="N",
         help="N clusters side by side, each with its own control plane, GPU nodes (models cycling through "
-        "H100, A100 80GB, A30), webhook, agents and, with --repo, a reconciler following clusters/<name> of "
-        "it; --flux/--argocd run on the first, the canary, and reach the others by their API servers "
-        "(docs/fleet.md)",
+        "H100, A100 80GB, A30, or --gpu's), webhook, agents and, with --repo, a reconciler following "
+        "clusters/<name> of it (a fleet repo's fleet.yaml names the clusters and their waves); with --flux or "
+        "--argocd as well, the first, the canary, runs the tool and serves the fleet repo, and the tool rolls "
+        "it out to every cluster, wave by wave (docs/fleet.md)",
     )
     reconciler.add_arguments(up)
     up.set_defaults(func=_up)
@@ -329,16 +330,23 @@ def _up_fleet(args: argparse.Namespace) -> int:
     except Exception as exc:  # noqa: BLE001 - every cluster was stopped; say why
         _say(f"the fleet did not start: {exc}")
         return EXIT_INVALID
+    canary = started[0].started.state
+    served = canary.flux_git or canary.argocd_git
     for c in started:
         node = c.started.nodes[0]
+        follows = f", reconciler following {c.started.state.repo or 'the MigSync ' + ('Flux' if args.flux else 'Argo CD') + ' applies'}"
         print(
             f"migops local: {c.name} up at {c.started.state.api_url}: {len(c.started.nodes)} x "
-            f"{node.gpus} x {node.gpu.product}" + (f", reconciler following clusters/{c.name}" if args.repo else "")
+            f"{node.gpus} x {node.gpu.product}" + (follows if args.repo else "")
         )
     print(
         f"  kubeconfig: {fleet.kubeconfig_path(home)} (one context per cluster); `migops fleet status "
         f"--kubeconfig {fleet.kubeconfig_path(home)}`"
     )
+    if served:
+        print(
+            f"  fleet repo: {served} (clone, change, `migops validate`, commit, `migops fleet pin HEAD`, commit, push)"
+        )
     return EXIT_OK
 
 

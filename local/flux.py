@@ -306,6 +306,22 @@ def up(api: ApiClient, plane: Any, progress: Callable[[str], None], *, interval:
     return url
 
 
+def serve_fleet(api: ApiClient, plane: Any, progress: Callable[[str], None], repo: str) -> str:
+    """A fleet's canary (`migops local up --clusters N --flux`): the git server with an empty bare
+    repository `repo`, the CRDs and RBAC, both controllers, and no object of their own: the fleet's
+    GitRepository and Kustomizations come once every cluster is up (migops.local.fleet_gitops). The URL."""
+    binaries = locate(echo_build=True)
+    root = git_root(plane.workdir)
+    gitserver.init_bare(root, repo)
+    popen, ref, base = gitserver.start(root, plane.logs / "gitserver.log", probe=repo)
+    plane.adopt("flux-git", popen, ref)
+    install(api, binaries)
+    for c in start(binaries, plane.workdir, plane.kubeconfig_for):
+        plane.adopt(c.name, c.popen, c.ref)
+    progress(f"Flux {binaries.directory.name}: source- and kustomize-controller, serving {base}/{repo}.git")
+    return f"{base}/{repo}.git"
+
+
 def wait_applied(api: ApiClient, name: str, sha: str, *, timeout: float = 120.0) -> dict[str, Any]:
     """Wait until Kustomization `name` is Ready=True at commit `sha`; its status. A Ready=False for that
     commit is raised at once (RuntimeError with Flux's message): nothing will change by waiting."""

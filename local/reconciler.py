@@ -57,6 +57,7 @@ class LocalReconciler:
     url: str  # http://127.0.0.1:PORT: /healthz, /readyz, /metrics, POST /hook
     hook_secret: Path  # the HMAC secret a push webhook signs with (`notify` uses it)
     repo: str  # what it follows: the --repo given, or the repository its plain directory was committed into
+    # ("" when it follows the MigSync a GitOps tool applies)
 
 
 def plain_directory(repo: str) -> Path | None:
@@ -85,6 +86,13 @@ def commit_directory(directory: Path, workdir: Path) -> str:
     `migops local down`); its path, for the reconciler to follow. Later edits to `directory` are not in it."""
     from migops.local import gitserver
 
+    bare = gitserver.init_bare(workdir, "config-repo")
+    gitserver.commit(bare, text_files(directory), f"the files of {directory}, as `migops local up --repo` found them")
+    return str(bare)
+
+
+def text_files(directory: Path) -> dict[str, str]:
+    """The text files under `directory` (path relative to it -> text), .git left out."""
     files = {}
     for path in sorted(directory.rglob("*")):
         relative = path.relative_to(directory)
@@ -93,9 +101,7 @@ def commit_directory(directory: Path, workdir: Path) -> str:
                 files[relative.as_posix()] = path.read_text()
             except UnicodeDecodeError:
                 continue  # a MIG config repository is YAML: the reconciler reads nothing else
-    bare = gitserver.init_bare(workdir, "config-repo")
-    gitserver.commit(bare, files, f"the files of {directory}, as `migops local up --repo` found them")
-    return str(bare)
+    return files
 
 
 def hook_secret_file(workdir: Path) -> Path:
@@ -110,13 +116,14 @@ def start(
     api: ApiClient,
     workdir: Path,
     kubeconfig: Path,
-    repo: str,
+    repo: str | None,
     ref: str | None = None,
     path: str = "",
     interval: str = "10s",
     timeout: float = 60.0,
 ) -> LocalReconciler:
-    """Install the CRD, namespace and MigSync (with `api`, the admin's), start the reconciler with
+    """Install the CRD, namespace and MigSync (with `api`, the admin's; no MigSync when `repo` is None:
+    a GitOps tool applies it, as a fleet's does), start the reconciler with
     `kubeconfig` (its own identity), wait until it serves /readyz; the caller records the process
     (migops.local.stack). It polls every `interval` (a local repo is cheap to fetch) and syncs at once
     on a signed POST /hook, as a git host's push webhook would send it."""
@@ -135,13 +142,14 @@ def start(
         _content_type="application/apply-patch+yaml",
     )
     install_crd(api, field_manager=LOCAL_MANAGER)
-    plain = plain_directory(repo)
-    if plain is not None:
-        repo = commit_directory(plain, workdir)
-    elif "://" not in repo and Path(repo).exists():
-        repo = str(Path(repo).resolve())
-    spec = SyncSpec(repo, ref or "", path or "", parse_duration(interval), False, TrustPolicy())
-    ssa.apply(api, migsync_object(MIGSYNC, NAMESPACE, spec), field_manager=LOCAL_MANAGER, force=True)
+    if repo is not None:
+        plain = plain_directory(repo)
+        if plain is not None:
+            repo = commit_directory(plain, workdir)
+        elif "://" not in repo and Path(repo).exists():
+            repo = str(Path(repo).resolve())
+        spec = SyncSpec(repo, ref or "", path or "", parse_duration(interval), False, TrustPolicy())
+        ssa.apply(api, migsync_object(MIGSYNC, NAMESPACE, spec), field_manager=LOCAL_MANAGER, force=True)
     (port,) = free_ports(1)
     secret = hook_secret_file(workdir)
     secret.write_text(secrets.token_hex(32))
@@ -175,7 +183,7 @@ def start(
         try:
             with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=2) as resp:
                 if resp.status == 200:
-                    return LocalReconciler(popen, ref_, f"http://127.0.0.1:{port}", secret, repo)
+                    return LocalReconciler(popen, ref_, f"http://127.0.0.1:{port}", secret, repo or "")
         except OSError:
             pass
         time.sleep(0.2)

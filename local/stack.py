@@ -23,6 +23,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from kubernetes.client import ApiClient
+
 from migops.api.names import LOCAL_MANAGER
 from migops.kube import ssa
 from migops.local import (
@@ -65,6 +67,11 @@ class Options:
     flux: bool = False  # also run Flux (source- and kustomize-controller) on a loopback git server
     dra: bool = False  # agents publish the NVIDIA DRA driver's ResourceSlices; DeviceClasses per profile
     argocd: bool = False  # also run Argo CD (redis, repo-server, application-controller), same git server
+    # A fleet's canary: with flux/argocd, serve this empty bare repository and start the tool with no
+    # object of its own (the fleet's come once every cluster is up: migops.local.fleet_gitops).
+    fleet_repo: str | None = None
+    # Run the reconciler on the MigSync a GitOps tool applies (none is made here; a fleet's clusters).
+    gitops_migsync: bool = False
 
 
 @dataclass(frozen=True)
@@ -142,15 +149,10 @@ def up(home: Path, options: Options, progress: Progress = lambda _: None) -> Sta
                 plane.adopt(AGENT_PREFIX + node, popen, ref)
             unready = agents.wait_ready(api, [n.name for n in gpu_nodes])
             progress(f"{len(gpu_nodes) - len(unready)} of {len(gpu_nodes)} simulated agent(s) reporting")
-            flux_git = None
-            if options.flux:
-                flux_git = flux.up(api, plane, progress)
-            argocd_git = None
-            if options.argocd:
-                argocd_git = argocd.up(api, plane, progress, git_base=flux_git.rsplit("/", 1)[0] if flux_git else None)
+            flux_git, argocd_git = _gitops(api, plane, options, progress)
             reconciler_url = None
             followed = options.repo
-            if options.repo:
+            if options.repo or options.gitops_migsync:
                 rec_identity = identity.kubeconfig_for(
                     api, plane.url, plane.ca_pem, identity.RECONCILER, reconciler.kubeconfig_path(plane.workdir)
                 )
@@ -158,8 +160,12 @@ def up(home: Path, options: Options, progress: Progress = lambda _: None) -> Sta
                     api, plane.workdir, rec_identity, options.repo, options.ref, options.path, interval=options.interval
                 )
                 plane.adopt("reconciler", rec.popen, rec.ref)
-                reconciler_url, followed = rec.url, rec.repo
-                progress(f"reconciler following {followed} (every {options.interval}, and at once on POST /hook)")
+                reconciler_url, followed = rec.url, rec.repo or None
+                progress(
+                    f"reconciler following {followed} (every {options.interval}, and at once on POST /hook)"
+                    if followed
+                    else f"reconciler waiting for its MigSync {reconciler.NAMESPACE}/{reconciler.MIGSYNC} (applied by the GitOps tool)"
+                )
         plane.start_scheduler()
         progress("kube-scheduler running")
         recorded = state.LocalState(
@@ -186,6 +192,21 @@ def up(home: Path, options: Options, progress: Progress = lambda _: None) -> Sta
             real.cleanup()
         raise
     return Started(recorded, gpu_nodes, hook.url, unready, time.monotonic() - began)
+
+
+def _gitops(api: ApiClient, plane: ControlPlane, options: Options, progress: Progress) -> tuple[str | None, str | None]:
+    """Flux and Argo CD as asked (one git server for both): the URLs they follow (flux_git, argocd_git)."""
+    if options.fleet_repo is not None:
+        if options.flux:
+            return flux.serve_fleet(api, plane, progress, options.fleet_repo), None
+        if options.argocd:
+            return None, argocd.serve_fleet(api, plane, progress, options.fleet_repo)
+        return None, None
+    flux_git = flux.up(api, plane, progress) if options.flux else None
+    argocd_git = None
+    if options.argocd:
+        argocd_git = argocd.up(api, plane, progress, git_base=flux_git.rsplit("/", 1)[0] if flux_git else None)
+    return flux_git, argocd_git
 
 
 def running_agents(current: state.LocalState) -> list[str]:

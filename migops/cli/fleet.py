@@ -18,6 +18,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from migops.cli import fleet_gitops
 from migops.cli.usage import EXIT_INVALID, EXIT_OK, UsageError
 from migops.kube import client as kube_client
 
@@ -49,10 +50,11 @@ def register(sub: argparse._SubParsersAction) -> None:
 
     fleet = sub.add_parser(
         "fleet",
-        help="a fleet of clusters from one config repo: status, pin, diff",
+        help="a fleet of clusters from one config repo: status, pin, diff, gitops",
         description="Work on a fleet repo (docs/fleet.md): fleet.yaml names the clusters and their waves, each "
         "cluster's directory holds its config.yaml, nodes.yaml, inventory and MigSync. status reads every "
-        "cluster's MigSync, pin writes the commit each one follows, diff shows which nodes a change moves.",
+        "cluster's MigSync, pin writes the commit each one follows, diff shows which nodes a change moves, gitops "
+        "prints the Argo CD or Flux objects that roll it out wave by wave.",
     )
     cmds = fleet.add_subparsers(dest="fleet_command", metavar="SUBCOMMAND", required=True)
     st = cmds.add_parser(
@@ -90,6 +92,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     diff.add_argument("--base", default="HEAD", metavar="REV", help="compare with this revision (default HEAD)")
     diff.add_argument("-o", "--output", choices=("text", "json"), default="text")
     diff.set_defaults(func=cmd_diff)
+
+    fleet_gitops.register(cmds)
 
 
 # ------------------------------------------------------------------------------------------ reading
@@ -354,7 +358,8 @@ def read_cluster(kubeconfig: str | None, context: str, namespace: str, name: str
 def _row(context: str, obj: Mapping[str, Any] | None, error: str | None) -> dict[str, Any]:
     spec = (obj or {}).get("spec") or {}
     status = (obj or {}).get("status") or {}
-    ready: Mapping[str, Any] = next((c for c in status.get("conditions") or [] if c.get("type") == "Ready"), {})
+    conditions = {c.get("type"): c for c in status.get("conditions") or [] if isinstance(c, Mapping)}
+    ready: Mapping[str, Any] = conditions.get("Ready") or {}
     summary = status.get("summary") or {}
     total, failed = summary.get("total"), summary.get("failed") or 0
     counted = re.fullmatch(r"\s*(\d+)\s*/\s*\d+\s*", str(summary.get("inSync") or ""))
@@ -376,6 +381,7 @@ def _row(context: str, obj: Mapping[str, Any] | None, error: str | None) -> dict
         "nodes": total,
         "failed": failed,
         "ready": ready.get("status", "Unknown") if obj else "Unknown",
+        "stalled": (conditions.get("Stalled") or {}).get("status") == "True",
         "reason": error and "Unreachable" or ready.get("reason"),
         "message": error or ready.get("message"),
     }
