@@ -6,18 +6,20 @@ Explicit `nodes:` lists win over selectors; a node two selectors match (or two l
 (the node's own report and the errors of the config's text, the same verdict as the webhook's and
 `migops validate`'s): one failing node makes the whole commit invalid, so nothing of it is applied. The verdicts are cached
 by (config entries, GPUs, strategy): however many nodes share a model, it is validated once per config.
+Within one resolve, nodes alike in everything it reads of them (their labels and annotations: a fleet
+inventory's groups, a pool of identical machines) have their selectors, GPUs and fit worked out once.
 """
 
 from __future__ import annotations
 
 import threading
 from collections import OrderedDict, defaultdict
-from collections.abc import Mapping
+from collections.abc import Hashable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from migops.api.migsync import NODES_FILE
-from migops.api.objects import MigSettings, labels, node_gpus
+from migops.api.objects import MigSettings, annotations_of, labels, node_gpus
 from migops.gitops.reasons import SourceReason
 from migops.gitops.repo import RepoError, RepoProblem, RepoSpec, referenced_configs
 from migops.mig.catalogue import UnknownGpuError
@@ -112,9 +114,10 @@ def resolve(
     namespace, configmap = _configmap(spec, settings, found)
     chosen: dict[str, tuple[str, str]] = {}  # node -> (config, the nodes.yaml path that chose it)
     named = _listed(spec, nodes, chosen, found)
-    _selected(spec, nodes, named, chosen, found)
-    gpu_of = _gpus(spec, nodes, chosen, found)
-    targets = _fitted(spec, chosen, gpu_of, settings.strategy, cache, found)
+    alike = _Alike(nodes)
+    _selected(spec, nodes, named, chosen, found, alike)
+    gpu_of = _gpus(spec, nodes, chosen, found, alike)
+    targets = _fitted(spec, chosen, gpu_of, settings.strategy, cache, found, alike)
     _unassigned(spec, targets, settings.strategy, cache, found)
     found.report_failures(gpu_of)
     if found.problems:
@@ -154,6 +157,28 @@ class _Found:
                     tuple(c for c in (self.causes.get(why),) if c),
                 )
             )
+
+
+class _Alike:
+    """What resolving reads of a node, worked out once per shape. A node's shape is its labels and
+    annotations, all that `labels`, the selectors and `node_gpus` read of it; a node with a key or value
+    that is not a string is its own shape (None: nothing is shared), so nodes share a verdict only when
+    what is read of them is equal string for string."""
+
+    def __init__(self, nodes: Mapping[str, Mapping[str, Any]]) -> None:
+        self._nodes = nodes
+        self._shapes: dict[str, Hashable] = {}
+        self.hits: dict[Hashable, list[Any]] = {}  # shape -> the selector assignments it matches
+        self.gpus: dict[Hashable, NodeGpus | UnknownGpuError | None] = {}
+        self.errors: dict[tuple[str, Hashable], tuple[Problem, ...]] = {}  # (config, shape) -> its fit's errors
+
+    def shape(self, name: str) -> Hashable:
+        if name not in self._shapes:
+            node = self._nodes[name]
+            read = (labels(node), annotations_of(node))
+            plain = all(type(k) is str and type(v) is str for m in read for k, v in m.items())
+            self._shapes[name] = tuple(tuple(sorted(m.items())) for m in read) if plain else None
+        return self._shapes[name]
 
 
 def _check_strategy(spec: RepoSpec, settings: MigSettings, found: _Found) -> None:
@@ -223,6 +248,7 @@ def _selected(
     named: Mapping[str, str],
     chosen: dict[str, tuple[str, str]],
     found: _Found,
+    alike: _Alike,
 ) -> None:
     """The nodes not listed by name that one selector matches; two matching one node is an error."""
     selectors = [a for a in spec.nodes.assignments if a.selector is not None]
@@ -231,8 +257,13 @@ def _selected(
     for name, node in nodes.items():
         if name in named:
             continue
-        found_labels = labels(node)
-        hits = [a for a in selectors if a.selector.matches(found_labels)]  # type: ignore[union-attr]
+        shape = alike.shape(name)
+        hits = alike.hits.get(shape) if shape is not None else None
+        if hits is None:
+            found_labels = labels(node)
+            hits = [a for a in selectors if a.selector.matches(found_labels)]  # type: ignore[union-attr]
+            if shape is not None:
+                alike.hits[shape] = hits
         matched.update(a.path for a in hits)
         if len(hits) > 1:
             clashes[(hits[0].path, hits[1].path)].append(name)
@@ -261,15 +292,19 @@ def _selected(
 
 
 def _gpus(
-    spec: RepoSpec, nodes: Mapping[str, Mapping[str, Any]], chosen: dict[str, tuple[str, str]], found: _Found
+    spec: RepoSpec,
+    nodes: Mapping[str, Mapping[str, Any]],
+    chosen: dict[str, tuple[str, str]],
+    found: _Found,
+    alike: _Alike,
 ) -> dict[str, NodeGpus]:
     """Each node's GPUs; an assigned node whose GPUs cannot be read fails, the other GPU nodes get `default`."""
     gpu_of: dict[str, NodeGpus] = {}
     for name, node in nodes.items():
         explicit = chosen.get(name)
-        try:
-            gpus = node_gpus(node)
-        except UnknownGpuError as exc:
+        gpus = _read_gpus(name, node, alike)
+        if isinstance(gpus, UnknownGpuError):
+            exc = gpus
             if explicit:
                 found.failures[(explicit[1], explicit[0], f"the node's GPU is not in the catalogue: {exc}")].append(
                     name
@@ -286,6 +321,20 @@ def _gpus(
     return gpu_of
 
 
+def _read_gpus(name: str, node: Mapping[str, Any], alike: _Alike) -> NodeGpus | UnknownGpuError | None:
+    """node_gpus of the node, once per shape; the catalogue's refusal returned, not raised."""
+    shape = alike.shape(name)
+    if shape is not None and shape in alike.gpus:
+        return alike.gpus[shape]
+    try:
+        gpus: NodeGpus | UnknownGpuError | None = node_gpus(node)
+    except UnknownGpuError as exc:
+        gpus = exc
+    if shape is not None:
+        alike.gpus[shape] = gpus
+    return gpus
+
+
 def _fitted(
     spec: RepoSpec,
     chosen: Mapping[str, tuple[str, str]],
@@ -293,6 +342,7 @@ def _fitted(
     strategy: Strategy | None,
     cache: FitCache,
     found: _Found,
+    alike: _Alike,
 ) -> dict[str, NodeTarget]:
     """The targets: each chosen node with readable GPUs and its config; the configs that do not fit fail."""
     targets: dict[str, NodeTarget] = {}
@@ -301,7 +351,13 @@ def _fitted(
         gpus = gpu_of.get(name)
         if gpus is None:
             continue  # reported by `_gpus`
-        for p in cache.check(spec, config, gpus, strategy):
+        shape = alike.shape(name)
+        errors = alike.errors.get((config, shape)) if shape is not None else None
+        if errors is None:
+            errors = cache.check(spec, config, gpus, strategy)
+            if shape is not None:
+                alike.errors[(config, shape)] = errors
+        for p in errors:
             why = f"{spec.file('config.yaml')}: {p}"
             found.failures[(source, config, why)].append(name)
             found.causes[why] = p

@@ -182,3 +182,56 @@ def test_fit_cache_validates_each_shape_once() -> None:
     assert len(cache._items) == 2 + 3
     resolve(s, cluster, MIXED, cache)
     assert len(cache._items) == 5
+
+
+def with_annotations(n: dict, **notes: str) -> dict:
+    m = n["metadata"]
+    return {**n, "metadata": {**m, "annotations": {**m.get("annotations", {}), **notes}}}
+
+
+def test_nodes_alike_share_a_verdict_and_nodes_read_differently_never_do() -> None:
+    """resolve works out selectors, GPUs and fit once per node shape (labels and annotations). Each node
+    gets the verdict it gets as its own shape: the same cluster with every node made unique by an
+    annotation nothing reads gets the same targets and the same problems."""
+    s = spec(
+        nodes_yaml(
+            "  - nodeSelector: {matchLabels: {pool: a}}\n    config: all-1g.10gb\n"
+            "  - nodeSelector: {matchLabels: {pool: b}}\n    config: all-3g.40gb",
+            default="all-disabled",
+        )
+    )
+    odd = node("odd", pool="a")
+    odd["metadata"]["labels"]["example.com/list"] = ["not", "a", "string"]  # not a string: its own shape
+    good = {f"h{i}": node(f"h{i}", pool="a") for i in range(5)} | {
+        "t0": node("t0", pool="b"),
+        "n0": node("n0", pool="c"),
+        "odd": odd,
+    }
+    bad = {
+        "a0": node("a0", A100, pool="a"),  # differs from h* in the device-ID label: A100 40GB has no 1g.10gb
+        "a1": node("a1", A100, pool="a"),
+        "g0": with_annotations(node("g0", pool="a"), **{"migops.io/gpus": ",".join([A100] * 8)}),  # only here
+        "c0": node("c0", count=999, pool="a"),  # a count no node has: its GPUs cannot be read
+    }
+
+    def unique(cluster: dict) -> dict:
+        return {name: with_annotations(n, **{"example.com/own": name}) for name, n in cluster.items()}
+
+    shared = resolve(s, good, MIXED)
+    assert shared.targets == resolve(s, unique(good), MIXED).targets
+    assert {n: t.config for n, t in shared.targets.items()} == {
+        **{f"h{i}": "all-1g.10gb" for i in range(5)},
+        "t0": "all-3g.40gb",
+        "n0": "all-disabled",
+        "odd": "all-1g.10gb",
+    }
+    with pytest.raises(RepoError) as err:
+        resolve(s, good | bad, MIXED)
+    with pytest.raises(RepoError) as own:
+        resolve(s, unique(good | bad), MIXED)
+    assert problems(err) == problems(own)
+    assert [p.split(": c/config.yaml")[0].split(": the node")[0] for p in problems(err)] == [
+        "c/nodes.yaml: assignments[0].config: config 'all-1g.10gb' cannot be applied to nodes a0, a1, g0 "
+        "(8 x A100-SXM4-40GB)",
+        "c/nodes.yaml: assignments[0].config: config 'all-1g.10gb' cannot be applied to node c0",
+    ]
