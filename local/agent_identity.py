@@ -31,11 +31,6 @@ DRA_STANDIN = "agent-dra-standin.yaml"  # `local up --dra`: the agents publish t
 POLICY = "migops-agent-own-node"
 
 
-def objects(names: tuple[str, ...] = MANIFESTS) -> list[dict]:
-    """The manifests' objects, namespaced ones without a namespace put in NAMESPACE (as kustomize does)."""
-    return identity.objects(names)
-
-
 def install(api: ApiClient, *, dra: bool = False) -> None:
     """Apply the ServiceAccount, RBAC and policy (wait_in_force tells when the policy denies); with `dra`,
     the right to publish ResourceSlices the stand-in for the DRA driver needs."""

@@ -53,29 +53,22 @@ WEBHOOK = Identity("migops-webhook", ("webhook-rbac.yaml",), ("list", "nodes"))
 
 
 def objects(manifests: tuple[str, ...]) -> list[dict[str, Any]]:
-    """The packaged manifests' objects, namespaced ones without a namespace put in NAMESPACE."""
-    out = []
+    """The packaged manifests' objects, as written (install puts namespaced ones without a namespace in
+    NAMESPACE)."""
+    out: list[dict[str, Any]] = []
     for name in manifests:
         text = resources.files("migops.local").joinpath(f"data/{name}").read_text()
-        for doc in yaml.safe_load_all(text):  # our own packaged file
-            if not doc:
-                continue
-            if not ssa.is_cluster_scoped(doc["kind"]):
-                doc.setdefault("metadata", {}).setdefault("namespace", NAMESPACE)
-            out.append(doc)
+        out.extend(doc for doc in yaml.safe_load_all(text) if doc)  # our own packaged file
     return out
 
 
 def install(api: ApiClient, manifests: tuple[str, ...]) -> None:
     """The namespace, then the manifests' objects (server-side apply)."""
-    k8s.CoreV1Api(api).patch_namespace(
-        NAMESPACE,
-        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}},
-        field_manager=LOCAL_MANAGER,
-        _content_type=ssa.APPLY_CONTENT_TYPE,
+    ssa.apply(
+        api, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}}, field_manager=LOCAL_MANAGER
     )
     for doc in objects(manifests):
-        ssa.apply(api, doc, field_manager=LOCAL_MANAGER, force=True)
+        ssa.apply(api, doc, field_manager=LOCAL_MANAGER, force=True, namespace=NAMESPACE)
 
 
 def token_kubeconfig(

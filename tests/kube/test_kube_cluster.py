@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import gc
 import threading
 import time
+import weakref
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 from kubernetes import client as k8s
 from kubernetes.client import ApiClient
 from kubernetes.client.exceptions import ApiException
+from kubernetes.dynamic.exceptions import ResourceNotFoundError
 from polling import until
 
 from migops.kube import crds, events, ssa
@@ -68,6 +72,123 @@ def test_apply_dry_run_writes_nothing(admin: ApiClient, namespace: str) -> None:
     with pytest.raises(ApiException) as missing:
         k8s.CoreV1Api(admin).read_namespaced_config_map("dry", namespace)
     assert missing.value.status == 404
+
+
+def test_apply_finds_each_kind_where_the_api_server_serves_it(admin: ApiClient, namespace: str) -> None:
+    """Resource names and scopes come from discovery: irregular plurals, cluster-scoped kinds of several
+    groups, a CRD's kind, namespaced kinds placed by their metadata or by `namespace=`."""
+    install_clusterpolicy_crd(admin)
+    suffix = namespace[-8:]
+    cluster_scoped = [
+        {
+            "apiVersion": "scheduling.k8s.io/v1",
+            "kind": "PriorityClass",
+            "metadata": {"name": f"p-{suffix}"},
+            "value": 7,
+        },
+        {
+            "apiVersion": "admissionregistration.k8s.io/v1",
+            "kind": "ValidatingAdmissionPolicy",
+            "metadata": {"name": f"vap-{suffix}"},
+            "spec": {
+                "matchConstraints": {
+                    "resourceRules": [
+                        {"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"], "resources": ["secrets"]}
+                    ]
+                },
+                "validations": [{"expression": "true"}],
+            },
+        },
+        {"apiVersion": "nvidia.com/v1", "kind": "ClusterPolicy", "metadata": {"name": f"cp-{suffix}"}, "spec": {}},
+    ]
+    for body in cluster_scoped:
+        ssa.apply(admin, {**body, "metadata": {**body["metadata"], "namespace": namespace}}, field_manager="t")
+    rule = {
+        "host": "x.example",
+        "http": {
+            "paths": [
+                {"path": "/", "pathType": "Prefix", "backend": {"service": {"name": "s", "port": {"number": 80}}}}
+            ]
+        },
+    }
+    ssa.apply(
+        admin,
+        {"apiVersion": "networking.k8s.io/v1", "kind": "Ingress", "metadata": {"name": "i"}, "spec": {"rules": [rule]}},
+        field_manager="t",
+        namespace=namespace,
+    )
+    ssa.apply(
+        admin,
+        {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "sa", "namespace": namespace}},
+        field_manager="t",
+    )
+    try:
+        assert k8s.SchedulingV1Api(admin).read_priority_class(f"p-{suffix}").value == 7
+        assert k8s.AdmissionregistrationV1Api(admin).read_validating_admission_policy(f"vap-{suffix}")
+        assert k8s.CustomObjectsApi(admin).get_cluster_custom_object(
+            "nvidia.com", "v1", "clusterpolicies", f"cp-{suffix}"
+        )
+        assert k8s.NetworkingV1Api(admin).read_namespaced_ingress("i", namespace).spec.rules[0].host == "x.example"
+        assert k8s.CoreV1Api(admin).read_namespaced_service_account("sa", namespace)
+    finally:
+        k8s.SchedulingV1Api(admin).delete_priority_class(f"p-{suffix}")
+        k8s.AdmissionregistrationV1Api(admin).delete_validating_admission_policy(f"vap-{suffix}")
+        k8s.CustomObjectsApi(admin).delete_cluster_custom_object("nvidia.com", "v1", "clusterpolicies", f"cp-{suffix}")
+    with pytest.raises(ValueError, match="Namespace is required"):
+        ssa.apply(admin, _cm("c", "", {}), field_manager="t")
+    with pytest.raises(ResourceNotFoundError):
+        ssa.apply(admin, {"apiVersion": "v1", "kind": "NoSuchKind", "metadata": {"name": "x"}}, field_manager="t")
+
+
+def test_a_kind_installed_after_the_first_apply_is_found(admin: ApiClient, control_plane: ControlPlane) -> None:
+    group, plural = "latekind.migops.io", "lates"
+    with control_plane.api_client() as api:
+        ssa.apply(api, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "default"}}, field_manager="t")
+        crds.install(admin, [_cluster_crd(group, plural, "late", "Late")], field_manager="t")  # another client
+        try:
+            ssa.apply(api, {"apiVersion": f"{group}/v1", "kind": "Late", "metadata": {"name": "l"}}, field_manager="t")
+            assert k8s.CustomObjectsApi(admin).get_cluster_custom_object(group, "v1", plural, "l")
+        finally:
+            k8s.ApiextensionsV1Api(admin).delete_custom_resource_definition(f"{plural}.{group}")
+
+
+def _count_requests(api: ApiClient) -> list[str]:
+    """The paths `api` requests from now on (its own call_api, counted)."""
+    sent: list[str] = []
+    call_api = api.call_api
+
+    def counted(path: str, *args: object, **kwargs: object) -> object:
+        sent.append(path)
+        return call_api(path, *args, **kwargs)
+
+    api.call_api = counted  # type: ignore[method-assign]
+    return sent
+
+
+def _label_from_threads(control_plane: ControlPlane, node: str) -> weakref.ref[ApiClient]:
+    """A client's first apply asks discovery; 64 more from 8 threads send one request each."""
+    with control_plane.api_client() as api:
+        sent = _count_requests(api)
+        body = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": node, "labels": {"n": "0"}}}
+        ssa.apply(api, body, field_manager="t")
+        assert len(sent) > 1 and sent[-1] == f"/api/v1/nodes/{node}"  # discovery, then the apply
+        sent.clear()
+
+        def label(i: int) -> None:
+            ssa.apply(api, {**body, "metadata": {"name": node, "labels": {"n": str(i)}}}, field_manager="t", force=True)
+
+        with ThreadPoolExecutor(8) as pool:
+            list(pool.map(label, range(64)))
+        assert sent == [f"/api/v1/nodes/{node}"] * 64
+        return weakref.ref(api)
+
+
+def test_discovery_is_asked_once_per_client_and_dies_with_it(control_plane: ControlPlane, node: str) -> None:
+    """Only a client's first apply asks discovery, from any thread; what is kept for a client does not keep
+    the client alive."""
+    alive = _label_from_threads(control_plane, node)
+    gc.collect()
+    assert alive() is None
 
 
 def test_informer_lists_then_follows_changes(admin: ApiClient, namespace: str) -> None:

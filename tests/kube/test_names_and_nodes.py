@@ -1,4 +1,4 @@
-"""Pure parts of migops.kube: REST paths, ClusterPolicy settings, a Node's GPUs."""
+"""Pure parts of migops.kube: ClusterPolicy settings, a Node's GPUs."""
 
 from __future__ import annotations
 
@@ -6,37 +6,7 @@ import pytest
 
 from migops.api.names import GPUS_ANNOTATION
 from migops.api.objects import MigSettings, node_gpus, settings_from_policies
-from migops.kube.ssa import object_path
 from migops.mig.catalogue import UnknownGpuError
-
-
-def test_object_paths() -> None:
-    assert object_path("v1", "Node", "n1") == "/api/v1/nodes/n1"
-    assert object_path("v1", "ConfigMap", "c", "ns") == "/api/v1/namespaces/ns/configmaps/c"
-    assert (
-        object_path("nvidia.com/v1", "ClusterPolicy", "cluster-policy")
-        == "/apis/nvidia.com/v1/clusterpolicies/cluster-policy"
-    )
-    assert (
-        object_path("coordination.k8s.io/v1", "Lease", None, "kube-system")
-        == "/apis/coordination.k8s.io/v1/namespaces/kube-system/leases"
-    )
-    with pytest.raises(ValueError, match="namespaced"):
-        object_path("v1", "ConfigMap", "c")
-
-
-def test_plurals_follow_the_api_machinery() -> None:
-    assert (
-        object_path("admissionregistration.k8s.io/v1", "ValidatingAdmissionPolicy", "p")
-        == "/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicies/p"
-    )
-    assert object_path("scheduling.k8s.io/v1", "PriorityClass", "x") == "/apis/scheduling.k8s.io/v1/priorityclasses/x"
-    assert (
-        object_path("networking.k8s.io/v1", "Ingress", "i", "ns")
-        == "/apis/networking.k8s.io/v1/namespaces/ns/ingresses/i"
-    )
-    assert object_path("apps/v1", "DaemonSet", "d", "ns") == "/apis/apps/v1/namespaces/ns/daemonsets/d"
-    assert object_path("v1", "ServiceAccount", "sa", "ns") == "/api/v1/namespaces/ns/serviceaccounts/sa"
 
 
 def _policy(name: str, created: str, **spec: object) -> dict:
