@@ -436,20 +436,8 @@ def _parse_entry(ctx: _DocumentFindings, raw: object, path: str) -> MigConfigEnt
 _NAME_WORDS = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
 
 
-def _parse_configs(ctx: _DocumentFindings, doc: object) -> tuple[tuple[str, tuple[MigConfigEntry, ...]], ...]:
-    if doc is None:
-        return ()  # encoding/json leaves the spec empty for a null document: mig-parted reads no config
-    if not isinstance(doc, Mapping):
-        ctx.error(
-            "",
-            "not-a-mapping",
-            f"a mig-parted config is a mapping with version and mig-configs, not "
-            f"{_shown(doc)} (cannot unmarshal {_json_type(doc)} into Go value of type map)",
-        )
-        return ()
-    if not doc:
-        ctx.error("version", "unknown-version", "unknown version: '' (the document is an empty mapping)")  # rule 2
-        return ()
+def _check_top_level(ctx: _DocumentFindings, doc: Mapping[object, object]) -> None:
+    """The document's version, and no field beside version and mig-configs."""
     if "version" not in doc:  # rule 1
         ctx.error("version", "missing-version", "unable to parse with missing 'version' field")
     else:
@@ -472,6 +460,23 @@ def _parse_configs(ctx: _DocumentFindings, doc: object) -> tuple[tuple[str, tupl
             ctx.error(
                 key_path("", name), "unexpected-field", f"unexpected field {name!r} (allowed: version, mig-configs)"
             )
+
+
+def _parse_configs(ctx: _DocumentFindings, doc: object) -> tuple[tuple[str, tuple[MigConfigEntry, ...]], ...]:
+    if doc is None:
+        return ()  # encoding/json leaves the spec empty for a null document: mig-parted reads no config
+    if not isinstance(doc, Mapping):
+        ctx.error(
+            "",
+            "not-a-mapping",
+            f"a mig-parted config is a mapping with version and mig-configs, not "
+            f"{_shown(doc)} (cannot unmarshal {_json_type(doc)} into Go value of type map)",
+        )
+        return ()
+    if not doc:
+        ctx.error("version", "unknown-version", "unknown version: '' (the document is an empty mapping)")  # rule 2
+        return ()
+    _check_top_level(ctx, doc)
     if "mig-configs" not in doc:
         return ()  # accepted by mig-parted, with no config to select (see no_config_problems)
     raw_configs = doc["mig-configs"]

@@ -353,6 +353,49 @@ def _filter_item(text: str, cat: Catalogue) -> _FilterItem:
     return device, None
 
 
+def _device_indices(devices: Sequence[int], devices_path: str, out: list[_Finding]) -> frozenset[int]:
+    """The GPU indices a `devices` list selects, with what is wrong with the list (negative or repeated
+    indices, an empty list) added to `out`."""
+    seen: set[int] = set()
+    negative: list[tuple[int, int]] = []  # (position, value)
+    repeated: list[tuple[int, int]] = []
+    for i, value in enumerate(devices):
+        if value < 0:
+            negative.append((i, value))
+        elif value in seen:
+            repeated.append((i, value))
+        seen.add(value)
+    if negative:
+        values = sorted({v for _, v in negative})
+        out.append(
+            _Finding(
+                index_path(devices_path, negative[0][0]),
+                "negative-device-index",
+                f"GPU index {values[0]} is negative"
+                if len(values) == 1
+                else f"GPU indices {listed(values, 12)} are negative",
+            )
+        )
+    if repeated:
+        values = sorted({v for _, v in repeated})
+        out.append(
+            _Finding(
+                index_path(devices_path, repeated[0][0]),
+                "duplicate-device-index",
+                f"GPU index {values[0]} is listed twice"
+                if len(repeated) == 1
+                else f"GPU index {values[0]} is listed more than once"
+                if len(values) == 1
+                else f"GPU indices {_ranges(values)} are listed more than once",
+            )
+        )
+    if not devices:
+        out.append(
+            _Finding(devices_path, "no-devices", "the device list is empty: the entry selects no GPU", "warning")
+        )
+    return frozenset(v for v in devices if v >= 0)
+
+
 def _prepare_entry(
     entry: MigConfigEntry, path: str, items: tuple[tuple[str, int], ...], ctx: _Context, out: list[_Finding]
 ) -> _Entry:
@@ -369,45 +412,7 @@ def _prepare_entry(
             filters.append(device)
     indices = None
     if not isinstance(entry.devices, str):  # a str is "all" (the parser makes nothing else)
-        devices_path = key_path(path, "devices")
-        seen: set[int] = set()
-        negative: list[tuple[int, int]] = []  # (position, value)
-        repeated: list[tuple[int, int]] = []
-        for i, value in enumerate(entry.devices):
-            if value < 0:
-                negative.append((i, value))
-            elif value in seen:
-                repeated.append((i, value))
-            seen.add(value)
-        if negative:
-            values = sorted({v for _, v in negative})
-            out.append(
-                _Finding(
-                    index_path(devices_path, negative[0][0]),
-                    "negative-device-index",
-                    f"GPU index {values[0]} is negative"
-                    if len(values) == 1
-                    else f"GPU indices {listed(values, 12)} are negative",
-                )
-            )
-        if repeated:
-            values = sorted({v for _, v in repeated})
-            out.append(
-                _Finding(
-                    index_path(devices_path, repeated[0][0]),
-                    "duplicate-device-index",
-                    f"GPU index {values[0]} is listed twice"
-                    if len(repeated) == 1
-                    else f"GPU index {values[0]} is listed more than once"
-                    if len(values) == 1
-                    else f"GPU indices {_ranges(values)} are listed more than once",
-                )
-            )
-        if not entry.devices:
-            out.append(
-                _Finding(devices_path, "no-devices", "the device list is empty: the entry selects no GPU", "warning")
-            )
-        indices = frozenset(v for v in entry.devices if v >= 0)
+        indices = _device_indices(entry.devices, key_path(path, "devices"), out)
     for item in entry.mig_devices:
         if item.count == 0:
             out.append(
@@ -774,69 +779,147 @@ def _select(entries: Sequence[_Entry], node: Sequence[GpuModel]) -> _Selection:
 
 
 def _strategy_findings(
-    config_path: str, results: Sequence[_GpuOutcome], strategy: Strategy | None, entry_paths: dict[int, str]
-) -> list[_Finding]:
-    if strategy is None:
-        return []
-    # A GPU whose geometry is invalid has its error already; judging its (absent) MIG devices against the
-    # strategy would only add noise. A GPU that cannot do MIG stays a whole GPU.
+    config_path: str, results: Sequence[_GpuOutcome], strategy: Strategy, out: list[_Finding]
+) -> int:
+    """Adds to `out` what the node's MIG strategy makes of its GPUs; returns how many of those are errors.
+    A GPU whose geometry is invalid has its error already; judging its (absent) MIG devices against the
+    strategy would only add noise. A GPU that cannot do MIG stays a whole GPU."""
     covered = [r for r in results if r.mig_enabled is not None and not (r.mig_enabled and r.layout is None)]
     enabled = [r for r in covered if r.mig_enabled and r.gpu.mig_capable]
-    findings: list[_Finding] = []
     if strategy == "none":
-        for r in enabled:
-            if r.mig_devices:
-                findings.append(
-                    _Finding(
-                        key_path(entry_paths[r.gpu_index], "mig-devices"),
-                        "strategy-mismatch",
-                        "MIG strategy 'none' advertises whole GPUs only (nvidia.com/gpu): the MIG devices this "
-                        "config creates cannot be scheduled; set the ClusterPolicy's mig.strategy to single or mixed",
-                        gpu=r.gpu.name,
-                    )
-                )
-        return findings
-    if strategy == "single":
-        empty = [r for r in enabled if not r.mig_devices]
-        profiles = sorted({d for r in enabled for d in r.mig_devices})
-        why = []
-        if empty:
-            why.append(
-                f"{_gpus([r.gpu_index for r in empty])} {'has' if len(empty) == 1 else 'have'} MIG enabled but "
-                "no MIG devices"
-            )
-        if enabled and len(enabled) != len(covered):
-            why.append("MIG-enabled and MIG-disabled GPUs are mixed on one node")
-        if len(profiles) > 1:
-            why.append(f"more than one MIG device type on the node ({', '.join(profiles)})")
-        if why:
-            findings.append(
-                _Finding(
-                    config_path,
-                    "strategy-mismatch",
-                    "under MIG strategy 'single' " + "; ".join(why) + ": GFD labels the node "
-                    "nvidia.com/gpu.product=<model>-MIG-INVALID and it advertises 0 GPUs; use strategy 'mixed' "
-                    "or one profile type on every GPU",
-                    gpu=enabled[0].gpu.name if enabled else None,
-                )
-            )
-        return findings
+        found = _whole_gpus_only(enabled)
+    elif strategy == "single":
+        found = _one_device_type(config_path, covered, enabled)
+    else:
+        found = _idle_mig_gpus(enabled)
+    out.extend(found)
+    return sum(f.severity == "error" for f in found)
+
+
+def _whole_gpus_only(enabled: list[_GpuOutcome]) -> list[_Finding]:
+    """Strategy none: MIG devices are never advertised."""
+    return [
+        _Finding(
+            key_path(cast(str, r.entry), "mig-devices"),
+            "strategy-mismatch",
+            "MIG strategy 'none' advertises whole GPUs only (nvidia.com/gpu): the MIG devices this "
+            "config creates cannot be scheduled; set the ClusterPolicy's mig.strategy to single or mixed",
+            gpu=r.gpu.name,
+        )
+        for r in enabled
+        if r.mig_devices
+    ]
+
+
+def _one_device_type(config_path: str, covered: list[_GpuOutcome], enabled: list[_GpuOutcome]) -> list[_Finding]:
+    """Strategy single: every GPU of the node in MIG mode, with MIG devices of one type."""
+    empty = [r for r in enabled if not r.mig_devices]
+    profiles = sorted({d for r in enabled for d in r.mig_devices})
+    why = []
+    if empty:
+        why.append(
+            f"{_gpus([r.gpu_index for r in empty])} {'has' if len(empty) == 1 else 'have'} MIG enabled but "
+            "no MIG devices"
+        )
+    if enabled and len(enabled) != len(covered):
+        why.append("MIG-enabled and MIG-disabled GPUs are mixed on one node")
+    if len(profiles) > 1:
+        why.append(f"more than one MIG device type on the node ({', '.join(profiles)})")
+    if not why:
+        return []
+    return [
+        _Finding(
+            config_path,
+            "strategy-mismatch",
+            "under MIG strategy 'single' " + "; ".join(why) + ": GFD labels the node "
+            "nvidia.com/gpu.product=<model>-MIG-INVALID and it advertises 0 GPUs; use strategy 'mixed' "
+            "or one profile type on every GPU",
+            gpu=enabled[0].gpu.name if enabled else None,
+        )
+    ]
+
+
+def _idle_mig_gpus(enabled: list[_GpuOutcome]) -> list[_Finding]:
+    """Strategy mixed: a GPU in MIG mode without MIG devices advertises nothing."""
     idle: dict[tuple[str, str], list[int]] = {}  # (entry path, model) -> GPU indices without MIG devices
     for r in enabled:
         if not r.mig_devices:
-            idle.setdefault((entry_paths[r.gpu_index], r.gpu.name), []).append(r.gpu_index)
-    for (path, gpu), indices in idle.items():
-        findings.append(
-            _Finding(
-                path,
-                "no-mig-devices",
-                f"{_gpus(indices)} {'has' if len(indices) == 1 else 'have'} MIG enabled but no MIG "
-                f"devices: {'it advertises' if len(indices) == 1 else 'they advertise'} nothing",
-                "warning",
-                gpu=gpu,
-            )
+            idle.setdefault((cast(str, r.entry), r.gpu.name), []).append(r.gpu_index)
+    return [
+        _Finding(
+            path,
+            "no-mig-devices",
+            f"{_gpus(indices)} {'has' if len(indices) == 1 else 'have'} MIG enabled but no MIG "
+            f"devices: {'it advertises' if len(indices) == 1 else 'they advertise'} nothing",
+            "warning",
+            gpu=gpu,
         )
+        for (path, gpu), indices in idle.items()
+    ]
+
+
+def _out_of_range(entries: Sequence[_Entry], node: Sequence[GpuModel]) -> list[_Finding]:
+    """Entries that list GPU indices the node lacks (mig-parted skips them silently)."""
+    findings = []
+    for entry in entries:
+        if entry.indices is not None:
+            missing = [v for v in entry.indices if v >= len(node)]
+            if missing:
+                findings.append(
+                    _Finding(
+                        key_path(entry.path, "devices"),
+                        "device-index-out-of-range",
+                        (
+                            f"GPU index {missing[0]} does not exist"
+                            if len(missing) == 1
+                            else f"GPU indices {_ranges(missing)} do not exist"
+                        )
+                        + f" on a node with {len(node)} GPU(s); mig-parted skips "
+                        + ("it" if len(missing) == 1 else "them")
+                        + " silently",
+                        "warning",
+                    )
+                )
     return findings
+
+
+def _uncovered(selection: _Selection, node: Sequence[GpuModel], ctx: _Context) -> tuple[dict[str, list[int]], int]:
+    """The node's GPUs no entry selects, by their label (one finding names them all), and the first of them
+    (where that finding is reported; -1: none)."""
+    uncovered: dict[str, list[int]] = {}
+    labels = ctx.labels
+    for index, gpu in enumerate(node):
+        if not selection.chosen[index]:
+            label = labels.get(id(gpu))
+            if label is None:
+                label = labels[id(gpu)] = gpu.label()
+            uncovered.setdefault(label, []).append(index)
+    return uncovered, min((i for indices in uncovered.values() for i in indices), default=-1)
+
+
+def _listed(
+    geometry: _Geometry, gpu: GpuModel, explicit: bool, findings: list[_Finding], batches: list[_Batch]
+) -> list[_Finding]:
+    """Lists a geometry's findings, and returns the list the node's next findings go to. On a given node
+    they are a batch of their own, credited to the GPU's model, and a new batch follows; in catalogue
+    mode they join the node's findings, credited to each model of the group when merging."""
+    if not explicit:
+        findings.extend(geometry.findings)
+        return findings
+    following: list[_Finding] = []
+    batches += [(geometry.findings, (gpu,)), (following, None)]
+    return following
+
+
+def _not_mig_capable(path: str, index: int, gpu: GpuModel) -> _Finding:
+    return _Finding(
+        key_path(path, "mig-enabled"),
+        "mig-not-capable",
+        f"this entry enables MIG on GPU {index}, which cannot do MIG ({gpu.label()}): mig-parted's assert "
+        "fails on it ('unable to assert MIG mode enabled on non MIG-capable GPU'), so the config never "
+        "applies; give that GPU an entry with mig-enabled: false",
+        gpu=gpu.name,
+    )
 
 
 def _evaluate_node(
@@ -852,41 +935,11 @@ def _evaluate_node(
     findings not included). `explicit`: the node is given (--gpu, the webhook), and a geometry's
     findings are one batch credited to its GPU's model; otherwise it is a catalogue-mode node of one
     model, whose findings (one batch) are credited to the group's models later."""
-    findings: list[_Finding] = []
+    findings = _out_of_range(entries, node) if explicit else []
     batches: list[_Batch] = [(findings, None)]
-    uncovered: dict[str, list[int]] = {}  # GPUs no entry selects: one finding for all of them
-    first_uncovered = -1
-    if explicit:
-        for entry in entries:
-            if entry.indices is not None:
-                missing = [v for v in entry.indices if v >= len(node)]
-                if missing:
-                    findings.append(
-                        _Finding(
-                            key_path(entry.path, "devices"),
-                            "device-index-out-of-range",
-                            (
-                                f"GPU index {missing[0]} does not exist"
-                                if len(missing) == 1
-                                else f"GPU indices {_ranges(missing)} do not exist"
-                            )
-                            + f" on a node with {len(node)} GPU(s); mig-parted skips "
-                            + ("it" if len(missing) == 1 else "them")
-                            + " silently",
-                            "warning",
-                        )
-                    )
-        labels = ctx.labels
-        for index, gpu in enumerate(node):
-            if not selection.chosen[index]:
-                label = labels.get(id(gpu))
-                if label is None:
-                    label = labels[id(gpu)] = gpu.label()
-                uncovered.setdefault(label, []).append(index)
-        first_uncovered = min((i for indices in uncovered.values() for i in indices), default=-1)
+    uncovered, first_uncovered = _uncovered(selection, node, ctx) if explicit else ({}, -1)
     errors = 0
     results: list[_GpuOutcome] = []
-    entry_paths: dict[int, str] = {}
     outcomes = explicit or strategy is not None  # catalogue mode without a strategy needs findings only
     # (entry, model) whose geometry's findings are listed already: on the next GPU of that model the
     # entry selects they are the same findings, which merging would drop (8 x H100: one listing, not 8).
@@ -905,63 +958,29 @@ def _evaluate_node(
                 results.append(_outcome((index, gpu, None, None, None, (), ())))
             continue
         last = chosen[-1]
-        overlaps = all_overlaps[index]
-        if overlaps:
+        if overlaps := all_overlaps[index]:
             findings.extend(overlaps)
             errors += selection.overlap_errors[index]
         pair = (id(last), id(gpu))
         repeat = repeats.get(pair)
-        if repeat is not None:
-            errors += repeat[0]
-            if outcomes:
-                entry_paths[index] = last.path
-                results.append(_outcome((index, *repeat[1])))
-            continue
-        if not last.raw.mig_enabled:
-            repeats[pair] = (0, (gpu, last.path, False, None, (), ()))
-            if outcomes:
-                entry_paths[index] = last.path
-                results.append(_outcome((index, gpu, last.path, False, None, (), ())))
-            continue
-        if not gpu.mig_capable:
-            findings.append(
-                _Finding(
-                    key_path(last.path, "mig-enabled"),
-                    "mig-not-capable",
-                    f"this entry enables MIG on GPU {index}, which cannot do MIG ({gpu.label()}): mig-parted's assert "
-                    "fails on it ('unable to assert MIG mode enabled on non MIG-capable GPU'), so the config never "
-                    "applies; give that GPU an entry with mig-enabled: false",
-                    gpu=gpu.name,
-                )
-            )
-            errors += 1
-            if outcomes:
-                entry_paths[index] = last.path
-                results.append(_outcome((index, gpu, last.path, True, None, (), ())))
-            continue
-        geometry = ctx.geometry(last, gpu)
-        repeats[pair] = (
-            geometry.errors,
-            (gpu, last.path, True, geometry.layout, geometry.mig_devices, geometry.instances),
-        )
-        if geometry.findings and (id(last), gpu.name) not in listed_geometries:
-            listed_geometries.add((id(last), gpu.name))
-            # Catalogue mode credits every finding to each model of the group when merging.
-            if explicit:
-                findings = []
-                batches += [(geometry.findings, (gpu,)), (findings, None)]
+        if repeat is None:
+            if not last.raw.mig_enabled:
+                repeat = repeats[pair] = (0, (gpu, last.path, False, None, (), ()))
+            elif not gpu.mig_capable:  # not kept in `repeats`: its finding names the GPU's index
+                findings.append(_not_mig_capable(last.path, index, gpu))
+                repeat = (1, (gpu, last.path, True, None, (), ()))
             else:
-                findings.extend(geometry.findings)
-        errors += geometry.errors
+                geometry = ctx.geometry(last, gpu)
+                tail = (gpu, last.path, True, geometry.layout, geometry.mig_devices, geometry.instances)
+                repeat = repeats[pair] = (geometry.errors, tail)
+                if geometry.findings and (id(last), gpu.name) not in listed_geometries:
+                    listed_geometries.add((id(last), gpu.name))
+                    findings = _listed(geometry, gpu, explicit, findings, batches)
+        errors += repeat[0]
         if outcomes:
-            entry_paths[index] = last.path
-            results.append(
-                _outcome((index, gpu, last.path, True, geometry.layout, geometry.mig_devices, geometry.instances))
-            )
+            results.append(_outcome((index, *repeat[1])))
     if strategy is not None:
-        found = _strategy_findings(config_path, results, strategy, entry_paths)
-        findings.extend(found)
-        errors += sum(f.severity == "error" for f in found)
+        errors += _strategy_findings(config_path, results, strategy, findings)
     return batches, tuple(results), errors
 
 
@@ -985,6 +1004,163 @@ def _config_findings(name: str) -> list[Problem]:
 
 # A group of models in catalogue mode, judged: (members, findings, errors).
 _Loose = tuple[list[GpuModel], Sequence[_Finding], int]
+# Models judged as one: ((table id, or device ID without a table; indices of the entries selecting), members).
+_Group = tuple[tuple[str, tuple[int, ...]], list[GpuModel]]
+
+
+def _catalogue_models(entries: Sequence[_Entry], filtered: bool, ctx: _Context) -> list[GpuModel]:
+    """The models a config is judged on: those its filters name when every entry has one (MIG-capable
+    ones in catalogue order, then GPUs that cannot do MIG), else every known model; only the asked
+    model when the question is one (validate_on_model)."""
+    cat = ctx.cat
+    if filtered:
+        named = {f.primary: f for e in entries for f in e.filters}
+        models = [g for g in cat.gpus if g.device_id in named]
+        models += [cat.model(f) for primary, f in named.items() if cat.by_device_id(primary) is None]
+    else:
+        models = list(cat.gpus) if ctx.only is not None else ctx.everything
+    if ctx.only is not None:
+        models = [g for g in models if g.device_id == ctx.only.device_id]
+    return models
+
+
+def _node_size(config_path: str, entries: Sequence[_Entry], findings: list[_Finding]) -> tuple[int, list[_Finding]]:
+    """How many GPUs the node of each model has: as many as the highest index asks for, at most
+    MAX_GPUS_PER_NODE; and the entry-level findings, with a warning when an index is beyond that."""
+    highest = max([max(e.indices, default=-1) + 1 for e in entries if e.indices is not None] + [1])
+    if highest <= MAX_GPUS_PER_NODE:
+        return highest, findings
+    beyond = _Finding(
+        config_path,
+        "device-index-out-of-range",
+        f"GPU index {highest - 1} is beyond the {MAX_GPUS_PER_NODE} GPUs any known node has",
+        "warning",
+    )
+    return MAX_GPUS_PER_NODE, [*findings, beyond]
+
+
+def _model_groups(
+    entries: Sequence[_Entry], models: list[GpuModel], filtered_paths: tuple[str, ...], ctx: _Context
+) -> list[_Group]:
+    """Models with the same profile table that the same entries select behave identically: one of them
+    is evaluated and the findings credited to all. Which entries select a GPU index depends only on
+    which entries' filters admit the model, so selections are shared between such groups."""
+    if not filtered_paths:
+        return ctx.unfiltered_groups(len(entries))
+    by_selection: dict[tuple[str, tuple[int, ...]], list[GpuModel]] = {}
+    for gpu in models:
+        selecting = tuple(i for i, e in enumerate(entries) if e.primaries is None or gpu.device_id in e.primaries)
+        table = gpu.table.id if gpu.table is not None else gpu.device_id
+        by_selection.setdefault((table, selecting), []).append(gpu)
+    return list(by_selection.items())
+
+
+def _deferred(
+    entries: Sequence[_Entry], groups: list[_Group], size: int, filtered_paths: tuple[str, ...], ctx: _Context
+) -> list[bool]:
+    """Per group, whether it is judged only if no model fits: a group where only unfiltered entries apply
+    and one of them names a profile the GPU lacks cannot fit, and its findings matter only then. (For a
+    config whose every entry is filtered, nothing is deferred: the caller does not ask.)"""
+    reaching = [e.raw.mig_enabled and (e.indices is None or any(i < size for i in e.indices)) for e in entries]
+    if filtered_paths:
+        return [
+            all(entries[i].primaries is None for i in selecting)
+            and any(reaching[i] and not entries[i].resolves_on(members[0]) for i in selecting)
+            for (_, selecting), members in groups
+        ]
+    # Unfiltered: the groups are the context's table groups, and a bit per group says whether a profile
+    # key that reaches the node is missing from its table (one OR per key instead of a look-up per table).
+    unresolved = 0
+    for e, reaches in zip(entries, reaching):
+        if reaches:
+            for key in e.gi_keys:
+                unresolved |= ctx.missing(key)
+    return [bool(unresolved >> position & 1) for position in range(len(groups))]
+
+
+def _error_bound(selection: _Selection, table: ProfileTable, size: int) -> int:
+    """The fewest errors a group can have: its overlaps, and each profile name its table lacks."""
+    total = 0
+    for index in range(size):
+        chosen = selection.chosen[index]
+        if chosen:
+            total += selection.overlap_errors[index]
+            if chosen[-1].raw.mig_enabled:
+                total += chosen[-1].unresolved_on(table)
+    return total
+
+
+def _error_bounds(
+    deferred: list[tuple[int, _Group]],
+    select: Callable[[tuple[int, ...], list[GpuModel]], _Selection],
+    size: int,
+    filtered_paths: tuple[str, ...],
+    ctx: _Context,
+) -> list[int]:
+    """_error_bound of each deferred group (position in the groups, group)."""
+    if filtered_paths:
+        return [
+            _error_bound(select(selecting, members), _table(members[0]), size)
+            for _, ((_, selecting), members) in deferred
+        ]
+    # One selection for every group; a key's bit per group counts it (`missing_lanes`).
+    (_, ((_, selecting), members)) = deferred[0]
+    selection, base, lanes = select(selecting, members), 0, 0
+    for index in range(size):
+        chosen = selection.chosen[index]
+        if chosen:
+            base += selection.overlap_errors[index]
+            if chosen[-1].raw.mig_enabled:
+                for key in chosen[-1].gi_keys:
+                    lanes += ctx.missing_lanes(key)
+    return [base + (lanes >> (_LANE * position) & _LANE_MASK) for position, _ in deferred]
+
+
+def _judge_deferred(
+    deferred: list[tuple[int, _Group]],
+    bounds: list[int],
+    loose: list[_Loose],
+    evaluate: Callable[[tuple[int, ...], list[GpuModel]], _Loose | None],
+) -> list[_Loose]:
+    """The deferred groups worth showing, judged, in their own order. Only the groups with the fewest
+    errors are shown. Each unknown profile is an error, so a group whose unknown profiles alone
+    outnumber the fewest errors seen cannot be shown: it is skipped. Groups are judged from the smallest
+    such bound up."""
+    fewest = min((errors for _, _, errors in loose), default=None)
+    judged: dict[int, _Loose | None] = {}
+    for position in sorted(range(len(deferred)), key=bounds.__getitem__):
+        if fewest is not None and bounds[position] > fewest:
+            break
+        (_, ((_, selecting), members)) = deferred[position]
+        found = judged[position] = evaluate(selecting, members)
+        if found:
+            fewest = found[2] if fewest is None else min(fewest, found[2])
+    return [found for _, found in sorted(judged.items()) if found]
+
+
+def _catalogue_verdict(
+    config_path: str, fits: list[GpuModel], loose: list[_Loose], filtered: bool, ctx: _Context
+) -> list[_Batch]:
+    """Beyond the findings pinned to filtered entries: the warnings on the models a config fits (name
+    drift, ...: still worth showing); where an unfiltered config fits none, the findings of the closest
+    groups and a finding saying it fits none."""
+    if fits:
+        return [([f for f in fs if f.severity == "warning"], members) for members, fs, errors in loose if not errors]
+    if filtered or not loose:
+        return []
+    fewest = min(errors for _, _, errors in loose)
+    closest: list[_Batch] = [(fs, members) for members, fs, errors in loose if errors == fewest]
+    if ctx.only is None:
+        why = _Finding(
+            config_path,
+            "fits-no-gpu",
+            "the config fits no known GPU model (see the problems above for the closest ones)",
+        )
+    else:
+        why = _Finding(
+            config_path, "does-not-fit-model", f"the config does not fit {ctx.only.name} (see the problems above)"
+        )
+    return [*closest, ([why], None)]
 
 
 def _against_catalogue(
@@ -992,33 +1168,12 @@ def _against_catalogue(
 ) -> tuple[list[_Batch], tuple[GpuModel, ...]]:
     """The config's findings on the models it targets (after the entry-level `findings`), and the
     models it fits. Findings seen on one model of a group are credited to every model of the group."""
-    cat, strategy = ctx.cat, ctx.strategy
-    batches: list[_Batch] = [(findings, None)]
     # Entry-level errors (a malformed filter, a duplicate index) hold on every model: it fits none.
     entry_errors = any(f.severity == "error" for f in findings)
     filtered = all(e.raw.device_filter for e in entries)
-    if filtered:
-        # The models the filters name: MIG-capable ones in catalogue order, then GPUs that cannot do MIG.
-        named = {f.primary: f for e in entries for f in e.filters}
-        models = [g for g in cat.gpus if g.device_id in named]
-        models += [cat.model(f) for primary, f in named.items() if cat.by_device_id(primary) is None]
-    else:
-        models = list(cat.gpus) if ctx.only is not None else ctx.everything
-    if ctx.only is not None:  # the question is one model (validate_on_model)
-        models = [g for g in models if g.device_id == ctx.only.device_id]
-    # A node of each model, as large as the highest index asks for (no node has more than 16 GPUs).
-    highest = max([max(e.indices, default=-1) + 1 for e in entries if e.indices is not None] + [1])
-    size = min(highest, MAX_GPUS_PER_NODE)
-    if highest > MAX_GPUS_PER_NODE:
-        findings = findings + [
-            _Finding(
-                config_path,
-                "device-index-out-of-range",
-                f"GPU index {highest - 1} is beyond the {MAX_GPUS_PER_NODE} GPUs any known node has",
-                "warning",
-            )
-        ]
-        batches[0] = (findings, None)
+    models = _catalogue_models(entries, filtered, ctx)
+    size, listed = _node_size(config_path, entries, findings)
+    batches: list[_Batch] = [(listed, None)]
     fits: list[GpuModel] = []
     filtered_paths = tuple(e.path for e in entries if e.raw.device_filter)
 
@@ -1030,22 +1185,7 @@ def _against_catalogue(
             f.path == p or f.path.startswith(p + ".") or f.path.startswith(p + "[") for p in filtered_paths
         )
 
-    # Models with the same profile table that the same entries select behave identically: evaluate
-    # one of them and credit the findings to all. Which entries select a GPU index depends only on
-    # which entries' filters admit the model, so selections are shared between such groups.
-    # ((table id, or device ID without a table; indices of the entries selecting), members)
-    groups: list[tuple[tuple[str, tuple[int, ...]], list[GpuModel]]]
-    if not filtered_paths:
-        groups = ctx.unfiltered_groups(len(entries))
-    else:
-        by_selection: dict[tuple[str, tuple[int, ...]], list[GpuModel]] = {}
-        for gpu in models:
-            selecting = tuple(i for i, e in enumerate(entries) if e.primaries is None or gpu.device_id in e.primaries)
-            table = gpu.table.id if gpu.table is not None else gpu.device_id
-            by_selection.setdefault((table, selecting), []).append(gpu)
-        groups = list(by_selection.items())
     selections: dict[tuple[int, ...], _Selection] = {}
-    loose: list[_Loose] = []
 
     def select(selecting: tuple[int, ...], members: list[GpuModel]) -> _Selection:
         selection = selections.get(selecting)
@@ -1056,7 +1196,7 @@ def _against_catalogue(
     def evaluate(selecting: tuple[int, ...], members: list[GpuModel]) -> _Loose | None:
         """Judge the group; record fits and pinned findings; return its (members, findings, errors)."""
         ((node_findings, _),), _, errors = _evaluate_node(
-            config_path, entries, select(selecting, members), [members[0]] * size, strategy, False, ctx
+            config_path, entries, select(selecting, members), [members[0]] * size, ctx.strategy, False, ctx
         )
         if not errors:
             fits.extend(members)
@@ -1067,97 +1207,16 @@ def _against_catalogue(
             return members, [f for f in node_findings if not is_pinned(f)], errors
         return members, node_findings, errors
 
-    # A group where only unfiltered entries apply and one of them names a profile the GPU lacks cannot
-    # fit, and its findings only matter if no model fits: evaluate it only then.
-    deferred: list[tuple[tuple[int, ...], list[GpuModel]]] = []
-    deferred_groups: list[int] = []  # their positions in `groups`
-    reaching = [e.raw.mig_enabled and (e.indices is None or any(i < size for i in e.indices)) for e in entries]
-    # Unfiltered: the groups are the context's table groups, and a bit per group says whether a profile
-    # key that reaches the node is missing from its table (one OR per key instead of a look-up per table).
-    unresolved = 0
-    if not filtered_paths:
-        for e, reaches in zip(entries, reaching):
-            if reaches:
-                for key in e.gi_keys:
-                    unresolved |= ctx.missing(key)
+    groups = _model_groups(entries, models, filtered_paths, ctx)
+    defer = [False] * len(groups) if filtered else _deferred(entries, groups, size, filtered_paths, ctx)
+    loose: list[_Loose] = []
     for position, ((_, selecting), members) in enumerate(groups):
-        if not filtered and (
-            unresolved >> position & 1
-            if not filtered_paths
-            else all(entries[i].primaries is None for i in selecting)
-            and any(reaching[i] and not entries[i].resolves_on(members[0]) for i in selecting)
-        ):
-            deferred.append((selecting, members))
-            deferred_groups.append(position)
-        else:
-            found = evaluate(selecting, members)
-            if found:
-                loose.append(found)
-    if not fits and deferred:
-        # Only the groups with the fewest errors are shown. Each unknown profile is an error, so a group
-        # whose unknown profiles alone outnumber the fewest errors seen cannot be shown: it is skipped.
-        # Groups are judged from the smallest such bound up, and kept in their own order.
-        def bound(selecting: tuple[int, ...], members: list[GpuModel]) -> int:
-            selection, table, total = select(selecting, members), _table(members[0]), 0
-            for index in range(size):
-                chosen = selection.chosen[index]
-                if chosen:
-                    total += selection.overlap_errors[index]
-                    if chosen[-1].raw.mig_enabled:
-                        total += chosen[-1].unresolved_on(table)
-            return total
-
-        if filtered_paths:
-            bounds = [bound(selecting, members) for selecting, members in deferred]
-        else:  # one selection for every group; a key's bit per group counts it (`missing`)
-            selection, base, lanes = select(*deferred[0]), 0, 0
-            for index in range(size):
-                chosen = selection.chosen[index]
-                if chosen:
-                    base += selection.overlap_errors[index]
-                    if chosen[-1].raw.mig_enabled:
-                        for key in chosen[-1].gi_keys:
-                            lanes += ctx.missing_lanes(key)
-            bounds = [base + (lanes >> (_LANE * group) & _LANE_MASK) for group in deferred_groups]
-        fewest = min((errors for _, _, errors in loose), default=None)
-        judged: dict[int, _Loose | None] = {}
-        for position in sorted(range(len(deferred)), key=bounds.__getitem__):
-            if fewest is not None and bounds[position] > fewest:
-                break
-            found = judged[position] = evaluate(*deferred[position])
-            if found:
-                fewest = found[2] if fewest is None else min(fewest, found[2])
-        loose.extend(found for _, found in sorted(judged.items()) if found)
-    if fits:
-        # Warnings (name drift, ...) on the models it fits are still worth showing.
-        for members, fs, errors in loose:
-            if not errors:
-                batches.append(([f for f in fs if f.severity == "warning"], members))
-    elif not filtered and loose:
-        fewest = min(errors for _, _, errors in loose)
-        for members, fs, errors in loose:
-            if errors == fewest:
-                batches.append((fs, members))
-        batches.append(
-            (
-                [
-                    _Finding(
-                        config_path,
-                        "fits-no-gpu",
-                        "the config fits no known GPU model (see the problems above for the closest ones)",
-                    )
-                ]
-                if ctx.only is None
-                else [
-                    _Finding(
-                        config_path,
-                        "does-not-fit-model",
-                        f"the config does not fit {ctx.only.name} (see the problems above)",
-                    )
-                ],
-                None,
-            )
-        )
+        if not defer[position] and (found := evaluate(selecting, members)):
+            loose.append(found)
+    if not fits and any(defer):
+        deferred = [(position, group) for position, group in enumerate(groups) if defer[position]]
+        loose += _judge_deferred(deferred, _error_bounds(deferred, select, size, filtered_paths, ctx), loose, evaluate)
+    batches += _catalogue_verdict(config_path, fits, loose, filtered, ctx)
     if entry_errors:
         fits.clear()
     if len(fits) > 1:

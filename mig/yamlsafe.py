@@ -587,6 +587,14 @@ class _Composer:
         for _ in events:
             pass
 
+    def _anchored(self, anchors: dict[str, _Anchor], name: str, first: _Event, tape: list[_Event]) -> _Anchor:
+        """The anchor of a node named `name` (a later anchor of the same name replaces it, as in go-yaml),
+        whose events go to the tape from its `first` on."""
+        anchor = anchors[name] = _Anchor(len(tape))
+        if not self.draining:
+            tape.append(first)
+        return anchor
+
     def _events(self, tape: list[_Event], recording: list[tuple[_Anchor, int]]) -> Iterator[_Event]:
         """The document's events as tuples; those of anchored nodes also go to the tape (`recording`:
         the anchored nodes not yet ended, with their depth)."""
@@ -606,11 +614,9 @@ class _Composer:
                     if depth >= max_depth:
                         raise _fail("yaml-too-deep", f"document is nested deeper than {max_depth} levels", pos=mark)
                     out: _Event = (_EV_SCALAR, mark, event.value, event.tag or "", event.implicit[0], event.style or "")
-                    if event.anchor is not None:  # a later anchor of the same name replaces it, as in go-yaml
-                        anchor = anchors[event.anchor] = _Anchor(len(tape))
-                        if not self.draining:
-                            tape.append(out)
-                        anchor.end = len(tape)
+                    if event.anchor is not None:
+                        anchor = self._anchored(anchors, event.anchor, out, tape)
+                        anchor.end = len(tape)  # a scalar anchors one event: its own
                     elif recording:
                         tape.append(out)
                 elif etype is map_start or etype is seq_start:
@@ -619,10 +625,9 @@ class _Composer:
                         raise _fail("yaml-too-deep", f"document is nested deeper than {max_depth} levels", pos=mark)
                     out = (_EV_MAP if etype is map_start else _EV_SEQ, mark, event.tag or "")
                     if event.anchor is not None:
-                        anchor = anchors[event.anchor] = _Anchor(len(tape))
+                        anchor = self._anchored(anchors, event.anchor, out, tape)
                         if not self.draining:
                             recording.append((anchor, depth))
-                            tape.append(out)
                     elif recording:
                         tape.append(out)
                     depth += 1
@@ -634,13 +639,7 @@ class _Composer:
                         while recording and recording[-1][1] == depth:
                             recording.pop()[0].end = len(tape)
                 elif etype is alias_event:
-                    mark = event.start_mark
-                    target = anchors.get(event.anchor)
-                    if target is None:
-                        raise _fail(
-                            "yaml-syntax", f"not valid YAML: unknown anchor '{event.anchor}' referenced", pos=mark
-                        )
-                    out = (_EV_ALIAS, mark, event.anchor, target)
+                    out = _alias(event, anchors)
                     if recording:
                         tape.append(out)
                 elif etype is yaml.DocumentEndEvent:
@@ -654,6 +653,41 @@ class _Composer:
         except MigError:
             self.failed = True
             raise
+
+
+def _alias(event: yaml.AliasEvent, anchors: dict[str, _Anchor]) -> _Event:
+    """An alias as an event, with the anchor it names (which must come before it)."""
+    name = event.anchor
+    assert name is not None  # libyaml's alias events name their anchor
+    target = anchors.get(name)
+    if target is None:
+        raise _fail("yaml-syntax", f"not valid YAML: unknown anchor '{name}' referenced", pos=event.start_mark)
+    return (_EV_ALIAS, event.start_mark, name, target)
+
+
+def _repeated_key(first: _Event, source: _Event, kev: _Event, path: str) -> MigError:
+    """A key written twice in one mapping: `first` and `source` are the scalars the two keys came from,
+    `kev` the second key's own event (an alias, or that scalar)."""
+    same = "" if first[2] == source[2] else f" ({first[2]!r} and {source[2]!r} are the same key in YAML 1.1)"
+    return _fail(
+        "duplicate-key",
+        f"key {source[2]!r} appears twice in one mapping (lines {first[1].line + 1} and {kev[1].line + 1}){same}; "
+        "mig-parted would silently keep the last one",
+        path,
+        kev[1],
+    )
+
+
+def _colliding_key(source: _Event, jkey: str, kev: _Event, path: str) -> MigError:
+    """A key (`source`: the scalar it came from; `kev`: its own event) whose JSON key `jkey` another key
+    of its mapping becomes as well."""
+    return _fail(
+        "duplicate-key",
+        f"key {source[2]!r} and another key of this mapping both become {jkey!r} as mig-parted reads them "
+        "(YAML 1.1 types, then JSON keys); which of the two it keeps changes from run to run",
+        path,
+        kev[1],
+    )
 
 
 def _allowed_alias_ratio(count: int) -> float:
@@ -939,28 +973,11 @@ class _Decoder:
             child = f"{path}.{part}" if path else part
             first = seen.get(gokey)
             if first is not None:
-                same = (
-                    "" if first[2] == source[2] else f" ({first[2]!r} and {source[2]!r} are the same key in YAML 1.1)"
-                )
-                raise _fail(
-                    "duplicate-key",
-                    f"key {source[2]!r} appears twice in one mapping (lines "
-                    f"{first[1].line + 1} and {kev[1].line + 1}){same}; mig-parted would silently keep the "
-                    "last one",
-                    child,
-                    kev[1],
-                )
+                raise _repeated_key(first, source, kev, child)
             seen[gokey] = source
             owner = owners.get(jkey)
             if owner is not None and owner[0] != gokey:
-                raise _fail(
-                    "duplicate-key",
-                    f"key {source[2]!r} and another key of this mapping both become "
-                    f"{jkey!r} as mig-parted reads them (YAML 1.1 types, then JSON keys); which of the two "
-                    "it keeps changes from run to run",
-                    child,
-                    kev[1],
-                )
+                raise _colliding_key(source, jkey, kev, child)
             if type(gokey) is tuple and source[2] != jkey:
                 self.surprises[child] = Scalar(source[2], "key", source[5])
             if merged and owner is not None and owner[1]:
@@ -968,23 +985,27 @@ class _Decoder:
             locations[child] = kev[1]
             vev = nxt()
             if vev[0] == _EV_SCALAR and shallow and not self.slow and self.left > 0:
-                self.left -= 1  # what node() would do for a scalar, without the call
-                text = vev[2]
-                if vev[3]:
-                    out[jkey] = self.scalar_value(vev, child)
-                elif not vev[4]:
-                    out[jkey] = text if vev[5] not in _BLOCK else self.scalar_value(vev, child)
-                elif text and text[0] not in _HINT:
-                    out[jkey] = text
-                elif _DECIMAL.match(text):
-                    out[jkey] = int(text)
-                elif text == "true" or text == "false":
-                    out[jkey] = text == "true"
-                else:
-                    out[jkey] = self.scalar_value(vev, child)
+                self.left -= 1  # what node() would do for a scalar, without its checks
+                out[jkey] = self._plain_value(vev, child)
             else:
                 out[jkey] = self.node(vev, nxt, child, depth)
             owners[jkey] = (gokey, not merged)
+
+    def _plain_value(self, vev: _Event, path: str) -> object:
+        """A scalar value the short way where its text says what it is (a string, a decimal int, a
+        bool), else as scalar_value decodes it."""
+        text = vev[2]
+        if vev[3]:
+            return self.scalar_value(vev, path)
+        if not vev[4]:
+            return text if vev[5] not in _BLOCK else self.scalar_value(vev, path)
+        if text and text[0] not in _HINT:
+            return text
+        if _DECIMAL.match(text):
+            return int(text)
+        if text == "true" or text == "false":
+            return text == "true"
+        return self.scalar_value(vev, path)
 
     def merge(
         self,
