@@ -158,7 +158,6 @@ def rotate(
     `settle()` waits until they use it. `force` renews the CA and the serving certificate now.
     """
     now = now or dt.datetime.now(dt.UTC)
-    out = Rotation()
     m = store.load()
     cn = dns_names[0] if dns_names else (ip_addresses[0] if ip_addresses else "migops-webhook")
 
@@ -169,36 +168,70 @@ def rotate(
     live = [c for c in certificates(m.bundle) if c.not_valid_after_utc > now]
     bundle = b"".join(c.public_bytes(Encoding.PEM) for c in live)
     if m.ca is None:
-        ca = create_ca("migops-webhook-ca", valid_for=ca_validity)
-        m = Material(ca, issue(ca), ca.cert_pem)
-        publish(m.bundle)
-        store.save(m)
-        out.steps += ["created CA", "published bundle (1 CA)", "issued serving certificate"]
-        out.material = m
-        return out
-    ca = m.ca  # the store's CA from here on (m is rebound only on paths that return)
-    if ca.cert_pem not in bundle:
-        bundle += ca.cert_pem
-    if force or remaining(ca.cert_pem, now) < renew_before:
-        new_ca = create_ca("migops-webhook-ca", valid_for=ca_validity)
-        bundle += new_ca.cert_pem
-        publish(bundle)
-        store.save(Material(ca, m.serving, bundle))
-        out.steps.append(f"new CA; published bundle ({len(certificates(bundle))} CAs)")
-        settle()
-        m = Material(new_ca, issue(new_ca), bundle)
-        store.save(m)
-        out.steps.append("issued serving certificate from the new CA")
-        out.material = m
-        return out
+        return _first_ca(store, publish, issue, ca_validity)
+    if m.ca.cert_pem not in bundle:
+        bundle += m.ca.cert_pem
+    if force or remaining(m.ca.cert_pem, now) < renew_before:
+        return _new_ca(store, m, m.ca, bundle, publish, settle, issue, ca_validity)
     dns, ips = _sans(m.serving.cert_pem) if m.serving else (set(), set())
     stale = (
         m.serving is None
-        or not _signed_by(m.serving.cert_pem, ca.cert_pem)
+        or not _signed_by(m.serving.cert_pem, m.ca.cert_pem)
         or remaining(m.serving.cert_pem, now) < renew_before
         or dns != set(dns_names)
         or ips != {str(i) for i in ip_addresses}
     )
+    return _same_ca(store, m, m.ca, bundle, stale, publish, issue)
+
+
+def _first_ca(
+    store: Store, publish: Callable[[bytes], None], issue: Callable[[KeyPair], KeyPair], ca_validity: dt.timedelta
+) -> Rotation:
+    """A store without a CA: a new CA, its bundle published, then a serving certificate from it."""
+    ca = create_ca("migops-webhook-ca", valid_for=ca_validity)
+    m = Material(ca, issue(ca), ca.cert_pem)
+    publish(m.bundle)
+    store.save(m)
+    return Rotation(["created CA", "published bundle (1 CA)", "issued serving certificate"], m)
+
+
+def _new_ca(
+    store: Store,
+    m: Material,
+    ca: KeyPair,
+    bundle: bytes,
+    publish: Callable[[bytes], None],
+    settle: Callable[[], None],
+    issue: Callable[[KeyPair], KeyPair],
+    ca_validity: dt.timedelta,
+) -> Rotation:
+    """The CA renewed: the new CA joins the bundle and clients use it before the serving certificate
+    comes from it, so the served certificate is trusted throughout."""
+    out = Rotation()
+    new_ca = create_ca("migops-webhook-ca", valid_for=ca_validity)
+    bundle += new_ca.cert_pem
+    publish(bundle)
+    store.save(Material(ca, m.serving, bundle))
+    out.steps.append(f"new CA; published bundle ({len(certificates(bundle))} CAs)")
+    settle()
+    out.material = Material(new_ca, issue(new_ca), bundle)
+    store.save(out.material)
+    out.steps.append("issued serving certificate from the new CA")
+    return out
+
+
+def _same_ca(
+    store: Store,
+    m: Material,
+    ca: KeyPair,
+    bundle: bytes,
+    stale: bool,
+    publish: Callable[[bytes], None],
+    issue: Callable[[KeyPair], KeyPair],
+) -> Rotation:
+    """The CA kept: the bundle published where it changed, a serving certificate issued where the one
+    served is `stale`, and CAs older than the current one dropped once nothing served needs them."""
+    out = Rotation()
     if bundle != m.bundle:
         publish(bundle)
         out.steps.append(f"published bundle ({len(certificates(bundle))} CAs)")
