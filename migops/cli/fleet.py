@@ -29,6 +29,11 @@ DEFAULT_NAMESPACE, DEFAULT_NAME = "migops-system", "migops"
 
 
 def register(sub: argparse._SubParsersAction) -> None:
+    _register_inventory(sub)
+    _register_fleet(sub)
+
+
+def _register_inventory(sub: argparse._SubParsersAction) -> None:
     inv = sub.add_parser(
         "inventory",
         help="record a cluster's GPU nodes for offline checks of a fleet repo",
@@ -48,6 +53,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     kube_client.add_arguments(inv)
     inv.set_defaults(func=cmd_inventory)
 
+
+def _register_fleet(sub: argparse._SubParsersAction) -> None:
     fleet = sub.add_parser(
         "fleet",
         help="a fleet of clusters from one config repo: status, pin, diff, gitops",

@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from migops.mig.problems import Problem
     from migops.mig.sources import ConfigSource
     from migops.mig.spec import MigPartedConfig
+    from migops.mig.validate import ConfigReport
 
 # The MIG core is imported where a command runs, not with this module: every command line registers
 # these commands, and `migops --version` or `migops reconcile` must not pay for loading the validator
@@ -35,6 +36,12 @@ SUFFIXES = (".yaml", ".yml", ".json")
 
 
 def register(sub: argparse._SubParsersAction) -> None:
+    _register_validate(sub)
+    _register_plan(sub)
+    _register_gpus(sub)
+
+
+def _register_validate(sub: argparse._SubParsersAction) -> None:
     v = sub.add_parser(
         "validate",
         help="check mig-parted configs: files, directories, manifest streams, stdin",
@@ -71,6 +78,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     v.set_defaults(func=cmd_validate)
 
+
+def _register_plan(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "plan",
         help="show where each MIG instance will be placed",
@@ -96,6 +105,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("-o", "--output", choices=("text", "json"), default="text")
     p.set_defaults(func=cmd_plan)
 
+
+def _register_gpus(sub: argparse._SubParsersAction) -> None:
     g = sub.add_parser(
         "gpus",
         help="list the MIG-capable GPU catalogue",
@@ -370,8 +381,7 @@ def _validate(args: argparse.Namespace) -> int:
 
 def cmd_plan(args: argparse.Namespace) -> int:
     from migops.cli.outputs import document
-    from migops.cli.render import draw_layout
-    from migops.cli.report import emit_json, node_text
+    from migops.cli.report import emit_json
     from migops.mig.fit import fit_all
     from migops.mig.problems import MigError
 
@@ -396,23 +406,37 @@ def cmd_plan(args: argparse.Namespace) -> int:
     found = verdict.report
     found = replace(found, problems=config.place(found.problems))
     if args.output == "json":
-        doc: dict[str, object] = {
-            "gpus": [
-                {
-                    "index": r.index,
-                    "device_id": r.gpu.device_id,
-                    "config": name,
-                    "mig_enabled": r.mig_enabled,
-                    "instances": [p.as_dict() for p in r.layout or ()],
-                }
-                for r in found.gpus
-            ]
-        }
-        if not found.valid or found.problems:
-            doc["problems"] = [p.as_dict() for p in found.problems]
-        doc["valid"] = found.valid
-        emit_json(document("plan", doc))
-        return EXIT_OK if found.valid else EXIT_INVALID
+        return _plan_json(name, found)
+    return _plan_text(name, node, file, found)
+
+
+def _plan_json(name: str, found: ConfigReport) -> int:
+    from migops.cli.outputs import document
+    from migops.cli.report import emit_json
+
+    doc: dict[str, object] = {
+        "gpus": [
+            {
+                "index": r.index,
+                "device_id": r.gpu.device_id,
+                "config": name,
+                "mig_enabled": r.mig_enabled,
+                "instances": [p.as_dict() for p in r.layout or ()],
+            }
+            for r in found.gpus
+        ]
+    }
+    if not found.valid or found.problems:
+        doc["problems"] = [p.as_dict() for p in found.problems]
+    doc["valid"] = found.valid
+    emit_json(document("plan", doc))
+    return EXIT_OK if found.valid else EXIT_INVALID
+
+
+def _plan_text(name: str, node: list[GpuModel], file: str, found: ConfigReport) -> int:
+    from migops.cli.render import draw_layout
+    from migops.cli.report import node_text
+
     if not found.valid:
         print(f"{name}: cannot be laid out on {node_text(node)}")
         _print_problems(found.problems, file)

@@ -11,7 +11,7 @@ import json
 import os
 import re
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field, replace
 
 from migops.cli.outputs import document
@@ -190,60 +190,66 @@ def _whole(c: Checked) -> str:
 
 def text(run: ValidationRun, out=None) -> None:  # noqa: ANN001
     out = out or sys.stdout
-
-    def say(line: str = "") -> None:
-        out.write(line + "\n")
-
-    node = run.node
-    where_text = f" on a node with {node_text(node)}" if node else " against the GPU catalogue"
-    strategy = f", MIG strategy {run.strategy}" if run.strategy else ""
     for c in run.checked:
-        if c.kind == "cluster":
-            said = (
-                f", {c.assignments} assignment(s) checked on the {c.nodes} node(s) of its inventory"
-                if c.assignments
-                else ""
-            )
-            say(f"{c.source}{said}: {'valid' if c.valid else 'INVALID'}")
-            for p in c.problems:
-                say(f"  {problem_line(c.file, p)}")
-            continue
-        if c.kind == "nodes":
-            against = f" on a node with {node_text(node)}" if node else ""
-            say(
-                f"{c.source}: {c.assignments} assignment(s) checked against {c.object}{against}: "
-                f"{'valid' if c.valid else 'INVALID'}"
-            )
-            for p in c.problems:
-                say(f"  {problem_line(c.file, p)}")
-            continue
-        if not c.parsed:
-            say(f"{c.source}: INVALID")
-            for p in c.problems:
-                say(f"  {problem_line(c.file, p)}")
-            continue
-        say(f"{c.source}: {len(c.reports)} config(s) checked{where_text}{strategy}")
-        for p in c.problems:
-            say(f"  {problem_line(c.file, p)}")
-        width = max((len(r.name) for r in c.reports), default=0)
-        for r in c.reports:
-            mark = "valid  " if r.valid else "INVALID"
-            detail = _summary(r) if node else (f"fits: {_fits_text(r)}" if r.fits else "")
-            say(f"  {mark} {r.name.ljust(width)}  {detail}".rstrip())
-            for p in r.problems if node else merge_across_families(r.problems):
-                say(f"      {problem_line(c.file, p)}")
-            if node and r.valid and run.strategy:
-                ad = advertise(r.gpus, run.strategy)
-                shown = ", ".join(f"{k}={v}" for k, v in ad.resources.items()) or "nothing"
-                say(f"      advertises ({run.strategy}): {shown}")
-        bad = sum(not r.valid for r in c.reports)
-        say(f"{len(c.reports) - bad} valid, {bad} invalid{_whole(c)}")
+        out.writelines(line + "\n" for line in _source_text(run, c))
+    out.writelines(line + "\n" for line in _run_text(run))
+
+
+def _source_text(run: ValidationRun, c: Checked) -> Iterator[str]:
+    """The lines about one checked source: its verdict and problems, then each config's."""
+    node = run.node
+    if c.kind == "cluster":
+        said = (
+            f", {c.assignments} assignment(s) checked on the {c.nodes} node(s) of its inventory"
+            if c.assignments
+            else ""
+        )
+        yield f"{c.source}{said}: {'valid' if c.valid else 'INVALID'}"
+    elif c.kind == "nodes":
+        against = f" on a node with {node_text(node)}" if node else ""
+        yield (
+            f"{c.source}: {c.assignments} assignment(s) checked against {c.object}{against}: "
+            f"{'valid' if c.valid else 'INVALID'}"
+        )
+    elif not c.parsed:
+        yield f"{c.source}: INVALID"
+    else:
+        where_text = f" on a node with {node_text(node)}" if node else " against the GPU catalogue"
+        strategy = f", MIG strategy {run.strategy}" if run.strategy else ""
+        yield f"{c.source}: {len(c.reports)} config(s) checked{where_text}{strategy}"
+    for p in c.problems:
+        yield f"  {problem_line(c.file, p)}"
+    if c.kind not in ("cluster", "nodes") and c.parsed:
+        yield from _configs_text(run, c)
+
+
+def _configs_text(run: ValidationRun, c: Checked) -> Iterator[str]:
+    """A config source's configs, one line each with their problems (and what a valid one advertises
+    under the strategy), then the count of valid and invalid."""
+    node = run.node
+    width = max((len(r.name) for r in c.reports), default=0)
+    for r in c.reports:
+        mark = "valid  " if r.valid else "INVALID"
+        detail = _summary(r) if node else (f"fits: {_fits_text(r)}" if r.fits else "")
+        yield f"  {mark} {r.name.ljust(width)}  {detail}".rstrip()
+        for p in r.problems if node else merge_across_families(r.problems):
+            yield f"      {problem_line(c.file, p)}"
+        if node and r.valid and run.strategy:
+            ad = advertise(r.gpus, run.strategy)
+            shown = ", ".join(f"{k}={v}" for k, v in ad.resources.items()) or "nothing"
+            yield f"      advertises ({run.strategy}): {shown}"
+    bad = sum(not r.valid for r in c.reports)
+    yield f"{len(c.reports) - bad} valid, {bad} invalid{_whole(c)}"
+
+
+def _run_text(run: ValidationRun) -> Iterator[str]:
+    """After the sources: the objects skipped, and the totals where there is more than one source."""
     if run.skipped:
         shown = listed(
             (f"{s.kind} {s.name or f'{f}:{s.line}'}" + (f" ({s.reason})" if s.reason else "") for f, s in run.skipped),
             8,
         )
-        say(f"{len(run.skipped)} object(s) skipped, holding no MIG config: {shown}")
+        yield f"{len(run.skipped)} object(s) skipped, holding no MIG config: {shown}"
     if len(run.checked) != 1 or run.files != 1 or run.ignored_files:
         configs = sum(len(c.reports) for c in run.checked)
         bad = sum(not c.valid for c in run.checked)
@@ -252,7 +258,7 @@ def text(run: ValidationRun, out=None) -> None:  # noqa: ANN001
         clusters = len({c.object for c in run.checked if c.kind == "cluster" and c.object != "fleet"})
         repo = f", {nodes - sum(c.kind == 'cluster' for c in run.checked)} nodes.yaml" if nodes else ""
         repo += f", {clusters} cluster(s) of a fleet" if clusters else ""
-        say(
+        yield (
             f"total: {run.files} file(s), {len(run.checked) - nodes} MIG config source(s){repo}, {configs} config(s); "
             f"{len(run.checked) - bad} source(s) valid, {bad} invalid{ignored}"
         )
