@@ -682,57 +682,53 @@ def findings(
     its class or selectors select MIG devices of some catalogue model, or name a profile.
     An undetermined selection gets a warning saying so, once."""
     present = tuple(present)
-    out: list[Finding] = []
-    for sel in selections:
-        # Short: a warning is at most 120 characters (the API server's advice).
-        where = f"request {sel.request}" if sel.request else sel.path
-        literals = _profile_literals(sel.expressions)
-        about_mig = bool(sel.by_model) or bool(literals) or any("'mig'" in e or '"mig"' in e for e in sel.expressions)
-        if mig_only and not about_mig and not sel.over_budget:
-            continue
-        if sel.errors:
-            out.append(Finding("dra-selector-error", where, f"selector fails: {sel.errors[0]}"))
-            continue
-        if sel.class_missing or (sel.gaps and not sel.by_model):
-            continue  # the class's selectors, or the attributes read, are unknown here: no verdict
-        present_ids = {g.device_id for g in present}
-        here = {m: p for m, p in sel.by_model if m in present_ids}
-        offered_here = sorted({gi.name for g in present for gi in g.profiles if not gi.profile.negative})
-        if not sel.by_model and sel.class_profiles:
-            out.append(Finding("dra-selects-nothing", where, _nothing(sel)))
-            continue
-        if not sel.by_model:
-            near = _closest(literals, offered_here or [gi.name for g in catalogue().gpus for gi in g.profiles])
-            out.append(
-                Finding(
-                    "dra-unknown-profile", where, f"{_describe(sel)}: no GPU model has it; closest: {', '.join(near)}"
-                )
+    found = (_selection_finding(sel, present, config, mig_only) for sel in selections)
+    return tuple(f for f in found if f is not None)
+
+
+def _selection_finding(
+    sel: Selection, present: tuple[GpuModel, ...], config: MigPartedConfig | None, mig_only: bool
+) -> Finding | None:
+    """The warning about one selection, if it has one (see findings)."""
+    # Short: a warning is at most 120 characters (the API server's advice).
+    where = f"request {sel.request}" if sel.request else sel.path
+    literals = _profile_literals(sel.expressions)
+    about_mig = bool(sel.by_model) or bool(literals) or any("'mig'" in e or '"mig"' in e for e in sel.expressions)
+    if mig_only and not about_mig and not sel.over_budget:
+        return None
+    if sel.errors:
+        return Finding("dra-selector-error", where, f"selector fails: {sel.errors[0]}")
+    if sel.class_missing or (sel.gaps and not sel.by_model):
+        return None  # the class's selectors, or the attributes read, are unknown here: no verdict
+    present_ids = {g.device_id for g in present}
+    here = {m: p for m, p in sel.by_model if m in present_ids}
+    offered_here = sorted({gi.name for g in present for gi in g.profiles if not gi.profile.negative})
+    if not sel.by_model and sel.class_profiles:
+        return Finding("dra-selects-nothing", where, _nothing(sel))
+    if not sel.by_model:
+        near = _closest(literals, offered_here or [gi.name for g in catalogue().gpus for gi in g.profiles])
+        return Finding(
+            "dra-unknown-profile", where, f"{_describe(sel)}: no GPU model has it; closest: {', '.join(near)}"
+        )
+    if present and not here:
+        models = [g for g in catalogue().gpus if g.device_id in dict(sel.by_model)]
+        return Finding(
+            "dra-profile-not-in-cluster",
+            where,
+            f"{_few(sel.profiles)}: only on {', '.join(g.name for g in models[:2])}, not in this cluster; "
+            f"closest: {', '.join(_closest(sorted(sel.profiles), offered_here))}",
+        )
+    if config is not None and here:
+        wanted = set().union(*here.values())
+        provided = {gi for g in present if g.device_id in here for gi in provided_profiles(config, g)}
+        if not (provided & wanted):
+            near = _closest(sorted(wanted), provided) if provided else ["none"]
+            return Finding(
+                "dra-profile-not-configured",
+                where,
+                f"{_few(wanted)}: no geometry in force creates it; closest: {', '.join(near)}",
             )
-            continue
-        if present and not here:
-            models = [g for g in catalogue().gpus if g.device_id in dict(sel.by_model)]
-            out.append(
-                Finding(
-                    "dra-profile-not-in-cluster",
-                    where,
-                    f"{_few(sel.profiles)}: only on {', '.join(g.name for g in models[:2])}, not in this cluster; "
-                    f"closest: {', '.join(_closest(sorted(sel.profiles), offered_here))}",
-                )
-            )
-            continue
-        if config is not None and here:
-            wanted = set().union(*here.values())
-            provided = {gi for g in present if g.device_id in here for gi in provided_profiles(config, g)}
-            if not (provided & wanted):
-                near = _closest(sorted(wanted), provided) if provided else ["none"]
-                out.append(
-                    Finding(
-                        "dra-profile-not-configured",
-                        where,
-                        f"{_few(wanted)}: no geometry in force creates it; closest: {', '.join(near)}",
-                    )
-                )
-    return tuple(out)
+    return None
 
 
 def _nothing(sel: Selection) -> str:
