@@ -6,10 +6,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from migops.suggest.problem import Problem, Var
+from migops.suggest.problem import Decision, Var
 
 
-def weights(problem: Problem) -> list[int]:
+def weights(problem: Decision) -> list[int]:
     """Per class: one pod of a higher priority outweighs every pod of the lower ones."""
     tiers: dict[int, int] = {}
     for pods in problem.classes:
@@ -22,7 +22,7 @@ def weights(problem: Problem) -> list[int]:
 
 
 def _take(
-    problem: Problem, g: int, k: int, left: Sequence[int], w: Sequence[int]
+    problem: Decision, g: int, k: int, left: Sequence[int], w: Sequence[int]
 ) -> tuple[int, list[tuple[int, int, int]]]:
     """What one node of group g serves under option k: (score, [(class, pool, pods)])."""
     free = dict(problem.options[g][k].free)
@@ -43,7 +43,7 @@ def _take(
     return score, took
 
 
-def greedy(problem: Problem, max_nodes: int | None) -> dict[Var, int]:
+def greedy(problem: Decision, max_nodes: int | None) -> dict[Var, int]:
     w = weights(problem)
     left = [len(pods) for pods in problem.classes]
     values: dict[Var, int] = {}

@@ -38,7 +38,9 @@ class Pool:
 
 
 @dataclass(frozen=True)
-class Problem:
+class Decision:
+    """What the solver decides: which option each group's nodes take, which pool serves each class."""
+
     classes: tuple[tuple[Demand, ...], ...]  # highest priority first; pods by namespace and name
     groups: tuple[tuple[str, ...], ...]  # node names, each group's in name order
     options: tuple[tuple[Option, ...], ...]  # per group: the options of its nodes (alike by construction)
@@ -98,7 +100,7 @@ def build(
     options: Mapping[str, Sequence[Option]],
     demands: Sequence[Demand],
     group: bool = True,
-) -> Problem:
+) -> Decision:
     classes = classes_of(demands)
     admits = _Admits(classes)
     vectors = {n.name: [admits.vector(n, o) for o in options[n.name]] for n in nodes}
@@ -119,7 +121,7 @@ def build(
         pool for g, members in enumerate(groups) for pool in _pools(g, classes, group_options[g], vectors[members[0]])
     )
     rank = {name: i for i, name in enumerate(sorted(vectors))}
-    return Problem(classes, tuple(groups), group_options, pools, rank)
+    return Decision(classes, tuple(groups), group_options, pools, rank)
 
 
 def _users(

@@ -10,10 +10,10 @@ from collections import deque
 from collections.abc import Mapping, Sequence
 
 from migops.suggest.model import Demand, NodeChange, NodeSupply, Option, Placed, Proposal, Rule, Stage, Unserved
-from migops.suggest.problem import Problem, Var
+from migops.suggest.problem import Decision, Var
 
 
-def _chosen(problem: Problem, values: Mapping[Var, int]) -> dict[str, tuple[int, Option]]:
+def _chosen(problem: Decision, values: Mapping[Var, int]) -> dict[str, tuple[int, Option]]:
     """Node -> (option index, option): within a group, the changed options go to the first names."""
     out: dict[str, tuple[int, Option]] = {}
     for g, members in enumerate(problem.groups):
@@ -26,7 +26,7 @@ def _chosen(problem: Problem, values: Mapping[Var, int]) -> dict[str, tuple[int,
 
 
 def _place(
-    problem: Problem,
+    problem: Decision,
     values: Mapping[Var, int],
     chosen: Mapping[str, tuple[int, Option]],
     queues: list[deque[Demand]],
@@ -51,7 +51,7 @@ def _place(
 
 def realise(
     nodes: Sequence[NodeSupply],
-    problem: Problem,
+    problem: Decision,
     values: Mapping[Var, int],
     unservable: Mapping[Demand, tuple[Rule, str]],
     max_nodes: int | None,

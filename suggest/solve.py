@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from migops.suggest.model import Demand, NodeSupply, Option, Proposal, Rule, Stage
-from migops.suggest.problem import Problem, Var, build
+from migops.suggest.problem import Decision, Var, build
 
 _MAX_WEIGHT = 1 << 40  # above it, priorities are solved one stage each rather than as one weighted sum
 _FIRST_SHARE = 0.5  # of the work limit, for serving; the other stages share the rest
@@ -69,9 +69,9 @@ class Objective:
 
 
 class _Model:
-    """The CP-SAT model of a Problem: y (nodes per group and option), z (pods per class and pool)."""
+    """The CP-SAT model of a Decision: y (nodes per group and option), z (pods per class and pool)."""
 
-    def __init__(self, problem: Problem, max_nodes: int | None) -> None:
+    def __init__(self, problem: Decision, max_nodes: int | None) -> None:
         from ortools.sat.python import cp_model
 
         self.problem = problem
