@@ -12,7 +12,7 @@ from typing import Any
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest, multiprocess
 
-from migops.webhook.server import MULTIPROC_ENV
+from migops.webhook import MULTIPROC_ENV
 
 REQUESTS = Counter(
     "migops_webhook_requests_total",

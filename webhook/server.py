@@ -18,11 +18,12 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+# prometheus_client's multi-process directory (MULTIPROC_ENV) must be set before prometheus_client is
+# first imported (its value class is chosen then), so nothing here imports migops.webhook.metrics at
+# module level: with two workers, each one's counts would otherwise be kept in memory and /metrics read none.
+from migops.webhook import MULTIPROC_ENV
+
 DEFAULT_PORT = 8443
-# prometheus_client's multi-process directory. It must be set before prometheus_client is first
-# imported (its value class is chosen then), so nothing here imports migops.webhook.metrics at module
-# level: with two workers, each one's counts were otherwise kept in memory and /metrics read none.
-MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
 
 
 def gunicorn_options(
