@@ -27,8 +27,7 @@ from pathlib import Path
 
 import yaml
 
-from migops.cli.fleet import directory_reader
-from migops.gitops.fleet import check_fleet
+from migops.gitops.fleet import check_fleet, directory_reader
 
 MODELS = ("NVIDIA-H100-80GB-HBM3", "NVIDIA-A100-SXM4-80GB", "NVIDIA-A100-SXM4-40GB", "NVIDIA-A30")
 SHARED = """version: v1

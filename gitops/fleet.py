@@ -21,6 +21,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from migops.api.migsync import API_VERSION, CONFIG_FILE, KIND, NODES_FILE
@@ -45,6 +46,16 @@ GPU_LABELS = (GPU_PRODUCT_LABEL, GPU_COUNT_LABEL, DEVICE_ID_LABEL, UNMANAGED_LAB
 _SHA = re.compile(r"^[0-9a-f]{40}$")
 
 Reader = Callable[[str], bytes | None]  # a repository-relative path -> its bytes, None when absent
+
+
+def directory_reader(root: Path) -> Reader:
+    """The files under `root`, as they are on disk."""
+
+    def read(path: str) -> bytes | None:
+        file = root / path
+        return file.read_bytes() if file.is_file() else None
+
+    return read
 
 
 @dataclass(frozen=True)

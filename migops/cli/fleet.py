@@ -104,14 +104,6 @@ def _register_fleet(sub: argparse._SubParsersAction) -> None:
 
 
 # ------------------------------------------------------------------------------------------ reading
-def directory_reader(root: Path) -> Reader:
-    def read(path: str) -> bytes | None:
-        file = root / path
-        return file.read_bytes() if file.is_file() else None
-
-    return read
-
-
 def git_reader(root: Path, revision: str) -> Reader:
     """Files of `root`'s repository at `revision` (paths relative to `root`)."""
     prefix = _git(root, "rev-parse", "--show-prefix").strip()
@@ -229,7 +221,7 @@ _REF_LINE = re.compile(r"^(?P<indent>\s+)ref:[ \t]*(?:\"[^\"\n]*\"|'[^'\n]*'|[^#
 
 
 def cmd_pin(args: argparse.Namespace) -> int:
-    from migops.gitops.fleet import MIGSYNC_FILE, FleetProblem, parse_fleet
+    from migops.gitops.fleet import MIGSYNC_FILE, FleetProblem, directory_reader, parse_fleet
 
     root = Path(args.root)
     sha = _git(root, "rev-parse", "--verify", f"{args.revision}^{{commit}}").strip()
@@ -256,7 +248,7 @@ def cmd_pin(args: argparse.Namespace) -> int:
 def cmd_diff(args: argparse.Namespace) -> int:
     from migops.cli.outputs import document
     from migops.gitops.desired import FitCache
-    from migops.gitops.fleet import INVENTORY_FILE, check_fleet, cluster_changes
+    from migops.gitops.fleet import INVENTORY_FILE, check_fleet, cluster_changes, directory_reader
 
     root = Path(args.root)
     if not is_fleet_root(root):
@@ -330,7 +322,7 @@ def _targets(args: argparse.Namespace) -> list[tuple[str, int | None]]:
     if args.context:
         return [(c, None) for c in args.context]
     if args.fleet:
-        from migops.gitops.fleet import FleetProblem, parse_fleet
+        from migops.gitops.fleet import FleetProblem, directory_reader, parse_fleet
 
         problems: list[FleetProblem] = []
         fleet = parse_fleet(directory_reader(Path(args.fleet)), problems)
@@ -431,7 +423,7 @@ def fleet_checks(root: Path) -> tuple[int, list[Any]]:
     per cluster's nodes.yaml when it has none), each problem naming its cluster."""
     from migops.api.migsync import NODES_FILE
     from migops.cli.report import Checked
-    from migops.gitops.fleet import FLEET_FILE, FleetProblem, check_fleet
+    from migops.gitops.fleet import FLEET_FILE, FleetProblem, check_fleet, directory_reader
     from migops.mig.problems import Problem
 
     verdict = check_fleet(directory_reader(root))

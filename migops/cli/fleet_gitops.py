@@ -56,9 +56,8 @@ def cmd_gitops(args: argparse.Namespace) -> int:
 def render(root: Path, tool: str, url: str | None = None, branch: str = "main") -> str:
     """The tool's objects for the fleet repo at `root`, as YAML with a header saying how clusters are
     registered. UsageError for a fleet.yaml with errors, or no single URL."""
-    from migops.cli.fleet import directory_reader
     from migops.gitops import fleet_rollout
-    from migops.gitops.fleet import FleetProblem, parse_fleet
+    from migops.gitops.fleet import FleetProblem, directory_reader, parse_fleet
 
     problems: list[FleetProblem] = []
     fleet = parse_fleet(directory_reader(root), problems)

@@ -14,9 +14,8 @@ import yaml
 
 from migops.api.names import FLEET_WAVE_LABEL
 from migops.cli import main
-from migops.cli.fleet import directory_reader
 from migops.gitops import fleet_rollout
-from migops.gitops.fleet import FleetCluster, FleetFile, FleetProblem, parse_fleet
+from migops.gitops.fleet import FleetCluster, FleetFile, FleetProblem, directory_reader, parse_fleet
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "fleet"

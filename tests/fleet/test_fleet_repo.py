@@ -13,9 +13,8 @@ import pytest
 from gitrepo import run
 
 from migops.cli import main
-from migops.cli.fleet import directory_reader
 from migops.cli.outputs import json_schema
-from migops.gitops.fleet import check_fleet
+from migops.gitops.fleet import check_fleet, directory_reader
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "fleet"
 
