@@ -1,4 +1,4 @@
-"""The agent's shape, checked on its source, as tests/reconciler/test_structure.py checks the
+"""The agent's shape, checked on its source, as tests/reconciler/test_reconciler_structure.py checks the
 reconciler's: its state is a frozen value with the drift phase an enum (the states of docs/agent.md's
 diagram), the flow is steps of one signature that assign only to their run value, one function writes
 the node's state label, and no function of agent/ or `migops agent` runs over 60 lines."""
