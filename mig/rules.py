@@ -287,4 +287,49 @@ MIG_RULES: Mapping[str, Explanation] = {
         "fails the claim too.",
         "Fix the expression the message quotes (an attribute's type, a missing `has()` guard).",
     ),
+    # --- the catalogue against generate-config outputs (`migops gpus --check`, mig/generated.py) ---
+    "not-generate-config": Explanation(
+        "A file given to `migops gpus --check` is not `nvidia-mig-parted generate-config` output: a config other "
+        "than all-disabled, all-enabled, all-balanced and all-<profile>, an entry that is not one profile at its "
+        "maximum count on `devices: all`, or device filters on some entries only. What it says of the hardware "
+        "cannot be read.",
+        "Give the output as generate-config (or mig-manager's `<node>-mig-config` ConfigMap) wrote it, unedited; "
+        "check hand-written configs with `migops validate`.",
+    ),
+    "catalogue-unknown-gpu": Explanation(
+        "The output lists MIG profiles for a device ID the catalogue has no MIG profile table for: migops "
+        "would take that GPU as one without MIG.",
+        "Report the model with the output (docs/catalogue.md, Adding a GPU); until the catalogue has it, migops "
+        "cannot validate configs for it.",
+    ),
+    "catalogue-model-unnamed": Explanation(
+        "The output names no device ID (a node of one GPU model writes no device-filter) and its profiles do "
+        "not tell which catalogue model it is.",
+        "Give the node's GPU with `--gpu` (a PCI device ID or GFD's `nvidia.com/gpu.product`).",
+    ),
+    "catalogue-lacks-profile": Explanation(
+        "The hardware lists a profile the catalogue does not have for that model (and none of the same slices "
+        "under another memory figure): configs using it would be refused by `migops validate`.",
+        "Report it with the output and the driver version (docs/catalogue.md); the output is the hardware's word.",
+    ),
+    "catalogue-extra-profile": Explanation(
+        "The catalogue has a profile the hardware does not list: a config using it passes `migops validate` and "
+        "fails on the node. Older drivers lack some profiles (A100's 1g.10gb needs R525 or later).",
+        "Check the node's driver version; if a current driver lacks it too, report it with the output.",
+    ),
+    "catalogue-max-count": Explanation(
+        "The hardware allows a different number of instances of a profile on one GPU than the catalogue says.",
+        "Report it with the output and the driver version; until fixed, keep counts within the hardware's.",
+    ),
+    "catalogue-memory": Explanation(
+        "The hardware names a profile with another memory figure than the catalogue (the same slices and "
+        "attributes): the driver reports another memory size, so the name differs (as `7g.79gb` for `7g.80gb`). "
+        "Configs must use the name the node's driver prints.",
+        "Report it with the output and the driver version; the catalogue then records the name as an alias.",
+    ),
+    "catalogue-alias": Explanation(
+        "The hardware names a profile by a name the catalogue records as an alias of its own (name drift between "
+        "drivers). A warning: migops accepts both names.",
+        "Nothing.",
+    ),
 }

@@ -113,7 +113,9 @@ def _register_gpus(sub: argparse._SubParsersAction) -> None:
         description="List the GPU models migops knows MIG for: PCI device ID, name, architecture, compute "
         "and memory slices, and each MIG profile with how many fit on one GPU. The names `--gpu` takes "
         "elsewhere are the DEVICE ID and PRODUCT columns (-o wide). With --probe, read the host's GPUs "
-        "through NVML and compare them with the catalogue.",
+        "through NVML and compare them with the catalogue. With --check, compare the catalogue with "
+        "`nvidia-mig-parted generate-config` outputs collected from real nodes: every difference per "
+        "model, exit 1 on any.",
     )
     g.add_argument(
         "-o",
@@ -126,6 +128,19 @@ def _register_gpus(sub: argparse._SubParsersAction) -> None:
         "--probe",
         action="store_true",
         help="read this host's GPUs through NVML (read-only) and compare them with the catalogue",
+    )
+    g.add_argument(
+        "--check",
+        nargs="+",
+        metavar="FILE",
+        help="generate-config outputs (files, directories, or - for stdin; YAML, JSON, or mig-manager's "
+        "<node>-mig-config ConfigMaps) to compare the catalogue with",
+    )
+    g.add_argument(
+        "--gpu",
+        metavar="GPU",
+        help="with --check: the GPU model of the outputs that name no device ID (a node of one model); "
+        "without it, inferred from their profiles",
     )
     g.set_defaults(func=cmd_gpus)
 
@@ -460,6 +475,12 @@ def _plan_text(name: str, node: list[GpuModel], file: str, found: ConfigReport) 
 
 
 def cmd_gpus(args: argparse.Namespace) -> int:
+    if args.check:
+        from migops.cli.gpucheck import cmd_check
+
+        return cmd_check(args)
+    if args.gpu:
+        raise UsageError("--gpu names the model of --check's outputs: give --check FILE...")
     if args.probe:
         from migops.cli.agent import cmd_probe
 

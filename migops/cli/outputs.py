@@ -13,6 +13,7 @@ VERSIONS = {
     "validate": 1,
     "plan": 1,
     "gpus": 1,
+    "gpus-check": 1,
     "probe": 1,
     "diff": 1,
     "status": 1,

@@ -41,8 +41,8 @@ def test_every_json_output_has_a_schema() -> None:
         if "--output" in a.option_strings and "json" in (a.choices or ())
     }
     assert with_json == {"validate", "plan", "gpus", "diff", "status", "suggest"}
-    # gpus --probe has a shape of its own; `fleet status` and `fleet diff` are subcommands of `fleet`
-    assert set(VERSIONS) == with_json | {"probe", "fleet-status", "fleet-diff"}
+    # gpus --probe and gpus --check have shapes of their own; `fleet status` and `fleet diff` are subcommands
+    assert set(VERSIONS) == with_json | {"probe", "gpus-check", "fleet-status", "fleet-diff"}
     for command in VERSIONS:
         jsonschema.Draft202012Validator.check_schema(json_schema(command))
         assert json_schema(command)["properties"]["schema"] == {"const": schema_id(command)}
