@@ -158,8 +158,8 @@ class Watches:
         if dynamic is not None:  # checked last, so it is the reason reported whatever else is wrong
             config = None  # no digest: the request's key is this problem, so becoming owned is seen at once
             problem = (
-                f"this node's MIG geometry is owned by {dynamic} ({owners.ENV}), which creates and destroys "
-                "instances itself: the agent does not reconfigure here"
+                f"this node's MIG geometry is owned by {dynamic}: {owners.why(dynamic)}; the agent does not "
+                "reconfigure here"
             )
         # A value the ClusterPolicy CRD's enum forbids reads as the CRD's default.
         strategy = s.strategy or DEFAULT_STRATEGY

@@ -50,6 +50,10 @@ STATES = (STATE_PENDING, STATE_REBOOTING, STATE_SUCCESS, STATE_FAILED)
 DEPLOY_LABEL_PREFIX = "nvidia.com/gpu.deploy."
 PAUSED_FOR_MIG_CHANGE = "paused-for-mig-change"
 DEPLOY_MIG_MANAGER_LABEL = DEPLOY_LABEL_PREFIX + "mig-manager"  # the GPU Operator's: mig-manager runs where "true"
+# The GPU Operator's, on the nodes its GPUCluster (the DRA stack, GPU Operator 26.7+) runs NVIDIA's DRA driver
+# on; the ClusterPolicy stack removes it. "false" (or empty) keeps the driver off the node.
+DEPLOY_DRA_DRIVER_LABEL = DEPLOY_LABEL_PREFIX + "dra-driver"
+GPU_PRESENT_LABEL = NVIDIA_PREFIX + "gpu.present"  # the GPU Operator's, on every node with an NVIDIA GPU
 
 # Ours. (migops.io/gpu.device-id, migops.io/gpus and migops.io/mig-config are defined beside the MIG rules
 # that read them, in migops.mig, and re-exported above.)

@@ -10,7 +10,8 @@ anything; the API server's schema stops most of it first) and reads it as absent
 - `NodeFacts.from_obj`: what a Node shows of its GPUs, MIG config, state and management, read by the
   webhook, the reconciler, the agent and gitops alike;
 - `MigSettings` (`settings_from_policies`): the GPU Operator's ClusterPolicy in force, its MIG strategy
-  parsed once to `Strategy`.
+  parsed once to `Strategy`;
+- `GpuOperator`: which of the GPU Operator's stacks the cluster runs (its ClusterPolicies and GPUCluster).
 """
 
 from __future__ import annotations
@@ -473,3 +474,67 @@ def settings_from_policies(policies: Iterable[object]) -> MigSettings:
     ignored, and so do we); defaults when there is none."""
     chosen = sorted(policies, key=lambda p: (meta(p).get("creationTimestamp") or "", meta(p).get("name") or ""))
     return MigSettings.from_obj(chosen[0]) if chosen else MigSettings()
+
+
+# ------------------------------------------------------------------------------------------ GPUCluster
+DYNAMIC_MIG_GATE = "DynamicMIG"  # the DRA driver's feature gate that creates MIG devices per claim
+
+
+@dataclass(frozen=True)
+class GpuOperator:
+    """Which of the GPU Operator's two stacks the cluster runs: the ClusterPolicy's (device plugin, MIG
+    Manager: the stack migops drives) or the GPUCluster's (GPU Operator 26.7+: NVIDIA's DRA driver and no
+    MIG Manager, so MIG on its nodes is the DRA stack's). The operator refuses both at once: while both
+    exist it reconciles neither (each reports notReady) and labels no node (v26.7.0's controllers)."""
+
+    policies: tuple[str, ...] = ()  # ClusterPolicy names, the one in force first
+    gpu_cluster: str | None = None
+    dynamic_mig: bool = False  # spec.draDriver.featureGates.DynamicMIG
+    state: str | None = None  # the GPUCluster's status.state: ready, notReady, disabled
+    waiting: str | None = None  # the message of its Ready condition when that is not True
+
+    @classmethod
+    def from_objects(cls, policies: Iterable[object], gpu_clusters: Iterable[object]) -> GpuOperator:
+        chosen = sorted(policies, key=lambda p: (meta(p).get("creationTimestamp") or "", meta(p).get("name") or ""))
+        found = [as_mapping(g) for g in gpu_clusters]
+        if not found:
+            return cls(tuple(str(meta(p).get("name")) for p in chosen))
+        obj = found[0]
+        gates = _part(_part(_part(obj.get("spec")).get("draDriver")).get("featureGates"))
+        status = _part(obj.get("status"))
+        conditions = status.get("conditions")
+        ready = (
+            [_part(c) for c in conditions if _part(c).get("type") == "Ready"] if isinstance(conditions, list) else []
+        )
+        waiting = next((str(c.get("message")) for c in ready if c.get("status") != "True" and c.get("message")), None)
+        return cls(
+            tuple(str(meta(p).get("name")) for p in chosen),
+            str(meta(obj).get("name")),
+            gates.get(DYNAMIC_MIG_GATE) is True,
+            _text(status.get("state")),
+            waiting,
+        )
+
+    @property
+    def conflict(self) -> str | None:
+        """What an operator must be told when both stacks are declared; None otherwise."""
+        if not (self.policies and self.gpu_cluster):
+            return None
+        return (
+            f"both ClusterPolicy {self.policies[0]} and GPUCluster {self.gpu_cluster} exist: the GPU Operator "
+            "reconciles neither while both do (each reports notReady) and labels no node; delete the one you do "
+            "not mean to run"
+        )
+
+    def describe(self) -> str:
+        """One line: the stack in force and what migops does under it."""
+        if self.gpu_cluster is None:
+            if not self.policies:
+                return "no ClusterPolicy or GPUCluster (the GPU Operator's defaults apply)"
+            return f"ClusterPolicy {self.policies[0]}: MIG Manager's stack, whose node labels migops writes"
+        mode = "DynamicMIG on" if self.dynamic_mig else "static MIG"
+        state = (f", {self.state}" if self.state else "") + (f": {self.waiting}" if self.waiting else "")
+        return (
+            f"GPUCluster {self.gpu_cluster} (the DRA stack: NVIDIA's DRA driver, {mode}{state}): MIG on the nodes it "
+            "runs the DRA driver on is the DRA stack's; migops leaves them alone"
+        )

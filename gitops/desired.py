@@ -22,6 +22,7 @@ from migops.api.migsync import NODES_FILE
 from migops.api.objects import MigSettings, annotations_of, labels, node_gpus
 from migops.gitops.reasons import SourceReason
 from migops.gitops.repo import RepoError, RepoProblem, RepoSpec, referenced_configs
+from migops.kube.owners import node_owner
 from migops.mig.catalogue import UnknownGpuError
 from migops.mig.fit import DIRECT, Fit, Reports, fit
 from migops.mig.gfd import NodeGpus
@@ -117,6 +118,7 @@ def resolve(
     alike = _Alike(nodes)
     _selected(spec, nodes, named, chosen, found, alike)
     gpu_of = _gpus(spec, nodes, chosen, found, alike)
+    _owned_elsewhere(nodes, chosen, gpu_of, found)
     targets = _fitted(spec, chosen, gpu_of, settings.strategy, cache, found, alike)
     _unassigned(spec, targets, settings.strategy, cache, found)
     found.report_failures(gpu_of)
@@ -291,6 +293,35 @@ def _selected(
         )
 
 
+def _owned_elsewhere(
+    nodes: Mapping[str, Mapping[str, Any]],
+    chosen: dict[str, tuple[str, str]],
+    gpu_of: Mapping[str, NodeGpus],
+    found: _Found,
+) -> None:
+    """Nodes whose MIG geometry another manager owns (migops.kube.owners): the reconciler skips them, so
+    each assignment that picks some is warned of, and one that names no GPU is not judged (the GPU
+    Operator's DRA stack runs no GPU Feature Discovery: its nodes name no GPU)."""
+    owned: dict[tuple[str, str], list[str]] = defaultdict(list)
+    for name, (_, source) in list(chosen.items()):
+        owner = node_owner(nodes[name])
+        if owner is None:
+            continue
+        owned[(source, owner)].append(name)
+        if name not in gpu_of:
+            del chosen[name]
+    for (source, owner), names in sorted(owned.items()):
+        found.warning(
+            Problem(
+                source,
+                "nodes-owned-elsewhere",
+                f"{_some(sorted(names))}: MIG geometry owned by {owner}; the reconciler leaves "
+                f"{'it' if len(names) == 1 else 'them'} alone",
+                "warning",
+            )
+        )
+
+
 def _gpus(
     spec: RepoSpec,
     nodes: Mapping[str, Mapping[str, Any]],
@@ -298,22 +329,21 @@ def _gpus(
     found: _Found,
     alike: _Alike,
 ) -> dict[str, NodeGpus]:
-    """Each node's GPUs; an assigned node whose GPUs cannot be read fails, the other GPU nodes get `default`."""
+    """Each node's GPUs; an assigned node whose GPUs cannot be read fails (unless another manager owns it:
+    `_owned_elsewhere`), the other GPU nodes get `default`."""
     gpu_of: dict[str, NodeGpus] = {}
     for name, node in nodes.items():
         explicit = chosen.get(name)
+        judged = explicit if explicit and node_owner(node) is None else None
         gpus = _read_gpus(name, node, alike)
         if isinstance(gpus, UnknownGpuError):
-            exc = gpus
-            if explicit:
-                found.failures[(explicit[1], explicit[0], f"the node's GPU is not in the catalogue: {exc}")].append(
-                    name
-                )
+            if judged:
+                found.failures[(judged[1], judged[0], f"the node's GPU is not in the catalogue: {gpus}")].append(name)
             continue
         if gpus is None:
-            if explicit:
+            if judged:
                 why = "the node shows no GPU (no migops.io/gpus annotation, device-ID or GFD product label)"
-                found.failures[(explicit[1], explicit[0], why)].append(name)
+                found.failures[(judged[1], judged[0], why)].append(name)
             continue
         gpu_of[name] = gpus
         if not explicit and spec.nodes.default is not None:

@@ -25,8 +25,16 @@ from pathlib import Path
 from typing import Any
 
 from migops.api.migsync import API_VERSION, CONFIG_FILE, KIND, NODES_FILE
-from migops.api.names import DEVICE_ID_LABEL, GPU_COUNT_LABEL, GPU_PRODUCT_LABEL, GPUS_ANNOTATION, UNMANAGED_LABEL
-from migops.api.objects import MigSettings
+from migops.api.names import (
+    DEPLOY_DRA_DRIVER_LABEL,
+    DEVICE_ID_LABEL,
+    GPU_COUNT_LABEL,
+    GPU_PRODUCT_LABEL,
+    GPUS_ANNOTATION,
+    OWNER_LABEL,
+    UNMANAGED_LABEL,
+)
+from migops.api.objects import GpuOperator, MigSettings
 from migops.gitops.desired import DesiredState, FitCache, resolve
 from migops.gitops.repo import RepoError, RepoProblem, RepoSpec, load_repo
 from migops.gitops.schema import schema_problems
@@ -43,6 +51,8 @@ FLEET_SCHEMA = "fleet.v1.schema.json"
 INVENTORY_SCHEMA = "inventory.v1.schema.json"
 # Labels an inventory always records: what names a node's GPUs, and the opt-out of management.
 GPU_LABELS = (GPU_PRODUCT_LABEL, GPU_COUNT_LABEL, DEVICE_ID_LABEL, UNMANAGED_LABEL)
+# Labels that say another manager owns a node's MIG geometry (migops.kube.owners): recorded where a node has one.
+OWNERSHIP_LABELS = (DEPLOY_DRA_DRIVER_LABEL, OWNER_LABEL)
 _SHA = re.compile(r"^[0-9a-f]{40}$")
 
 Reader = Callable[[str], bytes | None]  # a repository-relative path -> its bytes, None when absent
@@ -116,6 +126,7 @@ class Inventory:
     configmap: tuple[str, str]  # (namespace, name) of the MIG ConfigMap
     labels: tuple[str, ...]  # the label keys recorded: a selector reading another cannot be judged here
     nodes: tuple[InventoryNodes, ...]
+    operator: GpuOperator = GpuOperator()  # recorded only where the cluster has a GPUCluster
 
     def node_objects(self) -> dict[str, dict[str, Any]]:
         """name -> a Node as the reconciler reads it (its recorded labels and GPU annotation)."""
@@ -146,11 +157,15 @@ class Inventory:
             "strategy": self.strategy,
             "configMap": {"name": name, "namespace": namespace},
             "labels": list(self.labels),
+            **({"gpuOperator": self._operator()} if self.operator.gpu_cluster else {}),
             "nodes": [
                 {"names": list(g.names), "labels": dict(g.labels), **({"gpus": g.gpus} if g.gpus else {})}
                 for g in self.nodes
             ],
         }
+
+    def _operator(self) -> dict[str, Any]:
+        return {"gpuCluster": self.operator.gpu_cluster, "clusterPolicies": list(self.operator.policies)}
 
 
 def group_nodes(
@@ -261,12 +276,14 @@ def parse_inventory(text: bytes, cluster: str, file: str, out: list[FleetProblem
         InventoryNodes(tuple(g["names"]), tuple(sorted(g.get("labels", {}).items())), g.get("gpus"))
         for g in raw["nodes"]
     )
+    operator = raw.get("gpuOperator") or {}
     return Inventory(
         cluster,
         as_strategy(raw.get("strategy")),
         (cm.get("namespace") or "gpu-operator", cm.get("name") or "default-mig-parted-config"),
         tuple(raw.get("labels") or ()),
         nodes,
+        GpuOperator(tuple(operator.get("clusterPolicies") or ()), operator.get("gpuCluster")),
     )
 
 
@@ -347,6 +364,7 @@ def check_cluster(
     if spec is None or inventory is None:
         return ClusterVerdict(cluster, tuple(out), 0, inventory.node_count if inventory else 0, None, ref)
     out.extend(files.at(nodes, _unrecorded_labels(spec, inventory, inv_file)))
+    out.extend(files.at(inv_file, _both_stacks(inventory)))
     desired = None
     try:
         desired = resolve(spec, inventory.node_objects(), inventory.settings(), cache)
@@ -404,6 +422,11 @@ def _unrecorded_labels(spec: RepoSpec, inventory: Inventory, inv_file: str) -> l
         for key, path in _selector_keys(spec).items()
         if key not in recorded
     ]
+
+
+def _both_stacks(inventory: Inventory) -> list[Problem]:
+    conflict = inventory.operator.conflict
+    return [Problem("gpuOperator", "gpu-operator-both-stacks", conflict, "warning")] if conflict else []
 
 
 def _check_migsync(files: _Files, out: list[FleetProblem]) -> str | None:

@@ -74,6 +74,13 @@ SOURCE_REASONS: Mapping[SourceReason, Explanation] = {
 }
 
 NODES_RULES: Mapping[str, Explanation] = {
+    "nodes-owned-elsewhere": Explanation(
+        "An assignment (or the default) gives a config to nodes whose MIG geometry another manager owns: the "
+        "GPU Operator's DRA stack (label `nvidia.com/gpu.deploy.dra-driver`, on a GPUCluster cluster) or a "
+        "dynamic MIG manager (`migops.io/mig-owner`). The reconciler leaves them alone (phase `Skipped`) and "
+        "applies the commit to the rest. A warning.",
+        "Narrow the assignment to the nodes migops manages, or take the nodes from their owner first (docs/dra.md).",
+    ),
     "file-missing": Explanation(
         "config.yaml or nodes.yaml is missing at that revision (under `spec.path`).",
         "Commit both files in the directory `spec.path` names.",
@@ -221,6 +228,12 @@ NODES_RULES: Mapping[str, Explanation] = {
 }
 
 FLEET_RULES: Mapping[str, Explanation] = {
+    "gpu-operator-both-stacks": Explanation(
+        "The inventory recorded both a ClusterPolicy and a GPUCluster in the cluster: the GPU Operator reconciles "
+        "neither while both exist (each reports notReady) and labels no node. A warning: migops judges the "
+        "nodes as recorded.",
+        "Delete the one the cluster is not meant to run, then record the inventory again (`migops inventory`).",
+    ),
     "duplicate-cluster": Explanation(
         "fleet.yaml names a cluster twice.", "Give each cluster one entry (a name of its own)."
     ),

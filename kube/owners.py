@@ -11,6 +11,12 @@ the owner: `dra-dynamic-mig`, `hami`, `das`). None of these managers labels the 
 migops could rely on, so the operator marks them, or points the selector at a label of their own (for
 instance the one that enables the DRA driver's DynamicMIG DaemonSet on a node pool). An empty value
 turns the check off.
+
+The GPU Operator's DRA stack (a GPUCluster, GPU Operator 26.7+) marks its nodes itself: it runs NVIDIA's
+DRA driver, and no MIG Manager, where it labels a node `nvidia.com/gpu.deploy.dra-driver` (any value but
+"false" or empty; the ClusterPolicy stack removes the label). Those nodes are owned by the DRA stack
+whatever the selector says; labelling one `nvidia.com/gpu.deploy.dra-driver=false` takes the DRA driver
+off it and hands it back.
 """
 
 from __future__ import annotations
@@ -21,11 +27,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import lru_cache
 
-from migops.api.names import OWNER_LABEL
+from migops.api.names import DEPLOY_DRA_DRIVER_LABEL, OWNER_LABEL
 from migops.api.objects import LabelSelector, Requirement
 
 ENV = "MIGOPS_DYNAMIC_MIG_SELECTOR"
 DEFAULT_SELECTOR = OWNER_LABEL
+DRA_STACK = f"the GPU Operator's DRA stack (GPUCluster; {DEPLOY_DRA_DRIVER_LABEL})"
 
 
 class SelectorError(ValueError):
@@ -83,10 +90,25 @@ class DynamicOwners:
 
     def owner(self, labels: Mapping[str, str]) -> str | None:
         """Who owns the node's MIG geometry, or None when migops does."""
+        if labels.get(DEPLOY_DRA_DRIVER_LABEL) not in (None, "", "false"):
+            return DRA_STACK
         if self.selector is None or not self.selector.matches(labels):
             return None
         named = labels.get(OWNER_LABEL)
         return named if named else f"a dynamic MIG manager (nodes matching {self.text})"
+
+
+def why(owner: str) -> str:
+    """What the owner does on its nodes and how a node is taken from it, for messages."""
+    if owner == DRA_STACK:
+        return (
+            "it runs NVIDIA's DRA driver there, which allocates the MIG devices, and no MIG Manager; a second "
+            f"manager would fight it (label the node {DEPLOY_DRA_DRIVER_LABEL}=false to take the DRA driver off it)"
+        )
+    return (
+        "it creates and destroys instances itself; a second manager would fight it "
+        f"(take the node from {owner} first: {ENV})"
+    )
 
 
 def from_text(text: str) -> DynamicOwners:

@@ -1,4 +1,5 @@
-"""Make a bare API server look like a cluster running the NVIDIA GPU Operator.
+"""Make a bare API server look like a cluster running the NVIDIA GPU Operator: its ClusterPolicy stack
+(`seed`), or its DRA stack (`seed_gpu_cluster`: a GPUCluster, GPU Operator 26.7+).
 
 Seeds GPU Nodes labelled as GPU Feature Discovery would label them (the label values come
 from `migops.mig.gfd`, the only place that knows GPU and MIG rules), the labels the GPU Operator adds
@@ -27,16 +28,19 @@ from kubernetes import client as k8s
 from kubernetes.client import ApiClient
 
 from migops.api.names import (
+    DEPLOY_DRA_DRIVER_LABEL,
+    DEPLOY_LABEL_PREFIX,
     DEPLOY_MIG_MANAGER_LABEL,
     DEVICE_ID_LABEL,
     GPU_COUNT_LABEL,
+    GPU_PRESENT_LABEL,
     GPU_RESOURCE,
     LOCAL_MANAGER,
     MIG_CAPABLE_LABEL,
     MIG_CONFIG_LABEL,
 )
 from migops.api.objects import DEFAULT_CONFIG, DEFAULT_CONFIG_NAME, DEFAULT_NAMESPACE
-from migops.kube import clusterpolicy, crds
+from migops.kube import clusterpolicy, crds, gpucluster
 from migops.mig.catalogue import GpuModel
 from migops.mig.gfd import node_labels_without_mig
 from migops.mig.strategy import STRATEGIES, Strategy
@@ -262,3 +266,85 @@ def apply_cluster_policy(api: ApiClient, strategy: str) -> None:
         field_manager=OPERATOR_MANAGER,
         _content_type=APPLY,
     )
+
+
+# ------------------------------------------------------------------------------------------ GPUCluster
+GPUCLUSTER_API_VERSION = f"{gpucluster.GROUP}/{gpucluster.VERSION}"
+# What the GPU Operator's node labelling puts on a GPU node under a GPUCluster (v26.7.0,
+# controllers/state_manager.go gpuClusterStateLabels, and nvidia.com/gpu.present from NFD's PCI label). No
+# GFD, device plugin or MIG Manager runs there: those deploy labels are swept, and no nvidia.com/gpu is
+# advertised (the DRA driver publishes ResourceSlices instead).
+NFD_NVIDIA_PCI_LABEL = "feature.node.kubernetes.io/pci-10de.present"
+DRA_STACK_LABELS = {
+    GPU_PRESENT_LABEL: "true",
+    DEPLOY_LABEL_PREFIX + "driver": "true",
+    DEPLOY_DRA_DRIVER_LABEL: "true",
+    DEPLOY_LABEL_PREFIX + "dra-validator": "true",
+    DEPLOY_LABEL_PREFIX + "dcgm-dra": "true",
+    DEPLOY_LABEL_PREFIX + "dcgm-exporter-dra": "true",
+}
+
+
+def plan_dra_stack_node(name: str, gpu: GpuModel, gpus: int) -> NodeSpec:
+    """A GPU node of a GPUCluster cluster: NFD's PCI label and the operator's DRA-stack labels only."""
+    return NodeSpec(name, gpu, gpus, {NFD_NVIDIA_PCI_LABEL: "true"}, dict(DRA_STACK_LABELS))
+
+
+def gpucluster_crd() -> dict[str, Any]:
+    """The GPUCluster CRD shipped in local/data/ (a subset of NVIDIA's)."""
+    text = resources.files("migops.local").joinpath("data/gpucluster-crd.yaml").read_text()
+    return load_yaml(text)  # type: ignore[return-value]
+
+
+def apply_gpu_cluster(api: ApiClient, *, dynamic_mig: bool = False, state: str = "ready") -> None:
+    """The `gpu-cluster` object (NVIDIA's sample's DRA driver), with the status a healthy operator reports."""
+    objects = k8s.CustomObjectsApi(api)
+    head = {"apiVersion": GPUCLUSTER_API_VERSION, "kind": gpucluster.KIND, "metadata": {"name": gpucluster.NAME}}
+    driver = {
+        "repository": "registry.k8s.io/dra-driver-nvidia",
+        "image": "dra-driver-nvidia-gpu",
+        "version": "v0.5.0",
+        "featureGates": {"DynamicMIG": dynamic_mig},
+    }
+    where = (gpucluster.GROUP, gpucluster.VERSION, gpucluster.PLURAL, gpucluster.NAME)
+    objects.patch_cluster_custom_object(
+        *where, {**head, "spec": {"draDriver": driver}}, field_manager=OPERATOR_MANAGER, _content_type=APPLY
+    )
+    status = {"state": state, "namespace": OPERATOR_NAMESPACE}
+    objects.patch_cluster_custom_object_status(
+        *where, {**head, "status": status}, field_manager=OPERATOR_MANAGER, _content_type=APPLY
+    )
+
+
+def seed_gpu_cluster(api: ApiClient, nodes: Sequence[NodeSpec], *, dynamic_mig: bool = False) -> None:
+    """A cluster running the GPU Operator's DRA stack: the namespace, the GPUCluster CRD and `gpu-cluster`,
+    and `nodes` (plan them with plan_dra_stack_node) labelled as the operator labels them. Idempotent."""
+    core = k8s.CoreV1Api(api)
+    core.patch_namespace(
+        OPERATOR_NAMESPACE,
+        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": OPERATOR_NAMESPACE}},
+        field_manager=OPERATOR_MANAGER,
+        _content_type=APPLY,
+    )
+    crds.install(api, [gpucluster_crd()], field_manager=OPERATOR_MANAGER, timeout=30.0)
+    apply_gpu_cluster(api, dynamic_mig=dynamic_mig)
+    for node in nodes:
+        body = {
+            "apiVersion": "v1",
+            "kind": "Node",
+            "metadata": {"name": node.name, "labels": kubelet_labels(node.name)},
+        }
+        core.patch_node(node.name, body, field_manager=KUBELET_MANAGER, _content_type=APPLY)
+        apply_labels(api, node)
+        mark_ready(api, node.name)
+
+
+def delete_gpu_cluster(api: ApiClient) -> None:
+    """Remove `gpu-cluster` (the CRD stays, as the operator's chart keeps it); absent is fine."""
+    try:
+        k8s.CustomObjectsApi(api).delete_cluster_custom_object(
+            gpucluster.GROUP, gpucluster.VERSION, gpucluster.PLURAL, gpucluster.NAME
+        )
+    except k8s.exceptions.ApiException as exc:
+        if exc.status != 404:
+            raise

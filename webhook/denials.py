@@ -55,9 +55,13 @@ WEBHOOK_RULES: Mapping[str, Explanation] = {
         "Switch to a ConfigMap the webhook may read, or widen its RBAC; a failed read can be retried.",
     ),
     "dynamic-mig-owner": Explanation(
-        "The node's MIG geometry is owned by a dynamic MIG manager (the DRA driver's DynamicMIG, HAMi, DAS; "
-        "label `migops.io/mig-owner`): a second manager would fight it.",
-        "Remove `nvidia.com/mig.config` from the node, or take the node from the dynamic manager first (docs/dra.md).",
+        "The node's MIG geometry is owned by another manager: the GPU Operator's DRA stack (a GPUCluster runs "
+        "NVIDIA's DRA driver there and no MIG Manager; label `nvidia.com/gpu.deploy.dra-driver`) or a dynamic "
+        "MIG manager (the DRA driver's DynamicMIG, HAMi, DAS; label `migops.io/mig-owner`): a second manager "
+        "would fight it.",
+        "Remove `nvidia.com/mig.config` from the node, or take the node from its owner first: "
+        "`nvidia.com/gpu.deploy.dra-driver=false` for the DRA stack, the dynamic manager's own way otherwise "
+        "(docs/dra.md).",
     ),
     "git-owned": Explanation(
         "The node is managed by a MigSync: git is the only writer of its `nvidia.com/mig.config`, so a change "

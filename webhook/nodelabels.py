@@ -221,9 +221,8 @@ def owners_findings(req: Request, value: object) -> list[Finding]:
     return [
         (
             "dynamic-mig-owner",
-            f"metadata.labels.\"{MIG_CONFIG_LABEL}\": this node's MIG geometry is owned by {owner}, which "
-            "creates and destroys instances itself; a second manager would fight it (remove the label, or "
-            f"take the node from {owner} first: {owners.ENV})",
+            f"metadata.labels.\"{MIG_CONFIG_LABEL}\": this node's MIG geometry is owned by {owner}: "
+            f"{owners.why(owner)}; remove the label",
         )
     ]
 

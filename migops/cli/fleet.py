@@ -181,8 +181,9 @@ def _read_inventory(args: argparse.Namespace, keys: Sequence[str], group_nodes: 
 
     from migops.api.names import GPUS_ANNOTATION
     from migops.api.objects import annotations_of, labels, meta, node_gpus
-    from migops.gitops.fleet import Inventory
+    from migops.gitops.fleet import OWNERSHIP_LABELS, Inventory
     from migops.kube.clusterpolicy import read_settings
+    from migops.kube.gpucluster import read_operator
     from migops.mig.catalogue import UnknownGpuError
 
     api = kube_client.api_client(args.kubeconfig, args.context)
@@ -190,19 +191,27 @@ def _read_inventory(args: argparse.Namespace, keys: Sequence[str], group_nodes: 
         nodes = k8s.CoreV1Api(api).list_node(_preload_content=False)
         items = json.loads(nodes.data)["items"]
         settings = read_settings(api)
+        operator = read_operator(api)
     except ApiException as exc:
-        raise UsageError(f"cannot read the cluster's Nodes and ClusterPolicy: HTTP {exc.status} {exc.reason}") from None
+        raise UsageError(
+            f"cannot read the cluster's Nodes, ClusterPolicies and GPUClusters: HTTP {exc.status} {exc.reason}"
+        ) from None
     finally:
         api.close()
     found = []
     for node in items:
         try:
-            if node_gpus(node) is None:
-                continue  # no GPU: nothing of nodes.yaml applies to it
+            # No GPU named: nothing of nodes.yaml applies to it, unless another manager owns its MIG (the DRA
+            # stack runs no GPU Feature Discovery: its nodes name no GPU), which the check then reports.
+            if node_gpus(node) is None and not any(k in labels(node) for k in OWNERSHIP_LABELS):
+                continue
         except UnknownGpuError:
             pass  # a GPU migops does not know: recorded, so the check says so
         found.append((str(meta(node).get("name")), labels(node), annotations_of(node).get(GPUS_ANNOTATION)))
-    return Inventory(args.cluster, settings.strategy, settings.configmap, tuple(keys), group_nodes(found, keys))
+    # Labels saying another manager owns a node's MIG geometry, recorded where a node has one.
+    keys = sorted({*keys, *(k for k in OWNERSHIP_LABELS for _, lab, _ in found if k in lab)})
+    nodes_recorded = group_nodes(found, keys)
+    return Inventory(args.cluster, settings.strategy, settings.configmap, tuple(keys), nodes_recorded, operator)
 
 
 def inventory_text(inventory: Inventory, cluster: str) -> str:

@@ -20,6 +20,7 @@ from typing import Any
 
 from migops import logs
 from migops.api.migsync import Condition, ConditionStatus, MigSyncStatus
+from migops.api.objects import GpuOperator
 from migops.cli.outputs import document
 from migops.cli.usage import EXIT_INVALID, EXIT_OK, UsageError
 from migops.kube import client as kube_client
@@ -372,6 +373,7 @@ def cmd_status(args: argparse.Namespace) -> int:
     try:
         drift = _node_drift(api) if args.nodes else {}
         items = _read_migsyncs(api, args)
+        operator = _gpu_operator(api)
     except LookupError as exc:
         print(f"migops status: {exc} not found", file=sys.stderr)
         return EXIT_INVALID
@@ -388,11 +390,45 @@ def cmd_status(args: argparse.Namespace) -> int:
             {k: i["metadata"][k] for k in ("name", "namespace")} | {"spec": i.get("spec"), "status": i.get("status")}
             for i in items
         ]
-        print(json.dumps(document("status", {"items": found}), indent=2))
+        extra = {"gpuOperator": _operator_json(operator)} if operator is not None else {}
+        print(json.dumps(document("status", {"items": found, **extra}), indent=2))
     else:
         _print_status(read, drift if args.nodes else None)
+        _print_operator(operator)
     ok = all(_condition(s, "Ready").status == ConditionStatus.TRUE for _, s in read)
     return EXIT_OK if ok and items else EXIT_INVALID
+
+
+def _gpu_operator(api: Any) -> GpuOperator | None:
+    """Which stack of the GPU Operator the cluster runs; None when this identity may not read it."""
+    from kubernetes.client.exceptions import ApiException
+
+    from migops.kube.gpucluster import read_operator
+
+    try:
+        return read_operator(api)
+    except ApiException:
+        return None  # the MigSyncs' table still prints
+
+
+def _print_operator(operator: GpuOperator | None) -> None:
+    """Said only where it changes what migops does: a GPUCluster, or both stacks declared."""
+    if operator is None:
+        return
+    if operator.gpu_cluster is not None:
+        print(f"GPU Operator: {operator.describe()}")
+    if operator.conflict:
+        print(f"warning: {operator.conflict}")
+
+
+def _operator_json(operator: GpuOperator) -> dict[str, Any]:
+    return {
+        "clusterPolicies": list(operator.policies),
+        "gpuCluster": operator.gpu_cluster,
+        "dynamicMIG": operator.dynamic_mig,
+        "state": operator.state,
+        "conflict": operator.conflict,
+    }
 
 
 def _read_migsyncs(api: Any, args: argparse.Namespace) -> list[dict[str, Any]]:

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 
 import pytest
+import yaml
 from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 
@@ -99,3 +101,69 @@ def test_a_migops_reconciler_meets_the_operators_ownership_of_mig_config(admin, 
     assert err.value.status == 409
     core.patch_node(node, body, field_manager="migops", force=True, _content_type=cluster.APPLY)
     assert core.read_node(node).metadata.labels[MIG_CONFIG_LABEL] == "all-1g.10gb"
+
+
+def test_a_gpucluster_cluster_is_seeded_and_recognised(admin, control_plane, capsys, tmp_path) -> None:
+    """GPU Operator 26.7's DRA stack: the GPUCluster CRD and `gpu-cluster`, GPU nodes labelled as its node
+    labelling labels them (no GFD, no MIG Manager, no nvidia.com/gpu); `migops status` and `migops inventory`
+    read it, and report it beside the ClusterPolicy (which the operator refuses)."""
+    from migops.api.names import DEPLOY_DRA_DRIVER_LABEL
+    from migops.cli import main
+    from migops.reconciler.status import install_crd
+
+    gpus = catalogue().resolve(H100)
+    nodes = [cluster.plan_dra_stack_node(f"seed-dra-{i}", gpus, 8) for i in (1, 2)]
+    cluster.seed_gpu_cluster(admin, nodes, dynamic_mig=True)
+    cluster.seed_gpu_cluster(admin, nodes, dynamic_mig=True)  # idempotent
+    objects = k8s.CustomObjectsApi(admin)
+    core = k8s.CoreV1Api(admin)
+    try:
+        found = objects.get_cluster_custom_object("nvidia.com", "v1alpha1", "gpuclusters", "gpu-cluster")
+        assert found["spec"]["draDriver"]["featureGates"] == {"DynamicMIG": True}
+        assert found["status"]["state"] == "ready"
+        with pytest.raises(ApiException) as err:  # the CRD's rule: one GPUCluster, named gpu-cluster
+            objects.create_cluster_custom_object(
+                "nvidia.com",
+                "v1alpha1",
+                "gpuclusters",
+                {
+                    "apiVersion": "nvidia.com/v1alpha1",
+                    "kind": "GPUCluster",
+                    "metadata": {"name": "second"},
+                    "spec": {"draDriver": {}},
+                },
+            )
+        assert err.value.status == 422 and "singleton" in err.value.body
+        for spec in nodes:
+            node = core.read_node(spec.name)
+            assert node.metadata.labels[DEPLOY_DRA_DRIVER_LABEL] == "true"
+            assert MIG_CONFIG_LABEL not in node.metadata.labels
+            assert "nvidia.com/gpu.deploy.mig-manager" not in node.metadata.labels
+            assert "nvidia.com/gpu" not in (node.status.capacity or {})
+
+        # Both stacks declared: the ClusterPolicy as the seed writes it.
+        cluster.install_clusterpolicy_crd(admin)
+        cluster.apply_cluster_policy(admin, "single")
+        install_crd(admin, field_manager="migops-test")
+        kubeconfig = str(control_plane.admin_kubeconfig)
+        main(["status", "-A", "--kubeconfig", kubeconfig])
+        out = capsys.readouterr().out
+        assert "GPU Operator: GPUCluster gpu-cluster (the DRA stack: NVIDIA's DRA driver, DynamicMIG on, ready)" in out
+        assert "warning: both ClusterPolicy cluster-policy and GPUCluster gpu-cluster exist" in out
+        main(["status", "-A", "--kubeconfig", kubeconfig, "-o", "json"])
+        operator = json.loads(capsys.readouterr().out)["gpuOperator"]
+        assert operator["gpuCluster"] == "gpu-cluster" and operator["dynamicMIG"] is True
+        assert "cluster-policy" in operator["clusterPolicies"] and operator["conflict"]
+
+        # The inventory records it, and the DRA-stack nodes though they name no GPU.
+        inventory = tmp_path / "inventory.yaml"
+        assert main(["inventory", "--cluster", "c1", "--kubeconfig", kubeconfig, "-o", str(inventory)]) == 0
+        recorded = yaml.safe_load(inventory.read_text())
+        assert recorded["gpuOperator"]["gpuCluster"] == "gpu-cluster"
+        assert "cluster-policy" in recorded["gpuOperator"]["clusterPolicies"]
+        groups = [g for g in recorded["nodes"] if "seed-dra-1" in g["names"]]
+        assert groups and groups[0]["labels"][DEPLOY_DRA_DRIVER_LABEL] == "true"
+    finally:
+        cluster.delete_gpu_cluster(admin)
+        for spec in nodes:
+            core.delete_node(spec.name)
