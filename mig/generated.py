@@ -305,7 +305,7 @@ def infer_models(
 
 
 @dataclass(frozen=True)
-class _Seen:
+class _OutputModel:
     """One (output, GPU model) to compare."""
 
     source: str
@@ -316,12 +316,14 @@ class _Seen:
     profiles: int
 
 
-def _unnamed(cat: Catalogue, gpu: DiscoveredGpu, source: str) -> _Seen:
+def _unnamed(cat: Catalogue, gpu: DiscoveredGpu, source: str) -> _OutputModel:
     """An output without device IDs, with no model given: compared with the models it is nearest to, or
     a difference that asks for the model when it cannot be told."""
     inferred, found = infer_models(cat, gpu.profiles)
     if inferred:
-        return _Seen(source, tuple(g.device_id for g in inferred), None, inferred, found, len(inferred[0].profiles))
+        return _OutputModel(
+            source, tuple(g.device_id for g in inferred), None, inferred, found, len(inferred[0].profiles)
+        )
     nearest = sorted(cat.gpus, key=lambda g: _errors(compare_model(g, gpu.profiles)))[:3]
     missing = CatalogueDifference(
         rule="catalogue-model-unnamed",
@@ -331,17 +333,17 @@ def _unnamed(cat: Catalogue, gpu: DiscoveredGpu, source: str) -> _Seen:
         message="the output names no device ID (one GPU model on the node) and its profiles do not tell "
         f"which catalogue model it is: name the node's GPU with --gpu (nearest: {', '.join(g.name for g in nearest)})",
     )
-    return _Seen(source, ("", source), None, (), (missing,), len(gpu.profiles))
+    return _OutputModel(source, ("", source), None, (), (missing,), len(gpu.profiles))
 
 
-def _seen(cat: Catalogue, output: GeneratedOutput, named: GpuModel | None) -> Iterable[_Seen]:
+def _seen(cat: Catalogue, output: GeneratedOutput, named: GpuModel | None) -> Iterable[_OutputModel]:
     for gpu in output.gpus:
         if gpu.device_id is None and named is None:
             yield _unnamed(cat, gpu, output.source)
             continue
         model = named if gpu.device_id is None and named is not None else cat.model(parse_device_id(str(gpu.device_id)))
         compared = len(model.profiles) if model.mig_capable else len(gpu.profiles)
-        yield _Seen(output.source, (model.device_id,), model, (), compare_model(model, gpu.profiles), compared)
+        yield _OutputModel(output.source, (model.device_id,), model, (), compare_model(model, gpu.profiles), compared)
 
 
 def check_catalogue(
@@ -349,7 +351,7 @@ def check_catalogue(
 ) -> CatalogueCheck:
     """Every output against the catalogue, grouped per GPU model in catalogue order. `named`: the model
     of the outputs that name no device ID (`--gpu`); without it, inferred from their profiles."""
-    groups: dict[tuple[str, ...], list[_Seen]] = {}
+    groups: dict[tuple[str, ...], list[_OutputModel]] = {}
     for output in outputs:
         for seen in _seen(cat, output, named):
             groups.setdefault(seen.key, []).append(seen)
@@ -364,7 +366,7 @@ def _first(m: ModelComparison) -> str:
     return m.model.device_id if m.model else m.inferred[0].device_id if m.inferred else ""
 
 
-def _merged(seen: Sequence[_Seen]) -> ModelComparison:
+def _merged(seen: Sequence[_OutputModel]) -> ModelComparison:
     """One model's outputs: each distinct difference once, with the outputs that show it."""
     shown: dict[CatalogueDifference, list[str]] = {}
     for s in seen:

@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 
 
 def read_outputs(files: Sequence[str]) -> list[GeneratedOutput]:
-    from migops.cli.mig import expand_inputs, read_input
+    from migops.cli.inputs import expand_inputs, read_input
     from migops.mig.generated import GeneratedOutput, read_generated
     from migops.mig.sources import read_file
 
@@ -36,7 +36,7 @@ def read_outputs(files: Sequence[str]) -> list[GeneratedOutput]:
 
 
 def cmd_check(args: argparse.Namespace) -> int:
-    from migops.cli.mig import resolve_gpus
+    from migops.cli.inputs import resolve_gpus
     from migops.cli.outputs import document
     from migops.cli.report import emit_json
     from migops.mig.catalogue import catalogue

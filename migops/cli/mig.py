@@ -8,14 +8,13 @@ shown at file:line:col. Exit codes: 0 valid, 1 invalid (any input), 2 usage erro
 from __future__ import annotations
 
 import argparse
-import os
 import shutil
-import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from migops.cli.inputs import expand_inputs, read_input, resolve_gpus
 from migops.cli.usage import EXIT_INVALID, EXIT_OK, UsageError
 from migops.mig.strategy import STRATEGIES, Strategy
 
@@ -31,8 +30,6 @@ if TYPE_CHECKING:
 # The MIG core is imported where a command runs, not with this module: every command line registers
 # these commands, and `migops --version` or `migops reconcile` must not pay for loading the validator
 # (tests/cli/test_startup.py, bench/cli_startup.py).
-
-SUFFIXES = (".yaml", ".yml", ".json")
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -143,51 +140,6 @@ def _register_gpus(sub: argparse._SubParsersAction) -> None:
         "without it, inferred from their profiles",
     )
     g.set_defaults(func=cmd_gpus)
-
-
-# ---------------------------------------------------------------------------------------------- input
-
-
-def read_input(name: str) -> bytes:
-    if name == "-":
-        return sys.stdin.buffer.read()
-    path = Path(name)
-    if not path.exists():
-        raise UsageError(f"{name}: no such file")
-    if path.is_dir():
-        raise UsageError(f"{name}: is a directory")
-    try:
-        return path.read_bytes()
-    except OSError as exc:
-        raise UsageError(f"{name}: {exc.strerror}") from None
-
-
-def expand_inputs(names: Sequence[str]) -> Iterator[tuple[str, bool]]:
-    """(file name, found by walking a directory) for each input: files as given, directories searched
-    recursively (sorted, hidden entries skipped) for *.yaml, *.yml and *.json, `-` for stdin."""
-    for name in names:
-        if name != "-" and Path(name).is_dir():
-            found = False
-            for root, dirs, files in os.walk(name):
-                dirs[:] = sorted(d for d in dirs if not d.startswith("."))
-                for f in sorted(files):
-                    if f.endswith(SUFFIXES) and not f.startswith("."):
-                        found = True
-                        yield os.path.join(root, f), True
-            if not found:
-                raise UsageError(f"{name}: no *.yaml, *.yml or *.json file in this directory")
-        else:
-            yield name, False
-
-
-def resolve_gpus(names: Sequence[str]) -> list[GpuModel]:
-    from migops.mig.catalogue import UnknownGpuError, catalogue
-
-    cat = catalogue()
-    try:
-        return [cat.resolve(n) for n in names]
-    except UnknownGpuError as exc:
-        raise UsageError(str(exc)) from None
 
 
 def _print_problems(problems: Sequence[Problem], file: str, indent: str = "  ") -> None:
