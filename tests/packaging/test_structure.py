@@ -17,6 +17,8 @@ import functools
 from collections import defaultdict
 from pathlib import Path
 
+from import_graph import cycles
+
 ROOT = Path(__file__).resolve().parents[2]
 PRODUCT = (
     "mig",
@@ -91,25 +93,6 @@ def imports(folder: str, modules: Sources) -> dict[str, set[str]]:
                     found |= {".".join(parts[:i]) for i in range(1, len(parts) + 1)} & modules.keys()
         graph[name] = found - {name, "__init__"}
     return graph
-
-
-def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
-    found: list[list[str]] = []
-    done: set[str] = set()
-
-    def visit(node: str, path: list[str]) -> None:
-        if node in path:
-            found.append([*path[path.index(node) :], node])
-            return
-        if node in done:
-            return
-        for nxt in sorted(graph.get(node, ())):
-            visit(nxt, [*path, node])
-        done.add(node)
-
-    for node in sorted(graph):
-        visit(node, [])
-    return found
 
 
 def import_cycles(folders: dict[str, Sources]) -> list[str]:

@@ -13,6 +13,7 @@ import types
 from pathlib import Path
 
 import pytest
+from import_graph import cycles
 
 from migops.reconciler import state as sync_state
 from migops.reconciler import steps
@@ -83,25 +84,6 @@ def imports(root: Path = RECONCILER) -> dict[str, set[str]]:
         name: {m for n in tree.body if isinstance(n, ast.Import | ast.ImportFrom) for m in _imported(n)}
         for name, tree in _modules(root).items()
     }
-
-
-def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
-    found: list[list[str]] = []
-    done: set[str] = set()
-
-    def visit(node: str, path: list[str]) -> None:
-        if node in path:
-            found.append([*path[path.index(node) :], node])
-            return
-        if node in done:
-            return
-        for nxt in sorted(graph.get(node, ())):
-            visit(nxt, [*path, node])
-        done.add(node)
-
-    for node in sorted(graph):
-        visit(node, [])
-    return found
 
 
 def late_imports(root: Path = RECONCILER) -> list[str]:
