@@ -12,6 +12,7 @@ also when interrupted.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import re
 import shutil
@@ -49,8 +50,24 @@ def cpu_hogs(count: int) -> Iterator[list[subprocess.Popen[bytes]]]:
         yield hogs
     finally:
         for hog in hogs:
-            os.killpg(hog.pid, signal.SIGKILL)
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(hog.pid, signal.SIGKILL)
             hog.wait()
+
+
+def stop_group(pgid: int, grace: float = 300.0) -> None:
+    """SIGTERM to `make test`'s whole process group (hack/run_tests.py and the tiers' conftest stop their
+    control planes and nodes on it), waited for until none is left, SIGKILL after `grace` seconds."""
+    deadline = time.monotonic() + grace
+    sig = signal.SIGTERM
+    while True:
+        try:
+            os.killpg(pgid, sig)
+        except ProcessLookupError:
+            return
+        if time.monotonic() > deadline:
+            sig = signal.SIGKILL
+        time.sleep(1)
 
 
 def one_run(number: int, log_dir: Path) -> LoadedRun:
@@ -67,14 +84,17 @@ def one_run(number: int, log_dir: Path) -> LoadedRun:
             try:
                 returncode = proc.wait()
             except BaseException:
-                # hack/run_tests.py and the tiers' conftest stop their control planes and nodes on SIGTERM.
-                os.killpg(proc.pid, signal.SIGTERM)
-                proc.wait(timeout=300)
+                stop_group(proc.pid)  # before the clone is removed: the tiers clean up from it
+                proc.wait()
                 raise
     finally:
         shutil.rmtree(clone, ignore_errors=True)
     found = COUNTS.findall(log.read_text(errors="replace"))
     return LoadedRun(number, returncode, found[-1] if found else "no counts printed", time.monotonic() - started)
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt(signal.Signals(signum).name)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -83,6 +103,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--hogs", type=int, default=1, help="CPU-bound processes beside them (default 1)")
     parser.add_argument("--keep-logs", type=Path, help="keep each run's output in this directory")
     args = parser.parse_args(argv)
+    # Started in the background by a shell, SIGINT is ignored: both signals stop the runs the same way.
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, _interrupt)
     log_dir = args.keep_logs or Path(tempfile.mkdtemp(prefix="migops-loaded-logs-"))
     log_dir.mkdir(parents=True, exist_ok=True)
     runs: list[LoadedRun] = []

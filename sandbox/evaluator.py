@@ -47,7 +47,8 @@ NICE = 10
 
 @dataclass(frozen=True)
 class Bound:
-    """A judgement that hit a bound, named for the warning: `which` is time, memory or busy."""
+    """A judgement that hit a bound, named for the warning: `which` is time, memory or busy (others waiting,
+    or the evaluator not started in time: an answer never cached)."""
 
     which: str
     text: str
@@ -122,6 +123,10 @@ class Evaluator:
     def _judge(self, question: tuple[Any, ...]) -> Any:
         try:
             send, recv = self._ready()
+        except (OSError, EOFError) as exc:  # not started in time (a loaded machine): busy, never cached
+            log.warning("the DRA selector evaluator did not start: %s", exc)
+            return Bound("busy", f"not judged: the selector evaluator did not start within {START_SECONDS:g} s")
+        try:
             send.send_bytes(pickle.dumps(question, protocol=pickle.HIGHEST_PROTOCOL))
             if not recv.poll(self.wall):
                 self.stop()
@@ -209,8 +214,8 @@ def serve(memory: int, nice: int) -> None:
     send = Connection(os.dup(sys.stdout.fileno()), readable=False)
     recv = Connection(os.dup(sys.stdin.fileno()), writable=False)
     os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # stray prints never reach the pipe
+    dra.warm()  # trusted work, at the caller's priority: a start on a busy machine stays within START_SECONDS
     os.nice(nice)
-    dra.warm()
     size = _address_space()
     resource.setrlimit(resource.RLIMIT_AS, (size + memory, size + memory))
     send.send_bytes(b"ready")

@@ -204,8 +204,17 @@ def test_a_bad_mig_configmap_is_denied_through_the_service(deployed: Deployed) -
         )
         assert out.returncode != 0 and "denied the request" in out.stderr and "1g.9gb" in out.stderr, out.stderr
         assert "[unknown-profile]" in out.stderr
+    # --force-conflicts: past the API server's field-ownership check (the reconciler owns config.yaml), to
+    # the webhook, as a user who insists would go.
     out = deployed.kubectl(
-        "apply", "--server-side", "--dry-run=server", "-f", "-", input=_mig_configmap(BAD_CONFIG), check=False
+        "apply",
+        "--server-side",
+        "--force-conflicts",
+        "--dry-run=server",
+        "-f",
+        "-",
+        input=_mig_configmap(BAD_CONFIG),
+        check=False,
     )
     assert out.returncode != 0 and "[git-owned]" in out.stderr and f"MigSync {NS}/{deploy.MIGSYNC}" in out.stderr
     out = deployed.kubectl(

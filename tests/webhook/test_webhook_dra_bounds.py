@@ -15,10 +15,13 @@ import threading
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from adversarial_claims import huge_string, loops, many_requests
 from webhook_helpers import DEFAULT_CONFIG, configmap, review
 
+from migops.sandbox import evaluator as evaluator_module
 from migops.sandbox.evaluator import Bound, Evaluator
 from migops.webhook.app import ReviewPorts, create_app
 from migops.webhook.state import Snapshot, trim_node
@@ -137,5 +140,16 @@ def test_waiting_claims_are_bounded_too() -> None:
         first.join()
         judged = post(app, many_requests(), group="resource.k8s.io")
         assert not any("busy" in w for w in judged.get("warnings", ()))
+    finally:
+        evaluator.stop()
+
+
+def test_an_evaluator_that_does_not_start_in_time_answers_busy(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A start slower than its bound (a loaded machine) is a transient answer, not the memory bound."""
+    monkeypatch.setattr(evaluator_module, "START_SECONDS", 0.001)
+    evaluator = Evaluator(wall=5.0)
+    try:
+        got = evaluator.judge("ResourceClaim", "c", many_requests())
+        assert isinstance(got, Bound) and got.which == "busy" and "did not start" in got.text, got
     finally:
         evaluator.stop()
