@@ -55,14 +55,15 @@ def cpu_hogs(count: int) -> Iterator[list[subprocess.Popen[bytes]]]:
             hog.wait()
 
 
-def stop_group(pgid: int, grace: float = 300.0) -> None:
+def stop_group(proc: subprocess.Popen[bytes], grace: float = 300.0) -> None:
     """SIGTERM to `make test`'s whole process group (hack/run_tests.py and the tiers' conftest stop their
     control planes and nodes on it), waited for until none is left, SIGKILL after `grace` seconds."""
     deadline = time.monotonic() + grace
     sig = signal.SIGTERM
     while True:
+        proc.poll()  # reaps `make` once it exits: its zombie would keep the group in existence
         try:
-            os.killpg(pgid, sig)
+            os.killpg(proc.pid, sig)
         except ProcessLookupError:
             return
         if time.monotonic() > deadline:
@@ -84,8 +85,7 @@ def one_run(number: int, log_dir: Path) -> LoadedRun:
             try:
                 returncode = proc.wait()
             except BaseException:
-                stop_group(proc.pid)  # before the clone is removed: the tiers clean up from it
-                proc.wait()
+                stop_group(proc)  # before the clone is removed: the tiers clean up from it
                 raise
     finally:
         shutil.rmtree(clone, ignore_errors=True)
@@ -127,4 +127,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        sys.exit(main())
+    except KeyboardInterrupt as stopped:
+        print(f"stopped ({stopped}): the run in progress was stopped and removed", file=sys.stderr)
+        sys.exit(130)
