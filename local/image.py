@@ -211,8 +211,9 @@ def dockerd(cache: Path, log: Log) -> Iterator[Docker]:
         yield Docker(client, f"unix://{sock}")
     finally:
         stop(ref, timeout=20, popen=popen)
-        # dockerd bind-mounts its network namespace under the exec root and leaves it there.
-        left = _unmount_under(run)
+        # dockerd bind-mounts its network namespace under the exec root and leaves it there; one stopped by
+        # SIGKILL (past the timeout, on a busy machine) also leaves its data root's bind mount.
+        left = _unmount_under(run) + _unmount_under(home / "data")
         if left:
             raise ImageError(f"dockerd left mounts behind: {', '.join(left)}")
 
