@@ -88,6 +88,7 @@ class Evaluator:
         self._child: subprocess.Popen[bytes] | None = None
         self._send: Connection | None = None
         self._recv: Connection | None = None
+        self._starting = False  # the child has not said it is ready yet
         self.started = 0  # children started (tests: a bound hit restarts it)
 
     @property
@@ -145,8 +146,21 @@ class Evaluator:
         return f"selectors not judged within {self.memory >> 20} MiB, the memory bound per object"
 
     def _ready(self) -> tuple[Connection, Connection]:
-        if self._child is not None and self._child.poll() is None and self._send and self._recv:
-            return self._send, self._recv
+        child, send, recv = self._child, self._send, self._recv
+        if child is None or child.poll() is not None or send is None or recv is None:
+            child, send, recv = self._spawn()
+        if self._starting:
+            # A start slower than its bound (a loaded machine) goes on: the next judgement waits for it again
+            # instead of starting another from nothing.
+            if not recv.poll(START_SECONDS):
+                raise OSError(f"the DRA selector evaluator did not start within {START_SECONDS:g} s")
+            if recv.recv_bytes() != b"ready":
+                self.stop()
+                raise OSError("the DRA selector evaluator did not start")
+            self._starting = False
+        return send, recv
+
+    def _spawn(self) -> tuple[subprocess.Popen[bytes], Connection, Connection]:
         self.stop()
         child = subprocess.Popen(
             [sys.executable, "-m", "migops.sandbox.evaluator", str(self.memory), str(self.nice)],
@@ -155,16 +169,14 @@ class Evaluator:
             close_fds=True,
         )
         assert child.stdin is not None and child.stdout is not None
-        self._child = child
-        self._send = Connection(os.dup(child.stdin.fileno()), readable=False)
-        self._recv = Connection(os.dup(child.stdout.fileno()), writable=False)
+        send = Connection(os.dup(child.stdin.fileno()), readable=False)
+        recv = Connection(os.dup(child.stdout.fileno()), writable=False)
         child.stdin.close()
         child.stdout.close()
+        self._child, self._send, self._recv = child, send, recv
+        self._starting = True
         self.started += 1
-        if not self._recv.poll(START_SECONDS) or self._recv.recv_bytes() != b"ready":
-            self.stop()
-            raise OSError("the DRA selector evaluator did not start")
-        return self._send, self._recv
+        return child, send, recv
 
     def stop(self) -> None:
         """Kill the child (a later judgement starts another)."""
@@ -173,6 +185,7 @@ class Evaluator:
             if conn is not None:
                 conn.close()
         self._send = self._recv = None
+        self._starting = False
         if child is not None:
             if child.poll() is None:
                 child.send_signal(signal.SIGKILL)

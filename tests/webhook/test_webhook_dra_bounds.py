@@ -111,7 +111,11 @@ def test_a_huge_string_hits_the_memory_bound_not_the_worker() -> None:
         assert f"{evaluator.memory >> 20} MiB" in got.text
         assert rss_kib() - before < 50 * 1024
         again = evaluator.judge("ResourceClaim", "c", many_requests())  # a fresh child answers the next one
-        assert isinstance(again, tuple) and evaluator.started == 2
+        for _ in range(5):  # its start may outlast one judgement's wait on a loaded machine: busy, then answered
+            if not (isinstance(again, Bound) and again.which == "busy"):
+                break
+            again = evaluator.judge("ResourceClaim", "c", many_requests())
+        assert isinstance(again, tuple) and evaluator.started == 2, again
     finally:
         evaluator.stop()
 
@@ -151,5 +155,8 @@ def test_an_evaluator_that_does_not_start_in_time_answers_busy(monkeypatch: pyte
     try:
         got = evaluator.judge("ResourceClaim", "c", many_requests())
         assert isinstance(got, Bound) and got.which == "busy" and "did not start" in got.text, got
+        monkeypatch.setattr(evaluator_module, "START_SECONDS", 60.0)
+        again = evaluator.judge("ResourceClaim", "c", many_requests())  # the same child, waited for again
+        assert isinstance(again, tuple) and evaluator.started == 1, again
     finally:
         evaluator.stop()
