@@ -17,7 +17,7 @@ import functools
 from collections import defaultdict
 from pathlib import Path
 
-from import_graph import cycles
+from source_checks import assigned, assignment_targets, chain_root, cycles
 
 ROOT = Path(__file__).resolve().parents[2]
 PRODUCT = (
@@ -122,22 +122,6 @@ def step_signatures(folders: dict[str, Sources]) -> list[str]:
     ]
 
 
-def _assigned(target: ast.expr) -> list[ast.Attribute | ast.Subscript]:
-    """What an assignment target sets inside an object (`a.b = `, `a.b.c |= `, `a.b[k] = `, `a.b, c.d = `)."""
-    if isinstance(target, ast.Tuple | ast.List):
-        return [a for elt in target.elts for a in _assigned(elt)]
-    if isinstance(target, ast.Starred):
-        return _assigned(target.value)
-    return [target] if isinstance(target, ast.Attribute | ast.Subscript) else []
-
-
-def _root(e: ast.expr) -> str | None:
-    """The name an attribute or item chain starts from (`ports` of `ports.memory.awaiting[k]`)."""
-    while isinstance(e, ast.Attribute | ast.Subscript):
-        e = e.value
-    return e.id if isinstance(e, ast.Name) else None
-
-
 def step_assignments(folders: dict[str, Sources]) -> list[str]:
     """What the functions of a steps.py assign inside their arguments other than `run`: `state.x = ...`,
     `ports.x.y |= ...`, `ports.x[k] = ...` (the state is a value a step returns; the ports stay what they
@@ -148,14 +132,8 @@ def step_assignments(folders: dict[str, Sources]) -> list[str]:
         for fn in (n for n in (tree.body if tree else ()) if isinstance(n, ast.FunctionDef)):
             params = {a.arg for a in fn.args.args} - {"run"}
             for node in ast.walk(fn):
-                if isinstance(node, ast.Assign):
-                    targets = node.targets
-                elif isinstance(node, ast.AnnAssign | ast.AugAssign):
-                    targets = [node.target]
-                else:
-                    continue
-                for e in (a for target in targets for a in _assigned(target)):
-                    if _root(e) in params:
+                for e in (a for target in assignment_targets(node) for a in assigned(target)):
+                    if chain_root(e) in params:
                         found.append(f"{folder}/steps:{fn.name}:{node.lineno} assigns {ast.unparse(e)}")
     return found
 

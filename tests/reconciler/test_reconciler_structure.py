@@ -13,7 +13,7 @@ import types
 from pathlib import Path
 
 import pytest
-from import_graph import cycles
+from source_checks import assigned, assignment_targets, chain_root, cycles
 
 from migops.reconciler import state as sync_state
 from migops.reconciler import steps
@@ -44,13 +44,7 @@ def attributes(cls: ast.ClassDef) -> set[str]:
     """Fields declared in the class body, and every `self.<name> = ...` in its methods."""
     found = {b.target.id for b in cls.body if isinstance(b, ast.AnnAssign) and isinstance(b.target, ast.Name)}
     for node in ast.walk(cls):
-        targets = (
-            node.targets
-            if isinstance(node, ast.Assign)
-            else [node.target]
-            if isinstance(node, ast.AnnAssign | ast.AugAssign)
-            else []
-        )
+        targets = assignment_targets(node)
         for target in targets:
             for e in ast.walk(target):
                 if isinstance(e, ast.Attribute) and isinstance(e.value, ast.Name) and e.value.id == "self":
@@ -112,33 +106,11 @@ def step_assignments(root: Path = RECONCILER) -> list[str]:
     for fn in (n for n in tree.body if isinstance(n, ast.FunctionDef)):
         params = {a.arg for a in fn.args.args} - {"run"}
         for node in ast.walk(fn):
-            targets = (
-                node.targets
-                if isinstance(node, ast.Assign)
-                else [node.target]
-                if isinstance(node, ast.AnnAssign | ast.AugAssign)
-                else []
-            )
-            for e in (a for target in targets for a in _assigned(target)):
-                if _root(e) in params:
+            targets = assignment_targets(node)
+            for e in (a for target in targets for a in assigned(target)):
+                if chain_root(e) in params:
                     found.append(f"steps.py:{fn.name}:{node.lineno} assigns {ast.unparse(e)}")
     return found
-
-
-def _assigned(target: ast.expr) -> list[ast.Attribute | ast.Subscript]:
-    """What an assignment target sets inside an object (`a.b = `, `a.b.c |= `, `a.b[k] = `, `a.b, c.d = `)."""
-    if isinstance(target, ast.Tuple | ast.List):
-        return [a for elt in target.elts for a in _assigned(elt)]
-    if isinstance(target, ast.Starred):
-        return _assigned(target.value)
-    return [target] if isinstance(target, ast.Attribute | ast.Subscript) else []
-
-
-def _root(e: ast.expr) -> str | None:
-    """The name an attribute or item chain starts from (`ports` of `ports.memory.awaiting[k]`)."""
-    while isinstance(e, ast.Attribute | ast.Subscript):
-        e = e.value
-    return e.id if isinstance(e, ast.Name) else None
 
 
 def test_no_function_of_the_reconciler_runs_over_60_lines() -> None:
