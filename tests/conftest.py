@@ -24,19 +24,17 @@ shows in every CI log.
 
 from __future__ import annotations
 
-import atexit
 import re
-import signal
 import time
 import uuid
 from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from types import FrameType
 from typing import TYPE_CHECKING
 
 import pytest
+from last_resort import stopped_on_exit
 
 if TYPE_CHECKING:
     from kubernetes.client import ApiClient
@@ -130,36 +128,15 @@ def control_plane() -> Iterator[ControlPlane]:
     except BinariesUnavailable as exc:
         pytest.fail(f"cannot run cluster tests: {exc}", pytrace=False)
     plane = ControlPlane(binaries)
-    # Layered cleanup: the fixture's teardown (normal end, failures, Ctrl-C), atexit (an
-    # interpreter exit that skips teardown), SIGTERM/SIGHUP (CI cancelling the job) and the
-    # control plane's watchdog process (pytest SIGKILLed, where nothing in here runs).
-    restore = _stop_on_signals(plane.stop)
-    atexit.register(plane.stop)
+    # Layered cleanup: the fixture's teardown (normal end, failures, Ctrl-C), stopped_on_exit (an
+    # interpreter exit that skips teardown, CI cancelling the job) and the control plane's watchdog
+    # process (pytest SIGKILLed, where nothing in here runs).
     try:
-        plane.start()
-        yield plane
+        with stopped_on_exit(plane.stop):
+            plane.start()
+            yield plane
     finally:
         plane.stop()
-        atexit.unregister(plane.stop)
-        restore()
-
-
-def _stop_on_signals(stop: Callable[[], None]) -> Callable[[], None]:
-    previous: dict[int, object] = {}
-
-    def handler(signum: int, frame: FrameType | None) -> None:
-        stop()
-        signal.signal(signum, previous.get(signum, signal.SIG_DFL))  # type: ignore[arg-type]
-        signal.raise_signal(signum)
-
-    for sig in (signal.SIGTERM, signal.SIGHUP):
-        previous[sig] = signal.signal(sig, handler)
-
-    def restore() -> None:
-        for sig, old in previous.items():
-            signal.signal(sig, old)  # type: ignore[arg-type]
-
-    return restore
 
 
 @pytest.fixture(scope="session")
@@ -297,10 +274,8 @@ def real_node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RealNodeClus
         if problems:
             raise RuntimeError("the real node left: " + "; ".join(problems))
 
-    restore = _stop_on_signals(stop)
-    atexit.register(stop)
     try:
-        with plane.api_client() as api:
+        with stopped_on_exit(stop), plane.api_client() as api:
             from migops.local import cluster
             from migops.local.cli import DEFAULT_GPU
             from migops.mig.catalogue import catalogue
@@ -311,6 +286,4 @@ def real_node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RealNodeClus
                 node.name, plane, node, api, plane.admin_kubeconfig, binaries.kubectl, node.layout.gpu_dir / "gpus.json"
             )
     finally:
-        atexit.unregister(stop)
-        restore()
         stop()

@@ -28,7 +28,7 @@ from typing import Any
 
 import yaml
 from gitrepo import Clone, run
-from local_cli import migops_local
+from local_cli import down_on_exit, migops_local
 
 from migops.api.names import MIG_CONFIG_LABEL
 from migops.local import fleet
@@ -109,20 +109,21 @@ def local_fleet(tmp: Path, tool: str, env: Mapping[str, str] = {}) -> Iterator[L
     began = time.monotonic()
     args = ["up", "--clusters", "3", "--nodes", "1", "--gpus-per-node", "1", "--strategy", "mixed"]
     args += [a for g in GPUS for a in ("--gpu", g)] + ["--repo", str(repo), f"--{tool}"]
-    up = subprocess.run(
-        [str(MIGOPS), "local", *args],
-        env={**os.environ, **env, "MIGOPS_HOME": str(home)},
-        capture_output=True,
-        text=True,
-        timeout=1200,
-        check=False,
-    )
-    seconds = time.monotonic() - began
     try:
-        print(up.stdout)
-        assert up.returncode == 0, f"migops local up failed:\n{up.stdout}\n{up.stderr}"
-        url = next(line.split()[2] for line in up.stdout.splitlines() if line.strip().startswith("fleet repo:"))
-        yield LocalFleet(home, url, seconds)
+        with down_on_exit(home):
+            up = subprocess.run(
+                [str(MIGOPS), "local", *args],
+                env={**os.environ, **env, "MIGOPS_HOME": str(home)},
+                capture_output=True,
+                text=True,
+                timeout=1200,
+                check=False,
+            )
+            seconds = time.monotonic() - began
+            print(up.stdout)
+            assert up.returncode == 0, f"migops local up failed:\n{up.stdout}\n{up.stderr}"
+            url = next(line.split()[2] for line in up.stdout.splitlines() if line.strip().startswith("fleet repo:"))
+            yield LocalFleet(home, url, seconds)
     finally:
         down = migops_local(home, "down", timeout=600)
         assert down.returncode == 0, down.stderr

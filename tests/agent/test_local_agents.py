@@ -15,7 +15,7 @@ from agent_harness import until
 from kubernetes import client as k8s
 from kubernetes import config
 from kubernetes.client.exceptions import ApiException
-from local_cli import migops_local
+from local_cli import down_on_exit, migops_local
 
 from migops.local.process import find_by_argument
 
@@ -32,13 +32,14 @@ def local_stack(agent_plane, tmp_path_factory: pytest.TempPathFactory) -> Iterat
     """`migops local up` with two nodes of two H100s (agent_plane: the binaries are built); `down` after
     the module leaves no agent behind."""
     home = tmp_path_factory.mktemp("local") / "home"
-    try:
-        up = _run(home, "up", "--nodes", "2", "--gpu", "0x233010DE", "--gpus-per-node", "2", "--strategy", "mixed")
-        assert up.returncode == 0, up.stderr
-        assert "one simulated MIG agent per node" in up.stdout and "not reporting" not in up.stdout
-        yield home
-    finally:
-        down = _run(home, "down")
+    with down_on_exit(home):
+        try:
+            up = _run(home, "up", "--nodes", "2", "--gpu", "0x233010DE", "--gpus-per-node", "2", "--strategy", "mixed")
+            assert up.returncode == 0, up.stderr
+            assert "one simulated MIG agent per node" in up.stdout and "not reporting" not in up.stdout
+            yield home
+        finally:
+            down = _run(home, "down")
     assert down.returncode == 0, down.stderr
     agents = home / "local" / "agents"
     assert not find_by_argument(f"--work-dir={agents / 'gpu-node-1'}")

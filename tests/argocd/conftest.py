@@ -20,6 +20,7 @@ import pytest
 from gitrepo import Clone
 from kubernetes import config as kconfig
 from kubernetes.client import ApiClient
+from local_cli import down_on_exit
 
 from migops import certs
 from migops.local import argocd, flux, gitserver, kubeconfig, state
@@ -83,18 +84,19 @@ def argo_local(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ArgoLocal]:
 
     # A cold machine builds Argo CD here (minutes on 2 cores), as `make test` on a clean clone must.
     began = time.monotonic()
-    up = migops("up", "--argocd", "--nodes", "2", "--gpus-per-node", "2", "--strategy", "mixed", timeout=3600)
-    seconds = time.monotonic() - began
     try:
-        assert up.returncode == 0, f"migops local up --argocd failed:\n{up.stdout}\n{up.stderr}"
-        print(up.stdout)
-        current = state.load(home)
-        assert current is not None and current.argocd_git, up.stdout
-        api = kconfig.new_client_from_config(config_file=current.kubeconfig)
-        try:
-            yield ArgoLocal(home, current, api, seconds)
-        finally:
-            api.close()
+        with down_on_exit(home):
+            up = migops("up", "--argocd", "--nodes", "2", "--gpus-per-node", "2", "--strategy", "mixed", timeout=3600)
+            seconds = time.monotonic() - began
+            assert up.returncode == 0, f"migops local up --argocd failed:\n{up.stdout}\n{up.stderr}"
+            print(up.stdout)
+            current = state.load(home)
+            assert current is not None and current.argocd_git, up.stdout
+            api = kconfig.new_client_from_config(config_file=current.kubeconfig)
+            try:
+                yield ArgoLocal(home, current, api, seconds)
+            finally:
+                api.close()
     finally:
         workdir = state.local_dir(home)
         down = migops("down", timeout=300)

@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 
 import pytest
-from local_cli import migops_local
+from local_cli import down_on_exit, migops_local
 from polling import until
 
 from migops.local.controlplane import identifying_arguments
@@ -41,7 +41,8 @@ def _processes_mentioning(fragment: str) -> list[str]:
 @pytest.fixture
 def home(control_plane, tmp_path: Path):
     path = tmp_path / "migops-home"
-    yield path
+    with down_on_exit(path):
+        yield path
     _run(path, "down")  # never leave a cluster behind, even when an assertion failed
 
 
@@ -175,3 +176,25 @@ def test_up_with_a_directory_that_is_no_repository_commits_it_into_a_throwaway_o
     assert _run(home, "status").stdout.count(f"config repo:    {followed}") == 1
     down = _run(home, "down")
     assert down.returncode == 0 and not followed.exists()
+
+
+def test_a_test_process_stopped_by_sigterm_takes_its_local_stack_down(home: Path) -> None:
+    """CI cancelling the job (SIGTERM) runs no fixture's `finally`: a stack started in sessions of its own
+    is taken down by `down_on_exit`, and the process still ends by the signal."""
+    script = f"""
+import os, signal, sys, time
+sys.path.insert(0, {str(Path(__file__).parents[1])!r})
+from pathlib import Path
+from local_cli import down_on_exit, migops_local
+home = Path({str(home)!r})
+with down_on_exit(home):
+    up = migops_local(home, "up", "--nodes", "1")
+    print("up" if up.returncode == 0 else up.stderr, flush=True)
+    os.kill(os.getpid(), signal.SIGTERM)
+    time.sleep(60)
+"""
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert proc.stdout.strip() == "up", proc.stdout + proc.stderr
+    assert proc.returncode == -signal.SIGTERM, proc.stderr
+    assert _processes_mentioning(str(home)) == []
+    assert not (home / "local").exists()

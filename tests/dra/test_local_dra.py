@@ -14,7 +14,7 @@ import pytest
 from kubernetes import client as k8s
 from kubernetes import config
 from kubernetes.client.exceptions import ApiException
-from local_cli import migops_local
+from local_cli import down_on_exit, migops_local
 from polling import until
 
 from migops.agent.dra import listed, slice_name
@@ -36,13 +36,14 @@ def _run(home: Path, *args: str) -> subprocess.CompletedProcess[str]:
 def dra_stack(control_plane, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     """`migops local up --dra`: two A100-80GB nodes of one GPU each (control_plane: the binaries exist)."""
     home = tmp_path_factory.mktemp("local-dra") / "home"
-    try:
-        up = _run(home, "up", "--dra", "--nodes", "2", "--gpu", "0x20B210DE", "--gpus-per-node", "1")
-        assert up.returncode == 0, up.stdout + up.stderr
-        assert "DeviceClasses" in up.stderr and "dra:" in up.stdout
-        yield home
-    finally:
-        down = _run(home, "down")
+    with down_on_exit(home):
+        try:
+            up = _run(home, "up", "--dra", "--nodes", "2", "--gpu", "0x20B210DE", "--gpus-per-node", "1")
+            assert up.returncode == 0, up.stdout + up.stderr
+            assert "DeviceClasses" in up.stderr and "dra:" in up.stdout
+            yield home
+        finally:
+            down = _run(home, "down")
     assert down.returncode == 0, down.stderr
     assert not find_by_argument(f"--work-dir={home / 'local' / 'agents' / NODE}")
 

@@ -13,7 +13,7 @@ import pytest
 from gitrepo import CONFIG_YAML, GitRepo, nodes_yaml
 from kubernetes import client as k8s
 from kubernetes import config
-from local_cli import migops_local
+from local_cli import down_on_exit, migops_local
 from polling import until
 
 from migops.kube.owners import OWNER_LABEL
@@ -33,76 +33,79 @@ def test_a_commit_serves_the_pending_claim(control_plane, tmp_path: Path) -> Non
     def local(*args: str) -> subprocess.CompletedProcess[str]:
         return migops_local(home, *args)
 
-    try:
-        up = local(
-            "up", "--dra", "--nodes", "2", "--gpu", "0x20B210DE", "--gpus-per-node", "1", "--repo", str(repo.path)
-        )
-        assert up.returncode == 0, up.stdout + up.stderr
-        api = config.new_client_from_config(config_file=str(home / "local" / "admin.kubeconfig"))
-        core, custom = k8s.CoreV1Api(api), k8s.CustomObjectsApi(api)
-        # gpu-node-2 is handed to a dynamic MIG manager before the rollout.
-        core.patch_node("gpu-node-2", {"metadata": {"labels": {OWNER_LABEL: "hami"}}})
-
-        def applied(node: str, name: str) -> bool:
-            meta = core.read_node(node).metadata
-            return (
-                meta.labels.get("nvidia.com/mig.config.state") == "success"
-                and (meta.annotations or {}).get("migops.io/mig.config.applied") == name
+    with down_on_exit(home):
+        try:
+            up = local(
+                "up", "--dra", "--nodes", "2", "--gpu", "0x20B210DE", "--gpus-per-node", "1", "--repo", str(repo.path)
             )
+            assert up.returncode == 0, up.stdout + up.stderr
+            api = config.new_client_from_config(config_file=str(home / "local" / "admin.kubeconfig"))
+            core, custom = k8s.CoreV1Api(api), k8s.CustomObjectsApi(api)
+            # gpu-node-2 is handed to a dynamic MIG manager before the rollout.
+            core.patch_node("gpu-node-2", {"metadata": {"labels": {OWNER_LABEL: "hami"}}})
 
-        until(lambda: applied("gpu-node-1", "all-1g.10gb"), 120, "all-1g.10gb from git")
-        core.create_namespace({"metadata": {"name": "team"}})
-        claim = {
-            "apiVersion": "resource.k8s.io/v1",
-            "kind": "ResourceClaim",
-            "metadata": {"name": "big"},
-            "spec": {
-                "devices": {"requests": [{"name": "mig", "exactly": {"deviceClassName": "mig-3g.40gb.nvidia.com"}}]}
-            },
-        }
-        custom.create_namespaced_custom_object(*RG, "team", "resourceclaims", claim)
-        pod = {
-            "apiVersion": "v1",
-            "kind": "Pod",
-            "metadata": {"name": "train"},
-            "spec": {
-                "containers": [{"name": "cuda", "image": "cuda", "resources": {"claims": [{"name": "mig"}]}}],
-                "resourceClaims": [{"name": "mig", "resourceClaimName": "big"}],
-            },
-        }
-        core.create_namespaced_pod("team", pod)
+            def applied(node: str, name: str) -> bool:
+                meta = core.read_node(node).metadata
+                return (
+                    meta.labels.get("nvidia.com/mig.config.state") == "success"
+                    and (meta.annotations or {}).get("migops.io/mig.config.applied") == name
+                )
 
-        def why() -> str:
-            p = core.read_namespaced_pod("train", "team")
-            assert not p.spec.node_name, "bound with no 3g.40gb device anywhere"
-            conds = [c for c in p.status.conditions or [] if c.type == "PodScheduled" and c.status == "False"]
-            return conds[0].message if conds else ""
+            until(lambda: applied("gpu-node-1", "all-1g.10gb"), 120, "all-1g.10gb from git")
+            core.create_namespace({"metadata": {"name": "team"}})
+            claim = {
+                "apiVersion": "resource.k8s.io/v1",
+                "kind": "ResourceClaim",
+                "metadata": {"name": "big"},
+                "spec": {
+                    "devices": {"requests": [{"name": "mig", "exactly": {"deviceClassName": "mig-3g.40gb.nvidia.com"}}]}
+                },
+            }
+            custom.create_namespaced_custom_object(*RG, "team", "resourceclaims", claim)
+            pod = {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": {"name": "train"},
+                "spec": {
+                    "containers": [{"name": "cuda", "image": "cuda", "resources": {"claims": [{"name": "mig"}]}}],
+                    "resourceClaims": [{"name": "mig", "resourceClaimName": "big"}],
+                },
+            }
+            core.create_namespaced_pod("team", pod)
 
-        assert "claim" in until(why, 60, "the scheduler's verdict").lower()
-        classes = {c["metadata"]["name"]: c for c in custom.list_cluster_custom_object(*RG, "deviceclasses")["items"]}
-        claims = custom.list_namespaced_custom_object(*RG, "team", "resourceclaims")["items"]
-        assert [sorted(d.profiles) for d in dra.pending_demand(claims, classes)] == [["3g.40gb"]]
+            def why() -> str:
+                p = core.read_namespaced_pod("train", "team")
+                assert not p.spec.node_name, "bound with no 3g.40gb device anywhere"
+                conds = [c for c in p.status.conditions or [] if c.type == "PodScheduled" and c.status == "False"]
+                return conds[0].message if conds else ""
 
-        repo.commit({"nodes.yaml": nodes_yaml(default="all-3g.40gb")}, "3g.40gb for the pending claim")
-        until(lambda: applied("gpu-node-1", "all-3g.40gb"), 120, "all-3g.40gb rolled out")
-        assert until(lambda: core.read_namespaced_pod("train", "team").spec.node_name, 60, "bound") == "gpu-node-1"
-        allocated = custom.get_namespaced_custom_object(*RG, "team", "resourceclaims", "big")
-        assert allocated["status"]["allocation"]["devices"]["results"][0]["pool"] == "gpu-node-1"
+            assert "claim" in until(why, 60, "the scheduler's verdict").lower()
+            classes = {
+                c["metadata"]["name"]: c for c in custom.list_cluster_custom_object(*RG, "deviceclasses")["items"]
+            }
+            claims = custom.list_namespaced_custom_object(*RG, "team", "resourceclaims")["items"]
+            assert [sorted(d.profiles) for d in dra.pending_demand(claims, classes)] == [["3g.40gb"]]
 
-        # The owned node: never relabelled, and MigSync status says why.
-        assert core.read_node("gpu-node-2").metadata.labels.get("nvidia.com/mig.config") != "all-3g.40gb"
+            repo.commit({"nodes.yaml": nodes_yaml(default="all-3g.40gb")}, "3g.40gb for the pending claim")
+            until(lambda: applied("gpu-node-1", "all-3g.40gb"), 120, "all-3g.40gb rolled out")
+            assert until(lambda: core.read_namespaced_pod("train", "team").spec.node_name, 60, "bound") == "gpu-node-1"
+            allocated = custom.get_namespaced_custom_object(*RG, "team", "resourceclaims", "big")
+            assert allocated["status"]["allocation"]["devices"]["results"][0]["pool"] == "gpu-node-1"
 
-        def skipped() -> dict | None:
-            syncs = custom.list_cluster_custom_object("migops.io", "v1alpha1", "migsyncs")["items"]
-            for s in syncs:
-                for n in (s.get("status") or {}).get("nodes") or []:
-                    if n["name"] == "gpu-node-2" and n["phase"] == "Skipped":
-                        return n
-            return None
+            # The owned node: never relabelled, and MigSync status says why.
+            assert core.read_node("gpu-node-2").metadata.labels.get("nvidia.com/mig.config") != "all-3g.40gb"
 
-        entry = until(skipped, 60, "gpu-node-2 Skipped in MigSync status")
-        assert "owned by hami" in entry["message"]
-    finally:
-        down = local("down")
+            def skipped() -> dict | None:
+                syncs = custom.list_cluster_custom_object("migops.io", "v1alpha1", "migsyncs")["items"]
+                for s in syncs:
+                    for n in (s.get("status") or {}).get("nodes") or []:
+                        if n["name"] == "gpu-node-2" and n["phase"] == "Skipped":
+                            return n
+                return None
+
+            entry = until(skipped, 60, "gpu-node-2 Skipped in MigSync status")
+            assert "owned by hami" in entry["message"]
+        finally:
+            down = local("down")
     assert down.returncode == 0, down.stderr
     assert not find_by_argument(f"--work-dir={home / 'local' / 'agents' / 'gpu-node-1'}")

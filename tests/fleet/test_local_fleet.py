@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import yaml
 from gitrepo import run
-from local_cli import migops_local
+from local_cli import down_on_exit, migops_local
 
 pytestmark = pytest.mark.cluster
 
@@ -84,7 +84,8 @@ def fleet_repo(tmp_path: Path) -> Path:
 @pytest.fixture
 def fleet_home(tmp_path: Path) -> Iterator[Path]:
     home = tmp_path / "home"
-    yield home
+    with down_on_exit(home):
+        yield home
     down = migops_local(home, "down", timeout=180)
     assert down.returncode == 0, down.stderr
     assert not (home / "fleet").exists()

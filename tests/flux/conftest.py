@@ -20,6 +20,7 @@ import pytest
 from gitrepo import Clone
 from kubernetes import config as kconfig
 from kubernetes.client import ApiClient
+from local_cli import down_on_exit
 
 from migops import certs
 from migops.local import flux, gitserver, kubeconfig, state
@@ -77,21 +78,22 @@ def flux_local(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FluxLocal]:
         return subprocess.run([str(MIGOPS), "local", *args], env=env, capture_output=True, text=True, timeout=timeout)
 
     # A cold machine builds Flux here (long on 2 cores), as `make test` on a clean clone must.
-    up = migops("up", "--flux", "--nodes", "2", "--gpus-per-node", "2", "--strategy", "mixed", timeout=3600)
     try:
-        assert up.returncode == 0, f"migops local up --flux failed:\n{up.stdout}\n{up.stderr}"
-        current = state.load(home)
-        assert current is not None and current.flux_git, up.stdout
-        api = kconfig.new_client_from_config(config_file=current.kubeconfig)
-        try:
-            flux.apply(
-                api,
-                flux.git_repository(flux.REPO, current.flux_git, interval=INTERVAL),
-                flux.kustomization(flux.REPO, flux.REPO, f"./{flux.CONFIG_DIR}", interval=INTERVAL, retry=INTERVAL),
-            )
-            yield FluxLocal(home, current, api)
-        finally:
-            api.close()
+        with down_on_exit(home):
+            up = migops("up", "--flux", "--nodes", "2", "--gpus-per-node", "2", "--strategy", "mixed", timeout=3600)
+            assert up.returncode == 0, f"migops local up --flux failed:\n{up.stdout}\n{up.stderr}"
+            current = state.load(home)
+            assert current is not None and current.flux_git, up.stdout
+            api = kconfig.new_client_from_config(config_file=current.kubeconfig)
+            try:
+                flux.apply(
+                    api,
+                    flux.git_repository(flux.REPO, current.flux_git, interval=INTERVAL),
+                    flux.kustomization(flux.REPO, flux.REPO, f"./{flux.CONFIG_DIR}", interval=INTERVAL, retry=INTERVAL),
+                )
+                yield FluxLocal(home, current, api)
+            finally:
+                api.close()
     finally:
         workdir = state.local_dir(home)
         down = migops("down", timeout=300)

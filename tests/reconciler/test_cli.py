@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 from gitrepo import CONFIG_YAML, UNPLACEABLE, nodes_yaml
+from local_cli import down_on_exit
 from reconciler_harness import agent_reports, labels_of
 
 from migops.api.names import MIG_CONFIG_LABEL
@@ -88,28 +89,31 @@ def test_local_up_with_a_repo_runs_the_reconciler_and_down_stops_it(rplane, repo
             [str(MIGOPS), "local", *args], env=env, capture_output=True, text=True, timeout=180, check=False
         )
 
-    try:
-        up = local("up", "--nodes", "2", "--strategy", "mixed", "--repo", str(repo.path))
-        assert up.returncode == 0, up.stderr
-        assert f"reconciler: following {repo.path}" in up.stdout
-        kubeconfig = home / "local" / "admin.kubeconfig"
-        with config.new_client_from_config(config_file=str(kubeconfig)) as api:
-            deadline = time.monotonic() + 60
-            while True:
-                labels = {n.metadata.labels.get("nvidia.com/mig.config") for n in k8s.CoreV1Api(api).list_node().items}
-                if labels == {"all-3g.40gb"} or time.monotonic() > deadline:
-                    break
-                time.sleep(0.3)
-            assert labels == {"all-3g.40gb"}
-        status = subprocess.run(
-            [str(MIGOPS), "status", "--kubeconfig", str(kubeconfig)],
-            capture_output=True,
-            text=True,
-            timeout=60,
-            check=False,
-        )
-        assert "migops-system  migops" in status.stdout, status.stdout + status.stderr
-    finally:
-        down = local("down")
+    with down_on_exit(home):
+        try:
+            up = local("up", "--nodes", "2", "--strategy", "mixed", "--repo", str(repo.path))
+            assert up.returncode == 0, up.stderr
+            assert f"reconciler: following {repo.path}" in up.stdout
+            kubeconfig = home / "local" / "admin.kubeconfig"
+            with config.new_client_from_config(config_file=str(kubeconfig)) as api:
+                deadline = time.monotonic() + 60
+                while True:
+                    labels = {
+                        n.metadata.labels.get("nvidia.com/mig.config") for n in k8s.CoreV1Api(api).list_node().items
+                    }
+                    if labels == {"all-3g.40gb"} or time.monotonic() > deadline:
+                        break
+                    time.sleep(0.3)
+                assert labels == {"all-3g.40gb"}
+            status = subprocess.run(
+                [str(MIGOPS), "status", "--kubeconfig", str(kubeconfig)],
+                capture_output=True,
+                text=True,
+                timeout=60,
+                check=False,
+            )
+            assert "migops-system  migops" in status.stdout, status.stdout + status.stderr
+        finally:
+            down = local("down")
     assert down.returncode == 0, down.stderr
     assert not find_by_argument(f"--cache-dir={home / 'local' / 'reconciler-git'}")

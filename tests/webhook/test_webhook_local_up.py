@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import yaml
+from local_cli import down_on_exit
 
 from migops.local.binaries import locate
 from migops.local.process import find_by_argument
@@ -30,22 +31,23 @@ def test_local_up_registers_the_webhook_and_down_stops_it(tmp_path: Path) -> Non
     def migops(*args: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run([str(MIGOPS), "local", *args], env=env, capture_output=True, text=True, timeout=240)
 
-    up = migops("up")
-    try:
-        assert up.returncode == 0, up.stderr
-        assert "webhook:    https://127.0.0.1:" in up.stdout
-        kubeconfig = tmp_path / "local" / "admin.kubeconfig"
-        out = subprocess.run(
-            [str(locate().kubectl), "apply", "--dry-run=server", "-f", "-"],
-            input=yaml.safe_dump(BAD),
-            env={**env, "KUBECONFIG": str(kubeconfig)},
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
-        assert out.returncode == 1 and "[unknown-profile]" in out.stderr, out.stderr
-        assert find_by_argument(identifying_arguments(tmp_path / "local")[0])
-    finally:
-        down = migops("down")
+    with down_on_exit(tmp_path):
+        try:
+            up = migops("up")
+            assert up.returncode == 0, up.stderr
+            assert "webhook:    https://127.0.0.1:" in up.stdout
+            kubeconfig = tmp_path / "local" / "admin.kubeconfig"
+            out = subprocess.run(
+                [str(locate().kubectl), "apply", "--dry-run=server", "-f", "-"],
+                input=yaml.safe_dump(BAD),
+                env={**env, "KUBECONFIG": str(kubeconfig)},
+                capture_output=True,
+                text=True,
+                timeout=60,
+            )
+            assert out.returncode == 1 and "[unknown-profile]" in out.stderr, out.stderr
+            assert find_by_argument(identifying_arguments(tmp_path / "local")[0])
+        finally:
+            down = migops("down")
     assert down.returncode == 0, down.stderr
     assert not find_by_argument(identifying_arguments(tmp_path / "local")[0])
