@@ -16,7 +16,8 @@ from pathlib import Path
 
 import pytest
 
-CONFTEST = Path(__file__).resolve().parents[1] / "conftest.py"
+# The suite's conftest and the module it stops its servers with.
+SUITE_FILES = tuple(Path(__file__).resolve().parents[1] / name for name in ("conftest.py", "last_resort.py"))
 
 FAILING = """
 from kubernetes import client
@@ -57,7 +58,8 @@ def _servers_under(directory: Path) -> list[str]:
 def _session(tmp_path: Path, body: str) -> tuple[subprocess.Popen[str], dict[str, str], Path]:
     suite = tmp_path / "suite"
     suite.mkdir()
-    shutil.copy(CONFTEST, suite / "conftest.py")
+    for source in SUITE_FILES:
+        shutil.copy(source, suite / source.name)
     (suite / "test_it.py").write_text(body)
     tmp = tmp_path / "tmp"
     tmp.mkdir()
