@@ -128,9 +128,12 @@ class ClusterView:
         return self.migsync.get(self._key)
 
     def current_spec(self) -> SyncSpec:
+        return self.spec_of(self.migsync_object())
+
+    def spec_of(self, obj: dict[str, Any] | None) -> SyncSpec:
+        """The spec `obj` (a read of the MigSync) puts in force; ValueError when it has none."""
         if self._fixed_spec is not None:
             return self._fixed_spec
-        obj = self.migsync_object()
         if obj is None:
             raise ValueError(f"MigSync {self._key} not found")
         spec = parse_spec(obj)

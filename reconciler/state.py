@@ -112,6 +112,7 @@ class SyncState:
     last_applied: str | None = None  # the last revision every node reached
     last_attempted: str | None = None  # the last revision fetched
     handled_resume: str | None = None  # the last value of the resume annotation acted on
+    generation: int | None = None  # the MigSync generation whose spec the last sync read
     fetched: FetchVerdict = FetchVerdict()
     record: RecordState = RecordState()
     revision_condition: Condition | None = None  # AppliedRevisionAvailable

@@ -80,8 +80,12 @@ def acknowledge(state: SyncState, run: Run, why: str) -> SyncState:
 
 
 def load_spec(state: SyncState, run: Run, ports: Ports) -> Done:
+    # One read: the status says which generation this sync acted on (Argo CD and Flux judge health by
+    # it), never that of a spec written while the sync ran.
+    obj = ports.cluster.migsync_object()
+    state = replace(state, generation=objects.meta(obj).get("generation") if obj is not None else None)
     try:
-        spec = ports.cluster.current_spec()
+        spec = ports.cluster.spec_of(obj)
         run.path = normalise_path(spec.path)
     except ValueError as exc:
         return state, SyncFailure(Reason.INVALID_SPEC, str(exc), True, SyncOutcome.INVALID)

@@ -10,7 +10,6 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any, TypeVar
 
-from migops.api import objects
 from migops.api.migsync import Condition, ConditionStatus, MigSyncStatus
 from migops.api.names import RESUME_ANNOTATION
 from migops.api.schema import dump
@@ -106,11 +105,12 @@ def status_body(
     fields: MigSyncStatus,
     p: Plan | None,
     failure: SyncFailure | None,
+    generation: int | None,
 ) -> dict[str, Any]:
     """The MigSync's status: conditions merged with the object's (transition times kept), `fields`
-    (revisions, configMap, warnings) where set, the plan's summary and nodes, the failure's problems."""
+    (revisions, configMap, warnings) where set, the plan's summary and nodes, the failure's problems;
+    `generation`: the one whose spec the sync read (the object may be newer by now)."""
     obj = obj or {}
-    generation = objects.meta(obj).get("generation")
     old = (obj.get("status") or {}).get("conditions") or []
     body = replace(
         fields,
@@ -201,7 +201,8 @@ def status_of(state: SyncState, obj: Mapping[str, Any], name: str, p: Plan | Non
         extra.append(state.revision_condition)
     revision = desired.revision if desired else None
     failure = state.reported.failure
-    return status_body(obj, conditions(failure, p, revision, name) + extra, fields, p, failure)
+    new = conditions(failure, p, revision, name) + extra
+    return status_body(obj, new, fields, p, failure, state.generation)
 
 
 def _write_failure(state: SyncState, run: Run) -> SyncFailure | None:

@@ -96,3 +96,36 @@ def test_mig_manager_nodes_count_once_the_state_left_success_and_came_back(
     eventually(lambda: rec.sync(fetch=False).writes == 0 and first not in rec.state.nodes.awaiting)
     agent_reports(rapi, CONFIG_YAML, [first], mig_manager=True)
     eventually(lambda: rec.sync(fetch=False).writes == 1)  # done: the next node's turn
+
+
+def test_the_status_names_the_generation_the_sync_read_not_one_written_while_it_ran(
+    rapi, repo, gpu_nodes, make_reconciler, monkeypatch
+) -> None:
+    """A spec written while a sync runs (a new pin synced by Argo CD mid-sync) is not observed by that
+    sync: the status it writes says the generation it read, so a health check stays Progressing (Ready
+    for an older generation) instead of calling the new spec Healthy before it was judged."""
+    gpu_nodes(2, pool="gen1")
+    repo.commit({"config.yaml": CONFIG_YAML, "nodes.yaml": _pools("gen1", "gen2")})
+    rec = make_reconciler(repo.url)
+    read = migsync(rapi, rec.name)["metadata"]["generation"]
+    settings = rec.ports.cluster.settings
+
+    def settings_then_a_new_spec():  # called by the sync once it has read its spec
+        k8s.CustomObjectsApi(rapi).patch_namespaced_custom_object(
+            "migops.io", "v1alpha1", "migops-system", "migsyncs", rec.name, {"spec": {"interval": "61s"}}
+        )
+        eventually(lambda: rec.migsync_object()["metadata"]["generation"], lambda g: g == read + 1)
+        return settings()
+
+    monkeypatch.setattr(rec.ports.cluster, "settings", settings_then_a_new_spec)
+    assert rec.sync().outcome == "Applied"
+    monkeypatch.undo()
+    rec.flush_status()
+    obj = eventually(lambda: migsync(rapi, rec.name), lambda m: "conditions" in m.get("status", {}))
+    assert obj["metadata"]["generation"] == read + 1
+    assert obj["status"]["observedGeneration"] == read
+    assert {c["observedGeneration"] for c in obj["status"]["conditions"]} == {read}  # Ready's too
+    rec.sync()
+    rec.flush_status()
+    obj = eventually(lambda: migsync(rapi, rec.name), lambda m: m["status"]["observedGeneration"] == read + 1)
+    assert condition(obj, "Ready")["observedGeneration"] == read + 1
