@@ -37,14 +37,19 @@ _NOT_DONE = "status.phase!=Succeeded,status.phase!=Failed"
 
 
 def _pages(call: Callable[..., Any], *args: Any, **kwargs: Any) -> Iterator[dict[str, Any]]:
-    """Every item of a list, a page at a time (the continue token of each response)."""
+    """Every item of a list, a page at a time (the continue token of each response). Each item is let go
+    once the caller has taken it, so no part of a page is held while the next one is read."""
     token = None
     while True:
         page = json.loads(
             call(*args, limit=PAGE, _continue=token, _preload_content=False, _request_timeout=60, **kwargs).data
         )
-        yield from page.get("items") or ()
         token = (page.get("metadata") or {}).get("continue")
+        items = page.get("items") or []
+        del page
+        items.reverse()
+        while items:
+            yield items.pop()
         if not token:
             return
 
