@@ -95,12 +95,14 @@ class SyncCache:
 
 @dataclass(frozen=True)
 class Reported:
-    """What the last summary reported: the failure (as said) and the plan, which a later flush re-sends;
-    once our MigSync was deleted and its nodes released (the finalizer), what every sync reports."""
+    """What the last summary reported: the failure (as said), the plan and the generation it was for,
+    which a later flush re-sends; once our MigSync was deleted and its nodes released (the finalizer),
+    what every sync reports."""
 
     failure: SyncFailure | None = None
     plan: Plan | None = None
     released: str = ""
+    generation: int | None = None  # the MigSync generation whose spec the last sync read (observedGeneration)
 
 
 @dataclass(frozen=True)
@@ -112,7 +114,6 @@ class SyncState:
     last_applied: str | None = None  # the last revision every node reached
     last_attempted: str | None = None  # the last revision fetched
     handled_resume: str | None = None  # the last value of the resume annotation acted on
-    generation: int | None = None  # the MigSync generation whose spec the last sync read
     fetched: FetchVerdict = FetchVerdict()
     record: RecordState = RecordState()
     revision_condition: Condition | None = None  # AppliedRevisionAvailable

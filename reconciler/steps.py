@@ -83,7 +83,8 @@ def load_spec(state: SyncState, run: Run, ports: Ports) -> Done:
     # One read: the status says which generation this sync acted on (Argo CD and Flux judge health by
     # it), never that of a spec written while the sync ran.
     obj = ports.cluster.migsync_object()
-    state = replace(state, generation=objects.meta(obj).get("generation") if obj is not None else None)
+    generation = objects.meta(obj).get("generation") if obj is not None else None
+    state = replace(state, reported=replace(state.reported, generation=generation))
     try:
         spec = ports.cluster.spec_of(obj)
         run.path = normalise_path(spec.path)

@@ -202,7 +202,7 @@ def status_of(state: SyncState, obj: Mapping[str, Any], name: str, p: Plan | Non
     revision = desired.revision if desired else None
     failure = state.reported.failure
     new = conditions(failure, p, revision, name) + extra
-    return status_body(obj, new, fields, p, failure, state.generation)
+    return status_body(obj, new, fields, p, failure, state.reported.generation)
 
 
 def _write_failure(state: SyncState, run: Run) -> SyncFailure | None:
