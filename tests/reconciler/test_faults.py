@@ -56,6 +56,8 @@ def _start(rplane, repo, tmp_path: Path, name: str) -> subprocess.Popen:
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         start_new_session=True,
+        # SIGKILLed below, it runs no atexit: the client library's credential files stay in tmp_path.
+        env={**os.environ, "TMPDIR": str(tmp_path)},
     )
 
 
