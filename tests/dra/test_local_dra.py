@@ -15,12 +15,12 @@ from kubernetes import client as k8s
 from kubernetes import config
 from kubernetes.client.exceptions import ApiException
 from local_cli import down_on_exit, migops_local
+from pending_claims import pending_demand, scheduler_verdict
 from polling import until
 
 from migops.agent.dra import listed, slice_name
 from migops.kube.owners import OWNER_LABEL
 from migops.local.process import find_by_argument
-from migops.mig import dra
 
 pytestmark = pytest.mark.cluster
 MIGOPS = Path(sys.executable).parent / "migops"
@@ -104,16 +104,8 @@ def test_claim_pending_then_allocated_after_the_geometry_change(dra_stack: Path)
     }
     core.create_namespaced_pod("team", pod)
 
-    def verdict() -> str:
-        p = core.read_namespaced_pod("train", "team")
-        assert not p.spec.node_name, "bound without a 3g.40gb device"
-        conds = [c for c in p.status.conditions or [] if c.type == "PodScheduled" and c.status == "False"]
-        return conds[0].message if conds else ""
-
-    assert "claim" in until(verdict, 60, "the scheduler's verdict").lower()
-    classes = {c["metadata"]["name"]: c for c in custom.list_cluster_custom_object(*RG, "deviceclasses")["items"]}
-    claims = custom.list_namespaced_custom_object(*RG, "team", "resourceclaims")["items"]
-    (demand,) = dra.pending_demand(claims, classes)
+    assert "claim" in scheduler_verdict(core, "team", "train").lower()
+    (demand,) = pending_demand(custom, "team")
     assert demand.profiles == {"3g.40gb"}
 
     _label(core, NODE, "all-3g.40gb")

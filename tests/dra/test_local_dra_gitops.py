@@ -14,11 +14,11 @@ from gitrepo import CONFIG_YAML, GitRepo, nodes_yaml
 from kubernetes import client as k8s
 from kubernetes import config
 from local_cli import down_on_exit, migops_local
+from pending_claims import pending_demand, scheduler_verdict
 from polling import until
 
 from migops.kube.owners import OWNER_LABEL
 from migops.local.process import find_by_argument
-from migops.mig import dra
 
 pytestmark = pytest.mark.cluster
 MIGOPS = Path(sys.executable).parent / "migops"
@@ -73,18 +73,8 @@ def test_a_commit_serves_the_pending_claim(control_plane, tmp_path: Path) -> Non
             }
             core.create_namespaced_pod("team", pod)
 
-            def why() -> str:
-                p = core.read_namespaced_pod("train", "team")
-                assert not p.spec.node_name, "bound with no 3g.40gb device anywhere"
-                conds = [c for c in p.status.conditions or [] if c.type == "PodScheduled" and c.status == "False"]
-                return conds[0].message if conds else ""
-
-            assert "claim" in until(why, 60, "the scheduler's verdict").lower()
-            classes = {
-                c["metadata"]["name"]: c for c in custom.list_cluster_custom_object(*RG, "deviceclasses")["items"]
-            }
-            claims = custom.list_namespaced_custom_object(*RG, "team", "resourceclaims")["items"]
-            assert [sorted(d.profiles) for d in dra.pending_demand(claims, classes)] == [["3g.40gb"]]
+            assert "claim" in scheduler_verdict(core, "team", "train").lower()
+            assert [sorted(d.profiles) for d in pending_demand(custom, "team")] == [["3g.40gb"]]
 
             repo.commit({"nodes.yaml": nodes_yaml(default="all-3g.40gb")}, "3g.40gb for the pending claim")
             until(lambda: applied("gpu-node-1", "all-3g.40gb"), 120, "all-3g.40gb rolled out")

@@ -14,6 +14,7 @@ from collections.abc import Iterator
 import pytest
 from kubernetes import client as k8s
 from kubernetes.client import ApiClient
+from pending_claims import pending_demand, scheduler_verdict
 from polling import until
 
 from migops.agent.backend import Device, GpuInstance, GpuState
@@ -108,20 +109,9 @@ def test_claim_waits_for_the_geometry_then_the_scheduler_allocates_it(
     custom.create_namespaced_custom_object("resource.k8s.io", "v1", namespace, "resourceclaims", body)
     core.create_namespaced_pod(namespace, _pod("p", "big"))
 
-    def unschedulable() -> str:
-        pod = core.read_namespaced_pod("p", namespace)
-        conds = [c for c in pod.status.conditions or [] if c.type == "PodScheduled" and c.status == "False"]
-        assert not pod.spec.node_name, "bound with no 3g.40gb device on the node"
-        return conds[0].message if conds else ""
-
-    why = until(unschedulable, what="the scheduler's verdict")
+    why = scheduler_verdict(core, namespace, "p")
     assert "claim" in why.lower(), why
-    classes = {
-        c["metadata"]["name"]: c
-        for c in custom.list_cluster_custom_object("resource.k8s.io", "v1", "deviceclasses")["items"]
-    }
-    claims = custom.list_namespaced_custom_object("resource.k8s.io", "v1", namespace, "resourceclaims")["items"]
-    (demand,) = dra.pending_demand(claims, classes)
+    (demand,) = pending_demand(custom, namespace)
     assert demand.profiles == {"3g.40gb"} and demand.count == 1
 
     # The geometry changes (the agent applied all-3g.40gb): the slice follows, and the scheduler allocates.
@@ -132,7 +122,7 @@ def test_claim_waits_for_the_geometry_then_the_scheduler_allocates_it(
     (result,) = claim["status"]["allocation"]["devices"]["results"]
     assert result["driver"] == dra.DRIVER and result["pool"] == dra_node
     assert result["device"] in {"gpu-0-mig-3g40gb-9-0", "gpu-0-mig-3g40gb-9-4"}
-    assert dra.pending_demand([claim], classes) == ()
+    assert pending_demand(custom, namespace) == []  # allocated: no longer demand
 
 
 def test_a_slice_that_does_not_follow_the_gpus_is_a_reported_failure(admin: ApiClient, dra_node: str) -> None:

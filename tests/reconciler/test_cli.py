@@ -105,13 +105,7 @@ def test_local_up_with_a_repo_runs_the_reconciler_and_down_stops_it(rplane, repo
                         break
                     time.sleep(0.3)
                 assert labels == {"all-3g.40gb"}
-            status = subprocess.run(
-                [str(MIGOPS), "status", "--kubeconfig", str(kubeconfig)],
-                capture_output=True,
-                text=True,
-                timeout=60,
-                check=False,
-            )
+            status = _run("status", "--kubeconfig", str(kubeconfig), timeout=60)
             assert "migops-system  migops" in status.stdout, status.stdout + status.stderr
         finally:
             down = local("down")
