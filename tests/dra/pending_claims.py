@@ -10,6 +10,28 @@ from migops.mig import dra
 RG = ("resource.k8s.io", "v1")
 
 
+def claim_and_pod(
+    core: k8s.CoreV1Api, custom: k8s.CustomObjectsApi, namespace: str, profile: str, node: str = ""
+) -> None:
+    """A claim `big` for one `profile` device (its class `mig-<profile>.nvidia.com`) and a pod `train`
+    that needs it, pinned to `node` when one is given."""
+    request = {"name": "mig", "exactly": {"deviceClassName": f"mig-{profile}.nvidia.com"}}
+    claim = {"kind": "ResourceClaim", "metadata": {"name": "big"}, "spec": {"devices": {"requests": [request]}}}
+    custom.create_namespaced_custom_object(*RG, namespace, "resourceclaims", {"apiVersion": "/".join(RG), **claim})
+    spec: dict = {
+        "containers": [{"name": "cuda", "image": "cuda", "resources": {"claims": [{"name": "mig"}]}}],
+        "resourceClaims": [{"name": "mig", "resourceClaimName": "big"}],
+    }
+    if node:
+        term = {"matchFields": [{"key": "metadata.name", "operator": "In", "values": [node]}]}
+        spec["affinity"] = {
+            "nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [term]}}
+        }
+    core.create_namespaced_pod(
+        namespace, {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "train"}, "spec": spec}
+    )
+
+
 def scheduler_verdict(core: k8s.CoreV1Api, namespace: str, pod: str, timeout: float = 60) -> str:
     """The scheduler's PodScheduled=False message for `pod`, once it has one; the pod must not be bound
     meanwhile (no device fits its claim)."""

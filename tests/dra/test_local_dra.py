@@ -15,7 +15,7 @@ from kubernetes import client as k8s
 from kubernetes import config
 from kubernetes.client.exceptions import ApiException
 from local_cli import down_on_exit, migops_local
-from pending_claims import pending_demand, scheduler_verdict
+from pending_claims import claim_and_pod, pending_demand, scheduler_verdict
 from polling import until
 
 from migops.agent.dra import listed, slice_name
@@ -77,32 +77,7 @@ def test_claim_pending_then_allocated_after_the_geometry_change(dra_stack: Path)
     until(lambda: _applied(core, NODE, "all-1g.10gb"), 120, "all-1g.10gb applied")
     assert _slice_profiles(custom, NODE) == ["1g.10gb"] * 7
     core.create_namespace({"metadata": {"name": "team"}})
-    claim = {
-        "apiVersion": "resource.k8s.io/v1",
-        "kind": "ResourceClaim",
-        "metadata": {"name": "big"},
-        "spec": {"devices": {"requests": [{"name": "mig", "exactly": {"deviceClassName": "mig-3g.40gb.nvidia.com"}}]}},
-    }
-    custom.create_namespaced_custom_object(*RG, "team", "resourceclaims", claim)
-    pod = {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": "train"},
-        "spec": {
-            "affinity": {
-                "nodeAffinity": {
-                    "requiredDuringSchedulingIgnoredDuringExecution": {
-                        "nodeSelectorTerms": [
-                            {"matchFields": [{"key": "metadata.name", "operator": "In", "values": [NODE]}]}
-                        ]
-                    }
-                }
-            },
-            "containers": [{"name": "cuda", "image": "cuda", "resources": {"claims": [{"name": "mig"}]}}],
-            "resourceClaims": [{"name": "mig", "resourceClaimName": "big"}],
-        },
-    }
-    core.create_namespaced_pod("team", pod)
+    claim_and_pod(core, custom, "team", "3g.40gb", NODE)
 
     assert "claim" in scheduler_verdict(core, "team", "train").lower()
     (demand,) = pending_demand(custom, "team")

@@ -14,7 +14,7 @@ from gitrepo import CONFIG_YAML, GitRepo, nodes_yaml
 from kubernetes import client as k8s
 from kubernetes import config
 from local_cli import down_on_exit, migops_local
-from pending_claims import pending_demand, scheduler_verdict
+from pending_claims import claim_and_pod, pending_demand, scheduler_verdict
 from polling import until
 
 from migops.kube.owners import OWNER_LABEL
@@ -53,25 +53,7 @@ def test_a_commit_serves_the_pending_claim(control_plane, tmp_path: Path) -> Non
 
             until(lambda: applied("gpu-node-1", "all-1g.10gb"), 120, "all-1g.10gb from git")
             core.create_namespace({"metadata": {"name": "team"}})
-            claim = {
-                "apiVersion": "resource.k8s.io/v1",
-                "kind": "ResourceClaim",
-                "metadata": {"name": "big"},
-                "spec": {
-                    "devices": {"requests": [{"name": "mig", "exactly": {"deviceClassName": "mig-3g.40gb.nvidia.com"}}]}
-                },
-            }
-            custom.create_namespaced_custom_object(*RG, "team", "resourceclaims", claim)
-            pod = {
-                "apiVersion": "v1",
-                "kind": "Pod",
-                "metadata": {"name": "train"},
-                "spec": {
-                    "containers": [{"name": "cuda", "image": "cuda", "resources": {"claims": [{"name": "mig"}]}}],
-                    "resourceClaims": [{"name": "mig", "resourceClaimName": "big"}],
-                },
-            }
-            core.create_namespaced_pod("team", pod)
+            claim_and_pod(core, custom, "team", "3g.40gb")
 
             assert "claim" in scheduler_verdict(core, "team", "train").lower()
             assert [sorted(d.profiles) for d in pending_demand(custom, "team")] == [["3g.40gb"]]
